@@ -1,0 +1,278 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode"
+)
+
+var (
+	// ErrNotFound means the object does not exist.
+	ErrNotFound = errors.New("object not found")
+	// ErrExists means a put-if-absent lost: the key was already taken.
+	ErrExists = errors.New("object already exists")
+	// ErrInvalidKey means a key that no driver can store faithfully.
+	ErrInvalidKey = errors.New("invalid object key")
+)
+
+// DefaultOpTimeout bounds one object-store call when the caller's context has no
+// shorter deadline.
+const DefaultOpTimeout = 60 * time.Second
+
+// Object describes one listed object, or one common prefix ("directory") when
+// listing with a delimiter.
+type Object struct {
+	Key     string
+	Size    int64
+	ModTime time.Time
+	// IsDir is set for a common prefix returned by a delimited listing; Key then
+	// ends with the delimiter.
+	IsDir bool
+}
+
+// backend is what a storage driver implements. It is deliberately tiny so the fault
+// wrapper and the file:// driver each implement the same seven calls.
+type backend interface {
+	get(ctx context.Context, key string) ([]byte, error)
+	// getRange reads length bytes at offset (length < 0 means to the end).
+	getRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+	stat(ctx context.Context, key string) (Object, error)
+	put(ctx context.Context, key string, data []byte) error
+	putIfAbsent(ctx context.Context, key string, data []byte) error
+	delete(ctx context.Context, key string) error
+	// list calls fn for every object under prefix in key order; with a non-empty
+	// delimiter, keys sharing the next path element collapse to one IsDir entry.
+	list(ctx context.Context, prefix, delimiter string, fn func(Object) error) error
+	close() error
+}
+
+// Bucket is an object-store bucket opened from a URL. It is safe for concurrent use.
+type Bucket struct {
+	be        backend
+	name      string // the URL with credentials removed, for messages
+	opTimeout time.Duration
+}
+
+// Option configures Open.
+type Option func(*Bucket)
+
+// WithOpTimeout sets the per-operation timeout (DefaultOpTimeout otherwise; 0 means
+// only the caller's context bounds a call).
+func WithOpTimeout(d time.Duration) Option {
+	return func(b *Bucket) { b.opTimeout = d }
+}
+
+func newBucket(be backend, name string, opts ...Option) *Bucket {
+	b := &Bucket{be: be, name: name, opTimeout: DefaultOpTimeout}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
+
+// String names the bucket (its URL without credentials).
+func (b *Bucket) String() string { return b.name }
+
+// op derives the context one call runs under.
+func (b *Bucket) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	if b.opTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b.opTimeout)
+}
+
+// Get returns the whole object.
+func (b *Bucket) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	ctx, cancel := b.op(ctx)
+	defer cancel()
+	data, err := b.be.get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	return data, nil
+}
+
+// GetRange returns length bytes at offset (length < 0: to the end of the object).
+func (b *Bucket) GetRange(ctx context.Context, key string, offset, length int64) ([]byte, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	ctx, cancel := b.op(ctx)
+	defer cancel()
+	rc, err := b.be.getRange(ctx, key, offset, length)
+	if err != nil {
+		return nil, fmt.Errorf("get %s [%d,+%d): %w", key, offset, length, err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("get %s [%d,+%d): %w", key, offset, length, err)
+	}
+	return data, nil
+}
+
+// Stat returns the object's size and modification time.
+func (b *Bucket) Stat(ctx context.Context, key string) (Object, error) {
+	if err := ValidateKey(key); err != nil {
+		return Object{}, err
+	}
+	ctx, cancel := b.op(ctx)
+	defer cancel()
+	o, err := b.be.stat(ctx, key)
+	if err != nil {
+		return Object{}, fmt.Errorf("stat %s: %w", key, err)
+	}
+	return o, nil
+}
+
+// Exists reports whether key exists.
+func (b *Bucket) Exists(ctx context.Context, key string) (bool, error) {
+	_, err := b.Stat(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Put writes (or replaces) an object. Readers see the old or the new bytes, never a
+// mix. Use it only for objects whose key is unique to the writer; shared keys go
+// through PutIfAbsent.
+func (b *Bucket) Put(ctx context.Context, key string, data []byte) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	ctx, cancel := b.op(ctx)
+	defer cancel()
+	if err := b.be.put(ctx, key, data); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+// PutIfAbsent creates key with data only if it does not exist. Exactly one of any
+// number of concurrent callers succeeds; the others get an error wrapping ErrExists.
+func (b *Bucket) PutIfAbsent(ctx context.Context, key string, data []byte) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	ctx, cancel := b.op(ctx)
+	defer cancel()
+	if err := b.be.putIfAbsent(ctx, key, data); err != nil {
+		return fmt.Errorf("put-if-absent %s: %w", key, err)
+	}
+	return nil
+}
+
+// Delete removes key. Deleting a missing object is not an error: deletes are
+// best-effort clean-up that may be retried after a crash.
+func (b *Bucket) Delete(ctx context.Context, key string) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	ctx, cancel := b.op(ctx)
+	defer cancel()
+	if err := b.be.delete(ctx, key); err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// Walk calls fn for every object under prefix, in key order. With a non-empty
+// delimiter, keys that share the next path element are collapsed into one IsDir
+// entry. An error from fn stops the walk and is returned as is. The whole walk,
+// including the time spent in fn, is one operation under the per-operation timeout.
+func (b *Bucket) Walk(ctx context.Context, prefix, delimiter string, fn func(Object) error) error {
+	ctx, cancel := b.op(ctx)
+	defer cancel()
+	var fnErr error
+	err := b.be.list(ctx, prefix, delimiter, func(o Object) error {
+		if err := fn(o); err != nil {
+			fnErr = err
+			return err
+		}
+		return nil
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	if err != nil {
+		return fmt.Errorf("list %s: %w", prefix, err)
+	}
+	return nil
+}
+
+// List returns every object under prefix in key order.
+func (b *Bucket) List(ctx context.Context, prefix string) ([]Object, error) {
+	var out []Object
+	err := b.Walk(ctx, prefix, "", func(o Object) error {
+		out = append(out, o)
+		return nil
+	})
+	return out, err
+}
+
+// ListDirs returns the names of the "directories" directly under prefix (which should
+// end in "/"), without the prefix and without the trailing "/".
+func (b *Bucket) ListDirs(ctx context.Context, prefix string) ([]string, error) {
+	var out []string
+	err := b.Walk(ctx, prefix, "/", func(o Object) error {
+		if o.IsDir {
+			out = append(out, strings.TrimSuffix(strings.TrimPrefix(o.Key, prefix), "/"))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Close releases the bucket's resources.
+func (b *Bucket) Close() error { return b.be.close() }
+
+// ValidateKey rejects keys that some driver would store under a different name or
+// not at all: empty keys, control characters, backslashes, invalid UTF-8, empty or
+// "."/".." path elements, a leading or trailing "/", path elements longer than 255
+// bytes (the usual file-name limit), fileblob's reserved ".attrs" suffix, and the
+// file:// driver's staging directory as a first element. It also rejects what
+// fileblob would escape on its way to a file name, because the file:// driver writes
+// to the unescaped path and reads through fileblob: an element ending in ".." before
+// a "/" and anything that looks like an escape sequence ("__0x"). Every key Tidemark
+// builds passes; a key from user input that fails is a bug or an attack.
+func ValidateKey(key string) error {
+	bad := func(why string) error { return fmt.Errorf("%w %q: %s", ErrInvalidKey, key, why) }
+	switch {
+	case key == "":
+		return bad("empty")
+	case len(key) > 1024:
+		return bad("longer than 1024 bytes")
+	case strings.HasSuffix(key, ".attrs"):
+		return bad(`ends in ".attrs"`)
+	case strings.Contains(key, "__0x"):
+		return bad(`contains "__0x", which fileblob treats as an escape sequence`)
+	case strings.Contains(key, "../"):
+		return bad(`contains "../"`)
+	}
+	for _, r := range key {
+		if unicode.IsControl(r) || r == '\\' || r == unicode.ReplacementChar {
+			return bad("contains a control character, backslash or invalid UTF-8")
+		}
+	}
+	for i, el := range strings.Split(key, "/") {
+		switch {
+		case el == "":
+			return bad("empty path element")
+		case el == "." || el == "..":
+			return bad(`"." or ".." path element`)
+		case len(el) > 255:
+			return bad("path element longer than 255 bytes")
+		case i == 0 && el == tempDirName:
+			return bad(fmt.Sprintf("%q is reserved for the file:// driver's staging area", tempDirName))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,26 @@
+// Package objstore is Tidemark's only door to object storage.
+//
+// A Bucket is opened from a URL (file://, mem://, s3://, azblob://, gs://, with an
+// optional ?prefix=) and offers the handful of operations the table and WAL formats
+// need: whole-object get and put, ranged reads, listing, delete, and put-if-absent.
+//
+// Invariants:
+//
+//   - PutIfAbsent is atomic on every driver: of any number of concurrent writers of one
+//     key, in any number of processes, exactly one succeeds and the others get
+//     ErrExists; the object's bytes are the winner's bytes; no reader ever sees a
+//     partially written object. gocloud's IfNotExist is atomic on memblob, s3blob,
+//     azureblob and gcsblob, but on fileblob it is check-then-rename, so file:// has
+//     its own create (a fully written and synced temp file published with link(2),
+//     which fails if the name exists). On azureblob a conditional write that loses
+//     through the pipe writer panics inside gocloud v0.47, so every write goes through
+//     Bucket.Upload with a ContentType, which takes the non-pipe path.
+//   - Every call is bounded: each operation runs under the bucket's per-operation
+//     timeout unless the caller's context is already shorter.
+//   - Errors carry the key they concern and wrap ErrNotFound / ErrExists /
+//     ErrInvalidKey so callers decide with errors.Is, never by string.
+//
+// WithFaults wraps a Bucket with injected latency, transient errors, throttling and
+// per-key failures, so tests and benchmarks exercise the production code path against
+// a misbehaving store instead of a mock.
+package objstore

@@ -1,0 +1,27 @@
+// Package table is Tidemark's base-table format: one table per store, kept as
+// immutable Parquet fragments and deletion vectors under versioned JSON manifests on
+// object storage (see FORMAT.md for the exact layout).
+//
+// Invariants:
+//
+//   - Versions are dense and immutable: manifest v+1 is created with put-if-absent, so
+//     of any number of concurrent committers exactly one creates each version, and a
+//     reader that loaded version v sees the same table forever.
+//   - At most one live row per id: a commit that adds a row for an id deletes (through
+//     deletion vectors) every older row for that id, and a commit whose incoming row is
+//     older than the live one deletes its own incoming row instead. "Older" is decided
+//     by the hidden _seq column, never by commit order, so last-write-wins holds
+//     whatever order shards are merged in.
+//   - Watermarks commit with their data: merged_generations[shard] advances in the same
+//     manifest write that adds the shard's rows, so a transaction carrying a watermark
+//     the table already covers is reported as ErrAlreadyCommitted and adds nothing.
+//   - Data files are written before the manifest that references them and are never
+//     rewritten; a crash leaves at most unreferenced files, never a manifest that points
+//     at missing data.
+//
+// Commits are optimistic: Prepare stages every data file against the version it read,
+// and Commit only writes the manifest. On a lost race Commit reloads, rebases (or stops
+// if the watermark shows the work already landed), backs off in proportion to how long
+// the attempt took, and gives up after RetryTimeout with an error that says "too many
+// concurrent writers" and the attempt count.
+package table

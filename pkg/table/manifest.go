@@ -1,0 +1,176 @@
+package table
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// FormatVersion is the manifest format this build writes and the newest it reads.
+const FormatVersion = 1
+
+var (
+	// ErrCorrupt means an object of the table could not be decoded. It is a halt
+	// condition: retrying will not help and a human must look at the named object.
+	ErrCorrupt = errors.New("corrupt table object")
+	// ErrUnsupportedFormat means a manifest was written by a newer Tidemark.
+	ErrUnsupportedFormat = errors.New("unsupported table format version")
+)
+
+// Manifest is one immutable version of a table. Manifests are values: a commit builds
+// a new one and never mutates a loaded one, so readers can share them freely.
+type Manifest struct {
+	FormatVersion int    `json:"format_version"`
+	Version       uint64 `json:"version"`
+	// Schema is the Arrow schema of every fragment, including the hidden _seq column,
+	// as a base64 Arrow IPC schema message (exact, including nested types).
+	Schema     schemaJSON `json:"schema"`
+	PrimaryKey string     `json:"primary_key"`
+	Fragments  []Fragment `json:"fragments"`
+	// MergedGenerations is the watermark: for each WAL shard, the highest generation
+	// whose rows are in this version.
+	MergedGenerations map[string]uint64 `json:"merged_generations"`
+	// TxnID names the transaction that produced this version, so a committer whose
+	// manifest write returned an error can tell whether it landed anyway.
+	TxnID     string    `json:"txn_id"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Fragment is one immutable Parquet data file and what is needed to skip it.
+type Fragment struct {
+	Path  string `json:"path"` // relative to the table directory
+	Rows  int64  `json:"rows"` // rows in the file, deleted ones included
+	Bytes int64  `json:"bytes"`
+	// IDMin and IDMax bound the ids in the file (byte-wise string order).
+	IDMin string `json:"id_min"`
+	IDMax string `json:"id_max"`
+	// SeqMax is the highest _seq in the file.
+	SeqMax uint64 `json:"seq_max"`
+	// Bloom is the path of the fragment's id bloom filter.
+	Bloom string `json:"bloom"`
+	// Deletions is nil when no row of the fragment is deleted.
+	Deletions *DeletionRef `json:"deletions,omitempty"`
+}
+
+// DeletionRef points at an immutable deletion vector file.
+type DeletionRef struct {
+	Path  string `json:"path"`
+	Count int64  `json:"count"`
+}
+
+// LiveRows is the number of rows of the fragment that are not deleted.
+func (f Fragment) LiveRows() int64 {
+	if f.Deletions == nil {
+		return f.Rows
+	}
+	return f.Rows - f.Deletions.Count
+}
+
+// ArrowSchema returns the table's Arrow schema.
+func (m *Manifest) ArrowSchema() *arrow.Schema { return m.Schema.s }
+
+// Stats is the summary a scanner needs, derived from one manifest.
+type Stats struct {
+	Version           uint64            `json:"version"`
+	Rows              int64             `json:"row_count"`
+	Fragments         int               `json:"fragment_count"`
+	Bytes             int64             `json:"bytes"`
+	DeletedRows       int64             `json:"deleted_rows"`
+	MergedGenerations map[string]uint64 `json:"merged_generations"`
+	UpdatedAt         time.Time         `json:"updated_at"`
+}
+
+// Stats summarizes the manifest without any I/O.
+func (m *Manifest) Stats() Stats {
+	s := Stats{Version: m.Version, Fragments: len(m.Fragments), UpdatedAt: m.UpdatedAt,
+		MergedGenerations: make(map[string]uint64, len(m.MergedGenerations))}
+	for _, f := range m.Fragments {
+		s.Rows += f.LiveRows()
+		s.Bytes += f.Bytes
+		if f.Deletions != nil {
+			s.DeletedRows += f.Deletions.Count
+		}
+	}
+	for k, v := range m.MergedGenerations {
+		s.MergedGenerations[k] = v
+	}
+	return s
+}
+
+// Watermark returns the highest merged generation of shard (0 when none).
+func (m *Manifest) Watermark(shard string) uint64 { return m.MergedGenerations[shard] }
+
+// next returns a copy of m as the starting point of version m.Version+1.
+func (m *Manifest) next(txnID string, now time.Time) *Manifest {
+	n := *m
+	n.Version = m.Version + 1
+	n.TxnID = txnID
+	n.UpdatedAt = now
+	n.Fragments = append([]Fragment(nil), m.Fragments...)
+	n.MergedGenerations = make(map[string]uint64, len(m.MergedGenerations)+1)
+	for k, v := range m.MergedGenerations {
+		n.MergedGenerations[k] = v
+	}
+	return &n
+}
+
+func encodeManifest(m *Manifest) ([]byte, error) {
+	return json.MarshalIndent(m, "", "  ")
+}
+
+// decodeManifest parses and validates a manifest read from key.
+func decodeManifest(key string, data []byte) (*Manifest, error) {
+	var probe struct {
+		FormatVersion int `json:"format_version"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w: %v", key, ErrCorrupt, err)
+	}
+	if probe.FormatVersion > FormatVersion {
+		return nil, fmt.Errorf("manifest %s: %w: format version %d, this build reads up to %d; upgrade Tidemark",
+			key, ErrUnsupportedFormat, probe.FormatVersion, FormatVersion)
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w: %v", key, ErrCorrupt, err)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w: %v", key, ErrCorrupt, err)
+	}
+	return &m, nil
+}
+
+func (m *Manifest) validate() error {
+	switch {
+	case m.FormatVersion < 1:
+		return fmt.Errorf("format_version %d", m.FormatVersion)
+	case m.Version < 1:
+		return fmt.Errorf("version %d", m.Version)
+	case m.Schema.s == nil:
+		return errors.New("no schema")
+	case m.PrimaryKey != IDColumn:
+		return fmt.Errorf("primary_key %q, want %q", m.PrimaryKey, IDColumn)
+	}
+	if err := checkSchema(m.Schema.s); err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(m.Fragments))
+	for _, f := range m.Fragments {
+		switch {
+		case f.Path == "" || f.Bloom == "":
+			return fmt.Errorf("fragment %q without path or bloom", f.Path)
+		case seen[f.Path]:
+			return fmt.Errorf("fragment %s listed twice", f.Path)
+		case f.Rows < 0 || f.Bytes < 0:
+			return fmt.Errorf("fragment %s: negative size", f.Path)
+		case f.Deletions != nil && (f.Deletions.Count < 0 || f.Deletions.Count > f.Rows || f.Deletions.Path == ""):
+			return fmt.Errorf("fragment %s: bad deletion vector reference", f.Path)
+		}
+		seen[f.Path] = true
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+package table
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// ScanOptions selects what Scan returns.
+type ScanOptions struct {
+	// Columns projects the output (nil: every column, _seq included).
+	Columns []string
+	// IDs, when non-nil, restricts the scan to rows with these ids; fragments that
+	// cannot hold any of them (bounds, bloom filter) are not opened.
+	IDs []string
+}
+
+// Scan streams the live rows of manifest m to fn, fragment by fragment in manifest
+// order. Batches are only valid during the call; fn must Retain what it keeps.
+func (t *Table) Scan(ctx context.Context, m *Manifest, opts ScanOptions, fn func(arrow.RecordBatch) error) error {
+	s := m.ArrowSchema()
+	cols := opts.Columns
+	if cols == nil {
+		for _, f := range s.Fields() {
+			cols = append(cols, f.Name)
+		}
+	}
+	for _, c := range cols {
+		if len(s.FieldIndices(c)) == 0 {
+			return fmt.Errorf("scan %s: unknown column %q", t.dir, c)
+		}
+	}
+	var want map[string]bool
+	read := cols
+	if opts.IDs != nil {
+		want = make(map[string]bool, len(opts.IDs))
+		for _, id := range opts.IDs {
+			want[id] = true
+		}
+		// The filter needs the id column; read it first and project it away after.
+		read = []string{IDColumn}
+		for _, c := range cols {
+			if c != IDColumn {
+				read = append(read, c)
+			}
+		}
+	}
+	project := projection(read, cols)
+	for _, f := range m.Fragments {
+		if f.LiveRows() == 0 {
+			continue
+		}
+		if want != nil {
+			hit, err := t.mayContainAny(ctx, f, opts.IDs)
+			if err != nil {
+				return err
+			}
+			if !hit {
+				continue
+			}
+		}
+		if err := t.scanFragment(ctx, s, f, read, want, project, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Table) mayContainAny(ctx context.Context, f Fragment, ids []string) (bool, error) {
+	for _, id := range ids {
+		ok, err := t.mayContain(ctx, f, id)
+		if err != nil || ok {
+			return ok, err
+		}
+	}
+	return false, nil
+}
+
+func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, read []string, want map[string]bool, project []int, fn func(arrow.RecordBatch) error) error {
+	dv, err := t.deletions(ctx, f)
+	if err != nil {
+		return err
+	}
+	ff, err := t.openFragment(ctx, s, f)
+	if err != nil {
+		return err
+	}
+	defer ff.Close()
+	return ff.read(ctx, read, nil, func(rec arrow.RecordBatch, offset int64) error {
+		n := rec.NumRows()
+		var ids *array.String
+		if want != nil {
+			ids = rec.Column(0).(*array.String)
+		}
+		keep := func(i int64) bool {
+			return !dv.Contains(uint32(offset+i)) && (ids == nil || want[ids.Value(int(i))])
+		}
+		all := true
+		for i := int64(0); i < n && all; i++ {
+			all = keep(i)
+		}
+		out := rec
+		if !all {
+			bld := array.NewBooleanBuilder(memory.DefaultAllocator)
+			defer bld.Release()
+			kept := 0
+			for i := int64(0); i < n; i++ {
+				k := keep(i)
+				if k {
+					kept++
+				}
+				bld.Append(k)
+			}
+			if kept == 0 {
+				return nil
+			}
+			mask := bld.NewBooleanArray()
+			defer mask.Release()
+			filtered, err := compute.FilterRecordBatch(ctx, rec, mask, compute.DefaultFilterOptions())
+			if err != nil {
+				return fmt.Errorf("fragment %s: filter: %w", ff.key, err)
+			}
+			defer filtered.Release()
+			out = filtered
+		}
+		if project != nil {
+			p := selectColumns(out, project)
+			defer p.Release()
+			out = p
+		}
+		return fn(out)
+	})
+}
+
+// Get returns the live row for id in manifest m as a one-row batch with every
+// column, or nil when the table has no live row for id. The caller releases it.
+func (t *Table) Get(ctx context.Context, m *Manifest, id string) (arrow.RecordBatch, error) {
+	var best *Fragment
+	var bestOff uint32
+	var bestSeq uint64
+	for i := range m.Fragments {
+		f := m.Fragments[i]
+		ok, err := t.mayContain(ctx, f, id)
+		if err != nil {
+			return nil, err
+		}
+		if !ok || f.LiveRows() == 0 {
+			continue
+		}
+		idx, err := t.keyIndex(ctx, m.ArrowSchema(), f)
+		if err != nil {
+			return nil, err
+		}
+		o, ok := idx.offsets[id]
+		if !ok {
+			continue
+		}
+		dv, err := t.deletions(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		if dv.Contains(o) {
+			continue
+		}
+		if best == nil || idx.seqs[o] >= bestSeq {
+			best, bestOff, bestSeq = &m.Fragments[i], o, idx.seqs[o]
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	return t.readRow(ctx, m, *best, int64(bestOff))
+}
+
+// readRow reads the row group holding offset and slices out that row.
+func (t *Table) readRow(ctx context.Context, m *Manifest, f Fragment, offset int64) (arrow.RecordBatch, error) {
+	ff, err := t.openFragment(ctx, m.ArrowSchema(), f)
+	if err != nil {
+		return nil, err
+	}
+	defer ff.Close()
+	group, _ := ff.rowGroupOf(offset)
+	if group < 0 {
+		return nil, fmt.Errorf("fragment %s: %w: row %d past the end", ff.key, ErrCorrupt, offset)
+	}
+	var cols []string
+	for _, fld := range m.ArrowSchema().Fields() {
+		cols = append(cols, fld.Name)
+	}
+	var row arrow.RecordBatch
+	err = ff.read(ctx, cols, []int{group}, func(rec arrow.RecordBatch, start int64) error {
+		if offset >= start && offset < start+rec.NumRows() {
+			row = rec.NewSlice(offset-start, offset-start+1)
+		}
+		return nil
+	})
+	if err != nil {
+		if row != nil {
+			row.Release()
+		}
+		return nil, err
+	}
+	if row == nil {
+		return nil, fmt.Errorf("fragment %s: %w: row %d not found in its row group", ff.key, ErrCorrupt, offset)
+	}
+	return row, nil
+}
+
+// projection maps the output columns to their positions in the columns read, or
+// returns nil when they are the same list.
+func projection(read, out []string) []int {
+	if len(read) == len(out) {
+		same := true
+		for i := range read {
+			same = same && read[i] == out[i]
+		}
+		if same {
+			return nil
+		}
+	}
+	idx := make([]int, len(out))
+	for i, c := range out {
+		for j, r := range read {
+			if r == c {
+				idx[i] = j
+			}
+		}
+	}
+	return idx
+}
+
+func selectColumns(rec arrow.RecordBatch, idx []int) arrow.RecordBatch {
+	fields := make([]arrow.Field, len(idx))
+	cols := make([]arrow.Array, len(idx))
+	for i, j := range idx {
+		fields[i] = rec.Schema().Field(j)
+		cols[i] = rec.Column(j)
+	}
+	return array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, rec.NumRows())
+}

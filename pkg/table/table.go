@@ -1,0 +1,341 @@
+package table
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/bits-and-blooms/bloom/v3"
+	"k8s.io/utils/clock"
+
+	"github.com/tidemark-io/tidemark/pkg/cache"
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+)
+
+var (
+	// ErrNotFound means the directory holds no table (no manifest version).
+	ErrNotFound = errors.New("table not found")
+	// ErrSchemaMismatch means Create found a table with a different schema.
+	ErrSchemaMismatch = errors.New("table exists with a different schema")
+)
+
+const (
+	versionsDir = "_versions"
+	dataDir     = "data"
+	deletesDir  = "_deletions"
+	// latestHint names an advisory object holding the newest version a committer
+	// saw land. Readers start probing there instead of listing every version; it may
+	// lag (it is written after the manifest) but never leads.
+	latestHint = "_latest_version"
+)
+
+// Options are a table handle's knobs. The zero value of each field means its default.
+type Options struct {
+	// RetryTimeout bounds a commit's optimistic retries (30 s).
+	RetryTimeout time.Duration
+	// RowGroupRows is the Parquet row-group length (8192): a point lookup reads one
+	// row group, so smaller groups make lookups cheaper and scans slightly slower.
+	RowGroupRows int64
+	// CacheBytes bounds the cache of immutable decoded objects (key indexes, bloom
+	// filters, deletion vectors): 64 MiB.
+	CacheBytes int64
+	Clock      clock.Clock
+	Logger     *slog.Logger
+}
+
+// Option sets one field of Options.
+type Option func(*Options)
+
+// WithRetryTimeout sets Options.RetryTimeout.
+func WithRetryTimeout(d time.Duration) Option { return func(o *Options) { o.RetryTimeout = d } }
+
+// WithRowGroupRows sets Options.RowGroupRows.
+func WithRowGroupRows(n int64) Option { return func(o *Options) { o.RowGroupRows = n } }
+
+// WithCacheBytes sets Options.CacheBytes.
+func WithCacheBytes(n int64) Option { return func(o *Options) { o.CacheBytes = n } }
+
+// WithClock sets the clock used for timestamps, retry deadlines and backoff.
+func WithClock(c clock.Clock) Option { return func(o *Options) { o.Clock = c } }
+
+// WithLogger sets the structured logger.
+func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l } }
+
+func buildOptions(opts []Option) Options {
+	o := Options{RetryTimeout: 30 * time.Second, RowGroupRows: 8192, CacheBytes: 64 << 20}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.RowGroupRows <= 0 {
+		o.RowGroupRows = 8192
+	}
+	return o
+}
+
+// Table is a handle on one table directory. It is safe for concurrent use; it caches
+// the newest manifest it has seen and decoded immutable objects.
+type Table struct {
+	bucket *objstore.Bucket
+	dir    string
+	opts   Options
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	latest *Manifest
+
+	keys   *cache.LRU[string, *keyIndex]
+	blooms *cache.LRU[string, *bloom.BloomFilter]
+	dvs    *cache.LRU[string, *roaring.Bitmap]
+}
+
+func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
+	o := buildOptions(opts)
+	// Key indexes dominate; blooms and deletion vectors are ~1 byte per row.
+	return &Table{
+		bucket: bucket,
+		dir:    strings.TrimSuffix(dir, "/"),
+		opts:   o,
+		log:    o.Logger.With("table", dir),
+		keys:   cache.New[string, *keyIndex](o.CacheBytes * 3 / 4),
+		blooms: cache.New[string, *bloom.BloomFilter](o.CacheBytes / 8),
+		dvs:    cache.New[string, *roaring.Bitmap](o.CacheBytes / 8),
+	}
+}
+
+// Create creates the table at dir with schema s (which must have a non-null utf8
+// "id" and a non-null uint64 "_seq"). If the table already exists with an equal
+// schema, Create opens it; with a different schema it fails with ErrSchemaMismatch.
+func Create(ctx context.Context, bucket *objstore.Bucket, dir string, s *arrow.Schema, opts ...Option) (*Table, error) {
+	if err := checkSchema(s); err != nil {
+		return nil, fmt.Errorf("create table %s: %w", dir, err)
+	}
+	t := newTable(bucket, dir, opts)
+	now := t.opts.Clock.Now().UTC()
+	m := &Manifest{
+		FormatVersion:     FormatVersion,
+		Version:           1,
+		Schema:            schemaJSON{s},
+		PrimaryKey:        IDColumn,
+		MergedGenerations: map[string]uint64{},
+		TxnID:             "create",
+		CreatedAt:         now,
+		UpdatedAt:         now,
+	}
+	data, err := encodeManifest(m)
+	if err != nil {
+		return nil, fmt.Errorf("create table %s: %w", dir, err)
+	}
+	err = bucket.PutIfAbsent(ctx, t.versionKey(1), data)
+	switch {
+	case err == nil:
+		t.observe(m)
+		return t, nil
+	case errors.Is(err, objstore.ErrExists):
+		cur, err := t.Refresh(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !cur.ArrowSchema().Equal(s) {
+			return nil, fmt.Errorf("create table %s: %w: existing %s, requested %s", dir, ErrSchemaMismatch, cur.ArrowSchema(), s)
+		}
+		return t, nil
+	default:
+		return nil, fmt.Errorf("create table %s: %w", dir, err)
+	}
+}
+
+// Open opens the existing table at dir and loads its newest manifest.
+func Open(ctx context.Context, bucket *objstore.Bucket, dir string, opts ...Option) (*Table, error) {
+	t := newTable(bucket, dir, opts)
+	if _, err := t.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Dir is the table's directory within the bucket.
+func (t *Table) Dir() string { return t.dir }
+
+// Latest returns the newest manifest this handle has seen, without I/O.
+func (t *Table) Latest() *Manifest {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.latest
+}
+
+// observe records m as the newest version seen if it is newer.
+func (t *Table) observe(m *Manifest) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.latest == nil || m.Version > t.latest.Version {
+		t.latest = m
+	}
+}
+
+func (t *Table) key(rel string) string { return t.dir + "/" + rel }
+
+func (t *Table) versionKey(v uint64) string {
+	return t.key(fmt.Sprintf("%s/%020d.json", versionsDir, v))
+}
+
+// Refresh loads the newest manifest from storage.
+func (t *Table) Refresh(ctx context.Context) (*Manifest, error) {
+	v, err := t.LatestVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := t.Load(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	t.observe(m)
+	return t.Latest(), nil
+}
+
+// Load reads manifest version v.
+func (t *Table) Load(ctx context.Context, v uint64) (*Manifest, error) {
+	key := t.versionKey(v)
+	data, err := t.bucket.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("load manifest: %w", err)
+	}
+	m, err := decodeManifest(key, data)
+	if err != nil {
+		return nil, err
+	}
+	if m.Version != v {
+		return nil, fmt.Errorf("manifest %s: %w: holds version %d", key, ErrCorrupt, m.Version)
+	}
+	return m, nil
+}
+
+// LatestVersion finds the newest committed version with a few small requests: it
+// starts from the latest-version hint (or the newest version this handle has seen,
+// whichever is higher) and probes forward, falling back to listing _versions/ when
+// there is no usable hint. Versions are dense, so the first missing version after a
+// present one ends the probe.
+func (t *Table) LatestVersion(ctx context.Context) (uint64, error) {
+	var v uint64
+	if m := t.Latest(); m != nil {
+		v = m.Version
+	}
+	if data, err := t.bucket.Get(ctx, t.key(latestHint)); err == nil {
+		if h, perr := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64); perr == nil && h > v {
+			v = h
+		}
+	} else if !errors.Is(err, objstore.ErrNotFound) {
+		return 0, fmt.Errorf("table %s: %w", t.dir, err)
+	}
+	if v == 0 {
+		listed, err := t.listLatest(ctx)
+		if err != nil {
+			return 0, err
+		}
+		v = listed
+	}
+	for {
+		ok, err := t.bucket.Exists(ctx, t.versionKey(v+1))
+		if err != nil {
+			return 0, fmt.Errorf("table %s: %w", t.dir, err)
+		}
+		if !ok {
+			break
+		}
+		v++
+	}
+	return v, nil
+}
+
+func (t *Table) listLatest(ctx context.Context) (uint64, error) {
+	var v uint64
+	err := t.bucket.Walk(ctx, t.key(versionsDir)+"/", "", func(o objstore.Object) error {
+		name := strings.TrimSuffix(path.Base(o.Key), ".json")
+		if n, err := strconv.ParseUint(name, 10, 64); err == nil && n > v {
+			v = n
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("table %s: %w", t.dir, err)
+	}
+	if v == 0 {
+		return 0, fmt.Errorf("table %s: %w", t.dir, ErrNotFound)
+	}
+	return v, nil
+}
+
+// writeHint records v as the newest version; failures only cost readers a probe.
+func (t *Table) writeHint(ctx context.Context, v uint64) {
+	if err := t.bucket.Put(ctx, t.key(latestHint), []byte(strconv.FormatUint(v, 10)+"\n")); err != nil {
+		t.log.Warn("latest-version hint not written", "version", v, "err", err)
+	}
+}
+
+// bloom returns a fragment's id filter, cached.
+func (t *Table) bloom(ctx context.Context, f Fragment) (*bloom.BloomFilter, error) {
+	if b, ok := t.blooms.Get(f.Bloom); ok {
+		return b, nil
+	}
+	key := t.key(f.Bloom)
+	data, err := t.bucket.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("bloom filter: %w", err)
+	}
+	b, err := decodeBloom(key, data)
+	if err != nil {
+		return nil, err
+	}
+	t.blooms.Add(f.Bloom, b, int64(len(data)))
+	return b, nil
+}
+
+// deletions returns a fragment's deletion vector (empty when it has none), cached.
+// Callers must not modify the result.
+func (t *Table) deletions(ctx context.Context, f Fragment) (*roaring.Bitmap, error) {
+	if f.Deletions == nil {
+		return roaring.New(), nil
+	}
+	if bm, ok := t.dvs.Get(f.Deletions.Path); ok {
+		return bm, nil
+	}
+	key := t.key(f.Deletions.Path)
+	data, err := t.bucket.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("deletion vector: %w", err)
+	}
+	bm, err := decodeDeletions(key, data, f.Rows)
+	if err != nil {
+		return nil, err
+	}
+	if int64(bm.GetCardinality()) != f.Deletions.Count {
+		return nil, fmt.Errorf("%s: %w: %d deletions, manifest says %d", key, ErrCorrupt, bm.GetCardinality(), f.Deletions.Count)
+	}
+	t.dvs.Add(f.Deletions.Path, bm, int64(len(data)))
+	return bm, nil
+}
+
+// mayContain reports whether f can hold id, from its bounds and bloom filter.
+func (t *Table) mayContain(ctx context.Context, f Fragment, id string) (bool, error) {
+	if id < f.IDMin || id > f.IDMax {
+		return false, nil
+	}
+	b, err := t.bloom(ctx, f)
+	if err != nil {
+		return false, err
+	}
+	return b.TestString(id), nil
+}

@@ -1,0 +1,499 @@
+package table
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/google/uuid"
+
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+)
+
+var (
+	// ErrAlreadyCommitted means the table's watermark already covers the
+	// transaction's shard generation: its rows landed in an earlier commit (perhaps
+	// one whose acknowledgement was lost). Callers treat it as success.
+	ErrAlreadyCommitted = errors.New("already committed")
+	// ErrTooManyWriters means optimistic retries ran out: other committers kept
+	// winning the race for the next version until RetryTimeout.
+	ErrTooManyWriters = errors.New("too many concurrent writers")
+)
+
+// Append is what a merge commits: rows to add (newest _seq per id wins, against
+// each other and against the table) and, optionally, the shard watermark the rows
+// bring the table to.
+type Append struct {
+	Records []arrow.RecordBatch
+	// Shard and Generation, when Shard is set, advance merged_generations[Shard] to
+	// Generation in the same manifest that adds the rows.
+	Shard      string
+	Generation uint64
+}
+
+// Txn is a prepared transaction: its data files are written; Commit only writes a
+// manifest (unless it must rebase over concurrent commits). A Txn is used by one
+// goroutine.
+type Txn struct {
+	t     *Table
+	id    string
+	base  *Manifest
+	shard string
+	gen   uint64
+
+	frag     *Fragment             // the new fragment; nil when there are no rows
+	incoming map[string]incomingRow // id -> row of the new fragment
+	checked  map[string]bool        // existing fragments already resolved against
+
+	// dels holds, per existing fragment, the offsets this transaction deletes
+	// because its incoming row is at least as new.
+	dels map[string]*roaring.Bitmap
+	// selfDel holds offsets of the new fragment superseded by newer existing rows.
+	selfDel      *roaring.Bitmap
+	selfDelRef   *DeletionRef
+	selfDelDirty bool
+	// dvRefs are the deletion vectors written for existing fragments (their base
+	// vector united with dels), with the base vector path each was built from.
+	dvRefs map[string]writtenDV
+
+	files    []string // objects written, deleted by Abort
+	finished bool
+}
+
+type incomingRow struct {
+	offset uint32
+	seq    uint64
+}
+
+type writtenDV struct {
+	ref  DeletionRef
+	from string // path of the vector it extends ("" for none)
+}
+
+// Prepare stages a transaction against base: it deduplicates the rows by id, writes
+// the new fragment and its bloom filter, works out which existing rows the new ones
+// replace (or are replaced by), and writes the deletion vectors. It takes no lock
+// and writes no manifest, so it may run for as long as the I/O takes while the table
+// keeps serving reads and other commits.
+func (t *Table) Prepare(ctx context.Context, base *Manifest, a Append) (*Txn, error) {
+	if base == nil {
+		return nil, fmt.Errorf("prepare %s: nil base manifest", t.dir)
+	}
+	if a.Shard != "" && base.Watermark(a.Shard) >= a.Generation {
+		return nil, fmt.Errorf("prepare %s: shard %s generation %d (watermark %d): %w",
+			t.dir, a.Shard, a.Generation, base.Watermark(a.Shard), ErrAlreadyCommitted)
+	}
+	x := &Txn{
+		t: t, id: uuid.NewString(), base: base, shard: a.Shard, gen: a.Generation,
+		incoming: map[string]incomingRow{}, checked: map[string]bool{},
+		dels: map[string]*roaring.Bitmap{}, selfDel: roaring.New(), dvRefs: map[string]writtenDV{},
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			x.Abort(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := x.stageFragment(ctx, a.Records); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", t.dir, err)
+	}
+	if err := x.resolve(ctx, base); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", t.dir, err)
+	}
+	if err := x.writeDeletions(ctx, base); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", t.dir, err)
+	}
+	ok = true
+	return x, nil
+}
+
+// stageFragment deduplicates recs by id (highest _seq wins; on a tie the later row)
+// and writes them as one fragment plus its bloom filter.
+func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error {
+	s := x.base.ArrowSchema()
+	idCol, seqCol := s.FieldIndices(IDColumn)[0], s.FieldIndices(SeqColumn)[0]
+	type pos struct {
+		rec, row int
+		seq      uint64
+	}
+	win := map[string]pos{}
+	total := 0
+	for ri, rec := range recs {
+		if err := checkRecord(s, rec); err != nil {
+			return err
+		}
+		ids := rec.Column(idCol).(*array.String)
+		seqs := rec.Column(seqCol).(*array.Uint64)
+		for i := 0; i < ids.Len(); i++ {
+			total++
+			id, seq := ids.Value(i), seqs.Value(i)
+			if w, ok := win[id]; !ok || seq >= w.seq {
+				win[id] = pos{ri, i, seq}
+			}
+		}
+	}
+	if total == 0 {
+		return nil
+	}
+	// Keep only winners, in input order, so offsets are stable and easy to compute.
+	kept := make([]arrow.RecordBatch, 0, len(recs))
+	defer func() {
+		for _, r := range kept {
+			r.Release()
+		}
+	}()
+	for ri, rec := range recs {
+		ids := rec.Column(idCol).(*array.String)
+		bld := array.NewBooleanBuilder(memory.DefaultAllocator)
+		all := true
+		for i := 0; i < ids.Len(); i++ {
+			w := win[ids.Value(i)]
+			keep := w.rec == ri && w.row == i
+			all = all && keep
+			bld.Append(keep)
+		}
+		mask := bld.NewBooleanArray()
+		bld.Release()
+		if all {
+			rec.Retain()
+			kept = append(kept, rec)
+		} else {
+			f, err := compute.FilterRecordBatch(ctx, rec, mask, compute.DefaultFilterOptions())
+			if err != nil {
+				mask.Release()
+				return fmt.Errorf("deduplicate rows: %w", err)
+			}
+			kept = append(kept, f)
+		}
+		mask.Release()
+	}
+	bf := newBloom(len(win))
+	var idMin, idMax string
+	var seqMax uint64
+	var off uint32
+	for _, rec := range kept {
+		ids := rec.Column(idCol).(*array.String)
+		seqs := rec.Column(seqCol).(*array.Uint64)
+		for i := 0; i < ids.Len(); i++ {
+			id, seq := ids.Value(i), seqs.Value(i)
+			x.incoming[id] = incomingRow{offset: off, seq: seq}
+			bf.AddString(id)
+			if off == 0 || id < idMin {
+				idMin = id
+			}
+			if off == 0 || id > idMax {
+				idMax = id
+			}
+			seqMax = max(seqMax, seq)
+			off++
+		}
+	}
+	data, err := encodeParquet(s, kept, x.t.opts.RowGroupRows)
+	if err != nil {
+		return err
+	}
+	bloomData, err := encodeBloom(bf)
+	if err != nil {
+		return err
+	}
+	name := uuid.NewString()
+	f := &Fragment{
+		Path: dataDir + "/" + name + ".parquet", Bloom: dataDir + "/" + name + ".bloom",
+		Rows: int64(off), Bytes: int64(len(data)), IDMin: idMin, IDMax: idMax, SeqMax: seqMax,
+	}
+	if err := x.put(ctx, f.Path, data); err != nil {
+		return err
+	}
+	if err := x.put(ctx, f.Bloom, bloomData); err != nil {
+		return err
+	}
+	x.t.blooms.Add(f.Bloom, bf, int64(len(bloomData)))
+	x.frag = f
+	return nil
+}
+
+func (x *Txn) put(ctx context.Context, rel string, data []byte) error {
+	x.files = append(x.files, rel)
+	return x.t.bucket.Put(ctx, x.t.key(rel), data)
+}
+
+// resolve compares the incoming rows with every fragment of m not yet compared:
+// older existing rows go into dels, incoming rows older than an existing row go into
+// selfDel.
+func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
+	if x.frag == nil {
+		return nil
+	}
+	for _, f := range m.Fragments {
+		if x.checked[f.Path] {
+			continue
+		}
+		x.checked[f.Path] = true
+		if f.IDMax < x.frag.IDMin || f.IDMin > x.frag.IDMax || f.LiveRows() == 0 {
+			continue
+		}
+		bf, err := x.t.bloom(ctx, f)
+		if err != nil {
+			return err
+		}
+		var candidates []string
+		for id := range x.incoming {
+			if id >= f.IDMin && id <= f.IDMax && bf.TestString(id) {
+				candidates = append(candidates, id)
+			}
+		}
+		if len(candidates) == 0 {
+			continue
+		}
+		idx, err := x.t.keyIndex(ctx, m.ArrowSchema(), f)
+		if err != nil {
+			return err
+		}
+		dv, err := x.t.deletions(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, id := range candidates {
+			o, ok := idx.offsets[id]
+			if !ok || dv.Contains(o) {
+				continue
+			}
+			in := x.incoming[id]
+			if in.seq >= idx.seqs[o] {
+				if x.dels[f.Path] == nil {
+					x.dels[f.Path] = roaring.New()
+				}
+				x.dels[f.Path].Add(o)
+			} else if !x.selfDel.Contains(in.offset) {
+				x.selfDel.Add(in.offset)
+				x.selfDelDirty = true
+			}
+		}
+	}
+	return nil
+}
+
+// writeDeletions writes, for every existing fragment this transaction deletes from,
+// the union of that fragment's vector in m and dels, unless one built from the same
+// base vector exists already; and the new fragment's own vector if it changed.
+func (x *Txn) writeDeletions(ctx context.Context, m *Manifest) error {
+	for _, f := range m.Fragments {
+		ours := x.dels[f.Path]
+		if ours == nil {
+			continue
+		}
+		from := ""
+		if f.Deletions != nil {
+			from = f.Deletions.Path
+		}
+		if w, ok := x.dvRefs[f.Path]; ok && w.from == from {
+			continue
+		}
+		cur, err := x.t.deletions(ctx, f)
+		if err != nil {
+			return err
+		}
+		union := roaring.Or(cur, ours)
+		ref, err := x.writeDV(ctx, union)
+		if err != nil {
+			return err
+		}
+		x.dvRefs[f.Path] = writtenDV{ref: ref, from: from}
+	}
+	if x.selfDelDirty {
+		ref, err := x.writeDV(ctx, x.selfDel)
+		if err != nil {
+			return err
+		}
+		x.selfDelRef, x.selfDelDirty = &ref, false
+	}
+	return nil
+}
+
+func (x *Txn) writeDV(ctx context.Context, bm *roaring.Bitmap) (DeletionRef, error) {
+	data, err := encodeDeletions(bm)
+	if err != nil {
+		return DeletionRef{}, err
+	}
+	rel := deletesDir + "/" + uuid.NewString() + ".bin"
+	if err := x.put(ctx, rel, data); err != nil {
+		return DeletionRef{}, err
+	}
+	x.t.dvs.Add(rel, bm.Clone(), int64(len(data)))
+	return DeletionRef{Path: rel, Count: int64(bm.GetCardinality())}, nil
+}
+
+// build returns the manifest this transaction commits on top of m.
+func (x *Txn) build(m *Manifest) *Manifest {
+	n := m.next(x.id, x.t.opts.Clock.Now().UTC())
+	for i, f := range n.Fragments {
+		if w, ok := x.dvRefs[f.Path]; ok {
+			ref := w.ref
+			n.Fragments[i].Deletions = &ref
+		}
+	}
+	if x.frag != nil {
+		f := *x.frag
+		f.Deletions = x.selfDelRef
+		n.Fragments = append(n.Fragments, f)
+	}
+	if x.shard != "" && n.MergedGenerations[x.shard] < x.gen {
+		n.MergedGenerations[x.shard] = x.gen
+	}
+	return n
+}
+
+// Commit writes the next manifest version. On losing the race it reloads, stops
+// with ErrAlreadyCommitted if the watermark shows the work landed, otherwise rebases
+// (resolving against fragments added meanwhile and re-deriving deletion vectors that
+// changed) and retries after a backoff proportional to the failed attempt's duration,
+// until RetryTimeout. It returns the committed manifest.
+//
+// When Commit returns an error other than one wrapping ErrTooManyWriters or
+// ErrAlreadyCommitted, the outcome may be unknown (a manifest write that failed
+// after reaching storage); the staged files are then left in place, since the
+// manifest may reference them, and a retry of the same watermark is safe.
+func (x *Txn) Commit(ctx context.Context) (*Manifest, error) {
+	if x.finished {
+		return nil, fmt.Errorf("commit %s: transaction already finished", x.t.dir)
+	}
+	clk := x.t.opts.Clock
+	start := clk.Now()
+	deadline := start.Add(x.t.opts.RetryTimeout)
+	for attempt := 1; ; attempt++ {
+		attemptStart := clk.Now()
+		m, err := x.tryCommit(ctx)
+		if err == nil {
+			x.finished = true
+			x.t.observe(m)
+			x.t.writeHint(ctx, m.Version)
+			x.primeCache()
+			return m, nil
+		}
+		if !errors.Is(err, objstore.ErrExists) {
+			return nil, fmt.Errorf("commit %s version %d: %w", x.t.dir, x.base.Version+1, err)
+		}
+		latest, err := x.t.Refresh(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("commit %s: reload after conflict: %w", x.t.dir, err)
+		}
+		if x.shard != "" && latest.Watermark(x.shard) >= x.gen {
+			x.Abort(ctx)
+			return nil, fmt.Errorf("commit %s: shard %s generation %d landed in an earlier version: %w",
+				x.t.dir, x.shard, x.gen, ErrAlreadyCommitted)
+		}
+		if now := clk.Now(); !now.Before(deadline) {
+			x.Abort(ctx)
+			return nil, fmt.Errorf("commit %s: %w: gave up after %d attempts in %s (retry_timeout %s)",
+				x.t.dir, ErrTooManyWriters, attempt, now.Sub(start).Round(time.Millisecond), x.t.opts.RetryTimeout)
+		}
+		if err := x.rebase(ctx, latest); err != nil {
+			x.Abort(ctx)
+			return nil, fmt.Errorf("commit %s: rebase onto version %d: %w", x.t.dir, latest.Version, err)
+		}
+		backoff := clk.Since(attemptStart)
+		backoff = backoff/2 + rand.N(backoff+1)
+		backoff = min(max(backoff, time.Millisecond), time.Second, deadline.Sub(clk.Now()))
+		select {
+		case <-ctx.Done():
+			x.Abort(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("commit %s: %w", x.t.dir, ctx.Err())
+		case <-clk.After(backoff):
+		}
+	}
+}
+
+// tryCommit makes one attempt at writing version base+1. An error that is not
+// ErrExists may hide a write that landed, so the version is read back: if it carries
+// this transaction's id the commit succeeded; if it carries another's, this was a
+// plain conflict.
+func (x *Txn) tryCommit(ctx context.Context) (*Manifest, error) {
+	m := x.build(x.base)
+	data, err := encodeManifest(m)
+	if err != nil {
+		return nil, err
+	}
+	err = x.t.bucket.PutIfAbsent(ctx, x.t.versionKey(m.Version), data)
+	if err == nil || errors.Is(err, objstore.ErrExists) {
+		return m, err
+	}
+	got, lerr := x.t.Load(ctx, m.Version)
+	switch {
+	case lerr == nil && got.TxnID == x.id:
+		return got, nil
+	case lerr == nil:
+		return nil, fmt.Errorf("%w: version %d taken by transaction %s", objstore.ErrExists, m.Version, got.TxnID)
+	case errors.Is(lerr, objstore.ErrNotFound):
+		// It has not landed. The staged files stay: a request that timed out may
+		// still complete, and then its manifest must find them.
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w (and reading the version back failed: %v)", err, lerr)
+}
+
+// rebase moves the transaction onto latest: resolve against fragments added since
+// the base, drop deletions aimed at fragments that no longer exist (their rows were
+// rewritten into fragments resolve just saw), and rewrite deletion vectors whose base
+// vector changed.
+func (x *Txn) rebase(ctx context.Context, latest *Manifest) error {
+	if err := x.resolve(ctx, latest); err != nil {
+		return err
+	}
+	present := make(map[string]bool, len(latest.Fragments))
+	for _, f := range latest.Fragments {
+		present[f.Path] = true
+	}
+	for p := range x.dels {
+		if !present[p] {
+			delete(x.dels, p)
+			delete(x.dvRefs, p)
+		}
+	}
+	if err := x.writeDeletions(ctx, latest); err != nil {
+		return err
+	}
+	x.base = latest
+	return nil
+}
+
+// primeCache stores the new fragment's key index, which the transaction already
+// holds, so the next commit's conflict check does not read the fragment back.
+func (x *Txn) primeCache() {
+	if x.frag == nil {
+		return
+	}
+	k := &keyIndex{offsets: make(map[string]uint32, len(x.incoming)), seqs: make([]uint64, len(x.incoming))}
+	for id, r := range x.incoming {
+		k.offsets[id] = r.offset
+		k.seqs[r.offset] = r.seq
+	}
+	x.t.keys.Add(x.frag.Path, k, k.size())
+}
+
+// Abort deletes the transaction's staged files (best effort). It is a no-op after a
+// successful Commit. Deletion failures leave unreferenced files, which are garbage,
+// not damage.
+func (x *Txn) Abort(ctx context.Context) {
+	if x.finished {
+		return
+	}
+	x.finished = true
+	for _, rel := range x.files {
+		if err := x.t.bucket.Delete(ctx, x.t.key(rel)); err != nil {
+			x.t.log.Warn("staged file not deleted", "key", x.t.key(rel), "err", err)
+		}
+	}
+}
+
+// ID is the transaction's id, recorded as the committed manifest's txn_id.
+func (x *Txn) ID() string { return x.id }
+
+// Base is the manifest the transaction is currently built on.
+func (x *Txn) Base() *Manifest { return x.base }

@@ -1,0 +1,138 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// HTTP server limits. Bodies of later data routes (record batches with binary payloads)
+// may be large, so the read and write timeouts are generous; the header timeout is
+// short because slow headers are only ever a stuck or hostile client.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 2 * time.Minute
+	writeTimeout      = 2 * time.Minute
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 1 << 20
+)
+
+// DefaultShutdownTimeout bounds graceful shutdown when Config leaves it zero.
+const DefaultShutdownTimeout = 20 * time.Second
+
+// Config is what a Server needs.
+type Config struct {
+	// InstanceID names this worker, and its shard in every store. Required.
+	InstanceID string
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+	// Metrics is the registry /metrics serves; nil means NewRegistry().
+	Metrics *prometheus.Registry
+	// ShutdownTimeout bounds how long Serve waits for in-flight requests once its
+	// context is done; zero means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+}
+
+// Server is the worker's HTTP server.
+type Server struct {
+	cfg     Config
+	handler http.Handler
+}
+
+// NewRegistry returns a Prometheus registry holding the Go runtime and process
+// collectors, for a Server's Config.Metrics.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// NewServer returns a server for cfg.
+func NewServer(cfg Config) (*Server, error) {
+	if err := ValidateInstanceID(cfg.InstanceID); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewRegistry()
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	s := &Server{cfg: cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/health", s.health)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{
+		Registry: cfg.Metrics, // promhttp's own error counters land in the same registry
+	}))
+	s.handler = jsonRouteErrors(mux)
+	return s, nil
+}
+
+// Handler returns the server's routes, for tests that need no listener.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve answers requests on ln until ctx is done, then shuts down gracefully: it stops
+// accepting, waits up to the shutdown timeout for in-flight requests, and closes ln.
+// It returns nil after a clean shutdown, and an error if serving failed or requests
+// were still running when the timeout passed (they are then cut off).
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	log := s.cfg.Logger
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info("http server listening", "addr", ln.Addr().String(), "instance_id", s.cfg.InstanceID)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("http server on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+
+	log.Info("http server shutting down", "addr", ln.Addr().String(), "timeout", s.cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	shutdownErr := hs.Shutdown(sctx)
+	if shutdownErr != nil {
+		_ = hs.Close() // cut off what is still running
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http server on %s: %w", ln.Addr(), err)
+	}
+	if shutdownErr != nil {
+		return fmt.Errorf("http server on %s: requests still running after %s: %w", ln.Addr(), s.cfg.ShutdownTimeout, shutdownErr)
+	}
+	log.Info("http server stopped", "addr", ln.Addr().String())
+	return nil
+}
+
+// healthResponse is the body of GET /api/v1/health.
+type healthResponse struct {
+	Status     string `json:"status"`
+	InstanceID string `json:"instance_id"`
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, healthResponse{Status: "ok", InstanceID: s.cfg.InstanceID})
+}
