@@ -22,10 +22,10 @@ func TestCorruptManifestIsAnErrorNamingTheObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, bad := range map[string][]byte{
-		"truncated": data[:len(data)/2],
-		"empty":     {},
-		"not json":  []byte("\x00\x01garbage"),
-		"bad schema": []byte(strings.Replace(string(data), `"schema": "`, `"schema": "AAAA`, 1)),
+		"truncated":        data[:len(data)/2],
+		"empty":            {},
+		"not json":         []byte("\x00\x01garbage"),
+		"bad schema":       []byte(strings.Replace(string(data), `"schema": "`, `"schema": "AAAA`, 1)),
 		"version mismatch": []byte(strings.Replace(string(data), `"version": 2`, `"version": 7`, 1)),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -60,10 +60,15 @@ func TestManifestFromANewerFormatIsRefused(t *testing.T) {
 func TestCorruptFragmentIsAnErrorNotAPanic(t *testing.T) {
 	ctx := context.Background()
 	for name, damage := range map[string]func([]byte) []byte{
-		"truncated":   func(d []byte) []byte { return d[:len(d)-10] },
-		"zeroed":      func(d []byte) []byte { return make([]byte, len(d)) },
-		"flipped mid": func(d []byte) []byte { c := append([]byte(nil), d...); c[len(c)/2] ^= 0xff; c[len(c)/3] ^= 0xff; return c },
-		"footer":      func(d []byte) []byte { c := append([]byte(nil), d...); c[len(c)-12] ^= 0x55; return c },
+		"truncated": func(d []byte) []byte { return d[:len(d)-10] },
+		"zeroed":    func(d []byte) []byte { return make([]byte, len(d)) },
+		"flipped mid": func(d []byte) []byte {
+			c := append([]byte(nil), d...)
+			c[len(c)/2] ^= 0xff
+			c[len(c)/3] ^= 0xff
+			return c
+		},
+		"footer": func(d []byte) []byte { c := append([]byte(nil), d...); c[len(c)-12] ^= 0x55; return c },
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := memBucket(t)

@@ -3,7 +3,10 @@ package table
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -12,6 +15,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/tidemark-io/tidemark/pkg/objstore"
 )
 
 // encodeParquet writes recs (all of schema s) as one Parquet file: zstd, row groups
@@ -47,39 +52,75 @@ func encodeParquet(s *arrow.Schema, recs []arrow.RecordBatch, rowGroupRows int64
 // inside arrow-go; every call through it converts a panic into ErrCorrupt naming the
 // object, because a corrupt fragment must fail a read, not the process.
 type fragmentFile struct {
+	ra     *ioTrackingReaderAt
 	key    string
 	schema *arrow.Schema // the table's schema; batches are returned with its types
-	pf  *file.Reader
-	fr  *pqarrow.FileReader
+	pf     *file.Reader
+	fr     *pqarrow.FileReader
 }
 
 func (t *Table) openFragment(ctx context.Context, s *arrow.Schema, f Fragment) (ff *fragmentFile, err error) {
 	key := t.key(f.Path)
-	ra, err := t.bucket.ReaderAt(ctx, key)
+	bra, err := t.bucket.ReaderAt(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("fragment %s: %w", key, err)
 	}
+	ra := &ioTrackingReaderAt{ReaderAt: bra}
 	if ra.Size() != f.Bytes {
 		return nil, fmt.Errorf("fragment %s: %w: %d bytes, manifest says %d", key, ErrCorrupt, ra.Size(), f.Bytes)
 	}
 	defer recoverCorrupt(key, &err)
 	pf, err := file.NewParquetReader(ra)
 	if err != nil {
-		return nil, fmt.Errorf("fragment %s: %w: %v", key, ErrCorrupt, err)
+		return nil, ra.classify(key, err)
 	}
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: t.opts.RowGroupRows}, memory.DefaultAllocator)
 	if err != nil {
 		_ = pf.Close()
-		return nil, fmt.Errorf("fragment %s: %w: %v", key, ErrCorrupt, err)
+		return nil, ra.classify(key, err)
 	}
 	if pf.NumRows() != f.Rows {
 		_ = pf.Close()
 		return nil, fmt.Errorf("fragment %s: %w: %d rows, manifest says %d", key, ErrCorrupt, pf.NumRows(), f.Rows)
 	}
-	return &fragmentFile{key: key, schema: s, pf: pf, fr: fr}, nil
+	return &fragmentFile{ra: ra, key: key, schema: s, pf: pf, fr: fr}, nil
 }
 
 func (ff *fragmentFile) Close() error { return ff.pf.Close() }
+
+// ioTrackingReaderAt remembers the first I/O error of the object-store reads under
+// a Parquet decoder. The decoder flattens errors into its own messages, and a
+// throttled read must not be reported as a corrupt file: one is retried, the other
+// halts.
+type ioTrackingReaderAt struct {
+	*objstore.ReaderAt
+	mu  sync.Mutex
+	err error
+}
+
+func (r *ioTrackingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := r.ReaderAt.ReadAt(p, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		r.mu.Lock()
+		if r.err == nil {
+			r.err = err
+		}
+		r.mu.Unlock()
+	}
+	return n, err
+}
+
+// classify wraps a decoder error: the I/O error behind it if there was one,
+// otherwise ErrCorrupt.
+func (r *ioTrackingReaderAt) classify(key string, err error) error {
+	r.mu.Lock()
+	ioErr := r.err
+	r.mu.Unlock()
+	if ioErr != nil {
+		return fmt.Errorf("fragment %s: %w", key, ioErr)
+	}
+	return fmt.Errorf("fragment %s: %w: %v", key, ErrCorrupt, err)
+}
 
 // recoverCorrupt turns a panic in a decoder into an ErrCorrupt error for key.
 func recoverCorrupt(key string, err *error) {
@@ -145,7 +186,7 @@ func (ff *fragmentFile) read(ctx context.Context, columns []string, rowGroups []
 	want := arrow.NewSchema(fields, nil)
 	rr, err := ff.fr.GetRecordReader(ctx, leaves, rowGroups)
 	if err != nil {
-		return fmt.Errorf("fragment %s: %w: %v", ff.key, ErrCorrupt, err)
+		return ff.ra.classify(ff.key, err)
 	}
 	defer rr.Release()
 	for rr.Next() {
@@ -164,7 +205,7 @@ func (ff *fragmentFile) read(ctx context.Context, columns []string, rowGroups []
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("fragment %s: %w: %v", ff.key, ErrCorrupt, err)
+		return ff.ra.classify(ff.key, err)
 	}
 	return nil
 }

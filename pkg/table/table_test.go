@@ -85,7 +85,7 @@ func TestNewerRowWinsAcrossFragments(t *testing.T) {
 	ctx := context.Background()
 	tb := createTable(t, memBucket(t))
 	mustAppend(t, tb, row{"a", 5, 50}, row{"b", 5, 50})
-	mustAppend(t, tb, row{"a", 3, 30})              // older: must not replace
+	mustAppend(t, tb, row{"a", 3, 30})                      // older: must not replace
 	m := mustAppend(t, tb, row{"b", 7, 70}, row{"c", 1, 1}) // newer: replaces
 	got := liveRows(t, tb, m)
 	want := map[string]int64{"a": 50, "b": 70, "c": 1}

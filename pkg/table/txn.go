@@ -48,7 +48,7 @@ type Txn struct {
 	shard string
 	gen   uint64
 
-	frag     *Fragment             // the new fragment; nil when there are no rows
+	frag     *Fragment              // the new fragment; nil when there are no rows
 	incoming map[string]incomingRow // id -> row of the new fragment
 	checked  map[string]bool        // existing fragments already resolved against
 
