@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/cache"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/versions"
 )
 
 var (
@@ -94,6 +93,8 @@ type Table struct {
 	opts   Options
 	log    *slog.Logger
 
+	versions *versions.Log
+
 	mu     sync.Mutex
 	latest *Manifest
 
@@ -105,14 +106,16 @@ type Table struct {
 func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 	o := buildOptions(opts)
 	// Key indexes dominate; blooms and deletion vectors are ~1 byte per row.
+	dir = strings.TrimSuffix(dir, "/")
 	return &Table{
-		bucket: bucket,
-		dir:    strings.TrimSuffix(dir, "/"),
-		opts:   o,
-		log:    o.Logger.With("table", dir),
-		keys:   cache.New[string, *keyIndex](o.CacheBytes * 3 / 4),
-		blooms: cache.New[string, *bloom.BloomFilter](o.CacheBytes / 8),
-		dvs:    cache.New[string, *roaring.Bitmap](o.CacheBytes / 8),
+		bucket:   bucket,
+		dir:      dir,
+		versions: versions.New(bucket, dir+"/"+versionsDir, dir+"/"+latestHint),
+		opts:     o,
+		log:      o.Logger.With("table", dir),
+		keys:     cache.New[string, *keyIndex](o.CacheBytes * 3 / 4),
+		blooms:   cache.New[string, *bloom.BloomFilter](o.CacheBytes / 8),
+		dvs:      cache.New[string, *roaring.Bitmap](o.CacheBytes / 8),
 	}
 }
 
@@ -135,11 +138,7 @@ func Create(ctx context.Context, bucket *objstore.Bucket, dir string, s *arrow.S
 		CreatedAt:         now,
 		UpdatedAt:         now,
 	}
-	data, err := encodeManifest(m)
-	if err != nil {
-		return nil, fmt.Errorf("create table %s: %w", dir, err)
-	}
-	err = bucket.PutIfAbsent(ctx, t.versionKey(1), data)
+	err := t.createVersion(ctx, m)
 	switch {
 	case err == nil:
 		t.observe(m)
@@ -188,9 +187,7 @@ func (t *Table) observe(m *Manifest) {
 
 func (t *Table) key(rel string) string { return t.dir + "/" + rel }
 
-func (t *Table) versionKey(v uint64) string {
-	return t.key(fmt.Sprintf("%s/%020d.json", versionsDir, v))
-}
+func (t *Table) versionKey(v uint64) string { return t.versions.Key(v) }
 
 // Refresh loads the newest manifest from storage.
 func (t *Table) Refresh(ctx context.Context) (*Manifest, error) {
@@ -223,66 +220,34 @@ func (t *Table) Load(ctx context.Context, v uint64) (*Manifest, error) {
 	return m, nil
 }
 
-// LatestVersion finds the newest committed version with a few small requests: it
-// starts from the latest-version hint (or the newest version this handle has seen,
-// whichever is higher) and probes forward, falling back to listing _versions/ when
-// there is no usable hint. Versions are dense, so the first missing version after a
-// present one ends the probe.
+// LatestVersion finds the newest committed version with a few small requests (see
+// versions.Log.Latest), starting from the newest version this handle has seen.
 func (t *Table) LatestVersion(ctx context.Context) (uint64, error) {
-	var v uint64
+	var known uint64
 	if m := t.Latest(); m != nil {
-		v = m.Version
+		known = m.Version
 	}
-	if data, err := t.bucket.Get(ctx, t.key(latestHint)); err == nil {
-		if h, perr := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64); perr == nil && h > v {
-			v = h
-		}
-	} else if !errors.Is(err, objstore.ErrNotFound) {
-		return 0, fmt.Errorf("table %s: %w", t.dir, err)
+	v, err := t.versions.Latest(ctx, known)
+	if errors.Is(err, versions.ErrEmpty) {
+		return 0, fmt.Errorf("table %s: %w", t.dir, ErrNotFound)
 	}
-	if v == 0 {
-		listed, err := t.listLatest(ctx)
-		if err != nil {
-			return 0, err
-		}
-		v = listed
-	}
-	for {
-		ok, err := t.bucket.Exists(ctx, t.versionKey(v+1))
-		if err != nil {
-			return 0, fmt.Errorf("table %s: %w", t.dir, err)
-		}
-		if !ok {
-			break
-		}
-		v++
-	}
-	return v, nil
-}
-
-func (t *Table) listLatest(ctx context.Context) (uint64, error) {
-	var v uint64
-	err := t.bucket.Walk(ctx, t.key(versionsDir)+"/", "", func(o objstore.Object) error {
-		name := strings.TrimSuffix(path.Base(o.Key), ".json")
-		if n, err := strconv.ParseUint(name, 10, 64); err == nil && n > v {
-			v = n
-		}
-		return nil
-	})
 	if err != nil {
 		return 0, fmt.Errorf("table %s: %w", t.dir, err)
 	}
-	if v == 0 {
-		return 0, fmt.Errorf("table %s: %w", t.dir, ErrNotFound)
-	}
 	return v, nil
 }
 
-// writeHint records v as the newest version; failures only cost readers a probe.
-func (t *Table) writeHint(ctx context.Context, v uint64) {
-	if err := t.bucket.Put(ctx, t.key(latestHint), []byte(strconv.FormatUint(v, 10)+"\n")); err != nil {
-		t.log.Warn("latest-version hint not written", "version", v, "err", err)
+// createVersion writes manifest m with put-if-absent.
+func (t *Table) createVersion(ctx context.Context, m *Manifest) error {
+	data, err := encodeManifest(m)
+	if err != nil {
+		return err
 	}
+	hintErr, err := t.versions.Create(ctx, m.Version, data)
+	if hintErr != nil {
+		t.log.Warn("latest-version hint not written", "version", m.Version, "err", hintErr)
+	}
+	return err
 }
 
 // bloom returns a fragment's id filter, cached.

@@ -10,8 +10,6 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/compute"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/google/uuid"
 
 	"github.com/tidemark-io/tidemark/pkg/objstore"
@@ -119,62 +117,28 @@ func (t *Table) Prepare(ctx context.Context, base *Manifest, a Append) (*Txn, er
 func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error {
 	s := x.base.ArrowSchema()
 	idCol, seqCol := s.FieldIndices(IDColumn)[0], s.FieldIndices(SeqColumn)[0]
-	type pos struct {
-		rec, row int
-		seq      uint64
-	}
-	win := map[string]pos{}
-	total := 0
-	for ri, rec := range recs {
+	for _, rec := range recs {
 		if err := checkRecord(s, rec); err != nil {
 			return err
 		}
-		ids := rec.Column(idCol).(*array.String)
-		seqs := rec.Column(seqCol).(*array.Uint64)
-		for i := 0; i < ids.Len(); i++ {
-			total++
-			id, seq := ids.Value(i), seqs.Value(i)
-			if w, ok := win[id]; !ok || seq >= w.seq {
-				win[id] = pos{ri, i, seq}
-			}
-		}
 	}
-	if total == 0 {
-		return nil
+	kept, err := NewestPerID(ctx, recs)
+	if err != nil {
+		return err
 	}
-	// Keep only winners, in input order, so offsets are stable and easy to compute.
-	kept := make([]arrow.RecordBatch, 0, len(recs))
 	defer func() {
 		for _, r := range kept {
 			r.Release()
 		}
 	}()
-	for ri, rec := range recs {
-		ids := rec.Column(idCol).(*array.String)
-		bld := array.NewBooleanBuilder(memory.DefaultAllocator)
-		all := true
-		for i := 0; i < ids.Len(); i++ {
-			w := win[ids.Value(i)]
-			keep := w.rec == ri && w.row == i
-			all = all && keep
-			bld.Append(keep)
-		}
-		mask := bld.NewBooleanArray()
-		bld.Release()
-		if all {
-			rec.Retain()
-			kept = append(kept, rec)
-		} else {
-			f, err := compute.FilterRecordBatch(ctx, rec, mask, compute.DefaultFilterOptions())
-			if err != nil {
-				mask.Release()
-				return fmt.Errorf("deduplicate rows: %w", err)
-			}
-			kept = append(kept, f)
-		}
-		mask.Release()
+	n := 0
+	for _, r := range kept {
+		n += int(r.NumRows())
 	}
-	bf := newBloom(len(win))
+	if n == 0 {
+		return nil
+	}
+	bf := newBloom(n)
 	var idMin, idMax string
 	var seqMax uint64
 	var off uint32
@@ -373,7 +337,6 @@ func (x *Txn) Commit(ctx context.Context) (*Manifest, error) {
 		if err == nil {
 			x.finished = true
 			x.t.observe(m)
-			x.t.writeHint(ctx, m.Version)
 			x.primeCache()
 			return m, nil
 		}
@@ -416,11 +379,7 @@ func (x *Txn) Commit(ctx context.Context) (*Manifest, error) {
 // plain conflict.
 func (x *Txn) tryCommit(ctx context.Context) (*Manifest, error) {
 	m := x.build(x.base)
-	data, err := encodeManifest(m)
-	if err != nil {
-		return nil, err
-	}
-	err = x.t.bucket.PutIfAbsent(ctx, x.t.versionKey(m.Version), data)
+	err := x.t.createVersion(ctx, m)
 	if err == nil || errors.Is(err, objstore.ErrExists) {
 		return m, err
 	}
