@@ -1,0 +1,83 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrInvalidName means a store name or target string that Tidemark refuses.
+var ErrInvalidName = errors.New("invalid store name")
+
+// Kind is a store kind.
+type Kind string
+
+// The store kinds.
+const (
+	KindRollout Kind = "rollout"
+	KindGeneric Kind = "generic"
+)
+
+// Kinds lists every kind, in a fixed order.
+func Kinds() []Kind { return []Kind{KindRollout, KindGeneric} }
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool { return k == KindRollout || k == KindGeneric }
+
+const maxNameLen = 128
+
+// reserved names would collide with top-level directories of DATA_URL.
+var reserved = map[string]bool{"_registry": true, "_stats": true}
+
+// ValidateName checks a store name: 1-128 characters of [A-Za-z0-9._-], the first
+// one not '.' or '-', and not reserved. Names become object keys, so this is also
+// what keeps "../x" and friends out of the bucket.
+func ValidateName(name string) error {
+	bad := func(why string) error { return fmt.Errorf("%w %q: %s", ErrInvalidName, name, why) }
+	switch {
+	case name == "":
+		return bad("empty")
+	case len(name) > maxNameLen:
+		return bad(fmt.Sprintf("%d characters, at most %d", len(name), maxNameLen))
+	case reserved[name]:
+		return bad("reserved")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
+		if i == 0 && !alnum {
+			return bad("must start with a letter, digit or '_'")
+		}
+		if !alnum && c != '.' && c != '-' {
+			return bad(fmt.Sprintf("character %q not allowed (use A-Z a-z 0-9 . _ -)", c))
+		}
+	}
+	return nil
+}
+
+// genericPrefix marks a generic store in a target string.
+const genericPrefix = "generic:"
+
+// Target is the string that names a store in tasks, stats and etcd keys.
+func Target(k Kind, name string) string {
+	if k == KindGeneric {
+		return genericPrefix + name
+	}
+	return name
+}
+
+// ParseTarget splits a target string into kind and name, validating the name:
+// "<name>" is a rollout store, "generic:<name>" a generic store.
+func ParseTarget(target string) (Kind, string, error) {
+	k, name := KindRollout, target
+	if rest, ok := strings.CutPrefix(target, genericPrefix); ok {
+		k, name = KindGeneric, rest
+	}
+	if err := ValidateName(name); err != nil {
+		return "", "", fmt.Errorf("target %q: %w", target, err)
+	}
+	return k, name, nil
+}
+
+// Dir is the store's table directory within DATA_URL.
+func Dir(k Kind, name string) string { return string(k) + "/" + name }
