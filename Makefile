@@ -67,7 +67,7 @@ lint: ## gofmt, go vet, staticcheck
 	@unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	@if ! "$(GOBIN_DIR)/staticcheck" -version 2>/dev/null | grep -q '($(STATICCHECK_VERSION:v%=%))'; then \
+	@if ! "$(GOBIN_DIR)/staticcheck" -version 2>/dev/null | grep '($(STATICCHECK_VERSION:v%=%))' >/dev/null; then \
 		echo "installing staticcheck $(STATICCHECK_VERSION)"; \
 		$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
 	fi
@@ -88,7 +88,7 @@ proto: ## regenerate Go code from proto/tidemark/v1/*.proto
 # `go install etcdctl@version` is refused (etcdctl's go.mod has replace directives), so
 # build it in a throwaway module that requires it.
 etcdctl: ## install etcdctl $(ETCD_VERSION) into GOBIN (end-to-end tests use it)
-	@if "$(GOBIN_DIR)/etcdctl" version 2>/dev/null | grep -q 'etcdctl version: $(ETCD_VERSION:v%=%)'; then \
+	@if "$(GOBIN_DIR)/etcdctl" version 2>/dev/null | grep 'etcdctl version: $(ETCD_VERSION:v%=%)' >/dev/null; then \
 		echo "etcdctl $(ETCD_VERSION) already in $(GOBIN_DIR)"; exit 0; fi; \
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	cd "$$tmp"; \

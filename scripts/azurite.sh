@@ -29,7 +29,9 @@ listening() {
 stop() {
 	if [[ -f $pidfile ]]; then
 		pid=$(cat "$pidfile")
-		if kill -0 "$pid" 2>/dev/null; then
+		# Only signal the pid if it is still Azurite: a stale pid file may name a
+		# process that reused the number.
+		if kill -0 "$pid" 2>/dev/null && ps -o args= -p "$pid" | grep -q azurite; then
 			kill "$pid"
 			for _ in $(seq 1 50); do
 				kill -0 "$pid" 2>/dev/null || break
@@ -55,14 +57,22 @@ start() {
 		npm install -g --no-audit --no-fund "azurite@$version" >&2
 	fi
 	mkdir -p "$dir/data"
+	rm -f "$pidfile"
 	# setsid detaches Azurite from this shell's process group, so a CI step that ends
-	# the script's group does not take the server down with it.
-	setsid azurite-blob --blobHost "$host" --blobPort "$port" --location "$dir/data" \
+	# the script's group does not take the server down with it. The inner shell
+	# records its own pid and execs Azurite, so the pid file names Azurite whether or
+	# not setsid had to fork.
+	# shellcheck disable=SC2016 # $$, $1 and $@ belong to the inner shell
+	setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$pidfile" \
+		azurite-blob --blobHost "$host" --blobPort "$port" --location "$dir/data" \
 		--loose --skipApiVersionCheck >"$logfile" 2>&1 </dev/null &
-	echo $! >"$pidfile"
+	for _ in $(seq 1 50); do
+		[[ -s $pidfile ]] && break
+		sleep 0.1
+	done
 	deadline=$((SECONDS + wait_seconds))
 	until listening; do
-		if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+		if ! kill -0 "$(cat "$pidfile" 2>/dev/null || echo 0)" 2>/dev/null; then
 			echo "azurite: exited during start-up; log $logfile:" >&2
 			tail -n 50 "$logfile" >&2 || true
 			rm -f "$pidfile"

@@ -224,7 +224,7 @@ func (f *Faults) SetWritePhase(p WritePhase) {
 // SetMaxConcurrent caps the requests in flight at n (0: no cap). Requests over the cap
 // wait for a slot (ThrottleWait) or fail with ErrThrottled (ThrottleReject). A request
 // holds its slot until it has finished, which for a ranged read is when its body is
-// closed and for a list is when the walk ends.
+// closed; a list releases its slot before the caller's callback sees the objects.
 func (f *Faults) SetMaxConcurrent(n int, mode ThrottleMode) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -550,13 +550,29 @@ func (fb *faultBackend) delete(ctx context.Context, key string) error {
 	return fb.inner.delete(ctx, key)
 }
 
+// list collects the listing before handing it to fn, so the request's concurrency
+// slot is not held while fn runs: a callback that makes requests of its own would
+// otherwise wait forever for a slot under SetMaxConcurrent(1, ThrottleWait).
 func (fb *faultBackend) list(ctx context.Context, prefix, delimiter string, fn func(Object) error) error {
 	release, _, err := fb.f.begin(ctx, OpList, prefix)
 	if err != nil {
 		return err
 	}
-	defer release()
-	return fb.inner.list(ctx, prefix, delimiter, fn)
+	var objs []Object
+	err = fb.inner.list(ctx, prefix, delimiter, func(o Object) error {
+		objs = append(objs, o)
+		return nil
+	})
+	release()
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := fn(o); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // close does nothing: the wrapped Bucket owns the storage and is closed by its owner.

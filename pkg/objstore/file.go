@@ -82,6 +82,11 @@ func openFile(u *url.URL) (backend, error) {
 	if err := os.MkdirAll(root, 0o777); err != nil {
 		return nil, err
 	}
+	// Listing walks from root without following symlinks, so root itself must not
+	// be one (e.g. DATA_URL naming a symlinked data directory).
+	if root, err = filepath.EvalSymlinks(root); err != nil {
+		return nil, err
+	}
 	fb, err := fileblob.OpenBucket(root, &fileblob.Options{Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
 	if err != nil {
 		return nil, err

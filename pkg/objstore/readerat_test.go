@@ -69,12 +69,17 @@ func TestReaderAtOnEveryDriver(t *testing.T) {
 		})
 
 		t.Run("iotest.TestReader", func(t *testing.T) {
-			// Checks Read, ReadAt and Seek against the content, on a fresh cursor.
-			fresh, err := b.ReaderAt(ctx, key)
+			// Checks Read, ReadAt and Seek against the content. It reads in tiny
+			// pieces, one request each, so it gets a small object.
+			small := content[:300]
+			if err := b.Put(ctx, "data/small", small); err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := b.ReaderAt(ctx, "data/small")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := iotest.TestReader(fresh, content); err != nil {
+			if err := iotest.TestReader(fresh, small); err != nil {
 				t.Error(err)
 			}
 		})
@@ -150,8 +155,14 @@ func testParquetThroughReaderAt(t *testing.T, b *objstore.Bucket) {
 		t.Fatal(err)
 	}
 	defer got.Release()
-	if got.NumRows() != rows || !array.TableEqual(tbl, got) {
-		t.Fatalf("read back %d rows, equal=%v; want the %d rows written", got.NumRows(), array.TableEqual(tbl, got), rows)
+	if got.NumRows() != rows || got.NumCols() != 2 {
+		t.Fatalf("read back %d rows x %d columns, want %d x 2", got.NumRows(), got.NumCols(), rows)
+	}
+	for i := range 2 {
+		// Compare values only: the reader adds PARQUET:field_id metadata to fields.
+		if !array.ChunkedEqual(tbl.Column(i).Data(), got.Column(i).Data()) {
+			t.Errorf("column %s differs after the round trip", schema.Field(i).Name)
+		}
 	}
 }
 

@@ -51,12 +51,12 @@ func NewestPerID(ctx context.Context, recs []arrow.RecordBatch) ([]arrow.RecordB
 	for ri, rec := range recs {
 		ids := cols[ri][0].(*array.String)
 		bld := array.NewBooleanBuilder(memory.DefaultAllocator)
-		all, any := true, false
+		all, some := true, false
 		for i := 0; i < ids.Len(); i++ {
 			w := win[ids.Value(i)]
 			keep := w.rec == ri && w.row == i
 			all = all && keep
-			any = any || keep
+			some = some || keep
 			bld.Append(keep)
 		}
 		mask := bld.NewBooleanArray()
@@ -65,7 +65,7 @@ func NewestPerID(ctx context.Context, recs []arrow.RecordBatch) ([]arrow.RecordB
 		case all:
 			rec.Retain()
 			kept = append(kept, rec)
-		case any:
+		case some:
 			f, err := compute.FilterRecordBatch(ctx, rec, mask, compute.DefaultFilterOptions())
 			if err != nil {
 				mask.Release()

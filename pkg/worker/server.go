@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tidemark-io/tidemark/pkg/wal"
 )
 
 // HTTP server limits. Bodies of later data routes (record batches with binary payloads)
@@ -60,8 +62,9 @@ func NewRegistry() *prometheus.Registry {
 
 // NewServer returns a server for cfg.
 func NewServer(cfg Config) (*Server, error) {
-	if err := ValidateInstanceID(cfg.InstanceID); err != nil {
-		return nil, err
+	// The instance id is this worker's shard name in every store.
+	if err := wal.ValidateShard(cfg.InstanceID); err != nil {
+		return nil, fmt.Errorf("instance id: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -67,7 +67,7 @@ func Drivers() []Driver {
 	return []Driver{
 		{Name: "mem", Open: Mem},
 		{Name: "file", Open: File},
-		{Name: "azurite", Open: Azurite, require: func(t testing.TB) { AzuriteAddr(t) }},
+		{Name: "azurite", Open: Azurite, require: requireAzurite},
 	}
 }
 
@@ -77,6 +77,7 @@ func ForEachDriver(t *testing.T, fn func(t *testing.T, open func(t testing.TB) *
 	t.Helper()
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
+			t.Helper()
 			if d.require != nil {
 				// Decide skip/fail up front, so fn never half-runs.
 				d.require(t)
@@ -140,6 +141,11 @@ func AzuriteAddr(t testing.TB) string {
 	}
 	t.Skipf("azurite not configured: run eval \"$(scripts/azurite.sh)\" to set %s and test the azblob driver", AzuriteAddrEnv)
 	return ""
+}
+
+func requireAzurite(t testing.TB) {
+	t.Helper()
+	AzuriteAddr(t)
 }
 
 func azuriteQuery(addr string) string {

@@ -1,0 +1,217 @@
+package schema
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// everyTypeSpec declares a column of every kind, nested lists and a vector.
+const everyTypeSpec = `{"columns": [
+	["id", {"type":"string"}],
+	["name", {"type":"string","nullable":true}],
+	["body", {"type":"string","large":true,"nullable":true}],
+	["n32", {"type":"int32","nullable":true}],
+	["n64", {"type":"int64"}],
+	["f32", {"type":"float32","nullable":true}],
+	["f64", {"type":"float64","nullable":true}],
+	["ok", {"type":"bool","nullable":true}],
+	["at", {"type":"timestamp","nullable":true}],
+	["blob", {"type":"binary","nullable":true}],
+	["emb", {"type":"vector","dim":3,"nullable":true}],
+	["tags", {"type":"list","item":{"type":"string"},"nullable":true}],
+	["grid", {"type":"list","item":{"type":"list","item":{"type":"int64","nullable":true}},"nullable":true}],
+	["times", {"type":"list","item":{"type":"timestamp"},"nullable":true}],
+	["vecs", {"type":"list","item":{"type":"vector","dim":2},"nullable":true}],
+	["ünïcode name", {"type":"float64","nullable":true}]
+]}`
+
+func mustSpec(t testing.TB, text string) *Spec {
+	t.Helper()
+	s, err := ParseSpec([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSpecSchemaTypes(t *testing.T) {
+	s := mustSpec(t, everyTypeSpec).Schema()
+	want := map[string]string{
+		"id":           "utf8",
+		"name":         "utf8",
+		"body":         "large_utf8",
+		"n32":          "int32",
+		"n64":          "int64",
+		"f32":          "float32",
+		"f64":          "float64",
+		"ok":           "bool",
+		"at":           "timestamp[us, tz=UTC]",
+		"blob":         "binary",
+		"emb":          "fixed_size_list<item: float32>[3]",
+		"tags":         "list<item: utf8>",
+		"grid":         "list<item: list<item: int64, nullable>>",
+		"times":        "list<item: timestamp[us, tz=UTC]>",
+		"vecs":         "list<item: fixed_size_list<item: float32>[2]>",
+		"ünïcode name": "float64",
+	}
+	if s.NumFields() != len(want) {
+		t.Fatalf("%d fields", s.NumFields())
+	}
+	for _, f := range s.Fields() {
+		if got := f.Type.String(); got != want[f.Name] {
+			t.Errorf("%s: %s, want %s", f.Name, got, want[f.Name])
+		}
+		if wantNull := f.Name != "id" && f.Name != "n64"; f.Nullable != wantNull {
+			t.Errorf("%s: nullable=%v", f.Name, f.Nullable)
+		}
+	}
+}
+
+func TestSpecCanonicalJSONAndEqual(t *testing.T) {
+	a := mustSpec(t, `{"columns":[["id",{"type":"string"}],["v",{"nullable":true,"dim":3,"type":"vector"}],["s",{"type":"string","large":false,"nullable":false}]]}`)
+	b := mustSpec(t, "{ \"columns\" : [ [\"id\", {\"type\":\"string\",\"nullable\":false}], [\"v\", {\"type\":\"vector\",\"dim\":3,\"nullable\":true}],\n[\"s\",{\"type\":\"string\"}] ] }")
+	want := `{"columns":[["id",{"type":"string"}],["v",{"type":"vector","dim":3,"nullable":true}],["s",{"type":"string"}]]}`
+	got, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatalf("canonical form\n got %s\nwant %s", got, want)
+	}
+	if !a.Equal(b) || !b.Equal(a) {
+		t.Fatal("differently spelled specs are not Equal")
+	}
+	if !a.Schema().Equal(b.Schema()) {
+		t.Fatal("equal specs, different schemas")
+	}
+	for _, other := range []string{
+		`{"columns":[["id",{"type":"string"}],["v",{"type":"vector","dim":4,"nullable":true}],["s",{"type":"string"}]]}`,
+		`{"columns":[["id",{"type":"string"}],["v",{"type":"vector","dim":3}],["s",{"type":"string"}]]}`,
+		`{"columns":[["id",{"type":"string"}],["s",{"type":"string"}],["v",{"type":"vector","dim":3,"nullable":true}]]}`,
+		`{"columns":[["id",{"type":"string"}],["v",{"type":"vector","dim":3,"nullable":true}],["s",{"type":"string","large":true}]]}`,
+	} {
+		if a.Equal(mustSpec(t, other)) {
+			t.Errorf("%s is Equal to %s", other, a)
+		}
+	}
+	// A spec embedded in a registry object survives a JSON round trip.
+	type registryObject struct {
+		Name   string `json:"name"`
+		Schema *Spec  `json:"schema"`
+	}
+	data, err := json.Marshal(registryObject{"s", mustSpec(t, everyTypeSpec)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back registryObject
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !back.Schema.Equal(mustSpec(t, everyTypeSpec)) {
+		t.Fatalf("registry round trip changed the spec: %s", back.Schema)
+	}
+}
+
+func TestSpecValidation(t *testing.T) {
+	cols := func(extra ...string) string {
+		return `{"columns":[["id",{"type":"string"}]` + strings.Join(append([]string{""}, extra...), ",") + `]}`
+	}
+	many := make([]string, MaxColumns) // with id: MaxColumns+1
+	for i := range many {
+		many[i] = fmt.Sprintf(`["c%d",{"type":"int32"}]`, i)
+	}
+	for _, tc := range []struct {
+		name, spec, column, reason string
+	}{
+		{"not json", `{"columns":`, "", "not valid JSON"},
+		{"not an object", `[]`, "", "must be an object"},
+		{"unknown top-level key", `{"columns":[["id",{"type":"string"}]],"seal_on_add":true}`, "", `unknown key "seal_on_add"`},
+		{"no columns", `{}`, "", `needs "columns"`},
+		{"empty columns", `{"columns":[]}`, "id", "first column"},
+		{"missing id", `{"columns":[["score",{"type":"float64"}]]}`, "id", "first column"},
+		{"id not first", `{"columns":[["score",{"type":"float64"}],["id",{"type":"string"}]]}`, "id", "first column"},
+		{"id nullable", `{"columns":[["id",{"type":"string","nullable":true}]]}`, "id", "non-null"},
+		{"id large", `{"columns":[["id",{"type":"string","large":true}]]}`, "id", "not large"},
+		{"id int", `{"columns":[["id",{"type":"int64"}]]}`, "id", `{"type":"string"}`},
+		{"reserved name", cols(`["_seq",{"type":"int64"}]`), "_seq", "reserved"},
+		{"reserved any _name", cols(`["_x",{"type":"int64"}]`), "_x", "reserved"},
+		{"duplicate", cols(`["a",{"type":"int64"}]`, `["a",{"type":"string"}]`), "a", "twice"},
+		{"duplicate id", cols(`["id",{"type":"string"}]`), "id", "twice"},
+		{"1025 columns", cols(many...), "", "more than 1024 columns"},
+		{"empty name", cols(`["",{"type":"int64"}]`), "", "columns[1]: column name is empty"},
+		{"control char", cols(`["a\u0007b",{"type":"int64"}]`), "a\ab", "control character"},
+		{"newline", cols(`["a\nb",{"type":"int64"}]`), "a\nb", "control character"},
+		{"long name", cols(`["` + strings.Repeat("x", 257) + `",{"type":"int64"}]`), strings.Repeat("x", 257), "longer than 256"},
+		{"name not string", cols(`[5,{"type":"int64"}]`), "", "name must be a string"},
+		{"not a pair", cols(`["a"]`), "", "[name, type] pair"},
+		{"type not object", cols(`["a","int64"]`), "a", "type object"},
+		{"unknown type", cols(`["a",{"type":"uuid"}]`), "a", `unknown type "uuid"`},
+		{"missing type", cols(`["a",{"nullable":true}]`), "a", `missing "type"`},
+		{"type not string", cols(`["a",{"type":5}]`), "a", "expected a string"},
+		{"unknown option", cols(`["a",{"type":"int64","default":0}]`), "a", `unknown option "default"`},
+		{"nullable not bool", cols(`["a",{"type":"int64","nullable":"yes"}]`), "a", "boolean"},
+		{"large on int", cols(`["a",{"type":"int64","large":true}]`), "a", `"large" applies only`},
+		{"dim on list", cols(`["a",{"type":"list","item":{"type":"int32"},"dim":3}]`), "a", `"dim" applies only`},
+		{"vector without dim", cols(`["a",{"type":"vector"}]`), "a", `needs "dim"`},
+		{"vector dim 0", cols(`["a",{"type":"vector","dim":0}]`), "a", "from 1 to"},
+		{"vector dim negative", cols(`["a",{"type":"vector","dim":-3}]`), "a", "from 1 to"},
+		{"vector dim fraction", cols(`["a",{"type":"vector","dim":1.5}]`), "a", "from 1 to"},
+		{"vector dim huge", cols(`["a",{"type":"vector","dim":99999999999999999999}]`), "a", "from 1 to"},
+		{"list without item", cols(`["a",{"type":"list"}]`), "a", `needs "item"`},
+		{"list item unknown", cols(`["a",{"type":"list","item":{"type":"list","item":{"type":"date"}}}]`), "a", `.item.item: unknown type "date"`},
+		{"list nested too deep", cols(`["a",` + strings.Repeat(`{"type":"list","item":`, 9) + `{"type":"int32"}` + strings.Repeat(`}`, 9) + `]`), "a", "deeper"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseSpec([]byte(tc.spec))
+			checkInputError(t, err, -1, tc.column, tc.reason)
+		})
+	}
+}
+
+func TestSpecAtTheLimitsIsAccepted(t *testing.T) {
+	cols := []string{`["id",{"type":"string"}]`}
+	for i := 1; i < MaxColumns; i++ {
+		cols = append(cols, fmt.Sprintf(`["c%d",{"type":"int32","nullable":true}]`, i))
+	}
+	cols = append(cols[:2], `["`+strings.Repeat("é", 128)+`",{"type":"vector","dim":65536,"nullable":true}]`)
+	cols = append(cols, fmt.Sprintf(`["deep",%s{"type":"int32"}%s]`, strings.Repeat(`{"type":"list","item":`, 8), strings.Repeat(`}`, 8)))
+	for i := len(cols); i < MaxColumns; i++ {
+		cols = append(cols, fmt.Sprintf(`["d%d",{"type":"bool","nullable":true}]`, i))
+	}
+	s := mustSpec(t, `{"columns":[`+strings.Join(cols, ",")+`]}`)
+	if s.Schema().NumFields() != MaxColumns {
+		t.Fatalf("%d columns", s.Schema().NumFields())
+	}
+}
+
+func TestNewSpecValidatesLikeParseSpec(t *testing.T) {
+	_, err := NewSpec([]Column{{Name: "id", Type: Type{Kind: KindString}}, {Name: "v", Type: Type{Kind: KindVector}}})
+	checkInputError(t, err, -1, "v", `needs "dim"`)
+	_, err = NewSpec([]Column{{Name: "id", Type: Type{Kind: KindString}}, {Name: "l", Type: Type{Kind: KindList, Item: &Type{Kind: "nope"}}}})
+	checkInputError(t, err, -1, "l", `unknown type "nope"`)
+	cols := []Column{{Name: "id", Type: Type{Kind: KindString}}, {Name: "l", Type: Type{Kind: KindList, Item: &Type{Kind: KindInt32}}}}
+	s, err := NewSpec(cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols[1].Type.Item.Kind = KindBool // the spec keeps its own copy
+	if got := s.Schema().Field(1).Type; !arrow.TypeEqual(got, arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32)) {
+		t.Fatalf("list type %s", got)
+	}
+	if s.Columns()[1].Type.Item.Kind != KindInt32 {
+		t.Fatal("NewSpec aliases the caller's columns")
+	}
+}
+
+func TestSpecErrorsAreInvalid(t *testing.T) {
+	var s Spec
+	err := json.Unmarshal([]byte(`{"columns":[["id",{"type":"string"}],["x",{"type":"nope"}]]}`), &s)
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("UnmarshalJSON error %v is not ErrInvalid", err)
+	}
+}

@@ -1,0 +1,337 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+)
+
+// Group commit
+//
+// Append enqueues its batch and waits. One committer goroutine per Writer takes
+// everything queued, lingers briefly (Options.Linger, or until MaxEntryBytes are
+// queued) so that concurrent appenders share one object write, concatenates the
+// batches into one record batch, stamps _seq, and writes ONE entry. Every caller in
+// the batch is acknowledged after that write succeeds; if it fails, every caller gets
+// the error and nothing of the batch is acknowledged. One writer per shard and one
+// write in flight per writer is also what keeps positions dense (below).
+//
+// Fencing
+//
+// Entries live at dense positions 1, 2, 3, ...; every entry is created with
+// put-if-absent and carries its writer's id and epoch. Three rules make a stale
+// writer unable to lose or hide acknowledged rows:
+//
+//  1. A writer writes position p only after p-1 exists (it wrote or adopted it), and
+//     after a failed write it retries the SAME position with its next batch: it
+//     never skips one. So every position a writer will ever write is exactly one
+//     above the last position it saw.
+//  2. A new writer B first claims epoch e+1 in the manifest, then lists the entries:
+//     with M the highest position listed (or replay_after), every position in
+//     (replay_after, M] exists (dense, and entries above replay_after are deleted
+//     only by the owning epoch's seal, which the stale writer A can no longer
+//     commit). B replays all of them, then creates a fence at M+1 with put-if-absent;
+//     if M+1 is taken (A got there first), B adopts that entry and tries M+2.
+//  3. When a write finds its position taken, the entry there decides: written by
+//     this writer (a write whose response was lost) - adopt its rows and go on;
+//     written by an older epoch - adopt it too (B's case in rule 2); written by a
+//     newer epoch - this writer is fenced (ErrFenced, for this and every later call).
+//
+// So after B's fence lands at F, A (whose last position is < F, by rules 1 and 2)
+// can only write at positions up to F, which all exist: each of A's next writes
+// fails with "exists", and walking up from its next position A reaches F, B's
+// fence, and stops. Every entry A wrote is at a position < F and was replayed by B,
+// so everything A acknowledged is in B's memtable. A's seal fails too: its manifest
+// edit sees writer_epoch e+1 != e.
+
+// maxTakenPositions bounds how many taken positions one write walks over. A writer
+// walks over at most its own one landed-but-failed write plus entries a stale writer
+// raced in before this writer's fence, so a long walk means something else is wrong.
+const maxTakenPositions = 1024
+
+// pending is one Append waiting for the committer.
+type pending struct {
+	rec   arrow.RecordBatch
+	bytes int64
+	// done receives the outcome exactly once. Buffered, so the committer never waits
+	// for a caller that stopped waiting (its context ended).
+	done chan error
+}
+
+// Append durably appends rec (the input schema; every row gets a _seq) and returns
+// after the entry holding it has been written. Concurrent appends are written
+// together in one entry.
+//
+// A batch that does not fit the schema is rejected with ErrSchema, naming the
+// column, before anything is queued. After Close it fails with ErrClosed, once the
+// writer is fenced with ErrFenced. If ctx ends while the append waits it returns
+// ctx's error, but the batch may still be written (durable but unacknowledged: it
+// will appear after the next seal). Append does not keep rec after it returns nil;
+// the caller keeps its own reference either way.
+func (w *Writer) Append(ctx context.Context, rec arrow.RecordBatch) error {
+	if err := checkBatch(w.input, rec); err != nil {
+		return fmt.Errorf("%s: %w", w.sh, err)
+	}
+	if rec.NumRows() == 0 {
+		w.qmu.Lock()
+		defer w.qmu.Unlock()
+		return w.refuseLocked()
+	}
+	p := &pending{rec: rec, bytes: recordBytes(rec), done: make(chan error, 1)}
+	if err := w.enqueue(ctx, p); err != nil {
+		return err
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// refuseLocked returns why no append may be queued now, if so. Fenced wins over
+// closed: it is the more useful thing to know.
+func (w *Writer) refuseLocked() error {
+	switch {
+	case w.fenced != nil:
+		return w.fenced
+	case w.closed:
+		return fmt.Errorf("%s: %w", w.sh, ErrClosed)
+	}
+	return nil
+}
+
+// enqueue queues p, waiting while the queue holds MaxQueuedBytes (one append always
+// fits into an empty queue, however large).
+func (w *Writer) enqueue(ctx context.Context, p *pending) error {
+	w.qmu.Lock()
+	for {
+		if err := w.refuseLocked(); err != nil {
+			w.qmu.Unlock()
+			return err
+		}
+		if w.queued == 0 || w.queued+p.bytes <= w.opts.MaxQueuedBytes {
+			break
+		}
+		if w.spaceFreed == nil {
+			w.spaceFreed = make(chan struct{})
+		}
+		freed := w.spaceFreed
+		w.qmu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		w.qmu.Lock()
+	}
+	p.rec.Retain() // released by the committer once the outcome is known
+	w.queue = append(w.queue, p)
+	w.queued += p.bytes
+	w.qmu.Unlock()
+	w.signal()
+	return nil
+}
+
+// signal wakes the committer without blocking.
+func (w *Writer) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the committer goroutine.
+func (w *Writer) run() {
+	defer close(w.done)
+	for {
+		batch := w.take()
+		if batch == nil {
+			return
+		}
+		err := w.commit(batch)
+		for _, p := range batch {
+			p.done <- err
+			p.rec.Release()
+		}
+	}
+}
+
+// take waits for queued appends, lingers for more, and dequeues at most
+// MaxEntryBytes of them (at least one). It returns nil when the writer is closed and
+// the queue is empty, or when the committer was stopped.
+func (w *Writer) take() []*pending {
+	w.qmu.Lock()
+	defer w.qmu.Unlock()
+	for len(w.queue) == 0 {
+		if w.closed || w.ctx.Err() != nil {
+			return nil
+		}
+		w.waitLocked(nil)
+	}
+	// Linger only while more appenders may still join: not when closing (flush
+	// now), not when the entry is already full.
+	if w.opts.Linger > 0 && !w.closed && w.queued < w.opts.MaxEntryBytes {
+		t := time.NewTimer(w.opts.Linger)
+		for w.queued < w.opts.MaxEntryBytes && !w.closed && w.waitLocked(t.C) {
+		}
+		t.Stop()
+	}
+	n, size := 0, int64(0)
+	for n < len(w.queue) && (n == 0 || size+w.queue[n].bytes <= w.opts.MaxEntryBytes) {
+		size += w.queue[n].bytes
+		n++
+	}
+	batch := slices.Clone(w.queue[:n])
+	clear(w.queue[:n])
+	w.queue = w.queue[n:]
+	w.queued -= size
+	if w.spaceFreed != nil {
+		close(w.spaceFreed)
+		w.spaceFreed = nil
+	}
+	return batch
+}
+
+// waitLocked releases qmu until the queue changes (true), or timer fires or the
+// committer is stopped (false).
+func (w *Writer) waitLocked(timer <-chan time.Time) bool {
+	w.qmu.Unlock()
+	defer w.qmu.Lock()
+	select {
+	case <-w.wake:
+		return true
+	case <-timer:
+		return false
+	case <-w.ctx.Done():
+		return false
+	}
+}
+
+// commit writes one entry holding every batch of the group.
+func (w *Writer) commit(batch []*pending) error {
+	if err := w.ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w: committer stopped before the write: %w", w.sh, ErrClosed, err)
+	}
+	w.qmu.Lock()
+	fenced := w.fenced
+	w.qmu.Unlock()
+	if fenced != nil {
+		return fenced
+	}
+	recs := make([]arrow.RecordBatch, len(batch))
+	for i, p := range batch {
+		recs[i] = p.rec
+	}
+	return w.writeEntry(w.ctx, recs)
+}
+
+// writeEntry writes recs (none: a fence) as one entry at the next position,
+// resolving positions taken by others as the fencing rules say. On success the rows
+// are in the memtable and lastPos is the entry's position. A failed write leaves
+// lastPos alone, so the next write retries the same position.
+func (w *Writer) writeEntry(ctx context.Context, recs []arrow.RecordBatch) error {
+	for walked := 0; ; walked++ {
+		var rec arrow.RecordBatch
+		if len(recs) > 0 {
+			// Built per attempt: after walking over a taken position the rows get
+			// fresh sequence numbers, above anything adopted from that position.
+			var err error
+			if rec, err = buildBatch(w.schema, recs, &w.clock); err != nil {
+				return fmt.Errorf("%s: %w", w.sh, err)
+			}
+		}
+		data, err := encodeEntry(w.schema, rec, w.sh.name, w.id, w.epoch)
+		if err != nil {
+			if rec != nil {
+				rec.Release()
+			}
+			return fmt.Errorf("%s: %w", w.sh, err)
+		}
+		w.mu.Lock()
+		pos := w.lastPos + 1
+		w.mu.Unlock()
+		err = w.sh.bucket.PutIfAbsent(ctx, entryKey(w.sh.dir, w.sh.name, pos), data)
+		if err == nil {
+			w.mu.Lock()
+			if rec != nil {
+				w.mem.add(pos, rec)
+			}
+			w.lastPos = pos
+			w.mu.Unlock()
+			return nil
+		}
+		if rec != nil {
+			rec.Release()
+		}
+		if !errors.Is(err, objstore.ErrExists) {
+			return fmt.Errorf("%s: write entry %d: %w", w.sh, pos, err)
+		}
+		if walked >= maxTakenPositions {
+			return fmt.Errorf("%s: walked over %d taken entry positions up to %d without finding a free one", w.sh, walked, pos)
+		}
+		if err := w.resolveTaken(ctx, pos); err != nil {
+			return err
+		}
+	}
+}
+
+// resolveTaken handles a put-if-absent that found position pos taken (rule 3 of
+// "Fencing"): adopt the entry there and return nil, or return ErrFenced.
+func (w *Writer) resolveTaken(ctx context.Context, pos uint64) error {
+	key := entryKey(w.sh.dir, w.sh.name, pos)
+	data, err := w.sh.bucket.Get(ctx, key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		// Taken, then deleted: only the owning epoch's seal deletes entries, and never
+		// one above its own last position, so the owner is someone else. Confirm with
+		// the manifest rather than assume.
+		m, merr := w.sh.loadLatest(ctx, w.currentManifest())
+		if merr != nil {
+			return fmt.Errorf("%s: entry %d is taken but unreadable (%v); checking the manifest: %w", w.sh, pos, err, merr)
+		}
+		if m.WriterEpoch != w.epoch {
+			return w.setFenced(fmt.Errorf("%s: %w: entry %d was taken and the manifest has writer epoch %d, this writer %d",
+				w.sh, ErrFenced, pos, m.WriterEpoch, w.epoch))
+		}
+		return fmt.Errorf("%s: entry %d is taken but unreadable: %w", w.sh, pos, err)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: read taken entry %d: %w", w.sh, pos, err)
+	}
+	e, err := decodeEntry(key, data, w.schema)
+	if err != nil {
+		return err
+	}
+	switch {
+	case e.writerID == w.id:
+		// An earlier write of ours whose response was lost. Its appenders were told it
+		// failed, but the rows are durable and a later writer would replay them, so
+		// the memtable must hold them for the next seal.
+		w.adopt(pos, e)
+		return nil
+	case e.epoch > w.epoch:
+		e.release()
+		return w.setFenced(fmt.Errorf("%s: %w: entry %d was written by epoch %d, this writer has epoch %d",
+			w.sh, ErrFenced, pos, e.epoch, w.epoch))
+	case e.epoch < w.epoch:
+		w.log.Warn("wal: adopted an entry of an older writer epoch", "position", pos, "entry_epoch", e.epoch, "rows", e.rows)
+		w.adopt(pos, e)
+		return nil
+	default:
+		e.release()
+		return fmt.Errorf("%s: %w: entry %d has this writer's epoch %d but writer id %s, not %s",
+			w.sh, ErrCorrupt, pos, e.epoch, e.writerID, w.id)
+	}
+}
+
+func (w *Writer) currentManifest() *Manifest {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.manifest
+}

@@ -1,0 +1,37 @@
+// Package wal is one shard's write-ahead log: durable group-committed appends,
+// a memtable, seals into immutable generations, the shard manifest, writer epochs
+// (fencing), replay, and the reader-side view of every shard of a store.
+//
+// A store directory D holds one shard per writer under D/_wal/<shard>/ (FORMAT.md,
+// "WAL"): dense entry objects entries/<pos>.arrow, a versioned shard manifest
+// (_manifests/, a versions.Log) and immutable generation files gen/<rand>_gen_<n>.arrow.
+//
+// Invariants:
+//
+//   - An acknowledged row is in an entry or a generation. Append returns nil only
+//     after the entry holding the row was written; a seal deletes entries only after
+//     the manifest version that lists their generation (and moves
+//     replay_after_wal_entry_position past them) was written. A failed Append may
+//     still have made its rows durable (durable-but-unacknowledged is allowed,
+//     acknowledged-but-lost is not).
+//   - One writer epoch per shard. Opening a Writer creates the next manifest version
+//     with writer_epoch+1 (put-if-absent, so each epoch has exactly one owner), and
+//     every entry carries its writer's id and epoch. A writer whose epoch is stale is
+//     fenced: its next entry write or manifest edit fails with ErrFenced, and it never
+//     overwrites or deletes what the newer writer relies on (see the fencing argument
+//     in commit.go).
+//   - Entry positions are dense and never reused: position p is written only after
+//     p-1 exists, a failed write is retried at the same position, and a new writer
+//     starts after the highest position ever written (or replay_after).
+//   - Every row carries _seq, a hybrid logical clock of its writer that strictly
+//     increases per writer, also across restarts, and roughly follows wall-clock time
+//     across writers. Last write wins means highest _seq (table.NewestPerID).
+//   - Generations are immutable and numbered densely per shard; current_generation
+//     never decreases. A drain (merge side) is a relative edit of the latest manifest
+//     that removes only the generations it merged and keeps everything sealed
+//     meanwhile; it never claims an epoch.
+//
+// Concurrency: a Writer is safe for concurrent use. Appends are batched by one
+// committer goroutine per Writer; Seal may run concurrently with appends. Manifests,
+// Snapshots and decoded generations are immutable values that may be shared freely.
+package wal

@@ -1,0 +1,92 @@
+package wal
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+)
+
+// DrainResult says what Drain changed.
+type DrainResult struct {
+	// Generations and Rows count the generations removed from the manifest.
+	Generations int
+	Rows        int64
+	// Deleted counts generation files of earlier drains deleted now.
+	Deleted int
+	// Manifest is the version written, or the latest one if nothing changed.
+	Manifest *Manifest
+}
+
+// Drain removes the generations up to and including upTo from the shard manifest,
+// after a merge committed them to the base table. It is a relative edit of the latest
+// version: generations sealed meanwhile (above upTo) stay, and on a lost race it
+// re-reads and edits again. It never claims an epoch; it fails with ErrFenced if the
+// shard's writer_epoch is no longer preparedEpoch, the epoch the merge read the
+// generations under. Draining what is already drained writes nothing.
+//
+// Drained files are not deleted at once: a reader holding a snapshot taken before the
+// drain may still read them (the base manifest it pairs them with predates the merge).
+// The manifest lists them under deferred_deletes, and a later drain deletes those
+// that have been drained for at least Options.DeleteDelay (best effort; a file whose
+// delete fails is left as garbage and logged).
+func Drain(ctx context.Context, bucket *objstore.Bucket, dir, shard string, upTo, preparedEpoch uint64, opts ...Option) (DrainResult, error) {
+	o := buildOptions(opts)
+	sh, err := newShard(bucket, dir, shard, o)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	var (
+		res DrainResult
+		due []DeferredDelete
+	)
+	m, err := sh.edit(ctx, nil, "drain", func(cur *Manifest) (*Manifest, error) {
+		res, due = DrainResult{}, nil
+		switch {
+		case cur == nil:
+			return nil, fmt.Errorf("%s: %w", sh, ErrNoShard)
+		case cur.WriterEpoch != preparedEpoch:
+			return nil, fmt.Errorf("%s: %w: the drain was prepared under writer epoch %d, the manifest (version %d) has %d",
+				sh, ErrFenced, preparedEpoch, cur.Version, cur.WriterEpoch)
+		}
+		now := o.Clock.Now().UTC()
+		next := cur.clone()
+		next.Generations = next.Generations[:0]
+		var drained []DeferredDelete
+		for _, g := range cur.Generations {
+			if g.Generation <= upTo {
+				res.Generations++
+				res.Rows += g.Rows
+				drained = append(drained, DeferredDelete{Path: g.Path, DrainedAt: now})
+			} else {
+				next.Generations = append(next.Generations, g)
+			}
+		}
+		next.DeferredDeletes = next.DeferredDeletes[:0]
+		for _, d := range cur.DeferredDeletes {
+			if now.Sub(d.DrainedAt) >= o.DeleteDelay {
+				due = append(due, d)
+			} else {
+				next.DeferredDeletes = append(next.DeferredDeletes, d)
+			}
+		}
+		if len(drained) == 0 && len(due) == 0 {
+			return nil, errNoChange
+		}
+		next.DeferredDeletes = append(next.DeferredDeletes, drained...)
+		return next, nil
+	})
+	if err != nil {
+		return DrainResult{}, err
+	}
+	res.Manifest = m
+	// Delete only after the manifest that stops listing them has been written.
+	for _, d := range due {
+		if err := bucket.Delete(ctx, sh.dir+"/"+d.Path); err != nil {
+			sh.logger.Warn("wal: deleting a drained generation file failed; it is garbage now", "path", d.Path, "err", err)
+			continue
+		}
+		res.Deleted++
+	}
+	return res, nil
+}

@@ -1,0 +1,37 @@
+package wal
+
+import "k8s.io/utils/clock"
+
+// logicalBits is the width of the logical counter below the millisecond wall time in
+// a _seq: 65,536 sequence numbers per millisecond before the counter spills into the
+// next millisecond (which keeps it monotonic, only slightly ahead of the wall clock).
+const logicalBits = 16
+
+// hlc is a hybrid logical clock: seq = max(wall_ms << 16, last + 1). It strictly
+// increases for its writer whatever the wall clock does (a clock that steps back only
+// makes the logical part count up), and it tracks wall time, so sequences of
+// different writers roughly follow real time and last-write-wins across shards means
+// "the later write" within clock skew.
+//
+// It is not safe for concurrent use: the committer goroutine owns it (OpenWriter
+// seeds it before starting the committer).
+type hlc struct {
+	clock clock.PassiveClock
+	last  uint64
+}
+
+// observe makes every later sequence greater than seq: a writer seeds its clock with
+// every _seq already in its shard (the manifest's max_seq and replayed entries).
+func (h *hlc) observe(seq uint64) {
+	h.last = max(h.last, seq)
+}
+
+// next returns the next sequence number.
+func (h *hlc) next() uint64 {
+	var wall uint64
+	if ms := h.clock.Now().UnixMilli(); ms > 0 {
+		wall = uint64(ms) << logicalBits
+	}
+	h.last = max(wall, h.last+1)
+	return h.last
+}

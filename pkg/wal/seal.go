@@ -1,0 +1,156 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/table"
+)
+
+// Seal turns the memtable, up to the last entry written when it starts, into a new
+// generation: it deduplicates the rows (table.NewestPerID), writes the generation
+// file under a fresh name, then writes the next manifest version as a relative edit
+// of the latest one (generation appended, current_generation advanced,
+// replay_after_wal_entry_position moved to that entry, max_seq raised), and only
+// then deletes the sealed entries (best effort). Appends keep flowing meanwhile;
+// rows appended after the snapshot stay in the memtable for the next seal.
+//
+// It returns the new generation, or nil when there was nothing to seal. It fails
+// with ErrFenced if a newer writer owns the shard. On any failure the memtable is
+// kept and the next Seal tries again under a new file name. The failed attempt's file
+// is deleted, unless the manifest write's outcome is unknown (a manifest may
+// reference it then).
+func (w *Writer) Seal(ctx context.Context) (*Generation, error) {
+	w.sealMu.Lock()
+	defer w.sealMu.Unlock()
+	w.qmu.Lock()
+	fenced := w.fenced
+	w.qmu.Unlock()
+	if fenced != nil {
+		return nil, fenced
+	}
+
+	latest, err := w.sh.loadLatest(ctx, w.currentManifest())
+	if err != nil {
+		return nil, err
+	}
+	if latest.WriterEpoch != w.epoch {
+		return nil, w.fencedByManifest(latest)
+	}
+	w.mu.Lock()
+	w.manifest = latest
+	// Only this epoch moves replay_after. If it is past rows we hold, an earlier seal
+	// whose manifest write reported an error did land: those rows are sealed.
+	w.mem.dropThrough(latest.ReplayAfter)
+	upTo := w.lastPos
+	recs := w.mem.snapshot(upTo)
+	w.mu.Unlock()
+	defer releaseAll(recs)
+	if len(recs) == 0 {
+		return nil, nil
+	}
+
+	kept, err := table.NewestPerID(ctx, recs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: seal: %w", w.sh, err)
+	}
+	defer releaseAll(kept)
+	_, maxSeq, _ := seqRange(recs)
+	seqMin, seqMax, rows := seqRange(kept)
+	n := latest.CurrentGeneration + 1
+	data, err := encodeGeneration(w.schema, kept, w.sh.name, n)
+	if err != nil {
+		return nil, fmt.Errorf("%s: seal: %w", w.sh, err)
+	}
+	gen := Generation{
+		Generation:        n,
+		Path:              generationPath(w.sh.name, randomHex(8), n),
+		Rows:              rows,
+		Bytes:             int64(len(data)),
+		SeqMin:            seqMin,
+		SeqMax:            seqMax,
+		LastEntryPosition: upTo,
+		SealedAt:          w.opts.Clock.Now().UTC(),
+	}
+	key := GenerationKey(w.sh.dir, gen)
+	// The name is fresh, so a plain put is enough: nobody else writes this key.
+	if err := w.sh.bucket.Put(ctx, key, data); err != nil {
+		return nil, fmt.Errorf("%s: seal generation %d: %w", w.sh, n, err)
+	}
+	m, err := w.sh.edit(ctx, latest, "seal", func(cur *Manifest) (*Manifest, error) {
+		switch {
+		case cur == nil:
+			return nil, fmt.Errorf("%w: the manifest disappeared", ErrCorrupt)
+		case cur.WriterEpoch != w.epoch:
+			return nil, w.fencedByManifest(cur)
+		case cur.CurrentGeneration != n-1:
+			// Only this epoch seals, and seals are serialized, so this means the
+			// manifest was edited behind our back; retrying under a new number is
+			// the next Seal's job.
+			return nil, fmt.Errorf("current_generation moved from %d to %d during the seal", n-1, cur.CurrentGeneration)
+		}
+		next := cur.clone()
+		next.Generations = append(next.Generations, gen)
+		next.CurrentGeneration = n
+		next.ReplayAfter = upTo
+		next.MaxSeq = max(next.MaxSeq, maxSeq)
+		return next, nil
+	})
+	if err != nil {
+		if errors.Is(err, errMaybeLanded) {
+			w.log.Warn("wal: seal failed with an unknown outcome; keeping its generation file",
+				"generation", n, "path", gen.Path, "err", err)
+		} else if derr := w.sh.bucket.Delete(ctx, key); derr != nil {
+			w.log.Warn("wal: seal failed; its generation file is garbage", "generation", n, "path", gen.Path, "err", derr)
+		}
+		if errors.Is(err, ErrFenced) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%s: seal generation %d: %w", w.sh, n, err)
+	}
+	w.mu.Lock()
+	w.manifest = m
+	w.mem.dropThrough(upTo)
+	w.mu.Unlock()
+	w.deleteEntries(ctx, upTo)
+	w.log.Debug("wal: sealed", "generation", n, "rows", rows, "bytes", gen.Bytes, "replay_after", upTo)
+	return &gen, nil
+}
+
+// fencedByManifest records and returns the ErrFenced error for a manifest whose
+// writer epoch is not ours.
+func (w *Writer) fencedByManifest(m *Manifest) error {
+	return w.setFenced(fmt.Errorf("%s: %w: manifest version %d has writer epoch %d, this writer %d",
+		w.sh, ErrFenced, m.Version, m.WriterEpoch, w.epoch))
+}
+
+// deleteEntries deletes every entry at a position <= upTo, including leftovers of
+// earlier seals whose deletes failed. Best effort: the manifest already says these
+// entries are sealed, so a failure only costs storage until the next seal.
+func (w *Writer) deleteEntries(ctx context.Context, upTo uint64) {
+	var keys []string
+	err := w.sh.bucket.Walk(ctx, entriesPrefix(w.sh.dir, w.sh.name), "", func(o objstore.Object) error {
+		if pos, ok := parseEntryPos(o.Key); ok && pos <= upTo {
+			keys = append(keys, o.Key)
+		}
+		return nil
+	})
+	if err == nil {
+		err = forEach(ctx, len(keys), replayConcurrency, func(ctx context.Context, i int) error {
+			return w.sh.bucket.Delete(ctx, keys[i])
+		})
+	}
+	if err != nil {
+		w.log.Warn("wal: deleting sealed entries failed; the next seal retries", "up_to", upTo, "err", err)
+	}
+}
+
+func releaseAll(recs []arrow.RecordBatch) {
+	for _, r := range recs {
+		r.Release()
+	}
+}

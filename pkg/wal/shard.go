@@ -1,0 +1,199 @@
+package wal
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/versions"
+)
+
+// ErrNoShard means the shard has no manifest version: no writer ever opened it.
+var ErrNoShard = errors.New("WAL shard not found")
+
+var (
+	// errNoChange, returned by an edit function, means the latest manifest already
+	// says what the edit wanted; nothing is written.
+	errNoChange = errors.New("no change")
+	// errMaybeLanded marks a failed edit that may still have created its version: a
+	// write failed with an unknown outcome (a request can be applied after its client
+	// gave up). What the edit references must then be kept.
+	errMaybeLanded = errors.New("the manifest write may have landed")
+)
+
+const (
+	// maxEditAttempts bounds a manifest edit's lost races. Only opens, seals (one
+	// writer) and drains (one merge at a time per store) edit a shard manifest, so
+	// a handful of conflicts is already unusual.
+	maxEditAttempts = 32
+	// maxUnknownOutcomes bounds retries after manifest writes that failed with an
+	// error other than "exists" and were then found not to have landed.
+	maxUnknownOutcomes = 3
+)
+
+// shard locates one shard of a store and edits its manifest. It holds no mutable
+// state and is safe for concurrent use.
+type shard struct {
+	bucket *objstore.Bucket
+	dir    string // store directory, no trailing slash
+	name   string
+	log    *versions.Log
+	opts   Options
+	logger *slog.Logger
+}
+
+func newShard(bucket *objstore.Bucket, dir, name string, opts Options) (*shard, error) {
+	if err := ValidateShard(name); err != nil {
+		return nil, err
+	}
+	dir = cleanDir(dir)
+	root := shardRoot(dir, name)
+	return &shard{
+		bucket: bucket,
+		dir:    dir,
+		name:   name,
+		log:    versions.New(bucket, root+"/"+manifestsDir, root+"/"+latestHint),
+		opts:   opts,
+		logger: opts.Logger.With("store", dir, "shard", name),
+	}, nil
+}
+
+func (s *shard) String() string { return shardRoot(s.dir, s.name) }
+
+// get reads and decodes manifest version v.
+func (s *shard) get(ctx context.Context, v uint64) (*Manifest, error) {
+	data, err := s.log.Get(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	return decodeManifest(s.log.Key(v), s.name, v, data)
+}
+
+// loadLatest returns the newest manifest version. known (may be nil) is a version the
+// caller already holds: the search starts there and, if nothing newer exists, known
+// itself is returned without reading it again. A shard without versions gives
+// ErrNoShard.
+func (s *shard) loadLatest(ctx context.Context, known *Manifest) (*Manifest, error) {
+	var kv uint64
+	if known != nil {
+		kv = known.Version
+	}
+	v, err := s.log.Latest(ctx, kv)
+	if errors.Is(err, versions.ErrEmpty) {
+		return nil, fmt.Errorf("%s: %w", s, ErrNoShard)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: latest manifest: %w", s, err)
+	}
+	if known != nil && v == known.Version {
+		return known, nil
+	}
+	return s.get(ctx, v)
+}
+
+// edit writes the next manifest version as a relative edit of the latest one: fn gets
+// the latest version (nil for a shard without one) and returns the edited clone, or
+// errNoChange, or an error that stops the edit (ErrFenced). On a lost race fn runs
+// again on the newer version, so whatever others changed meanwhile (a drain's
+// removals, a seal's generation) is kept. A write that fails with anything but
+// "exists" has an unknown outcome; the version is read back and its txn_id says
+// whether this edit landed.
+func (s *shard) edit(ctx context.Context, known *Manifest, txnKind string, fn func(latest *Manifest) (*Manifest, error)) (*Manifest, error) {
+	txnID := txnKind + "-" + randomHex(8)
+	unknown := 0
+	fail := func(err error) (*Manifest, error) {
+		if unknown > 0 {
+			return nil, fmt.Errorf("%w (%w)", err, errMaybeLanded)
+		}
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		cur, err := s.loadLatest(ctx, known)
+		if err != nil && !errors.Is(err, ErrNoShard) {
+			return fail(err)
+		}
+		if cur != nil && cur.TxnID == txnID {
+			return cur, nil // an earlier attempt whose response was lost did land
+		}
+		next, err := fn(cur)
+		if errors.Is(err, errNoChange) {
+			return cur, nil
+		}
+		if err != nil {
+			return fail(err)
+		}
+		next.FormatVersion = FormatVersion
+		next.Version = 1
+		if cur != nil {
+			next.Version = cur.Version + 1
+		}
+		next.Shard = s.name
+		next.TxnID = txnID
+		next.UpdatedAt = s.opts.Clock.Now().UTC()
+		data, err := encodeManifest(next)
+		if err != nil {
+			return nil, fmt.Errorf("%s: encode manifest: %w", s, err)
+		}
+		if s.opts.beforeManifestWrite != nil {
+			s.opts.beforeManifestWrite(txnID)
+		}
+		hintErr, err := s.log.Create(ctx, next.Version, data)
+		if err == nil {
+			if hintErr != nil {
+				s.logger.Warn("wal: manifest hint not updated", "version", next.Version, "err", hintErr)
+			}
+			return next, nil
+		}
+		if !errors.Is(err, objstore.ErrExists) {
+			got, gerr := s.get(ctx, next.Version)
+			switch {
+			case gerr == nil && got.TxnID == txnID:
+				return got, nil
+			case gerr == nil:
+				// Someone else's version: an ordinary lost race.
+			case errors.Is(gerr, objstore.ErrNotFound) && unknown < maxUnknownOutcomes:
+				unknown++ // did not land (yet); writing it again is safe (put-if-absent)
+			default:
+				unknown++
+				return fail(fmt.Errorf("%s: write manifest version %d: %w (reading it back: %v)", s, next.Version, err, gerr))
+			}
+		}
+		if attempt >= maxEditAttempts {
+			return fail(fmt.Errorf("%s: gave up editing the manifest after %d attempts: %w", s, attempt, err))
+		}
+		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+			return fail(err)
+		}
+		known = cur
+	}
+}
+
+// backoff is a jittered exponential delay: 1-2 ms doubling up to 64-128 ms.
+func backoff(attempt int) time.Duration {
+	d := time.Millisecond << min(attempt-1, 6)
+	return d + rand.N(d)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// randomHex returns 2n random hex characters.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = crand.Read(b) // never fails (crypto/rand panics instead)
+	return hex.EncodeToString(b)
+}
