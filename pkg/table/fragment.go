@@ -70,9 +70,17 @@ func (t *Table) openFragment(ctx context.Context, s *arrow.Schema, f Fragment) (
 		return nil, fmt.Errorf("fragment %s: %w: %d bytes, manifest says %d", key, ErrCorrupt, ra.Size(), f.Bytes)
 	}
 	defer recoverCorrupt(key, &err)
-	pf, err := file.NewParquetReader(ra)
+	var ropts []file.ReadOption
+	if md, ok := t.footers.Get(f.Path); ok {
+		ropts = append(ropts, file.WithMetadata(md)) // skips the footer reads
+	}
+	pf, err := file.NewParquetReader(ra, ropts...)
 	if err != nil {
 		return nil, ra.classify(key, err)
+	}
+	if len(ropts) == 0 {
+		// Footers are immutable; the in-memory form is a few times the encoded size.
+		t.footers.Add(f.Path, pf.MetaData(), 4*int64(pf.MetaData().Size()))
 	}
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: t.opts.RowGroupRows}, memory.DefaultAllocator)
 	if err != nil {

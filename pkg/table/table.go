@@ -11,6 +11,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/bits-and-blooms/bloom/v3"
 	"k8s.io/utils/clock"
 
@@ -36,12 +37,15 @@ const (
 	latestHint = "_latest_version"
 )
 
+const defaultRowGroupRows = 2048
+
 // Options are a table handle's knobs. The zero value of each field means its default.
 type Options struct {
 	// RetryTimeout bounds a commit's optimistic retries (30 s).
 	RetryTimeout time.Duration
-	// RowGroupRows is the Parquet row-group length (8192): a point lookup reads one
-	// row group, so smaller groups make lookups cheaper and scans slightly slower.
+	// RowGroupRows is the Parquet row-group length (2048): a point lookup decodes
+	// one row group, so smaller groups make lookups cheaper and scans slightly
+	// slower (BENCHMARKS.md has the measurements behind the default).
 	RowGroupRows int64
 	// CacheBytes bounds the cache of immutable decoded objects (key indexes, bloom
 	// filters, deletion vectors): 64 MiB.
@@ -69,7 +73,7 @@ func WithClock(c clock.Clock) Option { return func(o *Options) { o.Clock = c } }
 func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l } }
 
 func buildOptions(opts []Option) Options {
-	o := Options{RetryTimeout: 30 * time.Second, RowGroupRows: 8192, CacheBytes: 64 << 20}
+	o := Options{RetryTimeout: 30 * time.Second, RowGroupRows: defaultRowGroupRows, CacheBytes: 64 << 20}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -80,7 +84,7 @@ func buildOptions(opts []Option) Options {
 		o.Logger = slog.Default()
 	}
 	if o.RowGroupRows <= 0 {
-		o.RowGroupRows = 8192
+		o.RowGroupRows = defaultRowGroupRows
 	}
 	return o
 }
@@ -101,11 +105,14 @@ type Table struct {
 	keys   *cache.LRU[string, *keyIndex]
 	blooms *cache.LRU[string, *bloom.BloomFilter]
 	dvs    *cache.LRU[string, *roaring.Bitmap]
+	// footers caches parsed Parquet footers, so a point lookup reads one row group
+	// and nothing else.
+	footers *cache.LRU[string, *metadata.FileMetaData]
 }
 
 func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 	o := buildOptions(opts)
-	// Key indexes dominate; blooms and deletion vectors are ~1 byte per row.
+	// Key indexes dominate; blooms, deletion vectors and footers are small.
 	dir = strings.TrimSuffix(dir, "/")
 	return &Table{
 		bucket:   bucket,
@@ -113,7 +120,8 @@ func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 		versions: versions.New(bucket, dir+"/"+versionsDir, dir+"/"+latestHint),
 		opts:     o,
 		log:      o.Logger.With("table", dir),
-		keys:     cache.New[string, *keyIndex](o.CacheBytes * 3 / 4),
+		keys:     cache.New[string, *keyIndex](o.CacheBytes * 5 / 8),
+		footers:  cache.New[string, *metadata.FileMetaData](o.CacheBytes / 8),
 		blooms:   cache.New[string, *bloom.BloomFilter](o.CacheBytes / 8),
 		dvs:      cache.New[string, *roaring.Bitmap](o.CacheBytes / 8),
 	}
