@@ -177,7 +177,7 @@ func (ff *fragmentFile) read(ctx context.Context, columns []string, rowGroups []
 		return err
 	}
 	var offset int64
-	if rowGroups != nil && len(rowGroups) > 0 {
+	if len(rowGroups) > 0 {
 		for g := 0; g < rowGroups[0]; g++ {
 			offset += ff.pf.MetaData().RowGroup(g).NumRows()
 		}

@@ -3,7 +3,6 @@ package table
 import (
 	"context"
 	"fmt"
-	"sort"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -106,14 +105,5 @@ func liveRows(t testing.TB, tb *Table, m *Manifest) map[string]row {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
