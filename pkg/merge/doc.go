@@ -1,27 +1,31 @@
-// Package merge will merge one shard's WAL generations into its store's base table. It
-// is built in a later issue; this file only states its role and the invariants it will
-// guarantee.
+// Package merge merges one shard's WAL generations into its store's base table.
 //
 // A merge is split in two so that a store's exclusive lock is never held across
 // object-store reads:
 //
 //   - prepare (no exclusive lock; adds, gets and lists keep flowing): read the shard
-//     manifest, choose the oldest pending generations up to MERGE_MAX_GENERATIONS and
-//     MERGE_MAX_BYTES (a generation is never split), read them, keep the newest row per
-//     id (highest _seq), and stage the new fragment files.
-//   - commit (the store's exclusive lock, briefly): commit the base manifest with the new
-//     fragments, deletion vectors for replaced ids and the advanced watermark
-//     merged_generations[shard]; swap the store's read snapshot; drain the merged
-//     generations from the shard manifest; delete their files (best effort).
+//     manifest, choose the oldest pending generations up to MaxGenerations and MaxBytes
+//     (a generation is never split, so one larger than MaxBytes still merges alone),
+//     reserve memory from the worker-wide budget, read them, keep the newest row per id
+//     (highest _seq), and stage the new fragment files (table.Prepare).
+//   - commit (the store's exclusive lock, briefly: store.Store.Commit): commit the base
+//     manifest with the new fragments, deletion vectors for replaced ids and the
+//     advanced watermark merged_generations[shard]; swap the store's read snapshot.
+//     Then, outside the lock, drain the merged generations from the shard manifest;
+//     their files are deleted by a later drain (wal.Drain defers deletes).
 //
-// Invariants it will guarantee:
+// Invariants:
 //
 //   - Idempotent: the watermark is committed in the same manifest write as the data it
-//     describes, so a merge retried after a crash or a lost response adds nothing twice.
-//   - Convergent: a crash at any step leaves a state the next merge finishes from.
-//   - Last write wins across shards and in any merge order (the row with the highest
-//     _seq per id survives).
-//   - Bounded: a merge reads at most its generation and byte caps, with memory from a
-//     worker-wide budget.
-//   - A failed merge is reported as a merge (cleanup) failure, never as a flush failure.
+//     describes, so a merge retried after a crash or a lost response adds nothing twice
+//     (table.ErrAlreadyCommitted), and it only drains.
+//   - Convergent: a crash at any step leaves a state the next merge finishes from;
+//     generations at or below the watermark are drained without being merged again.
+//   - Last write wins across shards and in any merge order (table.NewestPerID and the
+//     table's _seq comparison).
+//   - Bounded: at most Concurrency merges run at once per worker (request-driven merges
+//     wait for a slot, sweepers only try), and prepared data is charged to a worker-wide
+//     memory budget before it is read.
+//   - A merge never claims a WAL writer epoch of its own: it drains under the epoch of
+//     this worker's writer, and a fenced writer cannot drain.
 package merge

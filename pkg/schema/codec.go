@@ -8,13 +8,12 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-
-	"github.com/tidemark-io/tidemark/pkg/table"
 )
 
 // IDColumn is the primary key every schema starts with: a non-null, non-empty
-// utf8 string.
-const IDColumn = table.IDColumn
+// utf8 string. It is table.IDColumn (a test holds them equal); this package does
+// not import the table format so the HTTP layer can use it without Parquet.
+const IDColumn = "id"
 
 // Codec decodes JSON rows into record batches of one schema. The schema is what a
 // client writes: it has no hidden columns (_seq is added by the WAL), its first

@@ -44,9 +44,9 @@ func TestRolloutFiltersMatch(t *testing.T) {
 		{`{}`, []bool{true, true, true, true}},
 		{`{"dataset":"gsm8k"}`, []bool{true, true, false, false}},
 		{`{"dataset":"gsm8k","include_in_training":true}`, []bool{true, false, false, false}},
-		{`{"include_in_training":false}`, []bool{false, true, false, false}}, // null matches neither
+		{`{"include_in_training":false}`, []bool{false, true, false, false}},         // null matches neither
 		{`{"rollout_id":"r1","problem_id":"r1"}`, []bool{true, false, false, false}}, // defaulted problem_id
-		{`{"role":"assistant"}`, []bool{true, false, true, true}},                   // defaulted role
+		{`{"role":"assistant"}`, []bool{true, false, true, true}},                    // defaulted role
 		{`{"content_type":"image/png"}`, []bool{false, false, false, true}},
 		{`{"artifact_type":"trace"}`, []bool{false, false, true, false}},
 		{`{"policy_version":"v1"}`, []bool{true, false, false, false}},

@@ -165,6 +165,21 @@ func TestRolloutMetadataIsJSONText(t *testing.T) {
 	}
 }
 
+// TestRolloutMetadataTextIsValidUTF8 guards a fuzz find: an object key with
+// invalid UTF-8 was stored byte for byte, encoded with U+FFFD, and so decoded back
+// to different text.
+func TestRolloutMetadataTextIsValidUTF8(t *testing.T) {
+	rec := decodeRollouts(t, "{\"id\":\"a\",\"metadata\":{\"k\xff\":[\"v\xfe\"]}}")
+	text := rec.Column(rec.Schema().FieldIndices(MetadataColumn)[0]).(*array.String).Value(0)
+	if text != "{\"k\ufffd\":[\"v\ufffd\"]}" {
+		t.Fatalf("metadata text %q", text)
+	}
+	again := decodeRollouts(t, encodeAll(t, rec)...)
+	if !array.RecordEqual(rec, again) {
+		t.Fatal("metadata does not round-trip")
+	}
+}
+
 // TestRolloutBadInputNamesRowAndColumn: every rejected record fails the whole add
 // with a 400-class error that names the row and the column.
 func TestRolloutBadInputNamesRowAndColumn(t *testing.T) {

@@ -88,6 +88,9 @@ func ParseSpec(data []byte) (*Spec, error) {
 		if k != "columns" {
 			return &Error{Row: -1, Reason: fmt.Sprintf("schema spec: unknown key %q (only \"columns\")", k)}
 		}
+		if cols != nil {
+			return &Error{Row: -1, Reason: `schema spec: "columns" given twice`}
+		}
 		cols = v
 		return nil
 	})

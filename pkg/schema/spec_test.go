@@ -132,6 +132,7 @@ func TestSpecValidation(t *testing.T) {
 		{"not an object", `[]`, "", "must be an object"},
 		{"unknown top-level key", `{"columns":[["id",{"type":"string"}]],"seal_on_add":true}`, "", `unknown key "seal_on_add"`},
 		{"no columns", `{}`, "", `needs "columns"`},
+		{"columns twice", `{"columns":[["id",{"type":"string"}]],"columns":[]}`, "", "given twice"},
 		{"empty columns", `{"columns":[]}`, "id", "first column"},
 		{"missing id", `{"columns":[["score",{"type":"float64"}]]}`, "id", "first column"},
 		{"id not first", `{"columns":[["score",{"type":"float64"}],["id",{"type":"string"}]]}`, "id", "first column"},

@@ -103,6 +103,12 @@ func TestDecodedRowsAreRowsTheTableAccepts(t *testing.T) {
 	}
 }
 
+func TestIDColumnIsTheTablesKey(t *testing.T) {
+	if IDColumn != table.IDColumn {
+		t.Fatalf("IDColumn %q, table.IDColumn %q", IDColumn, table.IDColumn)
+	}
+}
+
 func equalStrings(a, b []string) bool {
 	if len(a) != len(b) {
 		return false

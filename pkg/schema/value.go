@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -127,7 +128,9 @@ func (c stringCodec) decode(b array.Builder, raw []byte) error {
 	case raw[0] == '"':
 		s = unquote(raw)
 	case c.jsonText:
-		s = string(compact(raw))
+		// Keys and strings inside may hold invalid UTF-8 (a JSON string literal
+		// would have been repaired by unquote); repair the text the same way.
+		s = strings.ToValidUTF8(string(compact(raw)), "\uFFFD")
 	default:
 		return wrongType("a string", raw)
 	}

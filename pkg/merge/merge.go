@@ -1,0 +1,266 @@
+package merge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/table"
+	"github.com/tidemark-io/tidemark/pkg/wal"
+)
+
+// ErrBusy means every merge slot (or the memory budget) was taken and the caller
+// asked not to wait: a sweeper skips the store this round.
+var ErrBusy = errors.New("merge slots busy")
+
+// Config bounds merges. Zero caps mean no cap, as MERGE_MAX_GENERATIONS=0 and
+// MERGE_MAX_BYTES=0 do; the worker's flags default them to DefaultMaxGenerations and
+// DefaultMaxBytes. Other zero fields mean their defaults.
+type Config struct {
+	// MaxGenerations caps the generations one pass reads; 0 means no cap.
+	MaxGenerations int
+	// MaxBytes caps the generation bytes one pass reads; 0 means no cap. A
+	// generation is never split: the first one is taken whatever its size.
+	MaxBytes int64
+	// Concurrency is the number of merge slots of the worker (4).
+	Concurrency int
+	// BudgetBytes is the worker-wide memory budget for prepared data (2 GiB). A pass
+	// is charged twice its generation bytes (the decoded batches plus the
+	// deduplicated copy and the encoded fragment), capped at the whole budget.
+	BudgetBytes int64
+	Logger      *slog.Logger
+}
+
+// Defaults of the merge caps (MERGE_MAX_GENERATIONS, MERGE_MAX_BYTES).
+const (
+	DefaultMaxGenerations = 8
+	DefaultMaxBytes       = 1 << 30
+)
+
+func (c *Config) setDefaults() {
+	if c.Concurrency <= 0 {
+		c.Concurrency = 4
+	}
+	if c.BudgetBytes <= 0 {
+		c.BudgetBytes = 2 << 30
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Merger runs the merges of one worker.
+type Merger struct {
+	cfg    Config
+	slots  *semaphore.Weighted
+	budget *semaphore.Weighted
+	// reads bypass the worker's read cache: merged generations stop being read right
+	// after, and the budget, not the cache, accounts for the memory.
+	reads *wal.GenerationCache
+}
+
+// New returns a Merger.
+func New(cfg Config) *Merger {
+	cfg.setDefaults()
+	return &Merger{
+		cfg:    cfg,
+		slots:  semaphore.NewWeighted(int64(cfg.Concurrency)),
+		budget: semaphore.NewWeighted(cfg.BudgetBytes),
+		reads:  wal.NewGenerationCache(0),
+	}
+}
+
+// Result says what a merge did.
+type Result struct {
+	// Generations and Rows count what was merged into the base table.
+	Generations int
+	Rows        int64
+	// Reclaimed counts generations drained from the shard manifest (merged now or by
+	// an earlier merge whose drain did not happen).
+	Reclaimed int
+	// Version is the base version after the merge (0 if no commit was made).
+	Version uint64
+	// Passes is the number of prepare/commit passes.
+	Passes int
+}
+
+func (r *Result) add(o Result) {
+	r.Generations += o.Generations
+	r.Rows += o.Rows
+	r.Reclaimed += o.Reclaimed
+	r.Passes += o.Passes
+	if o.Version > r.Version {
+		r.Version = o.Version
+	}
+}
+
+// Merge merges this worker's shard of s until nothing is pending (each pass within
+// the caps). With wait it waits for a merge slot; without, it returns ErrBusy when
+// none is free.
+func (m *Merger) Merge(ctx context.Context, s *store.Store, wait bool) (Result, error) {
+	if err := m.acquireSlot(ctx, wait); err != nil {
+		return Result{}, err
+	}
+	defer m.slots.Release(1)
+	var total Result
+	for {
+		r, more, err := m.pass(ctx, s, wait)
+		total.add(r)
+		if err != nil || !more {
+			return total, err
+		}
+	}
+}
+
+// MergeOnce runs a single pass (for the count trigger: one bounded step per sweep).
+func (m *Merger) MergeOnce(ctx context.Context, s *store.Store, wait bool) (Result, error) {
+	if err := m.acquireSlot(ctx, wait); err != nil {
+		return Result{}, err
+	}
+	defer m.slots.Release(1)
+	r, _, err := m.pass(ctx, s, wait)
+	return r, err
+}
+
+// PendingOwn counts this worker's generations of s above the merged watermark, from
+// the store's current snapshot (no I/O).
+func PendingOwn(s *store.Store) int {
+	snap := s.Snapshot()
+	sh := snap.WAL.Shards[s.Shard()]
+	if sh == nil {
+		return 0
+	}
+	return len(sh.Pending(snap.Base.Watermark(s.Shard())))
+}
+
+func (m *Merger) acquireSlot(ctx context.Context, wait bool) error {
+	if wait {
+		return m.slots.Acquire(ctx, 1)
+	}
+	if !m.slots.TryAcquire(1) {
+		return ErrBusy
+	}
+	return nil
+}
+
+// pass is one prepare/commit/drain. more reports whether generations remain.
+func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool) (res Result, more bool, err error) {
+	log := m.cfg.Logger.With("store", s.Entry().Name, "kind", s.Entry().Kind, "shard", s.Shard())
+	snap, err := s.Fresh(ctx)
+	if err != nil {
+		return res, false, err
+	}
+	if snap.WAL.Shards[s.Shard()] == nil {
+		return res, false, nil // this worker never wrote the store: nothing of ours to merge
+	}
+	w, err := s.Writer(ctx)
+	if err != nil {
+		return res, false, err
+	}
+	epoch := w.Stats().Epoch
+	sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
+	if err != nil {
+		return res, false, err
+	}
+	base, err := s.Table().Refresh(ctx)
+	if err != nil {
+		return res, false, err
+	}
+	s.ObserveBase(base)
+	res.Passes = 1
+	wm := base.Watermark(s.Shard())
+	pending := sm.Pending(wm)
+	if len(pending) == 0 {
+		if len(sm.Generations) > 0 { // merged earlier, never drained
+			d, err := m.drain(ctx, s, wm, epoch)
+			res.Reclaimed = d
+			return res, false, err
+		}
+		return res, false, nil
+	}
+	pick := m.choose(pending)
+	need := 2 * sumBytes(pick)
+	if need > m.cfg.BudgetBytes {
+		need = m.cfg.BudgetBytes
+	}
+	if wait {
+		if err := m.budget.Acquire(ctx, need); err != nil {
+			return res, false, err
+		}
+	} else if !m.budget.TryAcquire(need) {
+		return res, false, ErrBusy
+	}
+	defer m.budget.Release(need)
+
+	upTo := pick[len(pick)-1].Generation
+	var recs []arrow.RecordBatch
+	for _, g := range pick {
+		data, err := m.reads.Read(ctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, g))
+		if err != nil {
+			return res, false, fmt.Errorf("merge %s: %w", s.Target(), err)
+		}
+		recs = append(recs, data.Records...)
+		res.Rows += g.Rows
+	}
+	txn, err := s.Table().Prepare(ctx, base, table.Append{Records: recs, Shard: s.Shard(), Generation: upTo})
+	if err == nil {
+		var committed *table.Manifest
+		committed, err = s.Commit(ctx, txn)
+		if err == nil {
+			res.Version = committed.Version
+		}
+	}
+	switch {
+	case errors.Is(err, table.ErrAlreadyCommitted):
+		log.Info("merge found its generations already committed; draining", "up_to", upTo)
+		res.Rows = 0
+	case err != nil:
+		return Result{Passes: 1}, false, fmt.Errorf("merge %s: %w", s.Target(), err)
+	default:
+		res.Generations = len(pick)
+	}
+	d, err := m.drain(ctx, s, upTo, epoch)
+	res.Reclaimed = d
+	if err != nil {
+		return res, false, err
+	}
+	log.Info("merged WAL generations", "generations", res.Generations, "rows", res.Rows, "up_to", upTo, "version", res.Version)
+	return res, len(pending) > len(pick), nil
+}
+
+func (m *Merger) drain(ctx context.Context, s *store.Store, upTo, epoch uint64) (int, error) {
+	d, err := wal.Drain(ctx, s.Bucket(), s.Entry().URI, s.Shard(), upTo, epoch)
+	if err != nil {
+		return 0, fmt.Errorf("merge %s: drain: %w", s.Target(), err)
+	}
+	s.ObserveShard(d.Manifest)
+	return d.Generations, nil
+}
+
+// choose takes the oldest pending generations within the caps, at least one.
+func (m *Merger) choose(pending []wal.Generation) []wal.Generation {
+	var bytes int64
+	n := 0
+	for _, g := range pending {
+		if n > 0 && (m.cfg.MaxGenerations > 0 && n >= m.cfg.MaxGenerations ||
+			m.cfg.MaxBytes > 0 && bytes+g.Bytes > m.cfg.MaxBytes) {
+			break
+		}
+		bytes += g.Bytes
+		n++
+	}
+	return pending[:n]
+}
+
+func sumBytes(gs []wal.Generation) int64 {
+	var n int64
+	for _, g := range gs {
+		n += g.Bytes
+	}
+	return n
+}

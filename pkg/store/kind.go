@@ -1,0 +1,26 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/schema"
+)
+
+// inputSchema is what clients append to a store of entry's kind: the store's
+// columns, without _seq (the WAL adds it; wal.StoreSchema is the table's schema).
+func inputSchema(e registry.Entry) (*arrow.Schema, error) {
+	switch e.Kind {
+	case registry.KindRollout:
+		return schema.Rollout(), nil
+	case registry.KindGeneric:
+		spec, err := schema.ParseSpec(e.Schema)
+		if err != nil {
+			return nil, fmt.Errorf("generic store %q: registered schema: %w", e.Name, err)
+		}
+		return spec.Schema(), nil
+	}
+	return nil, fmt.Errorf("store %q: unknown kind %q", e.Name, e.Kind)
+}

@@ -1,0 +1,339 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"k8s.io/utils/clock"
+
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/table"
+	"github.com/tidemark-io/tidemark/pkg/wal"
+)
+
+var (
+	// ErrDeleted means the store was deleted while this handle was open.
+	ErrDeleted = errors.New("store deleted")
+	// ErrOverloaded means a read would fan out over more pending generations than
+	// Config.RefuseGenerations; merges must catch up first.
+	ErrOverloaded = errors.New("too many pending WAL generations")
+)
+
+// Config is what every store handle of a worker shares.
+type Config struct {
+	Bucket *objstore.Bucket
+	// Shard is this worker's shard name in every store (its instance id).
+	Shard string
+	// Generations caches decoded generations for reads and merges.
+	Generations *wal.GenerationCache
+	// WarnGenerations and RefuseGenerations bound a read's fan-out (256, 4096).
+	WarnGenerations, RefuseGenerations int
+	// SnapshotTTL is how stale a read's view of other shards and of the base table
+	// may be before the read refreshes it (1 s). Own seals and merges update the
+	// snapshot at once.
+	SnapshotTTL time.Duration
+	TableOptions []table.Option
+	WALOptions   []wal.Option
+	Clock        clock.Clock
+	Logger       *slog.Logger
+	// OnSlowRead, if set, is told the pending-generation count of a read above
+	// WarnGenerations (for a metric).
+	OnSlowRead func(target string, pending int)
+}
+
+func (c *Config) setDefaults() {
+	if c.WarnGenerations == 0 {
+		c.WarnGenerations = 256
+	}
+	if c.RefuseGenerations == 0 {
+		c.RefuseGenerations = 4096
+	}
+	if c.SnapshotTTL == 0 {
+		c.SnapshotTTL = time.Second
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Generations == nil {
+		c.Generations = wal.NewGenerationCache(256 << 20)
+	}
+}
+
+// Snapshot is an immutable view of a store: one base version plus every shard's
+// manifest. Reads merge the base with the generations above each shard's watermark.
+type Snapshot struct {
+	Base  *table.Manifest
+	WAL   *wal.Snapshot
+	taken time.Time
+}
+
+// Pending returns the generations a read over s must consult.
+func (s *Snapshot) Pending() []wal.PendingGeneration { return s.WAL.Pending(s.Base.MergedGenerations) }
+
+// PendingCount is the number of generations above the watermarks.
+func (s *Snapshot) PendingCount() int { return s.WAL.PendingGenerations(s.Base.MergedGenerations) }
+
+// Store is an open store on this worker. Use it through Stores.
+type Store struct {
+	cfg   *Config
+	entry registry.Entry
+	input *arrow.Schema
+	table *table.Table
+	log   *slog.Logger
+
+	// mu is the store lock. Shared: copy the snapshot pointer. Exclusive: commit a
+	// merge's manifest and swap the snapshot. See the package comment.
+	mu   sync.RWMutex
+	snap *Snapshot
+
+	refreshMu sync.Mutex // one snapshot refresh at a time; never held with mu
+
+	writerMu sync.Mutex // guards writer and deleted; held across OpenWriter only
+	writer   *wal.Writer
+	deleted  bool
+}
+
+func newStore(ctx context.Context, cfg *Config, e registry.Entry, tb *table.Table) (*Store, error) {
+	input, err := inputSchema(e)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, entry: e, input: input, table: tb, log: cfg.Logger.With("store", e.Name, "kind", e.Kind)}
+	ws, err := wal.LoadSnapshot(ctx, cfg.Bucket, e.URI)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", e.Target(), err)
+	}
+	s.snap = &Snapshot{Base: tb.Latest(), WAL: ws, taken: cfg.Clock.Now()}
+	return s, nil
+}
+
+// Entry is the store's registry entry.
+func (s *Store) Entry() registry.Entry { return s.entry }
+
+// Target is the store's target string.
+func (s *Store) Target() string { return s.entry.Target() }
+
+// InputSchema is the schema of rows clients append (without _seq).
+func (s *Store) InputSchema() *arrow.Schema { return s.input }
+
+// Table is the store's base table.
+func (s *Store) Table() *table.Table { return s.table }
+
+// Bucket is where the store lives.
+func (s *Store) Bucket() *objstore.Bucket { return s.cfg.Bucket }
+
+// Shard is this worker's shard of the store.
+func (s *Store) Shard() string { return s.cfg.Shard }
+
+// Generations is the worker's decoded-generation cache.
+func (s *Store) Generations() *wal.GenerationCache { return s.cfg.Generations }
+
+// Snapshot returns the current snapshot without I/O (the shared lock is held only
+// to copy the pointer).
+func (s *Store) Snapshot() *Snapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.snap
+}
+
+// Writer returns this worker's WAL writer for the store, opening it (claiming the
+// next writer epoch and replaying) on first use. A worker that only reads a store
+// never creates a shard in it.
+func (s *Store) Writer(ctx context.Context) (*wal.Writer, error) {
+	s.writerMu.Lock()
+	defer s.writerMu.Unlock()
+	if s.deleted {
+		return nil, fmt.Errorf("store %s: %w", s.Target(), ErrDeleted)
+	}
+	if s.writer != nil {
+		return s.writer, nil
+	}
+	w, err := wal.OpenWriter(ctx, s.cfg.Bucket, s.entry.URI, s.cfg.Shard, s.input, s.cfg.WALOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: open WAL shard %s: %w", s.Target(), s.cfg.Shard, err)
+	}
+	s.writer = w
+	return w, nil
+}
+
+// residentWriter returns the writer if it is open, without opening it.
+func (s *Store) residentWriter() *wal.Writer {
+	s.writerMu.Lock()
+	defer s.writerMu.Unlock()
+	return s.writer
+}
+
+// Append durably logs rec (input schema) in this worker's shard. It returns after
+// the WAL entry holding the rows is written; the rows become visible to reads at the
+// next seal.
+func (s *Store) Append(ctx context.Context, rec arrow.RecordBatch) error {
+	w, err := s.Writer(ctx)
+	if err != nil {
+		return err
+	}
+	if err := w.Append(ctx, rec); err != nil {
+		return fmt.Errorf("store %s: %w", s.Target(), err)
+	}
+	if s.entry.SealOnAdd {
+		_, err := s.Seal(ctx)
+		return err
+	}
+	return nil
+}
+
+// Seal turns this worker's memtable of the store into a generation and makes it
+// visible to this worker's reads at once. It returns nil, nil when there was nothing
+// to seal (or the shard was never written here).
+func (s *Store) Seal(ctx context.Context) (*wal.Generation, error) {
+	w := s.residentWriter()
+	if w == nil {
+		return nil, nil
+	}
+	g, err := w.Seal(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: seal: %w", s.Target(), err)
+	}
+	if g != nil {
+		s.observeShard(w.Stats().Manifest)
+	}
+	return g, nil
+}
+
+// observeShard puts a newer manifest of one shard into the snapshot.
+func (s *Store) observeShard(m *wal.Manifest) {
+	if m == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.snap.WAL.Shards[m.Shard]
+	if old != nil && old.Version >= m.Version {
+		return
+	}
+	shards := make(map[string]*wal.Manifest, len(s.snap.WAL.Shards)+1)
+	for k, v := range s.snap.WAL.Shards {
+		shards[k] = v
+	}
+	shards[m.Shard] = m
+	snap := *s.snap
+	snap.WAL = &wal.Snapshot{Dir: s.snap.WAL.Dir, Shards: shards}
+	s.snap = &snap
+}
+
+// Commit commits a prepared base-table transaction under the exclusive lock and
+// swaps the snapshot to the committed version: the short critical section of a
+// merge. Readers wait at most for one manifest write.
+func (s *Store) Commit(ctx context.Context, x *table.Txn) (*table.Manifest, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, err := x.Commit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if m.Version > s.snap.Base.Version {
+		snap := *s.snap
+		snap.Base = m
+		s.snap = &snap
+	}
+	return m, nil
+}
+
+// ObserveBase puts a newer base manifest into the snapshot (a merge found the work
+// already committed, or a refresh elsewhere saw it).
+func (s *Store) ObserveBase(m *table.Manifest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m != nil && m.Version > s.snap.Base.Version {
+		snap := *s.snap
+		snap.Base = m
+		s.snap = &snap
+	}
+}
+
+// ObserveShard is observeShard for the merge's drain.
+func (s *Store) ObserveShard(m *wal.Manifest) { s.observeShard(m) }
+
+// Fresh returns a snapshot no older than SnapshotTTL, refreshing the base version
+// and every shard's manifest if needed. The I/O runs without the store lock.
+func (s *Store) Fresh(ctx context.Context) (*Snapshot, error) {
+	snap := s.Snapshot()
+	if s.cfg.Clock.Since(snap.taken) < s.cfg.SnapshotTTL {
+		return snap, nil
+	}
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
+	snap = s.Snapshot()
+	if s.cfg.Clock.Since(snap.taken) < s.cfg.SnapshotTTL {
+		return snap, nil // another reader refreshed it while we waited
+	}
+	start := s.cfg.Clock.Now()
+	base, err := s.table.Refresh(ctx)
+	if errors.Is(err, table.ErrNotFound) {
+		s.markDeleted()
+		return nil, fmt.Errorf("store %s: %w", s.Target(), ErrDeleted)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store %s: refresh base: %w", s.Target(), err)
+	}
+	ws, err := snap.WAL.Refresh(ctx, s.cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: refresh WAL: %w", s.Target(), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := &Snapshot{Base: s.snap.Base, WAL: ws, taken: start}
+	if base.Version > next.Base.Version {
+		next.Base = base
+	}
+	// A seal or drain of ours may have landed after the refresh read that shard.
+	for name, m := range s.snap.WAL.Shards {
+		if cur := ws.Shards[name]; cur != nil && cur.Version < m.Version {
+			shards := make(map[string]*wal.Manifest, len(ws.Shards))
+			for k, v := range ws.Shards {
+				shards[k] = v
+			}
+			shards[name] = m
+			next.WAL = &wal.Snapshot{Dir: ws.Dir, Shards: shards}
+			ws = next.WAL
+		}
+	}
+	s.snap = next
+	return next, nil
+}
+
+// markDeleted fences the handle: later appends fail with ErrDeleted.
+func (s *Store) markDeleted() {
+	s.writerMu.Lock()
+	defer s.writerMu.Unlock()
+	s.deleted = true
+}
+
+// close stops the WAL writer (sealing first if seal is set). It does not delete.
+func (s *Store) close(ctx context.Context, seal bool) error {
+	s.writerMu.Lock()
+	w := s.writer
+	s.writer = nil
+	s.writerMu.Unlock()
+	if w == nil {
+		return nil
+	}
+	var errs []error
+	if seal {
+		if _, err := w.Seal(ctx); err != nil && !errors.Is(err, wal.ErrFenced) {
+			errs = append(errs, fmt.Errorf("store %s: seal on close: %w", s.Target(), err))
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("store %s: close WAL: %w", s.Target(), err))
+	}
+	return errors.Join(errs...)
+}
