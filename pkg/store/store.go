@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -37,7 +38,7 @@ type Config struct {
 	// SnapshotTTL is how stale a read's view of other shards and of the base table
 	// may be before the read refreshes it (1 s). Own seals and merges update the
 	// snapshot at once.
-	SnapshotTTL time.Duration
+	SnapshotTTL  time.Duration
 	TableOptions []table.Option
 	WALOptions   []wal.Option
 	Clock        clock.Clock
@@ -92,8 +93,12 @@ type Store struct {
 
 	// mu is the store lock. Shared: copy the snapshot pointer. Exclusive: commit a
 	// merge's manifest and swap the snapshot. See the package comment.
-	mu   sync.RWMutex
-	snap *Snapshot
+	mu sync.RWMutex
+	// snap is the current snapshot. Swaps compose the next value under snapMu (held
+	// for nanoseconds, never across I/O), so a refresh or a seal never waits for a
+	// reader holding the shared lock; only a merge commit does.
+	snap   atomic.Pointer[Snapshot]
+	snapMu sync.Mutex
 
 	refreshMu sync.Mutex // one snapshot refresh at a time; never held with mu
 
@@ -112,7 +117,7 @@ func newStore(ctx context.Context, cfg *Config, e registry.Entry, tb *table.Tabl
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", e.Target(), err)
 	}
-	s.snap = &Snapshot{Base: tb.Latest(), WAL: ws, taken: cfg.Clock.Now()}
+	s.snap.Store(&Snapshot{Base: tb.Latest(), WAL: ws, taken: cfg.Clock.Now()})
 	return s, nil
 }
 
@@ -142,7 +147,25 @@ func (s *Store) Generations() *wal.GenerationCache { return s.cfg.Generations }
 func (s *Store) Snapshot() *Snapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.snap
+	return s.snap.Load()
+}
+
+// swap replaces the snapshot with next(current) atomically with respect to other
+// swaps. next must not do I/O.
+func (s *Store) swap(next func(cur *Snapshot) *Snapshot) {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if n := next(s.snap.Load()); n != nil {
+		s.snap.Store(n)
+	}
+}
+
+// SharedLock takes the store's shared lock and returns its release. Readers hold it
+// only to copy the snapshot pointer; a caller holding it longer delays merge commits,
+// never prepares, appends or other reads.
+func (s *Store) SharedLock() (unlock func()) {
+	s.mu.RLock()
+	return s.mu.RUnlock
 }
 
 // Writer returns this worker's WAL writer for the store, opening it (claiming the
@@ -213,20 +236,19 @@ func (s *Store) observeShard(m *wal.Manifest) {
 	if m == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.snap.WAL.Shards[m.Shard]
-	if old != nil && old.Version >= m.Version {
-		return
-	}
-	shards := make(map[string]*wal.Manifest, len(s.snap.WAL.Shards)+1)
-	for k, v := range s.snap.WAL.Shards {
-		shards[k] = v
-	}
-	shards[m.Shard] = m
-	snap := *s.snap
-	snap.WAL = &wal.Snapshot{Dir: s.snap.WAL.Dir, Shards: shards}
-	s.snap = &snap
+	s.swap(func(cur *Snapshot) *Snapshot {
+		if old := cur.WAL.Shards[m.Shard]; old != nil && old.Version >= m.Version {
+			return nil
+		}
+		shards := make(map[string]*wal.Manifest, len(cur.WAL.Shards)+1)
+		for k, v := range cur.WAL.Shards {
+			shards[k] = v
+		}
+		shards[m.Shard] = m
+		next := *cur
+		next.WAL = &wal.Snapshot{Dir: cur.WAL.Dir, Shards: shards}
+		return &next
+	})
 }
 
 // Commit commits a prepared base-table transaction under the exclusive lock and
@@ -239,24 +261,24 @@ func (s *Store) Commit(ctx context.Context, x *table.Txn) (*table.Manifest, erro
 	if err != nil {
 		return nil, err
 	}
-	if m.Version > s.snap.Base.Version {
-		snap := *s.snap
-		snap.Base = m
-		s.snap = &snap
-	}
+	s.ObserveBase(m)
 	return m, nil
 }
 
-// ObserveBase puts a newer base manifest into the snapshot (a merge found the work
-// already committed, or a refresh elsewhere saw it).
+// ObserveBase puts a newer base manifest into the snapshot (a merge committed it, or
+// found the work already committed).
 func (s *Store) ObserveBase(m *table.Manifest) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if m != nil && m.Version > s.snap.Base.Version {
-		snap := *s.snap
-		snap.Base = m
-		s.snap = &snap
+	if m == nil {
+		return
 	}
+	s.swap(func(cur *Snapshot) *Snapshot {
+		if m.Version <= cur.Base.Version {
+			return nil
+		}
+		next := *cur
+		next.Base = m
+		return &next
+	})
 }
 
 // ObserveShard is observeShard for the merge's drain.
@@ -288,26 +310,31 @@ func (s *Store) Fresh(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store %s: refresh WAL: %w", s.Target(), err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	next := &Snapshot{Base: s.snap.Base, WAL: ws, taken: start}
-	if base.Version > next.Base.Version {
-		next.Base = base
-	}
-	// A seal or drain of ours may have landed after the refresh read that shard.
-	for name, m := range s.snap.WAL.Shards {
-		if cur := ws.Shards[name]; cur != nil && cur.Version < m.Version {
-			shards := make(map[string]*wal.Manifest, len(ws.Shards))
-			for k, v := range ws.Shards {
-				shards[k] = v
-			}
-			shards[name] = m
-			next.WAL = &wal.Snapshot{Dir: ws.Dir, Shards: shards}
-			ws = next.WAL
+	var out *Snapshot
+	s.swap(func(cur *Snapshot) *Snapshot {
+		out = &Snapshot{Base: cur.Base, WAL: ws, taken: start}
+		if base.Version > out.Base.Version {
+			out.Base = base
 		}
-	}
-	s.snap = next
-	return next, nil
+		// A seal or drain of ours may have landed after the refresh read that shard.
+		var shards map[string]*wal.Manifest
+		for name, m := range cur.WAL.Shards {
+			if r := ws.Shards[name]; r != nil && r.Version < m.Version {
+				if shards == nil {
+					shards = make(map[string]*wal.Manifest, len(ws.Shards))
+					for k, v := range ws.Shards {
+						shards[k] = v
+					}
+				}
+				shards[name] = m
+			}
+		}
+		if shards != nil {
+			out.WAL = &wal.Snapshot{Dir: ws.Dir, Shards: shards}
+		}
+		return out
+	})
+	return out, nil
 }
 
 // markDeleted fences the handle: later appends fail with ErrDeleted.

@@ -281,4 +281,3 @@ func (ss *Stores) Close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
-

@@ -1,0 +1,57 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrNotCancellable means the task is running or finished: only a queued task can
+// be cancelled (FailedPrecondition, not NotFound or InvalidArgument).
+var ErrNotCancellable = errors.New("task is not queued")
+
+// Cancel fails a queued task with error "cancelled" and frees its kind+target for
+// a new enqueue. A running or finished task gives ErrNotCancellable, a missing one
+// ErrTaskNotFound.
+func (s *Store) Cancel(ctx context.Context, id string) (Task, error) {
+	if err := validateID("task id", id); err != nil {
+		return Task{}, err
+	}
+	for range maxTxnAttempts {
+		t, rev, err := s.getTask(ctx, id)
+		if err != nil {
+			return Task{}, err
+		}
+		if t.State != StateQueued {
+			return Task{}, fmt.Errorf("cancel task %s: it is %s: %w", id, t.State, ErrNotCancellable)
+		}
+		t.State = StateFailed
+		t.Error = "cancelled"
+		t.FinishedAt = s.now()
+
+		// Cancel transaction:
+		//   if   mod_revision(P/tasks/<id>) == r                    still queued as read (not claimed since)
+		//   then put P/tasks/<id> = failed task, error "cancelled"
+		//        delete P/queue/<id>                                out of the FIFO
+		//        txn: if value(P/dedupe/<kind>/<target>) == <id>    the kind+target may be enqueued again;
+		//             then delete P/dedupe/<kind>/<target>          never drop another task's key
+		//   else nothing: read it again and decide anew
+		resp, err := s.client.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(s.taskKey(id)), "=", rev),
+		).Then(
+			clientv3.OpPut(s.taskKey(id), encodeTask(t)),
+			clientv3.OpDelete(s.queueKey(id)),
+			s.dropDedupe(t),
+		).Commit()
+		if err != nil {
+			return Task{}, fmt.Errorf("cancel task %s: %w", id, err)
+		}
+		if resp.Succeeded {
+			s.opts.logger.Info("task cancelled", "task", id, "kind", t.Kind, "target", t.Target)
+			return t, nil
+		}
+	}
+	return Task{}, fmt.Errorf("cancel task %s: gave up after %d attempts: it keeps changing", id, maxTxnAttempts)
+}

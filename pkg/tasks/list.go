@@ -1,0 +1,123 @@
+package tasks
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// List limits.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// ListFilter selects tasks for List. Zero fields match everything.
+type ListFilter struct {
+	State  State
+	Kind   Kind
+	Target string
+	// Limit is the page size: 0 means DefaultListLimit, at most MaxListLimit.
+	Limit int
+	// PageToken continues a previous List with the same filter; "" starts over.
+	PageToken string
+	// NewestFirst lists in reverse enqueue order; the default is enqueue order.
+	NewestFirst bool
+}
+
+// List returns one page of tasks matching f, in enqueue order (or the reverse),
+// and the token of the next page ("" when there is none). A page is short only
+// at the end; a token is returned whenever more keys remain, so the page it
+// leads to may be empty when none of them match.
+//
+// Queued and running tasks are read from their indexes, so listing the queue
+// never scans finished tasks.
+func (s *Store) List(ctx context.Context, f ListFilter) ([]Task, string, error) {
+	if f.State != "" {
+		if _, err := ParseState(string(f.State)); err != nil {
+			return nil, "", err
+		}
+	}
+	if f.Kind != "" {
+		if err := validateKind(f.Kind); err != nil {
+			return nil, "", err
+		}
+	}
+	if f.Target != "" {
+		if err := validateTarget(f.Target); err != nil {
+			return nil, "", err
+		}
+	}
+	if f.PageToken != "" {
+		if err := validateID("page token", f.PageToken); err != nil {
+			return nil, "", err
+		}
+	}
+	limit := f.Limit
+	switch {
+	case limit < 0:
+		return nil, "", fmt.Errorf("%w: limit %d is negative", ErrInvalidArgument, limit)
+	case limit == 0:
+		limit = DefaultListLimit
+	case limit > MaxListLimit:
+		limit = MaxListLimit
+	}
+
+	prefix := s.tasksPrefix()
+	switch f.State {
+	case StateQueued:
+		prefix = s.queuePrefix()
+	case StateRunning:
+		prefix = s.runningPrefix()
+	}
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	from, to := prefix, end // the unread key range [from, to)
+	if f.PageToken != "" {
+		if f.NewestFirst {
+			to = prefix + f.PageToken
+		} else {
+			from = prefix + f.PageToken + "\x00"
+		}
+	}
+	order := clientv3.SortAscend
+	if f.NewestFirst {
+		order = clientv3.SortDescend
+	}
+	batch := max(limit, 64)
+
+	var out []Task
+	for {
+		resp, err := s.client.Get(ctx, from, clientv3.WithRange(to),
+			clientv3.WithSort(clientv3.SortByKey, order), clientv3.WithLimit(int64(batch)))
+		if err != nil {
+			return nil, "", fmt.Errorf("list %s: %w", prefix, err)
+		}
+		for i, kv := range resp.Kvs {
+			t, err := decodeTask(string(kv.Key), kv.Value)
+			if err != nil {
+				return nil, "", err
+			}
+			if (f.State != "" && t.State != f.State) || (f.Kind != "" && t.Kind != f.Kind) ||
+				(f.Target != "" && t.Target != f.Target) {
+				continue
+			}
+			out = append(out, t)
+			if len(out) == limit {
+				if i == len(resp.Kvs)-1 && !resp.More {
+					return out, "", nil
+				}
+				return out, t.ID, nil
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, "", nil
+		}
+		last := string(resp.Kvs[len(resp.Kvs)-1].Key)
+		if f.NewestFirst {
+			to = last
+		} else {
+			from = last + "\x00"
+		}
+	}
+}

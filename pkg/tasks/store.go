@@ -1,0 +1,198 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrTaskNotFound means no task has the id: it never existed or was pruned.
+var ErrTaskNotFound = errors.New("task not found")
+
+// DefaultPrefix is the key prefix when New is given "".
+const DefaultPrefix = "/tidemark"
+
+// Default cooldown backoff of failing non-merge tasks.
+const (
+	DefaultCooldownBase = 30 * time.Second
+	DefaultCooldownMax  = 30 * time.Minute
+)
+
+// Clock tells the time. k8s.io/utils/clock.PassiveClock satisfies it.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Store is the master's task store in etcd. It keeps no state of its own besides
+// its options: every replica may use its own Store on the same prefix at once.
+type Store struct {
+	client *clientv3.Client
+	prefix string
+	opts   options
+}
+
+type options struct {
+	clock        Clock
+	cooldownBase time.Duration
+	cooldownMax  time.Duration
+	logger       *slog.Logger
+	holder       string
+}
+
+// Option configures a Store.
+type Option func(*options)
+
+// WithClock sets the clock used for timestamps and cooldowns (tests inject one).
+// Leases still run on etcd's clock.
+func WithClock(c Clock) Option {
+	return func(o *options) {
+		if c != nil {
+			o.clock = c
+		}
+	}
+}
+
+// WithCooldown sets the backoff of failing non-merge tasks: the n-th failure in a
+// row of a kind+target blocks its claims for base*2^(n-1), at most maxDelay.
+// Non-positive values keep the defaults.
+func WithCooldown(base, maxDelay time.Duration) Option {
+	return func(o *options) {
+		if base > 0 {
+			o.cooldownBase = base
+		}
+		if maxDelay > 0 {
+			o.cooldownMax = maxDelay
+		}
+	}
+}
+
+// WithLogger sets the logger for recoveries and dependency failures.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	}
+}
+
+// WithHolder names this replica in claim tokens and coordination keys, so an
+// operator reading etcd sees who holds what. The default is "<hostname>:<pid>".
+func WithHolder(name string) Option {
+	return func(o *options) {
+		if name != "" {
+			o.holder = name
+		}
+	}
+}
+
+// New returns the task store under prefix ("" means DefaultPrefix).
+func New(client *clientv3.Client, prefix string, opts ...Option) *Store {
+	host, _ := os.Hostname()
+	o := options{
+		clock:        realClock{},
+		cooldownBase: DefaultCooldownBase,
+		cooldownMax:  DefaultCooldownMax,
+		logger:       slog.Default(),
+		holder:       fmt.Sprintf("%s:%d", host, os.Getpid()),
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.cooldownMax < o.cooldownBase {
+		o.cooldownMax = o.cooldownBase
+	}
+	prefix = strings.TrimRight(prefix, "/")
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return &Store{client: client, prefix: prefix, opts: o}
+}
+
+// Prefix is the store's key prefix, without a trailing slash.
+func (s *Store) Prefix() string { return s.prefix }
+
+func (s *Store) now() time.Time { return s.opts.clock.Now().UTC() }
+
+// Key layout. Every key the package writes is built here.
+
+func (s *Store) tasksPrefix() string    { return s.prefix + "/tasks/" }
+func (s *Store) queuePrefix() string    { return s.prefix + "/queue/" }
+func (s *Store) runningPrefix() string  { return s.prefix + "/running/" }
+func (s *Store) claimsPrefix() string   { return s.prefix + "/claims/" }
+func (s *Store) locksPrefix() string    { return s.prefix + "/target-locks/" }
+func (s *Store) dedupePrefix() string   { return s.prefix + "/dedupe/" }
+func (s *Store) cooldownPrefix() string { return s.prefix + "/cooldown/" }
+
+func (s *Store) taskKey(id string) string    { return s.tasksPrefix() + id }
+func (s *Store) queueKey(id string) string   { return s.queuePrefix() + id }
+func (s *Store) runningKey(id string) string { return s.runningPrefix() + id }
+func (s *Store) claimKey(id string) string   { return s.claimsPrefix() + id }
+func (s *Store) lockKey(target string) string {
+	return s.locksPrefix() + target
+}
+func (s *Store) dedupeKey(k Kind, target string) string {
+	return s.dedupePrefix() + string(k) + "/" + target
+}
+func (s *Store) cooldownKey(k Kind, target string) string {
+	return s.cooldownPrefix() + string(k) + "/" + target
+}
+func (s *Store) coordinationKey(name string) string {
+	return s.prefix + "/coordination/" + name
+}
+
+func encodeTask(t Task) string {
+	data, err := json.Marshal(t)
+	if err != nil {
+		panic(fmt.Sprintf("tasks: encode task %s: %v", t.ID, err)) // only plain fields
+	}
+	return string(data)
+}
+
+func decodeTask(key string, value []byte) (Task, error) {
+	var t Task
+	if err := json.Unmarshal(value, &t); err != nil {
+		return Task{}, fmt.Errorf("task record %s: corrupt: %w", key, err)
+	}
+	return t, nil
+}
+
+// getTask reads a task with the mod revision its record has.
+func (s *Store) getTask(ctx context.Context, id string) (Task, int64, error) {
+	key := s.taskKey(id)
+	resp, err := s.client.Get(ctx, key)
+	if err != nil {
+		return Task{}, 0, fmt.Errorf("get %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Task{}, 0, fmt.Errorf("task %s: %w", id, ErrTaskNotFound)
+	}
+	t, err := decodeTask(key, resp.Kvs[0].Value)
+	return t, resp.Kvs[0].ModRevision, err
+}
+
+// Get returns the task with the id, or ErrTaskNotFound.
+func (s *Store) Get(ctx context.Context, id string) (Task, error) {
+	if err := validateID("task id", id); err != nil {
+		return Task{}, err
+	}
+	t, _, err := s.getTask(ctx, id)
+	return t, err
+}
+
+// QueueDepth is the number of queued tasks (for metrics).
+func (s *Store) QueueDepth(ctx context.Context) (int64, error) {
+	resp, err := s.client.Get(ctx, s.queuePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("count %s: %w", s.queuePrefix(), err)
+	}
+	return resp.Count, nil
+}
