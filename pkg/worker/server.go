@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 )
 
@@ -41,7 +43,20 @@ type Config struct {
 	// ShutdownTimeout bounds how long Serve waits for in-flight requests once its
 	// context is done; zero means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+
+	// Stores and Merger serve the data API; without Stores only health and metrics
+	// are served.
+	Stores *store.Stores
+	Merger *merge.Merger
+	// Series are the worker's metrics, registered in Metrics; nil creates them.
+	Series *Metrics
+	// MaxBodyBytes limits request bodies (DefaultMaxBodyBytes).
+	MaxBodyBytes int64
 }
+
+// DefaultMaxBodyBytes bounds a request body: larger adds are refused with 413 before
+// they are read into memory.
+const DefaultMaxBodyBytes = 64 << 20
 
 // Server is the worker's HTTP server.
 type Server struct {
@@ -75,9 +90,18 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if cfg.Series == nil {
+		cfg.Series = NewMetrics(cfg.Metrics)
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
 	s := &Server{cfg: cfg}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/health", s.health)
+	if cfg.Stores != nil {
+		s.registerDataRoutes(mux)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{
 		Registry: cfg.Metrics, // promhttp's own error counters land in the same registry
 	}))

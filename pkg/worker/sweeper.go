@@ -1,0 +1,194 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/store"
+)
+
+// Sweeper defaults (FLUSH_INTERVAL, CLEANUP_INTERVAL, the per-store step timeout).
+const (
+	DefaultFlushInterval   = 30 * time.Second
+	DefaultCleanupInterval = 300 * time.Second
+	DefaultStepTimeout     = 60 * time.Second
+)
+
+// SweeperConfig configures the flush and cleanup sweepers.
+type SweeperConfig struct {
+	Stores  *store.Stores
+	Merger  *merge.Merger
+	Metrics *Metrics
+	// FlushInterval is the flush sweeper's period: seal every resident store, then
+	// run the count trigger.
+	FlushInterval time.Duration
+	// CleanupInterval is the cleanup sweeper's period: seal and merge everything
+	// pending in this worker's shards (the time trigger).
+	CleanupInterval time.Duration
+	// MergeAfterGenerations is the count trigger: merge a store once this worker's
+	// shard has this many pending generations. 0 disables it (it is never
+	// "threshold 0").
+	MergeAfterGenerations int
+	// StepTimeout bounds one store's step of a sweep.
+	StepTimeout time.Duration
+	Clock       clock.WithTicker
+	Logger      *slog.Logger
+}
+
+// Sweeper runs the worker's periodic seals and merges. Sweeps only try for a merge
+// slot: a busy worker skips merging this round rather than queueing behind
+// request-driven merges.
+type Sweeper struct {
+	cfg SweeperConfig
+	log *slog.Logger
+}
+
+// NewSweeper returns a Sweeper; call Run to start it.
+func NewSweeper(cfg SweeperConfig) *Sweeper {
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.CleanupInterval <= 0 {
+		cfg.CleanupInterval = DefaultCleanupInterval
+	}
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = DefaultStepTimeout
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Sweeper{cfg: cfg, log: cfg.Logger}
+}
+
+// Run runs both sweepers until ctx is done.
+func (sw *Sweeper) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); sw.every(ctx, sw.cfg.FlushInterval, sw.FlushPass) }()
+	go func() { defer wg.Done(); sw.every(ctx, sw.cfg.CleanupInterval, sw.CleanupPass) }()
+	wg.Wait()
+}
+
+func (sw *Sweeper) every(ctx context.Context, d time.Duration, pass func(context.Context)) {
+	t := sw.cfg.Clock.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			pass(ctx)
+		}
+	}
+}
+
+// FlushPass seals every resident store, then merges those whose own shard reached
+// the count trigger, if a merge slot is free. Store kinds run concurrently, so one
+// slow kind cannot delay another; each store's step is bounded by StepTimeout.
+func (sw *Sweeper) FlushPass(ctx context.Context) {
+	sw.perStore(ctx, "flush", func(ctx context.Context, s *store.Store) {
+		kind := string(s.Entry().Kind)
+		g, err := s.Seal(ctx)
+		switch {
+		case err != nil:
+			sw.cfg.Metrics.Flushes.WithLabelValues("failure", kind).Inc()
+			sw.log.Warn("flush sweeper: seal failed", "store", s.Entry().Name, "kind", kind, "err", err)
+			return // a failed seal says nothing about merging; try again next round
+		case g != nil:
+			sw.cfg.Metrics.Flushes.WithLabelValues("success", kind).Inc()
+		}
+		if n := sw.cfg.MergeAfterGenerations; n > 0 && merge.PendingOwn(s) >= n {
+			sw.merge(ctx, s, "count", func(ctx context.Context) (merge.Result, error) {
+				return sw.cfg.Merger.MergeOnce(ctx, s, false)
+			})
+		}
+	})
+}
+
+// CleanupPass seals every resident store and merges everything pending in this
+// worker's shards (the time trigger), if a merge slot is free.
+func (sw *Sweeper) CleanupPass(ctx context.Context) {
+	sw.perStore(ctx, "cleanup", func(ctx context.Context, s *store.Store) {
+		kind := string(s.Entry().Kind)
+		if _, err := s.Seal(ctx); err != nil {
+			sw.cfg.Metrics.Flushes.WithLabelValues("failure", kind).Inc()
+			sw.log.Warn("cleanup sweeper: seal failed", "store", s.Entry().Name, "kind", kind, "err", err)
+		}
+		if merge.PendingOwn(s) > 0 {
+			sw.merge(ctx, s, "time", func(ctx context.Context) (merge.Result, error) {
+				return sw.cfg.Merger.Merge(ctx, s, false)
+			})
+		}
+	})
+}
+
+// merge runs one sweeper merge and reports it under the cleanup counters.
+func (sw *Sweeper) merge(ctx context.Context, s *store.Store, trigger string, run func(context.Context) (merge.Result, error)) {
+	kind := string(s.Entry().Kind)
+	start := sw.cfg.Clock.Now()
+	r, err := run(ctx)
+	result := "success"
+	switch {
+	case errors.Is(err, merge.ErrBusy):
+		result = "busy"
+	case errors.Is(err, context.DeadlineExceeded):
+		result = "timeout"
+	case err != nil:
+		result = "failure"
+	}
+	sw.cfg.Metrics.Cleanups.WithLabelValues(result, kind).Inc()
+	if result == "busy" {
+		return // not a merge: nothing ran
+	}
+	sw.cfg.Metrics.Merges.WithLabelValues(trigger, result).Inc()
+	sw.cfg.Metrics.MergeDuration.WithLabelValues(trigger).Observe(sw.cfg.Clock.Since(start).Seconds())
+	sw.cfg.Metrics.MergedGenerations.WithLabelValues(kind).Add(float64(r.Generations))
+	if err != nil {
+		sw.log.Warn("sweeper merge failed", "store", s.Entry().Name, "kind", kind, "trigger", trigger, "err", err)
+	}
+}
+
+// perStore runs step on every resident store: kinds concurrently, stores of a kind
+// one after another, each under StepTimeout. It also refreshes the pending gauge.
+func (sw *Sweeper) perStore(ctx context.Context, sweep string, step func(context.Context, *store.Store)) {
+	stores, rels := sw.cfg.Stores.Resident()
+	defer func() {
+		for _, r := range rels {
+			r()
+		}
+	}()
+	byKind := map[registry.Kind][]*store.Store{}
+	for _, s := range stores {
+		byKind[s.Entry().Kind] = append(byKind[s.Entry().Kind], s)
+	}
+	var wg sync.WaitGroup
+	for kind, list := range byKind {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, s := range list {
+				if ctx.Err() != nil {
+					return
+				}
+				sctx, cancel := context.WithTimeout(ctx, sw.cfg.StepTimeout)
+				step(sctx, s)
+				if errors.Is(sctx.Err(), context.DeadlineExceeded) {
+					sw.log.Warn(sweep+" sweeper timed out", "store", s.Entry().Name, "kind", kind, "timeout", sw.cfg.StepTimeout.String())
+				}
+				cancel()
+				sw.cfg.Metrics.PendingGenerations.WithLabelValues(string(kind), s.Entry().Name).Set(float64(s.Snapshot().PendingCount()))
+			}
+		}()
+	}
+	wg.Wait()
+}
