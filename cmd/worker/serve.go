@@ -1,15 +1,22 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tidemark-io/tidemark/internal/cli"
+	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/table"
+	"github.com/tidemark-io/tidemark/pkg/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker"
 )
 
@@ -19,6 +26,15 @@ type serveFlags struct {
 	instanceID string
 	logLevel   string
 	shutdown   time.Duration
+
+	flushInterval, cleanupInterval, stepTimeout time.Duration
+	mergeAfterGenerations                       int
+	mergeMaxGenerations, mergeConcurrency       int
+	mergeMaxBytes, mergeBudget                  int64
+	pendingWarn, pendingMax                     int
+	maxOpenStores                               int
+	generationCache, tableCache, maxBodyBytes   int64
+	opTimeout                                   time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -32,16 +48,47 @@ func newServeCmd() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
+	bind := func(name, env string) { cli.BindEnv(fs, name, env) }
 	fs.StringVar(&f.dataURL, "data-url", "file://./data", "object storage URL of every store (file://, mem://, s3://, azblob://, gs://; ?prefix= optional)")
+	bind("data-url", "DATA_URL")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "address the HTTP API and /metrics listen on")
+	bind("http-addr", "HTTP_ADDR")
 	fs.StringVar(&f.instanceID, "instance-id", "", "this worker's stable id, and its shard name in every store (default: the hostname)")
+	bind("instance-id", "INSTANCE_ID")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.DurationVar(&f.shutdown, "shutdown-timeout", worker.DefaultShutdownTimeout, "how long shutdown waits for in-flight requests")
-	cli.BindEnv(fs, "data-url", "DATA_URL")
-	cli.BindEnv(fs, "http-addr", "HTTP_ADDR")
-	cli.BindEnv(fs, "instance-id", "INSTANCE_ID")
-	cli.BindEnv(fs, "log-level", "LOG_LEVEL")
-	cli.BindEnv(fs, "shutdown-timeout", "SHUTDOWN_TIMEOUT")
+	bind("log-level", "LOG_LEVEL")
+	fs.DurationVar(&f.shutdown, "shutdown-timeout", worker.DefaultShutdownTimeout, "how long shutdown waits for in-flight requests (the final seal has its own budget of the same length)")
+	bind("shutdown-timeout", "SHUTDOWN_TIMEOUT")
+	fs.DurationVar(&f.flushInterval, "flush-interval", worker.DefaultFlushInterval, "period of the flush sweeper: seal every resident store, then the count trigger")
+	bind("flush-interval", "FLUSH_INTERVAL")
+	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", worker.DefaultCleanupInterval, "period of the cleanup sweeper: seal and merge everything pending in this worker's shards")
+	bind("cleanup-interval", "CLEANUP_INTERVAL")
+	fs.DurationVar(&f.stepTimeout, "sweep-step-timeout", worker.DefaultStepTimeout, "bound on one store's step of a sweep")
+	bind("sweep-step-timeout", "SWEEP_STEP_TIMEOUT")
+	fs.IntVar(&f.mergeAfterGenerations, "merge-after-generations", 0, "count trigger: merge a store once this worker's shard has this many pending generations; 0 disables it")
+	bind("merge-after-generations", "MERGE_AFTER_GENERATIONS")
+	fs.IntVar(&f.mergeMaxGenerations, "merge-max-generations", merge.DefaultMaxGenerations, "generations one merge pass reads at most; 0 means all")
+	bind("merge-max-generations", "MERGE_MAX_GENERATIONS")
+	fs.Int64Var(&f.mergeMaxBytes, "merge-max-bytes", merge.DefaultMaxBytes, "generation bytes one merge pass reads at most (a generation is never split); 0 means no cap")
+	bind("merge-max-bytes", "MERGE_MAX_BYTES")
+	fs.IntVar(&f.mergeConcurrency, "merge-concurrency", 4, "merge slots: merges running at once on this worker")
+	bind("merge-concurrency", "MERGE_CONCURRENCY")
+	fs.Int64Var(&f.mergeBudget, "merge-memory-budget", 2<<30, "bytes of prepared merge data held at once by this worker")
+	bind("merge-memory-budget", "MERGE_MEMORY_BUDGET")
+	fs.IntVar(&f.pendingWarn, "wal-pending-warn-generations", 256, "log reads that fan out over more pending generations than this")
+	bind("wal-pending-warn-generations", "WAL_PENDING_WARN_GENERATIONS")
+	fs.IntVar(&f.pendingMax, "wal-pending-max-generations", 4096, "refuse reads (503) over more pending generations than this")
+	bind("wal-pending-max-generations", "WAL_PENDING_MAX_GENERATIONS")
+	fs.IntVar(&f.maxOpenStores, "max-open-stores", 1024, "store handles kept open; the least recently used are sealed and closed")
+	bind("max-open-stores", "MAX_OPEN_STORES")
+	fs.Int64Var(&f.generationCache, "generation-cache-bytes", 256<<20, "budget of the decoded-generation cache for reads")
+	bind("generation-cache-bytes", "GENERATION_CACHE_BYTES")
+	fs.Int64Var(&f.tableCache, "table-cache-bytes", 64<<20, "per-store budget of decoded base-table objects (key indexes, blooms, deletion vectors, footers)")
+	bind("table-cache-bytes", "TABLE_CACHE_BYTES")
+	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", worker.DefaultMaxBodyBytes, "largest request body accepted (413 above)")
+	bind("max-body-bytes", "MAX_BODY_BYTES")
+	fs.DurationVar(&f.opTimeout, "object-store-timeout", objstore.DefaultOpTimeout, "bound on every object-store request")
+	bind("object-store-timeout", "OBJECT_STORE_TIMEOUT")
 	return cmd
 }
 
@@ -57,29 +104,97 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			return fmt.Errorf("instance id: none given (--instance-id, INSTANCE_ID) and no hostname: %w", err)
 		}
 	}
-
-	srv, err := worker.NewServer(worker.Config{
-		InstanceID:      instanceID,
-		Logger:          log,
-		ShutdownTimeout: f.shutdown,
-	})
-	if err != nil {
-		return err
+	if err := wal.ValidateShard(instanceID); err != nil {
+		return fmt.Errorf("instance id (--instance-id, INSTANCE_ID): %w", err)
 	}
-	bucket, err := objstore.Open(ctx, f.dataURL)
+	if f.mergeAfterGenerations < 0 || f.mergeMaxGenerations < 0 || f.mergeMaxBytes < 0 {
+		return fmt.Errorf("merge settings must not be negative (0 disables or uncaps)")
+	}
+	bucket, err := objstore.Open(ctx, f.dataURL, objstore.WithOpTimeout(f.opTimeout))
 	if err != nil {
 		return fmt.Errorf("data url (--data-url, DATA_URL): %w", err)
 	}
 	defer bucket.Close()
+
+	reg := worker.NewRegistry()
+	series := worker.NewMetrics(reg)
+	stores := store.NewStores(store.Config{
+		Bucket:            bucket,
+		Shard:             instanceID,
+		Generations:       wal.NewGenerationCache(f.generationCache),
+		WarnGenerations:   f.pendingWarn,
+		RefuseGenerations: f.pendingMax,
+		TableOptions:      []table.Option{table.WithLogger(log), table.WithCacheBytes(f.tableCache)},
+		WALOptions:        []wal.Option{wal.WithLogger(log)},
+		Logger:            log,
+		OnSlowRead: func(target string, _ int) {
+			series.ReadFanoutWarnings.WithLabelValues(kindOf(target)).Inc()
+		},
+	}, f.maxOpenStores)
+	merger := merge.New(merge.Config{
+		MaxGenerations: f.mergeMaxGenerations,
+		MaxBytes:       f.mergeMaxBytes,
+		Concurrency:    f.mergeConcurrency,
+		BudgetBytes:    f.mergeBudget,
+		Logger:         log,
+	})
+	srv, err := worker.NewServer(worker.Config{
+		InstanceID:      instanceID,
+		Logger:          log,
+		Metrics:         reg,
+		Series:          series,
+		ShutdownTimeout: f.shutdown,
+		Stores:          stores,
+		Merger:          merger,
+		MaxBodyBytes:    f.maxBodyBytes,
+	})
+	if err != nil {
+		return err
+	}
+	sweeper := worker.NewSweeper(worker.SweeperConfig{
+		Stores:                stores,
+		Merger:                merger,
+		Metrics:               series,
+		FlushInterval:         f.flushInterval,
+		CleanupInterval:       f.cleanupInterval,
+		MergeAfterGenerations: f.mergeAfterGenerations,
+		StepTimeout:           f.stepTimeout,
+		Logger:                log,
+	})
 
 	ln, err := net.Listen("tcp", f.httpAddr)
 	if err != nil {
 		return fmt.Errorf("http addr (--http-addr, HTTP_ADDR): %w", err)
 	}
 	log.Info("worker starting", "instance_id", instanceID, "data_url", bucket.String(), "version", cli.Version())
-	if err := srv.Serve(ctx, ln); err != nil {
-		return err
+
+	sweepCtx, stopSweeps := context.WithCancel(context.WithoutCancel(ctx))
+	var sweeps sync.WaitGroup
+	sweeps.Add(1)
+	go func() { defer sweeps.Done(); sweeper.Run(sweepCtx) }()
+
+	serveErr := srv.Serve(ctx, ln) // returns after in-flight requests finished
+	stopSweeps()
+	sweeps.Wait()
+	// Everything accepted is durable in WAL entries already; sealing on the way out
+	// makes it visible to every worker without waiting for this one to come back.
+	sealCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdown)
+	defer cancel()
+	if err := stores.Close(sealCtx); err != nil {
+		log.Warn("sealing stores at shutdown", "err", err)
+	}
+	if serveErr != nil {
+		return serveErr
 	}
 	log.Info("worker stopped", "instance_id", instanceID)
 	return nil
+}
+
+// kindOf is the store kind of a target, for metric labels.
+func kindOf(target string) string {
+	k, _, err := registry.ParseTarget(target)
+	if err != nil {
+		return "unknown"
+	}
+	return string(k)
 }
