@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/semaphore"
@@ -136,6 +137,16 @@ func PendingOwn(s *store.Store) int {
 		return 0
 	}
 	return len(sh.Pending(snap.Base.Watermark(s.Shard())))
+}
+
+// AcquireSlot takes a merge slot, waiting for one, for work that must not overlap
+// this worker's merges (maintenance, tests). Call release when done.
+func (m *Merger) AcquireSlot(ctx context.Context) (release func(), err error) {
+	if err := m.slots.Acquire(ctx, 1); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { m.slots.Release(1) }) }, nil
 }
 
 func (m *Merger) acquireSlot(ctx context.Context, wait bool) error {
