@@ -173,7 +173,6 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool) (res Resul
 	if err != nil {
 		return res, false, err
 	}
-	epoch := w.Stats().Epoch
 	sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
 	if err != nil {
 		return res, false, err
@@ -188,7 +187,7 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool) (res Resul
 	pending := sm.Pending(wm)
 	if len(pending) == 0 {
 		if len(sm.Generations) > 0 { // merged earlier, never drained
-			d, err := m.drain(ctx, s, wm, epoch)
+			d, err := m.drain(ctx, w, s, wm)
 			res.Reclaimed = d
 			return res, false, err
 		}
@@ -235,7 +234,7 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool) (res Resul
 	default:
 		res.Generations = len(pick)
 	}
-	d, err := m.drain(ctx, s, upTo, epoch)
+	d, err := m.drain(ctx, w, s, upTo)
 	res.Reclaimed = d
 	if err != nil {
 		return res, false, err
@@ -244,8 +243,8 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool) (res Resul
 	return res, len(pending) > len(pick), nil
 }
 
-func (m *Merger) drain(ctx context.Context, s *store.Store, upTo, epoch uint64) (int, error) {
-	d, err := wal.Drain(ctx, s.Bucket(), s.Entry().URI, s.Shard(), upTo, epoch)
+func (m *Merger) drain(ctx context.Context, w *wal.Writer, s *store.Store, upTo uint64) (int, error) {
+	d, err := w.Drain(ctx, upTo)
 	if err != nil {
 		return 0, fmt.Errorf("merge %s: drain: %w", s.Target(), err)
 	}

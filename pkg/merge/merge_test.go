@@ -273,7 +273,7 @@ func TestAppendsDuringMergesAreNeitherLostNorDuplicated(t *testing.T) {
 				mu.Lock()
 				acked[id] = int64(i)
 				mu.Unlock()
-				if i%20 == 19 {
+				if i%5 == 4 {
 					if _, err := f.s.Seal(ctx); err != nil {
 						t.Error(err)
 						return

@@ -66,12 +66,12 @@ func (l *Log) Create(ctx context.Context, v uint64, data []byte) (hintErr error,
 // log has no version.
 func (l *Log) Latest(ctx context.Context, known uint64) (uint64, error) {
 	v := known
+	// The hint only saves requests: if it cannot be read, probe from what we know
+	// (or list) rather than fail the caller.
 	if data, err := l.bucket.Get(ctx, l.hint); err == nil {
 		if h, perr := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64); perr == nil && h > v {
 			v = h
 		}
-	} else if !errors.Is(err, objstore.ErrNotFound) {
-		return 0, err
 	}
 	if v == 0 {
 		listed, err := l.list(ctx)

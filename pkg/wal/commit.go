@@ -15,40 +15,15 @@ import (
 // Group commit
 //
 // Append enqueues its batch and waits. One committer goroutine per Writer takes
-// everything queued, lingers briefly (Options.Linger, or until MaxEntryBytes are
-// queued) so that concurrent appenders share one object write, concatenates the
+// everything queued, lingers briefly for more (up to Options.Linger, until as many
+// appends as in the previous entry are queued or MaxEntryBytes is reached) so that
+// concurrent appenders share one object write, concatenates the
 // batches into one record batch, stamps _seq, and writes ONE entry. Every caller in
 // the batch is acknowledged after that write succeeds; if it fails, every caller gets
 // the error and nothing of the batch is acknowledged. One writer per shard and one
-// write in flight per writer is also what keeps positions dense (below).
+// write in flight per writer is also what keeps positions dense (fence.go).
 //
-// Fencing
-//
-// Entries live at dense positions 1, 2, 3, ...; every entry is created with
-// put-if-absent and carries its writer's id and epoch. Three rules make a stale
-// writer unable to lose or hide acknowledged rows:
-//
-//  1. A writer writes position p only after p-1 exists (it wrote or adopted it), and
-//     after a failed write it retries the SAME position with its next batch: it
-//     never skips one. So every position a writer will ever write is exactly one
-//     above the last position it saw.
-//  2. A new writer B first claims epoch e+1 in the manifest, then lists the entries:
-//     with M the highest position listed (or replay_after), every position in
-//     (replay_after, M] exists (dense, and entries above replay_after are deleted
-//     only by the owning epoch's seal, which the stale writer A can no longer
-//     commit). B replays all of them, then creates a fence at M+1 with put-if-absent;
-//     if M+1 is taken (A got there first), B adopts that entry and tries M+2.
-//  3. When a write finds its position taken, the entry there decides: written by
-//     this writer (a write whose response was lost) - adopt its rows and go on;
-//     written by an older epoch - adopt it too (B's case in rule 2); written by a
-//     newer epoch - this writer is fenced (ErrFenced, for this and every later call).
-//
-// So after B's fence lands at F, A (whose last position is < F, by rules 1 and 2)
-// can only write at positions up to F, which all exist: each of A's next writes
-// fails with "exists", and walking up from its next position A reaches F, B's
-// fence, and stops. Every entry A wrote is at a position < F and was replayed by B,
-// so everything A acknowledged is in B's memtable. A's seal fails too: its manifest
-// edit sees writer_epoch e+1 != e.
+// The fencing protocol that makes a stale writer stop is described in fence.go.
 
 // maxTakenPositions bounds how many taken positions one write walks over. A writer
 // walks over at most its own one landed-but-failed write plus entries a stale writer
@@ -175,11 +150,15 @@ func (w *Writer) take() []*pending {
 		}
 		w.waitLocked(nil)
 	}
-	// Linger only while more appenders may still join: not when closing (flush
-	// now), not when the entry is already full.
-	if w.opts.Linger > 0 && !w.closed && w.queued < w.opts.MaxEntryBytes {
+	// Linger while more appenders are likely to join: until as many appends are
+	// queued as the previous entry held (appenders acknowledged by it tend to come
+	// straight back), the entry is full, or Linger has passed. Waiting for the
+	// previous batch size rather than always for Linger keeps a lone appender from
+	// paying the linger on every append, and lets a full house of appenders go as
+	// soon as the last one is back. Never linger when closing: flush now.
+	if w.opts.Linger > 0 && !w.closed && w.lingerFor(w.lastBatch) {
 		t := time.NewTimer(w.opts.Linger)
-		for w.queued < w.opts.MaxEntryBytes && !w.closed && w.waitLocked(t.C) {
+		for !w.closed && w.lingerFor(w.lastBatch) && w.waitLocked(t.C) {
 		}
 		t.Stop()
 	}
@@ -188,6 +167,7 @@ func (w *Writer) take() []*pending {
 		size += w.queue[n].bytes
 		n++
 	}
+	w.lastBatch = n
 	batch := slices.Clone(w.queue[:n])
 	clear(w.queue[:n])
 	w.queue = w.queue[n:]
@@ -197,6 +177,12 @@ func (w *Writer) take() []*pending {
 		w.spaceFreed = nil
 	}
 	return batch
+}
+
+// lingerFor reports whether the committer should wait for more appends: fewer than
+// target are queued and the entry is not full.
+func (w *Writer) lingerFor(target int) bool {
+	return len(w.queue) < target && w.queued < w.opts.MaxEntryBytes
 }
 
 // waitLocked releases qmu until the queue changes (true), or timer fires or the
@@ -232,8 +218,8 @@ func (w *Writer) commit(batch []*pending) error {
 	return w.writeEntry(w.ctx, recs)
 }
 
-// writeEntry writes recs (none: a fence) as one entry at the next position,
-// resolving positions taken by others as the fencing rules say. On success the rows
+// writeEntry writes recs as one entry at the next position, resolving positions
+// taken by others as the fencing rules say (fence.go). On success the rows
 // are in the memtable and lastPos is the entry's position. A failed write leaves
 // lastPos alone, so the next write retries the same position.
 func (w *Writer) writeEntry(ctx context.Context, recs []arrow.RecordBatch) error {
@@ -247,7 +233,7 @@ func (w *Writer) writeEntry(ctx context.Context, recs []arrow.RecordBatch) error
 				return fmt.Errorf("%s: %w", w.sh, err)
 			}
 		}
-		data, err := encodeEntry(w.schema, rec, w.sh.name, w.id, w.epoch)
+		data, err := encodeEntry(w.schema, rec, w.sh.name, w.id, w.epoch, 0)
 		if err != nil {
 			if rec != nil {
 				rec.Release()
@@ -282,8 +268,8 @@ func (w *Writer) writeEntry(ctx context.Context, recs []arrow.RecordBatch) error
 	}
 }
 
-// resolveTaken handles a put-if-absent that found position pos taken (rule 3 of
-// "Fencing"): adopt the entry there and return nil, or return ErrFenced.
+// resolveTaken handles a put-if-absent that found position pos taken (rule 3 in
+// fence.go): adopt the entry there and return nil, or return ErrFenced.
 func (w *Writer) resolveTaken(ctx context.Context, pos uint64) error {
 	key := entryKey(w.sh.dir, w.sh.name, pos)
 	data, err := w.sh.bucket.Get(ctx, key)

@@ -19,10 +19,13 @@
 //     every entry carries its writer's id and epoch. A writer whose epoch is stale is
 //     fenced: its next entry write or manifest edit fails with ErrFenced, and it never
 //     overwrites or deletes what the newer writer relies on (see the fencing argument
-//     in commit.go).
-//   - Entry positions are dense and never reused: position p is written only after
-//     p-1 exists, a failed write is retried at the same position, and a new writer
-//     starts after the highest position ever written (or replay_after).
+//     in fence.go).
+//   - Entry positions are dense and never reused: a writer writes position p only
+//     after p-1 exists and retries a failed write at the same position; an opening
+//     writer claims the positions above the highest one ever written (or
+//     replay_after) with fence entries. The only gaps are inside a fence range whose
+//     writer died while claiming it, and the next opener fills them; any other gap
+//     above replay_after is reported as corruption, never sealed around.
 //   - Every row carries _seq, a hybrid logical clock of its writer that strictly
 //     increases per writer, also across restarts, and roughly follows wall-clock time
 //     across writers. Last write wins means highest _seq (table.NewestPerID).
@@ -30,6 +33,12 @@
 //     never decreases. A drain (merge side) is a relative edit of the latest manifest
 //     that removes only the generations it merged and keeps everything sealed
 //     meanwhile; it never claims an epoch.
+//
+// Readers take a Snapshot (every shard's latest manifest), read the generations above
+// each shard's merged watermark through a GenerationCache, and merge rows by id,
+// highest _seq first. A drained generation's file outlives the drain by a delete delay;
+// a reader whose snapshot is older still than that gets objstore.ErrNotFound and
+// refreshes (the base table has the rows by then).
 //
 // Concurrency: a Writer is safe for concurrent use. Appends are batched by one
 // committer goroutine per Writer; Seal may run concurrently with appends. Manifests,

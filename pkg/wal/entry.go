@@ -18,6 +18,7 @@ const (
 	metaWriterID   = "tidemark.wal.writer_id"
 	metaEpoch      = "tidemark.wal.writer_epoch"
 	metaRows       = "tidemark.wal.rows"
+	metaGapFrom    = "tidemark.wal.gap_from"
 	metaGeneration = "tidemark.wal.generation"
 )
 
@@ -25,8 +26,12 @@ const (
 type entry struct {
 	writerID string
 	epoch    uint64
-	recs     []arrow.RecordBatch // store schema, without the entry's metadata
-	rows     int64
+	// gapFrom, on a fence entry, is the lowest position of the range the fence claimed
+	// at once (see fence.go): positions in [gapFrom, this entry) may be missing if the
+	// claiming writer died before filling them, and are filled by the next writer.
+	gapFrom uint64
+	recs    []arrow.RecordBatch // store schema, without the entry's metadata
+	rows    int64
 }
 
 func (e *entry) release() {
@@ -81,15 +86,18 @@ func buildBatch(schema *arrow.Schema, recs []arrow.RecordBatch, clk *hlc) (arrow
 
 // encodeEntry writes an entry as an Arrow IPC stream: the store schema with the
 // writer's identity in its metadata, then rec (nil for a fence: schema only).
-func encodeEntry(schema *arrow.Schema, rec arrow.RecordBatch, shard, writerID string, epoch uint64) ([]byte, error) {
+// gapFrom is 0 except on fence entries that claim a range (fence.go).
+func encodeEntry(schema *arrow.Schema, rec arrow.RecordBatch, shard, writerID string, epoch, gapFrom uint64) ([]byte, error) {
 	var rows int64
 	if rec != nil {
 		rows = rec.NumRows()
 	}
-	md := arrow.NewMetadata(
-		[]string{metaFormat, metaShard, metaWriterID, metaEpoch, metaRows},
-		[]string{strconv.Itoa(FormatVersion), shard, writerID, strconv.FormatUint(epoch, 10), strconv.FormatInt(rows, 10)},
-	)
+	keys := []string{metaFormat, metaShard, metaWriterID, metaEpoch, metaRows}
+	vals := []string{strconv.Itoa(FormatVersion), shard, writerID, strconv.FormatUint(epoch, 10), strconv.FormatInt(rows, 10)}
+	if gapFrom > 0 {
+		keys, vals = append(keys, metaGapFrom), append(vals, strconv.FormatUint(gapFrom, 10))
+	}
+	md := arrow.NewMetadata(keys, vals)
 	s := arrow.NewSchema(schema.Fields(), &md)
 	var buf bytes.Buffer
 	w := ipc.NewWriter(&buf, ipc.WithSchema(s), ipc.WithAllocator(memory.DefaultAllocator))
@@ -141,6 +149,11 @@ func decodeEntry(key string, data []byte, schema *arrow.Schema) (e *entry, err e
 	}
 	if e.epoch, err = strconv.ParseUint(metaValue(md, metaEpoch), 10, 64); err != nil || e.epoch == 0 {
 		return nil, corrupt("no valid %s", metaEpoch)
+	}
+	if v := metaValue(md, metaGapFrom); v != "" {
+		if e.gapFrom, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return nil, corrupt("no valid %s", metaGapFrom)
+		}
 	}
 	wantRows, err := strconv.ParseInt(metaValue(md, metaRows), 10, 64)
 	if err != nil {

@@ -19,3 +19,8 @@ func (w *Writer) CommitterDone() <-chan struct{} { return w.done }
 func WithBeforeManifestWrite(f func(txnID string)) Option {
 	return func(o *Options) { o.beforeManifestWrite = f }
 }
+
+// WithBeforeFence runs f after an opening writer replayed and before its fences.
+func WithBeforeFence(f func()) Option {
+	return func(o *Options) { o.beforeFence = f }
+}

@@ -82,7 +82,7 @@ func TestFaultsNeverLoseAcknowledgedRows(t *testing.T) {
 			var wg sync.WaitGroup
 			for g := range 8 {
 				wg.Go(func() {
-					for i := range 25 {
+					for i := range 60 {
 						id := fmt.Sprintf("%s-%d-%03d", phase, g, i)
 						record(id, appendIDs(ctx, w, id))
 					}
@@ -202,4 +202,39 @@ func TestFailedBatchFailsEveryAppenderInIt(t *testing.T) {
 		}
 	}
 	t.Logf("failed group: %d appenders; later group: %d", len(fail), len(ok))
+}
+
+// TestSealWithUnknownOutcomeIsNotSealedTwice: a seal's manifest write lands but its
+// response is lost and so is the read-back, so Seal reports an error. The next seal
+// must notice that its rows are already sealed (replay_after moved) instead of
+// sealing them into a second generation.
+func TestSealWithUnknownOutcomeIsNotSealedTwice(t *testing.T) {
+	ctx := context.Background()
+	raw := objstoretest.Mem(t)
+	f := objstore.NewFaults(nil)
+	b := objstore.WithFaults(raw, f)
+	w := openWriter(t, b, testShard)
+	mustAppend(t, w, "a", "b")
+	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPutIfAbsent}, KeyContains: "/_manifests/", Times: 1, AfterWrite: true})
+	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet}, KeyContains: "/_manifests/", Times: 1})
+	if _, err := w.Seal(ctx); err == nil {
+		t.Fatal("seal whose manifest write and read-back both failed reported success")
+	}
+	f.Clear()
+	if g, err := w.Seal(ctx); err != nil || g != nil {
+		t.Fatalf("next seal: %+v, %v; want nothing to seal (the rows landed in generation 1)", g, err)
+	}
+	mustAppend(t, w, "c")
+	mustSeal(t, w)
+	checkExactlyOnce(t, sealedRows(t, raw, testShard), []string{"a", "b", "c"})
+	m, err := wal.LoadShard(ctx, raw, testDir, testShard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The generation file of the unknown-outcome seal is referenced: it must exist.
+	for _, g := range m.Generations {
+		if ok, err := raw.Exists(ctx, wal.GenerationKey(testDir, g)); err != nil || !ok {
+			t.Errorf("generation %d's file %s is missing (%v)", g.Generation, g.Path, err)
+		}
+	}
 }

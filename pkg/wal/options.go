@@ -16,9 +16,10 @@ type Options struct {
 	Clock clock.PassiveClock
 	// Logger receives warnings (failed best-effort deletes, replayed stale entries).
 	Logger *slog.Logger
-	// Linger is how long the committer waits after the first queued append for more
-	// to join the same entry (1 ms). Zero after applying options means the default;
-	// use a negative value for no linger.
+	// Linger is the longest the committer waits for more appends to join an entry
+	// (1 ms). It stops waiting earlier once as many appends are queued as the
+	// previous entry held, so a lone appender does not pay it. Zero means the
+	// default; use a negative value for no linger.
 	Linger time.Duration
 	// MaxEntryBytes ends the linger early and caps one entry's size (8 MiB). A single
 	// append larger than this still goes into one entry of its own.
@@ -33,6 +34,9 @@ type Options struct {
 	// beforeManifestWrite, if set, runs before every manifest version write (tests use
 	// it to interleave a seal with a drain).
 	beforeManifestWrite func(txnID string)
+	// beforeFence, if set, runs after an opening writer has replayed and before it
+	// writes its fences (tests use it to let a stale writer race the fence).
+	beforeFence func()
 }
 
 // Option sets one field of Options.

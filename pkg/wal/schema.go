@@ -44,6 +44,15 @@ func storeSchema(input *arrow.Schema) (*arrow.Schema, error) {
 // are checked at the top level only; nested non-null fields are trusted to the type.
 func checkBatch(input *arrow.Schema, rec arrow.RecordBatch) error {
 	rs := rec.Schema()
+	if rs == input || sameColumns(rs, input) {
+		// The common case, checked without the name lookups below: only nulls remain.
+		for i, f := range input.Fields() {
+			if n := rec.Column(i).NullN(); !f.Nullable && n > 0 {
+				return fmt.Errorf("%w: column %q is not nullable but has %d null(s)", ErrSchema, f.Name, n)
+			}
+		}
+		return nil
+	}
 	for _, f := range input.Fields() {
 		if len(rs.FieldIndices(f.Name)) == 0 {
 			return fmt.Errorf("%w: batch lacks column %q", ErrSchema, f.Name)
@@ -74,13 +83,18 @@ func checkBatch(input *arrow.Schema, rec arrow.RecordBatch) error {
 
 // sameFields reports whether two schemas have the same column names, types and
 // nullability (metadata is ignored: entries carry writer identity there).
-func sameFields(a, b *arrow.Schema) bool {
+func sameFields(a, b *arrow.Schema) bool { return sameSchema(a, b, true) }
+
+// sameColumns is sameFields without comparing nullability.
+func sameColumns(a, b *arrow.Schema) bool { return sameSchema(a, b, false) }
+
+func sameSchema(a, b *arrow.Schema, nullability bool) bool {
 	if a.NumFields() != b.NumFields() {
 		return false
 	}
 	for i := range a.NumFields() {
 		fa, fb := a.Field(i), b.Field(i)
-		if fa.Name != fb.Name || fa.Nullable != fb.Nullable || !arrow.TypeEqual(fa.Type, fb.Type) {
+		if fa.Name != fb.Name || (nullability && fa.Nullable != fb.Nullable) || !arrow.TypeEqual(fa.Type, fb.Type) {
 			return false
 		}
 	}

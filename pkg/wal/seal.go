@@ -33,6 +33,13 @@ func (w *Writer) Seal(ctx context.Context) (*Generation, error) {
 	if fenced != nil {
 		return nil, fenced
 	}
+	w.mu.Lock()
+	empty := w.mem.rows == 0
+	w.mu.Unlock()
+	if empty {
+		// Free for idle shards: a flush sweeper seals every resident store.
+		return nil, nil
+	}
 
 	latest, err := w.sh.loadLatest(ctx, w.currentManifest())
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -27,8 +26,9 @@ const (
 	// after a seal: object stores reward parallel requests, but a shard with
 	// thousands of unsealed entries must not open thousands of connections.
 	replayConcurrency = 16
-	// fenceAttempts bounds the retries of the fence write at open on errors other
-	// than "exists" (positions taken by others are resolved, not counted).
+	// fenceAttempts bounds the retries of one position's fence write at open on
+	// errors other than "exists" (a position taken by others is resolved, not
+	// retried).
 	fenceAttempts = 5
 )
 
@@ -65,6 +65,8 @@ type Writer struct {
 	sealMu sync.Mutex // one seal at a time
 
 	clock hlc // owned by the committer goroutine (seeded before it starts)
+
+	lastBatch int // appends in the previous entry; guarded by qmu, used by the committer
 }
 
 // OpenWriter opens shard of the store in dir for writing rows of the input schema
@@ -72,8 +74,9 @@ type Writer struct {
 //
 // It claims the next writer epoch (a new manifest version with writer_epoch+1,
 // retried on a lost race), replays every entry after replay_after into the memtable,
-// and writes a fence entry after the highest entry any writer wrote: from then on
-// the previous writer's next entry write finds the fence and fails with ErrFenced.
+// and writes fence entries above the highest entry any writer wrote: from then on
+// the previous writer's next entry write finds a fence and fails with ErrFenced
+// (fence.go).
 // The returned Writer owns a committer goroutine; call Close to stop it.
 func OpenWriter(ctx context.Context, bucket *objstore.Bucket, dir, shard string, input *arrow.Schema, opts ...Option) (*Writer, error) {
 	o := buildOptions(opts)
@@ -110,95 +113,20 @@ func OpenWriter(ctx context.Context, bucket *objstore.Bucket, dir, shard string,
 	w.log = sh.logger.With("writer", w.id, "epoch", w.epoch)
 	w.clock.observe(m.MaxSeq)
 
-	if err := w.replay(ctx); err != nil {
-		w.mem.release()
+	replayed, holes, top, err := w.replay(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := w.fence(ctx); err != nil {
+	if o.beforeFence != nil {
+		o.beforeFence()
+	}
+	if err := w.fence(ctx, replayed, holes, top); err != nil {
 		w.mem.release()
 		return nil, err
 	}
 	w.ctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go w.run()
 	return w, nil
-}
-
-// replay reads every entry above the claimed manifest's replay_after into the
-// memtable, in position order, and sets lastPos to the highest position found (or
-// replay_after when there is none, so positions are never reused).
-func (w *Writer) replay(ctx context.Context) error {
-	after := w.manifest.ReplayAfter
-	var positions []uint64
-	err := w.sh.bucket.Walk(ctx, entriesPrefix(w.sh.dir, w.sh.name), "", func(o objstore.Object) error {
-		if pos, ok := parseEntryPos(o.Key); ok && pos > after {
-			positions = append(positions, pos)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("%s: list entries: %w", w.sh, err)
-	}
-	slices.Sort(positions)
-	for i, pos := range positions {
-		// Entries above replay_after are never deleted and positions are dense, so
-		// a gap is lost data, not a race: halt rather than seal around it.
-		if want := after + 1 + uint64(i); pos != want {
-			return fmt.Errorf("%s: %w: entry %d is missing but entry %d exists (entries above replay_after %d must be dense)",
-				w.sh, ErrCorrupt, want, pos, after)
-		}
-	}
-	entries := make([]*entry, len(positions))
-	defer func() {
-		for _, e := range entries {
-			if e != nil {
-				e.release()
-			}
-		}
-	}()
-	err = forEach(ctx, len(positions), replayConcurrency, func(ctx context.Context, i int) error {
-		key := entryKey(w.sh.dir, w.sh.name, positions[i])
-		data, err := w.sh.bucket.Get(ctx, key)
-		if err != nil {
-			return fmt.Errorf("%s: replay: %w", w.sh, err)
-		}
-		entries[i], err = decodeEntry(key, data, w.schema)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	w.lastPos = after
-	for i, e := range entries {
-		if e.epoch > w.epoch {
-			// A writer newer than us has already written entries: we lost the shard
-			// between claiming our epoch and replaying.
-			return w.setFenced(fmt.Errorf("%s: %w: entry %d was written by epoch %d, this writer has epoch %d",
-				w.sh, ErrFenced, positions[i], e.epoch, w.epoch))
-		}
-		w.adopt(positions[i], e)
-		entries[i] = nil
-	}
-	w.log.Debug("wal: replayed", "entries", len(positions), "rows", w.mem.rows, "last_position", w.lastPos)
-	return nil
-}
-
-// fence writes an empty entry at the next position. Its position is above every
-// entry this writer replayed; see "Fencing" in commit.go for why that stops the
-// previous writer.
-func (w *Writer) fence(ctx context.Context) error {
-	var err error
-	for attempt := 1; attempt <= fenceAttempts; attempt++ {
-		if err = w.writeEntry(ctx, nil); err == nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrCorrupt) {
-			break
-		}
-		if serr := sleepCtx(ctx, backoff(attempt)); serr != nil {
-			break
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("%s: write fence entry: %w", w.sh, err)
-	}
-	return nil
 }
 
 // adopt puts a durable entry's rows into the memtable and moves lastPos to it. It
