@@ -1,0 +1,19 @@
+// Package master is the control plane's behaviour: the scheduler that claims tasks
+// from the etcd task store and runs them, the serial merge_wal fan-out to workers,
+// worker discovery, and (in sibling files) the admin gRPC service and HTTP API.
+//
+// Invariants:
+//
+//   - A merge_wal task calls the live workers one after another, never two at once:
+//     every worker's merge commits a new version of the same base table, and parallel
+//     commits are the commit storm this system exists to prevent. Each call carries
+//     the task's fencing token (the target lock's etcd revision), so a worker refuses
+//     a call from a master that lost the target to a newer claim.
+//   - A worker that cannot be reached before admission (no connection) is skipped and
+//     named; any error after admission stops the fan-out. The task fails if any worker
+//     was skipped or failed, so the next sweep retries it.
+//   - Capacity is reserved before a claim: a claimed task never waits for a slot while
+//     holding its target lock.
+//   - Retry policy lives in one place (the task store's cooldown and the merge sweep),
+//     never in a runner.
+package master

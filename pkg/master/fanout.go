@@ -1,0 +1,106 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+)
+
+// ErrUnreachable marks a worker call that failed before the worker admitted it (no
+// connection could be made): the fan-out skips that worker and goes on.
+var ErrUnreachable = errors.New("worker unreachable")
+
+// Worker is one live worker as discovery sees it.
+type Worker struct {
+	InstanceID string `json:"instance_id"`
+	GRPCAddr   string `json:"grpc_addr"`
+	HTTPAddr   string `json:"http_addr,omitempty"`
+	StartedAt  string `json:"started_at,omitempty"`
+	Version    string `json:"version,omitempty"`
+}
+
+// Discovery lists the live workers.
+type Discovery interface {
+	Workers(ctx context.Context) ([]Worker, error)
+}
+
+// MergeResult is what one worker's merge reports.
+type MergeResult struct {
+	Generations int64
+	Rows        int64
+	Reclaimed   int64
+}
+
+// Caller calls workers. MergeWal returns an error wrapping ErrUnreachable when the
+// worker could not be reached before it admitted the call.
+type Caller interface {
+	MergeWal(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
+}
+
+// FanOut runs merge_wal tasks: it calls every live worker serially.
+type FanOut struct {
+	Discovery Discovery
+	Caller    Caller
+	// WorkerTimeout bounds one worker's merge (a stuck worker fails the task with a
+	// message naming it instead of holding the target forever).
+	WorkerTimeout time.Duration
+	// OnWorkerDone, if set, observes each worker call's duration and outcome.
+	OnWorkerDone func(w Worker, d time.Duration, err error)
+	Logger       *slog.Logger
+}
+
+// Run implements Runner for merge_wal.
+func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
+	target := c.Task.Target
+	workers, err := f.Discovery.Workers(ctx)
+	if err != nil {
+		return "", fmt.Errorf("discover workers: %w", err)
+	}
+	if len(workers) == 0 {
+		return "", errors.New("no live workers")
+	}
+	log := f.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("task", c.Task.ID, "target", target, "fencing_token", c.FencingToken)
+	var (
+		merged      int64
+		ok          int
+		unavailable []string
+	)
+	for _, w := range workers {
+		wctx := ctx
+		cancel := func() {}
+		if f.WorkerTimeout > 0 {
+			wctx, cancel = context.WithTimeout(ctx, f.WorkerTimeout)
+		}
+		start := time.Now()
+		r, err := f.Caller.MergeWal(wctx, w, target, c.FencingToken)
+		cancel()
+		if f.OnWorkerDone != nil {
+			f.OnWorkerDone(w, time.Since(start), err)
+		}
+		switch {
+		case errors.Is(err, ErrUnreachable):
+			log.Warn("merge_wal: worker unreachable, skipping it", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
+			unavailable = append(unavailable, w.InstanceID)
+			continue
+		case err != nil:
+			return "", fmt.Errorf("worker %s (%s): %w (fan-out stopped after %d/%d workers)", w.InstanceID, w.GRPCAddr, err, ok, len(workers))
+		}
+		ok++
+		merged += r.Generations
+		log.Info("merge_wal: worker merged", "worker", w.InstanceID, "generations", r.Generations, "rows", r.Rows, "reclaimed", r.Reclaimed)
+	}
+	detail := fmt.Sprintf("merged %d generations across %d/%d workers", merged, ok, len(workers))
+	if len(unavailable) > 0 {
+		return detail, fmt.Errorf("%s; unavailable: %s", detail, strings.Join(unavailable, ", "))
+	}
+	return detail, nil
+}

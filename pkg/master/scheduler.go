@@ -1,0 +1,226 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/utils/clock"
+
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+)
+
+// Runner runs one claimed task and returns its success detail or its error.
+type Runner interface {
+	Run(ctx context.Context, c *tasks.Claim) (detail string, err error)
+}
+
+// RunnerFunc adapts a function to Runner.
+type RunnerFunc func(ctx context.Context, c *tasks.Claim) (string, error)
+
+// Run calls f.
+func (f RunnerFunc) Run(ctx context.Context, c *tasks.Claim) (string, error) { return f(ctx, c) }
+
+// SchedulerConfig configures a Scheduler.
+type SchedulerConfig struct {
+	Tasks *tasks.Store
+	// Lease returns the lease claims are made under (the master's session lease);
+	// claims die with it.
+	Lease func() clientv3.LeaseID
+	// Runners by kind; kinds without a runner are never claimed.
+	Runners map[tasks.Kind]Runner
+	// Concurrency per kind (default 1). merge_wal tasks of different targets may run
+	// at once; one target never has two (the task store's target lock).
+	Concurrency map[tasks.Kind]int
+	// PollInterval is how often the scheduler looks for work when idle (1 s).
+	PollInterval time.Duration
+	// TaskTimeout bounds one task run (10 min).
+	TaskTimeout time.Duration
+	// OnFinish, if set, observes every finished task (metrics).
+	OnFinish func(kind tasks.Kind, err error, d time.Duration)
+	Clock    clock.WithTicker
+	Logger   *slog.Logger
+}
+
+// Scheduler claims tasks and runs them.
+type Scheduler struct {
+	cfg   SchedulerConfig
+	log   *slog.Logger
+	slots map[tasks.Kind]chan struct{}
+	wake  chan struct{}
+
+	mu      sync.Mutex
+	running map[string]*tasks.Claim // by task id
+}
+
+// NewScheduler returns a Scheduler; call Run.
+func NewScheduler(cfg SchedulerConfig) *Scheduler {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.TaskTimeout <= 0 {
+		cfg.TaskTimeout = 10 * time.Minute
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Scheduler{cfg: cfg, log: cfg.Logger, slots: map[tasks.Kind]chan struct{}{},
+		wake: make(chan struct{}, 1), running: map[string]*tasks.Claim{}}
+	for kind := range cfg.Runners {
+		n := cfg.Concurrency[kind]
+		if n <= 0 {
+			n = 1
+		}
+		s.slots[kind] = make(chan struct{}, n)
+	}
+	return s
+}
+
+// Wake makes the scheduler look for work now (after an enqueue).
+func (s *Scheduler) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Running returns the ids of the tasks this scheduler is running.
+func (s *Scheduler) Running() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.running))
+	for id := range s.running {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Run claims and runs tasks until ctx is done. Then it stops claiming and waits for
+// running tasks up to drain; tasks still running after that are released back to the
+// queue (their runs are cancelled). etcd errors pause claiming with backoff; the
+// scheduler resumes on its own when etcd answers again.
+func (s *Scheduler) Run(ctx context.Context, drain time.Duration) {
+	runCtx, cancelRuns := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRuns()
+	var wg sync.WaitGroup
+	ticker := s.cfg.Clock.NewTicker(s.cfg.PollInterval)
+	defer ticker.Stop()
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		progressed, err := s.claimRound(ctx, runCtx, &wg)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			backoff = min(max(2*backoff, 500*time.Millisecond), 30*time.Second)
+			s.log.Warn("scheduler: claiming paused (etcd unavailable?)", "err", err, "retry_in", backoff.String())
+			select {
+			case <-ctx.Done():
+			case <-s.cfg.Clock.After(backoff):
+			}
+			continue
+		case progressed:
+			backoff = 0
+			continue // claim more while there is work and capacity
+		}
+		backoff = 0
+		select {
+		case <-ctx.Done():
+		case <-ticker.C():
+		case <-s.wake:
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-s.cfg.Clock.After(drain):
+	}
+	// Give the rest back: cancel the runs and release their claims so another
+	// master can take them at once instead of after the lease expires.
+	s.mu.Lock()
+	claims := make([]*tasks.Claim, 0, len(s.running))
+	for _, c := range s.running {
+		claims = append(claims, c)
+	}
+	s.mu.Unlock()
+	cancelRuns()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for _, c := range claims {
+		if _, err := s.cfg.Tasks.Release(rctx, c); err != nil {
+			s.log.Warn("scheduler: releasing a running task at shutdown", "task", c.Task.ID, "err", err)
+		}
+	}
+	<-done
+}
+
+// claimRound claims at most one task per kind that has a free slot. It reserves the
+// slot first, so a claimed task never waits for capacity while holding its lock.
+func (s *Scheduler) claimRound(ctx, runCtx context.Context, wg *sync.WaitGroup) (bool, error) {
+	progressed := false
+	for kind, slots := range s.slots {
+		select {
+		case slots <- struct{}{}:
+		default:
+			continue // kind at capacity
+		}
+		c, err := s.cfg.Tasks.Claim(ctx, s.cfg.Lease(), tasks.ClaimFilter{Kinds: []tasks.Kind{kind}})
+		if err != nil {
+			<-slots
+			if errors.Is(err, tasks.ErrNoTask) {
+				continue
+			}
+			return progressed, fmt.Errorf("claim %s: %w", kind, err)
+		}
+		progressed = true
+		s.mu.Lock()
+		s.running[c.Task.ID] = c
+		s.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			s.run(runCtx, kind, c)
+		}()
+	}
+	return progressed, nil
+}
+
+func (s *Scheduler) run(ctx context.Context, kind tasks.Kind, c *tasks.Claim) {
+	log := s.log.With("task", c.Task.ID, "kind", kind, "target", c.Task.Target, "fencing_token", c.FencingToken)
+	log.Info("task started", "attempt", c.Task.Attempts)
+	start := s.cfg.Clock.Now()
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.TaskTimeout)
+	detail, err := s.cfg.Runners[kind].Run(tctx, c)
+	cancel()
+	defer func() {
+		s.mu.Lock()
+		delete(s.running, c.Task.ID)
+		s.mu.Unlock()
+	}()
+	if ctx.Err() != nil {
+		return // shutting down: Run releases the claim
+	}
+	d := s.cfg.Clock.Since(start)
+	if s.cfg.OnFinish != nil {
+		s.cfg.OnFinish(kind, err, d)
+	}
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer fcancel()
+	if _, ferr := s.cfg.Tasks.Finish(fctx, c, tasks.Result{Err: err, Detail: detail}); ferr != nil {
+		log.Warn("task finished but its result was not recorded", "err", ferr, "task_err", err)
+		return
+	}
+	if err != nil {
+		log.Warn("task failed", "err", err, "duration", d.String())
+		return
+	}
+	log.Info("task done", "detail", detail, "duration", d.String())
+}

@@ -1,0 +1,153 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+)
+
+func session(t *testing.T, c *clientv3.Client, ttl int) *concurrency.Session {
+	t.Helper()
+	s, err := concurrency.NewSession(c, concurrency.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func waitState(t *testing.T, ts *tasks.Store, id string, want tasks.State) tasks.Task {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // liveness bound only
+	for {
+		task, err := ts.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.State == want {
+			return task
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s is %s, want %s", id, task.State, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSchedulerRunsEachTaskOnceAcrossTwoMasters(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ts := tasks.New(client, "/sched")
+	var runs sync.Map
+	var dup atomic.Int32
+	runner := RunnerFunc(func(ctx context.Context, c *tasks.Claim) (string, error) {
+		if _, loaded := runs.LoadOrStore(c.Task.ID, true); loaded {
+			dup.Add(1)
+		}
+		time.Sleep(5 * time.Millisecond)
+		return "ok " + c.Task.Target, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		sess := session(t, client, 10)
+		s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: sess.Lease,
+			Runners:      map[tasks.Kind]Runner{tasks.KindMergeWAL: runner},
+			Concurrency:  map[tasks.Kind]int{tasks.KindMergeWAL: 2},
+			PollInterval: 10 * time.Millisecond})
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Run(ctx, time.Second) }()
+	}
+	var ids []string
+	for i := 0; i < 10; i++ {
+		task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, fmt.Sprint("store", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, task.ID)
+	}
+	for _, id := range ids {
+		task := waitState(t, ts, id, tasks.StateDone)
+		if task.Detail != "ok "+task.Target {
+			t.Fatalf("detail %q", task.Detail)
+		}
+	}
+	cancel()
+	wg.Wait()
+	if dup.Load() != 0 {
+		t.Fatalf("%d tasks ran twice", dup.Load())
+	}
+}
+
+func TestSchedulerRecordsFailures(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ts := tasks.New(client, "/sched")
+	sess := session(t, client, 10)
+	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: sess.Lease, PollInterval: 10 * time.Millisecond,
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (string, error) {
+			return "", errors.New("worker w2 (127.0.0.1:1): boom")
+		})}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx, time.Second); close(done) }()
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitState(t, ts, task.ID, tasks.StateFailed)
+	if got.Error != "worker w2 (127.0.0.1:1): boom" {
+		t.Fatalf("error %q", got.Error)
+	}
+	cancel()
+	<-done
+}
+
+// At shutdown a task still running after the drain time goes back to the queue at
+// once (not after its lease expires), and a second master finishes it.
+func TestShutdownReleasesRunningTasksToAnotherMaster(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ts := tasks.New(client, "/sched")
+	block := make(chan struct{})
+	slow := RunnerFunc(func(ctx context.Context, c *tasks.Claim) (string, error) {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-block:
+			return "late", nil
+		}
+	})
+	ctx1, stop1 := context.WithCancel(context.Background())
+	s1 := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 60).Lease, PollInterval: 10 * time.Millisecond,
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: slow}})
+	done1 := make(chan struct{})
+	go func() { s1.Run(ctx1, 50*time.Millisecond); close(done1) }()
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ts, task.ID, tasks.StateRunning)
+	stop1()
+	<-done1
+	if got, _ := ts.Get(context.Background(), task.ID); got.State != tasks.StateQueued {
+		t.Fatalf("after shutdown the task is %s, want queued", got.State)
+	}
+	close(block)
+	ctx2, stop2 := context.WithCancel(context.Background())
+	defer stop2()
+	s2 := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 60).Lease, PollInterval: 10 * time.Millisecond,
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (string, error) { return "second", nil })}})
+	go s2.Run(ctx2, time.Second)
+	if got := waitState(t, ts, task.ID, tasks.StateDone); got.Detail != "second" {
+		t.Fatalf("detail %q", got.Detail)
+	}
+}
