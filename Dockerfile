@@ -19,6 +19,6 @@ COPY --from=build /out/worker /out/master /usr/local/bin/
 # worker can write file:// stores into it.
 COPY --from=build --chown=65532:65532 /out/data /data
 USER 65532:65532
-ENV DATA_URL=file:///data/store HTTP_ADDR=0.0.0.0:8080
-EXPOSE 8080
+ENV DATA_URL=file:///data/store HTTP_ADDR=0.0.0.0:8080 GRPC_ADDR=0.0.0.0:9090
+EXPOSE 8080 9090
 CMD ["worker", "serve"]

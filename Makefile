@@ -18,6 +18,8 @@ PROTOC_GEN_GO_VERSION   := v1.36.12
 PROTOC_GEN_GRPC_VERSION := v1.6.2
 ETCD_VERSION            := v3.7.3
 PROTO_DIR               := proto/tidemark/v1
+# make proto: where generated code goes (the module root; proto-check uses a temp dir).
+PROTO_OUT               ?= .
 
 # make run: where the worker keeps its stores.
 DATA_URL  ?= file://./data
@@ -25,10 +27,10 @@ DATA_URL  ?= file://./data
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 1
 
-.PHONY: help build test run bench lint proto etcdctl clean
+.PHONY: help build test run bench lint proto proto-check etcdctl clean
 
 help: ## list targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## build bin/worker and bin/master
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/worker ./cmd/master
@@ -77,13 +79,23 @@ proto: ## regenerate Go code from proto/tidemark/v1/*.proto
 	@shopt -s nullglob; protos=($(PROTO_DIR)/*.proto); \
 	if [ $${#protos[@]} -eq 0 ]; then echo "proto: no .proto files in $(PROTO_DIR) yet: nothing to generate"; exit 0; fi; \
 	command -v protoc >/dev/null || { echo "proto: protoc not found (apt-get install protobuf-compiler)"; exit 1; }; \
-	[ -x "$(GOBIN_DIR)/protoc-gen-go" ] || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION); \
-	[ -x "$(GOBIN_DIR)/protoc-gen-go-grpc" ] || $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GRPC_VERSION); \
+	"$(GOBIN_DIR)/protoc-gen-go" --version 2>/dev/null | grep -qx 'protoc-gen-go $(PROTOC_GEN_GO_VERSION)' || \
+		$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION); \
+	"$(GOBIN_DIR)/protoc-gen-go-grpc" --version 2>/dev/null | grep -qx 'protoc-gen-go-grpc $(PROTOC_GEN_GRPC_VERSION:v%=%)' || \
+		$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GRPC_VERSION); \
 	PATH="$(GOBIN_DIR):$$PATH" protoc -I proto \
-		--go_out=. --go_opt=module=$(MODULE) \
-		--go-grpc_out=. --go-grpc_opt=module=$(MODULE) \
+		--go_out=$(PROTO_OUT) --go_opt=module=$(MODULE) \
+		--go-grpc_out=$(PROTO_OUT) --go-grpc_opt=module=$(MODULE) \
 		"$${protos[@]}"; \
-	echo "proto: generated Go code for $${protos[*]}"
+	echo "proto: generated Go code for $${protos[*]} in $(PROTO_OUT)"
+
+# Not part of lint/CI (those must not need protoc): run it after editing a .proto file.
+proto-check: ## check the committed .pb.go files match the .proto files (needs protoc)
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(MAKE) --no-print-directory proto PROTO_OUT="$$tmp" >/dev/null; \
+	if diff -r -x '*.proto' -x '*_test.go' -x 'doc.go' "$$tmp/$(PROTO_DIR)" $(PROTO_DIR); then \
+		echo "proto-check: generated code is up to date"; \
+	else echo "proto-check: generated code is stale: run make proto and commit the result"; exit 1; fi
 
 # `go install etcdctl@version` is refused (etcdctl's go.mod has replace directives), so
 # build it in a throwaway module that requires it.

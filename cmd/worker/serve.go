@@ -3,14 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/internal/cli"
+	"github.com/tidemark-io/tidemark/internal/etcdcli"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -27,6 +31,11 @@ type serveFlags struct {
 	logLevel   string
 	shutdown   time.Duration
 
+	grpcAddr                     string
+	advertiseGRPC, advertiseHTTP string
+	etcd                         etcdcli.Config
+	leaseTTL                     time.Duration
+
 	flushInterval, cleanupInterval, stepTimeout time.Duration
 	mergeAfterGenerations                       int
 	mergeMaxGenerations, mergeConcurrency       int
@@ -41,7 +50,7 @@ func newServeCmd() *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve the worker's HTTP API until SIGINT or SIGTERM",
+		Short: "Serve the worker's HTTP API and gRPC WorkerService until SIGINT or SIGTERM",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runServe(cmd, f)
@@ -53,6 +62,15 @@ func newServeCmd() *cobra.Command {
 	bind("data-url", "DATA_URL")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "address the HTTP API and /metrics listen on")
 	bind("http-addr", "HTTP_ADDR")
+	fs.StringVar(&f.grpcAddr, "grpc-addr", "127.0.0.1:9090", "address the gRPC WorkerService (with health and reflection) listens on")
+	bind("grpc-addr", "GRPC_ADDR")
+	fs.StringVar(&f.advertiseGRPC, "advertise-grpc-addr", "", "gRPC address registered in etcd for the master to call (default: the gRPC listener's address, the hostname for an any-address)")
+	bind("advertise-grpc-addr", "ADVERTISE_GRPC_ADDR")
+	fs.StringVar(&f.advertiseHTTP, "advertise-http-addr", "", "HTTP address registered in etcd (default: the HTTP listener's address, the hostname for an any-address)")
+	bind("advertise-http-addr", "ADVERTISE_HTTP_ADDR")
+	f.etcd.AddFlags(fs, "empty: the worker does not register (the master then needs WORKER_ENDPOINTS)")
+	fs.DurationVar(&f.leaseTTL, "worker-lease-ttl", worker.DefaultLeaseTTL, "TTL of the lease the worker's etcd registration lives under: how long a dead worker stays listed")
+	bind("worker-lease-ttl", "WORKER_LEASE_TTL")
 	fs.StringVar(&f.instanceID, "instance-id", "", "this worker's stable id, and its shard name in every store (default: the hostname)")
 	bind("instance-id", "INSTANCE_ID")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -166,14 +184,98 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("http addr (--http-addr, HTTP_ADDR): %w", err)
 	}
-	log.Info("worker starting", "instance_id", instanceID, "data_url", bucket.String(), "version", cli.Version())
+	defer ln.Close()
+	gln, err := net.Listen("tcp", f.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("grpc addr (--grpc-addr, GRPC_ADDR): %w", err)
+	}
+	defer gln.Close()
+	advHTTP, advGRPC := f.advertiseHTTP, f.advertiseGRPC
+	if advHTTP == "" {
+		if advHTTP, err = worker.AdvertiseAddr(ln.Addr()); err != nil {
+			return err
+		}
+	}
+	if advGRPC == "" {
+		if advGRPC, err = worker.AdvertiseAddr(gln.Addr()); err != nil {
+			return err
+		}
+	}
+	svc, err := worker.NewWorkerService(worker.WorkerServiceConfig{
+		InstanceID: instanceID,
+		Version:    cli.Version(),
+		GRPCAddr:   advGRPC,
+		HTTPAddr:   advHTTP,
+		Stores:     stores,
+		Merger:     merger,
+		Metrics:    series,
+		Logger:     log,
+	})
+	if err != nil {
+		return err
+	}
+	gs, err := worker.NewGRPCServer(worker.GRPCConfig{Service: svc, Logger: log})
+	if err != nil {
+		return err
+	}
+
+	// etcd is checked before anything is served: a worker that cannot register
+	// should fail at startup with the endpoints it tried, not run unseen.
+	var registration *worker.Registration
+	if f.etcd.Enabled() {
+		client, err := etcdcli.New(ctx, f.etcd)
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		registration, err = newRegistration(client, f, instanceID, advGRPC, advHTTP, log)
+		if err != nil {
+			return err
+		}
+	} else {
+		log.Info("no etcd endpoints: not registering (the master needs this worker in WORKER_ENDPOINTS)")
+	}
+	log.Info("worker starting", "instance_id", instanceID, "data_url", bucket.String(), "version", cli.Version(),
+		"grpc_addr", advGRPC, "http_addr", advHTTP)
 
 	sweepCtx, stopSweeps := context.WithCancel(context.WithoutCancel(ctx))
 	var sweeps sync.WaitGroup
 	sweeps.Add(1)
 	go func() { defer sweeps.Done(); sweeper.Run(sweepCtx) }()
 
-	serveErr := srv.Serve(ctx, ln) // returns after in-flight requests finished
+	// Shutdown order: deregister first (the master stops calling this worker), then
+	// stop both servers gracefully (in-flight merges and requests finish), then the
+	// sweepers, then seal. A server that fails starts the same shutdown.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	registered := make(chan struct{})
+	if registration != nil {
+		go func() { defer close(registered); _ = registration.Run(runCtx) }()
+	} else {
+		close(registered)
+	}
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	go func() {
+		<-runCtx.Done()
+		<-registered // lease revoked (or given up on)
+		stopServing()
+	}()
+	var servers errgroup.Group
+	servers.Go(func() error {
+		err := srv.Serve(serveCtx, ln) // returns after in-flight requests finished
+		stopRun()
+		return err
+	})
+	servers.Go(func() error {
+		err := worker.ServeGRPC(serveCtx, gs, gln, worker.GRPCServeOptions{
+			ShutdownTimeout: f.shutdown, Health: svc.Health(), Logger: log,
+		})
+		stopRun()
+		return err
+	})
+	serveErr := servers.Wait()
+	<-registered
 	stopSweeps()
 	sweeps.Wait()
 	// Everything accepted is durable in WAL entries already; sealing on the way out
@@ -188,6 +290,21 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	log.Info("worker stopped", "instance_id", instanceID)
 	return nil
+}
+
+// newRegistration is the worker's record in etcd, P/workers/<instance>.
+func newRegistration(client *clientv3.Client, f serveFlags, instanceID, grpcAddr, httpAddr string, log *slog.Logger) (*worker.Registration, error) {
+	reg, err := worker.NewRegistration(client, worker.WorkerRecord{
+		InstanceID: instanceID,
+		GRPCAddr:   grpcAddr,
+		HTTPAddr:   httpAddr,
+		StartedAt:  time.Now(),
+		Version:    cli.Version(),
+	}, worker.WithEtcdPrefix(f.etcd.NormalizedPrefix()), worker.WithLeaseTTL(f.leaseTTL), worker.WithRegisterLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("worker registration (--worker-lease-ttl, WORKER_LEASE_TTL): %w", err)
+	}
+	return reg, nil
 }
 
 // kindOf is the store kind of a target, for metric labels.

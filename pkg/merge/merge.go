@@ -108,9 +108,17 @@ func (m *Merger) Merge(ctx context.Context, s *store.Store, wait bool) (Result, 
 		return Result{}, err
 	}
 	defer m.slots.Release(1)
+	// Merge what is pending now, not what appenders seal while we work: against a
+	// steady stream of seals "until nothing is pending" might never end.
+	var limit uint64
+	if sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard()); err == nil {
+		limit = sm.CurrentGeneration
+	} else if !errors.Is(err, wal.ErrNoShard) {
+		return Result{}, fmt.Errorf("merge %s: %w", s.Target(), err)
+	}
 	var total Result
 	for {
-		r, more, err := m.pass(ctx, s, wait)
+		r, more, err := m.pass(ctx, s, wait, limit)
 		total.add(r)
 		if err != nil || !more {
 			return total, err
@@ -124,7 +132,7 @@ func (m *Merger) MergeOnce(ctx context.Context, s *store.Store, wait bool) (Resu
 		return Result{}, err
 	}
 	defer m.slots.Release(1)
-	r, _, err := m.pass(ctx, s, wait)
+	r, _, err := m.pass(ctx, s, wait, 0)
 	return r, err
 }
 
@@ -159,8 +167,9 @@ func (m *Merger) acquireSlot(ctx context.Context, wait bool) error {
 	return nil
 }
 
-// pass is one prepare/commit/drain. more reports whether generations remain.
-func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool) (res Result, more bool, err error) {
+// pass is one prepare/commit/drain of generations up to limit (0: any). more reports
+// whether generations up to limit remain.
+func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint64) (res Result, more bool, err error) {
 	log := m.cfg.Logger.With("store", s.Entry().Name, "kind", s.Entry().Kind, "shard", s.Shard())
 	snap, err := s.Fresh(ctx)
 	if err != nil {
@@ -185,6 +194,13 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool) (res Resul
 	res.Passes = 1
 	wm := base.Watermark(s.Shard())
 	pending := sm.Pending(wm)
+	if limit > 0 {
+		n := 0
+		for n < len(pending) && pending[n].Generation <= limit {
+			n++
+		}
+		pending = pending[:n]
+	}
 	if len(pending) == 0 {
 		if len(sm.Generations) > 0 { // merged earlier, never drained
 			d, err := m.drain(ctx, w, s, wm)

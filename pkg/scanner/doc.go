@@ -1,20 +1,48 @@
-// Package scanner will be the master's stats scanner and merge sweep. It is built in a
-// later issue; this file only states its role and the invariants it will guarantee.
+// Package scanner is the master's stats scanner and merge sweep.
 //
-// Every STATS_SCAN_INTERVAL the scanner lists both store registries, observes each
-// store (base table version, rows, fragments, pending WAL generations per shard) and
-// writes a stats row per target to P/stats/<target> in etcd. The merge sweep then
-// enqueues a merge_wal task (through pkg/tasks) for every target with at least
-// MERGE_WAL_MIN_GENERATIONS pending generations, worst first, capped per tick.
+// The Scanner, every STATS_SCAN_INTERVAL (300 s; the first round at once), lists
+// both store registries (a rollout store's target is its bare name, a generic
+// store's is "generic:<name>"), observes every store with bounded concurrency and a
+// timeout per store, and keeps one stats row per target in etcd:
 //
-// Invariants it will guarantee:
+//	P/stats/<target>   {target, kind, name, version, row_count, fragment_count, bytes,
+//	                   shards, pending_wal_generations, pending_wal_rows,
+//	                   pending_wal_bytes, pending_by_shard, last_updated, scanned_at}
 //
-//   - Cheap on unchanged stores: a store whose manifests did not change since the last
-//     scan costs a few metadata reads, so one master can visit thousands of stores.
-//   - Writes only what changed: a stats row is rewritten only when its content changes.
-//   - One scanner at a time: scans and sweeps hold a coordination lock in etcd, so
-//     master replicas do not double the work, and each write is guarded by a compare on
-//     the holder's own key (a lost lock stops the writes).
-//   - Orphaned shards are noticed: pending generations are counted per shard whether or
-//     not that shard's worker is still alive, so such shards still get merged.
+// The MergeSweeper, every MERGE_WAL_INTERVAL (60 s), reads those rows and enqueues a
+// merge_wal task (pkg/tasks) for every target with at least MERGE_WAL_MIN_GENERATIONS
+// (8) pending generations, most pending first, at most 256 new tasks per sweep.
+//
+// Invariants:
+//
+//   - One scanner and one sweeper at a time: a round runs only on the replica that
+//     holds the coordination lock (P/coordination/scanner, P/coordination/merge-sweep,
+//     under that replica's lease); the others skip the round. The holder keeps the
+//     lock between rounds until its lease ends or it stops, so rounds are not doubled.
+//   - A replica that lost the scanner lock writes nothing: every row write of a round
+//     goes through the lock's guarded transaction (a compare on the lock key's create
+//     revision), checked at the write, not at the start of the round.
+//   - A row is never overwritten by a writer that did not see it: each row write also
+//     compares the row's mod revision with the one its writer read. A round leaves a
+//     row that changed meanwhile (by a Rescan) for the next round; a Rescan reads and
+//     observes again.
+//   - Writes only what changed: a row is put only when some field other than
+//     scanned_at differs from the stored row. An unchanged store costs no etcd write.
+//   - Cheap on unchanged stores: a store whose base version did not change since the
+//     last round costs a latest-version probe of its base table, one listing of its
+//     WAL shards and a probe per shard; no manifest is read. Its pending generations
+//     are still recounted. Up to MaxCachedStores stores keep their handles between
+//     rounds; a cached handle is dropped after FullObserveAfter (1 h) so a store
+//     deleted and re-created between rounds is seen afresh.
+//   - Pending generations are counted per shard, above that shard's merged watermark,
+//     whether or not the shard's worker is alive, so orphaned shards still show and
+//     still get merged. They are never over-counted: the WAL snapshot is read before
+//     the base manifest, and a merge commits its watermark before it drains.
+//   - One store's failure never aborts a round: it is logged and counted, and its row
+//     keeps its previous value. A failed registry listing aborts the round before any
+//     write, so a store missing from a partial listing is never taken as deleted.
+//   - Rows of stores no longer registered are deleted by the next round.
+//   - The sweep enqueues through the task store's deduplicated Enqueue: a target has
+//     at most one live merge_wal task however many sweeps or replicas run, and
+//     deduplicated enqueues do not count against the per-sweep cap.
 package scanner

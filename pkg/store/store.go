@@ -105,6 +105,12 @@ type Store struct {
 	writerMu sync.Mutex // guards writer and deleted; held across OpenWriter only
 	writer   *wal.Writer
 	deleted  bool
+
+	// aliveUntil is when appends must next confirm the store is still registered:
+	// another worker may have deleted it, and this handle would otherwise keep
+	// writing WAL entries into a deleted directory.
+	aliveMu    sync.Mutex
+	aliveUntil time.Time
 }
 
 func newStore(ctx context.Context, cfg *Config, e registry.Entry, tb *table.Table) (*Store, error) {
@@ -195,10 +201,24 @@ func (s *Store) residentWriter() *wal.Writer {
 	return s.writer
 }
 
+// WriterStats returns the stats of this worker's WAL writer of the store, and false
+// if no writer is open (the worker has not written the store through this handle).
+// It never opens a writer, so it never claims a writer epoch.
+func (s *Store) WriterStats() (wal.Stats, bool) {
+	w := s.residentWriter()
+	if w == nil {
+		return wal.Stats{}, false
+	}
+	return w.Stats(), true
+}
+
 // Append durably logs rec (input schema) in this worker's shard. It returns after
 // the WAL entry holding the rows is written; the rows become visible to reads at the
 // next seal.
 func (s *Store) Append(ctx context.Context, rec arrow.RecordBatch) error {
+	if err := s.ensureRegistered(ctx); err != nil {
+		return err
+	}
 	w, err := s.Writer(ctx)
 	if err != nil {
 		return err
@@ -335,6 +355,38 @@ func (s *Store) Fresh(ctx context.Context) (*Snapshot, error) {
 		return out
 	})
 	return out, nil
+}
+
+// ensureRegistered checks, at most once per SnapshotTTL, that the store's registry
+// object still exists. A delete by another worker is then noticed within the TTL;
+// appends in that window land in a directory that is garbage (Stores.Create clears
+// leftovers before a name is reused).
+func (s *Store) ensureRegistered(ctx context.Context) error {
+	s.aliveMu.Lock()
+	defer s.aliveMu.Unlock()
+	now := s.cfg.Clock.Now()
+	if now.Before(s.aliveUntil) && !s.isDeleted() {
+		return nil
+	}
+	if s.isDeleted() {
+		return fmt.Errorf("store %s: %w", s.Target(), ErrDeleted)
+	}
+	_, err := registry.New(s.cfg.Bucket).Get(ctx, s.entry.Kind, s.entry.Name)
+	if errors.Is(err, registry.ErrNotFound) {
+		s.markDeleted()
+		return fmt.Errorf("store %s: %w", s.Target(), ErrDeleted)
+	}
+	if err != nil {
+		return fmt.Errorf("store %s: %w", s.Target(), err)
+	}
+	s.aliveUntil = now.Add(s.cfg.SnapshotTTL)
+	return nil
+}
+
+func (s *Store) isDeleted() bool {
+	s.writerMu.Lock()
+	defer s.writerMu.Unlock()
+	return s.deleted
 }
 
 // markDeleted fences the handle: later appends fail with ErrDeleted.

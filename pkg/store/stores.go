@@ -94,24 +94,26 @@ func (ss *Stores) Create(ctx context.Context, e registry.Entry) (registry.Entry,
 		return registry.Entry{}, err
 	}
 	dir := registry.Dir(e.Kind, e.Name)
+	if _, err := ss.reg.Get(ctx, e.Kind, e.Name); err == nil {
+		return registry.Entry{}, fmt.Errorf("%s store %q: %w", e.Kind, e.Name, registry.ErrExists)
+	} else if !errors.Is(err, registry.ErrNotFound) {
+		return registry.Entry{}, err
+	}
+	// Not registered: anything under dir is a leftover of a deleted store (or of a
+	// create that crashed), e.g. WAL entries a stale handle wrote after the delete.
+	// It must not leak into the new store.
+	if err := ss.deleteData(ctx, dir); err != nil {
+		return registry.Entry{}, err
+	}
 	// The table first: a crash after it leaves an unregistered directory (garbage,
 	// reused by a later create of the same name with the same schema); a registry
 	// object is never left pointing at nothing.
 	if _, err := table.Create(ctx, ss.cfg.Bucket, dir, s, ss.cfg.TableOptions...); err != nil {
 		if errors.Is(err, table.ErrSchemaMismatch) {
-			if _, gerr := ss.reg.Get(ctx, e.Kind, e.Name); gerr == nil {
-				return registry.Entry{}, fmt.Errorf("%s store %q: %w", e.Kind, e.Name, registry.ErrExists)
-			}
-			// An unregistered leftover of a deleted store with another schema.
-			if err := ss.deleteData(ctx, dir); err != nil {
-				return registry.Entry{}, err
-			}
-			if _, err := table.Create(ctx, ss.cfg.Bucket, dir, s, ss.cfg.TableOptions...); err != nil {
-				return registry.Entry{}, err
-			}
-		} else {
-			return registry.Entry{}, err
+			// A concurrent create of the same name on another worker won the table.
+			return registry.Entry{}, fmt.Errorf("%s store %q: %w", e.Kind, e.Name, registry.ErrExists)
 		}
+		return registry.Entry{}, err
 	}
 	e.URI = dir
 	if e.CreatedAt.IsZero() {
@@ -159,6 +161,13 @@ func (ss *Stores) acquire(target string) (*Store, Release) {
 	defer ss.mu.Unlock()
 	h := ss.open[target]
 	if h == nil {
+		return nil, nil
+	}
+	if h.s.isDeleted() {
+		// Deleted through another worker; the name may have been created again.
+		ss.lru.Remove(h.el)
+		delete(ss.open, target)
+		h.evicted = true
 		return nil, nil
 	}
 	h.refs++

@@ -204,6 +204,10 @@ func (t *Table) Refresh(ctx context.Context) (*Manifest, error) {
 		return nil, err
 	}
 	m, err := t.Load(ctx, v)
+	if errors.Is(err, objstore.ErrNotFound) {
+		// Versions are never deleted while the table exists: the table was deleted.
+		return nil, fmt.Errorf("table %s: version %d vanished: %w", t.dir, v, ErrNotFound)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,48 @@
 package worker
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/tidemark-io/tidemark/pkg/registry"
+)
+
+// kindAPI is what differs between the rollout and generic halves of the data API:
+// the path segment, and the JSON keys rows travel under.
+type kindAPI struct {
+	kind registry.Kind
+	// rows is the key of a row array ("records" for rollouts, "rows" for generic
+	// stores) in add bodies and list answers; row is the key of one row in a get.
+	rows, row string
+	// missingRowIsNull answers a get of an absent id with {"<row>": null} and 200
+	// (the rollout API) instead of 404 (the generic API).
+	missingRowIsNull bool
+}
+
+var (
+	rolloutAPI = kindAPI{kind: registry.KindRollout, rows: "records", row: "record", missingRowIsNull: true}
+	genericAPI = kindAPI{kind: registry.KindGeneric, rows: "rows", row: "row"}
+)
 
 // registerDataRoutes adds the /api/v1 data routes (stores, rows, flush, merge-wal).
-func (s *Server) registerDataRoutes(mux *http.ServeMux) {}
+//
+// Writes (create, delete, add, seal, merge) run under a context detached from the
+// client's: once a write is accepted, a client that disconnects cannot abandon it
+// half done. Reads follow the request's context.
+func (s *Server) registerDataRoutes(mux *http.ServeMux) {
+	for _, k := range []kindAPI{rolloutAPI, genericAPI} {
+		base := "/api/v1/rollouts"
+		if k.kind == registry.KindGeneric {
+			base = "/api/v1/generic"
+		}
+		mux.Handle("POST "+base, s.api(s.createStore(k)))
+		mux.Handle("GET "+base, s.api(s.listStores(k)))
+		mux.Handle("GET "+base+"/{name}", s.api(s.getStore(k)))
+		mux.Handle("DELETE "+base+"/{name}", s.api(s.deleteStore(k)))
+		mux.Handle("POST "+base+"/{name}/"+k.rows, s.api(s.addRows(k)))
+		mux.Handle("GET "+base+"/{name}/"+k.rows, s.api(s.listRows(k)))
+		mux.Handle("GET "+base+"/{name}/"+k.rows+"/{id}", s.api(s.getRow(k)))
+	}
+	mux.Handle("POST /api/v1/generic/{name}/flush", s.api(s.flushStore(genericAPI)))
+	mux.Handle("POST /api/v1/generic/{name}/merge-wal", s.api(s.mergeStore))
+	mux.Handle("POST /api/v1/internal/merge-wal/{name}", s.api(s.mergeTarget))
+}

@@ -1,8 +1,8 @@
 // Package worker is the worker process's server: the HTTP data API (/api/v1/...), the
-// Prometheus endpoint and, in later issues, the internal gRPC WorkerService, the shard
-// WAL sweepers and the etcd registration.
+// Prometheus endpoint, the internal gRPC WorkerService the master calls (grpc.go,
+// grpc_server.go), the shard WAL sweepers and the etcd registration (register.go).
 //
-// What exists now is the HTTP skeleton every later route plugs into. Its invariants:
+// Invariants:
 //
 //   - Every error answer, including an unknown route or a wrong method, is JSON of the
 //     shape {"error":{"code":"NOT_FOUND","message":"..."}}; clients never have to parse
@@ -11,4 +11,10 @@
 //     default registry, so two servers in one test process do not share counters.
 //   - Serve returns only after the listener is closed and in-flight requests have
 //     finished or the shutdown timeout has passed; it leaves no goroutine behind.
+//     ServeGRPC does the same for gRPC calls.
+//   - A merge request carrying a fencing token older than the newest this worker has
+//     seen for its target is refused before it touches the store.
+//   - A worker is listed under P/workers/<instance> in etcd only while it runs: the
+//     record lives under a lease kept alive by the worker, is put back if the lease
+//     is lost, and is deleted (lease revoked) when the worker stops.
 package worker

@@ -14,7 +14,7 @@ type Metrics struct {
 	// Cleanups counts merges run by the sweepers (count and time triggers):
 	// result=success|failure|busy|timeout.
 	Cleanups *prometheus.CounterVec
-	// Merges counts every merge by trigger=request|count|time and result.
+	// Merges counts every merge by trigger=master|request|count|time and result.
 	Merges *prometheus.CounterVec
 	// MergeDuration times merges by trigger.
 	MergeDuration *prometheus.HistogramVec

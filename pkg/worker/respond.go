@@ -7,9 +7,13 @@ import (
 
 // Error codes of the {"error":{"code","message"}} answers.
 const (
-	CodeNotFound         = "NOT_FOUND"
-	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
-	CodeInternal         = "INTERNAL"
+	CodeInvalidRequest   = "INVALID_REQUEST"    // 400: the client's mistake; the message says which
+	CodeNotFound         = "NOT_FOUND"          // 404: no such route, store or row
+	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED" // 405
+	CodeAlreadyExists    = "ALREADY_EXISTS"     // 409: a store of that kind and name exists
+	CodePayloadTooLarge  = "PAYLOAD_TOO_LARGE"  // 413: body over Config.MaxBodyBytes
+	CodeInternal         = "INTERNAL"           // 500: details are logged, not returned
+	CodeOverloaded       = "OVERLOADED"         // 503: too many pending generations, or draining
 )
 
 // ErrorBody is the JSON body of every error answer.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,6 +63,9 @@ const DefaultMaxBodyBytes = 64 << 20
 type Server struct {
 	cfg     Config
 	handler http.Handler
+	// draining is set once Serve's context is done: new requests are refused with
+	// 503 while accepted ones finish (see admit).
+	draining atomic.Bool
 }
 
 // NewRegistry returns a Prometheus registry holding the Go runtime and process
@@ -90,6 +94,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if cfg.Stores != nil && cfg.Merger == nil {
+		return nil, fmt.Errorf("worker server: Stores without a Merger (the merge routes need one)")
+	}
 	if cfg.Series == nil {
 		cfg.Series = NewMetrics(cfg.Metrics)
 	}
@@ -105,7 +112,7 @@ func NewServer(cfg Config) (*Server, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{
 		Registry: cfg.Metrics, // promhttp's own error counters land in the same registry
 	}))
-	s.handler = jsonRouteErrors(mux)
+	s.handler = s.admit(mux, jsonRouteErrors(mux))
 	return s, nil
 }
 
@@ -137,6 +144,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 
+	// Refuse new requests before Shutdown starts waiting for the accepted ones.
+	s.draining.Store(true)
 	log.Info("http server shutting down", "addr", ln.Addr().String(), "timeout", s.cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
@@ -160,6 +169,12 @@ type healthResponse struct {
 	InstanceID string `json:"instance_id"`
 }
 
+// health answers "ok", or "draining" with 503 once the server is shutting down, so
+// load balancers stop sending requests.
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, healthResponse{Status: "draining", InstanceID: s.cfg.InstanceID})
+		return
+	}
 	writeJSON(w, http.StatusOK, healthResponse{Status: "ok", InstanceID: s.cfg.InstanceID})
 }

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/pkg/worker"
+	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestServeHelpListsTheGRPCAndEtcdSettings(t *testing.T) {
+	out, err := run(t, "serve", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []string{"GRPC_ADDR", "ADVERTISE_GRPC_ADDR", "ADVERTISE_HTTP_ADDR", "ETCD_ENDPOINTS", "ETCD_PREFIX",
+		"ETCD_USERNAME", "ETCD_PASSWORD", "ETCD_CA_CERT", "ETCD_CLIENT_CERT", "ETCD_CLIENT_KEY", "ETCD_DIAL_TIMEOUT", "WORKER_LEASE_TTL"} {
+		if !strings.Contains(out, env) {
+			t.Errorf("serve --help does not mention %s", env)
+		}
+	}
+}
+
+func TestServeFailsAtStartupWhenEtcdIsUnreachable(t *testing.T) {
+	_, err := run(t, "serve", "--data-url", "mem://", "--instance-id", "w1", "--http-addr", "127.0.0.1:0",
+		"--grpc-addr", "127.0.0.1:0", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-dial-timeout", "300ms")
+	if err == nil || !strings.Contains(err.Error(), "http://127.0.0.1:1") || !strings.Contains(err.Error(), "ETCD_ENDPOINTS") {
+		t.Fatalf("err = %v, want a startup error naming the endpoint and ETCD_ENDPOINTS", err)
+	}
+}
+
+// The wiring end to end: the worker registers in etcd with the addresses it really
+// listens on, answers gRPC (WorkerService, health) and HTTP there, and on shutdown
+// deregisters and returns cleanly.
+func TestServeRegistersServesGRPCAndHTTPAndDeregistersOnShutdown(t *testing.T) {
+	client, endpoints := etcdtest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	root := newRootCmd()
+	var logs syncBuffer
+	root.SetOut(&logs)
+	root.SetErr(&logs)
+	root.SetArgs([]string{"serve", "--data-url", "mem://", "--instance-id", "w1",
+		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
+		"--etcd-endpoints", strings.Join(endpoints, ","), "--etcd-prefix", "/e2e/", "--worker-lease-ttl", "2s"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	defer func() {
+		if t.Failed() {
+			t.Logf("worker logs:\n%s", logs.String())
+		}
+	}()
+
+	var rec worker.WorkerRecord
+	deadline := time.Now().Add(30 * time.Second) // liveness bound
+	for {
+		resp, err := client.Get(context.Background(), "/e2e/workers/w1")
+		if err == nil && len(resp.Kvs) == 1 {
+			if rec, err = worker.ParseWorkerRecord("/e2e/workers/w1", resp.Kvs[0].Value); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve returned before registering: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never registered")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if rec.InstanceID != "w1" || strings.HasSuffix(rec.GRPCAddr, ":0") || strings.HasSuffix(rec.HTTPAddr, ":0") || rec.StartedAt.IsZero() {
+		t.Fatalf("record %+v: want the real listen ports and a start time", rec)
+	}
+
+	conn, err := grpc.NewClient(rec.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	info, err := tidemarkv1.NewWorkerServiceClient(conn).Info(context.Background(), &tidemarkv1.InfoRequest{})
+	if err != nil || info.GetInstanceId() != "w1" || info.GetGrpcAddr() != rec.GRPCAddr || info.GetHttpAddr() != rec.HTTPAddr {
+		t.Fatalf("Info = %v, %v; want w1 with the registered addresses", info, err)
+	}
+	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health = %v, %v", h, err)
+	}
+	resp, err := http.Get("http://" + rec.HTTPAddr + "/api/v1/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var health struct {
+		InstanceID string `json:"instance_id"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&health)
+	resp.Body.Close()
+	if err != nil || health.InstanceID != "w1" {
+		t.Fatalf("HTTP health: %+v, %v", health, err)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve after shutdown: %v", err)
+		}
+	case <-time.After(60 * time.Second): // liveness bound
+		t.Fatal("serve did not return after its context was cancelled")
+	}
+	if resp, err := client.Get(context.Background(), "/e2e/workers/w1"); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("after shutdown the record is still there: %v, %v", resp, err)
+	}
+}

@@ -1,0 +1,200 @@
+// Package etcdcli builds the etcd client the Tidemark binaries share, from settings
+// that are both flags and environment variables: endpoints, the key prefix,
+// username/password authentication, TLS files and the dial timeout.
+//
+// New fails fast and clearly: an etcd that cannot be reached within the dial
+// timeout is an error that names every endpoint tried, never a client that hangs on
+// its first request.
+package etcdcli
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/tidemark-io/tidemark/internal/cli"
+)
+
+// Defaults of ETCD_PREFIX and ETCD_DIAL_TIMEOUT.
+const (
+	DefaultPrefix      = "/tidemark"
+	DefaultDialTimeout = 5 * time.Second
+)
+
+// Config is how to reach etcd.
+type Config struct {
+	// Endpoints are client URLs (http://host:2379, https://host:2379) or host:port.
+	// None means etcd is not used.
+	Endpoints []string
+	// Prefix is the key prefix P every Tidemark key lives under.
+	Prefix string
+	// Username and Password authenticate to etcd (both or neither).
+	Username, Password string
+	// CACert verifies the server's certificate; ClientCert and ClientKey (both or
+	// neither) are this client's certificate. Any of them turns TLS on.
+	CACert, ClientCert, ClientKey string
+	// DialTimeout bounds connecting and the reachability probe of New.
+	DialTimeout time.Duration
+	// Logger is the etcd client's own logger; nil keeps the client's default
+	// (JSON lines on stderr).
+	Logger *zap.Logger
+}
+
+// AddFlags defines the etcd flags on fs, each bound to its environment variable:
+// --etcd-endpoints ETCD_ENDPOINTS (comma-separated), --etcd-prefix ETCD_PREFIX,
+// --etcd-username ETCD_USERNAME, --etcd-password ETCD_PASSWORD, --etcd-ca-cert
+// ETCD_CA_CERT, --etcd-client-cert ETCD_CLIENT_CERT, --etcd-client-key
+// ETCD_CLIENT_KEY, --etcd-dial-timeout ETCD_DIAL_TIMEOUT. endpointsUsage says what
+// an empty endpoint list means for the binary.
+func (c *Config) AddFlags(fs *pflag.FlagSet, endpointsUsage string) {
+	bind := func(name, env string) { cli.BindEnv(fs, name, env) }
+	fs.StringSliceVar(&c.Endpoints, "etcd-endpoints", nil, "etcd client URLs, comma-separated; "+endpointsUsage)
+	bind("etcd-endpoints", "ETCD_ENDPOINTS")
+	fs.StringVar(&c.Prefix, "etcd-prefix", DefaultPrefix, "key prefix of every Tidemark key in etcd")
+	bind("etcd-prefix", "ETCD_PREFIX")
+	fs.StringVar(&c.Username, "etcd-username", "", "etcd user (with --etcd-password)")
+	bind("etcd-username", "ETCD_USERNAME")
+	fs.StringVar(&c.Password, "etcd-password", "", "etcd password (prefer the environment variable: flags show in ps)")
+	bind("etcd-password", "ETCD_PASSWORD")
+	fs.StringVar(&c.CACert, "etcd-ca-cert", "", "PEM file of the CA that signed etcd's server certificate (turns TLS on)")
+	bind("etcd-ca-cert", "ETCD_CA_CERT")
+	fs.StringVar(&c.ClientCert, "etcd-client-cert", "", "PEM client certificate for etcd (with --etcd-client-key; turns TLS on)")
+	bind("etcd-client-cert", "ETCD_CLIENT_CERT")
+	fs.StringVar(&c.ClientKey, "etcd-client-key", "", "PEM key of --etcd-client-cert")
+	bind("etcd-client-key", "ETCD_CLIENT_KEY")
+	fs.DurationVar(&c.DialTimeout, "etcd-dial-timeout", DefaultDialTimeout, "bound on connecting to etcd at startup")
+	bind("etcd-dial-timeout", "ETCD_DIAL_TIMEOUT")
+}
+
+// Enabled reports whether any endpoint is configured.
+func (c *Config) Enabled() bool { return len(c.endpoints()) > 0 }
+
+// endpoints are the configured endpoints, trimmed, without empty ones.
+func (c *Config) endpoints() []string {
+	var out []string
+	for _, e := range c.Endpoints {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// NormalizedPrefix is Prefix without trailing slashes, DefaultPrefix if empty.
+func (c *Config) NormalizedPrefix() string {
+	p := strings.TrimRight(c.Prefix, "/")
+	if p == "" {
+		return DefaultPrefix
+	}
+	return p
+}
+
+// TLS returns the TLS configuration of the settings, nil when no TLS file is set.
+func (c *Config) TLS() (*tls.Config, error) {
+	if c.CACert == "" && c.ClientCert == "" && c.ClientKey == "" {
+		return nil, nil
+	}
+	if (c.ClientCert == "") != (c.ClientKey == "") {
+		return nil, errors.New("etcd TLS: --etcd-client-cert (ETCD_CLIENT_CERT) and --etcd-client-key (ETCD_CLIENT_KEY) go together")
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.CACert != "" {
+		pem, err := os.ReadFile(c.CACert)
+		if err != nil {
+			return nil, fmt.Errorf("etcd CA certificate (--etcd-ca-cert, ETCD_CA_CERT): %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("etcd CA certificate %s: no PEM certificate in it", c.CACert)
+		}
+		cfg.RootCAs = pool
+	}
+	if c.ClientCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.ClientCert, c.ClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("etcd client certificate %s / key %s: %w", c.ClientCert, c.ClientKey, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// New connects to etcd and checks that at least one endpoint answers within the
+// dial timeout (a status request, which needs authentication but no permission).
+// An unreachable etcd, bad credentials or bad TLS files are errors naming the
+// endpoints tried.
+func New(ctx context.Context, c Config) (*clientv3.Client, error) {
+	eps := c.endpoints()
+	if len(eps) == 0 {
+		return nil, errors.New("etcd: no endpoints (--etcd-endpoints, ETCD_ENDPOINTS)")
+	}
+	if (c.Username == "") != (c.Password == "") {
+		return nil, errors.New("etcd: --etcd-username (ETCD_USERNAME) and --etcd-password (ETCD_PASSWORD) go together")
+	}
+	tlsCfg, err := c.TLS()
+	if err != nil {
+		return nil, err
+	}
+	timeout := c.DialTimeout
+	if timeout <= 0 {
+		timeout = DefaultDialTimeout
+	}
+	where := strings.Join(eps, ",")
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   eps,
+		Username:    c.Username,
+		Password:    c.Password,
+		TLS:         tlsCfg,
+		DialTimeout: timeout,
+		Logger:      c.Logger,
+		// No Context: the client must outlive the command's context, so that a
+		// worker can still revoke its lease after a shutdown signal.
+		// Keep connections to etcd probed, so a dead endpoint is noticed within
+		// seconds rather than at the next request.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd at %s: %w", where, err)
+	}
+	if err := probe(ctx, client, eps, timeout); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("etcd at %s unreachable within %s (--etcd-endpoints, ETCD_ENDPOINTS): %w", where, timeout, err)
+	}
+	return client, nil
+}
+
+// probe asks every endpoint for its status at once and succeeds with the first
+// answer; it fails with every endpoint's error when none answers within timeout.
+func probe(ctx context.Context, client *clientv3.Client, eps []string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	errs := make(chan error, len(eps))
+	for _, ep := range eps {
+		go func() {
+			_, err := client.Status(ctx, ep)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", ep, err)
+			}
+			errs <- err
+		}()
+	}
+	var all []error
+	for range eps {
+		err := <-errs
+		if err == nil {
+			return nil // the others end with ctx
+		}
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}

@@ -1,0 +1,191 @@
+package scanner
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/utils/clock"
+)
+
+// Defaults (STATS_SCAN_INTERVAL, MERGE_WAL_INTERVAL, MERGE_WAL_MIN_GENERATIONS and
+// the knobs without an environment variable).
+const (
+	DefaultScanInterval     = 300 * time.Second
+	DefaultConcurrency      = 16
+	DefaultStoreTimeout     = 30 * time.Second
+	DefaultMaxCachedStores  = 10000
+	DefaultFullObserveAfter = time.Hour
+	DefaultSweepInterval    = 60 * time.Second
+	DefaultMinGenerations   = 8
+	DefaultMaxEnqueues      = 256
+)
+
+// Coordination lock names: P/coordination/scanner and P/coordination/merge-sweep.
+const (
+	ScannerLock    = "scanner"
+	MergeSweepLock = "merge-sweep"
+)
+
+// Lease returns the lease the coordination locks are taken under: the master's
+// session lease. It is asked at every round, so a master that had to start a new
+// session (its lease expired while etcd was away) hands the new lease on, and the
+// lock is taken again under it.
+type Lease func(ctx context.Context) (clientv3.LeaseID, error)
+
+// StaticLease is a Lease that is always id.
+func StaticLease(id clientv3.LeaseID) Lease {
+	return func(context.Context) (clientv3.LeaseID, error) { return id, nil }
+}
+
+type options struct {
+	clock      clock.Clock
+	logger     *slog.Logger
+	registerer prometheus.Registerer
+
+	// Scanner.
+	scanInterval     time.Duration
+	concurrency      int
+	storeTimeout     time.Duration
+	maxCachedStores  int
+	fullObserveAfter time.Duration
+
+	// MergeSweeper.
+	sweepInterval  time.Duration
+	minGenerations int
+	maxEnqueues    int
+
+	// beforeWrite, if set, runs after a round's observations and before its first
+	// etcd write (tests revoke the lease there).
+	beforeWrite func(ctx context.Context)
+}
+
+// Option configures a Scanner or a MergeSweeper. Options that concern only one of
+// them are ignored by the other.
+type Option func(*options)
+
+// WithClock sets the clock of intervals, cache ages and timestamps (tests inject a
+// fake one). Leases still run on etcd's clock.
+func WithClock(c clock.Clock) Option {
+	return func(o *options) {
+		if c != nil {
+			o.clock = c
+		}
+	}
+}
+
+// WithLogger sets the structured logger.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	}
+}
+
+// WithRegisterer registers the metrics with r (none are registered without it).
+// Scanners or sweepers sharing one registerer share their series.
+func WithRegisterer(r prometheus.Registerer) Option {
+	return func(o *options) { o.registerer = r }
+}
+
+// WithScanInterval sets the Scanner's period, STATS_SCAN_INTERVAL (300 s).
+func WithScanInterval(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.scanInterval = d
+		}
+	}
+}
+
+// WithConcurrency bounds how many stores a Scanner observes at once (16).
+func WithConcurrency(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.concurrency = n
+		}
+	}
+}
+
+// WithStoreTimeout bounds the observation of one store (30 s); a store that times
+// out counts as a scan error and keeps its previous row.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.storeTimeout = d
+		}
+	}
+}
+
+// WithMaxCachedStores bounds how many stores a Scanner keeps a table handle and
+// WAL snapshot for between rounds (10000). A store beyond the bound is observed in
+// full every round: correct, only dearer.
+func WithMaxCachedStores(n int) Option {
+	return func(o *options) {
+		if n >= 0 {
+			o.maxCachedStores = n
+		}
+	}
+}
+
+// WithFullObserveAfter sets how long a cached store is trusted (1 h): after that
+// the Scanner drops the cached handle and observes the store from scratch, which
+// bounds how long a store deleted and re-created between two rounds can show the
+// old store's numbers.
+func WithFullObserveAfter(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.fullObserveAfter = d
+		}
+	}
+}
+
+// WithSweepInterval sets the MergeSweeper's period, MERGE_WAL_INTERVAL (60 s).
+func WithSweepInterval(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.sweepInterval = d
+		}
+	}
+}
+
+// WithMinGenerations sets MERGE_WAL_MIN_GENERATIONS (8): the MergeSweeper enqueues
+// a merge for targets with at least this many pending generations.
+func WithMinGenerations(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.minGenerations = n
+		}
+	}
+}
+
+// WithMaxEnqueues caps the new tasks one sweep enqueues (256); enqueues that
+// deduplicate onto a live task do not count.
+func WithMaxEnqueues(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxEnqueues = n
+		}
+	}
+}
+
+func buildOptions(opts []Option) options {
+	o := options{
+		clock:            clock.RealClock{},
+		logger:           slog.Default(),
+		scanInterval:     DefaultScanInterval,
+		concurrency:      DefaultConcurrency,
+		storeTimeout:     DefaultStoreTimeout,
+		maxCachedStores:  DefaultMaxCachedStores,
+		fullObserveAfter: DefaultFullObserveAfter,
+		sweepInterval:    DefaultSweepInterval,
+		minGenerations:   DefaultMinGenerations,
+		maxEnqueues:      DefaultMaxEnqueues,
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}

@@ -1,0 +1,174 @@
+package scanner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+)
+
+// SweepSummary says what one merge sweep did.
+type SweepSummary struct {
+	// Skipped is set when another replica holds the merge-sweep lock; SkipReason
+	// names the holder. Nothing else is set then.
+	Skipped    bool   `json:"skipped"`
+	SkipReason string `json:"skip_reason,omitempty"`
+	// Eligible counts rows at or above the threshold.
+	Eligible int `json:"eligible"`
+	// Enqueued counts new merge_wal tasks; Deduplicated counts enqueues that
+	// found a live task for the target (they do not count against the cap).
+	Enqueued     int `json:"enqueued"`
+	Deduplicated int `json:"deduplicated"`
+	// SkippedByCap counts eligible targets not tried because the cap of new
+	// tasks was reached; being the least pending, they wait for the next sweep.
+	SkippedByCap int `json:"skipped_by_cap"`
+	// Errors counts enqueues that failed (logged; tried again next sweep).
+	Errors   int           `json:"errors"`
+	Duration time.Duration `json:"duration"`
+}
+
+// MergeSweeper enqueues merge_wal tasks for the targets whose stats rows show too
+// many pending WAL generations. It is safe for concurrent use; sweeps run one at a
+// time.
+type MergeSweeper struct {
+	ts      *tasks.Store
+	rows    rowStore
+	opts    options
+	log     *slog.Logger
+	metrics *sweepMetrics
+	leader  *leader
+
+	round chan struct{}
+}
+
+// NewMergeSweeper returns a MergeSweeper reading the stats rows under the task
+// store's prefix and taking the "merge-sweep" coordination lock under lease.
+func NewMergeSweeper(client *clientv3.Client, ts *tasks.Store, lease Lease, opts ...Option) *MergeSweeper {
+	o := buildOptions(opts)
+	log := o.logger.With("component", "merge-sweep")
+	return &MergeSweeper{
+		ts:      ts,
+		rows:    newRowStore(client, ts),
+		opts:    o,
+		log:     log,
+		metrics: newSweepMetrics(o.registerer),
+		leader:  &leader{ts: ts, name: MergeSweepLock, lease: lease, log: log},
+		round:   make(chan struct{}, 1),
+	}
+}
+
+// Run sweeps at once and then every sweep interval until ctx is done, then gives
+// up the merge-sweep lock.
+func (sw *MergeSweeper) Run(ctx context.Context) {
+	defer sw.leader.release(ctx)
+	every(ctx, sw.opts.clock, sw.opts.sweepInterval, func(ctx context.Context) { _, _ = sw.Sweep(ctx) })
+}
+
+// Sweep runs one sweep, if this replica holds (or can take) the merge-sweep lock:
+// it reads every stats row and enqueues merge_wal for each target with at least
+// MERGE_WAL_MIN_GENERATIONS pending generations, most pending first, until the
+// cap of new tasks is reached.
+//
+// Enqueues are deduplicated by the task store, so the lock only keeps replicas
+// from doubling the work: a sweep that races another (its lock lost mid-sweep)
+// adds no second task for a target.
+func (sw *MergeSweeper) Sweep(ctx context.Context) (SweepSummary, error) {
+	select {
+	case sw.round <- struct{}{}:
+	case <-ctx.Done():
+		return SweepSummary{}, ctx.Err()
+	}
+	defer func() { <-sw.round }()
+
+	start := sw.opts.clock.Now()
+	sum, err := sw.sweep(ctx)
+	sum.Duration = sw.opts.clock.Since(start)
+	sw.metrics.targets.WithLabelValues("enqueued").Add(float64(sum.Enqueued))
+	sw.metrics.targets.WithLabelValues("deduplicated").Add(float64(sum.Deduplicated))
+	sw.metrics.targets.WithLabelValues("capped").Add(float64(sum.SkippedByCap))
+	sw.metrics.targets.WithLabelValues("error").Add(float64(sum.Errors))
+	switch {
+	case err != nil && ctx.Err() != nil:
+		sw.metrics.rounds.WithLabelValues("failed").Inc()
+		sw.log.Info("merge sweep interrupted", "err", err)
+	case err != nil:
+		sw.metrics.rounds.WithLabelValues("failed").Inc()
+		sw.log.Error("merge sweep failed", "err", err, "enqueued", sum.Enqueued, "deduplicated", sum.Deduplicated)
+	case sum.Skipped:
+		sw.metrics.rounds.WithLabelValues("skipped").Inc()
+		sw.log.Debug("merge sweep skipped", "reason", sum.SkipReason)
+	default:
+		sw.metrics.rounds.WithLabelValues("done").Inc()
+		level := slog.LevelDebug
+		if sum.Enqueued+sum.SkippedByCap+sum.Errors > 0 {
+			level = slog.LevelInfo
+		}
+		sw.log.Log(ctx, level, "merge sweep done", "eligible", sum.Eligible, "enqueued", sum.Enqueued,
+			"deduplicated", sum.Deduplicated, "skipped_by_cap", sum.SkippedByCap, "errors", sum.Errors,
+			"duration", sum.Duration.String())
+	}
+	return sum, err
+}
+
+type eligibleTarget struct {
+	target  string
+	pending int
+}
+
+func (sw *MergeSweeper) sweep(ctx context.Context) (SweepSummary, error) {
+	var sum SweepSummary
+	if _, err := sw.leader.hold(ctx); errors.Is(err, tasks.ErrCoordinationHeld) {
+		return SweepSummary{Skipped: true, SkipReason: err.Error()}, nil
+	} else if err != nil {
+		return sum, fmt.Errorf("merge sweep: %w", err)
+	}
+	stored, err := sw.rows.all(ctx)
+	if err != nil {
+		return sum, fmt.Errorf("merge sweep: %w", err)
+	}
+	var eligible []eligibleTarget
+	for target, r := range stored {
+		if r.err != nil {
+			sw.log.Warn("merge sweep: stats row skipped", "target", target, "err", r.err)
+			continue
+		}
+		if r.row.PendingWALGenerations >= sw.opts.minGenerations {
+			eligible = append(eligible, eligibleTarget{target: target, pending: r.row.PendingWALGenerations})
+		}
+	}
+	// Worst first: the most pending generations make the slowest reads.
+	sort.Slice(eligible, func(i, j int) bool {
+		if eligible[i].pending != eligible[j].pending {
+			return eligible[i].pending > eligible[j].pending
+		}
+		return eligible[i].target < eligible[j].target
+	})
+	sum.Eligible = len(eligible)
+
+	for i, e := range eligible {
+		if sum.Enqueued >= sw.opts.maxEnqueues {
+			sum.SkippedByCap = len(eligible) - i
+			break
+		}
+		task, dedup, err := sw.ts.Enqueue(ctx, tasks.KindMergeWAL, e.target)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return sum, fmt.Errorf("merge sweep: %w", err)
+		case err != nil:
+			sum.Errors++
+			sw.log.Warn("merge sweep: enqueue failed", "target", e.target, "pending_wal_generations", e.pending, "err", err)
+		case dedup:
+			sum.Deduplicated++
+		default:
+			sum.Enqueued++
+			sw.log.Info("merge_wal enqueued", "task", task.ID, "target", e.target, "pending_wal_generations", e.pending)
+		}
+	}
+	return sum, nil
+}

@@ -1,0 +1,172 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/wal"
+)
+
+// apiSpec is the generic schema most API tests use.
+const apiSpec = `{"columns":[["id",{"type":"string"}],["score",{"type":"float64","nullable":true}],["n",{"type":"int64"}],["tags",{"type":"list","item":{"type":"string"},"nullable":true}]]}`
+
+// apiEnv is one worker's HTTP API over real stores and a real merger, served by
+// httptest so requests go through net/http (body limits, contexts, connections).
+type apiEnv struct {
+	t      *testing.T
+	srv    *Server
+	url    string
+	bucket *objstore.Bucket
+	stores *store.Stores
+	series *Metrics
+}
+
+// newAPIEnv serves a worker with instance id shard on bucket. edit, if given,
+// adjusts the config before NewServer.
+func newAPIEnv(t *testing.T, bucket *objstore.Bucket, shard string, edit func(*Config)) *apiEnv {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	ss := store.NewStores(store.Config{Bucket: bucket, Shard: shard, Logger: quiet, SnapshotTTL: -1,
+		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
+	t.Cleanup(func() { _ = ss.Close(context.Background()) })
+	reg := prometheus.NewRegistry()
+	cfg := Config{InstanceID: shard, Logger: quiet, Metrics: reg, Stores: ss,
+		Merger: merge.New(merge.Config{Logger: quiet}), Series: NewMetrics(reg)}
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return &apiEnv{t: t, srv: srv, url: hs.URL, bucket: bucket, stores: ss, series: cfg.Series}
+}
+
+// do sends body (a string, or nil) and returns the status and the answer.
+func (e *apiEnv) do(method, path string, body any) (int, []byte) {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case io.Reader:
+		rd = b
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, e.url+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		e.t.Errorf("%s %s: Content-Type %q", method, path, ct)
+	}
+	return resp.StatusCode, out
+}
+
+// ok sends a request that must answer want, and decodes the answer into v (if
+// not nil).
+func (e *apiEnv) ok(want int, method, path string, body, v any) {
+	e.t.Helper()
+	status, out := e.do(method, path, body)
+	if status != want {
+		e.t.Fatalf("%s %s: status %d, want %d; body %s", method, path, status, want, out)
+	}
+	if v != nil {
+		if err := json.Unmarshal(out, v); err != nil {
+			e.t.Fatalf("%s %s: answer %s: %v", method, path, out, err)
+		}
+	}
+}
+
+// fails sends a request that must fail with status and code, and returns the
+// message.
+func (e *apiEnv) fails(status int, code, method, path string, body any) string {
+	e.t.Helper()
+	got, out := e.do(method, path, body)
+	var eb ErrorBody
+	if err := json.Unmarshal(out, &eb); err != nil {
+		e.t.Fatalf("%s %s: answer %q is not the error shape: %v", method, path, out, err)
+	}
+	if got != status || eb.Error.Code != code || eb.Error.Message == "" {
+		e.t.Fatalf("%s %s: status %d %+v, want %d %s with a message", method, path, got, eb.Error, status, code)
+	}
+	return eb.Error.Message
+}
+
+// rows lists every row of a store (kind "rollouts" or "generic") as raw JSON.
+func (e *apiEnv) rows(kind, name string) []json.RawMessage {
+	e.t.Helper()
+	key := "rows"
+	if kind == "rollouts" {
+		key = "records"
+	}
+	var ans map[string]json.RawMessage
+	e.ok(http.StatusOK, http.MethodGet, "/api/v1/"+kind+"/"+name+"/"+key+"?limit=10000", nil, &ans)
+	var rows []json.RawMessage
+	if err := json.Unmarshal(ans[key], &rows); err != nil {
+		e.t.Fatal(err)
+	}
+	var count int
+	if err := json.Unmarshal(ans["count"], &count); err != nil || count != len(rows) {
+		e.t.Fatalf("list %s/%s: count %s for %d rows", kind, name, ans["count"], len(rows))
+	}
+	return rows
+}
+
+// stats is GET /<kind>/{name}.
+func (e *apiEnv) stats(kind, name string) storeAnswer {
+	e.t.Helper()
+	var ans storeAnswer
+	e.ok(http.StatusOK, http.MethodGet, "/api/v1/"+kind+"/"+name, nil, &ans)
+	if ans.Stats == nil {
+		e.t.Fatalf("GET %s/%s: no stats", kind, name)
+	}
+	return ans
+}
+
+func (e *apiEnv) count(c *prometheus.CounterVec, labels ...string) int {
+	return int(testutil.ToFloat64(c.WithLabelValues(labels...)))
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,109 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/registry"
+)
+
+// flushAnswer is the body of POST /generic/{name}/flush. Sealed is false when this
+// worker had nothing unsealed in the store; Generation and Rows then are 0.
+type flushAnswer struct {
+	Sealed     bool   `json:"sealed"`
+	Generation uint64 `json:"generation"`
+	Rows       int64  `json:"rows"`
+}
+
+// flushStore seals this worker's memtable of the store into a generation.
+func (s *Server) flushStore(k kindAPI) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		name, err := pathName(r)
+		if err != nil {
+			return err
+		}
+		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
+		if err != nil {
+			return err
+		}
+		defer release()
+		ctx, cancel := detached(r)
+		defer cancel()
+		g, err := s.seal(ctx, st)
+		if err != nil {
+			return err
+		}
+		var ans flushAnswer
+		if g != nil {
+			ans = flushAnswer{Sealed: true, Generation: g.Generation, Rows: g.Rows}
+		}
+		writeJSON(w, http.StatusOK, ans)
+		return nil
+	}
+}
+
+// mergeAnswer is the body of the merge-wal routes. Reclaimed counts the generations
+// drained from this worker's shard (the reference API's field); the others say what
+// went into the base table.
+type mergeAnswer struct {
+	Reclaimed   int    `json:"reclaimed"`
+	Generations int    `json:"generations"`
+	Rows        int64  `json:"rows"`
+	Version     uint64 `json:"version"`
+}
+
+// mergeStore is POST /generic/{name}/merge-wal.
+func (s *Server) mergeStore(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	return s.merge(w, r, registry.KindGeneric, name)
+}
+
+// mergeTarget is POST /internal/merge-wal/{target}: "<name>" for a rollout store,
+// "generic:<name>" for a generic store.
+func (s *Server) mergeTarget(w http.ResponseWriter, r *http.Request) error {
+	kind, name, err := registry.ParseTarget(r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	return s.merge(w, r, kind, name)
+}
+
+// merge merges this worker's shard of the store into its base table, waiting for a
+// merge slot. Unlike writes, it follows the request's context: a merge cancelled at
+// any point loses nothing (package merge), and a caller that gave up - the master
+// moving on to the next worker - must not leave a merge committing behind its back.
+func (s *Server) merge(w http.ResponseWriter, r *http.Request, kind registry.Kind, name string) error {
+	if s.cfg.Merger == nil {
+		return internalError(errors.New("no merger in the server config"), "merges are not configured on this worker")
+	}
+	st, release, err := s.cfg.Stores.Open(r.Context(), kind, name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	start := time.Now()
+	res, err := s.cfg.Merger.Merge(r.Context(), st, true)
+	result := "success"
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		result = "timeout"
+	case err != nil:
+		result = "failure"
+	}
+	took := time.Since(start)
+	s.cfg.Series.Merges.WithLabelValues("request", result).Inc()
+	s.cfg.Series.MergeDuration.WithLabelValues("request").Observe(took.Seconds())
+	s.cfg.Series.MergedGenerations.WithLabelValues(string(kind)).Add(float64(res.Generations))
+	if err != nil {
+		return err
+	}
+	s.cfg.Logger.Info("request merge done", "store", name, "kind", kind, "generations", res.Generations,
+		"rows", res.Rows, "reclaimed", res.Reclaimed, "version", res.Version, "duration", took.String())
+	writeJSON(w, http.StatusOK, mergeAnswer{Reclaimed: res.Reclaimed, Generations: res.Generations, Rows: res.Rows, Version: res.Version})
+	return nil
+}

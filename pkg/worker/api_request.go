@@ -1,0 +1,132 @@
+package worker
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tidemark-io/tidemark/pkg/registry"
+)
+
+// List paging: a list answers at most maxListLimit rows, defaultListLimit when the
+// client does not say.
+const (
+	defaultListLimit = 100
+	maxListLimit     = 10000
+)
+
+// decodeBody decodes the JSON object of r's body into v (a pointer to a struct).
+// The body is read through http.MaxBytesReader, so a body over maxBytes fails with
+// *http.MaxBytesError (413) as soon as the limit is crossed, before it is held in
+// memory; a declared Content-Length over the limit fails before reading at all.
+// Unknown fields, trailing data and malformed JSON are 400s that say what is wrong.
+func decodeBody(w http.ResponseWriter, r *http.Request, maxBytes int64, v any) error {
+	if r.ContentLength > maxBytes {
+		return &http.MaxBytesError{Limit: maxBytes}
+	}
+	body := http.MaxBytesReader(w, r.Body, maxBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bodyError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return bodyError(err)
+		}
+		return badRequest("malformed JSON: unexpected data after the request object")
+	}
+	return nil
+}
+
+// bodyError explains a decode failure to the client.
+func bodyError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return err
+	case errors.Is(err, io.EOF):
+		return badRequest("request body is empty; expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("malformed JSON: the request body ends early")
+	case errors.As(err, &syntax):
+		return badRequest("malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return badRequest("request body must be a JSON object, got %s", typ.Value)
+		}
+		return badRequest("field %q: expected %s, got %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return badRequest("request object has %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return badRequest("could not read the request body")
+}
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "slice", "array":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	}
+	return "a number"
+}
+
+// pathName returns the validated {name} of the route.
+func pathName(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	if err := registry.ValidateName(name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// listPage parses ?limit= (default 100, 0..10000) and ?offset= (default 0, >= 0).
+func listPage(r *http.Request) (limit, offset int, err error) {
+	q := r.URL.Query()
+	if limit, err = intParam(q.Get("limit"), "limit", defaultListLimit); err != nil {
+		return 0, 0, err
+	}
+	if limit > maxListLimit {
+		return 0, 0, badRequest("limit %d is over the maximum of %d", limit, maxListLimit)
+	}
+	if offset, err = intParam(q.Get("offset"), "offset", 0); err != nil {
+		return 0, 0, err
+	}
+	return limit, offset, nil
+}
+
+// intParam parses a non-negative integer query parameter, def when absent.
+func intParam(text, name string, def int) (int, error) {
+	if text == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(text)
+	if err != nil || n < 0 {
+		return 0, badRequest("%s must be a non-negative integer, got %q", name, text)
+	}
+	return n, nil
+}
+
+// flushParam parses ?flush= (absent: false).
+func flushParam(r *http.Request) (bool, error) {
+	text := r.URL.Query().Get("flush")
+	if text == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(text)
+	if err != nil {
+		return false, badRequest("flush must be true or false, got %q", text)
+	}
+	return b, nil
+}

@@ -1,0 +1,357 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/table"
+	"github.com/tidemark-io/tidemark/pkg/wal"
+	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+)
+
+var (
+	// ErrStaleFencingToken means a merge request carried a fencing token older than
+	// the newest this worker has seen for the target: a newer master claim of the
+	// target exists, so the request's claim is gone and it must not merge.
+	ErrStaleFencingToken = errors.New("stale fencing token")
+	// ErrInvalidFencingToken means a fencing token that is not a revision (negative,
+	// or 0 where fencing is required).
+	ErrInvalidFencingToken = errors.New("invalid fencing token")
+)
+
+// Merge triggers for the metrics (Metrics.Merges, MergeDuration): the master's
+// MergeWal, and the HTTP merge-wal routes.
+const (
+	TriggerMaster  = "master"
+	TriggerRequest = "request"
+)
+
+// WorkerServiceConfig is what a WorkerService needs.
+type WorkerServiceConfig struct {
+	// InstanceID names this worker, and its shard in every store. Required.
+	InstanceID string
+	// Version is the build version Info reports.
+	Version string
+	// GRPCAddr and HTTPAddr are the addresses this worker advertises (Info).
+	GRPCAddr, HTTPAddr string
+	// Stores and Merger do the work. Required.
+	Stores *store.Stores
+	Merger *merge.Merger
+	// Metrics are the worker's series; nil creates unregistered ones.
+	Metrics *Metrics
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// WorkerService implements tidemark.v1.WorkerService over a worker's stores and
+// merger. The same value backs the HTTP internal merge route (MergeTarget), so both
+// share one record of fencing tokens.
+//
+// Invariants:
+//
+//   - Fencing tokens of a target only grow, here as in etcd: once a token has been
+//     seen for a target, a merge with an older one is refused before it touches the
+//     store (ErrStaleFencingToken, FAILED_PRECONDITION). A stale master (one whose
+//     claim of the target expired and was taken over) therefore cannot merge after
+//     its successor has called. A request admitted before a newer one arrived may
+//     still finish: merges are idempotent (the merged watermark is committed with
+//     the data), so two overlapping merges of one shard never add rows twice.
+//   - A target names exactly one store: "generic:<name>" is the generic store
+//     <name> and never the rollout store of the same name.
+//   - UNAVAILABLE is never an answer of a call that reached a merge: the master
+//     reads it as "this worker could not be reached" and moves on to the next
+//     worker, which is only right when nothing ran.
+type WorkerService struct {
+	tidemarkv1.UnimplementedWorkerServiceServer
+
+	cfg    WorkerServiceConfig
+	log    *slog.Logger
+	fence  fencingTokens
+	health *health.Server
+}
+
+// NewWorkerService returns the service for cfg. Its health server reports SERVING
+// for the whole server and for tidemark.v1.WorkerService until shutdown.
+func NewWorkerService(cfg WorkerServiceConfig) (*WorkerService, error) {
+	if err := wal.ValidateShard(cfg.InstanceID); err != nil {
+		return nil, fmt.Errorf("instance id: %w", err)
+	}
+	if cfg.Stores == nil || cfg.Merger == nil {
+		return nil, errors.New("worker service: Stores and Merger are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(tidemarkv1.WorkerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return &WorkerService{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		fence:  fencingTokens{newest: map[string]int64{}},
+		health: hs,
+	}, nil
+}
+
+// Health is the service's gRPC health server (registered by NewGRPCServer; ServeGRPC
+// switches it to NOT_SERVING when shutdown starts).
+func (w *WorkerService) Health() *health.Server { return w.health }
+
+// MergeWal merges this worker's shard of the request's target. The fencing token is
+// required: 0 is INVALID_ARGUMENT (only the HTTP internal route may merge unfenced).
+func (w *WorkerService) MergeWal(ctx context.Context, req *tidemarkv1.MergeWalRequest) (*tidemarkv1.MergeWalResponse, error) {
+	if _, _, err := registry.ParseTarget(req.GetTarget()); err != nil {
+		return nil, grpcError(err)
+	}
+	if req.GetFencingToken() <= 0 {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"fencing_token %d: must be > 0 (the etcd revision of the master's lock of target %q)",
+			req.GetFencingToken(), req.GetTarget())
+	}
+	r, err := w.MergeTarget(ctx, req.GetTarget(), req.GetFencingToken(), TriggerMaster)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &tidemarkv1.MergeWalResponse{
+		Generations: int64(r.Generations),
+		Rows:        r.Rows,
+		Reclaimed:   int64(r.Reclaimed),
+		BaseVersion: r.Version,
+		InstanceId:  w.cfg.InstanceID,
+	}, nil
+}
+
+// MergeTarget merges this worker's shard of target's store into its base table,
+// waiting for a merge slot, until nothing of the shard is pending. It is MergeWal
+// for callers other than gRPC: the HTTP internal route calls it with token 0, which
+// skips fencing; a token > 0 is checked against, and then recorded as, the newest
+// token of the target. trigger labels the merge metrics (TriggerMaster,
+// TriggerRequest).
+//
+// Errors wrap registry.ErrInvalidName (malformed target), ErrInvalidFencingToken,
+// ErrStaleFencingToken, registry.ErrNotFound (no such store), or the merge's error.
+func (w *WorkerService) MergeTarget(ctx context.Context, target string, token int64, trigger string) (merge.Result, error) {
+	kind, name, err := registry.ParseTarget(target)
+	if err != nil {
+		return merge.Result{}, err
+	}
+	if token < 0 {
+		return merge.Result{}, fmt.Errorf("target %s: %w: %d is negative", target, ErrInvalidFencingToken, token)
+	}
+	log := w.log.With("target", target, "store", name, "kind", kind, "trigger", trigger, "fencing_token", token)
+	if token > 0 {
+		if err := w.fence.admit(target, token); err != nil {
+			log.Warn("merge refused: stale fencing token", "err", err)
+			return merge.Result{}, err
+		}
+	}
+	s, release, err := w.cfg.Stores.Open(ctx, kind, name)
+	if err != nil {
+		return merge.Result{}, err
+	}
+	defer release()
+
+	start := time.Now()
+	r, err := w.cfg.Merger.Merge(ctx, s, true)
+	result := "success"
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		result = "timeout"
+	case errors.Is(err, context.Canceled):
+		result = "cancelled"
+	case err != nil:
+		result = "failure"
+	}
+	m := w.cfg.Metrics
+	m.Merges.WithLabelValues(trigger, result).Inc()
+	m.MergeDuration.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
+	m.MergedGenerations.WithLabelValues(string(kind)).Add(float64(r.Generations))
+	if err != nil {
+		log.Warn("merge failed", "err", err, "duration", time.Since(start).String())
+		return r, err
+	}
+	log.Info("merge done", "generations", r.Generations, "rows", r.Rows, "reclaimed", r.Reclaimed,
+		"version", r.Version, "duration", time.Since(start).String())
+	return r, nil
+}
+
+// Flush seals one store, or every resident store when the target is empty.
+//
+// For one target, a worker that has a shard in the store but no open writer (it
+// restarted since it last wrote) opens the writer first, which replays the shard's
+// unsealed entries, so the flush makes them visible too. A worker without a shard in
+// the store seals nothing and creates none.
+func (w *WorkerService) Flush(ctx context.Context, req *tidemarkv1.FlushRequest) (*tidemarkv1.FlushResponse, error) {
+	if req.GetTarget() == "" {
+		n, err := w.flushResident(ctx)
+		if err != nil {
+			return nil, grpcError(err)
+		}
+		return &tidemarkv1.FlushResponse{SealedGenerations: n}, nil
+	}
+	kind, name, err := registry.ParseTarget(req.GetTarget())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	s, release, err := w.cfg.Stores.Open(ctx, kind, name)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	defer release()
+	if s.Snapshot().WAL.Shards[s.Shard()] != nil {
+		if _, err := s.Writer(ctx); err != nil {
+			return nil, grpcError(err)
+		}
+	}
+	sealed, err := w.seal(ctx, s)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &tidemarkv1.FlushResponse{SealedGenerations: sealed}, nil
+}
+
+// flushResident seals every resident store; a failure of one does not stop the
+// others, and the error names every store that failed.
+func (w *WorkerService) flushResident(ctx context.Context) (int64, error) {
+	stores, rels := w.cfg.Stores.Resident()
+	defer func() {
+		for _, r := range rels {
+			r()
+		}
+	}()
+	var total int64
+	var errs []error
+	for _, s := range stores {
+		n, err := w.seal(ctx, s)
+		total += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+// seal seals s and counts it under the flush metrics.
+func (w *WorkerService) seal(ctx context.Context, s *store.Store) (int64, error) {
+	kind := string(s.Entry().Kind)
+	g, err := s.Seal(ctx)
+	if err != nil {
+		w.cfg.Metrics.Flushes.WithLabelValues("failure", kind).Inc()
+		w.log.Warn("flush: seal failed", "target", s.Target(), "store", s.Entry().Name, "kind", kind, "err", err)
+		return 0, err
+	}
+	if g == nil {
+		return 0, nil
+	}
+	w.cfg.Metrics.Flushes.WithLabelValues("success", kind).Inc()
+	return 1, nil
+}
+
+// Info describes this worker and its resident stores, without I/O.
+func (w *WorkerService) Info(context.Context, *tidemarkv1.InfoRequest) (*tidemarkv1.InfoResponse, error) {
+	stores, rels := w.cfg.Stores.Resident()
+	defer func() {
+		for _, r := range rels {
+			r()
+		}
+	}()
+	infos := make([]*tidemarkv1.ShardInfo, 0, len(stores))
+	for _, s := range stores {
+		info := &tidemarkv1.ShardInfo{
+			Target:             s.Target(),
+			PendingGenerations: int64(merge.PendingOwn(s)),
+		}
+		if st, ok := s.WriterStats(); ok {
+			info.MemtableRows = st.MemtableRows
+			info.WriterEpoch = st.Epoch
+		}
+		infos = append(infos, info)
+	}
+	slices.SortFunc(infos, func(a, b *tidemarkv1.ShardInfo) int { return cmp.Compare(a.Target, b.Target) })
+	return &tidemarkv1.InfoResponse{
+		InstanceId: w.cfg.InstanceID,
+		Version:    w.cfg.Version,
+		GrpcAddr:   w.cfg.GRPCAddr,
+		HttpAddr:   w.cfg.HTTPAddr,
+		Stores:     infos,
+	}, nil
+}
+
+// fencingTokens keeps the newest fencing token seen per target, in memory: one
+// entry per target ever merged with a token, so bounded by the registered stores.
+// A restarted worker starts empty and accepts the first token it sees for a target,
+// whatever its value. That costs no data (merges are idempotent and every commit is
+// put-if-absent); it only lets one stale call through after a restart.
+type fencingTokens struct {
+	mu     sync.Mutex
+	newest map[string]int64
+}
+
+// admit accepts token for target if it is not older than the newest seen, and
+// records it as the newest.
+func (f *fencingTokens) admit(target string, token int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur := f.newest[target]; token < cur {
+		return fmt.Errorf("target %s: %w: %d is older than %d, the newest this worker has seen (a newer claim of the target exists)",
+			target, ErrStaleFencingToken, token, cur)
+	}
+	f.newest[target] = token
+	return nil
+}
+
+// grpcError maps an error of the worker's packages to a gRPC status. The message is
+// the error's text, which names the target or object concerned. UNAVAILABLE is never
+// returned (see WorkerService).
+func grpcError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, registry.ErrInvalidName), errors.Is(err, ErrInvalidFencingToken):
+		code = codes.InvalidArgument
+	case errors.Is(err, registry.ErrNotFound), errors.Is(err, store.ErrDeleted):
+		code = codes.NotFound
+	case errors.Is(err, ErrStaleFencingToken):
+		code = codes.FailedPrecondition
+	case errors.Is(err, store.ErrOverloaded), errors.Is(err, table.ErrTooManyWriters),
+		errors.Is(err, merge.ErrBusy), errors.Is(err, objstore.ErrThrottled):
+		// Retry later. Not UNAVAILABLE: the call reached the worker.
+		code = codes.ResourceExhausted
+	case errors.Is(err, wal.ErrFenced), errors.Is(err, wal.ErrClosed):
+		// A newer writer owns this worker's shard, or the handle was closed under
+		// the call: retrying the whole call is the answer.
+		code = codes.Aborted
+	case errors.Is(err, table.ErrCorrupt), errors.Is(err, wal.ErrCorrupt):
+		// A human must look: retrying will not help.
+		code = codes.DataLoss
+	}
+	return status.Error(code, err.Error())
+}

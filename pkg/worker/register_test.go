@@ -1,0 +1,216 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tidemark-io/tidemark/internal/etcdtest"
+)
+
+// registrationLiveness bounds every wait for etcd to show a change.
+const registrationLiveness = 30 * time.Second
+
+func testRecord() WorkerRecord {
+	return WorkerRecord{
+		InstanceID: "w1",
+		GRPCAddr:   "10.0.0.7:9090",
+		HTTPAddr:   "10.0.0.7:8080",
+		StartedAt:  time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
+		Version:    "v1.2.3",
+	}
+}
+
+// runRegistration runs a registration of testRecord under prefix until the
+// returned stop is called (or the test ends); stop waits for Run to return.
+func runRegistration(t *testing.T, client *clientv3.Client, prefix string, opts ...RegisterOption) (stop func()) {
+	t.Helper()
+	opts = append([]RegisterOption{WithEtcdPrefix(prefix), WithLeaseTTL(2 * time.Second),
+		WithRegisterBackoff(10*time.Millisecond, 200*time.Millisecond)}, opts...)
+	reg, err := NewRegistration(client, testRecord(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reg.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(registrationLiveness):
+			t.Error("Run did not return after its context was cancelled")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitRecord waits until key holds a record under a live lease other than not,
+// and returns it.
+func waitRecord(t *testing.T, client *clientv3.Client, key string, not int64) (value []byte, lease int64) {
+	t.Helper()
+	deadline := time.Now().Add(registrationLiveness)
+	for time.Now().Before(deadline) {
+		resp, err := client.Get(context.Background(), key)
+		if err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0 && resp.Kvs[0].Lease != not {
+			return resp.Kvs[0].Value, resp.Kvs[0].Lease
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no record at %s (under a lease other than %x) within %s", key, not, registrationLiveness)
+	return nil, 0
+}
+
+func TestRegistrationPutsTheRecordUnderALeaseAndRevokesItOnStop(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	stop := runRegistration(t, client, "/reg1")
+	value, lease := waitRecord(t, client, "/reg1/workers/w1", 0)
+
+	// The exact JSON field names are the contract with the master and etcdctl users.
+	var fields map[string]any
+	if err := json.Unmarshal(value, &fields); err != nil {
+		t.Fatalf("record %s: %v", value, err)
+	}
+	want := map[string]any{
+		"instance_id": "w1", "grpc_addr": "10.0.0.7:9090", "http_addr": "10.0.0.7:8080",
+		"started_at": "2026-03-01T12:00:00Z", "version": "v1.2.3",
+	}
+	if len(fields) != len(want) {
+		t.Errorf("record %s has fields %v, want exactly %v", value, fields, want)
+	}
+	for k, v := range want {
+		if fields[k] != v {
+			t.Errorf("record field %s = %v, want %v", k, fields[k], v)
+		}
+	}
+	rec, err := ParseWorkerRecord("/reg1/workers/w1", value)
+	if err != nil || rec != testRecord() {
+		t.Errorf("ParseWorkerRecord = %+v, %v; want %+v", rec, err, testRecord())
+	}
+	ttl, err := client.TimeToLive(context.Background(), clientv3.LeaseID(lease))
+	if err != nil || ttl.TTL <= 0 || ttl.GrantedTTL != 2 {
+		t.Fatalf("lease %x: %+v, %v; want a live lease granted for 2s", lease, ttl, err)
+	}
+
+	stop()
+	if resp, err := client.Get(context.Background(), "/reg1/workers/w1"); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("after stop: %v, %v; want the record gone at once (lease revoked)", resp, err)
+	}
+	if ttl, err := client.TimeToLive(context.Background(), clientv3.LeaseID(lease)); err != nil || ttl.TTL != -1 {
+		t.Fatalf("after stop: lease %x: %+v, %v; want it revoked", lease, ttl, err)
+	}
+}
+
+// A lease can be lost while the worker lives (revoked, or expired while etcd was
+// away): the worker must register again, or the master never calls it again.
+func TestRegistrationComesBackUnderANewLeaseAfterItsLeaseIsRevoked(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	runRegistration(t, client, "/reg2")
+	_, lease := waitRecord(t, client, "/reg2/workers/w1", 0)
+	if _, err := client.Revoke(context.Background(), clientv3.LeaseID(lease)); err != nil {
+		t.Fatal(err)
+	}
+	_, again := waitRecord(t, client, "/reg2/workers/w1", lease)
+	if ttl, err := client.TimeToLive(context.Background(), clientv3.LeaseID(again)); err != nil || ttl.TTL <= 0 {
+		t.Fatalf("new lease %x: %+v, %v; want it live", again, ttl, err)
+	}
+}
+
+func TestRegistrationPutsBackARecordDeletedWhileItsLeaseLives(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	runRegistration(t, client, "/reg3")
+	_, lease := waitRecord(t, client, "/reg3/workers/w1", 0)
+	if _, err := client.Delete(context.Background(), "/reg3/workers/w1"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(registrationLiveness)
+	for {
+		resp, err := client.Get(context.Background(), "/reg3/workers/w1")
+		if err == nil && len(resp.Kvs) == 1 {
+			if resp.Kvs[0].Lease != lease {
+				t.Fatalf("record back under lease %x, want the same lease %x", resp.Kvs[0].Lease, lease)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("deleted record not put back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// etcd gone for longer than the lease TTL: the keepalive gives up, registration
+// attempts fail while etcd is down, and the worker is registered again once etcd
+// is back, under a live lease.
+func TestRegistrationSurvivesAnEtcdOutageLongerThanItsLease(t *testing.T) {
+	srv := etcdtest.StartServer(t)
+	client := srv.Client(t)
+	runRegistration(t, client, "/reg4")
+	_, lease := waitRecord(t, client, "/reg4/workers/w1", 0)
+
+	srv.Stop()
+	time.Sleep(4 * time.Second) // two TTLs: the client's keepalive deadline passes
+	srv.Restart(t)
+
+	// The old lease may have survived the restart (its TTL reset); either way the
+	// record must end up under a lease the registration keeps alive.
+	_, now := waitRecord(t, client, "/reg4/workers/w1", 0)
+	time.Sleep(3 * time.Second) // longer than the TTL: only a kept-alive lease survives
+	resp, err := client.Get(context.Background(), "/reg4/workers/w1")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("after the outage the record did not stay: %v, %v (leases: before %x, after %x)", resp, err, lease, now)
+	}
+	ttl, err := client.TimeToLive(context.Background(), clientv3.LeaseID(resp.Kvs[0].Lease))
+	if err != nil || ttl.TTL <= 0 {
+		t.Fatalf("lease %x after the outage: %+v, %v", resp.Kvs[0].Lease, ttl, err)
+	}
+}
+
+func TestNewRegistrationRejectsBadInstanceIDAndTTL(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	rec := testRecord()
+	rec.InstanceID = "a/b"
+	if _, err := NewRegistration(client, rec); err == nil {
+		t.Error("instance id with '/' accepted: it would escape P/workers/")
+	}
+	if _, err := NewRegistration(client, testRecord(), WithLeaseTTL(time.Second)); err == nil {
+		t.Error("1s lease TTL accepted")
+	}
+}
+
+func TestAdvertiseAddrReplacesTheAnyAddressWithTheHostname(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip("no hostname")
+	}
+	cases := map[string]string{
+		"0.0.0.0:9090":   net.JoinHostPort(host, "9090"),
+		"[::]:9090":      net.JoinHostPort(host, "9090"),
+		"127.0.0.1:9090": "127.0.0.1:9090",
+		"10.1.2.3:8080":  "10.1.2.3:8080",
+	}
+	for in, want := range cases {
+		addr, err := net.ResolveTCPAddr("tcp", in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := AdvertiseAddr(addr)
+		if err != nil || got != want {
+			t.Errorf("AdvertiseAddr(%s) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
