@@ -1,0 +1,175 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+)
+
+// countingWorker is a WorkerService that records calls and how many ran at once.
+type countingWorker struct {
+	tidemarkv1.UnimplementedWorkerServiceServer
+	name     string
+	inFlight *atomic.Int32
+	maxSeen  *atomic.Int32
+	calls    atomic.Int32
+	tokens   chan int64
+	fail     error
+}
+
+func (w *countingWorker) MergeWal(ctx context.Context, r *tidemarkv1.MergeWalRequest) (*tidemarkv1.MergeWalResponse, error) {
+	w.calls.Add(1)
+	n := w.inFlight.Add(1)
+	defer w.inFlight.Add(-1)
+	for {
+		m := w.maxSeen.Load()
+		if n <= m || w.maxSeen.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	if w.tokens != nil {
+		w.tokens <- r.GetFencingToken()
+	}
+	time.Sleep(20 * time.Millisecond) // long enough that overlapping calls would overlap
+	if w.fail != nil {
+		return nil, w.fail
+	}
+	return &tidemarkv1.MergeWalResponse{Generations: 2, Rows: 10, Reclaimed: 2, InstanceId: w.name}, nil
+}
+
+func startWorker(t *testing.T, w *countingWorker) Worker {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	tidemarkv1.RegisterWorkerServiceServer(gs, w)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	return Worker{InstanceID: w.name, GRPCAddr: ln.Addr().String()}
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func claimFor(target string, token int64) *tasks.Claim {
+	return &tasks.Claim{Task: tasks.Task{ID: "t1", Kind: tasks.KindMergeWAL, Target: target}, FencingToken: token}
+}
+
+// The commit storm: workers merging into one base table at once. The fan-out must
+// call them strictly one after another.
+func TestFanOutIsSerial(t *testing.T) {
+	var inFlight, maxSeen atomic.Int32
+	var workers StaticDiscovery
+	var ws []*countingWorker
+	for i := 0; i < 3; i++ {
+		w := &countingWorker{name: fmt.Sprint("w", i), inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 1)}
+		ws = append(ws, w)
+		workers = append(workers, startWorker(t, w))
+	}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	defer caller.Close()
+	f := &FanOut{Discovery: workers, Caller: caller}
+	detail, err := f.Run(context.Background(), claimFor("generic:gs", 42))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if detail != "merged 6 generations across 3/3 workers" {
+		t.Fatalf("detail %q", detail)
+	}
+	if maxSeen.Load() != 1 {
+		t.Fatalf("max in flight %d, want 1", maxSeen.Load())
+	}
+	for _, w := range ws {
+		if tok := <-w.tokens; tok != 42 {
+			t.Fatalf("worker %s got fencing token %d, want 42", w.name, tok)
+		}
+	}
+}
+
+func TestErroringWorkerStopsTheFanOutAndFailsTheTask(t *testing.T) {
+	var inFlight, maxSeen atomic.Int32
+	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen}
+	w1 := &countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen, fail: status.Error(codes.Internal, "disk on fire")}
+	w2 := &countingWorker{name: "w2", inFlight: &inFlight, maxSeen: &maxSeen}
+	workers := StaticDiscovery{startWorker(t, w0), startWorker(t, w1), startWorker(t, w2)}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	defer caller.Close()
+	_, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
+	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "disk on fire") {
+		t.Fatalf("got %v, want an error naming w1 and its message", err)
+	}
+	if w2.calls.Load() != 0 {
+		t.Fatal("the fan-out went on after an error")
+	}
+}
+
+func TestUnreachableWorkerIsSkippedAndNamed(t *testing.T) {
+	var inFlight, maxSeen atomic.Int32
+	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen}
+	w2 := &countingWorker{name: "w2", inFlight: &inFlight, maxSeen: &maxSeen}
+	workers := StaticDiscovery{startWorker(t, w0), {InstanceID: "w1", GRPCAddr: deadAddr(t)}, startWorker(t, w2)}
+	caller := NewGRPCCaller(GRPCCallerConfig{DialTimeout: 500 * time.Millisecond})
+	defer caller.Close()
+	detail, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
+	if err == nil || !strings.Contains(err.Error(), "unavailable: w1") {
+		t.Fatalf("got %v, want the task failed naming the unavailable w1", err)
+	}
+	if detail != "merged 4 generations across 2/3 workers" {
+		t.Fatalf("detail %q", detail)
+	}
+	if w2.calls.Load() != 1 {
+		t.Fatal("the worker after the unreachable one was not called")
+	}
+}
+
+// The whole path: an enqueued merge_wal is claimed by the scheduler and fanned out
+// over gRPC with the claim's fencing token; the task record says what happened.
+func TestMergeWalTaskRunsThroughTheScheduler(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ts := tasks.New(client, "/fan")
+	var inFlight, maxSeen atomic.Int32
+	w := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 4)}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	defer caller.Close()
+	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: 10 * time.Millisecond,
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: &FanOut{Discovery: StaticDiscovery{startWorker(t, w)}, Caller: caller}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.Run(ctx, time.Second) }()
+	defer func() { cancel(); wg.Wait() }()
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitState(t, ts, task.ID, tasks.StateDone)
+	if got.Detail != "merged 2 generations across 1/1 workers" {
+		t.Fatalf("detail %q", got.Detail)
+	}
+	if tok := <-w.tokens; tok <= 0 || tok != got.FencingToken {
+		t.Fatalf("worker saw token %d, task recorded %d", tok, got.FencingToken)
+	}
+}
