@@ -35,6 +35,9 @@ type Config struct {
 	Generations *wal.GenerationCache
 	// WarnGenerations and RefuseGenerations bound a read's fan-out (256, 4096).
 	WarnGenerations, RefuseGenerations int
+	// SealAfterBytes seals a store's memtable as soon as it holds this many bytes
+	// (64 MiB), so memory stays bounded between flush sweeps however fast rows come.
+	SealAfterBytes int64
 	// SnapshotTTL is how stale a read's view of other shards and of the base table
 	// may be before the read refreshes it (1 s). Own seals and merges update the
 	// snapshot at once.
@@ -54,6 +57,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RefuseGenerations == 0 {
 		c.RefuseGenerations = 4096
+	}
+	if c.SealAfterBytes <= 0 {
+		c.SealAfterBytes = 64 << 20
 	}
 	if c.SnapshotTTL == 0 {
 		c.SnapshotTTL = time.Second
@@ -226,7 +232,7 @@ func (s *Store) Append(ctx context.Context, rec arrow.RecordBatch) error {
 	if err := w.Append(ctx, rec); err != nil {
 		return fmt.Errorf("store %s: %w", s.Target(), err)
 	}
-	if s.entry.SealOnAdd {
+	if s.entry.SealOnAdd || w.Stats().MemtableBytes >= s.cfg.SealAfterBytes {
 		_, err := s.Seal(ctx)
 		return err
 	}

@@ -184,3 +184,18 @@ func TestEvictedHandlesCloseAfterTheirLastUser(t *testing.T) {
 		t.Fatalf("rows after eviction and reopen: %v, want x and y (sealed on close)", got)
 	}
 }
+
+// Memory is bounded between flush sweeps: a memtable past SealAfterBytes is sealed
+// by the add that filled it.
+func TestAddsSealOnceTheMemtableIsFull(t *testing.T) {
+	ctx := context.Background()
+	ss := NewStores(Config{Bucket: objstoretest.Mem(t), Shard: "w1", Logger: quiet(), SnapshotTTL: -1, SealAfterBytes: 1}, 0)
+	defer ss.Close(ctx)
+	createGeneric(t, ss, "g")
+	s := open(t, ss, "g")
+	appendRows(t, s, "a", 1)
+	appendRows(t, s, "b", 2)
+	if got := values(t, s); len(got) != 2 {
+		t.Fatalf("rows visible without an explicit seal: %v, want both (each add filled the memtable)", got)
+	}
+}
