@@ -43,6 +43,7 @@ type serveFlags struct {
 	pendingWarn, pendingMax                     int
 	maxOpenStores                               int
 	generationCache, tableCache, maxBodyBytes   int64
+	sealAfterBytes                              int64
 	opTimeout                                   time.Duration
 }
 
@@ -101,6 +102,8 @@ func newServeCmd() *cobra.Command {
 	bind("max-open-stores", "MAX_OPEN_STORES")
 	fs.Int64Var(&f.generationCache, "generation-cache-bytes", 256<<20, "budget of the decoded-generation cache for reads")
 	bind("generation-cache-bytes", "GENERATION_CACHE_BYTES")
+	fs.Int64Var(&f.sealAfterBytes, "seal-after-bytes", 64<<20, "seal a store's memtable as soon as it holds this many bytes (bounds memory between flush sweeps)")
+	bind("seal-after-bytes", "SEAL_AFTER_BYTES")
 	fs.Int64Var(&f.tableCache, "table-cache-bytes", 64<<20, "per-store budget of decoded base-table objects (key indexes, blooms, deletion vectors, footers)")
 	bind("table-cache-bytes", "TABLE_CACHE_BYTES")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", worker.DefaultMaxBodyBytes, "largest request body accepted (413 above)")
@@ -140,6 +143,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		Bucket:            bucket,
 		Shard:             instanceID,
 		Generations:       wal.NewGenerationCache(f.generationCache),
+		SealAfterBytes:    f.sealAfterBytes,
 		WarnGenerations:   f.pendingWarn,
 		RefuseGenerations: f.pendingMax,
 		TableOptions:      []table.Option{table.WithLogger(log), table.WithCacheBytes(f.tableCache)},
