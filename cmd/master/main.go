@@ -1,17 +1,20 @@
 // Command master is the Tidemark master: it schedules merges of each store's WAL
 // generations into its base table, coordinated through etcd.
 //
+//	master serve     run the master until SIGINT or SIGTERM
+//	master admin …   operate a running master through its AdminService
 //	master version   print the version
 //
-// For now it has only `version`. The serve, admin and dev subcommands (the etcd task
-// store, the stats scanner, the serial MergeWal fan-out, the AdminService client and an
-// embedded single-node etcd) arrive with the master issue. Like the worker, every flag
-// will also be an environment variable, and this package will only parse flags and wire
-// packages together; behaviour lives in pkg/.
+// Every flag is also an environment variable; `master serve --help` and
+// `master admin --help` list them. This package only parses flags and wires
+// packages together; the master itself is pkg/master.
 package main
 
 import (
+	"context"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -19,7 +22,12 @@ import (
 )
 
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal starts a graceful shutdown, a second one kills at once.
+	context.AfterFunc(ctx, stop)
+	err := newRootCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
 		os.Exit(1)
 	}
 }
@@ -32,6 +40,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:      true,
 		PersistentPreRunE: cli.LoadEnv,
 	}
-	root.AddCommand(cli.NewVersionCmd())
+	root.AddCommand(newServeCmd(), newAdminCmd(), cli.NewVersionCmd())
 	return root
 }

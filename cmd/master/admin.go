@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tidemark-io/tidemark/internal/cli"
+	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+)
+
+// Output formats of `master admin`.
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+)
+
+type adminFlags struct {
+	addr    string
+	timeout time.Duration
+	output  string
+}
+
+func newAdminCmd() *cobra.Command {
+	var f adminFlags
+	cmd := &cobra.Command{
+		Use:   "admin",
+		Short: "Operate a running master through its gRPC AdminService",
+		Long: `Operate a running master through its gRPC AdminService: enqueue and inspect tasks,
+requeue a store's WAL merge, read the stats rows, rescan stores, list workers.
+
+A target is "<name>" for a rollout store and "generic:<name>" for a generic store.
+Errors print the gRPC status code and the master's message, and exit non-zero.`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.addr, "addr", "127.0.0.1:7070", "gRPC address of the master's AdminService")
+	cli.BindEnv(pf, "addr", "MASTER_ADDR")
+	pf.DurationVar(&f.timeout, "timeout", 30*time.Second, "bound on the call (a rescan of every store may need more)")
+	cli.BindEnv(pf, "timeout", "ADMIN_TIMEOUT")
+	pf.StringVarP(&f.output, "output", "o", outputTable, "output format: table or json")
+	cli.BindEnv(pf, "output", "ADMIN_OUTPUT")
+
+	var dependsOn []string
+	enqueue := &cobra.Command{
+		Use:   "enqueue <kind> <target>",
+		Short: "Enqueue a task (merge_wal, compact or index_id); a live task of the same kind and target is returned instead",
+		Args:  cobra.ExactArgs(2),
+		RunE: f.run("enqueue", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
+			return c.EnqueueTask(ctx, &tidemarkv1.EnqueueTaskRequest{Kind: args[0], Target: args[1], DependsOn: dependsOn})
+		}),
+	}
+	enqueue.Flags().StringSliceVar(&dependsOn, "depends-on", nil, "task ids that must be done first (repeat or comma-separate)")
+
+	requeue := &cobra.Command{
+		Use:   "requeue-merge <target>",
+		Short: "Enqueue a merge_wal task for a target now (deduplicated)",
+		Args:  cobra.ExactArgs(1),
+		RunE: f.run("requeue-merge", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
+			return c.RequeueMerge(ctx, &tidemarkv1.RequeueMergeRequest{Target: args[0]})
+		}),
+	}
+
+	get := &cobra.Command{
+		Use:   "get <task-id>",
+		Short: "Show one task",
+		Args:  cobra.ExactArgs(1),
+		RunE: f.run("get", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
+			return c.GetTask(ctx, &tidemarkv1.GetTaskRequest{Id: args[0]})
+		}),
+	}
+
+	var lf struct {
+		state, kind, target, token string
+		limit                      int32
+		newest                     bool
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List tasks in enqueue order, filtered, one page at a time",
+		Args:  cobra.NoArgs,
+		RunE: f.run("list", func(ctx context.Context, c tidemarkv1.AdminServiceClient, _ []string) (proto.Message, error) {
+			return c.ListTasks(ctx, &tidemarkv1.ListTasksRequest{State: lf.state, Kind: lf.kind, Target: lf.target,
+				PageSize: lf.limit, PageToken: lf.token, NewestFirst: lf.newest})
+		}),
+	}
+	list.Flags().StringVar(&lf.state, "state", "", "only tasks in this state: queued, running, done or failed")
+	list.Flags().StringVar(&lf.kind, "kind", "", "only tasks of this kind: merge_wal, compact or index_id")
+	list.Flags().StringVar(&lf.target, "target", "", "only tasks on this target")
+	list.Flags().Int32Var(&lf.limit, "limit", 0, "page size (0: 100; at most 1000)")
+	list.Flags().StringVar(&lf.token, "page-token", "", "continue after the previous page (its next page token)")
+	list.Flags().BoolVar(&lf.newest, "newest-first", false, "list in reverse enqueue order")
+
+	cancel := &cobra.Command{
+		Use:   "cancel <task-id>",
+		Short: "Cancel a queued task (a running or finished one cannot be)",
+		Args:  cobra.ExactArgs(1),
+		RunE: f.run("cancel", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
+			return c.CancelTask(ctx, &tidemarkv1.CancelTaskRequest{Id: args[0]})
+		}),
+	}
+
+	var sf struct {
+		token string
+		limit int32
+	}
+	stats := &cobra.Command{
+		Use:   "stats",
+		Short: "List the stats rows (what the scanner last observed of each store) in target order",
+		Args:  cobra.NoArgs,
+		RunE: f.run("stats", func(ctx context.Context, c tidemarkv1.AdminServiceClient, _ []string) (proto.Message, error) {
+			return c.ListStats(ctx, &tidemarkv1.ListStatsRequest{PageSize: sf.limit, PageToken: sf.token})
+		}),
+	}
+	stats.Flags().Int32Var(&sf.limit, "limit", 0, "page size (0: 100; at most 1000)")
+	stats.Flags().StringVar(&sf.token, "page-token", "", "continue after the previous page (its next page token)")
+
+	rescan := &cobra.Command{
+		Use:   "rescan [target]",
+		Short: "Observe one target, or every store, now and write the stats rows that changed",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: f.run("rescan", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
+			req := &tidemarkv1.RescanRequest{}
+			if len(args) == 1 {
+				req.Target = args[0]
+			}
+			return c.Rescan(ctx, req)
+		}),
+	}
+
+	workers := &cobra.Command{
+		Use:   "workers",
+		Short: "List the workers the master calls (registered in etcd, or WORKER_ENDPOINTS)",
+		Args:  cobra.NoArgs,
+		RunE: f.run("workers", func(ctx context.Context, c tidemarkv1.AdminServiceClient, _ []string) (proto.Message, error) {
+			return c.ListWorkers(ctx, &tidemarkv1.ListWorkersRequest{})
+		}),
+	}
+
+	cmd.AddCommand(enqueue, requeue, get, list, cancel, stats, rescan, workers)
+	return cmd
+}
+
+// adminCall is one AdminService call of a subcommand.
+type adminCall func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error)
+
+// run makes a subcommand's RunE: it connects, calls, and prints the answer in the
+// chosen format. A failed call is an error with the status code and the master's
+// message.
+func (f *adminFlags) run(name string, call adminCall) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if f.output != outputTable && f.output != outputJSON {
+			return fmt.Errorf("--output (ADMIN_OUTPUT) %q: want table or json", f.output)
+		}
+		conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("master at %s (--addr, MASTER_ADDR): %w", f.addr, err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+		defer cancel()
+		resp, err := call(ctx, tidemarkv1.NewAdminServiceClient(conn), args)
+		if err != nil {
+			st := status.Convert(err)
+			return fmt.Errorf("%s: master at %s: %s: %s", name, f.addr, st.Code(), st.Message())
+		}
+		return printResponse(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.output, resp)
+	}
+}
+
+// printResponse writes resp as JSON (protojson, field names as in the .proto,
+// every field present so scripts see one shape) or as a table. In table mode a
+// next page token goes to errOut, so the table itself stays clean.
+func printResponse(out, errOut io.Writer, format string, resp proto.Message) error {
+	if format == outputJSON {
+		data, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}.Marshal(resp)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "%s\n", data)
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	next := ""
+	switch r := resp.(type) {
+	case *tidemarkv1.EnqueueTaskResponse:
+		writeTask(tw, r.GetTask(), &r.Deduplicated)
+	case *tidemarkv1.RequeueMergeResponse:
+		writeTask(tw, r.GetTask(), &r.Deduplicated)
+	case *tidemarkv1.GetTaskResponse:
+		writeTask(tw, r.GetTask(), nil)
+	case *tidemarkv1.CancelTaskResponse:
+		writeTask(tw, r.GetTask(), nil)
+	case *tidemarkv1.ListTasksResponse:
+		writeTaskTable(tw, r.GetTasks())
+		next = r.GetNextPageToken()
+	case *tidemarkv1.ListStatsResponse:
+		writeStatsTable(tw, r.GetStats())
+		next = r.GetNextPageToken()
+	case *tidemarkv1.RescanResponse:
+		fmt.Fprintf(tw, "observed %d store(s), wrote %d stats row(s)\n", r.GetObserved(), r.GetWritten())
+		if r.GetStats() != nil {
+			fmt.Fprintln(tw)
+			writeStatsTable(tw, []*tidemarkv1.StatsRow{r.GetStats()})
+		}
+	case *tidemarkv1.ListWorkersResponse:
+		writeWorkerTable(tw, r.GetWorkers())
+	default:
+		return fmt.Errorf("no table format for %T", resp)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(errOut, "more: --page-token %s\n", next)
+	}
+	return nil
+}
+
+// writeTask writes one task as "field: value" lines; dedup, if set, adds
+// whether the enqueue found a live task.
+func writeTask(w io.Writer, t *tidemarkv1.Task, dedup *bool) {
+	line := func(k, v string) { fmt.Fprintf(w, "%s:\t%s\n", k, v) }
+	line("id", t.GetId())
+	line("kind", t.GetKind())
+	line("target", t.GetTarget())
+	line("state", t.GetState())
+	if dedup != nil {
+		line("deduplicated", strconv.FormatBool(*dedup))
+	}
+	line("enqueued_at", when(t.GetEnqueuedAt()))
+	line("started_at", when(t.GetStartedAt()))
+	line("finished_at", when(t.GetFinishedAt()))
+	line("attempts", strconv.Itoa(int(t.GetAttempts())))
+	line("depends_on", orDash(strings.Join(t.GetDependsOn(), ", ")))
+	if t.GetFencingToken() != 0 {
+		line("fencing_token", strconv.FormatInt(t.GetFencingToken(), 10))
+	}
+	line("detail", orDash(t.GetDetail()))
+	line("error", orDash(t.GetError()))
+}
+
+func writeTaskTable(w io.Writer, list []*tidemarkv1.Task) {
+	fmt.Fprintln(w, "ID\tKIND\tTARGET\tSTATE\tATTEMPTS\tENQUEUED\tFINISHED\tRESULT")
+	for _, t := range list {
+		result := t.GetDetail()
+		if t.GetError() != "" {
+			result = t.GetError()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t.GetId(), t.GetKind(), t.GetTarget(), t.GetState(),
+			t.GetAttempts(), when(t.GetEnqueuedAt()), when(t.GetFinishedAt()), orDash(oneLine(result)))
+	}
+}
+
+func writeStatsTable(w io.Writer, rows []*tidemarkv1.StatsRow) {
+	fmt.Fprintln(w, "TARGET\tVERSION\tROWS\tFRAGMENTS\tPENDING_GENERATIONS\tPENDING_BY_SHARD\tLAST_UPDATED\tSCANNED_AT")
+	for _, r := range rows {
+		shards := make([]string, 0, len(r.GetPendingByShard()))
+		for s, n := range r.GetPendingByShard() {
+			shards = append(shards, fmt.Sprintf("%s=%d", s, n))
+		}
+		sort.Strings(shards)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", r.GetTarget(), r.GetVersion(), r.GetRowCount(),
+			r.GetFragmentCount(), r.GetPendingWalGenerations(), orDash(strings.Join(shards, ",")),
+			when(r.GetLastUpdated()), when(r.GetScannedAt()))
+	}
+}
+
+func writeWorkerTable(w io.Writer, ws []*tidemarkv1.WorkerInfo) {
+	fmt.Fprintln(w, "INSTANCE\tGRPC_ADDR\tHTTP_ADDR\tVERSION\tSTARTED\tSOURCE")
+	for _, x := range ws {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", x.GetInstanceId(), x.GetGrpcAddr(), orDash(x.GetHttpAddr()),
+			orDash(x.GetVersion()), when(x.GetStartedAt()), x.GetSource())
+	}
+}
+
+// when formats a timestamp in UTC to the second, "-" when unset.
+func when(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine keeps a table row on one line whatever a runner's error says.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tidemark-io/tidemark/internal/cli"
+	"github.com/tidemark-io/tidemark/internal/etcdcli"
+	"github.com/tidemark-io/tidemark/pkg/master"
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
+)
+
+type serveFlags struct {
+	etcd            etcdcli.Config
+	dataURL         string
+	workerEndpoints string
+	grpcAddr        string
+	httpAddr        string
+	holder          string
+	logLevel        string
+	opTimeout       time.Duration
+
+	scanInterval, sweepInterval time.Duration
+	minGenerations, maxEnqueues int
+	taskConcurrency, mergeConc  int
+	workerTimeout, workerDial   time.Duration
+	taskTimeout                 time.Duration
+	leaseTTL, shutdown          time.Duration
+	pruneInterval, retentionAge time.Duration
+	retentionCount              int
+}
+
+func newServeCmd() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the master (scheduler, stats scanner, merge sweep, AdminService, HTTP API) until SIGINT or SIGTERM",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServe(cmd, f)
+		},
+	}
+	fs := cmd.Flags()
+	bind := func(name, env string) { cli.BindEnv(fs, name, env) }
+	f.etcd.AddFlags(fs, "required: the master keeps its task queue, claims and stats in etcd")
+	fs.StringVar(&f.dataURL, "data-url", "file://./data", "object storage URL of every store (file://, mem://, s3://, azblob://, gs://; ?prefix= optional)")
+	bind("data-url", "DATA_URL")
+	fs.StringVar(&f.workerEndpoints, "worker-endpoints", "", "static worker list, comma-separated host:port or instance=host:port gRPC addresses; set, it replaces discovery through etcd (P/workers/)")
+	bind("worker-endpoints", "WORKER_ENDPOINTS")
+	fs.StringVar(&f.grpcAddr, "grpc-addr", "127.0.0.1:7070", "address the gRPC AdminService (with health and reflection) listens on")
+	bind("grpc-addr", "GRPC_ADDR")
+	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:7080", "address the HTTP API and /metrics listen on")
+	bind("http-addr", "HTTP_ADDR")
+	fs.StringVar(&f.holder, "master-id", "", "this replica's name in claim tokens and coordination keys (default: <hostname>:<pid>)")
+	bind("master-id", "MASTER_ID")
+	fs.DurationVar(&f.scanInterval, "stats-scan-interval", scanner.DefaultScanInterval, "period of the stats scan of every store (the first at startup)")
+	bind("stats-scan-interval", "STATS_SCAN_INTERVAL")
+	fs.DurationVar(&f.sweepInterval, "merge-wal-interval", scanner.DefaultSweepInterval, "period of the merge sweep that enqueues merge_wal tasks")
+	bind("merge-wal-interval", "MERGE_WAL_INTERVAL")
+	fs.IntVar(&f.minGenerations, "merge-wal-min-generations", scanner.DefaultMinGenerations, "the merge sweep enqueues merge_wal for targets with at least this many pending WAL generations")
+	bind("merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
+	fs.IntVar(&f.maxEnqueues, "merge-wal-max-enqueues", scanner.DefaultMaxEnqueues, "most new merge_wal tasks one sweep enqueues (worst targets first)")
+	bind("merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
+	fs.IntVar(&f.taskConcurrency, "task-concurrency", master.DefaultTaskConcurrency, "running tasks per kind other than merge_wal (compact and index_id have no runner yet: their tasks stay queued)")
+	bind("task-concurrency", "TASK_CONCURRENCY")
+	fs.IntVar(&f.mergeConc, "merge-wal-concurrency", master.DefaultMergeConcurrency, "merge_wal tasks running at once on this replica (different targets; each calls the workers one at a time)")
+	bind("merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
+	fs.DurationVar(&f.workerTimeout, "merge-wal-worker-timeout", master.DefaultWorkerTimeout, "bound on one worker's merge in a merge_wal fan-out")
+	bind("merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
+	fs.DurationVar(&f.workerDial, "worker-dial-timeout", 5*time.Second, "a worker not connected within this is skipped as unreachable")
+	bind("worker-dial-timeout", "WORKER_DIAL_TIMEOUT")
+	fs.DurationVar(&f.taskTimeout, "task-timeout", master.DefaultTaskTimeout, "bound on one task run; a merge_wal run calls every worker in turn, so allow for that")
+	bind("task-timeout", "TASK_TIMEOUT")
+	fs.DurationVar(&f.leaseTTL, "master-lease-ttl", master.DefaultLeaseTTL, "TTL of this replica's etcd lease: its claims and locks outlive a crash by this much")
+	bind("master-lease-ttl", "MASTER_LEASE_TTL")
+	fs.DurationVar(&f.shutdown, "shutdown-timeout", master.DefaultShutdownTimeout, "how long shutdown lets running tasks and requests finish (tasks still running are then released to the queue)")
+	bind("shutdown-timeout", "SHUTDOWN_TIMEOUT")
+	fs.DurationVar(&f.pruneInterval, "task-prune-interval", master.DefaultPruneInterval, "period of the deletion of old finished tasks")
+	bind("task-prune-interval", "TASK_PRUNE_INTERVAL")
+	fs.IntVar(&f.retentionCount, "task-retention-count", master.DefaultPruneKeep, "finished tasks kept (the most recent)")
+	bind("task-retention-count", "TASK_RETENTION_COUNT")
+	fs.DurationVar(&f.retentionAge, "task-retention-age", master.DefaultPruneMaxAge, "finished tasks older than this are deleted")
+	bind("task-retention-age", "TASK_RETENTION_AGE")
+	fs.DurationVar(&f.opTimeout, "object-store-timeout", objstore.DefaultOpTimeout, "bound on every object-store request")
+	bind("object-store-timeout", "OBJECT_STORE_TIMEOUT")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	bind("log-level", "LOG_LEVEL")
+	return cmd
+}
+
+// check refuses settings that would be silently replaced by a default or make no
+// sense, naming the flag and its variable.
+func (f serveFlags) check() error {
+	var errs []error
+	positive := func(d time.Duration, flag, env string) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("--%s (%s) must be positive, got %s", flag, env, d))
+		}
+	}
+	atLeastOne := func(n int, flag, env string) {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("--%s (%s) must be at least 1, got %d", flag, env, n))
+		}
+	}
+	positive(f.scanInterval, "stats-scan-interval", "STATS_SCAN_INTERVAL")
+	positive(f.sweepInterval, "merge-wal-interval", "MERGE_WAL_INTERVAL")
+	positive(f.workerTimeout, "merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
+	positive(f.workerDial, "worker-dial-timeout", "WORKER_DIAL_TIMEOUT")
+	positive(f.taskTimeout, "task-timeout", "TASK_TIMEOUT")
+	positive(f.shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT")
+	positive(f.pruneInterval, "task-prune-interval", "TASK_PRUNE_INTERVAL")
+	positive(f.retentionAge, "task-retention-age", "TASK_RETENTION_AGE")
+	atLeastOne(f.minGenerations, "merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
+	atLeastOne(f.maxEnqueues, "merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
+	atLeastOne(f.taskConcurrency, "task-concurrency", "TASK_CONCURRENCY")
+	atLeastOne(f.mergeConc, "merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
+	atLeastOne(f.retentionCount, "task-retention-count", "TASK_RETENTION_COUNT")
+	if f.leaseTTL < 2*time.Second {
+		errs = append(errs, fmt.Errorf("--master-lease-ttl (MASTER_LEASE_TTL) must be at least 2s, got %s", f.leaseTTL))
+	}
+	return errors.Join(errs...)
+}
+
+func runServe(cmd *cobra.Command, f serveFlags) error {
+	ctx := cmd.Context()
+	log, err := cli.NewLogger(cmd.ErrOrStderr(), f.logLevel)
+	if err != nil {
+		return err
+	}
+	if err := f.check(); err != nil {
+		return err
+	}
+	var discovery master.Discovery
+	if f.workerEndpoints != "" {
+		static, err := master.ParseEndpoints(f.workerEndpoints)
+		if err != nil {
+			return fmt.Errorf("--worker-endpoints (WORKER_ENDPOINTS): %w", err)
+		}
+		if len(static) == 0 {
+			return fmt.Errorf("--worker-endpoints (WORKER_ENDPOINTS) %q names no worker", f.workerEndpoints)
+		}
+		discovery = static
+	}
+	bucket, err := objstore.Open(ctx, f.dataURL, objstore.WithOpTimeout(f.opTimeout))
+	if err != nil {
+		return fmt.Errorf("data url (--data-url, DATA_URL): %w", err)
+	}
+	defer bucket.Close()
+	// etcd is checked before anything listens: a master that cannot reach it fails
+	// at startup with the endpoints it tried.
+	client, err := etcdcli.New(ctx, f.etcd)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	prefix := f.etcd.NormalizedPrefix()
+	if discovery == nil {
+		discovery = &master.EtcdDiscovery{Client: client, Prefix: prefix}
+	}
+	caller := master.NewGRPCCaller(master.GRPCCallerConfig{DialTimeout: f.workerDial})
+	defer caller.Close()
+
+	gln, err := net.Listen("tcp", f.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("grpc addr (--grpc-addr, GRPC_ADDR): %w", err)
+	}
+	hln, err := net.Listen("tcp", f.httpAddr)
+	if err != nil {
+		_ = gln.Close()
+		return fmt.Errorf("http addr (--http-addr, HTTP_ADDR): %w", err)
+	}
+	m, err := master.New(master.Config{
+		Client:           client,
+		Prefix:           prefix,
+		Bucket:           bucket,
+		Discovery:        discovery,
+		Caller:           caller,
+		GRPCListener:     gln,
+		HTTPListener:     hln,
+		ScanInterval:     f.scanInterval,
+		SweepInterval:    f.sweepInterval,
+		MinGenerations:   f.minGenerations,
+		MaxEnqueues:      f.maxEnqueues,
+		TaskConcurrency:  f.taskConcurrency,
+		MergeConcurrency: f.mergeConc,
+		WorkerTimeout:    f.workerTimeout,
+		TaskTimeout:      f.taskTimeout,
+		LeaseTTL:         f.leaseTTL,
+		ShutdownTimeout:  f.shutdown,
+		PruneInterval:    f.pruneInterval,
+		PruneKeep:        f.retentionCount,
+		PruneMaxAge:      f.retentionAge,
+		Holder:           f.holder,
+		Logger:           log,
+	})
+	if err != nil {
+		_ = gln.Close()
+		_ = hln.Close()
+		return err
+	}
+	source := "etcd"
+	if f.workerEndpoints != "" {
+		source = "static"
+	}
+	log.Info("master starting", "version", cli.Version(), "data_url", bucket.String(), "etcd_prefix", prefix,
+		"workers", source, "grpc_addr", gln.Addr().String(), "http_addr", hln.Addr().String())
+	return m.Run(ctx)
+}

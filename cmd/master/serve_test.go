@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/schema"
+	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/wal"
+	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// run executes the root command with args and returns what it printed on stdout
+// and stderr.
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	root := newRootCmd()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err = root.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+func TestServeHelpListsEverySetting(t *testing.T) {
+	out, _, err := run(t, "serve", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []string{"ETCD_ENDPOINTS", "ETCD_PREFIX", "ETCD_USERNAME", "ETCD_PASSWORD", "ETCD_CA_CERT",
+		"ETCD_CLIENT_CERT", "ETCD_CLIENT_KEY", "DATA_URL", "WORKER_ENDPOINTS", "GRPC_ADDR", "HTTP_ADDR",
+		"STATS_SCAN_INTERVAL", "MERGE_WAL_INTERVAL", "MERGE_WAL_MIN_GENERATIONS", "MERGE_WAL_MAX_ENQUEUES",
+		"TASK_CONCURRENCY", "MERGE_WAL_CONCURRENCY", "MERGE_WAL_WORKER_TIMEOUT", "MASTER_LEASE_TTL",
+		"SHUTDOWN_TIMEOUT", "LOG_LEVEL"} {
+		if !strings.Contains(out, env) {
+			t.Errorf("serve --help does not mention %s", env)
+		}
+	}
+	for _, def := range []string{`"127.0.0.1:7070"`, `"127.0.0.1:7080"`} {
+		if !strings.Contains(out, def) {
+			t.Errorf("serve --help does not show the default %s", def)
+		}
+	}
+}
+
+func TestServeFailsAtStartupWhenEtcdIsUnreachable(t *testing.T) {
+	_, _, err := run(t, "serve", "--data-url", "mem://", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--etcd-endpoints", "http://127.0.0.1:1", "--etcd-dial-timeout", "300ms")
+	if err == nil || !strings.Contains(err.Error(), "http://127.0.0.1:1") || !strings.Contains(err.Error(), "ETCD_ENDPOINTS") {
+		t.Fatalf("err = %v, want a startup error naming the endpoint and ETCD_ENDPOINTS", err)
+	}
+}
+
+func TestServeRefusesBadSettingsNamingThem(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--worker-endpoints", "nohost"}, "WORKER_ENDPOINTS"},
+		{[]string{"--merge-wal-min-generations", "0"}, "MERGE_WAL_MIN_GENERATIONS"},
+		{[]string{"--master-lease-ttl", "1s"}, "MASTER_LEASE_TTL"},
+		{[]string{"--task-concurrency", "-1"}, "TASK_CONCURRENCY"},
+	} {
+		args := append([]string{"serve", "--data-url", "mem://", "--etcd-endpoints", "http://127.0.0.1:1"}, tc.args...)
+		if _, _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+// liveMaster runs `master serve` in-process on loopback against an embedded etcd
+// and a file:// bucket holding rollout store r1 and generic store g1, and returns
+// the gRPC address it listens on.
+func liveMaster(t *testing.T) string {
+	t.Helper()
+	_, endpoints := etcdtest.Start(t)
+	dir := t.TempDir()
+	dataURL := "file://" + dir
+	createStores(t, dataURL)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	root := newRootCmd()
+	var logs syncBuffer
+	root.SetOut(&logs)
+	root.SetErr(&logs)
+	root.SetArgs([]string{"serve", "--data-url", dataURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--etcd-endpoints", strings.Join(endpoints, ","), "--etcd-prefix", "/e2e", "--master-lease-ttl", "2s",
+		"--shutdown-timeout", "2s"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve returned %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not return 30 s after its context ended")
+		}
+		if t.Failed() {
+			t.Logf("master logs:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if addr := logField(logs.String(), "master starting", "grpc_addr"); addr != "" {
+			return addr
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve returned early: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("master not started after 30 s:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logField returns field of the first JSON log line whose msg is msg.
+func logField(logs, msg, field string) string {
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line["msg"] != msg {
+			continue
+		}
+		s, _ := line[field].(string)
+		return s
+	}
+	return ""
+}
+
+func createStores(t *testing.T, dataURL string) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := objstore.Open(ctx, dataURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	quiet := slog.New(slog.DiscardHandler)
+	ss := store.NewStores(store.Config{Bucket: b, Shard: "w1", Logger: quiet, SnapshotTTL: -1,
+		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
+	t.Cleanup(func() { _ = ss.Close(context.Background()) })
+	spec, err := schema.ParseSpec([]byte(`{"columns":[["id",{"type":"string"}]]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	canon, err := spec.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindGeneric, Name: "g1", Schema: canon}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The admin client against a live in-process master: table and JSON output, and
+// errors with the status code and message.
+func TestAdminAgainstALiveMaster(t *testing.T) {
+	addr := liveMaster(t)
+	admin := func(args ...string) (string, string, error) {
+		t.Helper()
+		return run(t, append([]string{"admin", "--addr", addr, "--timeout", "10s"}, args...)...)
+	}
+
+	// compact has no runner: the task stays queued, so the listing is stable.
+	out, _, err := admin("enqueue", "compact", "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fieldOf(out, "id")
+	if id == "" || fieldOf(out, "kind") != "compact" || fieldOf(out, "state") != "queued" || fieldOf(out, "deduplicated") != "false" {
+		t.Fatalf("enqueue printed:\n%s", out)
+	}
+	out, _, err = admin("enqueue", "compact", "r1")
+	if err != nil || fieldOf(out, "id") != id || fieldOf(out, "deduplicated") != "true" {
+		t.Fatalf("second enqueue printed (%v):\n%s", err, out)
+	}
+	if _, _, err := admin("enqueue", "index_id", "generic:g1"); err != nil {
+		t.Fatal(err)
+	}
+
+	out, stderr, err := admin("list", "--kind", "compact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "ID ") || !strings.Contains(lines[0], "TARGET") ||
+		!strings.HasPrefix(lines[1], id) || !strings.Contains(lines[1], "queued") || stderr != "" {
+		t.Fatalf("list table:\n%s\nstderr: %s", out, stderr)
+	}
+	out, stderr, err = admin("list", "--limit", "1")
+	if err != nil || !strings.Contains(stderr, "--page-token "+id) {
+		t.Fatalf("paged list (%v): stdout\n%s\nstderr %q, want the next page token", err, out, stderr)
+	}
+
+	out, _, err = admin("-o", "json", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp tidemarkv1.ListTasksResponse
+	if err := protojson.Unmarshal([]byte(out), &resp); err != nil {
+		t.Fatalf("list -o json is not a ListTasksResponse: %v\n%s", err, out)
+	}
+	if len(resp.Tasks) != 2 || resp.Tasks[0].Id != id || resp.Tasks[1].Target != "generic:g1" {
+		t.Fatalf("list -o json = %v", &resp)
+	}
+	if !strings.Contains(out, `"enqueued_at"`) {
+		t.Errorf("JSON does not use the .proto field names:\n%s", out)
+	}
+
+	out, _, err = admin("get", id)
+	if err != nil || fieldOf(out, "target") != "r1" {
+		t.Fatalf("get (%v):\n%s", err, out)
+	}
+	out, _, err = admin("cancel", id)
+	if err != nil || fieldOf(out, "state") != "failed" || fieldOf(out, "error") != "cancelled" {
+		t.Fatalf("cancel (%v):\n%s", err, out)
+	}
+
+	_, _, err = admin("cancel", id)
+	if err == nil || !strings.Contains(err.Error(), "FailedPrecondition") {
+		t.Errorf("second cancel: err = %v, want FailedPrecondition", err)
+	}
+	_, _, err = admin("requeue-merge", "nope")
+	if err == nil || !strings.Contains(err.Error(), "NotFound") || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("requeue-merge of an unregistered store: err = %v, want NotFound naming it", err)
+	}
+	_, _, err = admin("enqueue", "defrag", "r1")
+	if err == nil || !strings.Contains(err.Error(), "InvalidArgument") || !strings.Contains(err.Error(), "defrag") {
+		t.Errorf("enqueue of an unknown kind: err = %v, want InvalidArgument naming it", err)
+	}
+
+	out, _, err = admin("rescan")
+	if err != nil || !strings.Contains(out, "observed 2 store(s)") {
+		t.Fatalf("rescan (%v):\n%s", err, out)
+	}
+	out, _, err = admin("stats")
+	if err != nil || !strings.Contains(out, "PENDING_GENERATIONS") || !strings.Contains(out, "generic:g1") || !strings.Contains(out, "\nr1 ") {
+		t.Fatalf("stats (%v):\n%s", err, out)
+	}
+	out, _, err = admin("workers")
+	if err != nil || !strings.HasPrefix(out, "INSTANCE") {
+		t.Fatalf("workers (%v):\n%s", err, out)
+	}
+
+	// MASTER_ADDR reaches the subcommands' inherited --addr.
+	t.Setenv("MASTER_ADDR", addr)
+	if _, _, err := run(t, "admin", "get", id); err != nil {
+		t.Errorf("admin with MASTER_ADDR: %v", err)
+	}
+	_, _, err = run(t, "admin", "--addr", "127.0.0.1:1", "--timeout", "500ms", "workers")
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("admin against no master: err = %v, want one naming the address", err)
+	}
+	if _, _, err := run(t, "admin", "-o", "yaml", "workers"); err == nil || !strings.Contains(err.Error(), "yaml") {
+		t.Errorf("-o yaml: err = %v", err)
+	}
+}
+
+// fieldOf returns the value of "field:" in a task printed as a table.
+func fieldOf(out, field string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == field {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,484 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+)
+
+// DefaultCallTimeout bounds the etcd and object-store work of one admin call (all
+// but a rescan of every store), so a call made while etcd is away answers
+// UNAVAILABLE instead of hanging until the client gives up.
+const DefaultCallTimeout = 10 * time.Second
+
+// AdminConfig is what the AdminService needs.
+type AdminConfig struct {
+	Tasks     *tasks.Store
+	Scanner   *scanner.Scanner
+	Registry  *registry.Registry
+	Discovery Discovery
+	// Wake, if set, is called after an enqueue so the scheduler looks for work at
+	// once instead of at its next poll.
+	Wake func()
+	// CallTimeout bounds one call's work (DefaultCallTimeout); Rescan of every
+	// store is bounded by the client's deadline only.
+	CallTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// AdminService implements tidemark.v1.AdminService over the task store, the stats
+// scanner, the store registries and worker discovery.
+//
+// Errors are mapped to status codes in one place (statusOf): bad input is
+// INVALID_ARGUMENT naming the problem, a missing task, store or stats row is
+// NOT_FOUND, a task that cannot be cancelled is FAILED_PRECONDITION, etcd or the
+// object store not answering is UNAVAILABLE.
+type AdminService struct {
+	tidemarkv1.UnimplementedAdminServiceServer
+	cfg AdminConfig
+}
+
+// NewAdminService returns the service; Tasks, Scanner, Registry and Discovery are
+// required.
+func NewAdminService(cfg AdminConfig) (*AdminService, error) {
+	switch {
+	case cfg.Tasks == nil:
+		return nil, errors.New("admin service: Tasks is required")
+	case cfg.Scanner == nil:
+		return nil, errors.New("admin service: Scanner is required")
+	case cfg.Registry == nil:
+		return nil, errors.New("admin service: Registry is required")
+	case cfg.Discovery == nil:
+		return nil, errors.New("admin service: Discovery is required")
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &AdminService{cfg: cfg}, nil
+}
+
+// call runs fn under the call timeout and maps its error to a status.
+func call[T any](ctx context.Context, a *AdminService, fn func(ctx context.Context) (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
+	defer cancel()
+	resp, err := fn(cctx)
+	if err != nil {
+		var zero T
+		return zero, statusOf(ctx, err)
+	}
+	return resp, nil
+}
+
+// EnqueueTask queues a task of a known kind on a registered target.
+func (a *AdminService) EnqueueTask(ctx context.Context, req *tidemarkv1.EnqueueTaskRequest) (*tidemarkv1.EnqueueTaskResponse, error) {
+	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.EnqueueTaskResponse, error) {
+		kind, err := tasks.ParseKind(req.GetKind())
+		if err != nil {
+			return nil, err
+		}
+		t, dedup, err := a.enqueue(ctx, kind, req.GetTarget(), req.GetDependsOn())
+		if err != nil {
+			return nil, err
+		}
+		return &tidemarkv1.EnqueueTaskResponse{Task: TaskProto(t), Deduplicated: dedup}, nil
+	})
+}
+
+// RequeueMerge enqueues merge_wal on a registered target (deduplicated) and wakes
+// the scheduler.
+func (a *AdminService) RequeueMerge(ctx context.Context, req *tidemarkv1.RequeueMergeRequest) (*tidemarkv1.RequeueMergeResponse, error) {
+	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.RequeueMergeResponse, error) {
+		t, dedup, err := a.enqueue(ctx, tasks.KindMergeWAL, req.GetTarget(), nil)
+		if err != nil {
+			return nil, err
+		}
+		return &tidemarkv1.RequeueMergeResponse{Task: TaskProto(t), Deduplicated: dedup}, nil
+	})
+}
+
+func (a *AdminService) enqueue(ctx context.Context, kind tasks.Kind, target string, dependsOn []string) (tasks.Task, bool, error) {
+	if err := CheckTarget(ctx, a.cfg.Registry, target); err != nil {
+		return tasks.Task{}, false, err
+	}
+	t, dedup, err := a.cfg.Tasks.Enqueue(ctx, kind, target, dependsOn...)
+	if err != nil {
+		return tasks.Task{}, false, err
+	}
+	if a.cfg.Wake != nil {
+		a.cfg.Wake()
+	}
+	a.cfg.Logger.Info("admin: task enqueued", "task", t.ID, "kind", kind, "target", target, "deduplicated", dedup)
+	return t, dedup, nil
+}
+
+// CheckTarget returns an error wrapping tasks.ErrInvalidArgument for a malformed
+// target ("", "generic:", "a/b", "generic:../x") and one wrapping
+// registry.ErrNotFound for a well-formed target whose store is not registered.
+func CheckTarget(ctx context.Context, reg *registry.Registry, target string) error {
+	if target == "" {
+		return fmt.Errorf(`%w: target is required ("<name>" for a rollout store, "generic:<name>" for a generic store)`, tasks.ErrInvalidArgument)
+	}
+	kind, name, err := registry.ParseTarget(target)
+	if err != nil {
+		return fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
+	}
+	if _, err := reg.Get(ctx, kind, name); err != nil {
+		return fmt.Errorf("target %q: %w", target, err)
+	}
+	return nil
+}
+
+// GetTask returns one task.
+func (a *AdminService) GetTask(ctx context.Context, req *tidemarkv1.GetTaskRequest) (*tidemarkv1.GetTaskResponse, error) {
+	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.GetTaskResponse, error) {
+		t, err := a.cfg.Tasks.Get(ctx, req.GetId())
+		if err != nil {
+			return nil, err
+		}
+		return &tidemarkv1.GetTaskResponse{Task: TaskProto(t)}, nil
+	})
+}
+
+// ListTasks lists one page of tasks.
+func (a *AdminService) ListTasks(ctx context.Context, req *tidemarkv1.ListTasksRequest) (*tidemarkv1.ListTasksResponse, error) {
+	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.ListTasksResponse, error) {
+		list, next, err := a.cfg.Tasks.List(ctx, tasks.ListFilter{
+			State:       tasks.State(req.GetState()),
+			Kind:        tasks.Kind(req.GetKind()),
+			Target:      req.GetTarget(),
+			Limit:       int(req.GetPageSize()),
+			PageToken:   req.GetPageToken(),
+			NewestFirst: req.GetNewestFirst(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		out := &tidemarkv1.ListTasksResponse{Tasks: make([]*tidemarkv1.Task, 0, len(list)), NextPageToken: next}
+		for _, t := range list {
+			out.Tasks = append(out.Tasks, TaskProto(t))
+		}
+		return out, nil
+	})
+}
+
+// CancelTask fails a queued task with "cancelled".
+func (a *AdminService) CancelTask(ctx context.Context, req *tidemarkv1.CancelTaskRequest) (*tidemarkv1.CancelTaskResponse, error) {
+	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.CancelTaskResponse, error) {
+		t, err := a.cfg.Tasks.Cancel(ctx, req.GetId())
+		if err != nil {
+			return nil, err
+		}
+		return &tidemarkv1.CancelTaskResponse{Task: TaskProto(t)}, nil
+	})
+}
+
+// ListStats lists one page of stats rows in target order.
+func (a *AdminService) ListStats(ctx context.Context, req *tidemarkv1.ListStatsRequest) (*tidemarkv1.ListStatsResponse, error) {
+	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.ListStatsResponse, error) {
+		rows, next, err := statsPage(ctx, a.cfg.Scanner, int(req.GetPageSize()), req.GetPageToken())
+		if err != nil {
+			return nil, err
+		}
+		out := &tidemarkv1.ListStatsResponse{Stats: make([]*tidemarkv1.StatsRow, 0, len(rows)), NextPageToken: next}
+		for _, r := range rows {
+			out.Stats = append(out.Stats, StatsProto(r))
+		}
+		return out, nil
+	})
+}
+
+// statsPage is scanner.Stats with the page token checked: a stats page token is
+// the last target of the previous page, so anything that is not a target is a
+// client's mistake.
+func statsPage(ctx context.Context, s *scanner.Scanner, limit int, token string) ([]scanner.Row, string, error) {
+	if token != "" {
+		if _, _, err := registry.ParseTarget(token); err != nil {
+			return nil, "", fmt.Errorf("%w: page token %q is not one a previous call returned", tasks.ErrInvalidArgument, token)
+		}
+	}
+	return s.Stats(ctx, scanner.Page{Limit: limit, PageToken: token})
+}
+
+// Rescan observes one target, or every store, now. Observing takes as long as the
+// stores make it (the scanner bounds each store by its own timeout), so only the
+// client's deadline bounds the call.
+func (a *AdminService) Rescan(ctx context.Context, req *tidemarkv1.RescanRequest) (*tidemarkv1.RescanResponse, error) {
+	target := req.GetTarget()
+	if target == "" {
+		sum, err := a.cfg.Scanner.Scan(ctx)
+		if err != nil {
+			return nil, statusOf(ctx, err)
+		}
+		if sum.Skipped {
+			return nil, status.Errorf(codes.FailedPrecondition,
+				"rescan: another master replica is scanning (%s); send the rescan to that replica, or rescan one target", sum.SkipReason)
+		}
+		if sum.Errors > 0 {
+			a.cfg.Logger.Warn("admin: rescan left stores unobserved; their rows keep their previous values", "errors", sum.Errors)
+		}
+		return &tidemarkv1.RescanResponse{
+			Observed: int64(sum.Probed + sum.Observed),
+			Written:  int64(sum.Changed + sum.Deleted),
+		}, nil
+	}
+	// Rescan checks the target itself: malformed is InvalidArgument, not
+	// registered is NotFound (and a stale row of it is deleted).
+	before, berr := a.cfg.Scanner.Row(ctx, target)
+	row, err := a.cfg.Scanner.Rescan(ctx, target)
+	if err != nil {
+		return nil, statusOf(ctx, err)
+	}
+	// Rescan writes a row only when the observation changed, and returns the
+	// stored row otherwise.
+	resp := &tidemarkv1.RescanResponse{Observed: 1, Stats: StatsProto(row)}
+	if berr != nil || !before.SameObservation(row) || !before.ScannedAt.Equal(row.ScannedAt) {
+		resp.Written = 1
+	}
+	return resp, nil
+}
+
+// ListWorkers lists the workers the master calls.
+func (a *AdminService) ListWorkers(ctx context.Context, _ *tidemarkv1.ListWorkersRequest) (*tidemarkv1.ListWorkersResponse, error) {
+	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.ListWorkersResponse, error) {
+		ws, err := listWorkers(ctx, a.cfg.Discovery)
+		if err != nil {
+			return nil, err
+		}
+		out := &tidemarkv1.ListWorkersResponse{Workers: make([]*tidemarkv1.WorkerInfo, 0, len(ws))}
+		for _, w := range ws {
+			out.Workers = append(out.Workers, WorkerProto(w))
+		}
+		return out, nil
+	})
+}
+
+// WorkerEntry is a worker as the admin API lists it: discovery's record and where
+// it came from ("etcd" or "static").
+type WorkerEntry struct {
+	Worker
+	Source string `json:"source"`
+}
+
+func listWorkers(ctx context.Context, d Discovery) ([]WorkerEntry, error) {
+	ws, err := d.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	source := ""
+	switch d.(type) {
+	case StaticDiscovery:
+		source = "static"
+	case *EtcdDiscovery:
+		source = "etcd"
+	}
+	out := make([]WorkerEntry, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, WorkerEntry{Worker: w, Source: source})
+	}
+	return out, nil
+}
+
+// statusOf maps err to a gRPC status error. ctx is the call's own context: when it
+// is done, the client gave up (CANCELLED or DEADLINE_EXCEEDED); when only the
+// server's own bound ran out, etcd or the object store did not answer
+// (UNAVAILABLE).
+func statusOf(ctx context.Context, err error) error {
+	code, msg := classify(ctx, err)
+	return status.Error(code, msg)
+}
+
+// classify maps err to a code and a message for the client. It is the one place
+// errors become codes, for gRPC and HTTP alike.
+func classify(ctx context.Context, err error) (codes.Code, string) {
+	switch {
+	case errors.Is(err, tasks.ErrInvalidArgument), errors.Is(err, registry.ErrInvalidName):
+		return codes.InvalidArgument, err.Error()
+	case errors.Is(err, tasks.ErrTaskNotFound), errors.Is(err, registry.ErrNotFound),
+		errors.Is(err, scanner.ErrRowNotFound):
+		return codes.NotFound, err.Error()
+	case errors.Is(err, tasks.ErrNotCancellable):
+		return codes.FailedPrecondition, err.Error()
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Code(), err.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.Unavailable, fmt.Sprintf("timed out: etcd or the object store did not answer in time: %v", err)
+	case errors.Is(err, objstore.ErrThrottled):
+		return codes.Unavailable, err.Error()
+	}
+	// etcd's client returns its transport failures as gRPC statuses (wrapped by
+	// our error context) or as rpctypes errors carrying a code.
+	var coded interface{ Code() codes.Code }
+	code := status.Code(err)
+	if code == codes.Unknown && errors.As(err, &coded) {
+		code = coded.Code()
+	}
+	switch code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+		return codes.Unavailable, fmt.Sprintf("etcd unavailable: %v", err)
+	}
+	return codes.Internal, err.Error()
+}
+
+// TaskProto converts a task record.
+func TaskProto(t tasks.Task) *tidemarkv1.Task {
+	return &tidemarkv1.Task{
+		Id:           t.ID,
+		Kind:         string(t.Kind),
+		Target:       t.Target,
+		State:        string(t.State),
+		Error:        t.Error,
+		Detail:       t.Detail,
+		EnqueuedAt:   timestamp(t.EnqueuedAt),
+		StartedAt:    timestamp(t.StartedAt),
+		FinishedAt:   timestamp(t.FinishedAt),
+		DependsOn:    t.DependsOn,
+		Attempts:     int32(t.Attempts),
+		ClaimToken:   t.ClaimToken,
+		FencingToken: t.FencingToken,
+	}
+}
+
+// StatsProto converts a stats row.
+func StatsProto(r scanner.Row) *tidemarkv1.StatsRow {
+	out := &tidemarkv1.StatsRow{
+		Target:                r.Target,
+		Version:               r.Version,
+		RowCount:              r.RowCount,
+		FragmentCount:         int64(r.FragmentCount),
+		PendingWalGenerations: int64(r.PendingWALGenerations),
+		LastUpdated:           timestamp(r.LastUpdated),
+		ScannedAt:             timestamp(r.ScannedAt),
+	}
+	if len(r.PendingByShard) > 0 {
+		out.PendingByShard = make(map[string]int64, len(r.PendingByShard))
+		for shard, n := range r.PendingByShard {
+			out.PendingByShard[shard] = int64(n)
+		}
+	}
+	return out
+}
+
+// WorkerProto converts a worker entry. A started_at that does not parse as RFC
+// 3339 is left unset.
+func WorkerProto(w WorkerEntry) *tidemarkv1.WorkerInfo {
+	out := &tidemarkv1.WorkerInfo{
+		InstanceId: w.InstanceID,
+		GrpcAddr:   w.GRPCAddr,
+		HttpAddr:   w.HTTPAddr,
+		Version:    w.Version,
+		Source:     w.Source,
+	}
+	if ts, err := time.Parse(time.RFC3339Nano, w.StartedAt); err == nil {
+		out.StartedAt = timestamp(ts)
+	}
+	return out
+}
+
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// gRPC server limits: admin requests and answers are small (a page of at most
+// 1000 tasks or rows is the largest).
+const (
+	grpcMaxRecvBytes         = 1 << 20
+	grpcMaxSendBytes         = 16 << 20
+	grpcMaxConcurrentStreams = 256
+	grpcConnectionTimeout    = 10 * time.Second
+)
+
+// AdminServiceName is the health service name of the AdminService.
+const AdminServiceName = "tidemark.v1.AdminService"
+
+// NewGRPCServer returns a gRPC server with the AdminService, the standard health
+// service (hs, whose statuses the caller sets) and server reflection (so grpcurl
+// works without the .proto files). Every call runs under a recover: a panic
+// answers INTERNAL and is logged with its stack instead of killing the master.
+func NewGRPCServer(svc *AdminService, hs *health.Server, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	base := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(grpcMaxRecvBytes),
+		grpc.MaxSendMsgSize(grpcMaxSendBytes),
+		grpc.MaxConcurrentStreams(grpcMaxConcurrentStreams),
+		grpc.ConnectionTimeout(grpcConnectionTimeout),
+		grpc.ChainUnaryInterceptor(unaryRecover(log), unaryLog(log)),
+		grpc.ChainStreamInterceptor(streamRecover(log)),
+	}
+	gs := grpc.NewServer(append(base, opts...)...)
+	tidemarkv1.RegisterAdminServiceServer(gs, svc)
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	return gs
+}
+
+func unaryRecover(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("grpc call panicked", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				resp, err = nil, status.Errorf(codes.Internal, "%s: internal error (panic): %v", info.FullMethod, p)
+			}
+		}()
+		return next(ctx, req)
+	}
+}
+
+func streamRecover(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("grpc stream panicked", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				err = status.Errorf(codes.Internal, "%s: internal error (panic): %v", info.FullMethod, p)
+			}
+		}()
+		return next(srv, ss)
+	}
+}
+
+// unaryLog logs calls: failures on the server's side at warn, the caller's
+// mistakes and successes at debug.
+func unaryLog(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := next(ctx, req)
+		code := status.Code(err)
+		level := slog.LevelDebug
+		switch code {
+		case codes.OK, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.Canceled:
+		default:
+			level = slog.LevelWarn
+		}
+		msg := ""
+		if err != nil {
+			msg = status.Convert(err).Message()
+		}
+		log.Log(ctx, level, "grpc call", "method", info.FullMethod, "code", code.String(),
+			"duration", time.Since(start).String(), "err", msg)
+		return resp, err
+	}
+}

@@ -1,0 +1,104 @@
+package master
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+)
+
+// Metrics are the master's own series. The scanner and the merge sweep register
+// theirs (master_stats_*, master_merge_sweep_*) in the same registry.
+type Metrics struct {
+	// Tasks counts tasks this replica ran to the end, by kind and result (done,
+	// failed). Tasks released at shutdown are not counted: another run finishes them.
+	Tasks *prometheus.CounterVec
+	// TaskDuration times those runs, by kind.
+	TaskDuration *prometheus.HistogramVec
+	// QueueDepth is the number of queued tasks (every replica sees the same queue),
+	// refreshed every probe interval.
+	QueueDepth prometheus.Gauge
+	// MergeWorkerDuration times each worker's merge of a merge_wal fan-out, by
+	// result: ok, unreachable (skipped before admission), error (stopped the fan-out).
+	MergeWorkerDuration *prometheus.HistogramVec
+	// EtcdUp is 1 while etcd answers this replica's probe, 0 while it does not.
+	EtcdUp prometheus.Gauge
+}
+
+// NewRegistry returns a Prometheus registry holding the Go runtime and process
+// collectors, for Config.Metrics.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// NewMetrics creates the master's series and registers them with reg (none is
+// registered when reg is nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "master_tasks_total",
+			Help: "Tasks run to the end by this replica, by kind and result (done, failed).",
+		}, []string{"kind", "result"}),
+		TaskDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "master_task_duration_seconds",
+			Help:    "Duration of task runs by this replica, by kind.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16), // 50 ms .. ~27 min
+		}, []string{"kind"}),
+		QueueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "master_task_queue_depth",
+			Help: "Queued tasks (P/queue/), as this replica last read them.",
+		}),
+		MergeWorkerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "master_merge_wal_worker_duration_seconds",
+			Help:    "Duration of one worker's merge in a merge_wal fan-out, by result (ok, unreachable, error).",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+		}, []string{"result"}),
+		EtcdUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "master_etcd_up",
+			Help: "1 while etcd answers this replica's probe, 0 while it does not.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Tasks, m.TaskDuration, m.QueueDepth, m.MergeWorkerDuration, m.EtcdUp)
+	}
+	// Every label value shows from the start, so a rate() has a zero to start from.
+	for _, k := range tasks.Kinds() {
+		for _, r := range []string{"done", "failed"} {
+			m.Tasks.WithLabelValues(string(k), r)
+		}
+	}
+	for _, r := range []string{"ok", "unreachable", "error"} {
+		m.MergeWorkerDuration.WithLabelValues(r)
+	}
+	return m
+}
+
+// ObserveTask is a SchedulerConfig.OnFinish: it counts and times a finished run.
+func (m *Metrics) ObserveTask(kind tasks.Kind, err error, d time.Duration) {
+	result := "done"
+	if err != nil {
+		result = "failed"
+	}
+	m.Tasks.WithLabelValues(string(kind), result).Inc()
+	m.TaskDuration.WithLabelValues(string(kind)).Observe(d.Seconds())
+}
+
+// ObserveWorker is a FanOut.OnWorkerDone: it times one worker's merge by result.
+func (m *Metrics) ObserveWorker(_ Worker, d time.Duration, err error) {
+	result := "ok"
+	switch {
+	case errors.Is(err, ErrUnreachable):
+		result = "unreachable"
+	case err != nil:
+		result = "error"
+	}
+	m.MergeWorkerDuration.WithLabelValues(result).Observe(d.Seconds())
+}
