@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# Builds both binaries; one image runs either (`worker serve`, `master ...`).
+# Builds both binaries; one image runs either (`worker serve`, `master serve`).
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
@@ -19,6 +19,7 @@ COPY --from=build /out/worker /out/master /usr/local/bin/
 # worker can write file:// stores into it.
 COPY --from=build --chown=65532:65532 /out/data /data
 USER 65532:65532
+# The worker's listeners; the master's service sets its own (7070 gRPC, 7080 HTTP).
 ENV DATA_URL=file:///data/store HTTP_ADDR=0.0.0.0:8080 GRPC_ADDR=0.0.0.0:9090
-EXPOSE 8080 9090
+EXPOSE 8080 9090 7070 7080
 CMD ["worker", "serve"]

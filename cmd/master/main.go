@@ -41,5 +41,6 @@ func newRootCmd() *cobra.Command {
 		PersistentPreRunE: cli.LoadEnv,
 	}
 	root.AddCommand(newServeCmd(), newAdminCmd(), cli.NewVersionCmd())
+	root.AddCommand(newDevCmd())
 	return root
 }

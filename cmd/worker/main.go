@@ -40,5 +40,6 @@ func newRootCmd() *cobra.Command {
 		PersistentPreRunE: cli.LoadEnv,
 	}
 	root.AddCommand(newServeCmd(), cli.NewVersionCmd())
+	root.AddCommand(newLoadCmd())
 	return root
 }

@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// devRun is one `master dev` process.
+type devRun struct {
+	*proc
+	banner  string
+	workers map[string]string // instance id -> HTTP base URL
+}
+
+var bannerWorker = regexp.MustCompile(`(?m)^\s+(w\d+)\s+HTTP (http://\S+)`)
+
+// startDev runs `master dev` with args and waits for its banner.
+func startDev(t *testing.T, logDir, name string, args []string, env map[string]string) *devRun {
+	t.Helper()
+	d := &devRun{proc: startProc(t, logDir, name, build(t).master, append([]string{"dev"}, args...), env)}
+	t.Cleanup(func() { _ = d.stop(syscall.SIGINT, 60*time.Second) })
+	waitFor(t, time.Minute, name+" prints its banner", func() (bool, string) {
+		if d.exited() {
+			t.Fatalf("%s exited while starting: %v\n%s", name, d.err, d.tail(30))
+		}
+		out, _ := os.ReadFile(d.logPath)
+		return strings.Contains(string(out), "Finished tasks show below"), d.tail(5)
+	})
+	out, _ := os.ReadFile(d.logPath)
+	d.banner = string(out)
+	d.workers = map[string]string{}
+	for _, m := range bannerWorker.FindAllStringSubmatch(d.banner, -1) {
+		d.workers[m[1]] = m[2]
+	}
+	return d
+}
+
+// exampleCommands returns the banner's numbered examples: "1" -> its commands
+// (continuation lines joined).
+func exampleCommands(banner string) map[string][]string {
+	out := map[string][]string{}
+	for _, block := range strings.Split(banner, "\n\n") {
+		lines := strings.Split(strings.TrimSpace(block), "\n")
+		m := regexp.MustCompile(`^# (\d+)\.`).FindStringSubmatch(strings.TrimSpace(lines[0]))
+		if m == nil {
+			continue
+		}
+		var cmd string
+		for _, l := range lines[1:] {
+			l = strings.TrimSpace(l)
+			if c, ok := strings.CutSuffix(l, "\\"); ok {
+				cmd += c
+				continue
+			}
+			out[m[1]] = append(out[m[1]], cmd+l)
+			cmd = ""
+		}
+	}
+	return out
+}
+
+// TestDevRunsAClusterWhoseExampleCommandsWork runs `master dev` as a user would:
+// it starts etcd, a master and two worker processes, prints example commands
+// that work as printed (add rows with curl, read tasks with etcdctl, requeue a
+// merge with master admin), stops everything on SIGINT, and a second run reuses
+// the data: the rows and the task are still there.
+func TestDevRunsAClusterWhoseExampleCommandsWork(t *testing.T) {
+	skipShort(t)
+	b := build(t)
+	dir := t.TempDir()
+	etcdAddr := freeAddr(t)
+	args := []string{
+		"--dir", filepath.Join(dir, "data"), "--workers", "2", "--worker-binary", b.worker,
+		"--etcd-addr", etcdAddr, "--master-grpc-addr", freeAddr(t), "--master-http-addr", freeAddr(t),
+		"--worker-http-port", "0", "--worker-grpc-port", "0", "--etcd-unsafe-no-fsync", "--echo-level", "error",
+	}
+	etcdctl, haveEtcdctl := lookEtcdctl()
+	path := os.Getenv("PATH")
+	if haveEtcdctl {
+		path = filepath.Dir(etcdctl) + string(filepath.ListSeparator) + path
+	} else if os.Getenv("CI") == "true" {
+		t.Fatal("etcdctl not found: CI installs it with `make etcdctl`")
+	}
+	env := map[string]string{"PATH": path}
+	sh := func(cmd string) string {
+		t.Helper()
+		c := exec.Command("sh", "-c", cmd)
+		c.Env = []string{"PATH=" + path, "HOME=" + os.Getenv("HOME")}
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("printed example %q: %v\n%s", cmd, err, out)
+		}
+		return string(out)
+	}
+
+	first := startDev(t, dir, "dev-1", args, env)
+	if len(first.workers) != 2 {
+		t.Fatalf("banner lists workers %v, want w1 and w2:\n%s", first.workers, first.banner)
+	}
+	examples := exampleCommands(first.banner)
+	if len(examples["1"]) != 1 || len(examples["2"]) < 1 || len(examples["3"]) < 1 {
+		t.Fatalf("banner examples %q, want 1 (add rows), 2 (etcdctl) and 3 (requeue a merge):\n%s", examples, first.banner)
+	}
+	addRows, getTasks, requeue := examples["1"][0], examples["2"][0], examples["3"][0]
+	if _, err := exec.LookPath("curl"); err == nil {
+		if out := sh(addRows); !strings.Contains(out, `"added":2`) {
+			t.Fatalf("%s\nanswered %q, want 2 rows added", addRows, out)
+		}
+	} else {
+		t.Log("no curl: adding the example rows through Go instead")
+		resp, err := http.Post(first.workers["w1"]+"/api/v1/rollouts/demo/records?flush=true", "application/json",
+			strings.NewReader(`{"records":[{"id":"r1-0","rollout_id":"r1"},{"id":"r1-1","rollout_id":"r1"}]}`))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("add rows: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	out := sh(requeue)
+	id := regexp.MustCompile(`(?m)^id:\s+(\S+)`).FindStringSubmatch(out)
+	if id == nil || !strings.Contains(out, "merge_wal") {
+		t.Fatalf("%s\nprinted %q, want a merge_wal task", requeue, out)
+	}
+	waitFor(t, 30*time.Second, "the requeued merge shows as done in dev's output", func() (bool, string) {
+		log, _ := os.ReadFile(first.logPath)
+		return strings.Contains(string(log), "merge_wal demo done") && strings.Contains(string(log), id[1]), first.tail(3)
+	})
+	if haveEtcdctl {
+		if out := sh(getTasks); !strings.Contains(out, `"id":"`+id[1]+`"`) || !strings.Contains(out, `"state":"done"`) {
+			t.Errorf("%s\nprinted %q, want task %s done", getTasks, out, id[1])
+		}
+	}
+
+	if err := first.stop(syscall.SIGINT, time.Minute); err != nil {
+		t.Fatalf("master dev on SIGINT: %v\n%s", err, first.tail(20))
+	}
+	if !strings.Contains(first.tail(3), "stopped; data kept in") {
+		t.Errorf("master dev's last lines:\n%s\nwant a clean stop", first.tail(5))
+	}
+	for _, addr := range []string{etcdAddr, strings.TrimPrefix(first.workers["w1"], "http://"), strings.TrimPrefix(first.workers["w2"], "http://")} {
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			conn.Close()
+			t.Errorf("%s still accepts connections after master dev stopped", addr)
+		}
+	}
+
+	// The second run finds the rows (through the other worker) and the task.
+	second := startDev(t, dir, "dev-2", args, env)
+	code, body, err := httpGet(second.workers["w2"] + "/api/v1/rollouts/demo/records/r1-0")
+	var got struct {
+		Record *struct {
+			RolloutID string `json:"rollout_id"`
+		} `json:"record"`
+	}
+	if err != nil || code != http.StatusOK || json.Unmarshal(body, &got) != nil || got.Record == nil || got.Record.RolloutID != "r1" {
+		t.Errorf("second run: GET record r1-0 through w2: %d %s %v, want the record written by the first run", code, body, err)
+	}
+	if haveEtcdctl {
+		if out := sh(getTasks); !strings.Contains(out, id[1]) {
+			t.Errorf("second run: %s\nprinted %q, want the first run's task %s", getTasks, out, id[1])
+		}
+	}
+	if err := second.stop(syscall.SIGINT, time.Minute); err != nil {
+		t.Fatalf("second master dev on SIGINT: %v\n%s", err, second.tail(20))
+	}
+}

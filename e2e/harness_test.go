@@ -1,0 +1,731 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/tidemark-io/tidemark/pkg/loadgen"
+)
+
+// The binaries are built once per test run, into a directory removed at the end.
+var (
+	buildOnce sync.Once
+	bins      binaries
+	buildErr  error
+)
+
+type binaries struct {
+	dir, master, worker string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bins.dir != "" {
+		_ = os.RemoveAll(bins.dir)
+	}
+	os.Exit(code)
+}
+
+// build builds bin/master and bin/worker of this module once (go build uses its
+// cache, so this is a link when nothing changed).
+func build(t *testing.T) binaries {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := filepath.Abs("..")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+			buildErr = fmt.Errorf("module root %s: %w", root, err)
+			return
+		}
+		dir, err := os.MkdirTemp("", "tidemark-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		bins = binaries{dir: dir, master: filepath.Join(dir, "master"), worker: filepath.Join(dir, "worker")}
+		args := []string{"build", "-o", dir + string(filepath.Separator)}
+		if os.Getenv("TIDEMARK_E2E_RACE") == "1" {
+			args = append(args, "-race")
+		}
+		args = append(args, "./cmd/master", "./cmd/worker")
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build the binaries: %v", buildErr)
+	}
+	return bins
+}
+
+// skipShort skips cluster tests under -short.
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end cluster test: skipped with -short")
+	}
+}
+
+// etcdctlPath finds the real etcdctl (lookEtcdctl). Missing, the test skips
+// locally and fails in CI.
+func etcdctlPath(t *testing.T) string {
+	t.Helper()
+	p, ok := lookEtcdctl()
+	if ok {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("etcdctl not found in PATH, GOBIN or GOPATH/bin: CI installs it with `make etcdctl`")
+	}
+	t.Skip("etcdctl not found in PATH, GOBIN or GOPATH/bin: `make etcdctl` installs it")
+	return ""
+}
+
+// lookEtcdctl looks for etcdctl in PATH, then GOBIN, then GOPATH/bin (where
+// `make etcdctl` puts it).
+func lookEtcdctl() (string, bool) {
+	if p, err := exec.LookPath("etcdctl"); err == nil {
+		return p, true
+	}
+	for _, v := range []string{"GOBIN", "GOPATH"} {
+		out, err := exec.Command("go", "env", v).Output()
+		d := strings.TrimSpace(string(out))
+		if err != nil || d == "" {
+			continue
+		}
+		if v == "GOPATH" {
+			d = filepath.Join(filepath.SplitList(d)[0], "bin")
+		}
+		p := filepath.Join(d, "etcdctl")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// proc is one child process.
+type proc struct {
+	name    string
+	logPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+}
+
+// startProc starts bin args with exactly env (plus PATH and HOME), output to a
+// log file in dir.
+func startProc(t *testing.T, dir, name, bin string, args []string, env map[string]string) *proc {
+	t.Helper()
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &proc{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	if !p.exited() {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// kill kills the process with SIGKILL and waits for it.
+func (p *proc) kill() {
+	p.signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop sends sig and waits up to timeout, then kills; it reports how the
+// process exited, or that it had to be killed.
+func (p *proc) stop(sig syscall.Signal, timeout time.Duration) error {
+	if p.exited() {
+		return p.err
+	}
+	p.signal(syscall.SIGCONT) // a stopped process cannot handle sig
+	p.signal(sig)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(timeout):
+		p.kill()
+		return fmt.Errorf("%s still running %s after %v: killed", p.name, timeout, sig)
+	}
+}
+
+func (p *proc) tail(n int) string {
+	data, _ := os.ReadFile(p.logPath)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// cluster is etcd (run by `master dev --workers 0 --master=false`), masters and
+// workers, each a process of the built binaries.
+type cluster struct {
+	t       *testing.T
+	bin     binaries
+	dir     string
+	etcdURL string
+	prefix  string
+	dataURL string
+	client  *clientv3.Client
+
+	etcd    *proc
+	mu      sync.Mutex
+	procs   []*proc
+	workers map[string]*workerProc
+	masters map[string]*masterProc
+
+	// WorkerEnv and MasterEnv override the test defaults of every worker and master.
+	workerEnv, masterEnv map[string]string
+}
+
+type workerProc struct {
+	*proc
+	id, httpAddr, grpcAddr string
+}
+
+func (w *workerProc) url() string { return "http://" + w.httpAddr }
+
+type masterProc struct {
+	*proc
+	name, grpcAddr, httpAddr string
+}
+
+// newCluster starts etcd; tests start masters and workers. Everything is stopped
+// when the test ends, and every process's log tail is printed if it failed.
+func newCluster(t *testing.T, workerEnv, masterEnv map[string]string) *cluster {
+	t.Helper()
+	skipShort(t)
+	c := &cluster{
+		t: t, bin: build(t), dir: t.TempDir(), prefix: "/tidemark",
+		workers: map[string]*workerProc{}, masters: map[string]*masterProc{},
+		workerEnv: workerEnv, masterEnv: masterEnv,
+	}
+	devDir := filepath.Join(c.dir, "dev")
+	c.dataURL = "file://" + filepath.Join(devDir, "store")
+	addr := freeAddr(t)
+	c.etcdURL = "http://" + addr
+	c.etcd = startProc(t, c.dir, "etcd", c.bin.master,
+		[]string{"dev", "--dir", devDir, "--workers", "0", "--master=false", "--etcd-addr", addr, "--etcd-unsafe-no-fsync"}, nil)
+	t.Cleanup(c.shutdown)
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{c.etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.client = client
+	c.waitFor(30*time.Second, "etcd answers", func() (bool, string) {
+		if c.etcd.exited() {
+			t.Fatalf("master dev (etcd) exited: %v\n%s", c.etcd.err, c.etcd.tail(20))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := c.client.Get(ctx, "probe")
+		return err == nil, fmt.Sprint(err)
+	})
+	return c
+}
+
+func (c *cluster) track(p *proc) {
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+}
+
+// shutdown stops masters, then workers, then etcd; dumps logs if the test failed.
+func (c *cluster) shutdown() {
+	c.mu.Lock()
+	procs := append([]*proc(nil), c.procs...)
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, m := range c.masters {
+		wg.Go(func() { _ = m.stop(syscall.SIGTERM, 10*time.Second) })
+	}
+	wg.Wait()
+	for _, w := range c.workers {
+		wg.Go(func() { _ = w.stop(syscall.SIGTERM, 10*time.Second) })
+	}
+	wg.Wait()
+	for _, p := range procs { // replaced processes, already stopped
+		p.kill()
+	}
+	if c.client != nil {
+		_ = c.client.Close()
+	}
+	if err := c.etcd.stop(syscall.SIGINT, 20*time.Second); err != nil {
+		c.t.Errorf("master dev (etcd) did not stop cleanly on SIGINT: %v", err)
+	}
+	if c.t.Failed() {
+		for _, p := range append(procs, c.etcd) {
+			c.t.Logf("----- last lines of %s (%s) -----\n%s", p.name, p.logPath, p.tail(40))
+		}
+	}
+}
+
+// startWorker starts worker id, on the ports it had before if it ran already,
+// and waits until it serves and registered in etcd.
+func (c *cluster) startWorker(id string) *workerProc {
+	c.t.Helper()
+	w := c.workers[id]
+	if w == nil {
+		w = &workerProc{id: id, httpAddr: freeAddr(c.t), grpcAddr: freeAddr(c.t)}
+	} else if !w.exited() {
+		c.t.Fatalf("worker %s is still running", id)
+	}
+	env := map[string]string{
+		"INSTANCE_ID":             id,
+		"HTTP_ADDR":               w.httpAddr,
+		"GRPC_ADDR":               w.grpcAddr,
+		"DATA_URL":                c.dataURL,
+		"ETCD_ENDPOINTS":          c.etcdURL,
+		"ETCD_PREFIX":             c.prefix,
+		"FLUSH_INTERVAL":          "1s",
+		"MERGE_AFTER_GENERATIONS": "0",  // the master drives merges
+		"CLEANUP_INTERVAL":        "1h", // ... and nothing else does
+		"WORKER_LEASE_TTL":        "4s", // a killed worker leaves the list soon
+		"SHUTDOWN_TIMEOUT":        "5s",
+		"LOG_LEVEL":               "debug",
+	}
+	for k, v := range c.workerEnv {
+		env[k] = v
+	}
+	started := time.Now()
+	w.proc = startProc(c.t, c.dir, id, c.bin.worker, []string{"serve"}, env)
+	c.track(w.proc)
+	c.workers[id] = w
+	key := c.prefix + "/workers/" + id
+	c.waitFor(30*time.Second, "worker "+id+" serves and is registered", func() (bool, string) {
+		if w.exited() {
+			c.t.Fatalf("worker %s exited while starting: %v\n%s", id, w.err, w.tail(20))
+		}
+		if code, _, err := httpGet(w.url() + "/api/v1/health"); err != nil || code != http.StatusOK {
+			return false, fmt.Sprintf("health: %d %v", code, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := c.client.Get(ctx, key)
+		if err != nil || len(resp.Kvs) == 0 {
+			return false, fmt.Sprintf("%s not in etcd (%v)", key, err)
+		}
+		var rec struct {
+			StartedAt time.Time `json:"started_at"`
+			GRPCAddr  string    `json:"grpc_addr"`
+		}
+		if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
+			return false, err.Error()
+		}
+		// A record of an earlier (killed) process of this id may still be there.
+		return rec.StartedAt.After(started.Add(-time.Second)) && rec.GRPCAddr == w.grpcAddr, string(resp.Kvs[0].Value)
+	})
+	return w
+}
+
+// startMaster starts a master named name and waits until it is healthy.
+func (c *cluster) startMaster(name string, extra map[string]string) *masterProc {
+	c.t.Helper()
+	m := &masterProc{name: name, grpcAddr: freeAddr(c.t), httpAddr: freeAddr(c.t)}
+	env := map[string]string{
+		"ETCD_ENDPOINTS":            c.etcdURL,
+		"ETCD_PREFIX":               c.prefix,
+		"DATA_URL":                  c.dataURL,
+		"GRPC_ADDR":                 m.grpcAddr,
+		"HTTP_ADDR":                 m.httpAddr,
+		"MASTER_ID":                 name,
+		"STATS_SCAN_INTERVAL":       "1s",
+		"MERGE_WAL_INTERVAL":        "1s",
+		"MERGE_WAL_MIN_GENERATIONS": "2",
+		"MASTER_LEASE_TTL":          "3s",
+		"SHUTDOWN_TIMEOUT":          "5s",
+		"LOG_LEVEL":                 "debug",
+	}
+	for _, over := range []map[string]string{c.masterEnv, extra} {
+		for k, v := range over {
+			env[k] = v
+		}
+	}
+	m.proc = startProc(c.t, c.dir, name, c.bin.master, []string{"serve"}, env)
+	c.track(m.proc)
+	c.masters[name] = m
+	c.waitFor(30*time.Second, "master "+name+" is healthy", func() (bool, string) {
+		if m.exited() {
+			c.t.Fatalf("master %s exited while starting: %v\n%s", name, m.err, m.tail(20))
+		}
+		code, body, err := httpGet("http://" + m.httpAddr + "/api/v1/health")
+		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
+	})
+	return m
+}
+
+// waitFor polls cond every 100ms until it holds, failing the test with cond's
+// last status after timeout.
+func (c *cluster) waitFor(timeout time.Duration, what string, cond func() (bool, string)) {
+	c.t.Helper()
+	waitFor(c.t, timeout, what, cond)
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, status := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s; last: %s", timeout, what, status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// admin runs `master admin <args> --addr <master> -o json` and returns stdout.
+func (c *cluster) admin(m *masterProc, args ...string) []byte {
+	c.t.Helper()
+	args = append(append([]string{"admin"}, args...), "--addr", m.grpcAddr, "-o", "json")
+	out, err := exec.Command(c.bin.master, args...).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		c.t.Fatalf("master %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return out
+}
+
+// etcdctl runs the real etcdctl against the cluster and returns stdout.
+func (c *cluster) etcdctl(path string, args ...string) string {
+	c.t.Helper()
+	args = append([]string{"--endpoints", c.etcdURL}, args...)
+	cmd := exec.Command(path, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		c.t.Fatalf("etcdctl %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
+}
+
+// task is a task record as etcdctl prints it (P/tasks/<id>).
+type task struct {
+	ID         string    `json:"id"`
+	Kind       string    `json:"kind"`
+	Target     string    `json:"target"`
+	State      string    `json:"state"`
+	Error      string    `json:"error"`
+	Detail     string    `json:"detail"`
+	Attempts   int       `json:"attempts"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// tasksInEtcd reads every task record with etcdctl.
+func (c *cluster) tasksInEtcd(etcdctl string) []task {
+	c.t.Helper()
+	out := c.etcdctl(etcdctl, "get", "--prefix", c.prefix+"/tasks/", "--print-value-only")
+	var list []task
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		var tk task
+		if err := json.Unmarshal([]byte(line), &tk); err != nil {
+			c.t.Fatalf("etcdctl printed a task record that is not JSON: %q: %v", line, err)
+		}
+		list = append(list, tk)
+	}
+	return list
+}
+
+// tasksNow reads the task records with the client (for polling).
+func (c *cluster) tasksNow() []task {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := c.client.Get(ctx, c.prefix+"/tasks/", clientv3.WithPrefix())
+	if err != nil {
+		return nil
+	}
+	var out []task
+	for _, kv := range resp.Kvs {
+		var tk task
+		if json.Unmarshal(kv.Value, &tk) == nil {
+			out = append(out, tk)
+		}
+	}
+	return out
+}
+
+// awaitNoLiveTask waits until every task is done or failed (a sweep may have
+// enqueued one more merge from stats older than the last merge).
+func (c *cluster) awaitNoLiveTask() {
+	c.t.Helper()
+	c.waitFor(30*time.Second, "no task is queued or running", func() (bool, string) {
+		for _, tk := range c.tasksNow() {
+			if tk.State == "queued" || tk.State == "running" {
+				return false, fmt.Sprintf("task %s (%s %s) is %s", tk.ID, tk.Kind, tk.Target, tk.State)
+			}
+		}
+		return true, ""
+	})
+}
+
+// statsRow is the master's stats row of a target (GET /api/v1/stats).
+type statsRow struct {
+	Target                string `json:"target"`
+	RowCount              int64  `json:"row_count"`
+	PendingWALGenerations int    `json:"pending_wal_generations"`
+}
+
+func (c *cluster) stats(m *masterProc) map[string]statsRow {
+	code, body, err := httpGet("http://" + m.httpAddr + "/api/v1/stats?limit=1000")
+	if err != nil || code != http.StatusOK {
+		return nil
+	}
+	var page struct {
+		Stats []statsRow `json:"stats"`
+	}
+	if json.Unmarshal(body, &page) != nil {
+		return nil
+	}
+	out := map[string]statsRow{}
+	for _, r := range page.Stats {
+		out[r.Target] = r
+	}
+	return out
+}
+
+// target is the target string of a store.
+func target(kind loadgen.Kind, store string) string {
+	if kind == loadgen.KindGeneric {
+		return "generic:" + store
+	}
+	return store
+}
+
+// rowsPath is the rows route of a store.
+func rowsPath(kind loadgen.Kind, store string) (path, key string) {
+	if kind == loadgen.KindGeneric {
+		return "/api/v1/generic/" + store + "/rows", "rows"
+	}
+	return "/api/v1/rollouts/" + store + "/records", "records"
+}
+
+// listIDs lists every row id of a store through one worker, in one page (one
+// snapshot), ids repeated as often as the worker returns them.
+func listIDs(base string, kind loadgen.Kind, store string) ([]string, error) {
+	path, key := rowsPath(kind, store)
+	code, body, err := httpGet(base + path + "?limit=10000")
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %d %s", path, code, body)
+	}
+	var page map[string]json.RawMessage
+	if err := json.Unmarshal(body, &page); err != nil {
+		return nil, err
+	}
+	var rows []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(page[key], &rows); err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	if len(ids) >= 10000 {
+		return nil, fmt.Errorf("store %s has 10000 rows or more: the test must stay under one page", store)
+	}
+	return ids, nil
+}
+
+// exactlyOnce compares what a worker lists with what was written: every acked id
+// once, nothing twice, nothing that was never sent. It returns "" when all holds.
+func exactlyOnce(listed []string, acked, maybe map[string]bool) string {
+	seen := map[string]int{}
+	var problems []string
+	for _, id := range listed {
+		seen[id]++
+		if seen[id] == 2 {
+			problems = append(problems, "duplicate "+id)
+		}
+		if !acked[id] && !maybe[id] && seen[id] == 1 {
+			problems = append(problems, "never written "+id)
+		}
+	}
+	missing := 0
+	example := ""
+	for id := range acked {
+		if seen[id] == 0 {
+			missing++
+			example = id
+		}
+	}
+	if missing > 0 {
+		problems = append(problems, fmt.Sprintf("%d acknowledged rows missing (e.g. %s)", missing, example))
+	}
+	if len(problems) > 5 {
+		problems = append(problems[:5], fmt.Sprintf("and %d more", len(problems)-5))
+	}
+	return strings.Join(problems, "; ")
+}
+
+func httpGet(u string) (int, []byte, error) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(u)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
+// ledger records what a load run wrote: acknowledged ids, and ids whose request
+// failed (written or not: unknown), per kind.
+type ledger struct {
+	mu    sync.Mutex
+	acked map[loadgen.Kind]map[string]bool
+	maybe map[loadgen.Kind]map[string]bool
+}
+
+func newLedger() *ledger {
+	l := &ledger{acked: map[loadgen.Kind]map[string]bool{}, maybe: map[loadgen.Kind]map[string]bool{}}
+	for _, k := range []loadgen.Kind{loadgen.KindRollout, loadgen.KindGeneric} {
+		l.acked[k], l.maybe[k] = map[string]bool{}, map[string]bool{}
+	}
+	return l
+}
+
+func (l *ledger) record(b loadgen.Batch) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	dst := l.acked[b.Kind]
+	if b.Err != nil {
+		dst = l.maybe[b.Kind]
+	}
+	for _, id := range b.IDs {
+		dst[id] = true
+	}
+}
+
+func (l *ledger) counts() (acked, maybe int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.acked {
+		acked += len(l.acked[k])
+		maybe += len(l.maybe[k])
+	}
+	return acked, maybe
+}
+
+// awaitMergedExactlyOnce waits until the master's stats say a store has no
+// pending generation and as many live rows as every worker lists, and every
+// worker lists each acknowledged row exactly once. Only the master's sweeps and
+// tasks merge: generations below its threshold stay pending.
+func (c *cluster) awaitMergedExactlyOnce(m *masterProc, l *ledger, kind loadgen.Kind, store string, timeout time.Duration) {
+	c.t.Helper()
+	tg := target(kind, store)
+	l.mu.Lock()
+	acked, maybe := l.acked[kind], l.maybe[kind]
+	l.mu.Unlock()
+	c.waitFor(timeout, tg+" merged and readable exactly once through every worker", func() (bool, string) {
+		var counts []int
+		for _, id := range sortedIDs(c.workers) {
+			w := c.workers[id]
+			ids, err := listIDs(w.url(), kind, store)
+			if err != nil {
+				return false, fmt.Sprintf("%s: %v", id, err)
+			}
+			if p := exactlyOnce(ids, acked, maybe); p != "" {
+				return false, fmt.Sprintf("%s: %s", id, p)
+			}
+			counts = append(counts, len(ids))
+		}
+		for _, n := range counts[1:] {
+			if n != counts[0] {
+				return false, fmt.Sprintf("workers list different row counts: %v", counts)
+			}
+		}
+		row, ok := c.stats(m)[tg]
+		if !ok {
+			return false, "no stats row yet"
+		}
+		status := fmt.Sprintf("stats: %d rows, %d pending generations; workers list %d rows", row.RowCount, row.PendingWALGenerations, counts[0])
+		return row.PendingWALGenerations == 0 && row.RowCount == int64(counts[0]), status
+	})
+}
+
+func sortedIDs[V any](m map[string]V) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -1,0 +1,62 @@
+package devcluster
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// Banner is what the cluster prints once it is up: where everything listens and
+// three commands to try (add rows, watch tasks, requeue a merge), plus the load
+// generator.
+func Banner(ep Endpoints, cfg Config) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("\nTidemark dev cluster is up. Ctrl-C stops it; running it again reuses %s.\n\n", ep.Dir)
+	p("  etcd    %s  (keys under %s/)\n", ep.Etcd, ep.Prefix)
+	if ep.MasterGRPC != "" {
+		p("  master  admin gRPC %s  HTTP http://%s  (/api/v1/tasks, /api/v1/stats, /metrics)\n", ep.MasterGRPC, ep.MasterHTTP)
+	} else {
+		p("  master  none (--master=false): start one with ETCD_ENDPOINTS=%s DATA_URL=%s %s serve\n", ep.Etcd, ep.DataURL, cfg.MasterCommand)
+	}
+	for _, w := range ep.Workers {
+		p("  %-6s  HTTP http://%s  gRPC %s\n", w.InstanceID, w.HTTPAddr, w.GRPCAddr)
+	}
+	p("  data    %s  (logs in %s/logs/)\n", ep.DataURL, ep.Dir)
+
+	etcdctl := "etcdctl"
+	hint := ""
+	if _, err := exec.LookPath("etcdctl"); err != nil {
+		hint = "  (no etcdctl in PATH: `make etcdctl` installs it into $(go env GOPATH)/bin)"
+	}
+	prefixFlag := ""
+	if ep.Prefix != DefaultEtcdPrefix {
+		prefixFlag = " --etcd-prefix " + ep.Prefix
+	}
+
+	p("\nTry it:\n\n")
+	if len(ep.Workers) > 0 {
+		w := ep.Workers[0]
+		p("  # 1. add rollout records through %s to the store %q (?flush=true seals them at once)\n", w.InstanceID, DemoStore)
+		p("  curl -sS -X POST 'http://%s/api/v1/rollouts/%s/records?flush=true' -H 'Content-Type: application/json' \\\n", w.HTTPAddr, DemoStore)
+		p(`    -d '{"records":[{"id":"r1-0","rollout_id":"r1","role":"user","content":"What is 2+2?"},{"id":"r1-1","rollout_id":"r1","content":"4","reward":1}]}'` + "\n\n")
+	}
+	p("  # 2. see the master's tasks in etcd (JSON records; `watch` follows them as they change)%s\n", hint)
+	p("  %s --endpoints %s get --prefix %s/tasks/ --print-value-only\n", etcdctl, ep.Etcd, ep.Prefix)
+	p("  %s --endpoints %s watch --prefix %s/tasks/\n\n", etcdctl, ep.Etcd, ep.Prefix)
+	if ep.MasterGRPC != "" {
+		addrFlag := ""
+		if ep.MasterGRPC != DefaultMasterGRPCAddr {
+			addrFlag = " --addr " + ep.MasterGRPC
+		}
+		p("  # 3. merge the store's pending generations now, then look at the task\n")
+		p("  %s admin requeue-merge %s%s\n", cfg.MasterCommand, DemoStore, addrFlag)
+		p("  %s admin list --newest-first --limit 5%s\n\n", cfg.MasterCommand, addrFlag)
+	}
+	if len(ep.Workers) > 0 {
+		p("  # then: steady load on every worker, and watch generations pile up and get merged\n")
+		p("  %s load --etcd-endpoints %s%s --rate 200\n\n", cfg.WorkerCommand, ep.Etcd, prefixFlag)
+	}
+	p("Finished tasks show below as \"tasks | ...\"; warnings and errors of every process too.\n\n")
+	return b.String()
+}
