@@ -59,8 +59,8 @@ test: ## run every test with -race (starts Azurite when npm is available)
 	fi; \
 	$(GO) test -race -count=1 -timeout 30m ./...
 
-run: build ## build and run one worker on DATA_URL (default file://./data)
-	DATA_URL='$(DATA_URL)' ./$(BIN)/worker serve
+run: build ## build, then run a local cluster (etcd, master, 3 workers; data in ./data) until Ctrl-C
+	./$(BIN)/master dev
 
 bench: ## run every benchmark, output in bench.out
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 60m ./... | tee bench.out
