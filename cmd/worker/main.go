@@ -10,35 +10,17 @@
 package main
 
 import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/spf13/cobra"
 
 	"github.com/tidemark-io/tidemark/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// After the first signal starts a graceful shutdown, a second one kills at once.
-	context.AfterFunc(ctx, stop)
-	err := newRootCmd().ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		os.Exit(1)
-	}
+	cli.Main(newRootCmd)
 }
 
 func newRootCmd() *cobra.Command {
-	root := &cobra.Command{
-		Use:               "worker",
-		Short:             "Tidemark worker: ingests writes into per-worker WAL shards",
-		Version:           cli.Version(),
-		SilenceUsage:      true,
-		PersistentPreRunE: cli.LoadEnv,
-	}
+	root := cli.NewRootCmd("worker", "Tidemark worker: ingests writes into per-worker WAL shards")
 	root.AddCommand(newServeCmd(), cli.NewVersionCmd())
 	root.AddCommand(newLoadCmd())
 	return root

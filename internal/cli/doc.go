@@ -1,5 +1,6 @@
 // Package cli is the wiring the Tidemark binaries share: settings that are both a flag
-// and an environment variable, the JSON logger, and the build version.
+// and an environment variable, the JSON logger, the build version, and the root command
+// with its signal handling (Main).
 //
 // Every setting is a flag and an environment variable. Precedence, highest first: a flag
 // given on the command line, its environment variable, the flag's default. A malformed

@@ -5,17 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tidemark-io/tidemark/internal/grpcserver"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
@@ -418,67 +416,13 @@ const AdminServiceName = "tidemark.v1.AdminService"
 // works without the .proto files). Every call runs under a recover: a panic
 // answers INTERNAL and is logged with its stack instead of killing the master.
 func NewGRPCServer(svc *AdminService, hs *health.Server, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	base := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(grpcMaxRecvBytes),
 		grpc.MaxSendMsgSize(grpcMaxSendBytes),
 		grpc.MaxConcurrentStreams(grpcMaxConcurrentStreams),
 		grpc.ConnectionTimeout(grpcConnectionTimeout),
-		grpc.ChainUnaryInterceptor(unaryRecover(log), unaryLog(log)),
-		grpc.ChainStreamInterceptor(streamRecover(log)),
 	}
-	gs := grpc.NewServer(append(base, opts...)...)
+	gs := grpcserver.New(log, hs, append(base, opts...)...)
 	tidemarkv1.RegisterAdminServiceServer(gs, svc)
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
 	return gs
-}
-
-func unaryRecover(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (resp any, err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				log.Error("grpc call panicked", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				resp, err = nil, status.Errorf(codes.Internal, "%s: internal error (panic): %v", info.FullMethod, p)
-			}
-		}()
-		return next(ctx, req)
-	}
-}
-
-func streamRecover(log *slog.Logger) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				log.Error("grpc stream panicked", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				err = status.Errorf(codes.Internal, "%s: internal error (panic): %v", info.FullMethod, p)
-			}
-		}()
-		return next(srv, ss)
-	}
-}
-
-// unaryLog logs calls: failures on the server's side at warn, the caller's
-// mistakes and successes at debug.
-func unaryLog(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-		start := time.Now()
-		resp, err := next(ctx, req)
-		code := status.Code(err)
-		level := slog.LevelDebug
-		switch code {
-		case codes.OK, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.Canceled:
-		default:
-			level = slog.LevelWarn
-		}
-		msg := ""
-		if err != nil {
-			msg = status.Convert(err).Message()
-		}
-		log.Log(ctx, level, "grpc call", "method", info.FullMethod, "code", code.String(),
-			"duration", time.Since(start).String(), "err", msg)
-		return resp, err
-	}
 }

@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
@@ -36,12 +36,12 @@ const HealthTimeout = 2 * time.Second
 
 // Error codes of the {"error":{"code","message"}} answers (the worker's shape).
 const (
-	CodeInvalidRequest     = "INVALID_REQUEST"     // 400: the client's mistake; the message says which
-	CodeNotFound           = "NOT_FOUND"           // 404: no such route, task or stats row
-	CodeMethodNotAllowed   = "METHOD_NOT_ALLOWED"  // 405
-	CodeFailedPrecondition = "FAILED_PRECONDITION" // 409
-	CodeInternal           = "INTERNAL"            // 500: details are logged, not returned
-	CodeUnavailable        = "UNAVAILABLE"         // 503: etcd or the object store does not answer
+	CodeInvalidRequest     = httpjson.CodeInvalidRequest   // 400: the client's mistake; the message says which
+	CodeNotFound           = httpjson.CodeNotFound         // 404: no such route, task or stats row
+	CodeMethodNotAllowed   = httpjson.CodeMethodNotAllowed // 405
+	CodeFailedPrecondition = "FAILED_PRECONDITION"         // 409
+	CodeInternal           = httpjson.CodeInternal         // 500: details are logged, not returned
+	CodeUnavailable        = "UNAVAILABLE"                 // 503: etcd or the object store does not answer
 )
 
 // HTTPConfig is what the master's HTTP API needs.
@@ -60,15 +60,10 @@ type HTTPConfig struct {
 }
 
 // ErrorBody is the JSON body of every error answer.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
+type ErrorBody = httpjson.ErrorBody
 
 // ErrorDetail is the error inside ErrorBody.
-type ErrorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+type ErrorDetail = httpjson.ErrorDetail
 
 // HealthBody is the body of GET /api/v1/health.
 type HealthBody struct {
@@ -135,7 +130,7 @@ func NewHTTPHandler(cfg HTTPConfig) (http.Handler, error) {
 	mux.Handle("GET /api/v1/tasks/{id}", a.route(a.getTask))
 	mux.Handle("GET /api/v1/stats", a.route(a.listStats))
 	mux.Handle("GET /api/v1/workers", a.route(a.listWorkers))
-	return jsonRouteErrors(mux), nil
+	return httpjson.RouteErrors(mux), nil
 }
 
 // health answers ok when etcd answers a read within HealthTimeout: a master that
@@ -144,10 +139,10 @@ func (a *httpAPI) health(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), HealthTimeout)
 	defer cancel()
 	if err := a.cfg.EtcdCheck(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, HealthBody{Status: "etcd unreachable", Detail: err.Error()})
+		httpjson.WriteJSON(w, http.StatusServiceUnavailable, HealthBody{Status: "etcd unreachable", Detail: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, HealthBody{Status: "ok"})
+	httpjson.WriteJSON(w, http.StatusOK, HealthBody{Status: "ok"})
 }
 
 // routeFunc is an API route: it returns its answer or its failure, which route
@@ -163,7 +158,7 @@ func (a *httpAPI) route(h routeFunc) http.Handler {
 			a.writeFailure(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, body)
+		httpjson.WriteJSON(w, http.StatusOK, body)
 	})
 }
 
@@ -188,7 +183,7 @@ func (a *httpAPI) writeFailure(w http.ResponseWriter, r *http.Request, err error
 		a.cfg.Logger.Error("master API request failed", "method", r.Method, "route", r.Pattern, "path", r.URL.Path, "err", err)
 		msg = "internal error"
 	}
-	writeError(w, status, name, msg)
+	httpjson.WriteError(w, status, name, msg)
 }
 
 func (a *httpAPI) listTasks(ctx context.Context, r *http.Request) (any, error) {
@@ -290,63 +285,6 @@ func intParam(q url.Values, name string) (int, error) {
 		return 0, fmt.Errorf("%w: %s %q is not an integer", tasks.ErrInvalidArgument, name, v)
 	}
 	return n, nil
-}
-
-// writeJSON answers status with v encoded as JSON.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	// The status line is gone already; an encode error means the client went away.
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, code, message string) {
-	writeJSON(w, status, ErrorBody{Error: ErrorDetail{Code: code, Message: message}})
-}
-
-// jsonRouteErrors turns the plain-text 404 and 405 answers of http.ServeMux into
-// the JSON error shape; routed requests pass through untouched.
-func jsonRouteErrors(mux *http.ServeMux) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h, pattern := mux.Handler(r)
-		if pattern != "" {
-			mux.ServeHTTP(w, r)
-			return
-		}
-		// No pattern: h is the mux's own not-found or method-not-allowed handler. Let
-		// it decide which (it also sets Allow), then replace its text body.
-		h.ServeHTTP(&routeErrorWriter{ResponseWriter: w, r: r}, r)
-	})
-}
-
-// routeErrorWriter rewrites the mux's http.Error answer as JSON.
-type routeErrorWriter struct {
-	http.ResponseWriter
-	r           *http.Request
-	wroteHeader bool
-}
-
-func (w *routeErrorWriter) WriteHeader(status int) {
-	if w.wroteHeader {
-		return
-	}
-	w.wroteHeader = true
-	w.Header().Del("X-Content-Type-Options")
-	switch status {
-	case http.StatusMethodNotAllowed:
-		writeError(w.ResponseWriter, status, CodeMethodNotAllowed,
-			"method "+w.r.Method+" not allowed on "+w.r.URL.Path+" (allowed: "+w.Header().Get("Allow")+")")
-	default:
-		writeError(w.ResponseWriter, http.StatusNotFound, CodeNotFound, "no route for "+w.r.Method+" "+w.r.URL.Path)
-	}
-}
-
-// Write discards the mux's plain-text body; WriteHeader has written the JSON one.
-func (w *routeErrorWriter) Write(p []byte) (int, error) {
-	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
-	}
-	return len(p), nil
 }
 
 // serveHTTP answers requests on ln until ctx is done, then shuts down gracefully:

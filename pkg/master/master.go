@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tidemark-io/tidemark/internal/grpcserver"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
@@ -339,7 +340,7 @@ func (m *Master) Run(ctx context.Context) error {
 	wg.Go(func() { m.pruneLoop(runCtx) })
 	wg.Go(func() { m.probeLoop(runCtx) })
 	if ln := m.cfg.GRPCListener; ln != nil {
-		wg.Go(func() { failed(serveGRPC(runCtx, m.grpc, ln, m.health, m.cfg.ShutdownTimeout, m.log)) })
+		wg.Go(func() { failed(grpcserver.Serve(runCtx, m.grpc, ln, m.cfg.ShutdownTimeout, m.health, m.log)) })
 	}
 	if ln := m.cfg.HTTPListener; ln != nil {
 		wg.Go(func() { failed(serveHTTP(runCtx, m.http, ln, m.cfg.ShutdownTimeout, m.log)) })
@@ -432,48 +433,6 @@ func (m *Master) pruneLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// serveGRPC serves gs on ln until ctx is done, then stops gracefully: health
-// answers NOT_SERVING, new calls are refused, calls in flight get up to timeout,
-// then they are cancelled. It returns nil after a clean stop. ln is closed in
-// every case.
-func serveGRPC(ctx context.Context, gs *grpc.Server, ln net.Listener, hs *health.Server, timeout time.Duration, log *slog.Logger) error {
-	addr := ln.Addr().String()
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(ln) }()
-	log.Info("grpc server listening", "addr", addr)
-	select {
-	case err := <-served:
-		gs.Stop()
-		if err == nil {
-			return fmt.Errorf("grpc server on %s: stopped by someone else", addr)
-		}
-		return fmt.Errorf("grpc server on %s: %w", addr, err)
-	case <-ctx.Done():
-	}
-	log.Info("grpc server shutting down", "addr", addr, "timeout", timeout.String())
-	hs.Shutdown()
-	stopped := make(chan struct{})
-	go func() { gs.GracefulStop(); close(stopped) }()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	cutOff := false
-	select {
-	case <-stopped:
-	case <-timer.C:
-		cutOff = true
-		gs.Stop()
-		<-stopped
-	}
-	if err := <-served; err != nil {
-		return fmt.Errorf("grpc server on %s: %w", addr, err)
-	}
-	if cutOff {
-		return fmt.Errorf("grpc server on %s: calls still running after %s were cancelled", addr, timeout)
-	}
-	log.Info("grpc server stopped", "addr", addr)
-	return nil
 }
 
 func closeListeners(lns ...net.Listener) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/schema"
@@ -65,7 +66,7 @@ func (s *Server) writeFailure(w http.ResponseWriter, r *http.Request, err error)
 	} else if status == http.StatusServiceUnavailable {
 		s.cfg.Logger.Warn("data API request refused", "method", r.Method, "route", r.Pattern, "path", r.URL.Path, "err", err)
 	}
-	writeError(w, status, code, message)
+	httpjson.WriteError(w, status, code, message)
 }
 
 // errorAnswer maps an error to its status, code and client message.

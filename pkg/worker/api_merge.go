@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
@@ -39,7 +40,7 @@ func (s *Server) flushStore(k kindAPI) apiHandler {
 		if g != nil {
 			ans = flushAnswer{Sealed: true, Generation: g.Generation, Rows: g.Rows}
 		}
-		writeJSON(w, http.StatusOK, ans)
+		httpjson.WriteJSON(w, http.StatusOK, ans)
 		return nil
 	}
 }
@@ -104,6 +105,6 @@ func (s *Server) merge(w http.ResponseWriter, r *http.Request, kind registry.Kin
 	}
 	s.cfg.Logger.Info("request merge done", "store", name, "kind", kind, "generations", res.Generations,
 		"rows", res.Rows, "reclaimed", res.Reclaimed, "version", res.Version, "duration", took.String())
-	writeJSON(w, http.StatusOK, mergeAnswer{Reclaimed: res.Reclaimed, Generations: res.Generations, Rows: res.Rows, Version: res.Version})
+	httpjson.WriteJSON(w, http.StatusOK, mergeAnswer{Reclaimed: res.Reclaimed, Generations: res.Generations, Rows: res.Rows, Version: res.Version})
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/schema"
 	"github.com/tidemark-io/tidemark/pkg/store"
@@ -108,7 +109,7 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 				return internalError(err, "%d rows were added durably but the seal failed; they become visible at the next seal", added)
 			}
 		}
-		writeJSON(w, http.StatusOK, struct {
+		httpjson.WriteJSON(w, http.StatusOK, struct {
 			Added int `json:"added"`
 		}{added})
 		return nil
@@ -172,7 +173,7 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 				return err
 			}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{k.rows: out, "count": len(out)})
+		httpjson.WriteJSON(w, http.StatusOK, map[string]any{k.rows: out, "count": len(out)})
 		return nil
 	}
 }
@@ -222,7 +223,7 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 		} else if !k.missingRowIsNull {
 			return notFound("row %q not found in %s store %q", id, k.kind, name)
 		}
-		writeJSON(w, http.StatusOK, map[string]json.RawMessage{k.row: row})
+		httpjson.WriteJSON(w, http.StatusOK, map[string]json.RawMessage{k.row: row})
 		return nil
 	}
 }

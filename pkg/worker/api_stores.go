@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/schema"
 )
@@ -103,7 +104,7 @@ func (s *Server) createStore(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusCreated, storeAnswer{Store: infoOf(created)})
+		httpjson.WriteJSON(w, http.StatusCreated, storeAnswer{Store: infoOf(created)})
 		return nil
 	}
 }
@@ -118,7 +119,7 @@ func (s *Server) listStores(k kindAPI) apiHandler {
 		for _, e := range entries {
 			infos = append(infos, infoOf(e))
 		}
-		writeJSON(w, http.StatusOK, struct {
+		httpjson.WriteJSON(w, http.StatusOK, struct {
 			Stores []storeInfo `json:"stores"`
 		}{infos})
 		return nil
@@ -147,7 +148,7 @@ func (s *Server) getStore(k kindAPI) apiHandler {
 			stats.PendingGenerations++
 			stats.PendingRows += g.Rows
 		}
-		writeJSON(w, http.StatusOK, storeAnswer{Store: infoOf(st.Entry()), Stats: stats})
+		httpjson.WriteJSON(w, http.StatusOK, storeAnswer{Store: infoOf(st.Entry()), Stats: stats})
 		return nil
 	}
 }
@@ -165,7 +166,7 @@ func (s *Server) deleteStore(k kindAPI) apiHandler {
 		}
 		s.cfg.Series.PendingGenerations.DeleteLabelValues(string(k.kind), name)
 		s.cfg.Logger.Info("store deleted", "store", name, "kind", k.kind)
-		writeJSON(w, http.StatusOK, struct {
+		httpjson.WriteJSON(w, http.StatusOK, struct {
 			Deleted string `json:"deleted"`
 		}{name})
 		return nil

@@ -3,20 +3,15 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
-	"runtime/debug"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 
+	"github.com/tidemark-io/tidemark/internal/grpcserver"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -59,10 +54,6 @@ func NewGRPCServer(cfg GRPCConfig) (*grpc.Server, error) {
 	if cfg.Service == nil {
 		return nil, errors.New("grpc server: Service is required")
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(grpcMaxRecvBytes),
 		grpc.MaxSendMsgSize(grpcMaxSendBytes),
@@ -76,13 +67,9 @@ func NewGRPCServer(cfg GRPCConfig) (*grpc.Server, error) {
 			MinTime:             MinClientKeepaliveTime,
 			PermitWithoutStream: true,
 		}),
-		grpc.ChainUnaryInterceptor(unaryRecover(log), unaryLog(log)),
-		grpc.ChainStreamInterceptor(streamRecover(log)),
 	}
-	gs := grpc.NewServer(append(opts, cfg.Options...)...)
+	gs := grpcserver.New(cfg.Logger, cfg.Service.Health(), append(opts, cfg.Options...)...)
 	tidemarkv1.RegisterWorkerServiceServer(gs, cfg.Service)
-	healthpb.RegisterHealthServer(gs, cfg.Service.Health())
-	reflection.Register(gs)
 	return gs, nil
 }
 
@@ -110,93 +97,5 @@ func ServeGRPC(ctx context.Context, gs *grpc.Server, ln net.Listener, opts GRPCS
 	if timeout <= 0 {
 		timeout = DefaultShutdownTimeout
 	}
-	addr := ln.Addr().String()
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(ln) }()
-	log.Info("grpc server listening", "addr", addr)
-
-	select {
-	case err := <-served:
-		gs.Stop()
-		if err == nil {
-			return fmt.Errorf("grpc server on %s: stopped by someone else", addr)
-		}
-		return fmt.Errorf("grpc server on %s: %w", addr, err)
-	case <-ctx.Done():
-	}
-
-	log.Info("grpc server shutting down", "addr", addr, "timeout", timeout.String())
-	if opts.Health != nil {
-		opts.Health.Shutdown()
-	}
-	stopped := make(chan struct{})
-	go func() { gs.GracefulStop(); close(stopped) }()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var cutOff bool
-	select {
-	case <-stopped:
-	case <-timer.C:
-		cutOff = true
-		gs.Stop() // cancels the calls still running and closes every connection
-		<-stopped
-	}
-	if err := <-served; err != nil {
-		return fmt.Errorf("grpc server on %s: %w", addr, err)
-	}
-	if cutOff {
-		return fmt.Errorf("grpc server on %s: calls still running after %s were cancelled", addr, timeout)
-	}
-	log.Info("grpc server stopped", "addr", addr)
-	return nil
-}
-
-func unaryRecover(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (resp any, err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				log.Error("grpc call panicked", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				resp, err = nil, status.Errorf(codes.Internal, "%s: internal error (panic): %v", info.FullMethod, p)
-			}
-		}()
-		return next(ctx, req)
-	}
-}
-
-func streamRecover(log *slog.Logger) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				log.Error("grpc stream panicked", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				err = status.Errorf(codes.Internal, "%s: internal error (panic): %v", info.FullMethod, p)
-			}
-		}()
-		return next(srv, ss)
-	}
-}
-
-// unaryLog logs failed calls (at warn for server-side failures, debug for the
-// caller's mistakes) and successful ones at debug.
-func unaryLog(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-		start := time.Now()
-		resp, err := next(ctx, req)
-		code := status.Code(err)
-		level := slog.LevelDebug
-		switch code {
-		case codes.OK, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.Canceled:
-		default:
-			level = slog.LevelWarn
-		}
-		log.Log(ctx, level, "grpc call", "method", info.FullMethod, "code", code.String(),
-			"duration", time.Since(start).String(), "err", errString(err))
-		return resp, err
-	}
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return status.Convert(err).Message()
+	return grpcserver.Serve(ctx, gs, ln, timeout, opts.Health, log)
 }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 )
 
 // Routes served while draining: load balancers and Prometheus must still see the
@@ -33,7 +35,7 @@ func (s *Server) admit(mux *http.ServeMux, next http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w}
 		if s.draining.Load() && !exempt {
 			rec.Header().Set("Connection", "close")
-			writeError(rec, http.StatusServiceUnavailable, CodeOverloaded, "worker is shutting down")
+			httpjson.WriteError(rec, http.StatusServiceUnavailable, CodeOverloaded, "worker is shutting down")
 		} else {
 			next.ServeHTTP(rec, r)
 		}

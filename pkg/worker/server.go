@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/wal"
@@ -112,7 +113,7 @@ func NewServer(cfg Config) (*Server, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{
 		Registry: cfg.Metrics, // promhttp's own error counters land in the same registry
 	}))
-	s.handler = s.admit(mux, jsonRouteErrors(mux))
+	s.handler = s.admit(mux, httpjson.RouteErrors(mux))
 	return s, nil
 }
 
@@ -173,8 +174,8 @@ type healthResponse struct {
 // load balancers stop sending requests.
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	if s.draining.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, healthResponse{Status: "draining", InstanceID: s.cfg.InstanceID})
+		httpjson.WriteJSON(w, http.StatusServiceUnavailable, healthResponse{Status: "draining", InstanceID: s.cfg.InstanceID})
 		return
 	}
-	writeJSON(w, http.StatusOK, healthResponse{Status: "ok", InstanceID: s.cfg.InstanceID})
+	httpjson.WriteJSON(w, http.StatusOK, healthResponse{Status: "ok", InstanceID: s.cfg.InstanceID})
 }
