@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -265,7 +266,7 @@ func (t *Table) keyIndex(ctx context.Context, s *arrow.Schema, f Fragment) (*key
 			return fmt.Errorf("fragment %s: %w: id/_seq columns have types %s/%s", ff.key, ErrCorrupt, rec.Column(0).DataType(), rec.Column(1).DataType())
 		}
 		for i := 0; i < ids.Len(); i++ {
-			k.offsets[ids.Value(i)] = uint32(len(k.seqs))
+			k.offsets[strings.Clone(ids.Value(i))] = uint32(len(k.seqs))
 			k.seqs = append(k.seqs, seqs.Value(i))
 		}
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -150,10 +151,10 @@ func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error
 			x.incoming[id] = incomingRow{offset: off, seq: seq}
 			bf.AddString(id)
 			if off == 0 || id < idMin {
-				idMin = id
+				idMin = strings.Clone(id)
 			}
 			if off == 0 || id > idMax {
-				idMax = id
+				idMax = strings.Clone(id)
 			}
 			seqMax = max(seqMax, seq)
 			off++
@@ -423,14 +424,16 @@ func (x *Txn) rebase(ctx context.Context, latest *Manifest) error {
 }
 
 // primeCache stores the new fragment's key index, which the transaction already
-// holds, so the next commit's conflict check does not read the fragment back.
+// holds, so the next commit's conflict check does not read the fragment back. The
+// ids are cloned: incoming batches may be zero-copy views of whole generation files,
+// and a cached key must not keep such a file alive.
 func (x *Txn) primeCache() {
 	if x.frag == nil {
 		return
 	}
 	k := &keyIndex{offsets: make(map[string]uint32, len(x.incoming)), seqs: make([]uint64, len(x.incoming))}
 	for id, r := range x.incoming {
-		k.offsets[id] = r.offset
+		k.offsets[strings.Clone(id)] = r.offset
 		k.seqs[r.offset] = r.seq
 	}
 	x.t.keys.Add(x.frag.Path, k, k.size())
