@@ -62,8 +62,10 @@ test: ## run every test with -race (starts Azurite when npm is available)
 run: build ## build, then run a local cluster (etcd, master, 3 workers; data in ./data) until Ctrl-C
 	./$(BIN)/master dev
 
-bench: ## run every benchmark, output in bench.out
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 60m ./... | tee bench.out
+# The incident reproductions (bench/) write their section into BENCHMARKS.md; then every
+# Go benchmark runs. BENCH_FLAGS passes flags to `tidemark-bench run` (--only storm,lock).
+bench: ## run the incident reproductions (into BENCHMARKS.md) and every Go benchmark, output in bench.out
+	GO='$(GO)' BENCHTIME='$(BENCHTIME)' BENCHCOUNT='$(BENCHCOUNT)' bash scripts/bench.sh
 
 lint: ## gofmt, go vet, staticcheck
 	@unformatted=$$(gofmt -l .); \

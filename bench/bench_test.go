@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/wal"
+)
+
+func testEnv(t *testing.T) *Env {
+	t.Helper()
+	dir := t.TempDir()
+	e, err := StartEtcd(dir + "/etcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return &Env{Dir: dir, Etcd: e.Client, Seed: 1}
+}
+
+func quickStorm() StormConfig {
+	return StormConfig{Workers: 3, GenerationsPerWorker: 3, RowsPerGeneration: 5, Row: SmallRow,
+		Latency: 2 * time.Millisecond, MaxConcurrent: 4, RetryTimeout: 2 * time.Second,
+		RetryInterval: 100 * time.Millisecond, Deadline: 30 * time.Second}
+}
+
+// Both shapes of the commit storm drain the backlog and lose no row (the scenario
+// checks the base table itself and fails otherwise).
+func TestStormShapesDrainWithoutLoss(t *testing.T) {
+	env := testEnv(t)
+	for _, shape := range []StormShape{OldShapePerWorkerTimers, NewShapeSerialFanOut} {
+		res, err := RunStorm(context.Background(), env, quickStorm(), shape)
+		if err != nil {
+			t.Fatalf("%s: %v", shape, err)
+		}
+		if res.Rows != 3*3*5 {
+			t.Fatalf("%s: %d rows", shape, res.Rows)
+		}
+		if shape == NewShapeSerialFanOut && (!res.Drained || res.MergesFailed > 0 || res.MergesOK != 3) {
+			t.Fatalf("%s: %+v", shape, res)
+		}
+		t.Logf("%+v", res)
+	}
+}
+
+func quickLock() LockConfig {
+	return LockConfig{Rounds: 2, Generations: 3, RowsPerGeneration: 20, Row: SmallRow,
+		Latency: time.Millisecond, Adders: 2, Getters: 2, Pause: time.Millisecond}
+}
+
+// Both lock shapes keep every acknowledged add and answer every get of a sealed
+// row while merges run.
+func TestLockShapesLoseNothing(t *testing.T) {
+	env := testEnv(t)
+	for _, shape := range []LockShape{OldShapeLockAcrossRead, NewShapePrepareCommit} {
+		res, err := RunLock(context.Background(), env, quickLock(), shape)
+		if err != nil {
+			t.Fatalf("%s: %v", shape, err)
+		}
+		if res.Rows < 2*3*20 || res.LongestHold <= 0 {
+			t.Fatalf("%s: %+v", shape, res)
+		}
+		t.Logf("%+v", res)
+	}
+}
+
+// The read fan-out scenario lists over pending generations and after their merge,
+// and checks every row reached the base table.
+func TestFanoutMeasuresPendingAndMerged(t *testing.T) {
+	env := testEnv(t)
+	cfg := FanoutConfig{Pending: []int{0, 5}, BaseRows: 10, RowsPerGeneration: 2, Row: SmallRow,
+		ListRows: 10, Latency: time.Millisecond, Repeats: 2}
+	points, err := RunFanout(context.Background(), env, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(points) != 2 || points[1].Pending != 5 || points[1].RequestsUncached <= points[0].RequestsUncached {
+		t.Fatalf("%+v", points)
+	}
+	t.Logf("%+v", points)
+}
+
+// The throughput measurements run end to end at a tiny size and check their rows.
+func TestThroughputSmall(t *testing.T) {
+	env := testEnv(t)
+	cfg := ThroughputConfig{Clients: []int{1, 4}, AddDuration: 200 * time.Millisecond, PoolRows: 200, Row: SmallRow,
+		RawDuration: 50 * time.Millisecond, MergeGenerations: 2, MergeRowsPerGeneration: 20,
+		ScannerStores: []int{20}, EtcdDuration: 100 * time.Millisecond}
+	res, err := RunThroughput(context.Background(), env, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Adds) != 2 || res.MergeRows != 40 || len(res.Scans) != 1 || res.TaskCycles == 0 || res.Puts == 0 {
+		t.Fatalf("%+v", res)
+	}
+	t.Logf("%+v", res)
+}
+
+// The memory scenario's two processes, run in this one: the backlog is built and
+// merged completely, and a peak RSS is read.
+func TestMemoryBuildAndMerge(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	backlog, err := MemoryBuild(ctx, dir, 256<<10, 1, SmallRow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if backlog.Generations != 1 || backlog.Rows == 0 {
+		t.Fatalf("%+v", backlog)
+	}
+	out, err := MemoryMerge(ctx, dir, MemoryRun{Name: "t", MaxGenerations: 8, MaxBytes: 1 << 30, Budget: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Rows != backlog.Rows || out.PeakRSS <= 0 || out.Passes != 1 || out.LargestPass != backlog.Bytes {
+		t.Fatalf("backlog %+v, merge %+v", backlog, out)
+	}
+}
+
+// WriteSection appends the section the first time and replaces it afterwards,
+// keeping what comes before and after it.
+func TestWriteSectionReplacesItsOwnSection(t *testing.T) {
+	path := t.TempDir() + "/BENCHMARKS.md"
+	head := "# Benchmarks\n\n## Base table\n\ntext\n"
+	if err := os.WriteFile(path, []byte(head), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range []string{"first", "second"} {
+		if err := WriteSection(path, SectionHeading+" (`bench/`)\n\n### 1. x\n\n"+run+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := head + "\n" + SectionHeading + " (`bench/`)\n\n### 1. x\n\nsecond\n"
+	if string(got) != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
+	}
+	if err := os.WriteFile(path, []byte(want+"\n## Later\n\nkept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteSection(path, SectionHeading+"\n\nthird\n"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = os.ReadFile(path)
+	if want := head + "\n## Later\n\nkept\n\n" + SectionHeading + "\n\nthird\n"; string(got) != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// The report renders every section from results, with ratios.
+func TestReportMarkdown(t *testing.T) {
+	r := &Report{Date: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), Command: "make bench", Machine: ThisMachine(), Seed: 1,
+		StormConfig: DefaultStormConfig(),
+		Storm: []StormResult{{Shape: OldShapePerWorkerTimers, MergesOK: 20, MergesFailed: 4, TooManyWriters: 4, Drained: true,
+			Elapsed: time.Minute, Requests: 5000, PutIfAbsent: 170, FirstError: "too many concurrent writers"},
+			{Shape: NewShapeSerialFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 2 * time.Minute, Requests: 4000, PutIfAbsent: 40}},
+		LockConfig: DefaultLockConfig(),
+		Lock: []LockResult{{Shape: OldShapeLockAcrossRead, Adds: Quantiles{N: 3, P50: time.Second, P99: 2 * time.Second, Max: 3 * time.Second}, LongestHold: time.Second},
+			{Shape: NewShapePrepareCommit, Adds: Quantiles{N: 3, P50: time.Millisecond, P99: time.Millisecond, Max: time.Millisecond}, LongestHold: 100 * time.Millisecond}},
+		FanoutCfg:  DefaultFanoutConfig(),
+		Fanout:     []FanoutPoint{{Pending: 200, Cached: time.Second, MergedCached: time.Second, Uncached: 2 * time.Second, MergedUncached: time.Second}},
+		ThroughCfg: DefaultThroughputConfig(),
+		Throughput: &ThroughputResult{RowBytes: 4000, Adds: []AddsPoint{{Clients: 1, Rows: 100, Elapsed: time.Second}},
+			Raw:       []RawPoint{{RowsPerObject: 64, Objects: 10, ObjectBytes: 1 << 18, Elapsed: time.Second}},
+			MergeRows: 1000, MergeBytes: 1 << 20, MergeTime: time.Second, Scans: []ScanPoint{{Stores: 10000, First: time.Second}},
+			TaskCycles: 10, TaskTime: time.Second, Puts: 100, PutTime: time.Second},
+		MemoryCfg: DefaultMemoryConfig(),
+		Memory: &MemoryResult{Backlog: MemoryBacklog{Generations: 16, Bytes: 1 << 30},
+			Runs: []MemoryOutcome{{Run: DefaultMemoryConfig().Runs[0], PeakRSS: 1 << 30, Passes: 2, LargestPass: 512 << 20}}},
+	}
+	md := r.Markdown()
+	for _, want := range []string{SectionHeading, "### 1. Commit storm", "| new / old | | | | 2.00x | | 0.80x | 0.24x |",
+		"### 2. Lock", "| old / new | p50 1000x, p99 2000x, max 3000x |", "### 3. Read fan-out", "| 200 | 1.00 s / 1.00 s | 1.00x | 0 / 0 | 2.00 s / 1.00 s | 2.00x |",
+		"### 4. Throughput", "| 10,000 |", "### Memory", "| 0.50 | 2.0 |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// largestPass chooses generations as merge.Merger does: the oldest first, up to
+// both caps, never splitting one, at least one a pass.
+func TestLargestPassFollowsTheMergeCaps(t *testing.T) {
+	gens := func(sizes ...int64) []wal.Generation {
+		var out []wal.Generation
+		for i, s := range sizes {
+			out = append(out, wal.Generation{Generation: uint64(i + 1), Bytes: s})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		gens []wal.Generation
+		run  MemoryRun
+		want int64
+	}{
+		{gens(10, 10, 10, 10, 10), MemoryRun{MaxGenerations: 2}, 20},
+		{gens(10, 10, 10, 10, 10), MemoryRun{MaxBytes: 25}, 20},
+		{gens(10, 100, 10), MemoryRun{MaxBytes: 25}, 100},
+		{gens(10, 10, 10), MemoryRun{}, 30},
+	} {
+		if got := largestPass(c.gens, c.run); got != c.want {
+			t.Errorf("largestPass(%+v) = %d, want %d", c.run, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,223 @@
+// Command tidemark-bench runs the incident reproductions of package bench and
+// writes their table into BENCHMARKS.md. `make bench` runs it (scripts/bench.sh).
+//
+//	tidemark-bench run [--only storm,lock,fanout,throughput,memory] [--write BENCHMARKS.md]
+//
+// memory-build and memory-merge are the worker processes of the memory scenario;
+// run starts them itself.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tidemark-io/tidemark/bench"
+)
+
+var scenarios = []string{"storm", "lock", "fanout", "throughput", "memory"}
+
+func main() {
+	// The production packages log through slog.Default where no logger is passed;
+	// progress goes to stderr through its own logger.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+	root := &cobra.Command{
+		Use:           "tidemark-bench",
+		Short:         "Reproduce Tidemark's production incidents, old shape next to new, and measure its throughput",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newRunCmd(), newMemoryBuildCmd(), newMemoryMergeCmd())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := root.ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tidemark-bench:", err)
+		os.Exit(1)
+	}
+}
+
+type runFlags struct {
+	only    []string
+	write   string
+	command string
+	dir     string
+	seed    uint64
+	// Sizes that may need adjusting to a slower machine.
+	stormScale  float64
+	memoryBytes int64
+}
+
+func newRunCmd() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the scenarios, print the Markdown table, optionally write it into BENCHMARKS.md",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), f) },
+	}
+	fs := cmd.Flags()
+	fs.StringSliceVar(&f.only, "only", scenarios, "scenarios to run: "+strings.Join(scenarios, ","))
+	fs.StringVar(&f.write, "write", "", "Markdown file whose \""+bench.SectionHeading+"\" section is replaced (or appended) with the results")
+	fs.StringVar(&f.command, "command", "", "the command recorded in the section (default: this command line)")
+	fs.StringVar(&f.dir, "dir", "", "scratch directory (default: a new temporary directory, removed at the end)")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of every generator of rows, jitter and client choices")
+	fs.Float64Var(&f.stormScale, "storm-time-scale", 0.4, "commit storm: multiply the reference's 50 ms latency, 30 s retry timeout and 30 s timer by this")
+	fs.Int64Var(&f.memoryBytes, "memory-backlog-bytes", 1<<30, "memory scenario: generation bytes of the backlog merged")
+	return cmd
+}
+
+func run(ctx context.Context, f runFlags) error {
+	for _, s := range f.only {
+		if !slices.Contains(scenarios, s) {
+			return fmt.Errorf("--only: unknown scenario %q (want %s)", s, strings.Join(scenarios, ","))
+		}
+	}
+	if f.command == "" {
+		f.command = "go run ./bench/cmd/tidemark-bench " + strings.Join(os.Args[1:], " ")
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	dir := f.dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "tidemark-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	etcd, err := bench.StartEtcd(dir + "/etcd")
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	env := &bench.Env{Dir: dir, Etcd: etcd.Client, Log: log, Seed: f.seed, Exe: exe}
+	r := &bench.Report{Date: time.Now(), Command: f.command, Machine: bench.ThisMachine(), Seed: f.seed}
+	start := time.Now()
+	want := func(s string) bool { return slices.Contains(f.only, s) }
+
+	if want("storm") {
+		r.StormConfig = bench.ScaledStormConfig(f.stormScale)
+		for _, shape := range []bench.StormShape{bench.OldShapePerWorkerTimers, bench.NewShapeSerialFanOut} {
+			res, err := bench.RunStorm(ctx, env, r.StormConfig, shape)
+			if err != nil {
+				return fmt.Errorf("commit storm: %w", err)
+			}
+			r.Storm = append(r.Storm, res)
+		}
+	}
+	if want("lock") {
+		r.LockConfig = bench.DefaultLockConfig()
+		for _, shape := range []bench.LockShape{bench.OldShapeLockAcrossRead, bench.NewShapePrepareCommit} {
+			res, err := bench.RunLock(ctx, env, r.LockConfig, shape)
+			if err != nil {
+				return fmt.Errorf("lock across the read: %w", err)
+			}
+			r.Lock = append(r.Lock, res)
+		}
+	}
+	if want("fanout") {
+		r.FanoutCfg = bench.DefaultFanoutConfig()
+		if r.Fanout, err = bench.RunFanout(ctx, env, r.FanoutCfg); err != nil {
+			return err
+		}
+	}
+	if want("throughput") {
+		r.ThroughCfg = bench.DefaultThroughputConfig()
+		res, err := bench.RunThroughput(ctx, env, r.ThroughCfg)
+		if err != nil {
+			return fmt.Errorf("throughput: %w", err)
+		}
+		r.Throughput = &res
+	}
+	if want("memory") {
+		r.MemoryCfg = bench.DefaultMemoryConfig()
+		r.MemoryCfg.BacklogBytes = f.memoryBytes
+		res, err := bench.RunMemory(ctx, env, r.MemoryCfg)
+		if err != nil {
+			return fmt.Errorf("memory: %w", err)
+		}
+		r.Memory = &res
+	}
+	r.Duration = time.Since(start)
+	section := r.Markdown()
+	fmt.Print(section)
+	if f.write != "" {
+		if err := bench.WriteSection(f.write, section); err != nil {
+			return fmt.Errorf("write %s: %w", f.write, err)
+		}
+		log.Info("section written", "file", f.write)
+	}
+	return nil
+}
+
+func newMemoryBuildCmd() *cobra.Command {
+	var (
+		dir         string
+		bytes       int64
+		seed        uint64
+		words, toks int
+	)
+	cmd := &cobra.Command{
+		Use:    "memory-build",
+		Short:  "Write the memory scenario's backlog (a process of its own)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := bench.MemoryBuild(cmd.Context(), dir, bytes, seed, bench.RowShape{ContentWords: words, Tokens: toks})
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&dir, "dir", "", "directory of the file:// bucket")
+	fs.Int64Var(&bytes, "bytes", 1<<30, "generation bytes to write")
+	fs.Uint64Var(&seed, "seed", 1, "row generator seed")
+	fs.IntVar(&words, "content-words", bench.RealisticRow.ContentWords, "content length in words")
+	fs.IntVar(&toks, "tokens", bench.RealisticRow.Tokens, "output tokens per record")
+	_ = cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
+func newMemoryMergeCmd() *cobra.Command {
+	var (
+		dir string
+		r   bench.MemoryRun
+	)
+	cmd := &cobra.Command{
+		Use:    "memory-merge",
+		Short:  "Merge the memory scenario's backlog as one worker and report the peak RSS (a process of its own)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := bench.MemoryMerge(cmd.Context(), dir, r)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&dir, "dir", "", "directory of the file:// bucket")
+	fs.StringVar(&r.Name, "name", "", "configuration name (echoed)")
+	fs.IntVar(&r.MaxGenerations, "max-generations", 8, "MERGE_MAX_GENERATIONS")
+	fs.Int64Var(&r.MaxBytes, "max-bytes", 1<<30, "MERGE_MAX_BYTES")
+	fs.Int64Var(&r.Budget, "budget", 2<<30, "MERGE_MEMORY_BUDGET")
+	_ = cmd.MarkFlagRequired("dir")
+	return cmd
+}

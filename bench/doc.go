@@ -1,0 +1,37 @@
+// Package bench reproduces the production incidents Tidemark was designed against
+// (shared/DESIGN.md, "Why it exists") and measures the pieces' throughput, with
+// numbers from one run on one machine. `make bench` runs it through
+// cmd/tidemark-bench and writes the "Incident reproductions" section of
+// BENCHMARKS.md.
+//
+// Scenarios, each old shape next to the new one in the same run:
+//
+//   - RunStorm, the commit storm: 20 workers with pending generations on one store,
+//     a slow and throttled bucket. OldShapePerWorkerTimers (every worker merges its
+//     own shard at once) against NewShapeSerialFanOut (one merge_wal task in etcd,
+//     the master's Scheduler and FanOut calling the workers' gRPC WorkerService one
+//     after another).
+//   - RunLock, the lock held across the read: adds and gets while a merge runs.
+//     OldShapeLockAcrossRead (the exclusive lock from the first read to the
+//     commit) against NewShapePrepareCommit (merge.Merger).
+//   - RunFanout, the read fan-out: a list over 0..1000 pending generations and
+//     after their merge, with and without the generation cache.
+//   - RunThroughput: durable adds per worker next to raw object writes, merge rate,
+//     scanner rounds over 1,000 and 10,000 stores, the master's task cycle next to
+//     plain etcd puts.
+//   - RunMemory: the peak RSS of a worker process merging a 1 GiB backlog.
+//
+// Invariants:
+//
+//   - The old shapes exist only here, behind the names above; production code has
+//     no mode that behaves like them.
+//   - Every scenario checks its data before it reports: every acknowledged row is in
+//     the base table exactly once and no generation is left pending (a shape that
+//     did not drain in time is drained afterwards, without faults, and then
+//     checked). A shape cannot win by losing rows.
+//   - Runs are repeatable: rows, ids, jitter and client choices come from
+//     generators seeded by Env.Seed. Timings still vary with the machine's load.
+//   - Every run is bounded in time (deadlines, durations, fixed sizes), and the
+//     package's tests run each scenario at a tiny size in seconds; the measured
+//     sizes run only through the command.
+package bench

@@ -1,0 +1,384 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/tidemark-io/tidemark/pkg/master"
+	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/table"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/pkg/worker"
+)
+
+// StormShape is how the shards of one store get merged in the commit-storm scenario.
+type StormShape string
+
+const (
+	// OldShapePerWorkerTimers is the reference system's shape, which exists only in
+	// this package: every worker merges its own shard on its own timer, all at the
+	// same moment, so N workers race to commit versions of one base table. A worker
+	// whose merge failed tries again at its next tick.
+	OldShapePerWorkerTimers StormShape = "old: each worker merges on its own timer"
+	// NewShapeSerialFanOut is Tidemark's: one deduplicated merge_wal task in etcd,
+	// claimed by the master's Scheduler, whose FanOut calls every worker's gRPC
+	// WorkerService.MergeWal one after another.
+	NewShapeSerialFanOut StormShape = "new: master task, serial fan-out"
+)
+
+// StormConfig sizes the commit-storm scenario.
+type StormConfig struct {
+	// Workers each own one shard of the store, with GenerationsPerWorker pending
+	// generations of RowsPerGeneration rows.
+	Workers              int
+	GenerationsPerWorker int
+	RowsPerGeneration    int
+	Row                  RowShape
+	// Latency (+ up to Jitter) is added to every object-store request once the
+	// backlog is built; at most MaxConcurrent requests are in flight, the rest wait
+	// (throttling, objstore.ThrottleWait).
+	Latency, Jitter time.Duration
+	MaxConcurrent   int
+	// RetryTimeout is the base table's optimistic-commit retry timeout
+	// (table.WithRetryTimeout; production: 30 s).
+	RetryTimeout time.Duration
+	// RetryInterval is when a failed merge is tried again: the old shape's next
+	// timer tick, the new shape's next merge sweep.
+	RetryInterval time.Duration
+	// Deadline bounds the measured phase; whatever is left is reported as not
+	// drained (and merged afterwards, without faults, so the rows can be checked).
+	Deadline time.Duration
+}
+
+// DefaultStormConfig is the commit storm of the reference system: 20 workers, 50 ms
+// per request, the 30 s retry timeout, a worker timer of 30 s.
+func DefaultStormConfig() StormConfig {
+	return StormConfig{
+		Workers: 20, GenerationsPerWorker: 8, RowsPerGeneration: 25, Row: SmallRow,
+		Latency: 50 * time.Millisecond, Jitter: 10 * time.Millisecond, MaxConcurrent: 8,
+		RetryTimeout: 30 * time.Second, RetryInterval: 30 * time.Second, Deadline: 4 * time.Minute,
+	}
+}
+
+// ScaledStormConfig is DefaultStormConfig with every time (latency, jitter, retry
+// timeout, retry interval) multiplied by f, which keeps their ratios: how many
+// commit attempts fit in a retry timeout stays the same.
+func ScaledStormConfig(f float64) StormConfig {
+	c := DefaultStormConfig()
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * f) }
+	c.Latency, c.Jitter = scale(c.Latency), scale(c.Jitter)
+	c.RetryTimeout, c.RetryInterval = scale(c.RetryTimeout), scale(c.RetryInterval)
+	return c
+}
+
+// StormResult is one shape's outcome.
+type StormResult struct {
+	Shape StormShape
+	// MergesOK and MergesFailed count worker merges (a worker's Merge call, or one
+	// worker call of the fan-out); TooManyWriters counts the failures that ran out
+	// of commit retries ("too many concurrent writers").
+	MergesOK, MergesFailed, TooManyWriters int
+	FirstError                             string
+	// MergeTimes are the durations of the worker merges (failed ones included).
+	MergeTimes Quantiles
+	// Tasks is the number of merge_wal tasks the new shape ran.
+	Tasks int
+	// Drained is set when no generation was pending at the end of the measured
+	// phase; Elapsed is the time until then.
+	Drained bool
+	Elapsed time.Duration
+	// Requests are the object-store requests of the measured phase; PutIfAbsent are
+	// the conditional writes among them (every commit attempt is one).
+	Requests, PutIfAbsent int64
+	PeakInFlight          int
+	// Versions is the number of base versions committed.
+	Versions uint64
+	// Rows is the number of rows found in the base table, each once, after the
+	// check (every acknowledged row present, none twice, nothing pending).
+	Rows int64
+}
+
+func (r *StormResult) record(err error, d time.Duration, times *durations) {
+	*times = append(*times, d)
+	if err == nil {
+		r.MergesOK++
+		return
+	}
+	r.MergesFailed++
+	// Through gRPC the error is a status message, so match its text as well.
+	if errors.Is(err, table.ErrTooManyWriters) || strings.Contains(err.Error(), table.ErrTooManyWriters.Error()) {
+		r.TooManyWriters++
+	}
+	if r.FirstError == "" {
+		r.FirstError = err.Error()
+	}
+}
+
+// defaultMergeConfig is what cmd/worker's flags default to (merge.Config's zero caps
+// mean "no cap").
+func defaultMergeConfig() merge.Config {
+	return merge.Config{MaxGenerations: merge.DefaultMaxGenerations, MaxBytes: merge.DefaultMaxBytes}
+}
+
+const stormStore = "storm"
+
+type stormWorld struct {
+	raw, bucket *objstore.Bucket
+	faults      *objstore.Faults
+	workers     []*benchWorker
+	stores      []*store.Store
+	releases    []store.Release
+	dir         string
+	want        map[string]bool
+}
+
+func (w *stormWorld) close() {
+	for _, r := range w.releases {
+		r()
+	}
+	for _, wk := range w.workers {
+		wk.close()
+	}
+}
+
+// newStormWorld builds the backlog, without faults: one rollout store, each worker's
+// shard holding its pending generations.
+func newStormWorld(ctx context.Context, env *Env, cfg StormConfig) (*stormWorld, error) {
+	raw, faulty, f, err := openMem(ctx, env.Seed)
+	if err != nil {
+		return nil, err
+	}
+	w := &stormWorld{raw: raw, bucket: faulty, faults: f, want: map[string]bool{}}
+	sc := store.Config{TableOptions: []table.Option{table.WithRetryTimeout(cfg.RetryTimeout)}}
+	for i := range cfg.Workers {
+		w.workers = append(w.workers, newWorker(faulty, fmt.Sprintf("worker-%02d", i), sc, defaultMergeConfig()))
+	}
+	e, err := w.workers[0].stores.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: stormStore})
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	w.dir = e.URI
+	gen := newRowGen(env.Seed, cfg.Row)
+	for _, wk := range w.workers {
+		s, rel, err := wk.stores.Open(ctx, registry.KindRollout, stormStore)
+		if err != nil {
+			w.close()
+			return nil, err
+		}
+		w.stores, w.releases = append(w.stores, s), append(w.releases, rel)
+		for range cfg.GenerationsPerWorker {
+			rec, ids, err := gen.batch(cfg.RowsPerGeneration)
+			if err != nil {
+				w.close()
+				return nil, err
+			}
+			err = s.Append(ctx, rec)
+			rec.Release()
+			if err == nil {
+				_, err = s.Seal(ctx)
+			}
+			if err != nil {
+				w.close()
+				return nil, fmt.Errorf("storm backlog of %s: %w", wk.id, err)
+			}
+			for _, id := range ids {
+				w.want[id] = true
+			}
+		}
+	}
+	return w, nil
+}
+
+// RunStorm builds the backlog and drains it in the given shape.
+func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) (StormResult, error) {
+	res := StormResult{Shape: shape}
+	w, err := newStormWorld(ctx, env, cfg)
+	if err != nil {
+		return res, err
+	}
+	defer w.close()
+	env.log().Info("storm: backlog built", "shape", string(shape), "workers", cfg.Workers,
+		"generations", cfg.Workers*cfg.GenerationsPerWorker, "rows", len(w.want))
+
+	w.faults.SetLatency(cfg.Latency, cfg.Jitter)
+	w.faults.SetMaxConcurrent(cfg.MaxConcurrent, objstore.ThrottleWait)
+	w.faults.ResetCounters()
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Deadline+2*cfg.RetryTimeout)
+	defer cancel()
+	switch shape {
+	case OldShapePerWorkerTimers:
+		w.runPerWorkerTimers(runCtx, cfg, &res)
+	case NewShapeSerialFanOut:
+		if err := w.runSerialFanOut(runCtx, env, cfg, &res); err != nil {
+			return res, err
+		}
+	default:
+		return res, fmt.Errorf("storm: unknown shape %q", shape)
+	}
+	res.Requests = w.faults.TotalRequests()
+	res.PutIfAbsent = w.faults.Requests(objstore.OpPutIfAbsent)
+	res.PeakInFlight = w.faults.PeakInFlight()
+	w.faults.Clear()
+
+	pending, err := pendingGenerations(ctx, w.raw, w.dir)
+	if err != nil {
+		return res, err
+	}
+	res.Drained = pending == 0
+	// Whatever the shape left is merged now, serially and without faults, so the
+	// check below holds every shape to the same standard: nothing lost.
+	for i, wk := range w.workers {
+		if _, err := wk.merger.Merge(ctx, w.stores[i], true); err != nil {
+			return res, fmt.Errorf("storm: finishing the drain of %s: %w", wk.id, err)
+		}
+	}
+	if res.Rows, err = verifyBase(ctx, w.raw, w.dir, w.want, nil); err != nil {
+		return res, fmt.Errorf("storm (%s): %w", shape, err)
+	}
+	_, m, err := baseIDs(ctx, w.raw, w.dir)
+	if err != nil {
+		return res, err
+	}
+	res.Versions = m.Version - 1 // version 1 is the create
+	env.log().Info("storm: done", "shape", string(shape), "drained", res.Drained, "elapsed", res.Elapsed.Round(time.Millisecond),
+		"merges_ok", res.MergesOK, "merges_failed", res.MergesFailed, "too_many_writers", res.TooManyWriters, "requests", res.Requests)
+	return res, nil
+}
+
+// runPerWorkerTimers is OldShapePerWorkerTimers: every worker's timer fires at the
+// same moment and each merges its own shard; a worker whose merge failed waits for
+// its next tick.
+func (w *stormWorld) runPerWorkerTimers(ctx context.Context, cfg StormConfig, res *StormResult) {
+	start := time.Now()
+	deadline := start.Add(cfg.Deadline)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var times durations
+	for i, wk := range w.workers {
+		s := w.stores[i]
+		wg.Go(func() {
+			for {
+				t0 := time.Now()
+				_, err := wk.merger.Merge(ctx, s, true)
+				mu.Lock()
+				res.record(err, time.Since(t0), &times)
+				mu.Unlock()
+				if err == nil || ctx.Err() != nil || time.Until(deadline) < cfg.RetryInterval {
+					return
+				}
+				if sleepCtx(ctx, cfg.RetryInterval) != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	res.MergeTimes = times.quantiles()
+}
+
+// runSerialFanOut is NewShapeSerialFanOut: every worker serves its real gRPC
+// WorkerService on loopback; one merge_wal task is enqueued in etcd and the master's
+// Scheduler runs it with the FanOut runner. A failed task is enqueued again after
+// RetryInterval (the next merge sweep would).
+func (w *stormWorld) runSerialFanOut(ctx context.Context, env *Env, cfg StormConfig, res *StormResult) error {
+	var discovery master.StaticDiscovery
+	for _, wk := range w.workers {
+		svc, err := worker.NewWorkerService(worker.WorkerServiceConfig{InstanceID: wk.id, Stores: wk.stores, Merger: wk.merger})
+		if err != nil {
+			return err
+		}
+		gs, err := worker.NewGRPCServer(worker.GRPCConfig{Service: svc})
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		go func() { _ = gs.Serve(ln) }()
+		defer gs.Stop()
+		discovery = append(discovery, master.Worker{InstanceID: wk.id, GRPCAddr: ln.Addr().String()})
+	}
+	caller := master.NewGRPCCaller(master.GRPCCallerConfig{})
+	defer caller.Close()
+	var mu sync.Mutex
+	var times durations
+	fan := &master.FanOut{Discovery: discovery, Caller: caller, WorkerTimeout: cfg.Deadline, Logger: quiet,
+		OnWorkerDone: func(_ master.Worker, d time.Duration, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			res.record(err, d, &times)
+		}}
+	sess, err := concurrency.NewSession(env.Etcd, concurrency.WithTTL(10))
+	if err != nil {
+		return fmt.Errorf("storm: master session: %w", err)
+	}
+	defer sess.Close()
+	ts := tasks.New(env.Etcd, fmt.Sprintf("/bench/storm-%d", time.Now().UnixNano()),
+		tasks.WithLogger(quiet), tasks.WithHolder("bench-master"))
+	sched := master.NewScheduler(master.SchedulerConfig{
+		Tasks: ts, Lease: sess.Lease, PollInterval: 100 * time.Millisecond, TaskTimeout: cfg.Deadline, Logger: quiet,
+		Runners: map[tasks.Kind]master.Runner{tasks.KindMergeWAL: fan},
+	})
+	schedCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); sched.Run(schedCtx, 10*time.Second) }()
+	defer func() { stop(); <-stopped }()
+
+	start := time.Now()
+	deadline := start.Add(cfg.Deadline)
+	for {
+		task, _, err := ts.Enqueue(ctx, tasks.KindMergeWAL, stormStore)
+		if err != nil {
+			return fmt.Errorf("storm: enqueue: %w", err)
+		}
+		sched.Wake()
+		res.Tasks++
+		t, err := waitFinished(ctx, ts, task.ID)
+		if err != nil {
+			return err
+		}
+		if t.State == tasks.StateDone {
+			break
+		}
+		if res.FirstError == "" {
+			res.FirstError = t.Error
+		}
+		if time.Until(deadline) < cfg.RetryInterval || sleepCtx(ctx, cfg.RetryInterval) != nil {
+			break
+		}
+	}
+	res.Elapsed = time.Since(start)
+	mu.Lock()
+	res.MergeTimes = times.quantiles()
+	mu.Unlock()
+	return nil
+}
+
+// waitFinished polls the task until it is done or failed.
+func waitFinished(ctx context.Context, ts *tasks.Store, id string) (tasks.Task, error) {
+	for {
+		t, err := ts.Get(ctx, id)
+		if err != nil {
+			return t, fmt.Errorf("task %s: %w", id, err)
+		}
+		if t.State.Finished() {
+			return t, nil
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return t, fmt.Errorf("task %s still %s: %w", id, t.State, err)
+		}
+	}
+}
