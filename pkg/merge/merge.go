@@ -171,18 +171,16 @@ func (m *Merger) acquireSlot(ctx context.Context, wait bool) error {
 // whether generations up to limit remain.
 func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint64) (res Result, more bool, err error) {
 	log := m.cfg.Logger.With("store", s.Entry().Name, "kind", s.Entry().Kind, "shard", s.Shard())
-	snap, err := s.Fresh(ctx)
-	if err != nil {
-		return res, false, err
-	}
-	if snap.WAL.Shards[s.Shard()] == nil {
+	// Only this worker's shard and the base matter here: no full snapshot refresh
+	// (every shard's manifest) per pass.
+	sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
+	if errors.Is(err, wal.ErrNoShard) {
 		return res, false, nil // this worker never wrote the store: nothing of ours to merge
 	}
-	w, err := s.Writer(ctx)
 	if err != nil {
 		return res, false, err
 	}
-	sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
+	w, err := s.Writer(ctx)
 	if err != nil {
 		return res, false, err
 	}
