@@ -31,27 +31,38 @@ func (s *Store) Cancel(ctx context.Context, id string) (Task, error) {
 		t.Error = "cancelled"
 		t.FinishedAt = s.now()
 
-		// Cancel transaction:
-		//   if   mod_revision(P/tasks/<id>) == r                    still queued as read (not claimed since)
-		//   then put P/tasks/<id> = failed task, error "cancelled"
-		//        delete P/queue/<id>                                out of the FIFO
-		//        txn: if value(P/dedupe/<kind>/<target>) == <id>    the kind+target may be enqueued again;
-		//             then delete P/dedupe/<kind>/<target>          never drop another task's key
-		//   else nothing: read it again and decide anew
-		resp, err := s.client.Txn(ctx).If(
-			clientv3.Compare(clientv3.ModRevision(s.taskKey(id)), "=", rev),
-		).Then(
-			clientv3.OpPut(s.taskKey(id), encodeTask(t)),
-			clientv3.OpDelete(s.queueKey(id)),
-			s.dropDedupe(t),
-		).Commit()
+		ok, err := s.failQueued(ctx, t, rev)
 		if err != nil {
 			return Task{}, fmt.Errorf("cancel task %s: %w", id, err)
 		}
-		if resp.Succeeded {
+		if ok {
 			s.opts.logger.Info("task cancelled", "task", id, "kind", t.Kind, "target", t.Target)
 			return t, nil
 		}
 	}
 	return Task{}, fmt.Errorf("cancel task %s: gave up after %d attempts: it keeps changing", id, maxTxnAttempts)
+}
+
+// failQueued moves a queued task, read at mod revision rev, to its failed state t.
+// It reports false when the task changed since it was read (claimed, cancelled or
+// failed by someone else), in which case nothing was written.
+func (s *Store) failQueued(ctx context.Context, t Task, rev int64) (bool, error) {
+	// Fail-queued transaction (cancel, and a failed dependency):
+	//   if   mod_revision(P/tasks/<id>) == r                    still queued as read (not claimed since)
+	//   then put P/tasks/<id> = failed task
+	//        delete P/queue/<id>                                out of the FIFO
+	//        txn: if value(P/dedupe/<kind>/<target>) == <id>    no longer live, so the kind+target may be
+	//             then delete P/dedupe/<kind>/<target>          enqueued again; never drop another task's key
+	//   else nothing: the caller reads it again and decides anew
+	resp, err := s.client.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(s.taskKey(t.ID)), "=", rev),
+	).Then(
+		clientv3.OpPut(s.taskKey(t.ID), encodeTask(t)),
+		clientv3.OpDelete(s.queueKey(t.ID)),
+		s.dropDedupe(t),
+	).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
 }

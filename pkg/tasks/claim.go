@@ -238,24 +238,11 @@ func (s *Store) failDependent(ctx context.Context, id string, dep Task) error {
 	t.Detail = fmt.Sprintf("dependency %s failed: %s", dep.ID, dep.Error)
 	t.FinishedAt = s.now()
 
-	// Dependency failure transaction:
-	//   if   mod_revision(P/tasks/<id>) == r                    still queued as read (not claimed or cancelled)
-	//   then put P/tasks/<id> = failed task                     error "dependency <dep> did not complete"
-	//        delete P/queue/<id>                                out of the FIFO
-	//        txn: if value(P/dedupe/<kind>/<target>) == <id>    no longer live, so the kind+target may be
-	//             then delete P/dedupe/<kind>/<target>          enqueued again; never drop another task's key
-	//   else nothing: it changed; whoever changed it decides
-	resp, err := s.client.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(s.taskKey(id)), "=", rev),
-	).Then(
-		clientv3.OpPut(s.taskKey(id), encodeTask(t)),
-		clientv3.OpDelete(s.queueKey(id)),
-		s.dropDedupe(t),
-	).Commit()
+	ok, err := s.failQueued(ctx, t, rev)
 	if err != nil {
 		return fmt.Errorf("fail task %s after its dependency %s failed: %w", id, dep.ID, err)
 	}
-	if resp.Succeeded {
+	if ok {
 		s.opts.logger.Info("task failed: dependency did not complete", "task", id, "kind", t.Kind,
 			"target", t.Target, "dependency", dep.ID)
 	}
