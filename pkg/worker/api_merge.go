@@ -1,10 +1,7 @@
 package worker
 
 import (
-	"context"
-	"errors"
 	"net/http"
-	"time"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -79,32 +76,11 @@ func (s *Server) mergeTarget(w http.ResponseWriter, r *http.Request) error {
 // any point loses nothing (package merge), and a caller that gave up - the master
 // moving on to the next worker - must not leave a merge committing behind its back.
 func (s *Server) merge(w http.ResponseWriter, r *http.Request, kind registry.Kind, name string) error {
-	if s.cfg.Merger == nil {
-		return internalError(errors.New("no merger in the server config"), "merges are not configured on this worker")
-	}
-	st, release, err := s.cfg.Stores.Open(r.Context(), kind, name)
+	// Token 0: an HTTP trigger carries no fencing token (only the master's gRPC call does).
+	res, err := s.cfg.Service.MergeTarget(r.Context(), registry.Target(kind, name), 0, TriggerRequest)
 	if err != nil {
 		return err
 	}
-	defer release()
-	start := time.Now()
-	res, err := s.cfg.Merger.Merge(r.Context(), st, true)
-	result := "success"
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		result = "timeout"
-	case err != nil:
-		result = "failure"
-	}
-	took := time.Since(start)
-	s.cfg.Series.Merges.WithLabelValues("request", result).Inc()
-	s.cfg.Series.MergeDuration.WithLabelValues("request").Observe(took.Seconds())
-	s.cfg.Series.MergedGenerations.WithLabelValues(string(kind)).Add(float64(res.Generations))
-	if err != nil {
-		return err
-	}
-	s.cfg.Logger.Info("request merge done", "store", name, "kind", kind, "generations", res.Generations,
-		"rows", res.Rows, "reclaimed", res.Reclaimed, "version", res.Version, "duration", took.String())
 	httpjson.WriteJSON(w, http.StatusOK, mergeAnswer{Reclaimed: res.Reclaimed, Generations: res.Generations, Rows: res.Rows, Version: res.Version})
 	return nil
 }

@@ -54,6 +54,10 @@ type Config struct {
 	Series *Metrics
 	// MaxBodyBytes limits request bodies (DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// Service runs the merge routes through WorkerService.MergeTarget, the one merge
+	// path of the worker (HTTP triggers carry no fencing token); nil builds one from
+	// Stores, Merger and Series.
+	Service *WorkerService
 }
 
 // DefaultMaxBodyBytes bounds a request body: larger adds are refused with 413 before
@@ -103,6 +107,14 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Stores != nil && cfg.Service == nil {
+		svc, err := NewWorkerService(WorkerServiceConfig{InstanceID: cfg.InstanceID, Stores: cfg.Stores,
+			Merger: cfg.Merger, Metrics: cfg.Series, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Service = svc
 	}
 	s := &Server{cfg: cfg}
 	mux := http.NewServeMux()
