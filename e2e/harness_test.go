@@ -67,6 +67,9 @@ func build(t *testing.T) binaries {
 		if os.Getenv("TIDEMARK_E2E_RACE") == "1" {
 			args = append(args, "-race")
 		}
+		if chaosBuildTags { // chaos runs: binaries with the fault hook (internal/chaos)
+			args = append(args, "-tags", "chaos")
+		}
 		args = append(args, "./cmd/master", "./cmd/worker")
 		cmd := exec.Command("go", args...)
 		cmd.Dir = root

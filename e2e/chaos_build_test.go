@@ -1,0 +1,7 @@
+//go:build !chaos
+
+package e2e
+
+// chaosBuildTags is false outside chaos runs: build() compiles the binaries
+// without the fault hook (internal/chaos is then a no-op).
+const chaosBuildTags = false

@@ -1,0 +1,120 @@
+//go:build chaos
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// chaosBuildTags makes build() compile the binaries with -tags chaos, so the
+// processes under test carry the fault hook of internal/chaos.
+const chaosBuildTags = true
+
+// chaosReportEnv names the file a chaos run appends its campaign figures to (one
+// JSON line per campaign); scripts/chaos.sh sets it and renders the lines into
+// RELIABILITY.md. Unset, nothing is written.
+const chaosReportEnv = "TIDEMARK_CHAOS_REPORT"
+
+// chaosRecord is one line of the report file.
+type chaosRecord struct {
+	Campaign string        `json:"campaign"`
+	Test     string        `json:"test"`
+	Figures  []chaosFigure `json:"figures"`
+	Passed   bool          `json:"passed"`
+	Started  time.Time     `json:"started"`
+	Duration string        `json:"duration"`
+}
+
+// chaosFigure is one measured value of a campaign, kept in the order it was added.
+type chaosFigure struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// chaosCampaign collects a campaign's figures while its test runs; the record is
+// written when the test ends (t.Cleanup), so it says whether the test passed and
+// how long it took, even when the test stopped with t.Fatal.
+type chaosCampaign struct {
+	mu      sync.Mutex
+	figures []chaosFigure
+}
+
+// startChaosReport begins the record of campaign for t. Call it at the start of
+// the test: the duration is measured from here to the end of the test.
+func startChaosReport(t *testing.T, campaign string) *chaosCampaign {
+	t.Helper()
+	cc := &chaosCampaign{}
+	started := time.Now()
+	t.Cleanup(func() {
+		path := os.Getenv(chaosReportEnv)
+		cc.mu.Lock()
+		rec := chaosRecord{
+			Campaign: campaign, Test: t.Name(), Figures: append([]chaosFigure{}, cc.figures...),
+			Passed: !t.Failed(), Started: started.UTC(), Duration: time.Since(started).Round(time.Second).String(),
+		}
+		cc.mu.Unlock()
+		for _, f := range rec.Figures {
+			t.Logf("chaos figure %s: %s = %s", campaign, f.Name, f.Value)
+		}
+		if path == "" {
+			return
+		}
+		if err := appendChaosRecord(path, rec); err != nil {
+			t.Errorf("chaos report %s: %v", path, err)
+		}
+	})
+	return cc
+}
+
+// add records a figure; a name added twice keeps its latest value in its first place.
+func (cc *chaosCampaign) add(name string, value any) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	v := fmt.Sprint(value)
+	for i := range cc.figures {
+		if cc.figures[i].Name == name {
+			cc.figures[i].Value = v
+			return
+		}
+	}
+	cc.figures = append(cc.figures, chaosFigure{Name: name, Value: v})
+}
+
+// addf records a formatted figure.
+func (cc *chaosCampaign) addf(name, format string, args ...any) {
+	cc.add(name, fmt.Sprintf(format, args...))
+}
+
+// chaosReport records a campaign's figures in one call, for a test that has them
+// all at hand; the record is still written when the test ends.
+func chaosReport(t *testing.T, campaign string, figures [][2]string) *chaosCampaign {
+	t.Helper()
+	cc := startChaosReport(t, campaign)
+	for _, f := range figures {
+		cc.add(f[0], f[1])
+	}
+	return cc
+}
+
+// appendChaosRecord appends rec as one line with a single write, so records of
+// tests running in parallel never interleave.
+func appendChaosRecord(path string, rec chaosRecord) error {
+	line, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
