@@ -2,8 +2,15 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tidemark-io/tidemark/internal/testcerts"
 )
 
 func TestStartServesReadsAndWrites(t *testing.T) {
@@ -54,5 +61,37 @@ func TestRestartKeepsDataAndEndpoints(t *testing.T) {
 	resp, err := c.Get(ctx, "k")
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before" {
 		t.Fatalf("get k after restart: %v %v", resp, err)
+	}
+}
+
+// A secured server (client certificates required, authentication on) serves the
+// client it hands out, and refuses a client with the certificate but no user: what
+// the etcdcli and end-to-end TLS tests build on.
+func TestSecuredServerRequiresCertificateAndUser(t *testing.T) {
+	certs := testcerts.New(t, t.TempDir())
+	s := StartServer(t, WithTLS(certs), WithAuth("rootpw"))
+	if ep := s.Endpoints()[0]; !strings.HasPrefix(ep, "https://127.0.0.1:") {
+		t.Fatalf("endpoint %s: want https on loopback", ep)
+	}
+	ctx := context.Background()
+	c := s.Client(t)
+	if _, err := c.Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("put as %s with the client certificate: %v", RootUser, err)
+	}
+
+	cfg, err := s.clientConfig(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = anon.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = anon.Get(ctx, "k")
+	if !errors.Is(err, rpctypes.ErrUserEmpty) && !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("get without a user: %v; want it refused by authentication", err)
 	}
 }
