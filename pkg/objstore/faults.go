@@ -88,6 +88,12 @@ type Rule struct {
 	// Err, if set, is wrapped into the injected error besides ErrInjected, e.g.
 	// ErrNotFound to simulate an object that vanished.
 	Err error
+	// Hang makes a matching request block until its context ends (the caller's
+	// deadline or the Bucket's operation timeout) and then fail with an error
+	// wrapping ErrInjected and the context's error: a store, or one connection to
+	// it, that stops answering. The request holds its concurrency slot while it
+	// hangs, as a stuck connection does. AfterWrite is ignored for a hanging rule.
+	Hang bool
 }
 
 // RuleHandle is an installed Rule.
@@ -375,7 +381,12 @@ func (f *Faults) begin(ctx context.Context, op Op, key string) (release func(), 
 		}
 	}
 
-	fault, after := f.decide(op, key)
+	fault, after, hang := f.decide(op, key)
+	if hang {
+		<-ctx.Done()
+		release()
+		return nil, nil, fmt.Errorf("%w: %w", fault, ctx.Err())
+	}
 	if fault != nil && !after {
 		release()
 		return nil, nil, fault
@@ -383,9 +394,9 @@ func (f *Faults) begin(ctx context.Context, op Op, key string) (release func(), 
 	return release, fault, nil
 }
 
-// decide picks the fault for one request, if any, and whether it lands after the
-// write.
-func (f *Faults) decide(op Op, key string) (fault error, after bool) {
+// decide picks the fault for one request, if any, whether it lands after the
+// write, and whether the request hangs until its context ends before failing.
+func (f *Faults) decide(op Op, key string) (fault error, after, hang bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, h := range f.rules {
@@ -394,22 +405,26 @@ func (f *Faults) decide(op Op, key string) (fault error, after bool) {
 		}
 		h.fired++
 		f.injected++
-		after = op.isWrite() && h.rule.AfterWrite
+		hang = h.rule.Hang
+		after = op.isWrite() && h.rule.AfterWrite && !hang
 		msg := fmt.Sprintf("rule %d on %s", i, op)
-		if after {
+		switch {
+		case hang:
+			msg += " hung until the request's context ended"
+		case after:
 			msg += " after the write succeeded"
 		}
 		if h.rule.Err != nil {
-			return fmt.Errorf("%w (%s): %w", ErrInjected, msg, h.rule.Err), after
+			return fmt.Errorf("%w (%s): %w", ErrInjected, msg, h.rule.Err), after, hang
 		}
-		return fmt.Errorf("%w (%s)", ErrInjected, msg), after
+		return fmt.Errorf("%w (%s)", ErrInjected, msg), after, hang
 	}
 	if f.errorRate <= 0 || (f.errorOps != nil && !containsOp(f.errorOps, op)) {
-		return nil, false
+		return nil, false, false
 	}
 	rng := f.randLocked()
 	if rng.Float64() >= f.errorRate {
-		return nil, false
+		return nil, false, false
 	}
 	f.injected++
 	if op.isWrite() {
@@ -421,9 +436,9 @@ func (f *Faults) decide(op Op, key string) (fault error, after bool) {
 		}
 	}
 	if after {
-		return fmt.Errorf("%w (transient error on %s after the write succeeded)", ErrInjected, op), true
+		return fmt.Errorf("%w (transient error on %s after the write succeeded)", ErrInjected, op), true, false
 	}
-	return fmt.Errorf("%w (transient error on %s)", ErrInjected, op), false
+	return fmt.Errorf("%w (transient error on %s)", ErrInjected, op), false, false
 }
 
 // acquire takes a concurrency slot, waiting or failing as the throttle mode says.

@@ -462,3 +462,55 @@ func TestWalkCallbackMayMakeRequestsUnderACapOfOne(t *testing.T) {
 		t.Fatalf("Walk with nested Gets under a cap of 1: %v", err)
 	}
 }
+
+// TestHangingRuleBlocksUntilTheContextEnds stands for a store that stops answering
+// for some keys: the request must end with the caller's deadline (or the Bucket's
+// operation timeout), wrap both ErrInjected and the context's error so a caller can
+// tell a timeout from a refusal, and leave other keys and the counters working.
+func TestHangingRuleBlocksUntilTheContextEnds(t *testing.T) {
+	ctx := context.Background()
+	base := openMem(t)
+	for _, k := range []string{"stuck/a", "free/a"} {
+		if err := base.Put(ctx, k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := NewFaults(nil)
+	b := WithFaults(base, f)
+	hang := f.AddRule(Rule{KeyContains: "stuck/", Hang: true})
+
+	cctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { _, err := b.Get(cctx, "stuck/a"); errc <- err }()
+	eventually(t, "the hanging request holds its slot", func() bool { return hang.Fired() == 1 && f.InFlight() == 1 })
+	select {
+	case err := <-errc:
+		t.Fatalf("hanging Get returned before its context ended: %v", err)
+	default:
+	}
+	if _, err := b.Get(ctx, "free/a"); err != nil {
+		t.Errorf("get of a key the rule does not match = %v", err)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) || !errors.Is(err, ErrInjected) {
+		t.Errorf("hanging Get after cancel = %v, want context.Canceled and ErrInjected", err)
+	}
+
+	// The Bucket's operation timeout ends a hang the caller did not bound.
+	shortBase := openMem(t, WithOpTimeout(20*time.Millisecond))
+	short := WithFaults(shortBase, f)
+	err := short.Put(ctx, "stuck/b", []byte("x"))
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrInjected) {
+		t.Errorf("hanging Put past the op timeout = %v, want context.DeadlineExceeded and ErrInjected", err)
+	}
+	if ok, err := shortBase.Exists(ctx, "stuck/b"); ok || err != nil {
+		t.Error("a hung put wrote its object")
+	}
+	if f.InFlight() != 0 || f.Injected() != 2 {
+		t.Errorf("InFlight = %d, Injected = %d after two hangs, want 0 and 2", f.InFlight(), f.Injected())
+	}
+	hang.Remove()
+	if _, err := b.Get(ctx, "stuck/a"); err != nil {
+		t.Errorf("get after the rule was removed = %v", err)
+	}
+}
