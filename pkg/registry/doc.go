@@ -10,7 +10,8 @@
 // Invariants:
 //
 //   - Names are validated before any key is built: [A-Za-z0-9_][A-Za-z0-9._-]*, 1-128
-//     characters; "_registry" and "_stats" are reserved.
+//     characters, not ending in ".." and without "__0x" (so every key built from a
+//     name is one objstore accepts); "_registry" and "_stats" are reserved.
 //   - Creating a store is a put-if-absent of its registry object: of concurrent creators
 //     of one name, on any number of workers, exactly one wins and the others get
 //     ErrExists; a generic store's schema is fixed by the winner.

@@ -30,8 +30,11 @@ const maxNameLen = 128
 var reserved = map[string]bool{"_registry": true, "_stats": true}
 
 // ValidateName checks a store name: 1-128 characters of [A-Za-z0-9._-], the first
-// one not '.' or '-', and not reserved. Names become object keys, so this is also
-// what keeps "../x" and friends out of the bucket.
+// one not '.' or '-', not ending in "..", without "__0x", and not reserved. Names
+// become object keys, so this is also what keeps "../x" and friends out of the
+// bucket; the last two rules are objstore.ValidateKey's (a name ending in ".." puts
+// "../" in every key under the store, and fileblob reads "__0x" as an escape), so a
+// name that validates never makes a store whose objects cannot be written.
 func ValidateName(name string) error {
 	bad := func(why string) error { return fmt.Errorf("%w %q: %s", ErrInvalidName, name, why) }
 	switch {
@@ -41,6 +44,10 @@ func ValidateName(name string) error {
 		return bad(fmt.Sprintf("%d characters, at most %d", len(name), maxNameLen))
 	case reserved[name]:
 		return bad("reserved")
+	case strings.HasSuffix(name, ".."):
+		return bad(`must not end in ".."`)
+	case strings.Contains(name, "__0x"):
+		return bad(`must not contain "__0x"`)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
