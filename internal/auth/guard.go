@@ -10,8 +10,8 @@ import (
 
 // Reasons a call is refused, the reason label of tidemark_auth_failures_total.
 const (
-	ReasonMissingToken = "missing_token"   // no bearer token presented
-	ReasonInvalidToken = "invalid_token"   // a token that is not one of the configured ones
+	ReasonMissingToken = "missing_token"  // no bearer token presented
+	ReasonInvalidToken = "invalid_token"  // a token that is not one of the configured ones
 	ReasonNoClientCert = "no_client_cert" // a client CA is configured and no certificate verified against it
 )
 

@@ -305,4 +305,3 @@ func TestServerSettingsRefuseNoCredentialUnlessDisabled(t *testing.T) {
 		})
 	}
 }
-
