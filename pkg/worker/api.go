@@ -25,6 +25,10 @@ var (
 
 // registerDataRoutes adds the /api/v1 data routes (stores, rows, flush, merge-wal).
 //
+// The control routes (flush, merge-wal, internal) always require the credential
+// (Config.Auth); the others do when Config.AuthDataRoutes is set. The check runs
+// before the route reads its body.
+//
 // Writes (create, delete, add, seal, merge) run under a context detached from the
 // client's: once a write is accepted, a client that disconnects cannot abandon it
 // half done. Reads follow the request's context.
@@ -34,15 +38,26 @@ func (s *Server) registerDataRoutes(mux *http.ServeMux) {
 		if k.kind == registry.KindGeneric {
 			base = "/api/v1/generic"
 		}
-		mux.Handle("POST "+base, s.api(s.createStore(k)))
-		mux.Handle("GET "+base, s.api(s.listStores(k)))
-		mux.Handle("GET "+base+"/{name}", s.api(s.getStore(k)))
-		mux.Handle("DELETE "+base+"/{name}", s.api(s.deleteStore(k)))
-		mux.Handle("POST "+base+"/{name}/"+k.rows, s.api(s.addRows(k)))
-		mux.Handle("GET "+base+"/{name}/"+k.rows, s.api(s.listRows(k)))
-		mux.Handle("GET "+base+"/{name}/"+k.rows+"/{id}", s.api(s.getRow(k)))
+		mux.Handle("POST "+base, s.data(s.api(s.createStore(k))))
+		mux.Handle("GET "+base, s.data(s.api(s.listStores(k))))
+		mux.Handle("GET "+base+"/{name}", s.data(s.api(s.getStore(k))))
+		mux.Handle("DELETE "+base+"/{name}", s.data(s.api(s.deleteStore(k))))
+		mux.Handle("POST "+base+"/{name}/"+k.rows, s.data(s.api(s.addRows(k))))
+		mux.Handle("GET "+base+"/{name}/"+k.rows, s.data(s.api(s.listRows(k))))
+		mux.Handle("GET "+base+"/{name}/"+k.rows+"/{id}", s.data(s.api(s.getRow(k))))
 	}
-	mux.Handle("POST /api/v1/generic/{name}/flush", s.api(s.flushStore(genericAPI)))
-	mux.Handle("POST /api/v1/generic/{name}/merge-wal", s.api(s.mergeStore))
-	mux.Handle("POST /api/v1/internal/merge-wal/{name}", s.api(s.mergeTarget))
+	mux.Handle("POST /api/v1/generic/{name}/flush", s.control(s.api(s.flushStore(genericAPI))))
+	mux.Handle("POST /api/v1/generic/{name}/merge-wal", s.control(s.api(s.mergeStore)))
+	mux.Handle("POST /api/v1/internal/merge-wal/{name}", s.control(s.api(s.mergeTarget)))
+}
+
+// control guards a control route: it always requires the credential.
+func (s *Server) control(h http.Handler) http.Handler { return s.cfg.Auth.Require(h) }
+
+// data guards a data route: it requires the credential with AuthDataRoutes.
+func (s *Server) data(h http.Handler) http.Handler {
+	if !s.cfg.AuthDataRoutes {
+		return h
+	}
+	return s.cfg.Auth.Require(h)
 }

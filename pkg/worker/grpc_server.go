@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/grpcserver"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -43,13 +45,18 @@ type GRPCConfig struct {
 	// Options are added after the server's own (transport credentials for TLS,
 	// interceptors).
 	Options []grpc.ServerOption
+	// Auth guards every call but health's (the WorkerService, reflection); nil:
+	// no authentication (--auth-disabled).
+	Auth *auth.Guard
+	// TLS, if set, serves TLS with it.
+	TLS *tls.Config
 }
 
 // NewGRPCServer returns a gRPC server with the WorkerService, the standard health
 // service (grpc.health.v1.Health, from Service.Health) and server reflection (so
 // grpcurl works without the .proto files) registered. Every call runs under a
 // recover: a panic answers INTERNAL and is logged with its stack instead of killing
-// the worker.
+// the worker. With cfg.Auth, every call but health's needs the credential.
 func NewGRPCServer(cfg GRPCConfig) (*grpc.Server, error) {
 	if cfg.Service == nil {
 		return nil, errors.New("grpc server: Service is required")
@@ -68,6 +75,8 @@ func NewGRPCServer(cfg GRPCConfig) (*grpc.Server, error) {
 			PermitWithoutStream: true,
 		}),
 	}
+	opts = append(opts, auth.ServerCredentials(cfg.TLS)...)
+	opts = append(opts, cfg.Auth.ServerOptions()...)
 	gs := grpcserver.New(cfg.Logger, cfg.Service.Health(), append(opts, cfg.Options...)...)
 	tidemarkv1.RegisterWorkerServiceServer(gs, cfg.Service)
 	return gs, nil

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/store"
@@ -58,6 +60,16 @@ type Config struct {
 	// path of the worker (HTTP triggers carry no fencing token); nil builds one from
 	// Stores, Merger and Series.
 	Service *WorkerService
+
+	// Auth guards the control routes (POST /api/v1/internal/*, the flush and
+	// merge-wal routes) always, and every data route too when AuthDataRoutes is
+	// set; health and metrics are never guarded. nil: no authentication
+	// (--auth-disabled).
+	Auth           *auth.Guard
+	AuthDataRoutes bool
+	// TLS, if set, serves HTTPS with it (its ClientCAs verify client
+	// certificates, which Auth may require).
+	TLS *tls.Config
 }
 
 // DefaultMaxBodyBytes bounds a request body: larger adds are refused with 413 before
@@ -138,6 +150,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // were still running when the timeout passed (they are then cut off).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	log := s.cfg.Logger
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
+	}
 	hs := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -149,7 +164,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	log.Info("http server listening", "addr", ln.Addr().String(), "instance_id", s.cfg.InstanceID)
+	log.Info("http server listening", "addr", ln.Addr().String(), "instance_id", s.cfg.InstanceID, "tls", s.cfg.TLS != nil)
 
 	select {
 	case err := <-served:

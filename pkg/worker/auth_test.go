@@ -1,0 +1,191 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/tidemark-io/tidemark/internal/auth"
+	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/wal"
+	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+)
+
+const testToken = "test-token-0123456789abcdef"
+
+func testGuard(t *testing.T) *auth.Guard {
+	t.Helper()
+	toks, err := auth.NewTokens("test", testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return auth.NewGuard(auth.GuardConfig{Tokens: toks})
+}
+
+// send is e.do with an optional bearer token; it returns the status and body.
+func (e *apiEnv) send(method, path, token string, body string) (int, string) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.url+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	auth.SetHeader(req.Header, token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
+}
+
+// The guarded failure: anyone who could reach a worker's HTTP port could make it
+// merge or seal. Without the token the control routes answer 401 and the store is
+// untouched (its pending generations are still pending); with it they merge.
+// Health and metrics stay open, and so do data routes unless configured.
+func TestControlRoutesWithoutTokenAre401AndMergeNothing(t *testing.T) {
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.Auth = testGuard(t) })
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"sec"}`, nil)
+	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"a","rollout_id":"r"}]}`, nil)
+	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"b","rollout_id":"r"}]}`, nil)
+	before := e.stats("rollouts", "sec").Stats
+	if before.PendingGenerations != 2 {
+		t.Fatalf("pending generations %d, want 2 before the merge attempts", before.PendingGenerations)
+	}
+	for _, path := range []string{"/api/v1/internal/merge-wal/sec", "/api/v1/generic/sec/merge-wal", "/api/v1/generic/sec/flush"} {
+		for _, token := range []string{"", "wrong-token-0123456789abcdef"} {
+			code, body := e.send(http.MethodPost, path, token, "")
+			if code != http.StatusUnauthorized || !strings.Contains(body, auth.CodeUnauthenticated) {
+				t.Fatalf("POST %s with token %q: %d %s, want 401 %s", path, token, code, body, auth.CodeUnauthenticated)
+			}
+		}
+	}
+	after := e.stats("rollouts", "sec").Stats
+	if after.PendingGenerations != 2 || after.Version != before.Version {
+		t.Fatalf("after refused merges: %d pending generations, version %d; want 2 and version %d (nothing merged)",
+			after.PendingGenerations, after.Version, before.Version)
+	}
+	if n := e.count(e.series.Requests, "POST /api/v1/internal/merge-wal/{name}", "POST", "401"); n != 2 {
+		t.Errorf("requests counted as 401: %d, want 2", n)
+	}
+
+	code, body := e.send(http.MethodPost, "/api/v1/internal/merge-wal/sec", testToken, "")
+	if code != http.StatusOK {
+		t.Fatalf("merge with the token: %d %s", code, body)
+	}
+	if got := e.stats("rollouts", "sec").Stats.PendingGenerations; got != 0 {
+		t.Fatalf("pending generations %d after an authorized merge, want 0", got)
+	}
+	for _, path := range []string{"/api/v1/health", "/metrics"} {
+		if code, body := e.send(http.MethodGet, path, "", ""); code != http.StatusOK {
+			t.Errorf("GET %s without a token: %d %s, want 200", path, code, body)
+		}
+	}
+}
+
+func TestDataRoutesNeedTheTokenWhenConfigured(t *testing.T) {
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.Auth = testGuard(t); c.AuthDataRoutes = true })
+	for _, r := range []struct{ method, path, body string }{
+		{http.MethodPost, "/api/v1/rollouts", `{"name":"sec"}`},
+		{http.MethodGet, "/api/v1/rollouts", ""},
+		{http.MethodPost, "/api/v1/rollouts/sec/records", `{"records":[{"id":"a","rollout_id":"r"}]}`},
+	} {
+		if code, body := e.send(r.method, r.path, "", r.body); code != http.StatusUnauthorized {
+			t.Fatalf("%s %s without a token: %d %s, want 401", r.method, r.path, code, body)
+		}
+	}
+	if code, body := e.send(http.MethodGet, "/api/v1/rollouts/sec", testToken, ""); code != http.StatusNotFound {
+		t.Fatalf("the refused create created the store: GET answers %d %s", code, body)
+	}
+	if code, body := e.send(http.MethodPost, "/api/v1/rollouts", testToken, `{"name":"sec"}`); code != http.StatusCreated {
+		t.Fatalf("create with the token: %d %s", code, body)
+	}
+	if code, body := e.send(http.MethodGet, "/api/v1/health", "", ""); code != http.StatusOK {
+		t.Fatalf("health without a token: %d %s", code, body)
+	}
+}
+
+// The master's path: gRPC MergeWal without the token is Unauthenticated and
+// merges nothing; with it the generation is merged. Health needs no token.
+func TestGRPCMergeWalWithoutTokenIsUnauthenticatedAndMergesNothing(t *testing.T) {
+	ctx := context.Background()
+	quiet := slog.New(slog.DiscardHandler)
+	ss := store.NewStores(store.Config{Bucket: objstoretest.Mem(t), Shard: "w1", Logger: quiet, SnapshotTTL: -1,
+		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
+	t.Cleanup(func() { _ = ss.Close(context.Background()) })
+	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "sec"}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewWorkerService(WorkerServiceConfig{InstanceID: "w1", Stores: ss,
+		Merger: merge.New(merge.Config{Concurrency: 1, Logger: quiet}), Metrics: NewMetrics(prometheus.NewRegistry()), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same service's pending generation, through the HTTP API's add route.
+	e := newAPIEnv(t, nil, "w1", func(c *Config) { c.Stores, c.Service = ss, svc })
+	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"a","rollout_id":"r"}]}`, nil)
+
+	gs, err := NewGRPCServer(GRPCConfig{Service: svc, Logger: quiet, Auth: testGuard(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	client := func(token string) tidemarkv1.WorkerServiceClient {
+		cc, err := grpc.NewClient(ln.Addr().String(), auth.DialOptions(token, nil)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cc.Close() })
+		return tidemarkv1.NewWorkerServiceClient(cc)
+	}
+	pending := func() int {
+		var ans storeAnswer
+		e.ok(http.StatusOK, http.MethodGet, "/api/v1/rollouts/sec", nil, &ans)
+		return ans.Stats.PendingGenerations
+	}
+	if n := pending(); n != 1 {
+		t.Fatalf("pending generations %d, want 1", n)
+	}
+	for _, token := range []string{"", "wrong-token-0123456789abcdef"} {
+		_, err := client(token).MergeWal(ctx, &tidemarkv1.MergeWalRequest{Target: "sec", FencingToken: 1})
+		if status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("MergeWal with token %q: %v, want Unauthenticated", token, err)
+		}
+	}
+	if n := pending(); n != 1 {
+		t.Fatalf("pending generations %d after refused merges, want 1 (nothing merged)", n)
+	}
+	cc, err := grpc.NewClient(ln.Addr().String(), auth.DialOptions("", nil)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if h, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health without a token = %v, %v", h, err)
+	}
+	resp, err := client(testToken).MergeWal(ctx, &tidemarkv1.MergeWalRequest{Target: "sec", FencingToken: 1})
+	if err != nil || resp.GetGenerations() != 1 {
+		t.Fatalf("MergeWal with the token = %v, %v; want 1 generation merged", resp, err)
+	}
+	if n := pending(); n != 0 {
+		t.Fatalf("pending generations %d after the authorized merge, want 0", n)
+	}
+}
