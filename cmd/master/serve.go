@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tidemark-io/tidemark/internal/chaos"
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
 	"github.com/tidemark-io/tidemark/pkg/master"
@@ -151,6 +152,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return fmt.Errorf("data url (--data-url, DATA_URL): %w", err)
 	}
 	defer bucket.Close()
+	if bucket, err = chaos.WrapBucket(bucket, log); err != nil { // faults only in -tags chaos builds
+		return err
+	}
 	// etcd is checked before anything listens: a master that cannot reach it fails
 	// at startup with the endpoints it tried.
 	client, err := etcdcli.New(ctx, f.etcd)

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidemark-io/tidemark/internal/chaos"
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
 	"github.com/tidemark-io/tidemark/pkg/merge"
@@ -136,6 +137,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return fmt.Errorf("data url (--data-url, DATA_URL): %w", err)
 	}
 	defer bucket.Close()
+	if bucket, err = chaos.WrapBucket(bucket, log); err != nil { // faults only in -tags chaos builds
+		return err
+	}
 
 	reg := worker.NewRegistry()
 	series := worker.NewMetrics(reg)

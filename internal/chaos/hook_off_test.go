@@ -1,0 +1,27 @@
+//go:build !chaos
+
+package chaos
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+)
+
+// TestNormalBuildIgnoresTheFaultsFile guards production binaries: without -tags
+// chaos the environment variable must not be able to turn faults on.
+func TestNormalBuildIgnoresTheFaultsFile(t *testing.T) {
+	t.Setenv(FaultsFileEnv, filepath.Join(t.TempDir(), "faults.json"))
+	base, err := objstore.Open(context.Background(), "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer base.Close()
+	b, err := WrapBucket(base, slog.New(slog.DiscardHandler))
+	if err != nil || b != base {
+		t.Errorf("WrapBucket = %v, %v; want the bucket itself", b, err)
+	}
+}
