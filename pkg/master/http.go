@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
@@ -42,6 +43,7 @@ const (
 	CodeFailedPrecondition = "FAILED_PRECONDITION"         // 409
 	CodeInternal           = httpjson.CodeInternal         // 500: details are logged, not returned
 	CodeUnavailable        = "UNAVAILABLE"                 // 503: etcd or the object store does not answer
+	CodeUnauthenticated    = auth.CodeUnauthenticated      // 401: no valid credential
 )
 
 // HTTPConfig is what the master's HTTP API needs.
@@ -57,6 +59,9 @@ type HTTPConfig struct {
 	// CallTimeout bounds one request's etcd work (DefaultCallTimeout).
 	CallTimeout time.Duration
 	Logger      *slog.Logger
+	// Auth guards the task, stats and workers routes (health and metrics stay
+	// open); nil: no authentication (--auth-disabled).
+	Auth *auth.Guard
 }
 
 // ErrorBody is the JSON body of every error answer.
@@ -101,7 +106,9 @@ type httpAPI struct {
 //	GET /api/v1/stats            ?limit=&page_token=
 //	GET /api/v1/workers          the workers the master calls
 //
-// Errors are {"error":{"code","message"}} with 400, 404, 405, 503 or 500.
+// The tasks, stats and workers routes require the credential cfg.Auth checks
+// (401 UNAUTHENTICATED without it). Errors are {"error":{"code","message"}} with
+// 400, 401, 404, 405, 503 or 500.
 func NewHTTPHandler(cfg HTTPConfig) (http.Handler, error) {
 	switch {
 	case cfg.Tasks == nil:
@@ -126,10 +133,11 @@ func NewHTTPHandler(cfg HTTPConfig) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics}))
 	mux.HandleFunc("GET /api/v1/health", a.health)
-	mux.Handle("GET /api/v1/tasks", a.route(a.listTasks))
-	mux.Handle("GET /api/v1/tasks/{id}", a.route(a.getTask))
-	mux.Handle("GET /api/v1/stats", a.route(a.listStats))
-	mux.Handle("GET /api/v1/workers", a.route(a.listWorkers))
+	guard := cfg.Auth.Require
+	mux.Handle("GET /api/v1/tasks", guard(a.route(a.listTasks)))
+	mux.Handle("GET /api/v1/tasks/{id}", guard(a.route(a.getTask)))
+	mux.Handle("GET /api/v1/stats", guard(a.route(a.listStats)))
+	mux.Handle("GET /api/v1/workers", guard(a.route(a.listWorkers)))
 	return httpjson.RouteErrors(mux), nil
 }
 

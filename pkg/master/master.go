@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/grpcserver"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -125,6 +127,13 @@ type Config struct {
 	// Metrics is the registry /metrics serves (NewRegistry() when nil).
 	Metrics *prometheus.Registry
 	Logger  *slog.Logger
+
+	// Auth guards the AdminService (and reflection) and the task, stats and
+	// workers HTTP routes; gRPC health, HTTP health and metrics stay open. nil:
+	// no authentication (--auth-disabled).
+	Auth *auth.Guard
+	// TLS, if set, serves the AdminService and the HTTP API over TLS with it.
+	TLS *tls.Config
 }
 
 // Master is one master replica: an etcd session, the scheduler and its runners,
@@ -245,10 +254,12 @@ func New(cfg Config) (*Master, error) {
 	}
 	m.admin = admin
 	m.health = health.NewServer()
-	m.grpc = NewGRPCServer(admin, m.health, log.With("component", "grpc"))
+	m.grpc = NewGRPCServer(admin, m.health, log.With("component", "grpc"),
+		append(auth.ServerCredentials(cfg.TLS), cfg.Auth.ServerOptions()...)...)
 	m.http, err = NewHTTPHandler(HTTPConfig{
 		Tasks: m.tasks, Scanner: m.scanner, Discovery: cfg.Discovery,
 		EtcdCheck: m.checkEtcd, Metrics: cfg.Metrics, Logger: log.With("component", "http"),
+		Auth: cfg.Auth,
 	})
 	if err != nil {
 		return nil, err
@@ -343,6 +354,9 @@ func (m *Master) Run(ctx context.Context) error {
 		wg.Go(func() { failed(grpcserver.Serve(runCtx, m.grpc, ln, m.cfg.ShutdownTimeout, m.health, m.log)) })
 	}
 	if ln := m.cfg.HTTPListener; ln != nil {
+		if m.cfg.TLS != nil {
+			ln = tls.NewListener(ln, m.cfg.TLS)
+		}
 		wg.Go(func() { failed(serveHTTP(runCtx, m.http, ln, m.cfg.ShutdownTimeout, m.log)) })
 	}
 	m.log.Info("master running", "prefix", m.cfg.Prefix, "lease", leaseHex(m.session.lease()))
