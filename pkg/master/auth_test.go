@@ -137,4 +137,3 @@ func taskKeys(t *testing.T, client *clientv3.Client) int {
 	}
 	return int(resp.Count)
 }
-
