@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -149,6 +150,11 @@ func New(ctx context.Context, c Config) (*clientv3.Client, error) {
 		timeout = DefaultDialTimeout
 	}
 	where := strings.Join(eps, ",")
+	// Diagnose every endpoint's connection alongside the client's own dial, so
+	// that a failing New explains itself and still returns within the timeout.
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	diag := startDiagnoses(dctx, eps, tlsCfg)
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:   eps,
 		Username:    c.Username,
@@ -164,9 +170,17 @@ func New(ctx context.Context, c Config) (*clientv3.Client, error) {
 		DialKeepAliveTimeout: 5 * time.Second,
 	})
 	if err != nil {
+		// With a user, clientv3.New authenticates, and fails with the bare
+		// deadline when it cannot connect.
+		if d := diag.all(); d != nil {
+			err = fmt.Errorf("%w (%w)", d, err)
+		}
+		if errors.Is(err, rpctypes.ErrAuthFailed) {
+			err = fmt.Errorf("%w (--etcd-username, ETCD_USERNAME; --etcd-password, ETCD_PASSWORD)", err)
+		}
 		return nil, fmt.Errorf("etcd at %s: %w", where, err)
 	}
-	if err := probe(ctx, client, eps, timeout); err != nil {
+	if err := probe(ctx, client, eps, diag, timeout); err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("etcd at %s unreachable within %s (--etcd-endpoints, ETCD_ENDPOINTS): %w", where, timeout, err)
 	}
@@ -175,17 +189,22 @@ func New(ctx context.Context, c Config) (*clientv3.Client, error) {
 
 // probe asks every endpoint for its status at once and succeeds with the first
 // answer; it fails with every endpoint's error when none answers within timeout.
-func probe(ctx context.Context, client *clientv3.Client, eps []string, timeout time.Duration) error {
+// An endpoint's error says why its connection fails when diag found out.
+func probe(ctx context.Context, client *clientv3.Client, eps []string, diag diagnoses, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	errs := make(chan error, len(eps))
 	for _, ep := range eps {
 		go func() {
 			_, err := client.Status(ctx, ep)
-			if err != nil {
-				err = fmt.Errorf("%s: %w", ep, err)
+			if err == nil {
+				errs <- nil
+				return
 			}
-			errs <- err
+			if d := diag.of(ep); d != nil {
+				err = fmt.Errorf("%w (%w)", d, err)
+			}
+			errs <- fmt.Errorf("%s: %w", ep, err)
 		}()
 	}
 	var all []error

@@ -2,14 +2,6 @@ package etcdcli
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +12,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testcerts"
 )
 
 func TestFlagsComeFromTheEnvironment(t *testing.T) {
@@ -122,15 +115,8 @@ func TestNewConnectsWithAndWithoutAuthentication(t *testing.T) {
 
 func TestTLSConfigFromFiles(t *testing.T) {
 	dir := t.TempDir()
-	caPEM, certPEM, keyPEM := selfSigned(t)
-	write := func(name string, data []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	ca, cert, key := write("ca.pem", caPEM), write("cert.pem", certPEM), write("key.pem", keyPEM)
+	certs := testcerts.New(t, dir)
+	ca, cert, key := certs.CA, certs.ClientCert, certs.ClientKey
 
 	if cfg, err := (&Config{}).TLS(); cfg != nil || err != nil {
 		t.Errorf("no files: %v, %v; want no TLS", cfg, err)
@@ -148,31 +134,4 @@ func TestTLSConfigFromFiles(t *testing.T) {
 	if _, err := (&Config{CACert: key}).TLS(); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("CA file without a certificate: %v", err)
 	}
-}
-
-// selfSigned returns a self-signed certificate (used as CA and client cert) and
-// its key, PEM-encoded.
-func selfSigned(t *testing.T) (ca, cert, key []byte) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tidemark-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	return c, c, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 }
