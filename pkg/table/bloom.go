@@ -1,6 +1,7 @@
 package table
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/bits-and-blooms/bloom/v3"
@@ -32,14 +33,44 @@ func encodeBloom(f *bloom.BloomFilter) ([]byte, error) {
 	return seal(bloomMagic, payload), nil
 }
 
+// maxBloomHashes bounds k: the filters written here use 10 (bloomFPRate), and every
+// lookup computes k hashes, so a corrupt k of 2^60 would hang the reader.
+const maxBloomHashes = 64
+
 func decodeBloom(key string, data []byte) (*bloom.BloomFilter, error) {
 	payload, err := unseal(key, bloomMagic, data)
 	if err != nil {
 		return nil, err
+	}
+	if err := checkBloomHeader(payload); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", key, ErrCorrupt, err)
 	}
 	f := &bloom.BloomFilter{}
 	if err := f.UnmarshalBinary(payload); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", key, ErrCorrupt, err)
 	}
 	return f, nil
+}
+
+// checkBloomHeader checks the payload's header against its length before the
+// library decodes it: the library allocates the bit set from the header's length
+// (a flipped bit asks for terabytes), divides by m (0 panics) and loops k times.
+// The payload is m uint64 | k uint64 | bit-set length uint64 (= m) | the bit set's
+// ceil(m/64) words, all big-endian.
+func checkBloomHeader(p []byte) error {
+	const header = 3 * 8
+	if len(p) < header {
+		return fmt.Errorf("bloom filter of %d bytes, shorter than its header", len(p))
+	}
+	m, k, bits := binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:]), binary.BigEndian.Uint64(p[16:])
+	words := uint64(len(p)-header) / 8
+	switch {
+	case m == 0 || k == 0 || k > maxBloomHashes:
+		return fmt.Errorf("bloom filter with m=%d bits and k=%d hashes", m, k)
+	case bits != m:
+		return fmt.Errorf("bloom filter of m=%d bits holds a bit set of %d", m, bits)
+	case uint64(len(p)-header)%8 != 0 || words != m/64+min(m%64, 1):
+		return fmt.Errorf("bloom filter of m=%d bits has %d bytes of bit set", m, len(p)-header)
+	}
+	return nil
 }

@@ -29,6 +29,11 @@ func decodeDeletions(key string, data []byte, rows int64) (*roaring.Bitmap, erro
 	if err := bm.UnmarshalBinary(payload); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", key, ErrCorrupt, err)
 	}
+	// The library decodes containers without checking them (a run container with no
+	// runs decodes, then Maximum panics); Validate is its own consistency check.
+	if err := bm.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", key, ErrCorrupt, err)
+	}
 	if !bm.IsEmpty() && int64(bm.Maximum()) >= rows {
 		return nil, fmt.Errorf("%s: %w: deletes row %d of a %d-row fragment", key, ErrCorrupt, bm.Maximum(), rows)
 	}
