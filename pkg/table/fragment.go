@@ -3,11 +3,9 @@ package table
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -16,8 +14,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
-
-	"github.com/tidemark-io/tidemark/pkg/objstore"
 )
 
 // encodeParquet writes recs (all of schema s) as one Parquet file: zstd, row groups
@@ -53,31 +49,41 @@ func encodeParquet(s *arrow.Schema, recs []arrow.RecordBatch, rowGroupRows int64
 // inside arrow-go; every call through it converts a panic into ErrCorrupt naming the
 // object, because a corrupt fragment must fail a read, not the process.
 type fragmentFile struct {
-	ra     *ioTrackingReaderAt
+	ra     *fragmentReader
 	key    string
 	schema *arrow.Schema // the table's schema; batches are returned with its types
 	pf     *file.Reader
 	fr     *pqarrow.FileReader
 }
 
+// openFragment opens f for reading. With its footer cached it makes no request;
+// otherwise it reads the footer with one ranged request at the end of the object.
 func (t *Table) openFragment(ctx context.Context, s *arrow.Schema, f Fragment) (ff *fragmentFile, err error) {
 	key := t.key(f.Path)
-	bra, err := t.bucket.ReaderAt(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("fragment %s: %w", key, err)
-	}
-	ra := &ioTrackingReaderAt{ReaderAt: bra}
-	if ra.Size() != f.Bytes {
-		return nil, fmt.Errorf("fragment %s: %w: %d bytes, manifest says %d", key, ErrCorrupt, ra.Size(), f.Bytes)
-	}
+	ra := newFragmentReader(ctx, t.bucket, key, f.Bytes)
 	defer recoverCorrupt(key, &err)
 	var ropts []file.ReadOption
 	if md, ok := t.footers.Get(f.Path); ok {
 		ropts = append(ropts, file.WithMetadata(md)) // skips the footer reads
+	} else {
+		if f.Bytes <= 0 {
+			return nil, fmt.Errorf("fragment %s: %w: manifest says %d bytes", key, ErrCorrupt, f.Bytes)
+		}
+		n := min(f.Bytes, footerRead)
+		if err := ra.prefetch(ctx, []byteRange{{f.Bytes - n, n}}); err != nil {
+			return nil, err
+		}
+		// A fragment that fits in that read stays in memory while it is open:
+		// small fragments cost one request, not two.
+		if n < f.Bytes {
+			defer ra.drop()
+		} else {
+			ra.whole = true
+		}
 	}
-	pf, err := file.NewParquetReader(ra, ropts...)
+	pf, err := file.NewParquetReader(io.NewSectionReader(ra, 0, f.Bytes), ropts...)
 	if err != nil {
-		return nil, ra.classify(key, err)
+		return nil, ra.classify(err)
 	}
 	if len(ropts) == 0 {
 		// Footers are immutable; the in-memory form is a few times the encoded size.
@@ -86,7 +92,7 @@ func (t *Table) openFragment(ctx context.Context, s *arrow.Schema, f Fragment) (
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: t.opts.RowGroupRows}, memory.DefaultAllocator)
 	if err != nil {
 		_ = pf.Close()
-		return nil, ra.classify(key, err)
+		return nil, ra.classify(err)
 	}
 	if pf.NumRows() != f.Rows {
 		_ = pf.Close()
@@ -96,40 +102,6 @@ func (t *Table) openFragment(ctx context.Context, s *arrow.Schema, f Fragment) (
 }
 
 func (ff *fragmentFile) Close() error { return ff.pf.Close() }
-
-// ioTrackingReaderAt remembers the first I/O error of the object-store reads under
-// a Parquet decoder. The decoder flattens errors into its own messages, and a
-// throttled read must not be reported as a corrupt file: one is retried, the other
-// halts.
-type ioTrackingReaderAt struct {
-	*objstore.ReaderAt
-	mu  sync.Mutex
-	err error
-}
-
-func (r *ioTrackingReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	n, err := r.ReaderAt.ReadAt(p, off)
-	if err != nil && !errors.Is(err, io.EOF) {
-		r.mu.Lock()
-		if r.err == nil {
-			r.err = err
-		}
-		r.mu.Unlock()
-	}
-	return n, err
-}
-
-// classify wraps a decoder error: the I/O error behind it if there was one,
-// otherwise ErrCorrupt.
-func (r *ioTrackingReaderAt) classify(key string, err error) error {
-	r.mu.Lock()
-	ioErr := r.err
-	r.mu.Unlock()
-	if ioErr != nil {
-		return fmt.Errorf("fragment %s: %w", key, ioErr)
-	}
-	return fmt.Errorf("fragment %s: %w: %v", key, ErrCorrupt, err)
-}
 
 // recoverCorrupt turns a panic in a decoder into an ErrCorrupt error for key.
 func recoverCorrupt(key string, err *error) {
@@ -170,17 +142,27 @@ func appendLeaves(out []int, sf *pqarrow.SchemaField) []int {
 }
 
 // read streams the named columns of the given row groups (nil = all) to fn, each
-// batch with the row offset of its first row within the fragment.
+// batch with the row offset of its first row within the fragment. Each row group's
+// column chunks are fetched together (coalesced where they are close, the rest at
+// most chunkReads at once) before it is decoded, instead of one request after
+// another per chunk.
 func (ff *fragmentFile) read(ctx context.Context, columns []string, rowGroups []int, fn func(rec arrow.RecordBatch, offset int64) error) (err error) {
 	defer recoverCorrupt(ff.key, &err)
 	leaves, err := ff.leaves(columns)
 	if err != nil {
 		return err
 	}
+	md := ff.pf.MetaData()
+	if rowGroups == nil {
+		rowGroups = make([]int, md.NumRowGroups())
+		for g := range rowGroups {
+			rowGroups[g] = g
+		}
+	}
 	var offset int64
 	if len(rowGroups) > 0 {
 		for g := 0; g < rowGroups[0]; g++ {
-			offset += ff.pf.MetaData().RowGroup(g).NumRows()
+			offset += md.RowGroup(g).NumRows()
 		}
 		for i := 1; i < len(rowGroups); i++ {
 			if rowGroups[i] != rowGroups[i-1]+1 {
@@ -193,30 +175,78 @@ func (ff *fragmentFile) read(ctx context.Context, columns []string, rowGroups []
 		fields[i] = ff.schema.Field(ff.schema.FieldIndices(c)[0])
 	}
 	want := arrow.NewSchema(fields, nil)
-	rr, err := ff.fr.GetRecordReader(ctx, leaves, rowGroups)
+	for _, g := range rowGroups {
+		if g < 0 || g >= md.NumRowGroups() {
+			return fmt.Errorf("fragment %s: %w: no row group %d", ff.key, ErrCorrupt, g)
+		}
+		n, err := ff.readGroup(ctx, want, leaves, g, offset, fn)
+		if err != nil {
+			return err
+		}
+		offset += n
+	}
+	return nil
+}
+
+// readGroup reads one row group (see read) and returns its row count.
+func (ff *fragmentFile) readGroup(ctx context.Context, want *arrow.Schema, leaves []int, g int, offset int64, fn func(rec arrow.RecordBatch, offset int64) error) (int64, error) {
+	ranges, err := ff.chunkRanges(g, leaves)
 	if err != nil {
-		return ff.ra.classify(ff.key, err)
+		return 0, err
+	}
+	if err := ff.ra.prefetch(ctx, ranges); err != nil {
+		return 0, err
+	}
+	defer ff.ra.drop()
+	rr, err := ff.fr.GetRecordReader(ctx, leaves, []int{g})
+	if err != nil {
+		return 0, ff.ra.classify(err)
 	}
 	defer rr.Release()
+	start := offset
 	for rr.Next() {
 		rec, err := retypeRecord(want, rr.RecordBatch())
 		if err != nil {
-			return fmt.Errorf("fragment %s: %w: %v", ff.key, ErrCorrupt, err)
+			return 0, fmt.Errorf("fragment %s: %w: %v", ff.key, ErrCorrupt, err)
 		}
 		err = fn(rec, offset)
 		rec.Release()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		offset += rec.NumRows()
 	}
 	if err := rr.Err(); err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
-		return ff.ra.classify(ff.key, err)
+		return 0, ff.ra.classify(err)
 	}
-	return nil
+	return offset - start, nil
+}
+
+// chunkRanges returns the byte ranges of the given leaf columns' chunks in row group
+// g, computed as the decoder computes them (the dictionary page first when there is
+// one).
+func (ff *fragmentFile) chunkRanges(g int, leaves []int) ([]byteRange, error) {
+	rg := ff.pf.MetaData().RowGroup(g)
+	out := make([]byteRange, 0, len(leaves))
+	for _, l := range leaves {
+		cc, err := rg.ColumnChunk(l)
+		if err != nil {
+			return nil, fmt.Errorf("fragment %s: %w: row group %d column %d: %v", ff.key, ErrCorrupt, g, l, err)
+		}
+		start := cc.DataPageOffset()
+		if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && start > cc.DictionaryPageOffset() {
+			start = cc.DictionaryPageOffset()
+		}
+		n := cc.TotalCompressedSize()
+		if start < 0 || n < 0 || start+n > ff.ra.size {
+			return nil, fmt.Errorf("fragment %s: %w: row group %d column %d at [%d,+%d) in %d bytes", ff.key, ErrCorrupt, g, l, start, n, ff.ra.size)
+		}
+		out = append(out, byteRange{start, n})
+	}
+	return out, nil
 }
 
 // rowGroupOf returns the row group holding row offset and that group's first row.

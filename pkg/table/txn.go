@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 )
@@ -62,6 +64,7 @@ type Txn struct {
 	// vector united with dels), with the base vector path each was built from.
 	dvRefs map[string]writtenDV
 
+	filesMu  sync.Mutex
 	files    []string // objects written, deleted by Abort
 	finished bool
 }
@@ -173,10 +176,11 @@ func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error
 		Path: dataDir + "/" + name + ".parquet", Bloom: dataDir + "/" + name + ".bloom",
 		Rows: int64(off), Bytes: int64(len(data)), IDMin: idMin, IDMax: idMax, SeqMax: seqMax,
 	}
-	if err := x.put(ctx, f.Path, data); err != nil {
-		return err
-	}
-	if err := x.put(ctx, f.Bloom, bloomData); err != nil {
+	// Both objects at once: one round trip instead of two.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return x.put(gctx, f.Path, data) })
+	g.Go(func() error { return x.put(gctx, f.Bloom, bloomData) })
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	x.t.blooms.Add(f.Bloom, bf, int64(len(bloomData)))
@@ -184,18 +188,24 @@ func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error
 	return nil
 }
 
+// put writes one staged object; it may be called concurrently.
 func (x *Txn) put(ctx context.Context, rel string, data []byte) error {
+	x.filesMu.Lock()
 	x.files = append(x.files, rel)
+	x.filesMu.Unlock()
 	return x.t.bucket.Put(ctx, x.t.key(rel), data)
 }
 
 // resolve compares the incoming rows with every fragment of m not yet compared:
 // older existing rows go into dels, incoming rows older than an existing row go into
-// selfDel.
+// selfDel. The fragments' bloom filters, then the key indexes and deletion vectors of
+// those with candidate ids, are read fragmentReads at a time: on an object store a
+// conflict check that reads them one after another waits one round trip per object.
 func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 	if x.frag == nil {
 		return nil
 	}
+	var check []Fragment
 	for _, f := range m.Fragments {
 		if x.checked[f.Path] {
 			continue
@@ -204,34 +214,55 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 		if f.IDMax < x.frag.IDMin || f.IDMin > x.frag.IDMax || f.LiveRows() == 0 {
 			continue
 		}
-		bf, err := x.t.bloom(ctx, f)
-		if err != nil {
-			return err
-		}
-		var candidates []string
-		for id := range x.incoming {
-			if id >= f.IDMin && id <= f.IDMax && bf.TestString(id) {
-				candidates = append(candidates, id)
+		check = append(check, f)
+	}
+	type found struct {
+		candidates []string
+		idx        *keyIndex
+		dv         *roaring.Bitmap
+	}
+	results := make([]found, len(check))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fragmentReads)
+	for i, f := range check {
+		g.Go(func() error {
+			bf, err := x.t.bloom(gctx, f)
+			if err != nil {
+				return err
 			}
-		}
-		if len(candidates) == 0 {
-			continue
-		}
-		idx, err := x.t.keyIndex(ctx, m.ArrowSchema(), f)
-		if err != nil {
-			return err
-		}
-		dv, err := x.t.deletions(ctx, f)
-		if err != nil {
-			return err
-		}
-		for _, id := range candidates {
-			o, ok := idx.offsets[id]
-			if !ok || dv.Contains(o) {
+			var candidates []string
+			for id := range x.incoming {
+				if id >= f.IDMin && id <= f.IDMax && bf.TestString(id) {
+					candidates = append(candidates, id)
+				}
+			}
+			if len(candidates) == 0 {
+				return nil
+			}
+			idx, err := x.t.keyIndex(gctx, m.ArrowSchema(), f)
+			if err != nil {
+				return err
+			}
+			dv, err := x.t.deletions(gctx, f)
+			if err != nil {
+				return err
+			}
+			results[i] = found{candidates: candidates, idx: idx, dv: dv}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err // the caller aborts the transaction
+	}
+	for i, f := range check {
+		r := results[i]
+		for _, id := range r.candidates {
+			o, ok := r.idx.offsets[id]
+			if !ok || r.dv.Contains(o) {
 				continue
 			}
 			in := x.incoming[id]
-			if in.seq >= idx.seqs[o] {
+			if in.seq >= r.idx.seqs[o] {
 				if x.dels[f.Path] == nil {
 					x.dels[f.Path] = roaring.New()
 				}
@@ -247,11 +278,17 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 
 // writeDeletions writes, for every existing fragment this transaction deletes from,
 // the union of that fragment's vector in m and dels, unless one built from the same
-// base vector exists already; and the new fragment's own vector if it changed.
+// base vector exists already; and the new fragment's own vector if it changed. The
+// vectors are read and written fragmentReads at a time.
 func (x *Txn) writeDeletions(ctx context.Context, m *Manifest) error {
+	type job struct {
+		f    Fragment
+		from string
+		ref  DeletionRef
+	}
+	var jobs []job
 	for _, f := range m.Fragments {
-		ours := x.dels[f.Path]
-		if ours == nil {
+		if x.dels[f.Path] == nil {
 			continue
 		}
 		from := ""
@@ -261,23 +298,36 @@ func (x *Txn) writeDeletions(ctx context.Context, m *Manifest) error {
 		if w, ok := x.dvRefs[f.Path]; ok && w.from == from {
 			continue
 		}
-		cur, err := x.t.deletions(ctx, f)
-		if err != nil {
+		jobs = append(jobs, job{f: f, from: from})
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fragmentReads)
+	for i := range jobs {
+		j := &jobs[i]
+		ours := x.dels[j.f.Path]
+		g.Go(func() error {
+			cur, err := x.t.deletions(gctx, j.f)
+			if err != nil {
+				return err
+			}
+			j.ref, err = x.writeDV(gctx, roaring.Or(cur, ours))
 			return err
-		}
-		union := roaring.Or(cur, ours)
-		ref, err := x.writeDV(ctx, union)
-		if err != nil {
-			return err
-		}
-		x.dvRefs[f.Path] = writtenDV{ref: ref, from: from}
+		})
 	}
 	if x.selfDelDirty {
-		ref, err := x.writeDV(ctx, x.selfDel)
-		if err != nil {
+		g.Go(func() error {
+			ref, err := x.writeDV(gctx, x.selfDel)
+			if err == nil {
+				x.selfDelRef, x.selfDelDirty = &ref, false
+			}
 			return err
-		}
-		x.selfDelRef, x.selfDelDirty = &ref, false
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		x.dvRefs[j.f.Path] = writtenDV{ref: j.ref, from: j.from}
 	}
 	return nil
 }
