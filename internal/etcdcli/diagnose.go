@@ -13,9 +13,10 @@ import (
 	"time"
 )
 
-// alertWait bounds how long diagnose waits for etcd to refuse a connection that
-// looks fine to the client: after a TLS 1.3 handshake etcd checks the client's
-// certificate and says no in an alert; a TLS-only etcd closes a plain connection.
+// alertWait bounds how long diagnose waits, without a deadline in its context,
+// for etcd to refuse a connection that looks fine to the client: after a TLS 1.3
+// handshake etcd checks the client's certificate and says no in an alert; a
+// TLS-only etcd closes a plain connection.
 const alertWait = time.Second
 
 // diagnose connects to endpoint ep the way the etcd client does (TCP, then TLS
@@ -82,13 +83,14 @@ func plainAnswers(ctx context.Context, conn net.Conn) error {
 	return fmt.Errorf("etcd closed a plain connection (%w): if it serves TLS, use https:// and --etcd-ca-cert", err)
 }
 
-// alertDeadline is when to stop waiting for the server to refuse a connection.
+// alertDeadline is when to stop waiting for the server to refuse a connection:
+// the end of ctx, since nothing waits for a diagnosis of a working connection,
+// and a loaded etcd may take long to say no.
 func alertDeadline(ctx context.Context) time.Time {
-	wait := time.Now().Add(alertWait)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(wait) {
-		wait = dl
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
 	}
-	return wait
+	return time.Now().Add(alertWait)
 }
 
 // diagnoses are the results of diagnose for each endpoint, run in the background.
