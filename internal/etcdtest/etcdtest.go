@@ -247,6 +247,9 @@ func (s *Server) start() error {
 		cfg.ClientTLSInfo.TrustedCAFile = certs.CA
 		cfg.ClientTLSInfo.ClientCertAuth = true
 	}
+	// The cheapest password hashing bcrypt allows (bcrypt.MinCost): at etcd's
+	// default every authentication costs a second of CPU under -race.
+	cfg.BcryptCost = 4
 	if ttl := s.opts.authTokenTTL; ttl > 0 {
 		cfg.AuthTokenTTL = uint(max(1, math.Ceil(ttl.Seconds())))
 	}
