@@ -317,11 +317,14 @@ func (c *cluster) shutdown() {
 	if c.client != nil {
 		_ = c.client.Close()
 	}
-	if err := c.etcd.stop(syscall.SIGINT, 20*time.Second); err != nil {
-		c.t.Errorf("master dev (etcd) did not stop cleanly on SIGINT: %v", err)
+	if c.etcd != nil { // nil: the test runs etcd itself (etcd_tls_test.go)
+		if err := c.etcd.stop(syscall.SIGINT, 20*time.Second); err != nil {
+			c.t.Errorf("master dev (etcd) did not stop cleanly on SIGINT: %v", err)
+		}
+		procs = append(procs, c.etcd)
 	}
 	if c.t.Failed() {
-		for _, p := range append(procs, c.etcd) {
+		for _, p := range procs {
 			c.t.Logf("----- last lines of %s (%s) -----\n%s", p.name, p.logPath, p.tail(40))
 		}
 	}
