@@ -12,12 +12,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/cli"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -32,6 +33,7 @@ type adminFlags struct {
 	addr    string
 	timeout time.Duration
 	output  string
+	auth    auth.Flags
 }
 
 func newAdminCmd() *cobra.Command {
@@ -43,7 +45,11 @@ func newAdminCmd() *cobra.Command {
 requeue a store's WAL merge, read the stats rows, rescan stores, list workers.
 
 A target is "<name>" for a rollout store and "generic:<name>" for a generic store.
-Errors print the gRPC status code and the master's message, and exit non-zero.`,
+Errors print the gRPC status code and the master's message, and exit non-zero.
+
+The AdminService needs the master's credential: its token (AUTH_TOKEN_FILE, the
+file the master reads, or AUTH_TOKEN) and, with mutual TLS, a client certificate
+(--tls-cert, --tls-key) and the CA of the master's certificate (--tls-ca).`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.addr, "addr", "127.0.0.1:7070", "gRPC address of the master's AdminService")
@@ -52,6 +58,7 @@ Errors print the gRPC status code and the master's message, and exit non-zero.`,
 	cli.BindEnv(pf, "timeout", "ADMIN_TIMEOUT")
 	pf.StringVarP(&f.output, "output", "o", outputTable, "output format: table or json")
 	cli.BindEnv(pf, "output", "ADMIN_OUTPUT")
+	f.auth.AddClientFlags(pf)
 
 	var dependsOn []string
 	enqueue := &cobra.Command{
@@ -164,7 +171,11 @@ func (f *adminFlags) run(name string, call adminCall) func(*cobra.Command, []str
 		if f.output != outputTable && f.output != outputJSON {
 			return fmt.Errorf("--output (ADMIN_OUTPUT) %q: want table or json", f.output)
 		}
-		conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cred, err := f.auth.Client()
+		if err != nil {
+			return err
+		}
+		conn, err := grpc.NewClient(f.addr, auth.DialOptions(cred.Token, cred.TLS)...)
 		if err != nil {
 			return fmt.Errorf("master at %s (--addr, MASTER_ADDR): %w", f.addr, err)
 		}
@@ -174,6 +185,10 @@ func (f *adminFlags) run(name string, call adminCall) func(*cobra.Command, []str
 		resp, err := call(ctx, tidemarkv1.NewAdminServiceClient(conn), args)
 		if err != nil {
 			st := status.Convert(err)
+			if st.Code() == codes.Unauthenticated {
+				return fmt.Errorf("%s: master at %s refused the credential: %s (give the master's token with AUTH_TOKEN_FILE or --auth-token-file; with mutual TLS, a client certificate with --tls-cert, --tls-key and --tls-ca)",
+					name, f.addr, st.Message())
+			}
 			return fmt.Errorf("%s: master at %s: %s: %s", name, f.addr, st.Code(), st.Message())
 		}
 		return printResponse(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.output, resp)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/chaos"
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
@@ -34,6 +35,7 @@ type serveFlags struct {
 	leaseTTL, shutdown          time.Duration
 	pruneInterval, retentionAge time.Duration
 	retentionCount              int
+	auth                        auth.Flags
 }
 
 func newServeCmd() *cobra.Command {
@@ -91,6 +93,7 @@ func newServeCmd() *cobra.Command {
 	bind("object-store-timeout", "OBJECT_STORE_TIMEOUT")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	bind("log-level", "LOG_LEVEL")
+	f.auth.AddServerFlags(fs)
 	return cmd
 }
 
@@ -136,6 +139,14 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err := f.check(); err != nil {
 		return err
 	}
+	reg := master.NewRegistry()
+	// Checked before anything is opened: a master that would serve its
+	// AdminService to anyone refuses to start. The same token (and --tls-ca with
+	// the certificate as client certificate) goes on the calls to the workers.
+	authn, err := f.auth.Server(log, reg)
+	if err != nil {
+		return err
+	}
 	var discovery master.Discovery
 	if f.workerEndpoints != "" {
 		static, err := master.ParseEndpoints(f.workerEndpoints)
@@ -166,7 +177,8 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if discovery == nil {
 		discovery = &master.EtcdDiscovery{Client: client, Prefix: prefix}
 	}
-	caller := master.NewGRPCCaller(master.GRPCCallerConfig{DialTimeout: f.workerDial})
+	caller := master.NewGRPCCaller(master.GRPCCallerConfig{DialTimeout: f.workerDial,
+		DialOptions: auth.DialOptions(authn.Client.Token, authn.Client.TLS)})
 	defer caller.Close()
 
 	gln, err := net.Listen("tcp", f.grpcAddr)
@@ -200,7 +212,10 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		PruneKeep:        f.retentionCount,
 		PruneMaxAge:      f.retentionAge,
 		Holder:           f.holder,
+		Metrics:          reg,
 		Logger:           log,
+		Auth:             authn.Guard,
+		TLS:              authn.TLS,
 	})
 	if err != nil {
 		_ = gln.Close()

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -39,6 +41,9 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// testToken is the bearer token the tests' masters accept.
+const testToken = "cmd-master-test-token-0123456789"
 
 // run executes the root command with args and returns what it printed on stdout
 // and stderr.
@@ -76,7 +81,7 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 
 func TestServeFailsAtStartupWhenEtcdIsUnreachable(t *testing.T) {
 	_, _, err := run(t, "serve", "--data-url", "mem://", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--etcd-endpoints", "http://127.0.0.1:1", "--etcd-dial-timeout", "300ms")
+		"--etcd-endpoints", "http://127.0.0.1:1", "--etcd-dial-timeout", "300ms", "--auth-disabled")
 	if err == nil || !strings.Contains(err.Error(), "http://127.0.0.1:1") || !strings.Contains(err.Error(), "ETCD_ENDPOINTS") {
 		t.Fatalf("err = %v, want a startup error naming the endpoint and ETCD_ENDPOINTS", err)
 	}
@@ -91,8 +96,11 @@ func TestServeRefusesBadSettingsNamingThem(t *testing.T) {
 		{[]string{"--merge-wal-min-generations", "0"}, "MERGE_WAL_MIN_GENERATIONS"},
 		{[]string{"--master-lease-ttl", "1s"}, "MASTER_LEASE_TTL"},
 		{[]string{"--task-concurrency", "-1"}, "TASK_CONCURRENCY"},
+		{[]string{"--auth-token", ""}, "AUTH_DISABLED"}, // secure by default: no credential, no start
+		{[]string{"--auth-token", "short"}, "AUTH_TOKEN"},
+		{[]string{"--tls-client-ca", "/ca.pem"}, "TLS_CERT"},
 	} {
-		args := append([]string{"serve", "--data-url", "mem://", "--etcd-endpoints", "http://127.0.0.1:1"}, tc.args...)
+		args := append([]string{"serve", "--data-url", "mem://", "--etcd-endpoints", "http://127.0.0.1:1", "--auth-token", testToken}, tc.args...)
 		if _, _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want one naming %s", tc.args, err, tc.want)
 		}
@@ -116,7 +124,7 @@ func liveMaster(t *testing.T) string {
 	root.SetErr(&logs)
 	root.SetArgs([]string{"serve", "--data-url", dataURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--etcd-endpoints", strings.Join(endpoints, ","), "--etcd-prefix", "/e2e", "--master-lease-ttl", "2s",
-		"--shutdown-timeout", "2s"})
+		"--shutdown-timeout", "2s", "--auth-token", testToken})
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
 	t.Cleanup(func() {
@@ -198,7 +206,13 @@ func TestAdminAgainstALiveMaster(t *testing.T) {
 	addr := liveMaster(t)
 	admin := func(args ...string) (string, string, error) {
 		t.Helper()
-		return run(t, append([]string{"admin", "--addr", addr, "--timeout", "10s"}, args...)...)
+		return run(t, append([]string{"admin", "--addr", addr, "--timeout", "10s", "--auth-token", testToken}, args...)...)
+	}
+
+	// Without the token: a clear refusal that says how to give it.
+	_, _, err := run(t, "admin", "--addr", addr, "--timeout", "10s", "workers")
+	if err == nil || !strings.Contains(err.Error(), "refused the credential") || !strings.Contains(err.Error(), "AUTH_TOKEN_FILE") {
+		t.Fatalf("admin without the token: err = %v, want a refusal naming AUTH_TOKEN_FILE", err)
 	}
 
 	// compact has no runner: the task stays queued, so the listing is stable.
@@ -282,10 +296,15 @@ func TestAdminAgainstALiveMaster(t *testing.T) {
 		t.Fatalf("workers (%v):\n%s", err, out)
 	}
 
-	// MASTER_ADDR reaches the subcommands' inherited --addr.
+	// MASTER_ADDR and AUTH_TOKEN_FILE reach the subcommands' inherited flags.
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("MASTER_ADDR", addr)
+	t.Setenv("AUTH_TOKEN_FILE", tokenFile)
 	if _, _, err := run(t, "admin", "get", id); err != nil {
-		t.Errorf("admin with MASTER_ADDR: %v", err)
+		t.Errorf("admin with MASTER_ADDR and AUTH_TOKEN_FILE: %v", err)
 	}
 	_, _, err = run(t, "admin", "--addr", "127.0.0.1:1", "--timeout", "500ms", "workers")
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {

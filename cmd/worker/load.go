@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
 	"github.com/tidemark-io/tidemark/pkg/loadgen"
@@ -19,6 +21,7 @@ type loadFlags struct {
 	cfg   loadgen.Config
 	addrs []string
 	etcd  etcdcli.Config
+	auth  auth.Flags
 }
 
 func newLoadCmd() *cobra.Command {
@@ -63,6 +66,7 @@ are created if missing. Workers are --workers, or every worker registered in etc
 	bind("run-id", "LOAD_RUN_ID")
 	fs.BoolVar(&c.Flush, "flush", false, "add with ?flush=true: every request seals a generation (piles generations up fast)")
 	bind("flush", "LOAD_FLUSH")
+	f.auth.AddTokenFlags(fs)
 	return cmd
 }
 
@@ -70,6 +74,14 @@ func runLoad(cmd *cobra.Command, f loadFlags) error {
 	ctx := cmd.Context()
 	cfg := f.cfg
 	cfg.Workers = f.addrs
+	cred, err := f.auth.Client()
+	if err != nil {
+		return err
+	}
+	if cred.Token != "" {
+		// Only workers with --auth-data-routes need it; others ignore it.
+		cfg.Client = &http.Client{Timeout: 2 * time.Minute, Transport: &auth.Transport{Token: cred.Token}}
+	}
 	if len(cfg.Workers) == 0 {
 		if !f.etcd.Enabled() {
 			return errors.New("no workers: give --workers (LOAD_WORKERS) or --etcd-endpoints (ETCD_ENDPOINTS) to find them")

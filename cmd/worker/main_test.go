@@ -19,7 +19,7 @@ func run(t *testing.T, args ...string) (string, error) {
 }
 
 func TestServeFailsAtStartupOnBadDataURL(t *testing.T) {
-	_, err := run(t, "serve", "--data-url", "nosuchscheme://bucket", "--instance-id", "w1", "--http-addr", "127.0.0.1:0")
+	_, err := run(t, "serve", "--data-url", "nosuchscheme://bucket", "--instance-id", "w1", "--http-addr", "127.0.0.1:0", "--auth-disabled")
 	if err == nil || !strings.Contains(err.Error(), "DATA_URL") || !strings.Contains(err.Error(), "nosuchscheme") {
 		t.Fatalf("err = %v, want a startup error naming DATA_URL and the URL", err)
 	}
@@ -27,6 +27,7 @@ func TestServeFailsAtStartupOnBadDataURL(t *testing.T) {
 
 func TestServeTakesSettingsFromEnvironment(t *testing.T) {
 	t.Setenv("DATA_URL", "nosuchscheme://from-env")
+	t.Setenv("AUTH_TOKEN", testToken)
 	_, err := run(t, "serve", "--instance-id", "w1", "--http-addr", "127.0.0.1:0")
 	if err == nil || !strings.Contains(err.Error(), "from-env") {
 		t.Fatalf("err = %v, want the DATA_URL from the environment to be used", err)

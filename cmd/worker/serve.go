@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/chaos"
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
@@ -46,6 +47,9 @@ type serveFlags struct {
 	generationCache, tableCache, maxBodyBytes   int64
 	sealAfterBytes                              int64
 	opTimeout                                   time.Duration
+
+	auth           auth.Flags
+	authDataRoutes bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -111,6 +115,9 @@ func newServeCmd() *cobra.Command {
 	bind("max-body-bytes", "MAX_BODY_BYTES")
 	fs.DurationVar(&f.opTimeout, "object-store-timeout", objstore.DefaultOpTimeout, "bound on every object-store request")
 	bind("object-store-timeout", "OBJECT_STORE_TIMEOUT")
+	f.auth.AddServerFlags(fs)
+	fs.BoolVar(&f.authDataRoutes, "auth-data-routes", false, "the data routes (stores, rows) need the credential too; the WorkerService, flush, merge-wal and internal routes always do")
+	bind("auth-data-routes", "AUTH_DATA_ROUTES")
 	return cmd
 }
 
@@ -132,6 +139,16 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if f.mergeAfterGenerations < 0 || f.mergeMaxGenerations < 0 || f.mergeMaxBytes < 0 {
 		return fmt.Errorf("merge settings must not be negative (0 disables or uncaps)")
 	}
+	reg := worker.NewRegistry()
+	// Credentials are checked before anything is opened: a worker that would
+	// serve its control surface to anyone refuses to start.
+	authn, err := f.auth.Server(log, reg)
+	if err != nil {
+		return err
+	}
+	if f.authDataRoutes && authn.Guard == nil {
+		return fmt.Errorf("--auth-data-routes (AUTH_DATA_ROUTES) with authentication disabled: configure a token or a client CA")
+	}
 	bucket, err := objstore.Open(ctx, f.dataURL, objstore.WithOpTimeout(f.opTimeout))
 	if err != nil {
 		return fmt.Errorf("data url (--data-url, DATA_URL): %w", err)
@@ -141,7 +158,6 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return err
 	}
 
-	reg := worker.NewRegistry()
 	series := worker.NewMetrics(reg)
 	stores := store.NewStores(store.Config{
 		Bucket:            bucket,
@@ -173,6 +189,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		Stores:          stores,
 		Merger:          merger,
 		MaxBodyBytes:    f.maxBodyBytes,
+		Auth:            authn.Guard,
+		AuthDataRoutes:  f.authDataRoutes,
+		TLS:             authn.TLS,
 	})
 	if err != nil {
 		return err
@@ -222,7 +241,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	gs, err := worker.NewGRPCServer(worker.GRPCConfig{Service: svc, Logger: log})
+	gs, err := worker.NewGRPCServer(worker.GRPCConfig{Service: svc, Logger: log, Auth: authn.Guard, TLS: authn.TLS})
 	if err != nil {
 		return err
 	}

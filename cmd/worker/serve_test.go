@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
 	"github.com/tidemark-io/tidemark/pkg/worker"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
@@ -37,6 +40,22 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// testToken is the bearer token the tests' workers accept.
+const testToken = "cmd-worker-test-token-0123456789"
+
+// Secure by default: with neither a token nor a client CA the worker refuses to
+// start, naming the settings; --auth-disabled is the explicit way out.
+func TestServeRefusesToStartWithoutACredential(t *testing.T) {
+	_, err := run(t, "serve", "--data-url", "mem://", "--instance-id", "w1", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0")
+	if err == nil || !strings.Contains(err.Error(), "AUTH_TOKEN_FILE") || !strings.Contains(err.Error(), "AUTH_DISABLED") {
+		t.Fatalf("err = %v, want a refusal naming AUTH_TOKEN_FILE and AUTH_DISABLED", err)
+	}
+	_, err = run(t, "serve", "--data-url", "mem://", "--instance-id", "w1", "--auth-token", "short")
+	if err == nil || !strings.Contains(err.Error(), "AUTH_TOKEN") {
+		t.Fatalf("err = %v, want a short token refused naming AUTH_TOKEN", err)
+	}
+}
+
 func TestServeHelpListsTheGRPCAndEtcdSettings(t *testing.T) {
 	out, err := run(t, "serve", "--help")
 	if err != nil {
@@ -52,7 +71,7 @@ func TestServeHelpListsTheGRPCAndEtcdSettings(t *testing.T) {
 
 func TestServeFailsAtStartupWhenEtcdIsUnreachable(t *testing.T) {
 	_, err := run(t, "serve", "--data-url", "mem://", "--instance-id", "w1", "--http-addr", "127.0.0.1:0",
-		"--grpc-addr", "127.0.0.1:0", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-dial-timeout", "300ms")
+		"--grpc-addr", "127.0.0.1:0", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-dial-timeout", "300ms", "--auth-disabled")
 	if err == nil || !strings.Contains(err.Error(), "http://127.0.0.1:1") || !strings.Contains(err.Error(), "ETCD_ENDPOINTS") {
 		t.Fatalf("err = %v, want a startup error naming the endpoint and ETCD_ENDPOINTS", err)
 	}
@@ -71,7 +90,8 @@ func TestServeRegistersServesGRPCAndHTTPAndDeregistersOnShutdown(t *testing.T) {
 	root.SetErr(&logs)
 	root.SetArgs([]string{"serve", "--data-url", "mem://", "--instance-id", "w1",
 		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
-		"--etcd-endpoints", strings.Join(endpoints, ","), "--etcd-prefix", "/e2e/", "--worker-lease-ttl", "2s"})
+		"--etcd-endpoints", strings.Join(endpoints, ","), "--etcd-prefix", "/e2e/", "--worker-lease-ttl", "2s",
+		"--auth-token", testToken})
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
 	defer func() {
@@ -104,7 +124,15 @@ func TestServeRegistersServesGRPCAndHTTPAndDeregistersOnShutdown(t *testing.T) {
 		t.Fatalf("record %+v: want the real listen ports and a start time", rec)
 	}
 
-	conn, err := grpc.NewClient(rec.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	bare, err := grpc.NewClient(rec.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	if _, err := tidemarkv1.NewWorkerServiceClient(bare).Info(context.Background(), &tidemarkv1.InfoRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("Info without the token: %v, want Unauthenticated", err)
+	}
+	conn, err := grpc.NewClient(rec.GRPCAddr, auth.DialOptions(testToken, nil)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +141,7 @@ func TestServeRegistersServesGRPCAndHTTPAndDeregistersOnShutdown(t *testing.T) {
 	if err != nil || info.GetInstanceId() != "w1" || info.GetGrpcAddr() != rec.GRPCAddr || info.GetHttpAddr() != rec.HTTPAddr {
 		t.Fatalf("Info = %v, %v; want w1 with the registered addresses", info, err)
 	}
-	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	h, err := healthpb.NewHealthClient(bare).Check(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health = %v, %v", h, err)
 	}

@@ -43,11 +43,21 @@ func (f *Flags) AddClientFlags(fs *pflag.FlagSet) {
 		"PEM client certificate to present (with --tls-key; mutual TLS)")
 }
 
-func (f *Flags) addCommon(fs *pflag.FlagSet, tokenFileUsage, certUsage string) {
+// AddTokenFlags defines only the token settings of a client that speaks plain
+// HTTP (worker load).
+func (f *Flags) AddTokenFlags(fs *pflag.FlagSet) {
+	f.addToken(fs, "file holding the bearer token to send (the first line of a server's token file)")
+}
+
+func (f *Flags) addToken(fs *pflag.FlagSet, tokenFileUsage string) {
 	fs.StringVar(&f.TokenFile, "auth-token-file", "", tokenFileUsage)
 	cli.BindEnv(fs, "auth-token-file", "AUTH_TOKEN_FILE")
 	fs.StringVar(&f.Token, "auth-token", "", "the bearer token itself, instead of --auth-token-file (prefer the environment variable: flags show in ps)")
 	cli.BindEnv(fs, "auth-token", "AUTH_TOKEN")
+}
+
+func (f *Flags) addCommon(fs *pflag.FlagSet, tokenFileUsage, certUsage string) {
+	f.addToken(fs, tokenFileUsage)
 	fs.StringVar(&f.CertFile, "tls-cert", "", certUsage)
 	cli.BindEnv(fs, "tls-cert", "TLS_CERT")
 	fs.StringVar(&f.KeyFile, "tls-key", "", "PEM key of --tls-cert")
