@@ -26,8 +26,10 @@ DATA_URL  ?= file://./data
 # make bench: per-benchmark time; BENCHCOUNT=6 gives benchstat enough samples.
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 1
+# make fuzz: time per fuzz target (every target runs, one after another).
+FUZZTIME ?= 10s
 
-.PHONY: help build test run bench lint proto proto-check etcdctl clean
+.PHONY: help build test run bench lint proto proto-check etcdctl clean fuzz
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -66,6 +68,10 @@ run: build ## build, then run a local cluster (etcd, master, 3 workers; data in 
 # Go benchmark runs. BENCH_FLAGS passes flags to `tidemark-bench run` (--only storm,lock).
 bench: ## run the incident reproductions (into BENCHMARKS.md) and every Go benchmark, output in bench.out
 	GO='$(GO)' BENCHTIME='$(BENCHTIME)' BENCHCOUNT='$(BENCHCOUNT)' bash scripts/bench.sh
+
+# Each target's corpus is its package's testdata/fuzz/<target>/, replayed by `make test`.
+fuzz: ## run every Go fuzz target for FUZZTIME (10s) each (scripts/fuzz.sh)
+	GO='$(GO)' FUZZTIME='$(FUZZTIME)' bash scripts/fuzz.sh
 
 lint: ## gofmt, go vet, staticcheck
 	@unformatted=$$(gofmt -l .); \
