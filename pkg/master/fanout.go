@@ -82,6 +82,8 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 		}
 		start := time.Now()
 		r, err := f.Caller.MergeWal(wctx, w, target, c.FencingToken)
+		// Read before cancel, which would turn the worker context's error into Canceled.
+		timedOut := err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded)
 		cancel()
 		if f.OnWorkerDone != nil {
 			f.OnWorkerDone(w, time.Since(start), err)
@@ -91,6 +93,12 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 			log.Warn("merge_wal: worker unreachable, skipping it", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
 			unavailable = append(unavailable, w.InstanceID)
 			continue
+		case timedOut:
+			// Said in words: a bare "DeadlineExceeded" reads like the master's own
+			// deadline, when it is this worker that did not answer in time.
+			log.Warn("merge_wal: worker did not answer within the worker timeout", "worker", w.InstanceID, "addr", w.GRPCAddr, "timeout", f.WorkerTimeout, "err", err)
+			return "", fmt.Errorf("worker %s (%s): merge did not finish within the worker timeout of %s: %w (fan-out stopped after %d/%d workers)",
+				w.InstanceID, w.GRPCAddr, f.WorkerTimeout, err, ok, len(workers))
 		case err != nil:
 			return "", fmt.Errorf("worker %s (%s): %w (fan-out stopped after %d/%d workers)", w.InstanceID, w.GRPCAddr, err, ok, len(workers))
 		}
