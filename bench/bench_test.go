@@ -111,7 +111,7 @@ func TestMemoryBuildAndMerge(t *testing.T) {
 	if backlog.Generations != 1 || backlog.Rows == 0 {
 		t.Fatalf("%+v", backlog)
 	}
-	out, err := MemoryMerge(ctx, dir, MemoryRun{Name: "t", MaxGenerations: 8, MaxBytes: 1 << 30, Budget: 64 << 20})
+	out, err := MemoryMerge(ctx, dir, MemoryRun{Name: "t", MaxGenerations: 8, MaxBytes: 1 << 30, Budget: 64 << 20}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,16 +48,18 @@ type MemoryConfig struct {
 }
 
 // DefaultMemoryConfig merges a 1 GiB backlog with the worker's defaults (8
-// generations, 1 GiB, 2 GiB budget), with a 256 MiB cap and a 512 MiB budget (so
-// the 2x charge of a pass fills the budget), with the same plus GOMEMLIMIT set to
-// the budget, and with a 64 MiB cap (one generation a pass) and a 128 MiB budget.
+// generations, 1 GiB, 2 GiB budget), with a 256 MiB cap and a 512 MiB budget, with
+// the same plus GOMEMLIMIT set to the budget, and with a 64 MiB cap (one generation
+// a pass) and the 256 MiB budget that pays for it. A pass takes no more generations
+// than the budget pays for at merge.PassCostFactor, so the budget, not the caps,
+// bounds the small-budget runs.
 func DefaultMemoryConfig() MemoryConfig {
 	return MemoryConfig{BacklogBytes: 1 << 30, Row: RealisticRow, Runs: []MemoryRun{
 		{Name: "defaults", MaxGenerations: merge.DefaultMaxGenerations, MaxBytes: merge.DefaultMaxBytes, Budget: 2 << 30},
 		{Name: "small budget", MaxGenerations: merge.DefaultMaxGenerations, MaxBytes: 256 << 20, Budget: 512 << 20},
 		{Name: "small budget, GOMEMLIMIT = budget", MaxGenerations: merge.DefaultMaxGenerations, MaxBytes: 256 << 20,
 			Budget: 512 << 20, GoMemLimit: 512 << 20},
-		{Name: "one generation a pass", MaxGenerations: merge.DefaultMaxGenerations, MaxBytes: 64 << 20, Budget: 128 << 20},
+		{Name: "one generation a pass", MaxGenerations: merge.DefaultMaxGenerations, MaxBytes: 64 << 20, Budget: 256 << 20},
 	}}
 }
 
@@ -238,7 +241,11 @@ func MemoryBuild(ctx context.Context, dir string, bytes int64, seed uint64, row 
 // MemoryMerge merges the backlog at dir as a worker with run's caps and budget
 // would, checks every row reached the base table, and reports the process's peak
 // RSS. It is the memory-merge process: run it in a fresh process.
-func MemoryMerge(ctx context.Context, dir string, run MemoryRun) (MemoryOutcome, error) {
+//
+// With heapProfile set it writes there the heap profile at the end (what the merge
+// allocated, by call site: `go tool pprof -sample_index=alloc_space`), and to
+// heapProfile.peak the one taken at the largest Go heap in use (as of the GC before).
+func MemoryMerge(ctx context.Context, dir string, run MemoryRun, heapProfile string) (MemoryOutcome, error) {
 	out := MemoryOutcome{Run: run}
 	b, err := objstore.Open(ctx, "file://"+filepath.ToSlash(dir))
 	if err != nil {
@@ -260,12 +267,17 @@ func MemoryMerge(ctx context.Context, dir string, run MemoryRun) (MemoryOutcome,
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var profile bytes.Buffer
 	wg.Go(func() {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
+			if heapProfile != "" && int64(ms.HeapInuse) > out.PeakHeap*21/20 {
+				profile.Reset()
+				_ = pprof.Lookup("heap").WriteTo(&profile, 0)
+			}
 			out.PeakHeap = max(out.PeakHeap, int64(ms.HeapInuse))
 			select {
 			case <-stop:
@@ -281,6 +293,20 @@ func MemoryMerge(ctx context.Context, dir string, run MemoryRun) (MemoryOutcome,
 	wg.Wait()
 	if err != nil {
 		return out, err
+	}
+	if heapProfile != "" {
+		// The peak's in-use view, and everything the merge allocated (alloc_space).
+		if err := os.WriteFile(heapProfile+".peak", profile.Bytes(), 0o644); err != nil {
+			return out, err
+		}
+		runtime.GC()
+		profile.Reset()
+		if err := pprof.Lookup("heap").WriteTo(&profile, 0); err != nil {
+			return out, err
+		}
+		if err := os.WriteFile(heapProfile, profile.Bytes(), 0o644); err != nil {
+			return out, err
+		}
 	}
 	out.Passes = r.Passes
 	out.LargestPass = largestPass(gens, run)
@@ -299,14 +325,19 @@ func MemoryMerge(ctx context.Context, dir string, run MemoryRun) (MemoryOutcome,
 }
 
 // largestPass replays merge.Merger's choice of generations (the oldest first, up to
-// the caps, at least one) over gens and returns the largest pass's bytes.
+// the caps and what the budget pays for, at least one) over gens and returns the
+// largest pass's bytes.
 func largestPass(gens []wal.Generation, run MemoryRun) int64 {
+	maxBytes := run.Budget / merge.PassCostFactor
+	if run.MaxBytes > 0 {
+		maxBytes = min(maxBytes, run.MaxBytes)
+	}
 	var largest int64
 	for len(gens) > 0 {
 		var bytes int64
 		n := 0
 		for _, g := range gens {
-			if n > 0 && (run.MaxGenerations > 0 && n >= run.MaxGenerations || run.MaxBytes > 0 && bytes+g.Bytes > run.MaxBytes) {
+			if n > 0 && (run.MaxGenerations > 0 && n >= run.MaxGenerations || bytes+g.Bytes > maxBytes) {
 				break
 			}
 			bytes += g.Bytes

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/merge"
 )
 
 // Report is one run of the scenarios, rendered as the "Incident reproductions"
@@ -210,15 +212,17 @@ func (r *Report) memorySection(p printer) {
 	p("A backlog of %d generations (%s, %s records of %s) in one shard on `file://`, written by one process "+
 		"sealing at the worker's default 64 MiB; then, for each configuration, a fresh worker process (`tidemark-bench "+
 		"memory-merge`, with Go's defaults like cmd/worker: no GOGC, no GOMEMLIMIT unless the row says so) merges a hard-linked copy of it and reports its peak RSS "+
-		"(VmHWM from /proc/self/status) and the peak Go heap in use (sampled every 50 ms). A pass is charged twice its "+
-		"generation bytes against the budget, at most the whole budget.\n\n",
-		m.Backlog.Generations, fmtBytes(m.Backlog.Bytes), fmtCount(float64(m.Backlog.Rows)), rowDesc(c.Row))
-	p("| configuration | MERGE_MAX_GENERATIONS / MERGE_MAX_BYTES | MERGE_MEMORY_BUDGET | passes | largest pass | time | peak RSS | peak Go heap | peak RSS / budget | peak RSS / largest pass |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|\n")
+		"(VmHWM from /proc/self/status) and the peak Go heap in use (sampled every 50 ms). A pass is charged %d times its "+
+		"generation bytes against the budget (`merge.PassCostFactor`) and takes no more generations than the budget pays "+
+		"for (at least one). \"Over budget\" is peak RSS minus the budget: the worker's fixed overhead when the charge "+
+		"is honest.\n\n",
+		m.Backlog.Generations, fmtBytes(m.Backlog.Bytes), fmtCount(float64(m.Backlog.Rows)), rowDesc(c.Row), merge.PassCostFactor)
+	p("| configuration | MERGE_MAX_GENERATIONS / MERGE_MAX_BYTES | MERGE_MEMORY_BUDGET | passes | largest pass | time | peak RSS | peak Go heap | peak RSS / budget | over budget | peak RSS / largest pass |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, o := range m.Runs {
-		p("| %s | %d / %s | %s | %d | %s | %s | %s | %s | %.2f | %.1f |\n", o.Run.Name, o.Run.MaxGenerations, fmtBytes(o.Run.MaxBytes),
+		p("| %s | %d / %s | %s | %d | %s | %s | %s | %s | %.2f | %s | %.1f |\n", o.Run.Name, o.Run.MaxGenerations, fmtBytes(o.Run.MaxBytes),
 			fmtBytes(o.Run.Budget), o.Passes, fmtBytes(o.LargestPass), fmtDur(o.Elapsed), fmtBytes(o.PeakRSS), fmtBytes(o.PeakHeap),
-			float64(o.PeakRSS)/float64(o.Run.Budget), float64(o.PeakRSS)/float64(max(o.LargestPass, 1)))
+			float64(o.PeakRSS)/float64(o.Run.Budget), fmtSignedBytes(o.PeakRSS-o.Run.Budget), float64(o.PeakRSS)/float64(max(o.LargestPass, 1)))
 	}
 	p("\n")
 }
@@ -270,6 +274,13 @@ func fmtBytes(n int64) string {
 		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+func fmtSignedBytes(n int64) string {
+	if n < 0 {
+		return "-" + fmtBytes(-n)
+	}
+	return "+" + fmtBytes(n)
 }
 
 // fmtCount prints a count or rate with thousands separators.

@@ -5,8 +5,9 @@
 //
 //   - prepare (no exclusive lock; adds, gets and lists keep flowing): read the shard
 //     manifest, choose the oldest pending generations up to MaxGenerations and MaxBytes
+//     and what the memory budget pays for at PassCostFactor bytes per generation byte
 //     (a generation is never split, so one larger than MaxBytes still merges alone),
-//     reserve memory from the worker-wide budget, read them, keep the newest row per id
+//     reserve that memory from the worker-wide budget, read them, keep the newest row per id
 //     (highest _seq), and stage the new fragment files (table.Prepare).
 //   - commit (the store's exclusive lock, briefly: store.Store.Commit): commit the base
 //     manifest with the new fragments, deletion vectors for replaced ids and the

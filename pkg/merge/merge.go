@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/tidemark-io/tidemark/pkg/store"
@@ -30,12 +31,29 @@ type Config struct {
 	MaxBytes int64
 	// Concurrency is the number of merge slots of the worker (4).
 	Concurrency int
-	// BudgetBytes is the worker-wide memory budget for prepared data (2 GiB). A pass
-	// is charged twice its generation bytes (the decoded batches plus the
-	// deduplicated copy and the encoded fragment), capped at the whole budget.
+	// BudgetBytes is the worker-wide memory budget for merges (2 GiB). A pass is
+	// charged PassCostFactor times its generation bytes, and takes no more
+	// generations than the budget pays for (but always at least one; a pass whose
+	// charge exceeds the budget is charged the whole budget).
 	BudgetBytes int64
 	Logger      *slog.Logger
 }
+
+// PassCostFactor is a pass's peak memory per byte of the generations it reads.
+//
+// Measured with bench/'s memory scenario (`tidemark-bench memory-merge
+// --heap-profile`, and GODEBUG=gctrace=1 for the live heap after each collection)
+// on rollout generations of 64 MiB: the live heap of a pass peaks at about 1.85x its
+// generation bytes (the generation objects, read whole, which the decoded batches
+// point into; the Parquet fragment being encoded, with its page buffers; the key
+// index), and Go's collector, at the default GOGC=100, lets the heap grow to twice
+// the live heap before it collects: peak heap 3.7x, peak RSS 3.9x over a fixed
+// ~100 MiB. Turning Parquet dictionaries off did not help (it raised the peak: the
+// dictionary-encoded pages are smaller). BENCHMARKS.md has the figures.
+const PassCostFactor = 4
+
+// generationReads bounds the generation objects one pass reads at once.
+const generationReads = 4
 
 // Defaults of the merge caps (MERGE_MAX_GENERATIONS, MERGE_MAX_BYTES).
 const (
@@ -208,10 +226,7 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint
 		return res, false, nil
 	}
 	pick := m.choose(pending)
-	need := 2 * sumBytes(pick)
-	if need > m.cfg.BudgetBytes {
-		need = m.cfg.BudgetBytes
-	}
+	need := min(PassCostFactor*sumBytes(pick), m.cfg.BudgetBytes)
 	if wait {
 		if err := m.budget.Acquire(ctx, need); err != nil {
 			return res, false, err
@@ -222,14 +237,28 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint
 	defer m.budget.Release(need)
 
 	upTo := pick[len(pick)-1].Generation
+	// The generations are read generationReads at a time: one after another, a pass
+	// of 8 would wait 8 round trips for them.
+	parts := make([][]arrow.RecordBatch, len(pick))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(generationReads)
+	for i, gen := range pick {
+		g.Go(func() error {
+			data, err := m.reads.Read(gctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, gen))
+			if err != nil {
+				return err
+			}
+			parts[i] = data.Records
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return res, false, fmt.Errorf("merge %s: %w", s.Target(), err)
+	}
 	var recs []arrow.RecordBatch
-	for _, g := range pick {
-		data, err := m.reads.Read(ctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, g))
-		if err != nil {
-			return res, false, fmt.Errorf("merge %s: %w", s.Target(), err)
-		}
-		recs = append(recs, data.Records...)
-		res.Rows += g.Rows
+	for i, gen := range pick {
+		recs = append(recs, parts[i]...)
+		res.Rows += gen.Rows
 	}
 	txn, err := s.Table().Prepare(ctx, base, table.Append{Records: recs, Shard: s.Shard(), Generation: upTo})
 	if err == nil {
@@ -266,13 +295,17 @@ func (m *Merger) drain(ctx context.Context, w *wal.Writer, s *store.Store, upTo 
 	return d.Generations, nil
 }
 
-// choose takes the oldest pending generations within the caps, at least one.
+// choose takes the oldest pending generations within the caps and what the memory
+// budget pays for, at least one.
 func (m *Merger) choose(pending []wal.Generation) []wal.Generation {
+	maxBytes := m.cfg.BudgetBytes / PassCostFactor
+	if m.cfg.MaxBytes > 0 {
+		maxBytes = min(maxBytes, m.cfg.MaxBytes)
+	}
 	var bytes int64
 	n := 0
 	for _, g := range pending {
-		if n > 0 && (m.cfg.MaxGenerations > 0 && n >= m.cfg.MaxGenerations ||
-			m.cfg.MaxBytes > 0 && bytes+g.Bytes > m.cfg.MaxBytes) {
+		if n > 0 && (m.cfg.MaxGenerations > 0 && n >= m.cfg.MaxGenerations || bytes+g.Bytes > maxBytes) {
 			break
 		}
 		bytes += g.Bytes

@@ -410,6 +410,29 @@ func TestMergePassesAreBoundedByCaps(t *testing.T) {
 			t.Fatalf("the rest: %+v %v", r, err)
 		}
 	})
+	t.Run("memory budget", func(t *testing.T) {
+		b := objstoretest.Mem(t)
+		f := newFixture(t, b, Config{})
+		for g := 0; g < 5; g++ {
+			f.add(t, 1, fmt.Sprint(g))
+			f.seal(t)
+		}
+		sm, err := wal.LoadShard(ctx, b, f.s.Entry().URI, f.s.Shard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		gens := sm.Generations
+		// A budget that pays for the first two generations at PassCostFactor, not three.
+		f.m = New(Config{BudgetBytes: PassCostFactor * (gens[0].Bytes + gens[1].Bytes), Logger: quiet()})
+		r, err := f.m.MergeOnce(ctx, f.s, true)
+		if err != nil || r.Generations != 2 {
+			t.Fatalf("one pass: %+v %v, want the 2 generations the budget pays for", r, err)
+		}
+		r, err = f.m.Merge(ctx, f.s, true)
+		if err != nil || r.Generations != 3 || r.Passes != 2 {
+			t.Fatalf("the rest: %+v %v, want 3 generations in 2 passes", r, err)
+		}
+	})
 }
 
 func TestTryMergeDoesNotWaitForABusySlot(t *testing.T) {

@@ -196,8 +196,8 @@ func newMemoryBuildCmd() *cobra.Command {
 
 func newMemoryMergeCmd() *cobra.Command {
 	var (
-		dir string
-		r   bench.MemoryRun
+		dir, heapProfile string
+		r                bench.MemoryRun
 	)
 	cmd := &cobra.Command{
 		Use:    "memory-merge",
@@ -205,7 +205,7 @@ func newMemoryMergeCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := bench.MemoryMerge(cmd.Context(), dir, r)
+			res, err := bench.MemoryMerge(cmd.Context(), dir, r, heapProfile)
 			if err != nil {
 				return err
 			}
@@ -218,6 +218,7 @@ func newMemoryMergeCmd() *cobra.Command {
 	fs.IntVar(&r.MaxGenerations, "max-generations", 8, "MERGE_MAX_GENERATIONS")
 	fs.Int64Var(&r.MaxBytes, "max-bytes", 1<<30, "MERGE_MAX_BYTES")
 	fs.Int64Var(&r.Budget, "budget", 2<<30, "MERGE_MEMORY_BUDGET")
+	fs.StringVar(&heapProfile, "heap-profile", "", "write the heap profile taken at the peak Go heap here")
 	_ = cmd.MarkFlagRequired("dir")
 	return cmd
 }
