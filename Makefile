@@ -29,7 +29,7 @@ BENCHCOUNT ?= 1
 # make fuzz: time per fuzz target (every target runs, one after another).
 FUZZTIME ?= 10s
 
-.PHONY: help build test run bench lint proto proto-check etcdctl clean fuzz
+.PHONY: help build test run bench lint proto proto-check etcdctl clean fuzz chaos
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -73,10 +73,16 @@ bench: ## run the incident reproductions (into BENCHMARKS.md) and every Go bench
 fuzz: ## run every Go fuzz target for FUZZTIME (10s) each (scripts/fuzz.sh)
 	GO='$(GO)' FUZZTIME='$(FUZZTIME)' bash scripts/fuzz.sh
 
+# The reliability campaigns (e2e/chaos_*_test.go, build tag chaos): too long for CI.
+# CHAOS_RUN chooses campaigns by test name (a go test -run regexp).
+chaos: ## run the reliability campaigns (about 15 min) and write their figures into RELIABILITY.md, output in chaos.out
+	GO='$(GO)' CHAOS_RUN='$(CHAOS_RUN)' bash scripts/chaos.sh
+
 lint: ## gofmt, go vet, staticcheck
 	@unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags chaos ./...
 	@if ! "$(GOBIN_DIR)/staticcheck" -version 2>/dev/null | grep '($(STATICCHECK_VERSION:v%=%))' >/dev/null; then \
 		echo "installing staticcheck $(STATICCHECK_VERSION)"; \
 		$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \

@@ -105,7 +105,9 @@ func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 	cc.addf("acknowledged", "%d requests, %d rows", snap.ok, acked)
 	cc.add("clean errors by answer", snap.cleanSummary())
 	cc.add("unclean answers (reset, hang, non-JSON)", snap.uncleanSummary())
-	cc.addf("client latency p50 / p99 / max", "%s / %s / %s", percentile(snap.latencies, 50), percentile(snap.latencies, 99), percentile(snap.latencies, 100))
+	cc.add("causes of the 500 answers (workers' logs)", summary(c.failedRequestCauses()))
+	cc.addf("client latency p50 / p99 / max", "%s / %s / %s",
+		percentile(snap.latencies, 50).Round(time.Millisecond), percentile(snap.latencies, 99).Round(time.Millisecond), percentile(snap.latencies, 100).Round(time.Millisecond))
 	cc.addf("object-store requests / injected faults / throttled", "%d / %d / %d", requests, injected, throttled)
 	cc.addf("rows of failed requests (may or may not be stored)", "%d", maybe)
 	t.Logf("load: %+v", st)
@@ -280,6 +282,33 @@ func (c *cluster) procsOf() []*proc {
 		out = append(out, c.workers[id].proc)
 	}
 	return out
+}
+
+// failedRequestCauses counts the data API requests the workers answered with a
+// 500 (logged as "data API request failed") by cause: an error the store was made
+// to return, a throttled request (which should have been a 503), or anything else.
+func (c *cluster) failedRequestCauses() map[string]int {
+	causes := map[string]int{}
+	for _, p := range c.procsOf() {
+		data, err := os.ReadFile(p.logPath)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if !strings.Contains(line, `"msg":"data API request failed"`) {
+				continue
+			}
+			switch {
+			case strings.Contains(line, objstore.ErrThrottled.Error()):
+				causes["throttled store request"]++
+			case strings.Contains(line, objstore.ErrInjected.Error()):
+				causes["injected store error"]++
+			default:
+				causes["other"]++
+			}
+		}
+	}
+	return causes
 }
 
 // faultStats sums the counters the processes' fault hooks wrote beside their

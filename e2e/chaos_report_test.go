@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tidemark-io/tidemark/internal/chaos/report"
 )
 
 // chaosBuildTags makes build() compile the binaries with -tags chaos, so the
@@ -16,32 +18,16 @@ import (
 const chaosBuildTags = true
 
 // chaosReportEnv names the file a chaos run appends its campaign figures to (one
-// JSON line per campaign); scripts/chaos.sh sets it and renders the lines into
-// RELIABILITY.md. Unset, nothing is written.
+// JSON line per campaign, a report.Record); scripts/chaos.sh sets it and renders
+// the lines into RELIABILITY.md. Unset, nothing is written.
 const chaosReportEnv = "TIDEMARK_CHAOS_REPORT"
-
-// chaosRecord is one line of the report file.
-type chaosRecord struct {
-	Campaign string        `json:"campaign"`
-	Test     string        `json:"test"`
-	Figures  []chaosFigure `json:"figures"`
-	Passed   bool          `json:"passed"`
-	Started  time.Time     `json:"started"`
-	Duration string        `json:"duration"`
-}
-
-// chaosFigure is one measured value of a campaign, kept in the order it was added.
-type chaosFigure struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
 
 // chaosCampaign collects a campaign's figures while its test runs; the record is
 // written when the test ends (t.Cleanup), so it says whether the test passed and
 // how long it took, even when the test stopped with t.Fatal.
 type chaosCampaign struct {
 	mu      sync.Mutex
-	figures []chaosFigure
+	figures []report.Figure
 }
 
 // startChaosReport begins the record of campaign for t. Call it at the start of
@@ -53,8 +39,8 @@ func startChaosReport(t *testing.T, campaign string) *chaosCampaign {
 	t.Cleanup(func() {
 		path := os.Getenv(chaosReportEnv)
 		cc.mu.Lock()
-		rec := chaosRecord{
-			Campaign: campaign, Test: t.Name(), Figures: append([]chaosFigure{}, cc.figures...),
+		rec := report.Record{
+			Campaign: campaign, Test: t.Name(), Figures: append([]report.Figure{}, cc.figures...),
 			Passed: !t.Failed(), Started: started.UTC(), Duration: time.Since(started).Round(time.Second).String(),
 		}
 		cc.mu.Unlock()
@@ -82,7 +68,7 @@ func (cc *chaosCampaign) add(name string, value any) {
 			return
 		}
 	}
-	cc.figures = append(cc.figures, chaosFigure{Name: name, Value: v})
+	cc.figures = append(cc.figures, report.Figure{Name: name, Value: v})
 }
 
 // addf records a formatted figure.
@@ -103,7 +89,7 @@ func chaosReport(t *testing.T, campaign string, figures [][2]string) *chaosCampa
 
 // appendChaosRecord appends rec as one line with a single write, so records of
 // tests running in parallel never interleave.
-func appendChaosRecord(path string, rec chaosRecord) error {
+func appendChaosRecord(path string, rec report.Record) error {
 	line, err := json.Marshal(rec)
 	if err != nil {
 		return err

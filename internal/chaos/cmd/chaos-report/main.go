@@ -1,0 +1,77 @@
+// Command chaos-report writes the records of a chaos run into the results section
+// of RELIABILITY.md. scripts/chaos.sh (`make chaos`) runs it after the campaigns.
+//
+//	chaos-report --records run.jsonl [--doc RELIABILITY.md] [--command 'make chaos'] [--commit abc1234]
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/tidemark-io/tidemark/internal/chaos/report"
+)
+
+func main() {
+	records := flag.String("records", "", "JSON lines the campaigns appended (TIDEMARK_CHAOS_REPORT)")
+	doc := flag.String("doc", "RELIABILITY.md", "document whose results section is rewritten")
+	command := flag.String("command", "make chaos", "command that produced the records, as shown in the document")
+	commit := flag.String("commit", "", "commit the campaigns ran at")
+	flag.Parse()
+	if err := run(*records, *doc, report.Run{Command: *command, Commit: *commit, Machine: machine(), Date: time.Now()}); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos-report:", err)
+		os.Exit(1)
+	}
+}
+
+func run(records, doc string, r report.Run) error {
+	if records == "" {
+		return fmt.Errorf("--records is required")
+	}
+	data, err := os.ReadFile(records)
+	if err != nil {
+		return err
+	}
+	recs, err := report.Parse(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", records, err)
+	}
+	if len(recs) == 0 {
+		return fmt.Errorf("%s: no campaign records (did any campaign run?)", records)
+	}
+	old, err := os.ReadFile(doc)
+	if err != nil {
+		return err
+	}
+	out, err := report.Update(old, recs, r)
+	if err != nil {
+		return fmt.Errorf("%s: %w", doc, err)
+	}
+	if err := os.WriteFile(doc, out, 0o644); err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		fmt.Printf("%s (%s): passed=%v in %s\n", rec.Campaign, rec.Test, rec.Passed, rec.Duration)
+	}
+	return nil
+}
+
+// machine describes where the campaigns ran: figures from a 2-core CI box and a
+// workstation are not comparable.
+func machine() string {
+	desc := fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				return strings.TrimSpace(v) + ", " + desc
+			}
+		}
+	}
+	return desc
+}
