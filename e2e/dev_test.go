@@ -71,16 +71,18 @@ func exampleCommands(banner string) map[string][]string {
 // TestDevRunsAClusterWhoseExampleCommandsWork runs `master dev` as a user would:
 // it starts etcd, a master and two worker processes, prints example commands
 // that work as printed (add rows with curl, read tasks with etcdctl, requeue a
-// merge with master admin), stops everything on SIGINT, and a second run reuses
-// the data: the rows and the task are still there.
+// merge with master admin and the dev token, merge through a worker's internal
+// route with curl and the token), stops everything on SIGINT, and a second run
+// reuses the data: the rows and the task are still there.
 func TestDevRunsAClusterWhoseExampleCommandsWork(t *testing.T) {
 	skipShort(t)
 	b := build(t)
 	dir := t.TempDir()
 	etcdAddr := freeAddr(t)
+	masterGRPC := freeAddr(t)
 	args := []string{
 		"--dir", filepath.Join(dir, "data"), "--workers", "2", "--worker-binary", b.worker,
-		"--etcd-addr", etcdAddr, "--master-grpc-addr", freeAddr(t), "--master-http-addr", freeAddr(t),
+		"--etcd-addr", etcdAddr, "--master-grpc-addr", masterGRPC, "--master-http-addr", freeAddr(t),
 		"--worker-http-port", "0", "--worker-grpc-port", "0", "--etcd-unsafe-no-fsync", "--echo-level", "error",
 	}
 	etcdctl, haveEtcdctl := lookEtcdctl()
@@ -110,7 +112,18 @@ func TestDevRunsAClusterWhoseExampleCommandsWork(t *testing.T) {
 	if len(examples["1"]) != 1 || len(examples["2"]) < 1 || len(examples["3"]) < 1 {
 		t.Fatalf("banner examples %q, want 1 (add rows), 2 (etcdctl) and 3 (requeue a merge):\n%s", examples, first.banner)
 	}
-	addRows, getTasks, requeue := examples["1"][0], examples["2"][0], examples["3"][0]
+	addRows, getTasks := examples["1"][0], examples["2"][0]
+	// Example 3 is a script: export AUTH_TOKEN_FILE, then master admin calls.
+	requeue := ""
+	for _, line := range examples["3"] {
+		requeue += line + "\n"
+		if strings.Contains(line, "requeue-merge") {
+			break
+		}
+	}
+	if !strings.Contains(requeue, "export AUTH_TOKEN_FILE=") {
+		t.Fatalf("example 3 %q does not export AUTH_TOKEN_FILE for master admin", requeue)
+	}
 	if _, err := exec.LookPath("curl"); err == nil {
 		if out := sh(addRows); !strings.Contains(out, `"added":2`) {
 			t.Fatalf("%s\nanswered %q, want 2 rows added", addRows, out)
@@ -133,6 +146,22 @@ func TestDevRunsAClusterWhoseExampleCommandsWork(t *testing.T) {
 		log, _ := os.ReadFile(first.logPath)
 		return strings.Contains(string(log), "merge_wal demo done") && strings.Contains(string(log), id[1]), first.tail(3)
 	})
+	// The dev cluster's processes require its token: without it the same admin
+	// call is refused, and the printed curl of a worker's internal route (which
+	// sends it) is answered.
+	noToken := exec.Command(b.master, "admin", "requeue-merge", "demo", "--addr", masterGRPC)
+	noToken.Env = []string{"PATH=" + path, "HOME=" + os.Getenv("HOME")}
+	if out, err := noToken.CombinedOutput(); err == nil || !strings.Contains(string(out), "refused the credential") {
+		t.Errorf("master admin without the dev token: %v\n%s\nwant a refusal", err, out)
+	}
+	if len(examples["4"]) != 1 {
+		t.Fatalf("banner example 4 %q, want one curl of a worker's internal merge route", examples["4"])
+	}
+	if _, err := exec.LookPath("curl"); err == nil {
+		if out := sh(examples["4"][0]); !strings.Contains(out, `"generations"`) {
+			t.Errorf("%s\nanswered %q, want a merge answer", examples["4"][0], out)
+		}
+	}
 	if haveEtcdctl {
 		if out := sh(getTasks); !strings.Contains(out, `"id":"`+id[1]+`"`) || !strings.Contains(out, `"state":"done"`) {
 			t.Errorf("%s\nprinted %q, want task %s done", getTasks, out, id[1])

@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/pkg/loadgen"
 )
 
@@ -243,14 +244,71 @@ type cluster struct {
 
 	// WorkerEnv and MasterEnv override the test defaults of every worker and master.
 	workerEnv, masterEnv map[string]string
+
+	// tokenPath is the cluster's token file (AUTH_TOKEN_FILE of every process and
+	// of `master admin`), written on first use; it holds e2eToken.
+	tokenPath string
+	// For clusters serving TLS (auth_test.go): scheme is "https", httpc trusts the
+	// cluster's CA (and presents a client certificate), adminEnv is the TLS
+	// client settings of `master admin`. Zero: plaintext.
+	scheme   string
+	httpc    *http.Client
+	adminEnv map[string]string
+}
+
+// e2eToken is the bearer token every test cluster's processes accept: made once
+// per test binary and never changed, so httpGet can send it to any cluster.
+var e2eToken = func() string {
+	tok, err := auth.GenerateToken()
+	if err != nil {
+		panic(err)
+	}
+	return tok
+}()
+
+// tokenFile returns the cluster's token file, writing it (0600) on first use.
+func (c *cluster) tokenFile() string {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tokenPath == "" {
+		p := filepath.Join(c.dir, "auth-token")
+		if err := os.WriteFile(p, []byte(e2eToken+"\n"), 0o600); err != nil {
+			c.t.Fatal(err)
+		}
+		c.tokenPath = p
+	}
+	return c.tokenPath
+}
+
+// base is the URL of a server's HTTP address in this cluster.
+func (c *cluster) base(addr string) string {
+	if c.scheme != "" {
+		return c.scheme + "://" + addr
+	}
+	return "http://" + addr
+}
+
+// get is httpGet through the cluster's client (TLS when the cluster serves it).
+func (c *cluster) get(u string) (int, []byte, error) {
+	if c.httpc != nil {
+		return httpGetWith(c.httpc, u)
+	}
+	return httpGet(u)
 }
 
 type workerProc struct {
 	*proc
 	id, httpAddr, grpcAddr string
+	scheme                 string // "" is http
 }
 
-func (w *workerProc) url() string { return "http://" + w.httpAddr }
+func (w *workerProc) url() string {
+	if w.scheme != "" {
+		return w.scheme + "://" + w.httpAddr
+	}
+	return "http://" + w.httpAddr
+}
 
 type masterProc struct {
 	*proc
@@ -336,7 +394,7 @@ func (c *cluster) startWorker(id string) *workerProc {
 	c.t.Helper()
 	w := c.workers[id]
 	if w == nil {
-		w = &workerProc{id: id, httpAddr: freeAddr(c.t), grpcAddr: freeAddr(c.t)}
+		w = &workerProc{id: id, httpAddr: freeAddr(c.t), grpcAddr: freeAddr(c.t), scheme: c.scheme}
 	} else if !w.exited() {
 		c.t.Fatalf("worker %s is still running", id)
 	}
@@ -353,6 +411,7 @@ func (c *cluster) startWorker(id string) *workerProc {
 		"WORKER_LEASE_TTL":        "4s", // a killed worker leaves the list soon
 		"SHUTDOWN_TIMEOUT":        "5s",
 		"LOG_LEVEL":               "debug",
+		"AUTH_TOKEN_FILE":         c.tokenFile(),
 	}
 	for k, v := range c.workerEnv {
 		env[k] = v
@@ -366,7 +425,7 @@ func (c *cluster) startWorker(id string) *workerProc {
 		if w.exited() {
 			c.t.Fatalf("worker %s exited while starting: %v\n%s", id, w.err, w.tail(20))
 		}
-		if code, _, err := httpGet(w.url() + "/api/v1/health"); err != nil || code != http.StatusOK {
+		if code, _, err := c.get(w.url() + "/api/v1/health"); err != nil || code != http.StatusOK {
 			return false, fmt.Sprintf("health: %d %v", code, err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -405,6 +464,7 @@ func (c *cluster) startMaster(name string, extra map[string]string) *masterProc 
 		"MASTER_LEASE_TTL":          "3s",
 		"SHUTDOWN_TIMEOUT":          "5s",
 		"LOG_LEVEL":                 "debug",
+		"AUTH_TOKEN_FILE":           c.tokenFile(),
 	}
 	for _, over := range []map[string]string{c.masterEnv, extra} {
 		for k, v := range over {
@@ -418,7 +478,7 @@ func (c *cluster) startMaster(name string, extra map[string]string) *masterProc 
 		if m.exited() {
 			c.t.Fatalf("master %s exited while starting: %v\n%s", name, m.err, m.tail(20))
 		}
-		code, body, err := httpGet("http://" + m.httpAddr + "/api/v1/health")
+		code, body, err := c.get(c.base(m.httpAddr) + "/api/v1/health")
 		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
 	})
 	return m
@@ -446,11 +506,17 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
-// admin runs `master admin <args> --addr <master> -o json` and returns stdout.
+// admin runs `master admin <args> --addr <master> -o json` with the cluster's
+// token (and TLS client settings) and returns stdout.
 func (c *cluster) admin(m *masterProc, args ...string) []byte {
 	c.t.Helper()
 	args = append(append([]string{"admin"}, args...), "--addr", m.grpcAddr, "-o", "json")
-	out, err := exec.Command(c.bin.master, args...).Output()
+	cmd := exec.Command(c.bin.master, args...)
+	cmd.Env = append(os.Environ(), "AUTH_TOKEN_FILE="+c.tokenFile(), "AUTH_TOKEN=")
+	for k, v := range c.adminEnv {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -546,7 +612,7 @@ type statsRow struct {
 }
 
 func (c *cluster) stats(m *masterProc) map[string]statsRow {
-	code, body, err := httpGet("http://" + m.httpAddr + "/api/v1/stats?limit=1000")
+	code, body, err := c.get(c.base(m.httpAddr) + "/api/v1/stats?limit=1000")
 	if err != nil || code != http.StatusOK {
 		return nil
 	}
@@ -641,9 +707,19 @@ func exactlyOnce(listed []string, acked, maybe map[string]bool) string {
 	return strings.Join(problems, "; ")
 }
 
+// httpGet GETs u with the test clusters' token (e2eToken): the master's task
+// routes need it, the other routes ignore it.
 func httpGet(u string) (int, []byte, error) {
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get(u)
+	return httpGetWith(&http.Client{Timeout: 10 * time.Second}, u)
+}
+
+func httpGetWith(client *http.Client, u string) (int, []byte, error) {
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	auth.SetHeader(req.Header, e2eToken)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}

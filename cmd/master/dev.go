@@ -35,7 +35,12 @@ Dev defaults make merges visible within seconds: workers seal every 5s
 the master scans and sweeps every 5s (STATS_SCAN_INTERVAL, MERGE_WAL_INTERVAL) and
 merges a store at 2 pending generations (MERGE_WAL_MIN_GENERATIONS=2). Any setting
 of "master serve" or "worker serve" given in the environment overrides these, e.g.
-FLUSH_INTERVAL=1s master dev. Every process logs to <dir>/logs/<name>.log.`,
+FLUSH_INTERVAL=1s master dev. Every process logs to <dir>/logs/<name>.log.
+
+Every process requires the cluster's bearer token, <dir>/auth-token (made on the
+first run, mode 0600; AUTH_TOKEN_FILE of every child): export
+AUTH_TOKEN_FILE=<dir>/auth-token for "master admin", and send
+-H "Authorization: Bearer $(cat <dir>/auth-token)" to the internal routes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd, f)

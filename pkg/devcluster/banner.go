@@ -6,8 +6,9 @@ import (
 	"strings"
 )
 
-// Banner is what the cluster prints once it is up: where everything listens and
-// three commands to try (add rows, watch tasks, requeue a merge), plus the load
+// Banner is what the cluster prints once it is up: where everything listens, the
+// dev token, and commands to try (add rows, watch tasks, requeue a merge with the
+// token, merge through a worker's internal route with the token), plus the load
 // generator.
 func Banner(ep Endpoints, cfg Config) string {
 	var b strings.Builder
@@ -17,12 +18,16 @@ func Banner(ep Endpoints, cfg Config) string {
 	if ep.MasterGRPC != "" {
 		p("  master  admin gRPC %s  HTTP http://%s  (/api/v1/tasks, /api/v1/stats, /metrics)\n", ep.MasterGRPC, ep.MasterHTTP)
 	} else {
-		p("  master  none (--master=false): start one with ETCD_ENDPOINTS=%s DATA_URL=%s %s serve\n", ep.Etcd, ep.DataURL, cfg.MasterCommand)
+		p("  master  none (--master=false): start one with ETCD_ENDPOINTS=%s DATA_URL=%s AUTH_TOKEN_FILE=%s %s serve\n",
+			ep.Etcd, ep.DataURL, shellQuote(ep.TokenFile), cfg.MasterCommand)
 	}
 	for _, w := range ep.Workers {
 		p("  %-6s  HTTP http://%s  gRPC %s\n", w.InstanceID, w.HTTPAddr, w.GRPCAddr)
 	}
 	p("  data    %s  (logs in %s/logs/)\n", ep.DataURL, ep.Dir)
+	if ep.TokenFile != "" {
+		p("  auth    token in %s: the AdminService, the task routes and the workers' gRPC and internal routes need it\n", ep.TokenFile)
+	}
 
 	etcdctl := "etcdctl"
 	hint := ""
@@ -49,9 +54,18 @@ func Banner(ep Endpoints, cfg Config) string {
 		if ep.MasterGRPC != DefaultMasterGRPCAddr {
 			addrFlag = " --addr " + ep.MasterGRPC
 		}
-		p("  # 3. merge the store's pending generations now, then look at the task\n")
+		p("  # 3. merge the store's pending generations now, then look at the task (master admin sends the token of AUTH_TOKEN_FILE)\n")
+		if ep.TokenFile != "" {
+			p("  export AUTH_TOKEN_FILE=%s\n", shellQuote(ep.TokenFile))
+		}
 		p("  %s admin requeue-merge %s%s\n", cfg.MasterCommand, DemoStore, addrFlag)
 		p("  %s admin list --newest-first --limit 5%s\n\n", cfg.MasterCommand, addrFlag)
+	}
+	if len(ep.Workers) > 0 && ep.TokenFile != "" {
+		w := ep.Workers[0]
+		p("  # 4. or have %s merge its own shard of the store now: the internal routes need the token too\n", w.InstanceID)
+		p("  curl -sS -X POST http://%s/api/v1/internal/merge-wal/%s -H \"Authorization: Bearer $(cat %s)\"\n\n",
+			w.HTTPAddr, DemoStore, shellQuote(ep.TokenFile))
 	}
 	if len(ep.Workers) > 0 {
 		p("  # then: steady load on every worker, and watch generations pile up and get merged\n")
@@ -59,4 +73,15 @@ func Banner(ep Endpoints, cfg Config) string {
 	}
 	p("Finished tasks show below as \"tasks | ...\"; warnings and errors of every process too.\n\n")
 	return b.String()
+}
+
+// shellQuote quotes path for a POSIX shell when it has characters the shell
+// would split or expand.
+func shellQuote(path string) string {
+	if path != "" && strings.IndexFunc(path, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:@", r))
+	}) < 0 {
+		return path
+	}
+	return "'" + strings.ReplaceAll(path, "'", `'\''`) + "'"
 }

@@ -18,6 +18,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/tidemark-io/tidemark/internal/auth"
 )
 
 // Defaults of `master dev`.
@@ -33,6 +35,9 @@ const (
 	DefaultStartTimeout    = time.Minute
 	DefaultShutdownTimeout = 45 * time.Second
 )
+
+// TokenFileName is the dev token's file in the data directory.
+const TokenFileName = "auth-token"
 
 // DemoStore is the rollout store the cluster creates (through w1) when it first
 // starts with workers, so the printed example commands work as they are.
@@ -107,6 +112,9 @@ type Endpoints struct {
 	// MasterGRPC and MasterHTTP are host:port, empty without a master.
 	MasterGRPC, MasterHTTP string
 	Workers                []WorkerEndpoint
+	// TokenFile is the dev cluster's bearer token (<dir>/auth-token, 0600): every
+	// child accepts it (AUTH_TOKEN_FILE), and `master admin` and curl send it.
+	TokenFile string
 }
 
 // WorkerEndpoint is one worker's addresses, as it registered them in etcd.
@@ -203,6 +211,15 @@ func (c *cluster) run(ctx context.Context) (err error) {
 		}
 	}
 	c.ep = Endpoints{Dir: dir, DataURL: "file://" + filepath.ToSlash(filepath.Join(dir, "store")), Prefix: cfg.EtcdPrefix}
+	// The children refuse to serve without a credential: the dev cluster has its
+	// own token, made once and reused, so printed commands keep working.
+	c.ep.TokenFile = filepath.Join(dir, TokenFileName)
+	if _, err := auth.EnsureTokenFile(c.ep.TokenFile); err != nil {
+		return err
+	}
+	if _, err := auth.LoadTokenFile("dev token", c.ep.TokenFile); err != nil {
+		return fmt.Errorf("%w (delete it and run again: a new token is made)", err)
+	}
 
 	c.etcd, err = StartEtcd(EtcdConfig{
 		Dir: filepath.Join(dir, "etcd"), ClientAddr: cfg.EtcdAddr,
@@ -235,7 +252,7 @@ func (c *cluster) run(ctx context.Context) (err error) {
 		return err
 	}
 	if len(c.ep.Workers) > 0 {
-		if err := createDemoStore(ctx, c.ep.Workers[0].HTTPAddr); err != nil {
+		if err := createDemoStore(ctx, c.ep.Workers[0].HTTPAddr, c.ep.TokenFile); err != nil {
 			c.console.Line("dev", fmt.Sprintf("could not create the rollout store %q: %v", DemoStore, err))
 		}
 	}
@@ -289,6 +306,8 @@ func (c *cluster) startChildren(logs string) error {
 		"ETCD_ENDPOINTS=" + c.ep.Etcd,
 		"ETCD_PREFIX=" + c.ep.Prefix,
 		"DATA_URL=" + c.ep.DataURL,
+		"AUTH_TOKEN_FILE=" + c.ep.TokenFile,
+		"AUTH_TOKEN=", // the file is the one source: an AUTH_TOKEN in the environment would conflict
 	}
 	if !cfg.NoMaster {
 		grpcAddr, err := pickPort(cfg.MasterGRPCAddr)
@@ -495,15 +514,21 @@ func masterHealthy(ctx context.Context, httpc *http.Client, addr string) bool {
 
 // createDemoStore creates the rollout store DemoStore through a worker; one that
 // exists already (a second run) is fine.
-func createDemoStore(ctx context.Context, httpAddr string) error {
+func createDemoStore(ctx context.Context, httpAddr, tokenFile string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// Sent in case the environment turned AUTH_DATA_ROUTES on.
+	tokens, err := auth.LoadTokenFile("dev token", tokenFile)
+	if err != nil {
+		return err
+	}
 	body := bytes.NewReader([]byte(`{"name":"` + DemoStore + `"}`))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+httpAddr+"/api/v1/rollouts", body)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	auth.SetHeader(req.Header, tokens.Outgoing())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

@@ -239,6 +239,11 @@ func TestRunWithoutProcessesServesEtcdUntilCancelled(t *testing.T) {
 		conn.Close()
 		t.Error("etcd still listens after Run returned")
 	}
+	// The dev token: made once, readable by its owner only, in the data directory.
+	fi, err := os.Stat(ep.TokenFile)
+	if err != nil || fi.Mode().Perm() != 0o600 || filepath.Dir(ep.TokenFile) != ep.Dir {
+		t.Errorf("token file %s: %v, %v; want a 0600 file in %s", ep.TokenFile, fi, err, ep.Dir)
+	}
 }
 
 func TestRunFailsNamingAChildThatExitsWhileStarting(t *testing.T) {
@@ -260,10 +265,13 @@ func TestBannerPrintsTheThreeExampleCommands(t *testing.T) {
 	ep := Endpoints{
 		Dir: "/d", DataURL: "file:///d/store", Etcd: "http://127.0.0.1:2379", Prefix: "/tidemark",
 		MasterGRPC: "127.0.0.1:7070", MasterHTTP: "127.0.0.1:7080",
-		Workers: []WorkerEndpoint{{InstanceID: "w1", HTTPAddr: "127.0.0.1:8081", GRPCAddr: "127.0.0.1:9091"}},
+		Workers:   []WorkerEndpoint{{InstanceID: "w1", HTTPAddr: "127.0.0.1:8081", GRPCAddr: "127.0.0.1:9091"}},
+		TokenFile: "/d/auth-token",
 	}
 	b := Banner(ep, Config{MasterCommand: "bin/master", WorkerCommand: "bin/worker"})
 	for _, want := range []string{
+		"export AUTH_TOKEN_FILE=/d/auth-token\n",
+		`curl -sS -X POST http://127.0.0.1:8081/api/v1/internal/merge-wal/demo -H "Authorization: Bearer $(cat /d/auth-token)"`,
 		"curl -sS -X POST 'http://127.0.0.1:8081/api/v1/rollouts/demo/records?flush=true'",
 		"etcdctl --endpoints http://127.0.0.1:2379 get --prefix /tidemark/tasks/ --print-value-only",
 		"bin/master admin requeue-merge demo\n",

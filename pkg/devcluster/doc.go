@@ -7,6 +7,7 @@
 //	etcd/          the embedded etcd's data
 //	store/         DATA_URL of every process (file://<dir>/store)
 //	logs/<name>.log  every process's log (etcd.log, master.log, w1.log, ...), appended
+//	auth-token     the cluster's bearer token (0600), made on the first run
 //
 // Invariants:
 //
@@ -28,4 +29,6 @@
 //     worker count trigger off), under what the cluster must decide itself
 //     (INSTANCE_ID, addresses, DATA_URL, ETCD_ENDPOINTS, ETCD_PREFIX). So
 //     `FLUSH_INTERVAL=1s master dev` works, and `HTTP_ADDR=...` cannot break it.
+//   - Every child requires the cluster's token (AUTH_TOKEN_FILE=<dir>/auth-token),
+//     as in production: the banner prints how `master admin` and curl send it.
 package devcluster
