@@ -76,17 +76,6 @@ func (cc *chaosCampaign) addf(name, format string, args ...any) {
 	cc.add(name, fmt.Sprintf(format, args...))
 }
 
-// chaosReport records a campaign's figures in one call, for a test that has them
-// all at hand; the record is still written when the test ends.
-func chaosReport(t *testing.T, campaign string, figures [][2]string) *chaosCampaign {
-	t.Helper()
-	cc := startChaosReport(t, campaign)
-	for _, f := range figures {
-		cc.add(f[0], f[1])
-	}
-	return cc
-}
-
 // appendChaosRecord appends rec as one line with a single write, so records of
 // tests running in parallel never interleave.
 func appendChaosRecord(path string, rec report.Record) error {

@@ -381,7 +381,7 @@ func (f *Faults) begin(ctx context.Context, op Op, key string) (release func(), 
 		}
 	}
 
-	fault, after, hang := f.decide(op, key)
+	after, hang, fault := f.decide(op, key)
 	if hang {
 		<-ctx.Done()
 		release()
@@ -396,7 +396,7 @@ func (f *Faults) begin(ctx context.Context, op Op, key string) (release func(), 
 
 // decide picks the fault for one request, if any, whether it lands after the
 // write, and whether the request hangs until its context ends before failing.
-func (f *Faults) decide(op Op, key string) (fault error, after, hang bool) {
+func (f *Faults) decide(op Op, key string) (after, hang bool, fault error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, h := range f.rules {
@@ -415,16 +415,16 @@ func (f *Faults) decide(op Op, key string) (fault error, after, hang bool) {
 			msg += " after the write succeeded"
 		}
 		if h.rule.Err != nil {
-			return fmt.Errorf("%w (%s): %w", ErrInjected, msg, h.rule.Err), after, hang
+			return after, hang, fmt.Errorf("%w (%s): %w", ErrInjected, msg, h.rule.Err)
 		}
-		return fmt.Errorf("%w (%s)", ErrInjected, msg), after, hang
+		return after, hang, fmt.Errorf("%w (%s)", ErrInjected, msg)
 	}
 	if f.errorRate <= 0 || (f.errorOps != nil && !containsOp(f.errorOps, op)) {
-		return nil, false, false
+		return false, false, nil
 	}
 	rng := f.randLocked()
 	if rng.Float64() >= f.errorRate {
-		return nil, false, false
+		return false, false, nil
 	}
 	f.injected++
 	if op.isWrite() {
@@ -436,9 +436,9 @@ func (f *Faults) decide(op Op, key string) (fault error, after, hang bool) {
 		}
 	}
 	if after {
-		return fmt.Errorf("%w (transient error on %s after the write succeeded)", ErrInjected, op), true, false
+		return true, false, fmt.Errorf("%w (transient error on %s after the write succeeded)", ErrInjected, op)
 	}
-	return fmt.Errorf("%w (transient error on %s)", ErrInjected, op), false, false
+	return false, false, fmt.Errorf("%w (transient error on %s)", ErrInjected, op)
 }
 
 // acquire takes a concurrency slot, waiting or failing as the throttle mode says.
