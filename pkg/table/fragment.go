@@ -60,7 +60,7 @@ type fragmentFile struct {
 // otherwise it reads the footer with one ranged request at the end of the object.
 func (t *Table) openFragment(ctx context.Context, s *arrow.Schema, f Fragment) (ff *fragmentFile, err error) {
 	key := t.key(f.Path)
-	ra := newFragmentReader(ctx, t.bucket, key, f.Bytes)
+	ra := newFragmentReader(ctx, t, key, f.Bytes)
 	defer recoverCorrupt(key, &err)
 	var ropts []file.ReadOption
 	if md, ok := t.footers.Get(f.Path); ok {

@@ -10,8 +10,6 @@ import (
 	"sync"
 
 	"golang.org/x/sync/errgroup"
-
-	"github.com/tidemark-io/tidemark/pkg/objstore"
 )
 
 // Bounds on the requests one read issues at once. On an object store every request
@@ -64,7 +62,7 @@ func coalesce(rs []byteRange, gap int64) []byteRange {
 // error, because the decoder flattens errors into its own messages, and a throttled
 // read must not be reported as a corrupt file: one is retried, the other halts.
 type fragmentReader struct {
-	b    *objstore.Bucket
+	t    *Table // its bucket, and its retry of throttled requests
 	ctx  context.Context
 	key  string
 	size int64
@@ -81,8 +79,8 @@ type span struct {
 	data []byte
 }
 
-func newFragmentReader(ctx context.Context, b *objstore.Bucket, key string, size int64) *fragmentReader {
-	return &fragmentReader{b: b, ctx: ctx, key: key, size: size}
+func newFragmentReader(ctx context.Context, t *Table, key string, size int64) *fragmentReader {
+	return &fragmentReader{t: t, ctx: ctx, key: key, size: size}
 }
 
 // ReadAt follows io.ReaderAt: a read reaching the end returns the bytes there are
@@ -126,7 +124,11 @@ func (r *fragmentReader) fromSpans(p []byte, off int64) bool {
 
 // get fetches one range with one request.
 func (r *fragmentReader) get(ctx context.Context, br byteRange) ([]byte, error) {
-	data, err := r.b.GetRange(ctx, r.key, br.off, br.n)
+	var data []byte
+	err := r.t.retryThrottled(ctx, func() (err error) {
+		data, err = r.t.bucket.GetRange(ctx, r.key, br.off, br.n)
+		return err
+	})
 	if err == nil && int64(len(data)) != br.n {
 		err = fmt.Errorf("fragment %s: %w: object ends before byte %d, manifest says %d bytes",
 			r.key, ErrCorrupt, br.off+br.n, r.size)

@@ -112,18 +112,15 @@ func TestConflictCheckReadsFragmentsInParallel(t *testing.T) {
 	}
 	rec := batch(rows...)
 	defer rec.Release()
-	start := time.Now()
 	x, err := tb.Prepare(ctx, m, Append{Records: []arrow.RecordBatch{rec}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	took := time.Since(start)
 	x.Abort(ctx)
-	// Serially: 2 puts, then per fragment a bloom and a key index, then per
-	// fragment a vector write: at least 1+8*2+8 = 25 round trips (1.25 s). In
-	// parallel: puts, blooms, key indexes, vector writes: about 4.
-	if took > 800*time.Millisecond {
-		t.Fatalf("prepare against %d fragments took %s at 50 ms a request: reads are not parallel", frags, took)
+	// One after another, at most one request would be in flight. (Counted, not
+	// timed: the test machine may be loaded.)
+	if peak := f.PeakInFlight(); peak < 4 || peak > fragmentReads*chunkReads {
+		t.Fatalf("at most %d requests were in flight, want between 4 and %d", peak, fragmentReads*chunkReads)
 	}
 	if got := len(x.dvRefs); got != frags {
 		t.Fatalf("deletion vectors for %d fragments, want %d", got, frags)

@@ -218,7 +218,11 @@ func (t *Table) Refresh(ctx context.Context) (*Manifest, error) {
 // Load reads manifest version v.
 func (t *Table) Load(ctx context.Context, v uint64) (*Manifest, error) {
 	key := t.versionKey(v)
-	data, err := t.bucket.Get(ctx, key)
+	var data []byte
+	err := t.retryThrottled(ctx, func() (err error) {
+		data, err = t.bucket.Get(ctx, key)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("load manifest: %w", err)
 	}
@@ -239,7 +243,11 @@ func (t *Table) LatestVersion(ctx context.Context) (uint64, error) {
 	if m := t.Latest(); m != nil {
 		known = m.Version
 	}
-	v, err := t.versions.Latest(ctx, known)
+	var v uint64
+	err := t.retryThrottled(ctx, func() (err error) {
+		v, err = t.versions.Latest(ctx, known)
+		return err
+	})
 	if errors.Is(err, versions.ErrEmpty) {
 		return 0, fmt.Errorf("table %s: %w", t.dir, ErrNotFound)
 	}
@@ -268,7 +276,11 @@ func (t *Table) bloom(ctx context.Context, f Fragment) (*bloom.BloomFilter, erro
 		return b, nil
 	}
 	key := t.key(f.Bloom)
-	data, err := t.bucket.Get(ctx, key)
+	var data []byte
+	err := t.retryThrottled(ctx, func() (err error) {
+		data, err = t.bucket.Get(ctx, key)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bloom filter: %w", err)
 	}
@@ -290,7 +302,11 @@ func (t *Table) deletions(ctx context.Context, f Fragment) (*roaring.Bitmap, err
 		return bm, nil
 	}
 	key := t.key(f.Deletions.Path)
-	data, err := t.bucket.Get(ctx, key)
+	var data []byte
+	err := t.retryThrottled(ctx, func() (err error) {
+		data, err = t.bucket.Get(ctx, key)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("deletion vector: %w", err)
 	}

@@ -193,7 +193,7 @@ func (x *Txn) put(ctx context.Context, rel string, data []byte) error {
 	x.filesMu.Lock()
 	x.files = append(x.files, rel)
 	x.filesMu.Unlock()
-	return x.t.bucket.Put(ctx, x.t.key(rel), data)
+	return x.t.retryThrottled(ctx, func() error { return x.t.bucket.Put(ctx, x.t.key(rel), data) })
 }
 
 // resolve compares the incoming rows with every fragment of m not yet compared:
@@ -382,6 +382,7 @@ func (x *Txn) Commit(ctx context.Context) (*Manifest, error) {
 	clk := x.t.opts.Clock
 	start := clk.Now()
 	deadline := start.Add(x.t.opts.RetryTimeout)
+	throttled := 0
 	for attempt := 1; ; attempt++ {
 		attemptStart := clk.Now()
 		m, err := x.tryCommit(ctx)
@@ -391,26 +392,35 @@ func (x *Txn) Commit(ctx context.Context) (*Manifest, error) {
 			x.primeCache()
 			return m, nil
 		}
-		if !errors.Is(err, objstore.ErrExists) {
+		// A throttled manifest write (503 SlowDown) was refused, not performed: it is
+		// an attempt lost to the other writers like a conflict, and retried the same
+		// way until the retry timeout.
+		if errors.Is(err, objstore.ErrThrottled) {
+			throttled++
+		} else if !errors.Is(err, objstore.ErrExists) {
 			return nil, fmt.Errorf("commit %s version %d: %w", x.t.dir, x.base.Version+1, err)
 		}
 		latest, err := x.t.Refresh(ctx)
-		if err != nil {
+		switch {
+		case errors.Is(err, objstore.ErrThrottled):
+			latest = nil // try again on the same base; a taken version reports itself
+		case err != nil:
 			return nil, fmt.Errorf("commit %s: reload after conflict: %w", x.t.dir, err)
-		}
-		if x.shard != "" && latest.Watermark(x.shard) >= x.gen {
+		case x.shard != "" && latest.Watermark(x.shard) >= x.gen:
 			x.Abort(ctx)
 			return nil, fmt.Errorf("commit %s: shard %s generation %d landed in an earlier version: %w",
 				x.t.dir, x.shard, x.gen, ErrAlreadyCommitted)
 		}
 		if now := clk.Now(); !now.Before(deadline) {
 			x.Abort(ctx)
-			return nil, fmt.Errorf("commit %s: %w: gave up after %d attempts in %s (retry_timeout %s)",
-				x.t.dir, ErrTooManyWriters, attempt, now.Sub(start).Round(time.Millisecond), x.t.opts.RetryTimeout)
+			return nil, fmt.Errorf("commit %s: %w: gave up after %d attempts (%d throttled) in %s (retry_timeout %s)",
+				x.t.dir, ErrTooManyWriters, attempt, throttled, now.Sub(start).Round(time.Millisecond), x.t.opts.RetryTimeout)
 		}
-		if err := x.rebase(ctx, latest); err != nil {
-			x.Abort(ctx)
-			return nil, fmt.Errorf("commit %s: rebase onto version %d: %w", x.t.dir, latest.Version, err)
+		if latest != nil {
+			if err := x.rebase(ctx, latest); err != nil {
+				x.Abort(ctx)
+				return nil, fmt.Errorf("commit %s: rebase onto version %d: %w", x.t.dir, latest.Version, err)
+			}
 		}
 		backoff := clk.Since(attemptStart)
 		backoff = backoff/2 + rand.N(backoff+1)
