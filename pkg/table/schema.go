@@ -8,6 +8,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/tidemark-io/tidemark/internal/ipcguard"
 )
 
 const (
@@ -99,14 +101,18 @@ func (j *schemaJSON) UnmarshalJSON(data []byte) error {
 }
 
 // decodeIPCSchema reads the schema message of an IPC stream; malformed input is an
-// error, never a panic (the IPC reader trusts its flatbuffers).
+// error, never a panic or an out-of-memory (the IPC reader trusts its flatbuffers:
+// ipcguard checks them first, and recover catches what remains).
 func decodeIPCSchema(raw []byte) (s *arrow.Schema, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("schema: malformed IPC schema message: %v", r)
 		}
 	}()
-	r, err := ipc.NewReader(bytes.NewReader(raw))
+	if err := ipcguard.CheckStream(raw); err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	r, err := ipc.NewReader(bytes.NewReader(raw), ipc.WithMetadataSizeLimit(int64(len(raw))))
 	if err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/tidemark-io/tidemark/internal/ipcguard"
 )
 
 // Schema metadata keys of entries and generations (FORMAT.md, "WAL").
@@ -129,8 +131,13 @@ func decodeEntry(key string, data []byte, schema *arrow.Schema) (e *entry, err e
 			e, err = nil, corrupt("malformed IPC stream: %v", r)
 		}
 	}()
-	r, err := ipc.NewReader(bytes.NewReader(data),
-		ipc.WithAllocator(memory.DefaultAllocator), ipc.WithBodySizeLimit(int64(len(data))))
+	// ipcguard first: the IPC reader sizes allocations from the metadata, and an
+	// out-of-memory is not a panic recover can catch.
+	if err := ipcguard.CheckStream(data); err != nil {
+		return nil, corrupt("%v", err)
+	}
+	r, err := ipc.NewReader(bytes.NewReader(data), ipc.WithAllocator(memory.DefaultAllocator),
+		ipc.WithBodySizeLimit(int64(len(data))), ipc.WithMetadataSizeLimit(int64(len(data))))
 	if err != nil {
 		return nil, corrupt("%v", err)
 	}
@@ -164,6 +171,10 @@ func decodeEntry(key string, data []byte, schema *arrow.Schema) (e *entry, err e
 	}
 	for r.Next() {
 		rec := r.RecordBatch()
+		if err := validateColumns(rec); err != nil {
+			e.release()
+			return nil, corrupt("%v", err)
+		}
 		e.recs = append(e.recs, array.NewRecordBatch(schema, rec.Columns(), rec.NumRows()))
 		e.rows += rec.NumRows()
 	}
@@ -176,6 +187,19 @@ func decodeEntry(key string, data []byte, schema *arrow.Schema) (e *entry, err e
 		return nil, corrupt("%d rows, the metadata says %d", e.rows, wantRows)
 	}
 	return e, nil
+}
+
+// validateColumns checks every value of rec's columns (offsets within their data,
+// child lengths, ...). The IPC reader does not: a corrupt offset would decode fine
+// and panic later wherever the value is read, e.g. replaying into the memtable. It
+// may itself panic on some corruptions; its callers decode under a recover.
+func validateColumns(rec arrow.RecordBatch) error {
+	for i, c := range rec.Columns() {
+		if err := array.ValidateFull(c); err != nil {
+			return fmt.Errorf("column %q: %w", rec.Schema().Field(i).Name, err)
+		}
+	}
+	return nil
 }
 
 // seqRange returns the smallest and largest _seq (the last column) of recs.

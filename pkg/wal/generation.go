@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/tidemark-io/tidemark/internal/ipcguard"
 	"github.com/tidemark-io/tidemark/pkg/table"
 )
 
@@ -125,7 +126,13 @@ func decodeGeneration(key string, data []byte) (g *GenerationData, err error) {
 			g, err = nil, corrupt("malformed IPC file: %v", r)
 		}
 	}()
-	f, err := ipc.NewMappedFileReader(data, ipc.WithAllocator(memory.DefaultAllocator), ipc.WithBodySizeLimit(int64(len(data))))
+	// ipcguard first: the IPC reader sizes allocations from the metadata, and an
+	// out-of-memory is not a panic recover can catch.
+	if err := ipcguard.CheckFile(data); err != nil {
+		return nil, corrupt("%v", err)
+	}
+	f, err := ipc.NewMappedFileReader(data, ipc.WithAllocator(memory.DefaultAllocator),
+		ipc.WithBodySizeLimit(int64(len(data))), ipc.WithMetadataSizeLimit(int64(len(data))))
 	if err != nil {
 		return nil, corrupt("%v", err)
 	}
@@ -144,6 +151,10 @@ func decodeGeneration(key string, data []byte) (g *GenerationData, err error) {
 	for i := range f.NumRecords() {
 		rec, err := f.RecordBatchAt(i)
 		if err != nil {
+			return nil, corrupt("record batch %d: %v", i, err)
+		}
+		if err := validateColumns(rec); err != nil {
+			rec.Release()
 			return nil, corrupt("record batch %d: %v", i, err)
 		}
 		g.Records = append(g.Records, rec)
