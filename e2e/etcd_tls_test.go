@@ -30,18 +30,20 @@ func newSecuredCluster(t *testing.T) (*cluster, *etcdtest.Server) {
 	t.Helper()
 	skipShort(t)
 	certs := testcerts.New(t, t.TempDir())
-	const password = "e2e-root-pw"
-	srv := etcdtest.StartServer(t, etcdtest.WithTLS(certs), etcdtest.WithAuth(password), etcdtest.WithAuthTokenTTL(authTokenTTL))
+	srv := etcdtest.StartServer(t, etcdtest.WithTLS(certs), etcdtest.WithAuth("e2e-root-pw"), etcdtest.WithAuthTokenTTL(authTokenTTL))
+	const prefix, user, userPassword = "/tidemark-tls", "tidemark", "e2e-tidemark-pw"
+	root := srv.Client(t)
+	grantPrefix(t, root, user, userPassword, prefix+"/")
 	env := map[string]string{
 		"ETCD_CA_CERT":     certs.CA,
 		"ETCD_CLIENT_CERT": certs.ClientCert,
 		"ETCD_CLIENT_KEY":  certs.ClientKey,
-		"ETCD_USERNAME":    etcdtest.RootUser,
-		"ETCD_PASSWORD":    password,
+		"ETCD_USERNAME":    user,
+		"ETCD_PASSWORD":    userPassword,
 	}
 	c := &cluster{
-		t: t, bin: build(t), dir: t.TempDir(), prefix: "/tidemark-tls",
-		etcdURL: srv.Endpoints()[0], client: srv.Client(t),
+		t: t, bin: build(t), dir: t.TempDir(), prefix: prefix,
+		etcdURL: srv.Endpoints()[0], client: root,
 		workers: map[string]*workerProc{}, masters: map[string]*masterProc{},
 		workerEnv: env, masterEnv: env,
 	}
@@ -50,9 +52,32 @@ func newSecuredCluster(t *testing.T) (*cluster, *etcdtest.Server) {
 	return c, srv
 }
 
+// grantPrefix adds user with password and a role of the same name that may read
+// and write the keys under prefix and nothing else: the least a Tidemark
+// deployment's etcd user needs (README, Operations).
+func grantPrefix(t *testing.T, root *clientv3.Client, user, password, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, step := range []func() error{
+		func() error { _, err := root.RoleAdd(ctx, user); return err },
+		func() error {
+			_, err := root.RoleGrantPermission(ctx, user, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := root.UserAdd(ctx, user, password); return err },
+		func() error { _, err := root.UserGrantRole(ctx, user, user); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("etcd user %s with read-write on %s: %v", user, prefix, err)
+		}
+	}
+}
+
 // TestClusterRunsAgainstEtcdWithClientCertificatesAndAuthentication runs real
 // worker and master processes against an etcd that requires a client
-// certificate and a user: the workers register, the master lists them and runs
+// certificate and a user, as a user that may only read and write the keys under
+// the prefix: the workers register, the master lists them and runs
 // merge_wal tasks through them. The etcd auth tokens expire every couple of
 // seconds of disuse: the workers' registrations (lease keep-alive and watch of
 // their key) and the master's session outlive them, and a second round of rows
