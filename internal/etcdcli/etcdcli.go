@@ -4,7 +4,9 @@
 //
 // New fails fast and clearly: an etcd that cannot be reached within the dial
 // timeout is an error that names every endpoint tried, never a client that hangs on
-// its first request.
+// its first request, and says why when a plain connection shows it (refused,
+// untrusted server certificate, client certificate rejected, TLS expected) or etcd
+// says it (authentication failed).
 package etcdcli
 
 import (

@@ -82,7 +82,7 @@ func TestWrongCredentialsAreClearErrorsWithinTheDialTimeout(t *testing.T) {
 				t.Fatal("New succeeded")
 			}
 			t.Logf("after %v: %v", took.Round(time.Millisecond), err)
-			if took > cfg.DialTimeout+time.Second {
+			if took > cfg.DialTimeout+2*time.Second { // slack for a loaded machine
 				t.Errorf("New took %v, dial timeout %v", took, cfg.DialTimeout)
 			}
 			for _, want := range append(tc.wants, cfg.Endpoints[0]) {
