@@ -42,7 +42,7 @@ const faultsClientTimeout = 30 * time.Second
 func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 	cc := startChaosReport(t, "object-store faults")
 	duration := chaosDuration(t, "TIDEMARK_CHAOS_DURATION", time.Minute)
-	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "500ms", "AUTH_DISABLED": "true" /*TEMP*/}, map[string]string{"MERGE_WAL_MIN_GENERATIONS": "1", "AUTH_DISABLED": "true" /*TEMP*/})
+	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "500ms"}, map[string]string{"MERGE_WAL_MIN_GENERATIONS": "1"})
 	faults := map[string]string{} // process -> faults file
 	for _, name := range []string{"m1", "w1", "w2", "w3"} {
 		faults[name] = filepath.Join(c.dir, "faults-"+name+".json")
@@ -160,8 +160,7 @@ func TestChaosStuckWorkerMergeIsBoundedAndNamed(t *testing.T) {
 	cc := startChaosReport(t, "stuck worker")
 	const workerTimeout = 5 * time.Second
 	hangFor := chaosDuration(t, "TIDEMARK_CHAOS_HANG", 30*time.Second)
-	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "500ms", "AUTH_DISABLED": "true" /*TEMP*/}, map[string]string{
-		"AUTH_DISABLED":             "true", /*TEMP*/
+	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "500ms"}, map[string]string{
 		"MERGE_WAL_MIN_GENERATIONS": "1",
 		"MERGE_WAL_WORKER_TIMEOUT":  workerTimeout.String(),
 	})
