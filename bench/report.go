@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/objstore"
 )
 
 // Report is one run of the scenarios, rendered as the "Incident reproductions"
@@ -67,20 +68,28 @@ type printer func(format string, args ...any)
 
 func (r *Report) stormSection(p printer) {
 	c := r.StormConfig
+	throttle := "the rest wait"
+	if c.Throttle == objstore.ThrottleReject {
+		throttle = "the rest are refused at once with a throttling error, as a real store's 503 SlowDown; the table and " +
+			"the merger send a refused request again after an exponential backoff (50 ms doubling to 2 s, with jitter) " +
+			"within the retry timeout, as object-store SDKs do"
+	}
 	p("### 1. Commit storm\n\n")
 	p("%d workers, each with its own store handles and merger (`store.Stores`, `merge.Merger` with the default caps) "+
 		"and one shard of one rollout store holding %d pending generations of %d rows. The bucket is `mem://` with "+
-		"%s (+ up to %s) per request and at most %d requests in flight (the rest wait: throttling). Base-table commit "+
-		"retry timeout %s; a failed merge is tried again after %s (the old shape's next timer tick, the new shape's next "+
-		"sweep). The reference system had 50 ms, a 30 s retry timeout and a 30 s timer; the times here are those "+
-		"scaled by %.2f so the run stays short, keeping their ratios.\n\n",
+		"%s (+ up to %s) per request and at most %d requests in flight (%s). Base-table commit retry timeout %s; a "+
+		"failed merge is tried again after %s (the old shape's next timer tick, the new shape's next sweep).",
 		c.Workers, c.GenerationsPerWorker, c.RowsPerGeneration, fmtDur(c.Latency), fmtDur(c.Jitter), c.MaxConcurrent,
-		fmtDur(c.RetryTimeout), fmtDur(c.RetryInterval), float64(c.Latency)/float64(50*time.Millisecond))
-	p("Old: every worker calls `Merger.Merge` on its own shard at the same moment. New: one `merge_wal` task in "+
+		throttle, fmtDur(c.RetryTimeout), fmtDur(c.RetryInterval))
+	if scale := float64(c.Latency) / float64(50*time.Millisecond); scale != 1 {
+		p(" The reference system had 50 ms, a 30 s retry timeout and a 30 s timer; the times here are those scaled "+
+			"by %.2f, keeping their ratios.", scale)
+	}
+	p("\n\nOld: every worker calls `Merger.Merge` on its own shard at the same moment. New: one `merge_wal` task in "+
 		"`pkg/tasks` on embedded etcd; the master's `Scheduler` claims it and `FanOut` calls the %d workers' real gRPC "+
 		"`WorkerService` (over loopback) one after another.\n\n", c.Workers)
-	p("| shape | merges ok / failed | \"too many concurrent writers\" | drained | time to drain | one worker's merge: p50 / max | object-store requests | conditional writes | peak in flight | base versions |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|\n")
+	p("| shape | merges ok / failed | \"too many concurrent writers\" | failed: throttled | drained | time to drain | one worker's merge: p50 / max | object-store requests (refused) | conditional writes | peak in flight | base versions |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Storm {
 		drained := "yes"
 		if !s.Drained {
@@ -93,13 +102,13 @@ func (r *Report) stormSection(p printer) {
 				tasks = fmt.Sprintf(" (%d tasks)", s.Tasks)
 			}
 		}
-		p("| %s | %d / %d%s | %d | %s | %s | %s / %s | %d | %d | %d | %d |\n", s.Shape, s.MergesOK, s.MergesFailed, tasks,
-			s.TooManyWriters, drained, fmtDur(s.Elapsed), fmtDur(s.MergeTimes.P50), fmtDur(s.MergeTimes.Max), s.Requests,
-			s.PutIfAbsent, s.PeakInFlight, s.Versions)
+		p("| %s | %d / %d%s | %d | %d | %s | %s | %s / %s | %d (%d) | %d | %d | %d |\n", s.Shape, s.MergesOK, s.MergesFailed, tasks,
+			s.TooManyWriters, s.ThrottledFailures, drained, fmtDur(s.Elapsed), fmtDur(s.MergeTimes.P50), fmtDur(s.MergeTimes.Max),
+			s.Requests, s.Refused, s.PutIfAbsent, s.PeakInFlight, s.Versions)
 	}
 	if len(r.Storm) == 2 {
 		o, n := r.Storm[0], r.Storm[1]
-		p("| new / old | | | | %s | | %s | %s | | |\n", fmtRatio(ratio(n.Elapsed, o.Elapsed)),
+		p("| new / old | | | | | %s | | %s | %s | | |\n", fmtRatio(ratio(n.Elapsed, o.Elapsed)),
 			fmtRatio(float64(n.Requests)/float64(o.Requests)), fmtRatio(float64(n.PutIfAbsent)/float64(o.PutIfAbsent)))
 		if o.FirstError != "" {
 			p("\nOld shape's first error: `%s`\n", o.FirstError)

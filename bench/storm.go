@@ -45,10 +45,13 @@ type StormConfig struct {
 	RowsPerGeneration    int
 	Row                  RowShape
 	// Latency (+ up to Jitter) is added to every object-store request once the
-	// backlog is built; at most MaxConcurrent requests are in flight, the rest wait
-	// (throttling, objstore.ThrottleWait).
+	// backlog is built; at most MaxConcurrent requests are in flight, and Throttle
+	// says what the others get: objstore.ThrottleReject refuses them at once with
+	// objstore.ErrThrottled, as a real store's 503 SlowDown does (the table and the
+	// merger send them again after a backoff); objstore.ThrottleWait queues them.
 	Latency, Jitter time.Duration
 	MaxConcurrent   int
+	Throttle        objstore.ThrottleMode
 	// RetryTimeout is the base table's optimistic-commit retry timeout
 	// (table.WithRetryTimeout; production: 30 s).
 	RetryTimeout time.Duration
@@ -60,13 +63,17 @@ type StormConfig struct {
 	Deadline time.Duration
 }
 
-// DefaultStormConfig is the commit storm of the reference system: 20 workers, 50 ms
-// per request, the 30 s retry timeout, a worker timer of 30 s.
+// DefaultStormConfig is the commit storm of the reference system, with the issue's
+// numbers (BENCHMARKS.md explains each): 20 workers, 50 ms per request, a store that
+// serves 8 requests at once and refuses the rest (503 SlowDown), the 30 s commit
+// retry timeout and a worker merge timer of 30 s; each worker has 16 pending
+// generations, two passes at the default MERGE_MAX_GENERATIONS of 8, so every
+// worker commits twice.
 func DefaultStormConfig() StormConfig {
 	return StormConfig{
-		Workers: 20, GenerationsPerWorker: 8, RowsPerGeneration: 25, Row: SmallRow,
-		Latency: 50 * time.Millisecond, Jitter: 10 * time.Millisecond, MaxConcurrent: 8,
-		RetryTimeout: 30 * time.Second, RetryInterval: 30 * time.Second, Deadline: 4 * time.Minute,
+		Workers: 20, GenerationsPerWorker: 16, RowsPerGeneration: 25, Row: SmallRow,
+		Latency: 50 * time.Millisecond, Jitter: 10 * time.Millisecond, MaxConcurrent: 8, Throttle: objstore.ThrottleReject,
+		RetryTimeout: 30 * time.Second, RetryInterval: 30 * time.Second, Deadline: 5 * time.Minute,
 	}
 }
 
@@ -88,7 +95,10 @@ type StormResult struct {
 	// worker call of the fan-out); TooManyWriters counts the failures that ran out
 	// of commit retries ("too many concurrent writers").
 	MergesOK, MergesFailed, TooManyWriters int
-	FirstError                             string
+	// ThrottledFailures counts the failed merges whose error was a request the
+	// store kept refusing (ErrThrottled after its retries), not a lost commit race.
+	ThrottledFailures int
+	FirstError        string
 	// MergeTimes are the durations of the worker merges (failed ones included).
 	MergeTimes Quantiles
 	// Tasks is the number of merge_wal tasks the new shape ran.
@@ -100,7 +110,10 @@ type StormResult struct {
 	// Requests are the object-store requests of the measured phase; PutIfAbsent are
 	// the conditional writes among them (every commit attempt is one).
 	Requests, PutIfAbsent int64
-	PeakInFlight          int
+	// Refused is how many requests the store refused (ThrottleReject), each sent
+	// again after a backoff.
+	Refused      int64
+	PeakInFlight int
 	// Versions is the number of base versions committed.
 	Versions uint64
 	// Rows is the number of rows found in the base table, each once, after the
@@ -116,8 +129,11 @@ func (r *StormResult) record(err error, d time.Duration, times *durations) {
 	}
 	r.MergesFailed++
 	// Through gRPC the error is a status message, so match its text as well.
-	if errors.Is(err, table.ErrTooManyWriters) || strings.Contains(err.Error(), table.ErrTooManyWriters.Error()) {
+	switch {
+	case errors.Is(err, table.ErrTooManyWriters) || strings.Contains(err.Error(), table.ErrTooManyWriters.Error()):
 		r.TooManyWriters++
+	case errors.Is(err, objstore.ErrThrottled) || strings.Contains(err.Error(), objstore.ErrThrottled.Error()):
+		r.ThrottledFailures++
 	}
 	if r.FirstError == "" {
 		r.FirstError = err.Error()
@@ -212,7 +228,7 @@ func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) 
 		"generations", cfg.Workers*cfg.GenerationsPerWorker, "rows", len(w.want))
 
 	w.faults.SetLatency(cfg.Latency, cfg.Jitter)
-	w.faults.SetMaxConcurrent(cfg.MaxConcurrent, objstore.ThrottleWait)
+	w.faults.SetMaxConcurrent(cfg.MaxConcurrent, cfg.Throttle)
 	w.faults.ResetCounters()
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Deadline+2*cfg.RetryTimeout)
 	defer cancel()
@@ -229,6 +245,7 @@ func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) 
 	res.Requests = w.faults.TotalRequests()
 	res.PutIfAbsent = w.faults.Requests(objstore.OpPutIfAbsent)
 	res.PeakInFlight = w.faults.PeakInFlight()
+	res.Refused = w.faults.Throttled()
 	w.faults.Clear()
 
 	pending, err := pendingGenerations(ctx, w.raw, w.dir)

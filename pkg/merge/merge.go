@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
+	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/table"
@@ -51,6 +53,15 @@ type Config struct {
 // ~100 MiB. Turning Parquet dictionaries off did not help (it raised the peak: the
 // dictionary-encoded pages are smaller). BENCHMARKS.md has the figures.
 const PassCostFactor = 4
+
+// throttleRetry bounds how long a merge re-sends a WAL request the store throttled
+// (a 503 SlowDown; the base table retries its own requests within its retry
+// timeout): as long as that timeout's default.
+const throttleRetry = 30 * time.Second
+
+func retryThrottled(ctx context.Context, op func() error) error {
+	return table.RetryThrottled(ctx, clock.RealClock{}, throttleRetry, op)
+}
 
 // generationReads bounds the generation objects one pass reads at once.
 const generationReads = 4
@@ -129,7 +140,12 @@ func (m *Merger) Merge(ctx context.Context, s *store.Store, wait bool) (Result, 
 	// Merge what is pending now, not what appenders seal while we work: against a
 	// steady stream of seals "until nothing is pending" might never end.
 	var limit uint64
-	if sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard()); err == nil {
+	var sm *wal.Manifest
+	err := retryThrottled(ctx, func() (err error) {
+		sm, err = wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
+		return err
+	})
+	if err == nil {
 		limit = sm.CurrentGeneration
 	} else if !errors.Is(err, wal.ErrNoShard) {
 		return Result{}, fmt.Errorf("merge %s: %w", s.Target(), err)
@@ -191,7 +207,11 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint
 	log := m.cfg.Logger.With("store", s.Entry().Name, "kind", s.Entry().Kind, "shard", s.Shard())
 	// Only this worker's shard and the base matter here: no full snapshot refresh
 	// (every shard's manifest) per pass.
-	sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
+	var sm *wal.Manifest
+	err = retryThrottled(ctx, func() (err error) {
+		sm, err = wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
+		return err
+	})
 	if errors.Is(err, wal.ErrNoShard) {
 		return res, false, nil // this worker never wrote the store: nothing of ours to merge
 	}
@@ -244,7 +264,11 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint
 	g.SetLimit(generationReads)
 	for i, gen := range pick {
 		g.Go(func() error {
-			data, err := m.reads.Read(gctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, gen))
+			var data *wal.GenerationData
+			err := retryThrottled(gctx, func() (err error) {
+				data, err = m.reads.Read(gctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, gen))
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -287,7 +311,11 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint
 }
 
 func (m *Merger) drain(ctx context.Context, w *wal.Writer, s *store.Store, upTo uint64) (int, error) {
-	d, err := w.Drain(ctx, upTo)
+	var d wal.DrainResult
+	err := retryThrottled(ctx, func() (err error) {
+		d, err = w.Drain(ctx, upTo)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("merge %s: drain: %w", s.Target(), err)
 	}

@@ -450,3 +450,27 @@ func TestTryMergeDoesNotWaitForABusySlot(t *testing.T) {
 		t.Fatalf("try-merge with a free slot: %+v %v", r, err)
 	}
 }
+
+func TestAMergeRidesOutThrottling(t *testing.T) {
+	f := objstore.NewFaults(rand.NewPCG(7, 8))
+	b := objstore.WithFaults(objstoretest.Mem(t), f)
+	fx := newFixture(t, b, Config{})
+	for g := 0; g < 3; g++ {
+		fx.add(t, int64(g), fmt.Sprint(g), "same")
+		fx.seal(t)
+	}
+	// Every kind of request is refused (503 SlowDown) a few times first.
+	for _, op := range objstore.Ops() {
+		f.AddRule(objstore.Rule{Ops: []objstore.Op{op}, Times: 3, Err: objstore.ErrThrottled})
+	}
+	r, err := fx.m.Merge(context.Background(), fx.s, true)
+	if err != nil || r.Generations != 3 {
+		t.Fatalf("merge under throttling: %+v %v", r, err)
+	}
+	if f.Injected() == 0 {
+		t.Fatal("nothing was throttled")
+	}
+	if got := fx.values(t); len(got) != 4 || got["same"] != 2 {
+		t.Fatalf("values after the merge: %v", got)
+	}
+}

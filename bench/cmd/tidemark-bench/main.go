@@ -71,7 +71,7 @@ func newRunCmd() *cobra.Command {
 	fs.StringVar(&f.command, "command", "", "the command recorded in the section (default: this command line)")
 	fs.StringVar(&f.dir, "dir", "", "scratch directory (default: a new temporary directory, removed at the end)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of every generator of rows, jitter and client choices")
-	fs.Float64Var(&f.stormScale, "storm-time-scale", 0.4, "commit storm: multiply the reference's 50 ms latency, 30 s retry timeout and 30 s timer by this")
+	fs.Float64Var(&f.stormScale, "storm-time-scale", 1, "commit storm: multiply the reference's 50 ms latency, 30 s retry timeout and 30 s timer by this (below 1: a shorter, less faithful run)")
 	fs.Int64Var(&f.memoryBytes, "memory-backlog-bytes", 1<<30, "memory scenario: generation bytes of the backlog merged")
 	return cmd
 }
