@@ -17,6 +17,8 @@ var (
 	ErrExists = errors.New("object already exists")
 	// ErrInvalidKey means a key that no driver can store faithfully.
 	ErrInvalidKey = errors.New("invalid object key")
+	// ErrTooLarge means GetMax found an object over its limit and did not read it.
+	ErrTooLarge = errors.New("object too large")
 )
 
 // DefaultOpTimeout bounds one object-store call when the caller's context has no
@@ -37,7 +39,9 @@ type Object struct {
 // backend is what a storage driver implements. It is deliberately tiny so the fault
 // wrapper and the file:// driver each implement the same seven calls.
 type backend interface {
-	get(ctx context.Context, key string) ([]byte, error)
+	// get reads the whole object; with limit >= 0 it fails with ErrTooLarge, without
+	// reading the body, when the object is larger than limit bytes.
+	get(ctx context.Context, key string, limit int64) ([]byte, error)
 	// getRange reads length bytes at offset (length < 0 means to the end).
 	getRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
 	stat(ctx context.Context, key string) (Object, error)
@@ -87,12 +91,25 @@ func (b *Bucket) op(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // Get returns the whole object.
 func (b *Bucket) Get(ctx context.Context, key string) ([]byte, error) {
+	return b.get(ctx, key, -1)
+}
+
+// GetMax returns the whole object if it is at most limit bytes, and otherwise fails
+// with an error naming the key and wrapping ErrTooLarge, having read no more than
+// the response headers (or limit+1 bytes, if the object grew meanwhile). Readers of
+// metadata objects (manifests, hints, registry records) use it: a damaged or
+// hostile object must fail its reader, not take the process's memory.
+func (b *Bucket) GetMax(ctx context.Context, key string, limit int64) ([]byte, error) {
+	return b.get(ctx, key, max(limit, 0))
+}
+
+func (b *Bucket) get(ctx context.Context, key string, limit int64) ([]byte, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
 	ctx, cancel := b.op(ctx)
 	defer cancel()
-	data, err := b.be.get(ctx, key)
+	data, err := b.be.get(ctx, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", key, err)
 	}

@@ -489,13 +489,13 @@ type faultBackend struct {
 	f     *Faults
 }
 
-func (fb *faultBackend) get(ctx context.Context, key string) ([]byte, error) {
+func (fb *faultBackend) get(ctx context.Context, key string, limit int64) ([]byte, error) {
 	release, _, err := fb.f.begin(ctx, OpGet, key)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return fb.inner.get(ctx, key)
+	return fb.inner.get(ctx, key, limit)
 }
 
 func (fb *faultBackend) getRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {

@@ -32,7 +32,7 @@ type gateBackend struct {
 	inFlight, peak int
 }
 
-func (g *gateBackend) get(ctx context.Context, key string) ([]byte, error) {
+func (g *gateBackend) get(ctx context.Context, key string, _ int64) ([]byte, error) {
 	g.mu.Lock()
 	g.inFlight++
 	g.peak = max(g.peak, g.inFlight)

@@ -128,8 +128,8 @@ func (f *fileBackend) path(key string) string {
 	return filepath.Join(f.root, filepath.FromSlash(f.prefix+key))
 }
 
-func (f *fileBackend) get(ctx context.Context, key string) ([]byte, error) {
-	return f.reads.get(ctx, key)
+func (f *fileBackend) get(ctx context.Context, key string, limit int64) ([]byte, error) {
+	return f.reads.get(ctx, key, limit)
 }
 
 func (f *fileBackend) getRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {

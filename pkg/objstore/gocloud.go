@@ -37,9 +37,30 @@ func mapErr(err error) error {
 	return err
 }
 
-func (g *gocloudBackend) get(ctx context.Context, key string) ([]byte, error) {
-	data, err := g.b.ReadAll(ctx, key)
-	return data, mapErr(err)
+func (g *gocloudBackend) get(ctx context.Context, key string, limit int64) ([]byte, error) {
+	if limit < 0 {
+		data, err := g.b.ReadAll(ctx, key)
+		return data, mapErr(err)
+	}
+	// NewReader has the object's size from the response headers: refuse before the
+	// body is read. The limited read covers an object replaced by a larger one
+	// between the two.
+	r, err := g.b.NewReader(ctx, key, nil)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer r.Close()
+	if r.Size() > limit {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, r.Size(), limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
+	}
+	return data, nil
 }
 
 func (g *gocloudBackend) getRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {

@@ -20,6 +20,11 @@ var (
 
 const root = "_registry"
 
+// maxEntryBytes bounds a registry object, read and written. The largest part is a
+// generic store's schema spec (at most 1024 columns, a few hundred bytes each); a
+// bigger object is damage and is refused before it is read into memory.
+const maxEntryBytes = 4 << 20
+
 // Entry is one registered store.
 type Entry struct {
 	Name      string    `json:"name"`
@@ -70,6 +75,9 @@ func (r *Registry) Create(ctx context.Context, e Entry) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("register %s: %w", e.Target(), err)
 	}
+	if len(data) > maxEntryBytes {
+		return Entry{}, fmt.Errorf("register %s: registry object of %d bytes, at most %d: %w", e.Target(), len(data), maxEntryBytes, objstore.ErrTooLarge)
+	}
 	if err := r.bucket.PutIfAbsent(ctx, key(e.Kind, e.Name), data); err != nil {
 		if errors.Is(err, objstore.ErrExists) {
 			return Entry{}, fmt.Errorf("%s store %q: %w", e.Kind, e.Name, ErrExists)
@@ -84,7 +92,7 @@ func (r *Registry) Get(ctx context.Context, k Kind, name string) (Entry, error) 
 	if err := check(k, name); err != nil {
 		return Entry{}, err
 	}
-	data, err := r.bucket.Get(ctx, key(k, name))
+	data, err := r.bucket.GetMax(ctx, key(k, name), maxEntryBytes)
 	if errors.Is(err, objstore.ErrNotFound) {
 		return Entry{}, fmt.Errorf("%s store %q: %w", k, name, ErrNotFound)
 	}

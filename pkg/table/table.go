@@ -220,7 +220,7 @@ func (t *Table) Load(ctx context.Context, v uint64) (*Manifest, error) {
 	key := t.versionKey(v)
 	var data []byte
 	err := t.retryThrottled(ctx, func() (err error) {
-		data, err = t.bucket.Get(ctx, key)
+		data, err = t.versions.Get(ctx, v) // at most versions.MaxVersionBytes
 		return err
 	})
 	if err != nil {

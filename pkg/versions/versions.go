@@ -28,6 +28,16 @@ import (
 // ErrEmpty means the log has no version yet.
 var ErrEmpty = errors.New("no versions")
 
+// MaxVersionBytes bounds a version object, read and written. Versions are manifests:
+// a table manifest lists each fragment in ~300 bytes (64 MiB is ~200k fragments, far
+// past what merges leave) and a shard manifest its pending generations (reads refuse
+// above 4096). Anything larger is damage or not ours, and is refused before it is
+// read into memory; a version too large to be read back is never written.
+const MaxVersionBytes = 64 << 20
+
+// maxHintBytes bounds the hint object, a decimal version and a newline.
+const maxHintBytes = 1 << 10
+
 // Log is a versioned-object log: <dir>/<v:020d>.json objects plus a hint object.
 // It holds no state besides its location and is safe for concurrent use.
 type Log struct {
@@ -46,14 +56,18 @@ func New(bucket *objstore.Bucket, dir, hintKey string) *Log {
 func (l *Log) Key(v uint64) string { return fmt.Sprintf("%s/%020d.json", l.dir, v) }
 
 // Get reads version v.
+// A version over MaxVersionBytes fails with objstore.ErrTooLarge, unread.
 func (l *Log) Get(ctx context.Context, v uint64) ([]byte, error) {
-	return l.bucket.Get(ctx, l.Key(v))
+	return l.bucket.GetMax(ctx, l.Key(v), MaxVersionBytes)
 }
 
 // Create writes version v if it does not exist. On success it advances the hint
 // (best effort: a failed hint write costs readers one more probe, nothing else, so
 // its error is returned separately for the caller to log).
 func (l *Log) Create(ctx context.Context, v uint64, data []byte) (hintErr error, err error) {
+	if len(data) > MaxVersionBytes {
+		return nil, fmt.Errorf("version %s: %d bytes, at most %d: %w", l.Key(v), len(data), MaxVersionBytes, objstore.ErrTooLarge)
+	}
 	if err := l.bucket.PutIfAbsent(ctx, l.Key(v), data); err != nil {
 		return nil, err
 	}
@@ -68,7 +82,7 @@ func (l *Log) Latest(ctx context.Context, known uint64) (uint64, error) {
 	v := known
 	// The hint only saves requests: if it cannot be read, probe from what we know
 	// (or list) rather than fail the caller.
-	if data, err := l.bucket.Get(ctx, l.hint); err == nil {
+	if data, err := l.bucket.GetMax(ctx, l.hint, maxHintBytes); err == nil {
 		if h, perr := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64); perr == nil && h > v {
 			v = h
 		}
