@@ -16,12 +16,20 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// New returns a gRPC server built with Interceptors(log) followed by opts, with the
-// standard health service (hs) and server reflection (so grpcurl works without the
-// .proto files) registered. The caller registers its own service on it. A nil log
-// discards.
+// DefaultMaxRecvMsgBytes bounds a request message unless the caller's options say
+// otherwise. grpc-go's default happens to be the same 4 MiB; it is explicit here so a
+// library upgrade cannot raise it. A larger request fails with RESOURCE_EXHAUSTED
+// before it is decoded; Tidemark's requests are small (rows go over HTTP).
+const DefaultMaxRecvMsgBytes = 4 << 20
+
+// New returns a gRPC server built with Interceptors(log), a receive limit of
+// DefaultMaxRecvMsgBytes, then opts (which may set a lower or higher limit), with
+// the standard health service (hs) and server reflection (so grpcurl works without
+// the .proto files) registered. The caller registers its own service on it. A nil
+// log discards.
 func New(log *slog.Logger, hs healthpb.HealthServer, opts ...grpc.ServerOption) *grpc.Server {
-	gs := grpc.NewServer(append(Interceptors(log), opts...)...)
+	base := append(Interceptors(log), grpc.MaxRecvMsgSize(DefaultMaxRecvMsgBytes))
+	gs := grpc.NewServer(append(base, opts...)...)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs
