@@ -40,6 +40,9 @@ type SchedulerConfig struct {
 	PollInterval time.Duration
 	// TaskTimeout bounds one task run (10 min).
 	TaskTimeout time.Duration
+	// FinishTimeout bounds one attempt to record a task's result (10 s); attempts
+	// are repeated until one succeeds, the claim is lost or the scheduler stops.
+	FinishTimeout time.Duration
 	// OnFinish, if set, observes every finished task (metrics).
 	OnFinish func(kind tasks.Kind, err error, d time.Duration)
 	Clock    clock.WithTicker
@@ -64,6 +67,9 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 	}
 	if cfg.TaskTimeout <= 0 {
 		cfg.TaskTimeout = 10 * time.Minute
+	}
+	if cfg.FinishTimeout <= 0 {
+		cfg.FinishTimeout = 10 * time.Second
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -212,9 +218,7 @@ func (s *Scheduler) run(ctx context.Context, kind tasks.Kind, c *tasks.Claim) {
 	if s.cfg.OnFinish != nil {
 		s.cfg.OnFinish(kind, err, d)
 	}
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer fcancel()
-	if _, ferr := s.cfg.Tasks.Finish(fctx, c, tasks.Result{Err: err, Detail: detail}); ferr != nil {
+	if ferr := s.finish(ctx, c, tasks.Result{Err: err, Detail: detail}, log); ferr != nil {
 		log.Warn("task finished but its result was not recorded", "err", ferr, "task_err", err)
 		return
 	}
@@ -223,4 +227,42 @@ func (s *Scheduler) run(ctx context.Context, kind tasks.Kind, c *tasks.Claim) {
 		return
 	}
 	log.Info("task done", "detail", detail, "duration", d.String())
+}
+
+// finish records r, trying again while etcd does not answer, until the result is
+// recorded, the claim is lost (tasks.ErrClaimLost: its lease expired, the task was
+// requeued as an orphan and runs again) or ctx ends (shutdown: Run releases the
+// claim).
+//
+// Giving up after one attempt would leave the task running for good: the claim and
+// the target lock live under the master's lease, which the session keeper resumes
+// after an etcd outage (an etcd restart resets lease TTLs), so no orphan recovery
+// ever frees the target and it is never merged again. The etcd outage campaign
+// (e2e/chaos_etcd_test.go) hit that give-up: merge fan-outs, which need no etcd,
+// finished early in a 30 s outage and their one 30 s attempt ran out before etcd
+// was back.
+func (s *Scheduler) finish(ctx context.Context, c *tasks.Claim, r tasks.Result, log *slog.Logger) error {
+	backoff := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		fctx, cancel := context.WithTimeout(ctx, s.cfg.FinishTimeout)
+		_, err := s.cfg.Tasks.Finish(fctx, c, r)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info("task result recorded after etcd answered again", "attempts", attempt)
+			}
+			return nil
+		}
+		if errors.Is(err, tasks.ErrClaimLost) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("recording the task result failed (etcd unavailable?); retrying", "err", err,
+			"attempt", attempt, "retry_in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up at shutdown)", err)
+		case <-s.cfg.Clock.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }
