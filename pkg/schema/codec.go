@@ -15,6 +15,12 @@ import (
 // not import the table format so the HTTP layer can use it without Parquet.
 const IDColumn = "id"
 
+// MaxIDBytes bounds an id. Ids are copied into each fragment's id_min/id_max in the
+// base manifest, which every reader and the scanner load, and into URLs; one 60 MB
+// id would make every manifest of its store 60 MB. Real ids (UUIDs, hashes, paths)
+// are far shorter.
+const MaxIDBytes = 1024
+
 // Codec decodes JSON rows into record batches of one schema. The schema is what a
 // client writes: it has no hidden columns (_seq is added by the WAL), its first
 // column is IDColumn, and every type is one the codecs know. Build one with

@@ -3,6 +3,7 @@ package schema
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -67,6 +68,8 @@ func FuzzDecodeRows(f *testing.F) {
 	f.Add(true, []byte(nil), []byte(`[`+fullRollout+`,{"id":"b"}]`))
 	f.Add(true, []byte(nil), []byte(`[{"id":"a","metadata":{"x":[1,{"y":null}]},"relationships":[{"target_id":"t","relation":"r"}]}]`))
 	f.Add(true, []byte(nil), []byte(`[{"id":"a","created_at":-62135596800000000,"loss_mask":[127,-128]}]`))
+	f.Add(true, []byte(nil), []byte(`[{"id":"`+strings.Repeat("i", MaxIDBytes)+`"},{"id":"`+strings.Repeat("\u00e9", MaxIDBytes/2)+`"}]`))
+	f.Add(false, []byte(everyTypeSpec), []byte(`[{"id":"`+strings.Repeat("i", MaxIDBytes+1)+`","n64":1}]`))
 	f.Fuzz(func(t *testing.T, rollout bool, specText, rowsText []byte) {
 		var rows []json.RawMessage
 		if json.Valid(rowsText) && trimSpace(rowsText)[0] == '[' {
@@ -104,8 +107,8 @@ func FuzzDecodeRows(f *testing.F) {
 		}
 		ids := rec.Column(0).(*array.String)
 		for i := 0; i < ids.Len(); i++ {
-			if ids.IsNull(i) || ids.Value(i) == "" {
-				t.Fatalf("row %d has an empty id", i)
+			if ids.IsNull(i) || ids.Value(i) == "" || len(ids.Value(i)) > MaxIDBytes {
+				t.Fatalf("row %d has an empty or %d-byte id", i, len(ids.Value(i)))
 			}
 		}
 		for i, fld := range rec.Schema().Fields() {

@@ -137,6 +137,9 @@ func (c stringCodec) decode(b array.Builder, raw []byte) error {
 	if c.nonEmpty && s == "" {
 		return invalidValue("must not be empty")
 	}
+	if c.nonEmpty && len(s) > MaxIDBytes {
+		return invalidValue("is %d bytes, at most %d", len(s), MaxIDBytes)
+	}
 	if c.large {
 		b.(*array.LargeStringBuilder).Append(s)
 	} else {
