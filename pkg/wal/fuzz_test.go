@@ -106,6 +106,34 @@ func realWALObjects(f *testing.F) walObjects {
 	return objs
 }
 
+// FuzzValidateShard: every key a shard writes, for a shard name ValidateShard
+// accepts, is one objstore accepts: a worker whose INSTANCE_ID validates must be
+// able to write its WAL.
+func FuzzValidateShard(f *testing.F) {
+	for _, s := range []string{"w1", "worker-0.pod_a", "a..", "x__0x2e", ".x", "", strings.Repeat("w", 129), "a/b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if ValidateShard(name) != nil {
+			return
+		}
+		const dir = "generic/store"
+		for _, key := range []string{
+			entryKey(dir, name, 1),
+			GenerationKey(dir, Generation{Path: generationPath(name, "0123abcd", 7)}),
+			shardRoot(dir, name) + "/" + manifestsDir + "/00000000000000000001.json",
+			shardRoot(dir, name) + "/" + latestHint,
+		} {
+			if err := objstore.ValidateKey(key); err != nil {
+				t.Fatalf("shard %q validates, but its key %q does not: %v", name, key, err)
+			}
+		}
+		if pos, ok := parseEntryPos(entryKey(dir, name, 42)); !ok || pos != 42 {
+			t.Fatalf("entry key of shard %q parses to %d, %v", name, pos, ok)
+		}
+	})
+}
+
 // checkWALError fails t unless err is one of the WAL's decode sentinels naming key.
 func checkWALError(t *testing.T, err error, key string) {
 	t.Helper()

@@ -22,10 +22,12 @@ const (
 // name is one safe path element.
 var shardPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
 
-// ValidateShard reports whether name can name a shard directory.
+// ValidateShard reports whether name can name a shard directory. Like a store name
+// it may not end in ".." nor hold "__0x": objstore refuses keys with "../" or
+// fileblob's escape sequence, so such a shard could never write an entry.
 func ValidateShard(name string) error {
-	if !shardPattern.MatchString(name) {
-		return fmt.Errorf("shard %q: want 1-128 characters from [A-Za-z0-9._-], not starting with '.' or '-'", name)
+	if !shardPattern.MatchString(name) || strings.HasSuffix(name, "..") || strings.Contains(name, "__0x") {
+		return fmt.Errorf(`shard %q: want 1-128 characters from [A-Za-z0-9._-], not starting with '.' or '-', not ending in "..", without "__0x"`, name)
 	}
 	return nil
 }
