@@ -64,7 +64,9 @@ func ParseWorkerRecord(key string, value []byte) (WorkerRecord, error) {
 //     disappears from P/workers/ and the master stops calling it.
 //   - A lost lease (expired while etcd was unreachable, or revoked by someone) is
 //     replaced: Run grants a new one and puts the record again, retrying with
-//     exponential backoff and jitter while etcd refuses.
+//     exponential backoff and jitter while etcd refuses, and right after an
+//     attempt that etcd did not answer (it waited already), so the record is back
+//     moments after etcd is.
 //   - A record deleted by hand while the lease lives is put back at once.
 //   - When Run's context ends, the lease is revoked, which deletes the record, so a
 //     worker stopping cleanly leaves the master's list at once instead of after a
@@ -221,6 +223,14 @@ func (r *Registration) Run(ctx context.Context) error {
 		} else {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				// etcd did not answer for registrationOpWait: the attempt itself
+				// waited for it, so the next one starts soon instead of after a
+				// backoff that grew through the outage. A worker that is
+				// unregistered after etcd is back is skipped by every merge; the
+				// etcd outage campaign saw it come back 24 s after etcd did.
+				delay = r.opts.backoffMin
 			}
 			r.log.Warn("worker registration failed; retrying", "err", err, "retry_in", delay.String())
 		}

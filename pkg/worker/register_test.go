@@ -3,12 +3,14 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"os"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
 )
@@ -177,6 +179,38 @@ func TestRegistrationSurvivesAnEtcdOutageLongerThanItsLease(t *testing.T) {
 	ttl, err := client.TimeToLive(context.Background(), clientv3.LeaseID(resp.Kvs[0].Lease))
 	if err != nil || ttl.TTL <= 0 {
 		t.Fatalf("lease %x after the outage: %+v, %v", resp.Kvs[0].Lease, ttl, err)
+	}
+}
+
+// An attempt that etcd did not answer has waited for it already: the next one
+// follows within the minimum backoff instead of a backoff doubled through the
+// outage, so a worker is registered again moments after etcd is back. The etcd
+// outage chaos campaign saw a worker come back 24 s after etcd did, skipped by
+// every merge meanwhile. The backoff runs on a fake clock: stepping it by the
+// minimum must release every wait.
+func TestRegistrationRetriesSoonAfterAnAttemptEtcdDidNotAnswer(t *testing.T) {
+	srv := etcdtest.StartServer(t)
+	client := srv.Client(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	const minDelay = time.Second
+	runRegistration(t, client, "/reg6", WithRegisterClock(clk), WithRegisterBackoff(minDelay, time.Minute), WithRegisterLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
+	waitRecord(t, client, "/reg6/workers/w1", 0)
+
+	srv.Stop()
+	// The first wait follows the lost lease, the second the first attempt that
+	// timed out (registrationOpWait), the third the second one.
+	for wait := 1; wait <= 3; wait++ {
+		deadline := time.Now().Add(registrationLiveness)
+		for !clk.HasWaiters() {
+			if time.Now().After(deadline) {
+				t.Fatalf("wait %d: the registration never waited for its next attempt", wait)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		clk.Step(minDelay)
+		if clk.HasWaiters() {
+			t.Fatalf("wait %d is longer than the minimum backoff %s while etcd does not answer", wait, minDelay)
+		}
 	}
 }
 
