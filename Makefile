@@ -75,7 +75,7 @@ fuzz: ## run every Go fuzz target for FUZZTIME (10s) each (scripts/fuzz.sh)
 
 # The reliability campaigns (e2e/chaos_*_test.go, build tag chaos): too long for CI.
 # CHAOS_RUN chooses campaigns by test name (a go test -run regexp).
-chaos: ## run the reliability campaigns (about 15 min) and write their figures into RELIABILITY.md, output in chaos.out
+chaos: ## run the reliability campaigns (about 10 min) and write their figures into RELIABILITY.md, output in chaos.out
 	GO='$(GO)' CHAOS_RUN='$(CHAOS_RUN)' bash scripts/chaos.sh
 
 lint: ## gofmt, go vet, staticcheck

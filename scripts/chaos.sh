@@ -2,7 +2,7 @@
 # chaos.sh is `make chaos`: the reliability campaigns of e2e/ (files chaos_*_test.go,
 # build tag chaos) against real processes whose binaries carry the fault hook of
 # internal/chaos, then their figures written into the results section of
-# RELIABILITY.md. Not part of `make test` or CI: a full run takes about 15 minutes.
+# RELIABILITY.md. Not part of `make test` or CI: a full run takes about 10 minutes on 2 cores.
 #
 #   scripts/chaos.sh                       every campaign
 #   CHAOS_RUN='StuckWorker|Faults' scripts/chaos.sh
