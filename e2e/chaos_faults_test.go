@@ -91,7 +91,7 @@ func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 	}()
 	// The stores are created before the faults go on: creation is not what this
 	// campaign measures, and the load generator stops if it fails.
-	c.waitFor(30*time.Second, "the first rows are acknowledged", func() (bool, string) {
+	c.waitFor(time.Minute, "the first rows are acknowledged", func() (bool, string) {
 		acked, _ := l.counts()
 		return acked > 0, fmt.Sprintf("%d acked", acked)
 	})
@@ -208,7 +208,7 @@ func TestChaosStuckWorkerMergeIsBoundedAndNamed(t *testing.T) {
 			t.Errorf("load: %v", err)
 		}
 	}()
-	c.waitFor(30*time.Second, "both targets have been merged once", func() (bool, string) {
+	c.waitFor(time.Minute, "both targets have been merged once", func() (bool, string) {
 		st := c.stats(m)
 		return st[stuckTarget].RowCount > 0 && st[freeTarget].RowCount > 0, fmt.Sprint(st)
 	})
