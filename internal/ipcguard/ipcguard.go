@@ -222,13 +222,19 @@ func (w *walker) visit(t int) error {
 	return nil
 }
 
-// field returns the position of field slot of table t, or false when absent.
+// field returns the position of field slot of table t, or false when absent. A
+// field is present exactly when the flatbuffers library says so (its vtable entry is
+// below the vtable's declared size, odd sizes included), or a field absent here
+// would be read there unchecked.
 func (w *walker) field(t, slot int) (int, bool) {
 	s := binary.LittleEndian.Uint32(w.b[t:])
 	vt := int(int64(t) - int64(int32(s)))
 	entry := 4 + 2*slot
-	if entry+2 > int(binary.LittleEndian.Uint16(w.b[vt:])) {
+	if entry >= int(binary.LittleEndian.Uint16(w.b[vt:])) {
 		return 0, false
+	}
+	if vt+entry+2 > len(w.b) {
+		return len(w.b), true // past the end: every read of it fails its bounds check
 	}
 	fo := int(binary.LittleEndian.Uint16(w.b[vt+entry:]))
 	if fo == 0 {

@@ -1,9 +1,12 @@
 package registry
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 )
@@ -91,6 +94,56 @@ func FuzzValidateName(f *testing.F) {
 			if err != nil || back != k || parsed != name {
 				t.Fatalf("Target(%s, %q) parses to %s %q, %v", k, name, back, parsed, err)
 			}
+		}
+	})
+}
+
+// FuzzDecodeRegistryEntry: a registry object decodes or fails with ErrCorrupt naming its key,
+// never a panic; an accepted entry names the store of its key, and re-encodes (as
+// Create writes it) to an object that decodes equal.
+func FuzzDecodeRegistryEntry(f *testing.F) {
+	created := time.Date(2026, 11, 29, 19, 45, 0, 123456789, time.UTC)
+	for _, e := range []Entry{
+		{Name: "demo", Kind: KindRollout, URI: "rollout/demo", CreatedAt: created},
+		{Name: "demo", Kind: KindGeneric, URI: "generic/demo", CreatedAt: created,
+			Schema: json.RawMessage(`{"columns":[["id",{"type":"string"}]]}`), SealOnAdd: true},
+	} {
+		data, err := json.Marshal(e)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(e.Kind), data)
+	}
+	f.Add("generic", []byte(`{"name":"demo","kind":"generic","schema":[1,2`))
+	f.Add("rollout", []byte(`{"name":"other","kind":"rollout"}`))
+	f.Add("rollout", []byte(`{"name":"demo","kind":"rollout","created_at":"10000-01-01T00:00:00Z"}`))
+	f.Add("rollout", []byte(`null`))
+	f.Fuzz(func(t *testing.T, kind string, data []byte) {
+		k := Kind(kind)
+		if !k.Valid() {
+			k = KindRollout
+		}
+		e, err := decodeEntry(k, "demo", data)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), key(k, "demo")) {
+				t.Fatalf("error %v is not ErrCorrupt naming %s", err, key(k, "demo"))
+			}
+			return
+		}
+		if e.Name != "demo" || e.Kind != k || e.Target() != Target(k, "demo") {
+			t.Fatalf("accepted %+v from the key of %s store demo", e, k)
+		}
+		enc, err := json.Marshal(e)
+		if err != nil {
+			return // e.g. a created_at beyond year 9999: Create never writes one
+		}
+		again, err := decodeEntry(k, "demo", enc)
+		if err != nil {
+			t.Fatalf("re-encoded entry %s does not decode: %v", enc, err)
+		}
+		enc2, _ := json.Marshal(again)
+		if !bytes.Equal(enc, enc2) {
+			t.Fatalf("entry changes across encode/decode:\n%s\n%s", enc, enc2)
 		}
 	})
 }

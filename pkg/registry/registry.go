@@ -16,6 +16,9 @@ var (
 	ErrExists = errors.New("store already exists")
 	// ErrNotFound means no store of that kind and name is registered.
 	ErrNotFound = errors.New("store not found")
+	// ErrCorrupt means a registry object that does not decode, or that names another
+	// store than its key. A human must look at the named object.
+	ErrCorrupt = errors.New("corrupt registry object")
 )
 
 const root = "_registry"
@@ -99,12 +102,17 @@ func (r *Registry) Get(ctx context.Context, k Kind, name string) (Entry, error) 
 	if err != nil {
 		return Entry{}, fmt.Errorf("registry: %w", err)
 	}
+	return decodeEntry(k, name, data)
+}
+
+// decodeEntry parses the registry object of store k/name.
+func decodeEntry(k Kind, name string, data []byte) (Entry, error) {
 	var e Entry
 	if err := json.Unmarshal(data, &e); err != nil {
-		return Entry{}, fmt.Errorf("registry object %s: corrupt: %w", key(k, name), err)
+		return Entry{}, fmt.Errorf("registry object %s: %w: %v", key(k, name), ErrCorrupt, err)
 	}
 	if e.Name != name || e.Kind != k {
-		return Entry{}, fmt.Errorf("registry object %s: corrupt: names %s store %q", key(k, name), e.Kind, e.Name)
+		return Entry{}, fmt.Errorf("registry object %s: %w: names %s store %q", key(k, name), ErrCorrupt, e.Kind, e.Name)
 	}
 	return e, nil
 }
