@@ -252,6 +252,21 @@ func TestChaosStuckWorkerMergeIsBoundedAndNamed(t *testing.T) {
 	if rest := hangFor - time.Since(hangStart); rest > 0 {
 		time.Sleep(rest)
 	}
+	// The worker side is bounded too: the master's deadline reaches w2's merge
+	// through gRPC, so the hung upload is abandoned instead of holding the
+	// target's merge on w2 until the object-store timeout.
+	var ended []string
+	for _, d := range c.workers["w2"].mergeFailures(stuckTarget) {
+		took, err := time.ParseDuration(d)
+		if err != nil || took > workerTimeout+5*time.Second {
+			t.Errorf("w2's merge of %s ended after %s, long after the master's %s timeout", stuckTarget, d, workerTimeout)
+		}
+		ended = append(ended, took.Round(10*time.Millisecond).String())
+	}
+	cc.add("w2's stuck merges ended after (its log)", strings.Join(ended, ", "))
+	if len(ended) == 0 {
+		t.Errorf("w2 logged no failed merge of %s", stuckTarget)
+	}
 	freeDone, stuckFailed, stuckDone := 0, 0, 0
 	for _, tk := range c.tasksNow() {
 		if tk.Kind != "merge_wal" || tk.StartedAt.Before(hangStart) {
@@ -296,6 +311,21 @@ func (c *cluster) startChaosWorker(id, faultsPath string) *workerProc {
 	c.workerEnv = env
 	defer func() { c.workerEnv = saved }()
 	return c.startWorker(id)
+}
+
+// mergeFailures returns the durations w logged for its failed merges of target.
+func (w *workerProc) mergeFailures(target string) []string {
+	data, _ := os.ReadFile(w.logPath)
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		var rec struct {
+			Msg, Target, Duration string
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "merge failed" && rec.Target == target {
+			out = append(out, rec.Duration)
+		}
+	}
+	return out
 }
 
 // procsOf returns the cluster's worker processes.
