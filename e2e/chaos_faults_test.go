@@ -95,15 +95,34 @@ func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 		acked, _ := l.counts()
 		return acked > 0, fmt.Sprintf("%d acked", acked)
 	})
-	answers.reset()
 	on, _ := json.Marshal(spec)
 	for _, path := range faults {
 		writeFaults(t, path, string(on))
 	}
 	faultsOn := time.Now()
+	answers.reset()
+	// A reader lists both stores through every worker in turn while the faults
+	// are on: reads must answer cleanly too.
+	reads := newAnswerLog()
+	readClient := &http.Client{Timeout: faultsClientTimeout, Transport: &classifyingTransport{base: http.DefaultTransport, log: reads}}
+	readsDone := make(chan struct{})
+	go func() {
+		defer close(readsDone)
+		for i := 0; ctx.Err() == nil; i++ {
+			w := c.workerURLs()[i%3]
+			kind := []loadgen.Kind{loadgen.KindRollout, loadgen.KindGeneric}[i/3%2]
+			path, _ := rowsPath(kind, map[loadgen.Kind]string{loadgen.KindRollout: rollouts, loadgen.KindGeneric: events}[kind])
+			if resp, err := readClient.Get(w + path + "?limit=100"); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
 	time.Sleep(duration)
 	stopLoad()
 	st := <-loadDone // requests in flight finish under the faults
+	<-readsDone
 	for _, path := range faults {
 		writeFaults(t, path, "")
 	}
@@ -113,10 +132,14 @@ func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 	snap := answers.snapshot()
 	acked, maybe := l.counts()
 	cc.add("requests (adds during the faults)", snap.requests)
-	cc.addf("acknowledged", "%d requests, %d rows", snap.ok, acked)
+	cc.addf("acknowledged", "%d of those requests; %d rows in all (with the warm-up before the faults)", snap.ok, acked)
 	cc.add("clean errors by answer", snap.cleanSummary())
 	cc.add("unclean answers (reset, hang, non-JSON)", snap.uncleanSummary())
-	cc.add("causes of the 500 answers (workers' logs)", summary(c.failedRequestCauses()))
+	rsnap := reads.snapshot()
+	cc.addf("reads during the faults (lists of 100 rows)", "%d: %d ok; clean errors: %s; unclean: %s; p50 / p99 %s / %s",
+		rsnap.requests, rsnap.ok, rsnap.cleanSummary(), rsnap.uncleanSummary(),
+		percentile(rsnap.latencies, 50).Round(time.Millisecond), percentile(rsnap.latencies, 99).Round(time.Millisecond))
+	cc.add("causes of the 500 answers to adds and reads (workers' logs)", summary(c.failedRequestCauses()))
 	cc.addf("client latency p50 / p99 / max", "%s / %s / %s",
 		percentile(snap.latencies, 50).Round(time.Millisecond), percentile(snap.latencies, 99).Round(time.Millisecond), percentile(snap.latencies, 100).Round(time.Millisecond))
 	cc.addf("object-store requests / injected faults / throttled", "%d / %d / %d", requests, injected, throttled)
@@ -127,6 +150,9 @@ func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 		if p.exited() {
 			t.Errorf("%s exited during the faults: %v\n%s", p.name, p.err, p.tail(20))
 		}
+	}
+	if rsnap.unclean() > 0 {
+		t.Errorf("%d reads were not answered cleanly: %s; e.g. %s", rsnap.unclean(), rsnap.uncleanSummary(), strings.Join(rsnap.examples, " | "))
 	}
 	if snap.unclean() > 0 {
 		t.Errorf("%d answers were not clean: %s; e.g. %s", snap.unclean(), snap.uncleanSummary(), strings.Join(snap.examples, " | "))
