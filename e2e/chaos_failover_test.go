@@ -1,0 +1,281 @@
+//go:build chaos
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/internal/chaos"
+	"github.com/tidemark-io/tidemark/pkg/loadgen"
+)
+
+// TestChaosStandbyMasterTakesOverARunningMerge is the master failover campaign:
+// two master replicas, and trials (TIDEMARK_CHAOS_FAILOVER_TRIALS, 5) that each
+// give the workers a backlog of generations, slow their object store down (the
+// chaos faults file) so that the merge_wal task runs for seconds, requeue the
+// merge, and SIGKILL the master that holds its claim (read from the task record
+// in etcd) at a random moment of its fan-out. The other master must claim the
+// task once the killed one's lease expires (MASTER_LEASE_TTL 3 s) and finish it
+// across every worker; the rows end up merged exactly once. The killed master is
+// restarted as the standby of the next trial.
+//
+// "Never merged by two masters at once" is checked on the workers' logs: every
+// merge a worker ran for the target under the killed master's fencing token
+// ended before the first merge under the successor's token started, and a
+// fencing refusal (WorkerService's stale-token check) only ever refused the
+// killed master's token, after the takeover.
+func TestChaosStandbyMasterTakesOverARunningMerge(t *testing.T) {
+	cc := startChaosReport(t, "master failover")
+	trials := chaosInt(t, "TIDEMARK_CHAOS_FAILOVER_TRIALS", 5)
+	seed := uint64(chaosInt(t, "TIDEMARK_CHAOS_SEED", int(time.Now().UnixNano()%1e9)))
+	rng := rand.New(rand.NewPCG(seed, seed))
+	t.Logf("%d trials, seed %d", trials, seed)
+
+	faults := filepath.Join(t.TempDir(), "faults.json")
+	c := newCluster(t, map[string]string{
+		chaos.FaultsFileEnv: faults,
+		// One generation per merge pass: a backlog takes many commits to merge.
+		"MERGE_MAX_GENERATIONS": "1",
+		"FLUSH_INTERVAL":        "1h", // only ?flush=true seals: the backlog is exact
+	}, map[string]string{
+		// Only the requeued task runs: the sweep never finds enough generations.
+		"MERGE_WAL_MIN_GENERATIONS": "1000000",
+	})
+	keepChaosLogs(t, c)
+	names := [2]string{"m1", "m2"}
+	for _, n := range names {
+		c.startMaster(n, nil)
+	}
+	ids := []string{"w1", "w2", "w3"}
+	for _, id := range ids {
+		c.startWorker(id)
+	}
+
+	var claimTimes, doneTimes []time.Duration
+	overlaps, refusals, badRefusals := 0, 0, 0
+	for trial := range trials {
+		store := fmt.Sprintf("chaos_failover_%d", trial)
+		l := newLedger()
+		// 12 generations in each worker's shard.
+		st, err := loadgen.Run(context.Background(), loadgen.Config{
+			Workers: c.workerURLs(), MaxRows: 360, Batch: 10, Concurrency: 3,
+			RolloutStore: store, RunID: store, Flush: true, OnBatch: l.record,
+		})
+		if err != nil || st.Failed > 0 {
+			t.Fatalf("trial %d: backlog: %+v, %v", trial, st, err)
+		}
+		writeFaults(t, faults, `{"latency": "15ms", "jitter": "10ms"}`)
+
+		anyMaster := c.masters[names[trial%2]]
+		var requeued struct {
+			Task struct {
+				ID string `json:"id"`
+			} `json:"task"`
+		}
+		if err := json.Unmarshal(c.admin(anyMaster, "requeue-merge", store), &requeued); err != nil || requeued.Task.ID == "" {
+			t.Fatalf("trial %d: requeue-merge answer: %v", trial, err)
+		}
+		id := requeued.Task.ID
+		var holder string
+		c.waitFor(15*time.Second, "task "+id+" runs", func() (bool, string) {
+			tk := c.taskRecord(id)
+			holder, _, _ = strings.Cut(tk.ClaimToken, "/")
+			return tk.State == "running" && holder != "", tk.State
+		})
+		killed := c.masters[holder]
+		if killed == nil {
+			t.Fatalf("trial %d: task %s is claimed by %q, not one of %v", trial, id, holder, names)
+		}
+		lock := c.targetLock(store)
+		// Into the fan-out, which takes about 3 s per worker here: the first
+		// worker's merge, or a later one.
+		time.Sleep(200*time.Millisecond + time.Duration(rng.Int64N(int64(7*time.Second))))
+		if tk := c.taskRecord(id); tk.State != "running" {
+			t.Fatalf("trial %d: task %s is %s before the kill: the merge ran too fast to be caught (detail %q)", trial, id, tk.State, tk.Detail)
+		}
+		killed.kill()
+		killedAt := time.Now()
+
+		var successor string
+		var claimAfter time.Duration
+		c.waitFor(30*time.Second, "another master claims task "+id, func() (bool, string) {
+			tk := c.taskRecord(id)
+			h, _, _ := strings.Cut(tk.ClaimToken, "/")
+			if h != "" && h != holder || tk.State == "done" {
+				successor, claimAfter = h, time.Since(killedAt)
+				return true, ""
+			}
+			return false, fmt.Sprintf("%s by %q", tk.State, h)
+		})
+		var rec failoverTask
+		c.waitFor(time.Minute, "task "+id+" done after the takeover", func() (bool, string) {
+			rec = c.taskRecord(id)
+			if rec.State == "failed" {
+				t.Fatalf("trial %d: task %s failed after the takeover: %s", trial, id, rec.Error)
+			}
+			return rec.State == "done", rec.State
+		})
+		doneAfter := time.Since(killedAt)
+		writeFaults(t, faults, "")
+		claimTimes, doneTimes = append(claimTimes, claimAfter), append(doneTimes, doneAfter)
+		if successor == "" {
+			successor = "?"
+		}
+		if rec.Attempts < 2 || !strings.Contains(rec.Detail, "across 3/3 workers") || rec.FencingToken <= lock {
+			t.Errorf("trial %d: task record %+v: want done across 3/3 workers on attempt 2+, under a fencing token above the killed master's %d", trial, rec, lock)
+		}
+
+		// What the workers did for the target, under which token.
+		merges := c.workerMergeLog(ids, store)
+		var lastOld, firstNew time.Time
+		doneBefore := 0 // workers the killed master's fan-out had finished
+		for _, ml := range merges {
+			switch {
+			case ml.refused:
+				refusals++
+				if ml.token != lock || ml.at.Before(killedAt.Add(claimAfter).Add(-time.Second)) {
+					badRefusals++
+					t.Errorf("trial %d: %s refused token %d at %s: only the killed master's token %d, after the takeover, may be refused",
+						trial, ml.worker, ml.token, ml.at.Format(time.StampMilli), lock)
+				}
+			case ml.token == lock:
+				if ml.done {
+					doneBefore++
+				}
+				if ml.at.After(lastOld) {
+					lastOld = ml.at
+				}
+			case ml.token == rec.FencingToken:
+				if firstNew.IsZero() || ml.start.Before(firstNew) {
+					firstNew = ml.start
+				}
+			}
+		}
+		if !lastOld.IsZero() && !firstNew.IsZero() && !lastOld.Before(firstNew) {
+			overlaps++
+			t.Errorf("trial %d: a merge under the killed master's token %d ended at %s, after the successor's first merge (token %d) started at %s",
+				trial, lock, lastOld.Format(time.StampMilli), rec.FencingToken, firstNew.Format(time.StampMilli))
+		}
+		t.Logf("trial %d: %s killed during task %s (fencing token %d) after its fan-out merged %d/3 workers; %s claimed it after %s (token %d), done after %s: %s",
+			trial, holder, id, lock, doneBefore, successor, claimAfter.Round(time.Millisecond), rec.FencingToken,
+			doneAfter.Round(time.Millisecond), rec.Detail)
+		cc.add(fmt.Sprintf("trial %d: killed in the call to worker, takeover claim / done after the kill", trial+1),
+			fmt.Sprintf("%d of 3, %s / %s", doneBefore+1, claimAfter.Round(time.Millisecond), doneAfter.Round(time.Millisecond)))
+
+		c.awaitMergedExactlyOnce(c.masters[successor], l, loadgen.KindRollout, store, 30*time.Second)
+		c.startMaster(holder, nil) // the standby of the next trial
+	}
+	cc.add("trials", trials)
+	cc.add("takeover claim after the kill, p50 / max", fmt.Sprintf("%s / %s", percentile(claimTimes, 50).Round(time.Millisecond), percentile(claimTimes, 100).Round(time.Millisecond)))
+	cc.add("takeover done after the kill, p50 / max", fmt.Sprintf("%s / %s", percentile(doneTimes, 50).Round(time.Millisecond), percentile(doneTimes, 100).Round(time.Millisecond)))
+	cc.add("merges of the killed master overlapping the successor's", overlaps)
+	cc.add("fencing refusals (all of the killed master's stale token)", fmt.Sprintf("%d (%d not)", refusals, badRefusals))
+}
+
+// writeFaults replaces the workers' faults file (polled every 250 ms), and waits
+// for them to have read it.
+func writeFaults(t *testing.T, path, spec string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond)
+}
+
+// taskRecord reads P/tasks/<id> with the client (zero when absent).
+func (c *cluster) taskRecord(id string) failoverTask {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var tk failoverTask
+	resp, err := c.client.Get(ctx, c.prefix+"/tasks/"+id)
+	if err == nil && len(resp.Kvs) > 0 {
+		_ = json.Unmarshal(resp.Kvs[0].Value, &tk)
+	}
+	return tk
+}
+
+// failoverTask is a task record with the claim fields the harness's task leaves out.
+type failoverTask struct {
+	task
+	ClaimToken   string `json:"claim_token"`
+	FencingToken int64  `json:"fencing_token"`
+}
+
+// targetLock returns the fencing token of target's lock (the create revision of
+// P/target-locks/<target>), 0 when unlocked.
+func (c *cluster) targetLock(target string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := c.client.Get(ctx, c.prefix+"/target-locks/"+target)
+	if err != nil {
+		c.t.Fatalf("read the lock of %s: %v", target, err)
+	}
+	if len(resp.Kvs) == 0 {
+		c.t.Fatalf("target %s is not locked while its task runs", target)
+	}
+	return resp.Kvs[0].CreateRevision
+}
+
+// mergeLogLine is one merge of a target by a worker, from its log: done, failed,
+// or refused for a stale fencing token.
+type mergeLogLine struct {
+	worker    string
+	token     int64
+	start, at time.Time
+	refused   bool
+	done      bool // "merge done": the worker's merge of the call finished
+}
+
+// workerMergeLog reads every worker process's log (restarts included) for the
+// merges of target.
+func (c *cluster) workerMergeLog(workers []string, target string) []mergeLogLine {
+	var out []mergeLogLine
+	for _, id := range workers {
+		f, err := os.Open(filepath.Join(c.dir, id+".log"))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var l struct {
+				Time     time.Time `json:"time"`
+				Msg      string    `json:"msg"`
+				Target   string    `json:"target"`
+				Token    int64     `json:"fencing_token"`
+				Duration string    `json:"duration"`
+			}
+			if json.Unmarshal(sc.Bytes(), &l) != nil || l.Target != target || l.Token == 0 {
+				continue
+			}
+			ml := mergeLogLine{worker: id, token: l.Token, at: l.Time, start: l.Time}
+			switch {
+			case strings.HasPrefix(l.Msg, "merge refused"):
+				ml.refused = true
+			case l.Msg == "merge done" || l.Msg == "merge failed":
+				ml.done = l.Msg == "merge done"
+				if d, err := time.ParseDuration(l.Duration); err == nil {
+					ml.start = l.Time.Add(-d)
+				}
+			default:
+				continue
+			}
+			out = append(out, ml)
+		}
+		f.Close()
+	}
+	return out
+}
