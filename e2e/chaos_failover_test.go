@@ -116,7 +116,7 @@ func TestChaosStandbyMasterTakesOverARunningMerge(t *testing.T) {
 			}
 			return false, fmt.Sprintf("%s by %q", tk.State, h)
 		})
-		var rec failoverTask
+		var rec claimedTask
 		c.waitFor(time.Minute, "task "+id+" done after the takeover", func() (bool, string) {
 			rec = c.taskRecord(id)
 			if rec.State == "failed" {
@@ -193,25 +193,6 @@ func writeFaults(t *testing.T, path, spec string) {
 		t.Fatal(err)
 	}
 	time.Sleep(600 * time.Millisecond)
-}
-
-// taskRecord reads P/tasks/<id> with the client (zero when absent).
-func (c *cluster) taskRecord(id string) failoverTask {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	var tk failoverTask
-	resp, err := c.client.Get(ctx, c.prefix+"/tasks/"+id)
-	if err == nil && len(resp.Kvs) > 0 {
-		_ = json.Unmarshal(resp.Kvs[0].Value, &tk)
-	}
-	return tk
-}
-
-// failoverTask is a task record with the claim fields the harness's task leaves out.
-type failoverTask struct {
-	task
-	ClaimToken   string `json:"claim_token"`
-	FencingToken int64  `json:"fencing_token"`
 }
 
 // targetLock returns the fencing token of target's lock (the create revision of

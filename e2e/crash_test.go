@@ -24,6 +24,36 @@ func (c *cluster) runningTasks() int64 {
 	return resp.Count
 }
 
+// tasksIn counts the task records in state.
+func (c *cluster) tasksIn(state string) int {
+	n := 0
+	for _, tk := range c.tasksNow() {
+		if tk.State == state {
+			n++
+		}
+	}
+	return n
+}
+
+// taskRecord reads P/tasks/<id> with the client (zero when absent).
+func (c *cluster) taskRecord(id string) claimedTask {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var tk claimedTask
+	resp, err := c.client.Get(ctx, c.prefix+"/tasks/"+id)
+	if err == nil && len(resp.Kvs) > 0 {
+		_ = json.Unmarshal(resp.Kvs[0].Value, &tk)
+	}
+	return tk
+}
+
+// claimedTask is a task record with the claim fields that task leaves out.
+type claimedTask struct {
+	task
+	ClaimToken   string `json:"claim_token"`
+	FencingToken int64  `json:"fencing_token"`
+}
+
 // TestWorkerKilledDuringMergesLosesNoAcknowledgedRow kills a worker with
 // SIGKILL while the master merges under steady load of both kinds, restarts it
 // with the same instance id, and checks every row: each acknowledged one is
@@ -54,13 +84,7 @@ func TestWorkerKilledDuringMergesLosesNoAcknowledgedRow(t *testing.T) {
 	}()
 
 	c.waitFor(30*time.Second, "the master has finished merges under load", func() (bool, string) {
-		n := 0
-		for _, tk := range c.tasksNow() {
-			if tk.State == "done" {
-				n++
-			}
-		}
-		return n >= 2, ""
+		return c.tasksIn("done") >= 2, ""
 	})
 	// Kill w2 while a merge task runs (the master calls w1, w2, w3 in turn).
 	caught := false
@@ -124,28 +148,20 @@ func TestSecondMasterFinishesTheTaskOfAKilledMaster(t *testing.T) {
 		t.Fatalf("requeue-merge answer: %v", err)
 	}
 	id := requeued.Task.ID
-	taskState := func() task {
-		for _, tk := range c.tasksNow() {
-			if tk.ID == id {
-				return tk
-			}
-		}
-		return task{}
-	}
 	c.waitFor(10*time.Second, "task "+id+" runs on m1", func() (bool, string) {
-		tk := taskState()
+		tk := c.taskRecord(id)
 		return tk.State == "running", tk.State
 	})
 	time.Sleep(500 * time.Millisecond) // m1 merged w1 and w2, and waits for w3
 	m1.kill()
 	w3.signal(syscall.SIGCONT)
-	if tk := taskState(); tk.State != "running" {
+	if tk := c.taskRecord(id); tk.State != "running" {
 		t.Fatalf("task %s is %s when m1 is killed, want running", id, tk.State)
 	}
 
 	m2 := c.startMaster("m2", nil)
 	c.waitFor(45*time.Second, "m2 finishes task "+id, func() (bool, string) {
-		tk := taskState()
+		tk := c.taskRecord(id)
 		if tk.State == "failed" {
 			t.Fatalf("task %s failed: %s", id, tk.Error)
 		}
