@@ -18,7 +18,9 @@
 //   - Every call is bounded: each operation runs under the bucket's per-operation
 //     timeout unless the caller's context is already shorter.
 //   - Errors carry the key they concern and wrap ErrNotFound / ErrExists /
-//     ErrInvalidKey so callers decide with errors.Is, never by string.
+//     ErrInvalidKey / ErrTooLarge so callers decide with errors.Is, never by string.
+//   - GetMax never holds more than its limit of an object in memory: an object over
+//     it is refused from its size before the body is read. Metadata readers use it.
 //
 // WithFaults wraps a Bucket with injected latency, transient errors, throttling and
 // per-key failures, so tests and benchmarks exercise the production code path against
