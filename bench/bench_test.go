@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 )
 
@@ -175,9 +176,9 @@ func TestReportMarkdown(t *testing.T) {
 			Runs: []MemoryOutcome{{Run: DefaultMemoryConfig().Runs[0], PeakRSS: 1 << 30, Passes: 2, LargestPass: 512 << 20}}},
 	}
 	md := r.Markdown()
-	for _, want := range []string{SectionHeading, "### 1. Commit storm", "| new / old | | | | 2.00x | | 0.80x | 0.24x |",
+	for _, want := range []string{SectionHeading, "### 1. Commit storm", "| new / old | | | | | 2.00x | | 0.80x | 0.24x |",
 		"### 2. Lock", "| old / new | p50 1000x, p99 2000x, max 3000x |", "### 3. Read fan-out", "| 200 | 1.00 s / 1.00 s | 1.00x | 0 / 0 | 2.00 s / 1.00 s | 2.00x |",
-		"### 4. Throughput", "| 10,000 |", "### Memory", "| 0.50 | 2.0 |"} {
+		"### 4. Throughput", "| 10,000 |", "### Memory", "| 0.50 | -1.00 GiB | 2.0 |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
@@ -185,7 +186,8 @@ func TestReportMarkdown(t *testing.T) {
 }
 
 // largestPass chooses generations as merge.Merger does: the oldest first, up to
-// both caps, never splitting one, at least one a pass.
+// both caps and what the budget pays for at merge.PassCostFactor, never splitting
+// one, at least one a pass.
 func TestLargestPassFollowsTheMergeCaps(t *testing.T) {
 	gens := func(sizes ...int64) []wal.Generation {
 		var out []wal.Generation
@@ -203,6 +205,8 @@ func TestLargestPassFollowsTheMergeCaps(t *testing.T) {
 		{gens(10, 10, 10, 10, 10), MemoryRun{MaxBytes: 25}, 20},
 		{gens(10, 100, 10), MemoryRun{MaxBytes: 25}, 100},
 		{gens(10, 10, 10), MemoryRun{}, 30},
+		{gens(10, 10, 10, 10), MemoryRun{Budget: merge.PassCostFactor * 25}, 20},
+		{gens(10, 100, 10), MemoryRun{Budget: merge.PassCostFactor * 25}, 100},
 	} {
 		if got := largestPass(c.gens, c.run); got != c.want {
 			t.Errorf("largestPass(%+v) = %d, want %d", c.run, got, c.want)

@@ -328,7 +328,11 @@ func MemoryMerge(ctx context.Context, dir string, run MemoryRun, heapProfile str
 // the caps and what the budget pays for, at least one) over gens and returns the
 // largest pass's bytes.
 func largestPass(gens []wal.Generation, run MemoryRun) int64 {
-	maxBytes := run.Budget / merge.PassCostFactor
+	budget := run.Budget
+	if budget <= 0 {
+		budget = 2 << 30 // merge.Config's default
+	}
+	maxBytes := budget / merge.PassCostFactor
 	if run.MaxBytes > 0 {
 		maxBytes = min(maxBytes, run.MaxBytes)
 	}
