@@ -160,36 +160,29 @@ func TestFlippedBytesAreRefusedOrDecodeBounded(t *testing.T) {
 	}
 }
 
-// FuzzCheckStream: the check never panics (it recovers its own) and fails only with
-// ErrMalformed; what it passes decodes without crashing the process.
-func FuzzCheckStream(f *testing.F) {
+// FuzzCheck tries every input as an IPC stream and as an IPC file: each check never
+// panics (it recovers its own) and fails only with ErrMalformed; what it passes
+// decodes without crashing the process.
+func FuzzCheck(f *testing.F) {
 	f.Add(stream(f, 0))
 	f.Add(stream(f, 1))
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0})
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if err := CheckStream(data); err != nil {
-			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("error %v is not ErrMalformed", err)
-			}
-			return
-		}
-		decodeStream(data)
-	})
-}
-
-// FuzzCheckFile: as FuzzCheckStream, for IPC files.
-func FuzzCheckFile(f *testing.F) {
 	f.Add(file(f, 0))
 	f.Add(file(f, 2))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0})
 	f.Add([]byte("ARROW1\x00\x00\x00\x00\x00\x00ARROW1"))
+	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if err := CheckFile(data); err != nil {
-			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("error %v is not ErrMalformed", err)
+		for _, c := range []struct {
+			check  func([]byte) error
+			decode func([]byte)
+		}{{CheckStream, decodeStream}, {CheckFile, decodeFile}} {
+			if err := c.check(data); err != nil {
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("error %v is not ErrMalformed", err)
+				}
+				continue
 			}
-			return
+			c.decode(data)
 		}
-		decodeFile(data)
 	})
 }
