@@ -244,6 +244,7 @@ func New(cfg Config) (*Master, error) {
 		OnFinish:     m.metrics.ObserveTask,
 		Logger:       log.With("component", "scheduler"),
 	})
+	m.session.lost = m.sched.AbandonLease
 
 	admin, err := NewAdminService(AdminConfig{
 		Tasks: m.tasks, Scanner: m.scanner, Registry: cfg.Registry, Discovery: cfg.Discovery,
@@ -474,6 +475,9 @@ type sessionKeeper struct {
 	client *clientv3.Client
 	ttl    int // seconds
 	log    *slog.Logger
+	// lost, if set, is told a lease that is gone once a session started on a new
+	// one (the scheduler's AbandonLease stops the runs of its claims).
+	lost func(clientv3.LeaseID)
 
 	mu     sync.Mutex
 	cur    *concurrency.Session
@@ -591,6 +595,9 @@ func (k *sessionKeeper) run(ctx context.Context) {
 				} else {
 					k.log.Warn("etcd session started on a new lease: claims and locks of the old one are lost",
 						"lease", leaseHex(s.Lease()), "old_lease", leaseHex(old.Lease()))
+					if k.lost != nil {
+						k.lost(old.Lease())
+					}
 				}
 				break
 			}

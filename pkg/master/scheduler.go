@@ -57,7 +57,15 @@ type Scheduler struct {
 	wake  chan struct{}
 
 	mu      sync.Mutex
-	running map[string]*tasks.Claim // by task id
+	running map[string]*run // by task id
+}
+
+// run is a task this scheduler runs: its claim, and how to stop it when the
+// claim's lease is gone.
+type run struct {
+	claim     *tasks.Claim
+	cancel    context.CancelFunc
+	abandoned bool // the lease is gone: the run was cancelled and must not finish
 }
 
 // NewScheduler returns a Scheduler; call Run.
@@ -78,7 +86,7 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Scheduler{cfg: cfg, log: cfg.Logger, slots: map[tasks.Kind]chan struct{}{},
-		wake: make(chan struct{}, 1), running: map[string]*tasks.Claim{}}
+		wake: make(chan struct{}, 1), running: map[string]*run{}}
 	for kind := range cfg.Runners {
 		n := cfg.Concurrency[kind]
 		if n <= 0 {
@@ -152,8 +160,8 @@ func (s *Scheduler) Run(ctx context.Context, drain time.Duration) {
 	// master can take them at once instead of after the lease expires.
 	s.mu.Lock()
 	claims := make([]*tasks.Claim, 0, len(s.running))
-	for _, c := range s.running {
-		claims = append(claims, c)
+	for _, r := range s.running {
+		claims = append(claims, r.claim)
 	}
 	s.mu.Unlock()
 	cancelRuns()
@@ -186,26 +194,55 @@ func (s *Scheduler) claimRound(ctx, runCtx context.Context, wg *sync.WaitGroup) 
 			return progressed, fmt.Errorf("claim %s: %w", kind, err)
 		}
 		progressed = true
+		claimCtx, cancel := context.WithCancel(runCtx)
+		r := &run{claim: c, cancel: cancel}
 		s.mu.Lock()
-		s.running[c.Task.ID] = c
+		s.running[c.Task.ID] = r
 		s.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			s.run(runCtx, kind, c)
+			defer cancel()
+			s.run(runCtx, claimCtx, kind, r)
 		}()
 	}
 	return progressed, nil
 }
 
-func (s *Scheduler) run(ctx context.Context, kind tasks.Kind, c *tasks.Claim) {
+// AbandonLease cancels the runs of the claims made under lease, which is gone (the
+// master's session had to start on a new lease): their claims and target locks died
+// with it, another master may already run their tasks, and each further call of
+// theirs to a worker would merge under a stale fencing token. The tasks are not
+// finished here; orphan recovery has requeued them or will.
+func (s *Scheduler) AbandonLease(lease clientv3.LeaseID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, r := range s.running {
+		if r.claim.Lease != lease || r.abandoned {
+			continue
+		}
+		r.abandoned = true
+		r.cancel()
+		s.log.Warn("task run cancelled: the lease of its claim is gone, so another master may run it",
+			"task", id, "kind", r.claim.Task.Kind, "target", r.claim.Task.Target,
+			"fencing_token", r.claim.FencingToken, "lease", leaseHex(lease))
+	}
+}
+
+// run runs r's task under claimCtx (ctx, the scheduler's run context, or less when
+// AbandonLease cancels it) and records its result.
+func (s *Scheduler) run(ctx, claimCtx context.Context, kind tasks.Kind, r *run) {
+	c := r.claim
 	log := s.log.With("task", c.Task.ID, "kind", kind, "target", c.Task.Target, "fencing_token", c.FencingToken)
 	log.Info("task started", "attempt", c.Task.Attempts)
 	start := s.cfg.Clock.Now()
-	tctx, cancel := context.WithTimeout(ctx, s.cfg.TaskTimeout)
+	tctx, cancel := context.WithTimeout(claimCtx, s.cfg.TaskTimeout)
 	detail, err := s.cfg.Runners[kind].Run(tctx, c)
 	cancel()
+	s.mu.Lock()
+	abandoned := r.abandoned
+	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.running, c.Task.ID)
@@ -213,6 +250,10 @@ func (s *Scheduler) run(ctx context.Context, kind tasks.Kind, c *tasks.Claim) {
 	}()
 	if ctx.Err() != nil {
 		return // shutting down: Run releases the claim
+	}
+	if abandoned {
+		log.Warn("task run ended after its claim's lease was lost; not recorded", "err", err)
+		return
 	}
 	d := s.cfg.Clock.Since(start)
 	if s.cfg.OnFinish != nil {

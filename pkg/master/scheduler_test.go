@@ -193,3 +193,55 @@ func TestSchedulerRecordsAResultOnceEtcdIsBackAfterAnOutageLongerThanAnAttempt(t
 		t.Fatalf("target lock after the finish: %v, %v; want none", resp.Kvs, err)
 	}
 }
+
+// A run whose claim's lease is gone stops: another master may already run the task
+// under a newer fencing token, and the old run's further worker calls would merge
+// the target under a stale one at the same time. Found by the master failover chaos
+// campaign on a loaded machine, where a master that lost its lease claimed the task
+// again under its new lease while the first run was still calling workers: two runs
+// merged one worker's shard at once, and another worker refused the stale token.
+func TestSchedulerCancelsTheRunsOfALostLeaseAndDoesNotFinishThem(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ts := tasks.New(client, "/sched")
+	sess := session(t, client, 60)
+	stopped := make(chan error, 1)
+	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: sess.Lease, PollInterval: 10 * time.Millisecond,
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(ctx context.Context, _ *tasks.Claim) (string, error) {
+			<-ctx.Done()
+			stopped <- ctx.Err()
+			return "", ctx.Err()
+		})}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx, time.Second); close(done) }()
+	defer func() { cancel(); <-done }()
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ts, task.ID, tasks.StateRunning)
+
+	s.AbandonLease(sess.Lease() + 1) // another lease: nothing happens
+	select {
+	case err := <-stopped:
+		t.Fatalf("run stopped (%v) when an unrelated lease was abandoned", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	s.AbandonLease(sess.Lease())
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("run still going 30 s after its lease was abandoned")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(s.Running()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still running %v", s.Running())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Not finished by the abandoned run: the task waits for orphan recovery.
+	if got, _ := ts.Get(context.Background(), task.ID); got.State != tasks.StateRunning {
+		t.Fatalf("task is %s after its run was abandoned, want still running (until orphan recovery)", got.State)
+	}
+}
