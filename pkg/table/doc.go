@@ -23,5 +23,14 @@
 // and Commit only writes the manifest. On a lost race Commit reloads, rebases (or stops
 // if the watermark shows the work already landed), backs off in proportion to how long
 // the attempt took, and gives up after RetryTimeout with an error that says "too many
-// concurrent writers" and the attempt count.
+// concurrent writers" and the attempt count. A request the store refuses as throttled
+// (objstore.ErrThrottled, a 503 SlowDown: not performed) is sent again after an
+// exponential backoff within RetryTimeout; a manifest write refused that way is a lost
+// attempt like a conflict.
+//
+// Reads cost as few round trips as the format allows: a fragment is opened without a
+// Stat (the manifest has its size), its footer and, if it is small, the whole fragment
+// come in one ranged read, a row group's column chunks in one coalesced read (or a few
+// in parallel), and a commit's conflict check reads the fragments it needs in parallel,
+// a bounded number at once.
 package table
