@@ -154,7 +154,8 @@ func (m *Merger) Merge(ctx context.Context, s *store.Store, wait bool) (Result, 
 	}
 	var total Result
 	for {
-		r, more, err := m.pass(ctx, s, wait, limit)
+		r, more, err := m.pass(ctx, s, wait, limit, sm)
+		sm = nil // later passes read the manifest their predecessor drained
 		total.add(r)
 		if err != nil || !more {
 			return total, err
@@ -168,7 +169,7 @@ func (m *Merger) MergeOnce(ctx context.Context, s *store.Store, wait bool) (Resu
 		return Result{}, err
 	}
 	defer m.slots.Release(1)
-	r, _, err := m.pass(ctx, s, wait, 0)
+	r, _, err := m.pass(ctx, s, wait, 0, nil)
 	return r, err
 }
 
@@ -204,16 +205,30 @@ func (m *Merger) acquireSlot(ctx context.Context, wait bool) error {
 }
 
 // pass is one prepare/commit/drain of generations up to limit (0: any). more reports
-// whether generations up to limit remain.
-func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint64) (res Result, more bool, err error) {
+// whether generations up to limit remain. sm, if not nil, is the shard manifest the
+// caller has just read.
+func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint64, sm *wal.Manifest) (res Result, more bool, err error) {
 	log := m.cfg.Logger.With("store", s.Entry().Name, "kind", s.Entry().Kind, "shard", s.Shard())
 	// Only this worker's shard and the base matter here: no full snapshot refresh
-	// (every shard's manifest) per pass.
-	var sm *wal.Manifest
-	err = retryThrottled(ctx, func() (err error) {
-		sm, err = wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
+	// (every shard's manifest) per pass. The two are read at once (each is a few
+	// round trips); either order of the two reads is already possible against a
+	// concurrent merge of the shard, and a stale pair only makes the commit find its
+	// generations already committed.
+	var base *table.Manifest
+	g, gctx := errgroup.WithContext(ctx)
+	if sm == nil {
+		g.Go(func() error {
+			return retryThrottled(gctx, func() (err error) {
+				sm, err = wal.LoadShard(gctx, s.Bucket(), s.Entry().URI, s.Shard())
+				return err
+			})
+		})
+	}
+	g.Go(func() (err error) {
+		base, err = s.Table().Refresh(gctx)
 		return err
 	})
+	err = g.Wait()
 	if errors.Is(err, wal.ErrNoShard) {
 		return res, false, nil // this worker never wrote the store: nothing of ours to merge
 	}
@@ -221,10 +236,6 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint
 		return res, false, err
 	}
 	w, err := s.Writer(ctx)
-	if err != nil {
-		return res, false, err
-	}
-	base, err := s.Table().Refresh(ctx)
 	if err != nil {
 		return res, false, err
 	}
@@ -262,7 +273,7 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint
 	// The generations are read generationReads at a time: one after another, a pass
 	// of 8 would wait 8 round trips for them.
 	parts := make([][]arrow.RecordBatch, len(pick))
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(generationReads)
 	for i, gen := range pick {
 		g.Go(func() error {
