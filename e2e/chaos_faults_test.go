@@ -263,8 +263,8 @@ func TestChaosStuckWorkerMergeIsBoundedAndNamed(t *testing.T) {
 	took := failedTask.FinishedAt.Sub(failedTask.StartedAt)
 	cc.add("task error", failedTask.Error)
 	cc.add("stuck task ran for", took.Round(100*time.Millisecond))
-	if !strings.Contains(failedTask.Error, "worker w2 (") {
-		t.Errorf("the stuck task's error does not name worker w2: %q", failedTask.Error)
+	if !strings.Contains(failedTask.Error, "worker w2 (") || !strings.Contains(failedTask.Error, "within the worker timeout of 5s") {
+		t.Errorf("the stuck task's error does not name worker w2 and say it ran out of the worker timeout: %q", failedTask.Error)
 	}
 	if took > workerTimeout+10*time.Second {
 		t.Errorf("the stuck task ran %s, far beyond the %s worker timeout", took, workerTimeout)

@@ -83,7 +83,14 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 		start := time.Now()
 		r, err := f.Caller.MergeWal(wctx, w, target, c.FencingToken)
 		// Read before cancel, which would turn the worker context's error into Canceled.
-		timedOut := err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded)
+		// The clock is checked too: the worker's side of the call can end it (RST_STREAM,
+		// code DeadlineExceeded) a moment before this side's timer has marked wctx done.
+		// The task's own deadline, when it comes first, is not the worker's timeout.
+		deadline, _ := wctx.Deadline()
+		taskDeadline, taskBounded := ctx.Deadline()
+		timedOut := err != nil && ctx.Err() == nil && f.WorkerTimeout > 0 &&
+			(!taskBounded || taskDeadline.After(deadline)) &&
+			(errors.Is(wctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline))
 		cancel()
 		if f.OnWorkerDone != nil {
 			f.OnWorkerDone(w, time.Since(start), err)
