@@ -4,7 +4,7 @@
 # BENCHMARKS.md, then every Go benchmark of the repository. Everything printed goes
 # to bench.out as well.
 #
-#   scripts/bench.sh                     everything (the scenarios alone took 11 minutes on 2 shared cores)
+#   scripts/bench.sh                     everything (the scenarios alone: 7-11 minutes on 2 shared cores)
 #   BENCH_FLAGS='--only storm,lock' scripts/bench.sh
 #                                        some scenarios (the section then holds only those)
 #   BENCH_GO=0 scripts/bench.sh          skip the Go benchmarks
