@@ -19,7 +19,31 @@ var (
 	ErrInvalidKey = errors.New("invalid object key")
 	// ErrTooLarge means GetMax found an object over its limit and did not read it.
 	ErrTooLarge = errors.New("object too large")
+	// ErrThrottled means the store refused a request for its rate (S3's 503
+	// SlowDown, GCS's 429, Azure's ServerBusy), and is also what a Faults wrapper
+	// in ThrottleReject mode answers (with ErrInjected). Back off and retry.
+	ErrThrottled = errors.New("throttled: too many concurrent requests")
+	// ErrUnavailable marks a request the object store failed for reasons of its
+	// own - an error answer or a broken connection, after the storage SDK's own
+	// retries - as opposed to an answer about the object (not found, exists, too
+	// large), a bad key or the caller's context. Trying again later is the remedy,
+	// so the worker answers it with 503 instead of a bare 500. A write that failed
+	// this way may still have happened (see FailAfterWrite); callers that must know
+	// read back.
+	ErrUnavailable = errors.New("object store unavailable")
 )
+
+// requestError wraps err, the failure of the request what ("get <key>"), adding
+// ErrUnavailable when the store itself failed (see ErrUnavailable).
+func requestError(what string, err error) error {
+	switch {
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrExists), errors.Is(err, ErrTooLarge),
+		errors.Is(err, ErrInvalidKey), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		!retryableCode(err):
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w: %w", what, ErrUnavailable, err)
+}
 
 // DefaultOpTimeout bounds one object-store call when the caller's context has no
 // shorter deadline.
@@ -111,7 +135,7 @@ func (b *Bucket) get(ctx context.Context, key string, limit int64) ([]byte, erro
 	defer cancel()
 	data, err := b.be.get(ctx, key, limit)
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", key, err)
+		return nil, requestError("get "+key, err)
 	}
 	return data, nil
 }
@@ -125,12 +149,12 @@ func (b *Bucket) GetRange(ctx context.Context, key string, offset, length int64)
 	defer cancel()
 	rc, err := b.be.getRange(ctx, key, offset, length)
 	if err != nil {
-		return nil, fmt.Errorf("get %s [%d,+%d): %w", key, offset, length, err)
+		return nil, requestError(fmt.Sprintf("get %s [%d,+%d)", key, offset, length), err)
 	}
 	defer rc.Close()
 	data, err := io.ReadAll(rc)
 	if err != nil {
-		return nil, fmt.Errorf("get %s [%d,+%d): %w", key, offset, length, err)
+		return nil, requestError(fmt.Sprintf("get %s [%d,+%d)", key, offset, length), err)
 	}
 	return data, nil
 }
@@ -144,7 +168,7 @@ func (b *Bucket) Stat(ctx context.Context, key string) (Object, error) {
 	defer cancel()
 	o, err := b.be.stat(ctx, key)
 	if err != nil {
-		return Object{}, fmt.Errorf("stat %s: %w", key, err)
+		return Object{}, requestError("stat "+key, err)
 	}
 	return o, nil
 }
@@ -168,7 +192,7 @@ func (b *Bucket) Put(ctx context.Context, key string, data []byte) error {
 	ctx, cancel := b.op(ctx)
 	defer cancel()
 	if err := b.be.put(ctx, key, data); err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+		return requestError("put "+key, err)
 	}
 	return nil
 }
@@ -182,7 +206,7 @@ func (b *Bucket) PutIfAbsent(ctx context.Context, key string, data []byte) error
 	ctx, cancel := b.op(ctx)
 	defer cancel()
 	if err := b.be.putIfAbsent(ctx, key, data); err != nil {
-		return fmt.Errorf("put-if-absent %s: %w", key, err)
+		return requestError("put-if-absent "+key, err)
 	}
 	return nil
 }
@@ -196,7 +220,7 @@ func (b *Bucket) Delete(ctx context.Context, key string) error {
 	ctx, cancel := b.op(ctx)
 	defer cancel()
 	if err := b.be.delete(ctx, key); err != nil && !errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("delete %s: %w", key, err)
+		return requestError("delete "+key, err)
 	}
 	return nil
 }
@@ -220,7 +244,7 @@ func (b *Bucket) Walk(ctx context.Context, prefix, delimiter string, fn func(Obj
 		return fnErr
 	}
 	if err != nil {
-		return fmt.Errorf("list %s: %w", prefix, err)
+		return requestError("list "+prefix, err)
 	}
 	return nil
 }

@@ -12,15 +12,9 @@ import (
 	"time"
 )
 
-var (
-	// ErrInjected is wrapped by every error a Faults wrapper makes up, so a test can
-	// tell an injected failure from a real one.
-	ErrInjected = errors.New("injected fault")
-	// ErrThrottled is wrapped (together with ErrInjected) by the error a request gets
-	// when it exceeds MaxConcurrent in ThrottleReject mode, like a 503 SlowDown from a
-	// real store.
-	ErrThrottled = errors.New("throttled: too many concurrent requests")
-)
+// ErrInjected is wrapped by every error a Faults wrapper makes up, so a test can
+// tell an injected failure from a real one.
+var ErrInjected = errors.New("injected fault")
 
 // Op names one kind of backend request, for counters and fault rules.
 type Op string

@@ -34,6 +34,9 @@ func mapErr(err error) error {
 	case gcerrors.FailedPrecondition:
 		return fmt.Errorf("%w: %v", ErrExists, err)
 	}
+	if throttled(err) {
+		return fmt.Errorf("%w: %w", ErrThrottled, err)
+	}
 	return err
 }
 

@@ -60,7 +60,7 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	defer cancel()
 	rc, err := r.b.be.getRange(ctx, r.key, off, n)
 	if err != nil {
-		return 0, fmt.Errorf("read %s [%d,+%d): %w", r.key, off, n, err)
+		return 0, requestError(fmt.Sprintf("read %s [%d,+%d)", r.key, off, n), err)
 	}
 	got, err := io.ReadFull(rc, p[:n])
 	cerr := rc.Close()
@@ -73,7 +73,7 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 		err = cerr
 	}
 	if err != nil {
-		return got, fmt.Errorf("read %s [%d,+%d): %w", r.key, off, n, err)
+		return got, requestError(fmt.Sprintf("read %s [%d,+%d)", r.key, off, n), err)
 	}
 	if n < int64(len(p)) {
 		return got, io.EOF

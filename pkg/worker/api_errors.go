@@ -92,6 +92,11 @@ func errorAnswer(err error) (status int, code, message string) {
 	case errors.Is(err, table.ErrTooManyWriters), errors.Is(err, objstore.ErrThrottled):
 		// The object store is throttling or the base table is contended: retry later.
 		return http.StatusServiceUnavailable, CodeOverloaded, "the object store is busy; retry later"
+	case errors.Is(err, objstore.ErrUnavailable):
+		// The store failed the request (after its SDK's retries). An add answered
+		// this was not acknowledged; sending it again is safe, since rows are
+		// deduplicated by id.
+		return http.StatusServiceUnavailable, CodeStoreUnavailable, "object storage failed the request; retry later"
 	case errors.Is(err, context.DeadlineExceeded):
 		// Our own operation timeout (a throttled object store); retrying is safe.
 		return http.StatusServiceUnavailable, CodeOverloaded, "the operation timed out; retry later"

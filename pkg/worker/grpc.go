@@ -342,7 +342,7 @@ func grpcError(err error) error {
 	case errors.Is(err, ErrStaleFencingToken):
 		code = codes.FailedPrecondition
 	case errors.Is(err, store.ErrOverloaded), errors.Is(err, table.ErrTooManyWriters),
-		errors.Is(err, merge.ErrBusy), errors.Is(err, objstore.ErrThrottled):
+		errors.Is(err, merge.ErrBusy), errors.Is(err, objstore.ErrThrottled), errors.Is(err, objstore.ErrUnavailable):
 		// Retry later. Not UNAVAILABLE: the call reached the worker.
 		code = codes.ResourceExhausted
 	case errors.Is(err, wal.ErrFenced), errors.Is(err, wal.ErrClosed):

@@ -11,6 +11,7 @@ const (
 	CodePayloadTooLarge  = "PAYLOAD_TOO_LARGE"           // 413: body over Config.MaxBodyBytes
 	CodeInternal         = httpjson.CodeInternal         // 500: details are logged, not returned
 	CodeOverloaded       = "OVERLOADED"                  // 503: too many pending generations, or draining
+	CodeStoreUnavailable = "STORE_UNAVAILABLE"           // 503: object storage failed the request; retry
 )
 
 // ErrorBody is the JSON body of every error answer.

@@ -1,0 +1,56 @@
+package objstore
+
+import (
+	"errors"
+	"io/fs"
+	"net/http"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/aws/smithy-go"
+	"gocloud.dev/gcerrors"
+)
+
+// throttled reports whether err is a store's way of saying "too many requests": S3's
+// 503 SlowDown, GCS's 429 (gocloud's ResourceExhausted), Azure's 503 ServerBusy. The
+// SDKs retry these a few times themselves, so what reaches here has outlasted them;
+// callers back off further (table.RetryThrottled) or answer 503.
+func throttled(err error) bool {
+	if gcerrors.Code(err) == gcerrors.ResourceExhausted {
+		return true
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+			"TooManyRequestsException", "RequestThrottled":
+			return true
+		}
+	}
+	var az *azcore.ResponseError
+	if errors.As(err, &az) {
+		return az.ErrorCode == "ServerBusy" || throttleStatus(az.StatusCode)
+	}
+	var hs interface{ HTTPStatusCode() int }
+	if errors.As(err, &hs) {
+		return throttleStatus(hs.HTTPStatusCode())
+	}
+	return false
+}
+
+func throttleStatus(code int) bool {
+	return code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable
+}
+
+// retryableCode is false for failures that no retry mends: the store refusing our
+// credentials, or a request it does not understand. Those stay plain errors (a 500
+// and an operator's attention), not ErrUnavailable.
+func retryableCode(err error) bool {
+	if errors.Is(err, fs.ErrPermission) {
+		return false
+	}
+	switch gcerrors.Code(err) {
+	case gcerrors.PermissionDenied, gcerrors.InvalidArgument, gcerrors.Unimplemented:
+		return false
+	}
+	return true
+}
