@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/chaos"
 	"github.com/tidemark-io/tidemark/pkg/loadgen"
 )
 
@@ -39,9 +41,14 @@ func TestChaosWorkerCrashPointsLoseNoAcknowledgedRow(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	t.Logf("%d trials, seed %d (TIDEMARK_CHAOS_SEED reruns the same kill schedule)", trials, seed)
 
-	// The master merges whatever is pending, often: more of the kills land in a
-	// merge call.
-	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "500ms"}, map[string]string{
+	// The master merges whatever is pending, often, and every object-store request
+	// of the workers takes a few milliseconds, as on a real store: merges last
+	// long enough for more of the kills to land in one.
+	faults := filepath.Join(t.TempDir(), "faults.json")
+	if err := os.WriteFile(faults, []byte(`{"latency": "4ms", "jitter": "4ms"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "500ms", chaos.FaultsFileEnv: faults}, map[string]string{
 		"MERGE_WAL_MIN_GENERATIONS": "1", "STATS_SCAN_INTERVAL": "300ms", "MERGE_WAL_INTERVAL": "300ms",
 	})
 	started := time.Now() // after the binaries were built
