@@ -54,6 +54,22 @@ type FanOut struct {
 	Logger       *slog.Logger
 }
 
+// ErrNoLiveWorkers means discovery lists no worker to merge on.
+var ErrNoLiveWorkers = errors.New("no live workers")
+
+// Ready implements Gate: merge_wal tasks are claimed only while some worker is
+// listed, so a merge queued while every worker restarts waits for them.
+func (f *FanOut) Ready(ctx context.Context) error {
+	workers, err := f.Discovery.Workers(ctx)
+	if err != nil {
+		return fmt.Errorf("discover workers: %w", err)
+	}
+	if len(workers) == 0 {
+		return ErrNoLiveWorkers
+	}
+	return nil
+}
+
 // Run implements Runner for merge_wal.
 func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 	target := c.Task.Target
@@ -62,7 +78,7 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 		return "", fmt.Errorf("discover workers: %w", err)
 	}
 	if len(workers) == 0 {
-		return "", errors.New("no live workers")
+		return "", ErrNoLiveWorkers // they all left between Ready and the claim
 	}
 	log := f.Logger
 	if log == nil {

@@ -173,3 +173,56 @@ func TestMergeWalTaskRunsThroughTheScheduler(t *testing.T) {
 		t.Fatalf("worker saw token %d, task recorded %d", tok, got.FencingToken)
 	}
 }
+
+// switchableDiscovery lists whatever workers were set last.
+type switchableDiscovery struct{ workers atomic.Pointer[[]Worker] }
+
+func (d *switchableDiscovery) Workers(context.Context) ([]Worker, error) {
+	if p := d.workers.Load(); p != nil {
+		return *p, nil
+	}
+	return nil, nil
+}
+
+// A merge queued while no worker is registered (all of them restarting, or an
+// operator's requeue during a rollout) must wait in the queue for them, not be
+// claimed and failed with "no live workers" - which lost the requeued merge in a
+// chaos run.
+func TestMergeWalTaskWaitsQueuedWhileNoWorkerIsListed(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ts := tasks.New(client, "/gate")
+	var inFlight, maxSeen atomic.Int32
+	w := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 4)}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	defer caller.Close()
+	discovery := &switchableDiscovery{}
+	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: 10 * time.Millisecond,
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: &FanOut{Discovery: discovery, Caller: caller}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.Run(ctx, time.Second) }()
+	defer func() { cancel(); wg.Wait() }()
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Many polling rounds with nobody to merge on: the task must stay queued and
+	// unclaimed.
+	time.Sleep(300 * time.Millisecond)
+	got, err := ts.Get(context.Background(), task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != tasks.StateQueued || got.Attempts != 0 {
+		t.Fatalf("with no worker listed the task is %s after %d attempts (%q), want queued and never claimed",
+			got.State, got.Attempts, got.Error)
+	}
+
+	discovery.workers.Store(&[]Worker{startWorker(t, w)})
+	s.Wake()
+	if done := waitState(t, ts, task.ID, tasks.StateDone); done.Attempts != 1 {
+		t.Errorf("task done after %d attempts, want 1", done.Attempts)
+	}
+}

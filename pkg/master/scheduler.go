@@ -19,6 +19,15 @@ type Runner interface {
 	Run(ctx context.Context, c *tasks.Claim) (detail string, err error)
 }
 
+// Gate is implemented by a Runner that can tell before a claim that no task of its
+// kind could run now (merge_wal while no worker is registered). The scheduler then
+// leaves the queue alone until a later round instead of claiming tasks only to fail
+// them: a merge an operator requeued while the workers restart must wait, not be
+// lost as "failed".
+type Gate interface {
+	Ready(ctx context.Context) error
+}
+
 // RunnerFunc adapts a function to Runner.
 type RunnerFunc func(ctx context.Context, c *tasks.Claim) (string, error)
 
@@ -58,6 +67,8 @@ type Scheduler struct {
 
 	mu      sync.Mutex
 	running map[string]*run // by task id
+
+	gated map[tasks.Kind]bool // kinds whose Gate said not ready; claimRound's own
 }
 
 // run is a task this scheduler runs: its claim, and how to stop it when the
@@ -86,7 +97,7 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Scheduler{cfg: cfg, log: cfg.Logger, slots: map[tasks.Kind]chan struct{}{},
-		wake: make(chan struct{}, 1), running: map[string]*run{}}
+		wake: make(chan struct{}, 1), running: map[string]*run{}, gated: map[tasks.Kind]bool{}}
 	for kind := range cfg.Runners {
 		n := cfg.Concurrency[kind]
 		if n <= 0 {
@@ -185,6 +196,10 @@ func (s *Scheduler) claimRound(ctx, runCtx context.Context, wg *sync.WaitGroup) 
 		default:
 			continue // kind at capacity
 		}
+		if !s.ready(ctx, kind) {
+			<-slots
+			continue
+		}
 		c, err := s.cfg.Tasks.Claim(ctx, s.cfg.Lease(), tasks.ClaimFilter{Kinds: []tasks.Kind{kind}})
 		if err != nil {
 			<-slots
@@ -208,6 +223,24 @@ func (s *Scheduler) claimRound(ctx, runCtx context.Context, wg *sync.WaitGroup) 
 		}()
 	}
 	return progressed, nil
+}
+
+// ready asks kind's runner, if it is a Gate, whether a task could run now, logging
+// when the answer changes (not every round).
+func (s *Scheduler) ready(ctx context.Context, kind tasks.Kind) bool {
+	g, ok := s.cfg.Runners[kind].(Gate)
+	if !ok {
+		return true
+	}
+	err := g.Ready(ctx)
+	switch {
+	case err != nil && !s.gated[kind]:
+		s.log.Warn("scheduler: not claiming tasks of this kind until they can run; they stay queued", "kind", kind, "err", err)
+	case err == nil && s.gated[kind]:
+		s.log.Info("scheduler: claiming tasks of this kind again", "kind", kind)
+	}
+	s.gated[kind] = err != nil
+	return err == nil
 }
 
 // AbandonLease cancels the runs of the claims made under lease, which is gone (the
