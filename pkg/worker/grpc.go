@@ -160,6 +160,7 @@ func (w *WorkerService) MergeTarget(ctx context.Context, target string, token in
 	log := w.log.With("target", target, "store", name, "kind", kind, "trigger", trigger, "fencing_token", token)
 	if token > 0 {
 		if err := w.fence.admit(target, token); err != nil {
+			w.cfg.Metrics.FencingRefusals.WithLabelValues(string(kind)).Inc()
 			log.Warn("merge refused: stale fencing token", "err", err)
 			return merge.Result{}, err
 		}

@@ -270,6 +270,10 @@ func TestMergeWalRefusesAFencingTokenOlderThanTheNewestSeen(t *testing.T) {
 	}
 	_, err = e.merge("generic:gs", 10)
 	wantCode(t, err, codes.FailedPrecondition, "11")
+	// Operators alert on refusals: each one means two claims of a target were live.
+	if n := testutil.ToFloat64(e.metrics.FencingRefusals.WithLabelValues("generic")); n != 2 {
+		t.Errorf("tidemark_merge_fencing_refusals_total{kind=generic} = %v, want 2", n)
+	}
 
 	// Tokens are per target: the rollout store of the same name has seen none.
 	if _, err := e.merge("gs", 1); err != nil {

@@ -32,6 +32,11 @@ type Metrics struct {
 	RequestDuration *prometheus.HistogramVec
 	// AppendedRows counts rows acknowledged by adds, by kind.
 	AppendedRows *prometheus.CounterVec
+	// FencingRefusals counts merge calls refused for a stale fencing token, by
+	// kind: a master merging under a claim that was superseded. Any increase means
+	// two claims of one target were live at once (a takeover after a lost lease);
+	// the refusal is what kept them from merging together.
+	FencingRefusals *prometheus.CounterVec
 }
 
 // NewMetrics creates the worker's series and registers them with reg.
@@ -69,8 +74,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		AppendedRows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_appended_rows_total", Help: "Rows acknowledged durable by adds, by store kind.",
 		}, []string{"kind"}),
+		FencingRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_merge_fencing_refusals_total", Help: "Merge calls refused for a fencing token older than the newest seen for the target, by store kind.",
+		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.Flushes, m.Cleanups, m.Merges, m.MergeDuration, m.MergedGenerations,
+	reg.MustRegister(m.FencingRefusals, m.Flushes, m.Cleanups, m.Merges, m.MergeDuration, m.MergedGenerations,
 		m.PendingGenerations, m.ReadFanoutWarnings, m.Requests, m.RequestDuration, m.AppendedRows)
 	return m
 }
