@@ -120,7 +120,8 @@ func streamRecover(log *slog.Logger) grpc.StreamServerInterceptor {
 }
 
 // unaryLog logs calls: failures on the server's side at warn, the caller's mistakes
-// and successes at debug.
+// and successes at debug. Refused credentials are the caller's mistake too, and the
+// auth guard already logged them at warn with the reason.
 func unaryLog(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 		start := time.Now()
@@ -128,7 +129,8 @@ func unaryLog(log *slog.Logger) grpc.UnaryServerInterceptor {
 		code := status.Code(err)
 		level := slog.LevelDebug
 		switch code {
-		case codes.OK, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.Canceled:
+		case codes.OK, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.Canceled,
+			codes.Unauthenticated:
 		default:
 			level = slog.LevelWarn
 		}
