@@ -55,6 +55,8 @@ AUTH_TOKEN_FILE=<dir>/auth-token for "master admin", and send
 	bind("workers", "DEV_WORKERS")
 	fs.BoolVar(&f.master, "master", true, "run a master (false: etcd and workers only, start your own master)")
 	bind("master", "DEV_MASTER")
+	fs.BoolVar(&c.NoAuth, "auth-disabled", false, "run master and workers without credentials and make no token (anyone reaching the ports can merge and requeue)")
+	bind("auth-disabled", "AUTH_DISABLED")
 	fs.StringVar(&f.workerBinary, "worker-binary", "", "worker executable (default: \"worker\" next to this binary, where make build puts it)")
 	bind("worker-binary", "DEV_WORKER_BINARY")
 	fs.StringVar(&c.EtcdAddr, "etcd-addr", devcluster.DefaultEtcdAddr, "client address of the embedded etcd (port 0: any free port)")

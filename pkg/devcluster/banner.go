@@ -18,8 +18,12 @@ func Banner(ep Endpoints, cfg Config) string {
 	if ep.MasterGRPC != "" {
 		p("  master  admin gRPC %s  HTTP http://%s  (/api/v1/tasks, /api/v1/stats, /metrics)\n", ep.MasterGRPC, ep.MasterHTTP)
 	} else {
-		p("  master  none (--master=false): start one with ETCD_ENDPOINTS=%s DATA_URL=%s AUTH_TOKEN_FILE=%s %s serve\n",
-			ep.Etcd, ep.DataURL, shellQuote(ep.TokenFile), cfg.MasterCommand)
+		credential := "AUTH_DISABLED=true"
+		if ep.TokenFile != "" {
+			credential = "AUTH_TOKEN_FILE=" + shellQuote(ep.TokenFile)
+		}
+		p("  master  none (--master=false): start one with ETCD_ENDPOINTS=%s DATA_URL=%s %s %s serve\n",
+			ep.Etcd, ep.DataURL, credential, cfg.MasterCommand)
 	}
 	for _, w := range ep.Workers {
 		p("  %-6s  HTTP http://%s  gRPC %s\n", w.InstanceID, w.HTTPAddr, w.GRPCAddr)
@@ -27,6 +31,8 @@ func Banner(ep Endpoints, cfg Config) string {
 	p("  data    %s  (logs in %s/logs/)\n", ep.DataURL, ep.Dir)
 	if ep.TokenFile != "" {
 		p("  auth    token in %s: the AdminService, the task routes and the workers' gRPC and internal routes need it\n", ep.TokenFile)
+	} else {
+		p("  auth    disabled (--auth-disabled, AUTH_DISABLED): anyone who reaches these ports can merge, requeue and read\n")
 	}
 
 	etcdctl := "etcdctl"

@@ -68,6 +68,9 @@ type Config struct {
 	Workers int
 	// NoMaster runs no master (start one yourself, e.g. under a debugger).
 	NoMaster bool
+	// NoAuth runs every child with AUTH_DISABLED=true and makes no token: for a
+	// developer who asked for it, never the default.
+	NoAuth bool
 	// MasterBinary runs `serve` as the master; WorkerBinary runs `serve` as each
 	// worker. Each is required when it is used.
 	MasterBinary, WorkerBinary string
@@ -213,12 +216,14 @@ func (c *cluster) run(ctx context.Context) (err error) {
 	c.ep = Endpoints{Dir: dir, DataURL: "file://" + filepath.ToSlash(filepath.Join(dir, "store")), Prefix: cfg.EtcdPrefix}
 	// The children refuse to serve without a credential: the dev cluster has its
 	// own token, made once and reused, so printed commands keep working.
-	c.ep.TokenFile = filepath.Join(dir, TokenFileName)
-	if _, err := auth.EnsureTokenFile(c.ep.TokenFile); err != nil {
-		return err
-	}
-	if _, err := auth.LoadTokenFile("dev token", c.ep.TokenFile); err != nil {
-		return fmt.Errorf("%w (delete it and run again: a new token is made)", err)
+	if !cfg.NoAuth {
+		c.ep.TokenFile = filepath.Join(dir, TokenFileName)
+		if _, err := auth.EnsureTokenFile(c.ep.TokenFile); err != nil {
+			return err
+		}
+		if _, err := auth.LoadTokenFile("dev token", c.ep.TokenFile); err != nil {
+			return fmt.Errorf("%w (delete it and run again: a new token is made)", err)
+		}
 	}
 
 	c.etcd, err = StartEtcd(EtcdConfig{
@@ -308,6 +313,7 @@ func (c *cluster) startChildren(logs string) error {
 		"DATA_URL=" + c.ep.DataURL,
 		"AUTH_TOKEN_FILE=" + c.ep.TokenFile,
 		"AUTH_TOKEN=", // the file is the one source: an AUTH_TOKEN in the environment would conflict
+		"AUTH_DISABLED=" + strconv.FormatBool(cfg.NoAuth),
 	}
 	if !cfg.NoMaster {
 		grpcAddr, err := pickPort(cfg.MasterGRPCAddr)
@@ -518,9 +524,12 @@ func createDemoStore(ctx context.Context, httpAddr, tokenFile string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	// Sent in case the environment turned AUTH_DATA_ROUTES on.
-	tokens, err := auth.LoadTokenFile("dev token", tokenFile)
-	if err != nil {
-		return err
+	var tokens *auth.Tokens
+	if tokenFile != "" {
+		var err error
+		if tokens, err = auth.LoadTokenFile("dev token", tokenFile); err != nil {
+			return err
+		}
 	}
 	body := bytes.NewReader([]byte(`{"name":"` + DemoStore + `"}`))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+httpAddr+"/api/v1/rollouts", body)

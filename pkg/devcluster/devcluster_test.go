@@ -290,6 +290,26 @@ func TestBannerPrintsTheThreeExampleCommands(t *testing.T) {
 	}
 }
 
+// With --auth-disabled there is no token to print: the banner must say that the
+// cluster is open rather than show commands with an empty token file.
+func TestBannerOfAClusterWithoutAuthSaysSoAndPrintsNoToken(t *testing.T) {
+	ep := Endpoints{
+		Dir: "/d", DataURL: "file:///d/store", Etcd: "http://127.0.0.1:2379", Prefix: "/tidemark",
+		Workers: []WorkerEndpoint{{InstanceID: "w1", HTTPAddr: "127.0.0.1:8081", GRPCAddr: "127.0.0.1:9091"}},
+	}
+	b := Banner(ep, Config{MasterCommand: "bin/master", WorkerCommand: "bin/worker", NoMaster: true, NoAuth: true})
+	for _, want := range []string{"auth    disabled", "AUTH_DISABLED=true bin/master serve"} {
+		if !strings.Contains(b, want) {
+			t.Errorf("banner lacks %q:\n%s", want, b)
+		}
+	}
+	for _, unwanted := range []string{"AUTH_TOKEN_FILE", "Authorization: Bearer"} {
+		if strings.Contains(b, unwanted) {
+			t.Errorf("banner of a cluster without auth mentions %q:\n%s", unwanted, b)
+		}
+	}
+}
+
 func TestRunRefusesBusyPortsBeforeStartingAnything(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
