@@ -37,9 +37,8 @@ import (
 func TestChaosWorkerCrashPointsLoseNoAcknowledgedRow(t *testing.T) {
 	cc := startChaosReport(t, "worker crash points")
 	trials := chaosInt(t, "TIDEMARK_CHAOS_TRIALS", 50)
-	seed := uint64(chaosInt(t, "TIDEMARK_CHAOS_SEED", int(time.Now().UnixNano()%1e9)))
-	rng := rand.New(rand.NewPCG(seed, seed))
-	t.Logf("%d trials, seed %d (TIDEMARK_CHAOS_SEED reruns the same kill schedule)", trials, seed)
+	t.Logf("%d trials", trials)
+	rng := chaosRand(t)
 
 	// The master merges whatever is pending, often, and every object-store request
 	// of the workers takes a few milliseconds, as on a real store: merges last
@@ -345,6 +344,16 @@ func chaosInt(t *testing.T, env string, def int) int {
 		t.Fatalf("%s=%q: want a non-negative integer", env, v)
 	}
 	return n
+}
+
+// chaosRand is a campaign's source of random choices, seeded from
+// TIDEMARK_CHAOS_SEED when set (a failed run's log gives the seed that replays its
+// schedule), from the clock otherwise.
+func chaosRand(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := uint64(chaosInt(t, "TIDEMARK_CHAOS_SEED", int(time.Now().UnixNano()%1e9)))
+	t.Logf("seed %d (TIDEMARK_CHAOS_SEED=%d reruns the same schedule)", seed, seed)
+	return rand.New(rand.NewPCG(seed, seed))
 }
 
 // chaosDuration reads a duration override of a campaign setting, def when unset.

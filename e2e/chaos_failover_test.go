@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,9 +36,8 @@ import (
 func TestChaosStandbyMasterTakesOverARunningMerge(t *testing.T) {
 	cc := startChaosReport(t, "master failover")
 	trials := chaosInt(t, "TIDEMARK_CHAOS_FAILOVER_TRIALS", 5)
-	seed := uint64(chaosInt(t, "TIDEMARK_CHAOS_SEED", int(time.Now().UnixNano()%1e9)))
-	rng := rand.New(rand.NewPCG(seed, seed))
-	t.Logf("%d trials, seed %d", trials, seed)
+	t.Logf("%d trials", trials)
+	rng := chaosRand(t)
 
 	faults := filepath.Join(t.TempDir(), "faults.json")
 	c := newCluster(t, map[string]string{
