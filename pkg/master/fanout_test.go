@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"net"
 	"strings"
 	"sync"
@@ -147,20 +148,28 @@ func TestUnreachableWorkerIsSkippedAndNamed(t *testing.T) {
 
 // The whole path: an enqueued merge_wal is claimed by the scheduler and fanned out
 // over gRPC with the claim's fencing token; the task record says what happened.
+// runMergeScheduler runs a scheduler of merge_wal tasks through fan until the test
+// ends.
+func runMergeScheduler(t *testing.T, client *clientv3.Client, ts *tasks.Store, fan *FanOut) *Scheduler {
+	t.Helper()
+	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: 10 * time.Millisecond,
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: fan}})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.Run(ctx, time.Second) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return s
+}
+
 func TestMergeWalTaskRunsThroughTheScheduler(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	ts := tasks.New(client, "/fan")
 	var inFlight, maxSeen atomic.Int32
 	w := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 4)}
 	caller := NewGRPCCaller(GRPCCallerConfig{})
-	defer caller.Close()
-	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: 10 * time.Millisecond,
-		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: &FanOut{Discovery: StaticDiscovery{startWorker(t, w)}, Caller: caller}}})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.Run(ctx, time.Second) }()
-	defer func() { cancel(); wg.Wait() }()
+	t.Cleanup(func() { _ = caller.Close() }) // after the scheduler stops
+	runMergeScheduler(t, client, ts, &FanOut{Discovery: StaticDiscovery{startWorker(t, w)}, Caller: caller})
 	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")
 	if err != nil {
 		t.Fatal(err)
@@ -194,15 +203,9 @@ func TestMergeWalTaskWaitsQueuedWhileNoWorkerIsListed(t *testing.T) {
 	var inFlight, maxSeen atomic.Int32
 	w := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 4)}
 	caller := NewGRPCCaller(GRPCCallerConfig{})
-	defer caller.Close()
+	t.Cleanup(func() { _ = caller.Close() }) // after the scheduler stops
 	discovery := &switchableDiscovery{}
-	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: 10 * time.Millisecond,
-		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: &FanOut{Discovery: discovery, Caller: caller}}})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.Run(ctx, time.Second) }()
-	defer func() { cancel(); wg.Wait() }()
+	s := runMergeScheduler(t, client, ts, &FanOut{Discovery: discovery, Caller: caller})
 	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")
 	if err != nil {
 		t.Fatal(err)
