@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 )
@@ -122,6 +123,19 @@ func (e *apiEnv) fails(status int, code, method, path string, body any) string {
 		e.t.Fatalf("%s %s: status %d %+v, want %d %s with a message", method, path, got, eb.Error, status, code)
 	}
 	return eb.Error.Message
+}
+
+// seal seals this worker's memtable of a store, so reads see what was added.
+func (e *apiEnv) seal(kind registry.Kind, name string) {
+	e.t.Helper()
+	st, release, err := e.stores.Open(context.Background(), kind, name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer release()
+	if _, err := st.Seal(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // rows lists every row of a store (kind "rollouts" or "generic") as raw JSON.

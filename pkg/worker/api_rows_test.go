@@ -2,7 +2,6 @@ package worker
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -325,14 +324,7 @@ func TestClientDisconnectDoesNotAbandonAnAcceptedAdd(t *testing.T) {
 	waitFor(t, "the abandoned add to be acknowledged", func() bool { return e.count(e.series.AppendedRows, "rollout") == 2 })
 	faults.SetLatency(0, 0)
 
-	st, release, err := e.stores.Open(context.Background(), "rollout", "r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	if _, err := st.Seal(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	e.seal("rollout", "r")
 	var ans map[string]json.RawMessage
 	e.ok(http.StatusOK, http.MethodGet, "/api/v1/rollouts/r/records/abandoned", nil, &ans)
 	if string(ans["record"]) == "null" {
@@ -356,14 +348,7 @@ func TestAddFailedByTheStoreAnswers503AndTheRetrySucceeds(t *testing.T) {
 	}
 	faults.SetErrorRate(0)
 	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/r/records", `{"records":[{"id":"a"}]}`, nil)
-	st, release, err := e.stores.Open(context.Background(), "rollout", "r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	if _, err := st.Seal(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	e.seal("rollout", "r")
 	if got := len(e.rows("rollouts", "r")); got != 1 {
 		t.Errorf("%d rows after the retry, want 1", got)
 	}
