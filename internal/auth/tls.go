@@ -19,7 +19,7 @@ func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	if clientCAFile != "" {
-		pool, err := certPool(clientCAFile)
+		pool, err := LoadCertPool(clientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-client-ca: %w", err)
 		}
@@ -34,7 +34,7 @@ func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 func ClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		pool, err := certPool(caFile)
+		pool, err := LoadCertPool(caFile)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-ca: %w", err)
 		}
@@ -50,7 +50,9 @@ func ClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	return cfg, nil
 }
 
-func certPool(path string) (*x509.CertPool, error) {
+// LoadCertPool reads the PEM CA certificates in path; a file without one is an
+// error naming it. The etcd client's TLS settings use it too.
+func LoadCertPool(path string) (*x509.CertPool, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

@@ -12,10 +12,8 @@ package etcdcli
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/cli"
 )
 
@@ -113,13 +112,9 @@ func (c *Config) TLS() (*tls.Config, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.CACert != "" {
-		pem, err := os.ReadFile(c.CACert)
+		pool, err := auth.LoadCertPool(c.CACert)
 		if err != nil {
 			return nil, fmt.Errorf("etcd CA certificate (--etcd-ca-cert, ETCD_CA_CERT): %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("etcd CA certificate %s: no PEM certificate in it", c.CACert)
 		}
 		cfg.RootCAs = pool
 	}
