@@ -112,14 +112,22 @@ func (r *fragmentReader) ReadAt(p []byte, off int64) (int, error) {
 func (r *fragmentReader) fromSpans(p []byte, off int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, s := range r.spans {
-		if off >= s.off && off+int64(len(p)) <= s.off+int64(len(s.data)) {
-			copy(p, s.data[off-s.off:])
-			return true
-		}
+	if s := r.spanLocked(byteRange{off, int64(len(p))}); s != nil {
+		copy(p, s.data[off-s.off:])
+		return true
 	}
 	r.direct++
 	return false
+}
+
+// spanLocked is the prefetched span holding all of br, nil if none does.
+func (r *fragmentReader) spanLocked(br byteRange) *span {
+	for i := range r.spans {
+		if s := &r.spans[i]; br.off >= s.off && br.off+br.n <= s.off+int64(len(s.data)) {
+			return s
+		}
+	}
+	return nil
 }
 
 // get fetches one range with one request.
@@ -184,12 +192,7 @@ func (r *fragmentReader) prefetch(ctx context.Context, ranges []byteRange) error
 func (r *fragmentReader) covered(br byteRange) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, s := range r.spans {
-		if br.off >= s.off && br.off+br.n <= s.off+int64(len(s.data)) {
-			return true
-		}
-	}
-	return false
+	return r.spanLocked(br) != nil
 }
 
 // drop releases the prefetched ranges, unless they hold the whole object (a small
