@@ -1,18 +1,19 @@
 // Package merge merges one shard's WAL generations into its store's base table.
 //
-// A merge is split in two so that a store's exclusive lock is never held across
-// object-store reads:
+// A merge is split in two, and neither half holds a lock that reads or appends take
+// (the store has none):
 //
-//   - prepare (no exclusive lock; adds, gets and lists keep flowing): read the shard
+//   - prepare (adds, gets and lists keep flowing): read the shard
 //     manifest, choose the oldest pending generations up to MaxGenerations and MaxBytes
 //     and what the memory budget pays for at PassCostFactor bytes per generation byte
 //     (a generation is never split, so one larger than MaxBytes still merges alone),
 //     reserve that memory from the worker-wide budget, read them, keep the newest row per id
 //     (highest _seq), and stage the new fragment files (table.Prepare).
-//   - commit (the store's exclusive lock, briefly: store.Store.Commit): commit the base
+//   - commit (no lock that readers take: store.Store.Commit): commit the base
 //     manifest with the new fragments, deletion vectors for replaced ids and the
-//     advanced watermark merged_generations[shard]; swap the store's read snapshot.
-//     Then, outside the lock, drain the merged generations from the shard manifest;
+//     advanced watermark merged_generations[shard], rebasing and retrying on
+//     conflict; then swap the store's read snapshot. Only then drain the merged
+//     generations from the shard manifest (the order reads rely on, see pkg/store);
 //     their files are deleted by a later drain (wal.Drain defers deletes).
 //
 // Invariants:

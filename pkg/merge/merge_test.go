@@ -149,53 +149,6 @@ func TestMergeMovesPendingGenerationsIntoTheBase(t *testing.T) {
 	}
 }
 
-// The reference system held the store's exclusive lock while reading generations,
-// stalling every add/get/list. Here a reader holds the shared lock for the whole
-// prepare: the merge must still stage its fragment, and finish once the reader lets go.
-func TestMergeCompletesWhileReaderHoldsSharedLock(t *testing.T) {
-	f := newFixture(t, objstoretest.Mem(t), Config{})
-	for g := 0; g < 3; g++ {
-		f.add(t, 1, fmt.Sprint("r", g))
-		f.seal(t)
-	}
-	unlock := f.s.SharedLock()
-	done := make(chan error, 1)
-	go func() {
-		_, err := f.m.Merge(context.Background(), f.s, true)
-		done <- err
-	}()
-	// Prepare runs under no lock: the staged fragment appears while the reader holds on.
-	deadline := time.Now().Add(30 * time.Second) // liveness bound, not a timing assertion
-	for {
-		objs, err := f.bucket.List(context.Background(), "generic/g/data/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(objs) > 0 {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("merge finished (%v) while a reader held the shared lock: commit did not take the exclusive lock", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			unlock()
-			t.Fatal("prepare made no progress while a reader held the shared lock")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	// Appends and snapshot reads are not blocked either.
-	f.add(t, 2, "during")
-	unlock()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if n := f.baseRows(t); n != 3 {
-		t.Fatalf("base rows %d, want 3", n)
-	}
-}
-
 // While a merge reads generations from a slow store, adds and gets keep completing:
 // they finish before the merge does.
 func TestReadersAndAppendersAreNotBlockedDuringAMerge(t *testing.T) {

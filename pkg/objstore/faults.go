@@ -88,6 +88,11 @@ type Rule struct {
 	// it, that stops answering. The request holds its concurrency slot while it
 	// hangs, as a stuck connection does. AfterWrite is ignored for a hanging rule.
 	Hang bool
+	// Before, if set, makes the rule interleave instead of fail: a matching request
+	// first calls Before (outside every lock of the Faults, so Before may use the
+	// store itself), then goes on unharmed. Tests use it to land another process's
+	// commit at an exact point of a protocol. Err, Hang and AfterWrite are ignored.
+	Before func(ctx context.Context, op Op, key string)
 }
 
 // RuleHandle is an installed Rule.
@@ -375,7 +380,11 @@ func (f *Faults) begin(ctx context.Context, op Op, key string) (release func(), 
 		}
 	}
 
-	after, hang, fault := f.decide(op, key)
+	after, hang, before, fault := f.decide(op, key)
+	if before != nil {
+		before(ctx, op, key)
+		return release, nil, nil
+	}
 	if hang {
 		<-ctx.Done()
 		release()
@@ -389,8 +398,9 @@ func (f *Faults) begin(ctx context.Context, op Op, key string) (release func(), 
 }
 
 // decide picks the fault for one request, if any, whether it lands after the
-// write, and whether the request hangs until its context ends before failing.
-func (f *Faults) decide(op Op, key string) (after, hang bool, fault error) {
+// write, and whether the request hangs until its context ends before failing; or
+// the Before hook of an interleaving rule, to call instead.
+func (f *Faults) decide(op Op, key string) (after, hang bool, before func(context.Context, Op, string), fault error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, h := range f.rules {
@@ -398,6 +408,9 @@ func (f *Faults) decide(op Op, key string) (after, hang bool, fault error) {
 			continue
 		}
 		h.fired++
+		if h.rule.Before != nil {
+			return false, false, h.rule.Before, nil
+		}
 		f.injected++
 		hang = h.rule.Hang
 		after = op.isWrite() && h.rule.AfterWrite && !hang
@@ -409,16 +422,16 @@ func (f *Faults) decide(op Op, key string) (after, hang bool, fault error) {
 			msg += " after the write succeeded"
 		}
 		if h.rule.Err != nil {
-			return after, hang, fmt.Errorf("%w (%s): %w", ErrInjected, msg, h.rule.Err)
+			return after, hang, nil, fmt.Errorf("%w (%s): %w", ErrInjected, msg, h.rule.Err)
 		}
-		return after, hang, fmt.Errorf("%w (%s)", ErrInjected, msg)
+		return after, hang, nil, fmt.Errorf("%w (%s)", ErrInjected, msg)
 	}
 	if f.errorRate <= 0 || (f.errorOps != nil && !containsOp(f.errorOps, op)) {
-		return false, false, nil
+		return false, false, nil, nil
 	}
 	rng := f.randLocked()
 	if rng.Float64() >= f.errorRate {
-		return false, false, nil
+		return false, false, nil, nil
 	}
 	f.injected++
 	if op.isWrite() {
@@ -430,9 +443,9 @@ func (f *Faults) decide(op Op, key string) (after, hang bool, fault error) {
 		}
 	}
 	if after {
-		return true, false, fmt.Errorf("%w (transient error on %s after the write succeeded)", ErrInjected, op)
+		return true, false, nil, fmt.Errorf("%w (transient error on %s after the write succeeded)", ErrInjected, op)
 	}
-	return false, false, fmt.Errorf("%w (transient error on %s)", ErrInjected, op)
+	return false, false, nil, fmt.Errorf("%w (transient error on %s)", ErrInjected, op)
 }
 
 // acquire takes a concurrency slot, waiting or failing as the throttle mode says.

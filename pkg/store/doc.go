@@ -4,17 +4,28 @@
 //
 // Invariants:
 //
-//   - The exclusive lock is held only to commit a merge's base manifest and swap the
-//     snapshot (Store.Commit). Nothing else takes it: appends go straight to the WAL
-//     writer, reads take the shared lock only for the nanoseconds it takes to copy the
-//     snapshot pointer, and a merge's prepare (reading generations, staging files)
-//     runs under no lock at all. So no object-store read ever happens under the
-//     exclusive lock, and a slow merge never stalls an add, get or list.
+//   - No reader waits for object-store I/O it did not ask for. A store has no lock
+//     that readers take: a read loads the current snapshot from an atomic pointer,
+//     appends go straight to the WAL writer, a merge's prepare runs beside both, and
+//     its commit (manifest write, rebase, retries and backoff) publishes its result
+//     by one atomic swap of the snapshot when it is done.
 //   - A read sees one immutable snapshot: a base manifest version plus, for every
 //     shard, the sealed generations above that shard's merged watermark. Rows merge
 //     by id, highest _seq first, so last-write-wins holds across shards and whatever
 //     order merges happen in. Unsealed rows are durable but invisible until the next
 //     seal.
+//   - Reads never go back (monotonic reads, no lost visibility): once a row is
+//     visible through a worker, every later read through that worker returns it or
+//     a newer value of its id, until the store is deleted; and a row sealed into a
+//     generation stays visible through every worker that has seen it, across
+//     merges of its shard by any worker. It holds because a refresh reads the shard
+//     manifests before the base manifest, and a merge commits the base (with its
+//     watermark) before it drains the shard: a generation absent from the shard
+//     manifests read is covered by the watermark of the base read after them, and
+//     one present in both is read from the base only. Snapshots only move forward
+//     (a refresh keeps the newer of what it read and what the handle already had),
+//     and drained generation files outlive a snapshot (wal.Options.DeleteDelay,
+//     5 min, against SnapshotTTL, 1 s).
 //   - Above RefuseGenerations pending generations a read fails with ErrOverloaded
 //     instead of fanning out over all of them (the reference system ran out of memory
 //     at 12.6k); above WarnGenerations it logs.

@@ -97,12 +97,9 @@ type Store struct {
 	table *table.Table
 	log   *slog.Logger
 
-	// mu is the store lock. Shared: copy the snapshot pointer. Exclusive: commit a
-	// merge's manifest and swap the snapshot. See the package comment.
-	mu sync.RWMutex
-	// snap is the current snapshot. Swaps compose the next value under snapMu (held
-	// for nanoseconds, never across I/O), so a refresh or a seal never waits for a
-	// reader holding the shared lock; only a merge commit does.
+	// snap is the current snapshot: readers load it, nothing else. Swaps compose the
+	// next value under snapMu, held for nanoseconds and never across I/O, so no
+	// reader ever waits for a seal, a refresh or a merge's commit.
 	snap   atomic.Pointer[Snapshot]
 	snapMu sync.Mutex
 
@@ -154,13 +151,8 @@ func (s *Store) Shard() string { return s.cfg.Shard }
 // Generations is the worker's decoded-generation cache.
 func (s *Store) Generations() *wal.GenerationCache { return s.cfg.Generations }
 
-// Snapshot returns the current snapshot without I/O (the shared lock is held only
-// to copy the pointer).
-func (s *Store) Snapshot() *Snapshot {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.snap.Load()
-}
+// Snapshot returns the current snapshot without I/O or locks.
+func (s *Store) Snapshot() *Snapshot { return s.snap.Load() }
 
 // swap replaces the snapshot with next(current) atomically with respect to other
 // swaps. next must not do I/O.
@@ -170,14 +162,6 @@ func (s *Store) swap(next func(cur *Snapshot) *Snapshot) {
 	if n := next(s.snap.Load()); n != nil {
 		s.snap.Store(n)
 	}
-}
-
-// SharedLock takes the store's shared lock and returns its release. Readers hold it
-// only to copy the snapshot pointer; a caller holding it longer delays merge commits,
-// never prepares, appends or other reads.
-func (s *Store) SharedLock() (unlock func()) {
-	s.mu.RLock()
-	return s.mu.RUnlock
 }
 
 // Writer returns this worker's WAL writer for the store, opening it (claiming the
@@ -277,12 +261,11 @@ func (s *Store) observeShard(m *wal.Manifest) {
 	})
 }
 
-// Commit commits a prepared base-table transaction under the exclusive lock and
-// swaps the snapshot to the committed version: the short critical section of a
-// merge. Readers wait at most for one manifest write.
+// Commit commits a prepared base-table transaction, rebasing and retrying as the
+// table does, and then swaps the snapshot to the committed version. It holds no lock
+// that readers take: they keep the previous snapshot until the swap, which is
+// consistent because the shard's drain comes after it (see Fresh).
 func (s *Store) Commit(ctx context.Context, x *table.Txn) (*table.Manifest, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	m, err := x.Commit(ctx)
 	if err != nil {
 		return nil, err
@@ -324,6 +307,15 @@ func (s *Store) Fresh(ctx context.Context) (*Snapshot, error) {
 		return snap, nil // another reader refreshed it while we waited
 	}
 	start := s.cfg.Clock.Now()
+	// Shard manifests first, base second (the monotonic-read rule in the package
+	// comment): a merge commits its base version before it drains its shard, so a
+	// generation missing from the shard manifests read here is covered by the
+	// watermark of any base read after them. The other order lost the rows of a merge
+	// that committed and drained between the two reads.
+	ws, err := snap.WAL.Refresh(ctx, s.cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: refresh WAL: %w", s.Target(), err)
+	}
 	base, err := s.table.Refresh(ctx)
 	if errors.Is(err, table.ErrNotFound) {
 		s.markDeleted()
@@ -331,10 +323,6 @@ func (s *Store) Fresh(ctx context.Context) (*Snapshot, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store %s: refresh base: %w", s.Target(), err)
-	}
-	ws, err := snap.WAL.Refresh(ctx, s.cfg.Bucket)
-	if err != nil {
-		return nil, fmt.Errorf("store %s: refresh WAL: %w", s.Target(), err)
 	}
 	var out *Snapshot
 	s.swap(func(cur *Snapshot) *Snapshot {

@@ -1,0 +1,329 @@
+package merge
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/schema"
+	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/wal"
+)
+
+// TestReadNeverGoesBackWhenAMergeLandsMidRefresh lands another worker's merge (commit
+// and drain) at each request of a reader's snapshot refresh. Production failure: a
+// refresh that read the base table before the commit and the shard manifests after
+// the drain saw the merged generations in neither half, so acked, already visible
+// rows read as missing or as their previous value for a snapshot's lifetime.
+func TestReadNeverGoesBackWhenAMergeLandsMidRefresh(t *testing.T) {
+	points := []struct {
+		name string
+		rule objstore.Rule
+	}{
+		{"at the shard listing", objstore.Rule{Ops: []objstore.Op{objstore.OpList}, KeyContains: "/_wal/"}},
+		{"at the shard manifest probe", objstore.Rule{KeyContains: "/_wal/w2/_manifests/"}},
+		{"at the base version probe", objstore.Rule{KeyContains: "/_versions/"}},
+	}
+	for _, p := range points {
+		t.Run(p.name, func(t *testing.T) {
+			ctx := context.Background()
+			b := objstoretest.Mem(t)
+			faults := objstore.NewFaults(nil)
+			writer := openStore(t, b, "w2", true)
+			reader := openStore(t, objstore.WithFaults(b, faults), "w1", false)
+			m := New(Config{Logger: quiet()})
+
+			appendAndSeal(t, writer, "a", 1)
+			wantValue(t, reader, "a", 1)
+			appendAndSeal(t, writer, "a", 2, "b", 2)
+			wantValue(t, reader, "a", 2)
+			wantValue(t, reader, "b", 2)
+
+			var merged atomic.Int64
+			rule := p.rule
+			rule.Times = 1
+			rule.Before = func(context.Context, objstore.Op, string) {
+				res, err := m.Merge(ctx, writer, true)
+				if err != nil {
+					t.Errorf("merge: %v", err)
+				}
+				merged.Add(int64(res.Generations))
+			}
+			h := faults.AddRule(rule)
+			wantValue(t, reader, "a", 2)
+			if h.Fired() != 1 || merged.Load() != 2 {
+				t.Fatalf("the merge did not land inside the refresh (rule fired %d times, %d generations merged)", h.Fired(), merged.Load())
+			}
+			wantValue(t, reader, "b", 2)
+			recs, err := reader.List(ctx, store.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) != 2 {
+				t.Fatalf("list after the merge: %d rows, want 2", len(recs))
+			}
+			for _, r := range recs {
+				r.Release()
+			}
+		})
+	}
+}
+
+// openStore opens generic store "g" as worker shard on b, creating it if create.
+func openStore(t *testing.T, b *objstore.Bucket, shard string, create bool) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	ss := store.NewStores(store.Config{Bucket: b, Shard: shard, Logger: quiet(), SnapshotTTL: -1,
+		WALOptions: []wal.Option{wal.WithLogger(quiet())}}, 0)
+	t.Cleanup(func() { _ = ss.Close(context.Background()) })
+	if create {
+		if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindGeneric, Name: "g", Schema: canonicalSpec(t)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, rel, err := ss.Open(ctx, registry.KindGeneric, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rel)
+	return s
+}
+
+// appendAndSeal appends id=value pairs (value for every id) to s's own shard and
+// seals them into one generation.
+func appendAndSeal(t *testing.T, s *store.Store, kv ...any) {
+	t.Helper()
+	f := &fixture{s: s}
+	for i := 0; i < len(kv); i += 2 {
+		f.add(t, int64(kv[i+1].(int)), kv[i].(string))
+	}
+	if _, err := s.Seal(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantValue fails unless a read of id through s returns value v.
+func wantValue(t *testing.T, s *store.Store, id string, v int64) {
+	t.Helper()
+	rec, err := s.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("get %s: %v", id, err)
+	}
+	if rec == nil {
+		t.Fatalf("get %s: missing, want %d", id, v)
+	}
+	defer rec.Release()
+	if got := rec.Column(1).(*array.Int64).Value(0); got != v {
+		t.Fatalf("get %s = %d, want %d", id, got, v)
+	}
+}
+
+func canonicalSpec(t *testing.T) []byte {
+	t.Helper()
+	spec, err := schema.ParseSpec([]byte(testSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	canon, err := spec.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return canon
+}
+
+// TestReadsCompleteWhileACommitIsInFlight holds a merge's manifest write open and
+// reads, lists and appends through the same store meanwhile. Production failure
+// (DESIGN.md problem 2): the commit held the store lock across its manifest write,
+// rebases and backoff, so every read on the worker waited for the object store.
+func TestReadsCompleteWhileACommitIsInFlight(t *testing.T) {
+	ctx := context.Background()
+	faults := objstore.NewFaults(nil)
+	f := newFixture(t, objstore.WithFaults(objstoretest.Mem(t), faults), Config{})
+	for g := 0; g < 3; g++ {
+		f.add(t, int64(g), fmt.Sprint("r", g))
+		f.seal(t)
+	}
+	reached, release := make(chan struct{}), make(chan struct{})
+	faults.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPutIfAbsent}, KeyContains: "/_versions/", Times: 1,
+		Before: func(ctx context.Context, _ objstore.Op, _ string) {
+			close(reached)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}})
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.m.Merge(ctx, f.s, true)
+		done <- err
+	}()
+	waitClosed(t, reached, "the merge to reach its manifest write")
+
+	reads := make(chan error, 1)
+	go func() {
+		reads <- func() error {
+			for g := 0; g < 3; g++ {
+				rec, err := f.s.Get(ctx, fmt.Sprint("r", g))
+				if err != nil {
+					return err
+				}
+				if rec == nil {
+					return fmt.Errorf("r%d missing while the commit is in flight", g)
+				}
+				rec.Release()
+			}
+			if got := f.values(t); len(got) != 3 {
+				return fmt.Errorf("list while the commit is in flight: %v", got)
+			}
+			return f.tryAdd(ctx, 9, "during")
+		}()
+	}()
+	select {
+	case err := <-reads:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second): // liveness bound, not a timing assertion
+		close(release)
+		t.Fatal("reads waited for the commit's manifest write")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := f.baseRows(t); n != 3 {
+		t.Fatalf("base rows %d, want 3", n)
+	}
+}
+
+// TestReadLatencyIsUnchangedByARebasingCommit makes one worker's commit lose its
+// manifest write to another worker's merge several times (each loss a rebase and a
+// backoff, on a store with 50 ms per request) while readers run on the committing
+// worker. The bound is the invariant "no reader waits for a commit": a reader that
+// waited for even one lost attempt would take at least two reads' time.
+func TestReadLatencyIsUnchangedByARebasingCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of 50 ms requests")
+	}
+	ctx := context.Background()
+	mem := objstoretest.Mem(t)
+	faults := objstore.NewFaults(nil)
+	committer := openStore(t, objstore.WithFaults(mem, faults), "w1", true)
+	other := openStore(t, mem, "w2", false)
+	const losses, readers = 5, 4
+	for g := 0; g < losses; g++ {
+		appendAndSeal(t, other, fmt.Sprint("o", g), g)
+	}
+	appendAndSeal(t, committer, "c", 1)
+	faults.SetLatency(50*time.Millisecond, 0)
+	m := New(Config{Logger: quiet(), MaxGenerations: 1})
+
+	type span struct{ start, end time.Time }
+	var (
+		mu          sync.Mutex
+		reads       []span
+		commit      span // from the first lost attempt to the merge's return
+		stop        = make(chan struct{})
+		wg          sync.WaitGroup
+		readerErrs  = make(chan error, readers)
+		otherMerges atomic.Int64
+	)
+	for r := 0; r < readers; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				rec, err := committer.Get(ctx, "o0")
+				if err != nil {
+					readerErrs <- err
+					return
+				}
+				if rec != nil {
+					rec.Release()
+				}
+				mu.Lock()
+				reads = append(reads, span{start, time.Now()})
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(3 * time.Second) // an idle phase of readers to compare with
+	faults.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPutIfAbsent}, KeyContains: "/_versions/", Times: losses,
+		Before: func(ctx context.Context, _ objstore.Op, _ string) {
+			if otherMerges.Load() == 0 {
+				mu.Lock()
+				commit.start = time.Now()
+				mu.Unlock()
+			}
+			// Another worker commits the version this attempt is about to write.
+			if _, err := m.MergeOnce(ctx, other, true); err != nil {
+				t.Errorf("other worker's merge: %v", err)
+			}
+			otherMerges.Add(1)
+		}})
+	res, err := m.Merge(ctx, committer, true)
+	mu.Lock()
+	commit.end = time.Now()
+	mu.Unlock()
+	time.Sleep(time.Second) // let the reads overlapping the commit's end finish
+	close(stop)
+	wg.Wait()
+	close(readerErrs)
+	for err := range readerErrs {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Generations != 1 || otherMerges.Load() != losses {
+		t.Fatalf("merged %d generations after %d lost attempts, want 1 after %d", res.Generations, otherMerges.Load(), losses)
+	}
+	var idle, during []time.Duration
+	for _, r := range reads {
+		switch {
+		case r.end.Before(commit.start):
+			idle = append(idle, r.end.Sub(r.start))
+		case r.start.Before(commit.end):
+			during = append(during, r.end.Sub(r.start)) // overlaps the commit
+		}
+	}
+	if len(idle) < readers || len(during) < readers {
+		t.Fatalf("too few reads to compare: %d idle, %d during the commit", len(idle), len(during))
+	}
+	pIdle, pDuring := p99(idle), p99(during)
+	t.Logf("read p99: %v idle (%d reads), %v during a commit that lost %d attempts (%d reads)", pIdle, len(idle), pDuring, losses, len(during))
+	if pDuring > 2*pIdle {
+		t.Fatalf("read p99 %v during the commit is over twice the idle p99 %v: readers waited for the commit", pDuring, pIdle)
+	}
+}
+
+func p99(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)*99)/100]
+}
+
+// waitClosed waits for ch to close, failing the test after a liveness bound.
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
