@@ -128,9 +128,22 @@ func (s *Store) Get(ctx context.Context, id string) (arrow.RecordBatch, error) {
 	return p.gens[ref.gen].Records[ref.rec].NewSlice(int64(ref.row), int64(ref.row)+1), nil
 }
 
-// List returns live rows in a stable order (base table rows in fragment order, then
-// pending rows by shard and generation), skipping Offset matching rows and returning
-// at most Limit (0: no limit), each as a one-row batch the caller releases.
+// List returns the live rows that match opts.Filter ordered by id (byte order),
+// skipping Offset of them and returning at most Limit (0: no limit), each as a
+// one-row batch the caller releases.
+//
+// The order is by id because it is the only order a merge cannot change: a merge
+// moves rows from pending generations into new base fragments and replaces
+// overwritten ones, which reorders any physical order, and offset paging over a
+// physical order skipped the rows that moved. Ids are never removed from a store,
+// so a row's rank among ids can only grow, and paging with offset through a store
+// that changes between pages returns every row that existed when paging began at
+// least once (a row inserted before the current page can push one row onto the
+// next page twice, never off it).
+//
+// Memory is bounded by Offset+Limit ids, not by the store: a first pass reads the
+// id and _seq columns (every column with a Filter) and keeps the smallest
+// Offset+Limit matching ids; a second reads only the page's rows.
 func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch, error) {
 	snap, err := s.Fresh(ctx)
 	if err != nil {
@@ -140,74 +153,132 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch
 	if err != nil {
 		return nil, err
 	}
-	var out []arrow.RecordBatch
-	skip := opts.Offset
-	full := func() bool { return opts.Limit > 0 && len(out) >= opts.Limit }
-	// take appends the matching rows of rec for which keep is true.
-	take := func(rec arrow.RecordBatch, keep func(i int) bool) error {
-		var match []bool
-		if opts.Filter != nil {
-			var err error
-			if match, err = opts.Filter(rec); err != nil {
-				return err
-			}
-		}
-		for i := 0; i < int(rec.NumRows()) && !full(); i++ {
-			if !keep(i) || (match != nil && !match[i]) {
-				continue
-			}
-			if skip > 0 {
-				skip--
-				continue
-			}
-			out = append(out, rec.NewSlice(int64(i), int64(i)+1))
-		}
-		return nil
+	keep := 0 // 0: every id
+	if opts.Limit > 0 {
+		keep = opts.Offset + opts.Limit
 	}
-	errFull := fmt.Errorf("list full")
-	err = s.table.Scan(ctx, snap.Base, table.ScanOptions{}, func(rec arrow.RecordBatch) error {
+	sel := newIDSelection(keep)
+	// Base rows: live unless a pending generation holds a newer row of the id.
+	scan := table.ScanOptions{Columns: []string{table.IDColumn, table.SeqColumn}}
+	if opts.Filter != nil {
+		scan.Columns = nil
+	}
+	fromBase := map[string]bool{}
+	err = s.table.Scan(ctx, snap.Base, scan, func(rec arrow.RecordBatch) error {
 		ids, seqs, err := keyColumns(rec)
 		if err != nil {
 			return err
 		}
-		err = take(rec, func(i int) bool {
-			ref, ok := p.best[ids.Value(i)]
-			if ok && seqs.Value(i) > ref.seq {
-				delete(p.best, ids.Value(i)) // the base row is newer than the pending one
-				return true
-			}
-			return !ok
-		})
-		if err == nil && full() {
-			return errFull
+		match, err := filterRows(opts.Filter, rec)
+		if err != nil {
+			return err
 		}
-		return err
+		for i := 0; i < ids.Len(); i++ {
+			id := ids.Value(i)
+			if ref, ok := p.best[id]; ok {
+				if seqs.Value(i) <= ref.seq {
+					continue // the pending row is the live one
+				}
+				delete(p.best, id) // the base row is newer than the pending one
+			}
+			if match == nil || match[i] {
+				if sel.add(id) {
+					fromBase[id] = true
+				}
+			}
+		}
+		return nil
 	})
-	if err != nil && err != errFull {
-		release(out)
+	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", s.Target(), err)
 	}
+	pendingRow := map[string]rowRef{}
 	for gi, data := range p.gens {
-		if full() {
-			break
-		}
 		for ri, rec := range data.Records {
 			ids, _, err := keyColumns(rec)
 			if err != nil {
-				release(out)
 				return nil, err
 			}
-			err = take(rec, func(i int) bool {
+			var match []bool
+			for i := 0; i < ids.Len(); i++ {
 				ref, ok := p.best[ids.Value(i)]
-				return ok && ref.gen == gi && ref.rec == ri && ref.row == i
-			})
-			if err != nil {
-				release(out)
-				return nil, err
+				if !ok || ref.gen != gi || ref.rec != ri || ref.row != i {
+					continue
+				}
+				if match == nil && opts.Filter != nil {
+					if match, err = filterRows(opts.Filter, rec); err != nil {
+						return nil, err
+					}
+				}
+				if match != nil && !match[i] {
+					continue
+				}
+				if sel.add(ids.Value(i)) {
+					pendingRow[ids.Value(i)] = ref
+				}
 			}
 		}
 	}
+	page := sel.sorted()
+	if opts.Offset >= len(page) {
+		return nil, nil
+	}
+	page = page[opts.Offset:]
+	if opts.Limit > 0 && len(page) > opts.Limit {
+		page = page[:opts.Limit]
+	}
+	rows := make(map[string]arrow.RecordBatch, len(page))
+	var baseIDs []string
+	for _, id := range page {
+		if ref, ok := pendingRow[id]; ok && !fromBase[id] {
+			rows[id] = p.gens[ref.gen].Records[ref.rec].NewSlice(int64(ref.row), int64(ref.row)+1)
+		} else {
+			baseIDs = append(baseIDs, id)
+		}
+	}
+	if len(baseIDs) > 0 {
+		want := make(map[string]bool, len(baseIDs))
+		for _, id := range baseIDs {
+			want[id] = true
+		}
+		err = s.table.Scan(ctx, snap.Base, table.ScanOptions{IDs: baseIDs}, func(rec arrow.RecordBatch) error {
+			ids, _, err := keyColumns(rec)
+			if err != nil {
+				return err
+			}
+			for i := 0; i < ids.Len(); i++ {
+				if id := ids.Value(i); want[id] && rows[id] == nil {
+					rows[id] = rec.NewSlice(int64(i), int64(i)+1)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			for _, r := range rows {
+				r.Release()
+			}
+			return nil, fmt.Errorf("store %s: %w", s.Target(), err)
+		}
+	}
+	out := make([]arrow.RecordBatch, 0, len(page))
+	for _, id := range page {
+		if r := rows[id]; r != nil {
+			out = append(out, r)
+		}
+	}
+	if len(out) != len(page) {
+		release(out)
+		return nil, fmt.Errorf("store %s: %d of %d listed rows vanished from snapshot version %d", s.Target(), len(page)-len(out), len(page), snap.Base.Version)
+	}
 	return out, nil
+}
+
+// filterRows evaluates filter on rec; nil filter: nil (every row matches).
+func filterRows(filter func(arrow.RecordBatch) ([]bool, error), rec arrow.RecordBatch) ([]bool, error) {
+	if filter == nil {
+		return nil, nil
+	}
+	return filter(rec)
 }
 
 func release(recs []arrow.RecordBatch) {
