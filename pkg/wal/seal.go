@@ -91,14 +91,15 @@ func (w *Writer) Seal(ctx context.Context) (*Generation, error) {
 	m, err := w.sh.edit(ctx, latest, "seal", func(cur *Manifest) (*Manifest, error) {
 		switch {
 		case cur == nil:
-			return nil, fmt.Errorf("%w: the manifest disappeared", ErrCorrupt)
+			// Manifests are deleted only with the store.
+			return nil, fmt.Errorf("%w: the manifest disappeared under the writer", ErrNoShard)
 		case cur.WriterEpoch != w.epoch:
 			return nil, w.fencedByManifest(cur)
 		case cur.CurrentGeneration != n-1:
 			// Only this epoch seals, and seals are serialized, so this means the
 			// manifest was edited behind our back; retrying under a new number is
 			// the next Seal's job.
-			return nil, fmt.Errorf("current_generation moved from %d to %d during the seal", n-1, cur.CurrentGeneration)
+			return nil, fmt.Errorf("%w: current_generation moved from %d to %d during the seal", ErrEpochShared, n-1, cur.CurrentGeneration)
 		}
 		next := cur.clone()
 		next.Generations = append(next.Generations, gen)

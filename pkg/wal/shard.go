@@ -14,7 +14,8 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/versions"
 )
 
-// ErrNoShard means the shard has no manifest version: no writer ever opened it.
+// ErrNoShard means the shard has no manifest version: no writer ever opened it, or
+// its manifests were deleted with its store.
 var ErrNoShard = errors.New("WAL shard not found")
 
 var (

@@ -19,6 +19,11 @@ var (
 	ErrFenced = errors.New("WAL writer fenced: a newer writer owns the shard")
 	// ErrClosed means Append was called after Close (or after the writer stopped).
 	ErrClosed = errors.New("WAL writer closed")
+	// ErrEpochShared means the shard manifest changed in a way only this writer's
+	// epoch may change it: another writer holds the same epoch. That is a writer of
+	// a store deleted and created again under the same name (epochs restart with
+	// the store). The seal did not land; the memtable is kept.
+	ErrEpochShared = errors.New("WAL writer epoch shared with another writer")
 )
 
 const (
