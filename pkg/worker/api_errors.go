@@ -5,14 +5,30 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/schema"
 	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/table"
 )
+
+// Error codes of the answers errorAnswer adds to those of respond.go.
+const (
+	// CodeConflict (409): the request lost a race with a concurrent create, delete
+	// or merge of the same store. Sending it again is safe and runs it against the
+	// store as it is now.
+	CodeConflict = "CONFLICT"
+	// CodeDataLoss (500): a stored object the request needed is corrupt; the
+	// message names it. Retrying does not help: an operator must look.
+	CodeDataLoss = "DATA_LOSS"
+)
+
+// retryAfter is the Retry-After of every 503 answer, in seconds: long enough to
+// let a throttled store or a merge catch up a little, short enough for a client
+// that sleeps exactly that long.
+const retryAfter = "1"
 
 // apiError is an answer a handler decided on: the status, code and message go to the
 // client as they are. cause, if set, is logged and never sent.
@@ -30,12 +46,16 @@ func (e *apiError) Error() string {
 	return e.message
 }
 
+func (e *apiError) Unwrap() error { return e.cause }
+
 func badRequest(format string, args ...any) error {
 	return &apiError{status: http.StatusBadRequest, code: CodeInvalidRequest, message: fmt.Sprintf(format, args...)}
 }
 
 // internalError is a 500 whose message says what happened, in the client's terms, without
-// the details of cause.
+// the details of cause. If cause is a condition of the store or its storage (gone,
+// lost a race, overloaded, unavailable, corrupt), the answer's status and code are
+// the cause's instead (errorAnswer), with this message.
 func internalError(cause error, format string, args ...any) error {
 	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: fmt.Sprintf(format, args...), cause: cause}
 }
@@ -51,59 +71,157 @@ type apiHandler func(w http.ResponseWriter, r *http.Request) error
 // api adapts h to http.Handler.
 func (s *Server) api(h apiHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
-			s.writeFailure(w, r, err)
+		err := h(w, r)
+		if err == nil {
+			return
 		}
+		// An answer the handler decided on stands; anything else may be the wreck
+		// of a store deleted under the request.
+		var ae *apiError
+		if kind, name, ok := routeStore(r); ok && (!errors.As(err, &ae) || ae.status >= http.StatusInternalServerError) {
+			err = storeGone(r.Context(), s.cfg.Stores.Registry(), kind, name, err)
+		}
+		s.writeFailure(w, r, err)
 	})
 }
 
+// routeStore returns the store a data route names ({name} under /rollouts or
+// /generic), and false for routes that name none.
+func routeStore(r *http.Request) (registry.Kind, string, bool) {
+	_, path, _ := strings.Cut(r.Pattern, " ")
+	switch {
+	case strings.HasPrefix(path, "/api/v1/rollouts/{name}"):
+		return registry.KindRollout, r.PathValue("name"), true
+	case strings.HasPrefix(path, "/api/v1/generic/{name}"):
+		return registry.KindGeneric, r.PathValue("name"), true
+	}
+	return "", "", false
+}
+
+// storeCheckTimeout bounds storeGone's registry read.
+const storeCheckTimeout = 10 * time.Second
+
+// storeGone returns err, the failure of an operation on the store kind/name, as an
+// error wrapping store.ErrDeleted if the store is no longer registered when it
+// failed: a store deleted (by any worker) under a read, an add or a merge leaves
+// that operation with whatever it tripped over - an object that vanished between
+// a listing and its read, a closed writer, a shard manifest gone from under a seal
+// - and its caller must hear "deleted" (404, NOT_FOUND, a skipped merge task), not
+// a conflict to retry or an internal error.
+//
+// Only the classes such a wreck can take are checked (Conflict, Halt, Internal):
+// the registry is the one place that says whether a store exists, and a read of
+// it on those failures only costs nothing on the paths that succeed. A store that
+// is registered again (deleted and re-created meanwhile) keeps err: retrying the
+// operation runs it against the new store.
+func storeGone(ctx context.Context, reg *registry.Registry, kind registry.Kind, name string, err error) error {
+	switch errclass.Of(err) {
+	case errclass.Conflict, errclass.Halt, errclass.Internal:
+	default:
+		return err
+	}
+	// The request's context may be what ended the operation; the check must still run.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCheckTimeout)
+	defer cancel()
+	if _, gerr := reg.Get(ctx, kind, name); !errors.Is(gerr, registry.ErrNotFound) {
+		return err
+	}
+	// err is kept as text only: its class (a conflict, a "corrupt" half-deleted
+	// object) is not what happened.
+	return fmt.Errorf("%s store %q: %w while the request ran (%v)", kind, name, store.ErrDeleted, err)
+}
+
 // writeFailure answers err. Client mistakes and known conditions carry their own
-// message; anything else is a 500 whose details go to the log only.
+// message; anything else is a 500 whose details go to the log only. A 503 carries
+// Retry-After.
 func (s *Server) writeFailure(w http.ResponseWriter, r *http.Request, err error) {
 	status, code, message := errorAnswer(err)
-	if status == http.StatusInternalServerError {
-		s.cfg.Logger.Error("data API request failed", "method", r.Method, "route", r.Pattern, "path", r.URL.Path, "err", err)
-	} else if status == http.StatusServiceUnavailable {
-		s.cfg.Logger.Warn("data API request refused", "method", r.Method, "route", r.Pattern, "path", r.URL.Path, "err", err)
+	switch {
+	case status >= http.StatusInternalServerError && status != http.StatusServiceUnavailable:
+		s.cfg.Logger.Error("data API request failed", "method", r.Method, "route", r.Pattern, "path", r.URL.Path, "code", code, "err", err)
+	case status == http.StatusServiceUnavailable || code == CodeConflict:
+		s.cfg.Logger.Warn("data API request refused", "method", r.Method, "route", r.Pattern, "path", r.URL.Path, "code", code, "err", err)
+	}
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", retryAfter)
 	}
 	httpjson.WriteError(w, status, code, message)
 }
 
-// errorAnswer maps an error to its status, code and client message.
+// errorAnswer maps an error to its status, code and client message: the answers a
+// handler decided on as they are, the rest by class (package errclass).
 func errorAnswer(err error) (status int, code, message string) {
 	var ae *apiError
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &ae):
+		if ae.status == http.StatusInternalServerError && ae.cause != nil {
+			return causeAnswer(ae)
+		}
 		return ae.status, ae.code, ae.message
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 			fmt.Sprintf("request body over the limit of %d bytes", tooLarge.Limit)
-	case errors.Is(err, schema.ErrInvalid), errors.Is(err, registry.ErrInvalidName):
+	}
+	return classAnswer(err)
+}
+
+// causeAnswer answers an internalError by its cause's class when the cause is a
+// condition of the store or of storage, keeping the handler's message (and naming
+// a corrupt object). A cause that blames a request (invalid, exists) does not blame
+// this one - the handler chose 500 knowing that - and stays a 500.
+func causeAnswer(ae *apiError) (status int, code, message string) {
+	switch c := errclass.Of(ae.cause); c {
+	case errclass.Internal, errclass.Invalid, errclass.Exists, errclass.Precondition:
+		return ae.status, ae.code, ae.message
+	case errclass.Halt:
+		status, code, message = classAnswer(ae.cause)
+		return status, code, ae.message + ": " + message
+	default:
+		status, code, _ = classAnswer(ae.cause)
+		return status, code, ae.message
+	}
+}
+
+// classAnswer is the answer of an error by its class.
+func classAnswer(err error) (status int, code, message string) {
+	switch errclass.Of(err) {
+	case errclass.Invalid:
 		// schema.Error and registry messages are written for clients: they name the
 		// row, the column, the name and what is wrong with it.
 		return http.StatusBadRequest, CodeInvalidRequest, err.Error()
-	case errors.Is(err, registry.ErrNotFound), errors.Is(err, store.ErrDeleted):
+	case errclass.Gone:
 		return http.StatusNotFound, CodeNotFound, err.Error()
-	case errors.Is(err, registry.ErrExists):
+	case errclass.Exists:
 		return http.StatusConflict, CodeAlreadyExists, err.Error()
-	case errors.Is(err, store.ErrOverloaded):
+	case errclass.Conflict:
+		// Details (which object vanished, which writer closed) go to the log.
+		return http.StatusConflict, CodeConflict,
+			"the store was created, deleted or merged while the request ran; send the request again"
+	case errclass.Overloaded:
 		return http.StatusServiceUnavailable, CodeOverloaded, err.Error()
-	case errors.Is(err, table.ErrTooManyWriters), errors.Is(err, objstore.ErrThrottled):
+	case errclass.Busy:
 		// The object store is throttling or the base table is contended: retry later.
 		return http.StatusServiceUnavailable, CodeOverloaded, "the object store is busy; retry later"
-	case errors.Is(err, objstore.ErrUnavailable):
+	case errclass.Unavailable:
 		// The store failed the request (after its SDK's retries). An add answered
 		// this was not acknowledged; sending it again is safe, since rows are
 		// deduplicated by id.
 		return http.StatusServiceUnavailable, CodeStoreUnavailable, "object storage failed the request; retry later"
-	case errors.Is(err, context.DeadlineExceeded):
+	case errclass.Timeout:
 		// Our own operation timeout (a throttled object store); retrying is safe.
 		return http.StatusServiceUnavailable, CodeOverloaded, "the operation timed out; retry later"
-	case errors.Is(err, context.Canceled):
+	case errclass.Canceled:
 		// The client went away (reads and merges follow the request's context); it
 		// will not see this answer, but the request metric will.
 		return http.StatusServiceUnavailable, CodeOverloaded, "request cancelled"
+	case errclass.Halt:
+		// A stored object is corrupt: a server-side loss a retry cannot mend. The
+		// message names the object, so the operator the client calls knows where
+		// to look.
+		return http.StatusInternalServerError, CodeDataLoss, err.Error()
 	}
+	// Internal, and Precondition, which no data route can fail with (only the
+	// master's fenced merges can).
 	return http.StatusInternalServerError, CodeInternal, "internal error"
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/schema"
 )
@@ -101,6 +102,14 @@ func (s *Server) createStore(k kindAPI) apiHandler {
 		ctx, cancel := detached(r)
 		defer cancel()
 		created, err := s.cfg.Stores.Create(ctx, e)
+		switch errclass.Of(err) {
+		case errclass.Gone, errclass.Conflict:
+			// The table vanished under the create, or a write of it lost: a create
+			// clears what an unregistered name left behind, and that can be the
+			// table of another create of the name running at the same time (or of
+			// one a delete is removing). Not "gone": the client asked to create.
+			return errclass.Wrap(errclass.Conflict, fmt.Errorf("%s store %q: created or deleted at the same time by another request: %w", k.kind, req.Name, err))
+		}
 		if err != nil {
 			return err
 		}

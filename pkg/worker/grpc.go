@@ -16,11 +16,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/table"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -29,10 +28,10 @@ var (
 	// ErrStaleFencingToken means a merge request carried a fencing token older than
 	// the newest this worker has seen for the target: a newer master claim of the
 	// target exists, so the request's claim is gone and it must not merge.
-	ErrStaleFencingToken = errors.New("stale fencing token")
+	ErrStaleFencingToken = errclass.New(errclass.Precondition, "stale fencing token")
 	// ErrInvalidFencingToken means a fencing token that is not a revision (negative,
 	// or 0 where fencing is required).
-	ErrInvalidFencingToken = errors.New("invalid fencing token")
+	ErrInvalidFencingToken = errclass.New(errclass.Invalid, "invalid fencing token")
 )
 
 // Merge triggers for the metrics (Metrics.Merges, MergeDuration): the master's
@@ -148,7 +147,9 @@ func (w *WorkerService) MergeWal(ctx context.Context, req *tidemarkv1.MergeWalRe
 // TriggerRequest).
 //
 // Errors wrap registry.ErrInvalidName (malformed target), ErrInvalidFencingToken,
-// ErrStaleFencingToken, registry.ErrNotFound (no such store), or the merge's error.
+// ErrStaleFencingToken, registry.ErrNotFound (no such store), store.ErrDeleted (the
+// store was deleted during the merge, whatever the merge tripped over then), or the
+// merge's error.
 func (w *WorkerService) MergeTarget(ctx context.Context, target string, token int64, trigger string) (merge.Result, error) {
 	kind, name, err := registry.ParseTarget(target)
 	if err != nil {
@@ -167,12 +168,16 @@ func (w *WorkerService) MergeTarget(ctx context.Context, target string, token in
 	}
 	s, release, err := w.cfg.Stores.Open(ctx, kind, name)
 	if err != nil {
-		return merge.Result{}, err
+		return merge.Result{}, storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err)
 	}
 	defer release()
 
 	start := time.Now()
 	r, err := w.cfg.Merger.Merge(ctx, s, true)
+	if err != nil {
+		// A merge of a deleted store is skipped by the master, not failed.
+		err = storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err)
+	}
 	result := "success"
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
@@ -213,21 +218,26 @@ func (w *WorkerService) Flush(ctx context.Context, req *tidemarkv1.FlushRequest)
 	if err != nil {
 		return nil, grpcError(err)
 	}
+	sealed, err := w.flushStore(ctx, kind, name)
+	if err != nil {
+		return nil, grpcError(storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err))
+	}
+	return &tidemarkv1.FlushResponse{SealedGenerations: sealed}, nil
+}
+
+// flushStore is Flush of one store.
+func (w *WorkerService) flushStore(ctx context.Context, kind registry.Kind, name string) (int64, error) {
 	s, release, err := w.cfg.Stores.Open(ctx, kind, name)
 	if err != nil {
-		return nil, grpcError(err)
+		return 0, err
 	}
 	defer release()
 	if s.Snapshot().WAL.Shards[s.Shard()] != nil {
 		if _, err := s.Writer(ctx); err != nil {
-			return nil, grpcError(err)
+			return 0, err
 		}
 	}
-	sealed, err := w.seal(ctx, s)
-	if err != nil {
-		return nil, grpcError(err)
-	}
-	return &tidemarkv1.FlushResponse{SealedGenerations: sealed}, nil
+	return w.seal(ctx, s)
 }
 
 // flushResident seals every resident store; a failure of one does not stop the
@@ -320,9 +330,11 @@ func (f *fencingTokens) admit(target string, token int64) error {
 	return nil
 }
 
-// grpcError maps an error of the worker's packages to a gRPC status. The message is
-// the error's text, which names the target or object concerned. UNAVAILABLE is never
-// returned (see WorkerService).
+// grpcError answers err with the gRPC code of its class (package errclass). The
+// message is the error's text, which names the target or object concerned.
+// UNAVAILABLE is never returned (see WorkerService): the retryable classes are
+// RESOURCE_EXHAUSTED (retry later) and ABORTED (the call lost a race with a
+// concurrent change of the store: retry the whole call).
 func grpcError(err error) error {
 	if err == nil {
 		return nil
@@ -331,27 +343,25 @@ func grpcError(err error) error {
 		return err
 	}
 	code := codes.Internal
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
+	switch errclass.Of(err) {
+	case errclass.Timeout:
 		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
+	case errclass.Canceled:
 		code = codes.Canceled
-	case errors.Is(err, registry.ErrInvalidName), errors.Is(err, ErrInvalidFencingToken):
+	case errclass.Invalid:
 		code = codes.InvalidArgument
-	case errors.Is(err, registry.ErrNotFound), errors.Is(err, store.ErrDeleted):
+	case errclass.Gone:
 		code = codes.NotFound
-	case errors.Is(err, ErrStaleFencingToken):
+	case errclass.Exists:
+		code = codes.AlreadyExists
+	case errclass.Precondition:
 		code = codes.FailedPrecondition
-	case errors.Is(err, store.ErrOverloaded), errors.Is(err, table.ErrTooManyWriters),
-		errors.Is(err, merge.ErrBusy), errors.Is(err, objstore.ErrThrottled), errors.Is(err, objstore.ErrUnavailable):
-		// Retry later. Not UNAVAILABLE: the call reached the worker.
+	case errclass.Overloaded, errclass.Busy, errclass.Unavailable:
 		code = codes.ResourceExhausted
-	case errors.Is(err, wal.ErrFenced), errors.Is(err, wal.ErrClosed):
-		// A newer writer owns this worker's shard, or the handle was closed under
-		// the call: retrying the whole call is the answer.
+	case errclass.Conflict:
 		code = codes.Aborted
-	case errors.Is(err, table.ErrCorrupt), errors.Is(err, wal.ErrCorrupt):
-		// A human must look: retrying will not help.
+	case errclass.Halt:
+		// The master fails the task naming the object, and cools the target down.
 		code = codes.DataLoss
 	}
 	return status.Error(code, err.Error())

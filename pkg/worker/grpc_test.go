@@ -23,10 +23,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/schema"
 	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/table"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -52,13 +54,19 @@ type grpcEnv struct {
 
 type grpcEnvOptions struct {
 	shutdownTimeout time.Duration
+	// bucket holds the stores (a fresh in-memory bucket when nil).
+	bucket *objstore.Bucket
 }
 
 func newGRPCEnv(t *testing.T, o grpcEnvOptions) *grpcEnv {
 	t.Helper()
 	ctx := context.Background()
 	quiet := slog.New(slog.DiscardHandler)
-	ss := store.NewStores(store.Config{Bucket: objstoretest.Mem(t), Shard: "w1", Logger: quiet, SnapshotTTL: -1,
+	bucket := o.bucket
+	if bucket == nil {
+		bucket = objstoretest.Mem(t)
+	}
+	ss := store.NewStores(store.Config{Bucket: bucket, Shard: "w1", Logger: quiet, SnapshotTTL: -1,
 		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
 	t.Cleanup(func() { _ = ss.Close(context.Background()) })
 	spec, err := schema.ParseSpec([]byte(grpcTestSpec))
@@ -564,6 +572,13 @@ func TestGRPCErrorCodes(t *testing.T) {
 		{fmt.Errorf("x: %w", store.ErrDeleted), codes.NotFound},
 		{fmt.Errorf("x: %w", wal.ErrCorrupt), codes.DataLoss},
 		{fmt.Errorf("disk on fire"), codes.Internal},
+		{fmt.Errorf("x: %w", wal.ErrClosed), codes.Aborted},
+		{fmt.Errorf("get x/_wal/w2/gen/1.arrow: %w", objstore.ErrNotFound), codes.Aborted},
+		{fmt.Errorf("table x: version 1 vanished: %w", table.ErrNotFound), codes.NotFound},
+		{fmt.Errorf("x: %w", registry.ErrExists), codes.AlreadyExists},
+		{fmt.Errorf("x: %w", objstore.ErrUnavailable), codes.ResourceExhausted},
+		{fmt.Errorf("target a: %w", ErrStaleFencingToken), codes.FailedPrecondition},
+		{fmt.Errorf("target a: %w", ErrInvalidFencingToken), codes.InvalidArgument},
 	}
 	for _, c := range cases {
 		err := grpcError(c.err)
@@ -571,4 +586,41 @@ func TestGRPCErrorCodes(t *testing.T) {
 			t.Errorf("grpcError(%v) = %v, want code %s with the error's text", c.err, err, c.code)
 		}
 	}
+}
+
+// A merge the master asked for, of a store another worker deleted meanwhile, trips
+// over whatever the delete removed first (here: the generation it was merging). The
+// master must hear NOT_FOUND, which skips the task, not INTERNAL, which failed it;
+// and ABORTED (retry) while the name is registered again.
+func TestMergeOfAStoreDeletedUnderItIsNotFound(t *testing.T) {
+	bucket := objstoretest.Mem(t)
+	f := objstore.NewFaults(nil)
+	e := newGRPCEnv(t, grpcEnvOptions{bucket: objstore.WithFaults(bucket, f)})
+	e.pending(t, e.rollout, "a")
+	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet}, KeyPrefix: "rollout/gs/_wal/w1/gen/", Err: objstore.ErrNotFound})
+
+	_, err := e.merge("gs", 1)
+	wantCode(t, err, codes.Aborted, "rollout/gs/_wal/w1/gen/")
+	if err := bucket.Delete(context.Background(), "_registry/rollout/gs.json"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.merge("gs", 2)
+	wantCode(t, err, codes.NotFound, "store deleted")
+}
+
+// A corrupt object stops a merge with DATA_LOSS naming it: the master fails the task
+// with that name and cools the target down instead of retrying it every sweep.
+func TestMergeOverACorruptObjectIsDataLossNamingIt(t *testing.T) {
+	bucket := objstoretest.Mem(t)
+	e := newGRPCEnv(t, grpcEnvOptions{bucket: bucket})
+	e.pending(t, e.generic, "a")
+	objs, err := bucket.List(context.Background(), "generic/gs/_wal/w1/gen/")
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("generations: %v, %v", objs, err)
+	}
+	if err := bucket.Put(context.Background(), objs[0].Key, []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.merge("generic:gs", 1)
+	wantCode(t, err, codes.DataLoss, objs[0].Key)
 }
