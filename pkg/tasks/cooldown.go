@@ -12,9 +12,11 @@ import (
 // Cooldown is the record at P/cooldown/<kind>/<target>: how often in a row tasks
 // of that kind failed on the target, and until when Claim skips them.
 //
-// Only non-merge kinds cool down. A merge_wal that fails is retried at the next
-// sweep, because deferring merges lets pending generations pile up and every read
-// of the store fans out over them.
+// Non-merge kinds cool down on every failure. A merge_wal that fails is retried at
+// the next sweep, because deferring merges lets pending generations pile up and
+// every read of the store fans out over them - unless the failure needs a human
+// (Result.Halt, a corrupt object): retrying that every sweep only repeats it, so it
+// cools down like any other kind.
 //
 // The record has no lease, so that its Until follows the store's clock; a success
 // deletes it, and Prune deletes records that expired more than its maxAge ago.
@@ -24,8 +26,9 @@ type Cooldown struct {
 	LastError string    `json:"last_error,omitempty"`
 }
 
-// cools reports whether failures of kind k put its kind+target in cooldown.
-func cools(k Kind) bool { return k != KindMergeWAL }
+// cools reports whether a failure of kind k with result r puts its kind+target in
+// cooldown.
+func cools(k Kind, r Result) bool { return k != KindMergeWAL || r.Halt }
 
 // backoff is the cooldown after the n-th failure in a row: base*2^(n-1), at most
 // the configured maximum.
@@ -81,15 +84,16 @@ func (s *Store) getCooldown(ctx context.Context, kind Kind, target string) (Cool
 }
 
 // cooldownOps are the compare and op that Finish adds for an outcome of t: a
-// failure counts one more in a row against the record read at rev (0: none), a
-// success deletes the record. Merge tasks have none.
-func (s *Store) cooldownOps(t Task, failed bool, cd Cooldown, rev int64) ([]clientv3.Cmp, []clientv3.Op) {
-	if !cools(t.Kind) {
-		return nil, nil
-	}
+// failure that cools (see cools) counts one more in a row against the record read at
+// rev (0: none), a success deletes the record, any other failure (a merge's) has
+// none.
+func (s *Store) cooldownOps(t Task, r Result, cd Cooldown, rev int64) ([]clientv3.Cmp, []clientv3.Op) {
 	key := s.cooldownKey(t.Kind, t.Target)
-	if !failed {
+	if r.Err == nil {
 		return nil, []clientv3.Op{clientv3.OpDelete(key)}
+	}
+	if !cools(t.Kind, r) {
+		return nil, nil
 	}
 	cd.Failures++
 	cd.Until = t.FinishedAt.Add(s.opts.backoff(cd.Failures))

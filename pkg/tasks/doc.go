@@ -37,6 +37,10 @@
 //     the target lock, so a worker can refuse a token older than one it has seen.
 //   - Queued tasks are claimed in enqueue order, skipping those that wait for a
 //     dependency, a cooldown or a locked target, and kinds the claimer left out.
+//   - A failed task of a non-merge kind, or any task whose failure needs a human
+//     (Result.Halt: a corrupt object), blocks its kind+target's claims for a
+//     backoff that doubles with each failure in a row; a success ends it. Other
+//     merge_wal failures never wait: the next sweep retries them.
 //   - A task runs only after every task it depends on is done; if one of them
 //     fails, it fails with "dependency <id> did not complete".
 //   - States move queued -> running -> done | failed; every move is one etcd

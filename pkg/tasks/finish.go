@@ -20,12 +20,15 @@ type Result struct {
 	Err error
 	// Detail summarizes what was done, e.g. "merged 12 generations across 3/3 workers".
 	Detail string
+	// Halt marks a failure that needs a human (a corrupt object): retrying it cannot
+	// help, so the kind+target cools down whatever its kind, merge_wal included.
+	Halt bool
 }
 
 // Finish records the outcome of a claimed task and drops its claim, target lock
 // and dedupe key, so the target is free and the kind+target may be enqueued again.
-// A failure of a non-merge kind puts its kind+target in cooldown (exponential
-// backoff); a success ends the cooldown.
+// A failure of a non-merge kind, or a halting failure of any kind, puts its
+// kind+target in cooldown (exponential backoff); a success ends the cooldown.
 //
 // Only the claim's holder can finish it: if the claim was lost, Finish returns
 // ErrClaimLost and changes nothing.
@@ -45,31 +48,31 @@ func (s *Store) Finish(ctx context.Context, c *Claim, r Result) (Task, error) {
 	t.ClaimToken = ""
 	t.FencingToken = c.FencingToken
 	record := encodeTask(t)
-	failed := t.State == StateFailed
 
 	for range maxTxnAttempts {
 		var cd Cooldown
 		var cdRev int64
-		if cools(t.Kind) && failed {
+		if r.Err != nil && cools(t.Kind, r) {
 			var err error
 			if cd, cdRev, _, err = s.getCooldown(ctx, t.Kind, t.Target); err != nil {
 				return Task{}, fmt.Errorf("finish task %s: %w", t.ID, err)
 			}
 		}
-		cdCmps, cdOps := s.cooldownOps(t, failed, cd, cdRev)
+		cdCmps, cdOps := s.cooldownOps(t, r, cd, cdRev)
 
 		// Finish transaction:
 		//   if   value(P/claims/<id>) == token                    we still hold the claim: lease alive, not
 		//                                                         recovered and claimed by someone else
 		//        value(P/target-locks/<target>) == token          and the target lock that fences the workers
-		//        mod_revision(P/cooldown/<kind>/<target>) == c    (failure of a non-merge kind) the failure
-		//                                                         count we add one to is current
+		//        mod_revision(P/cooldown/<kind>/<target>) == c    (a failure that cools: of a non-merge kind,
+		//                                                         or halting) the failure count we add one
+		//                                                         to is current
 		//   then put P/tasks/<id> = done | failed task            finished_at, error, detail, fencing token
 		//        delete P/running/<id>                            out of the running index
 		//        delete P/claims/<id>                             the claim is over
 		//        delete P/target-locks/<target>                   the target is free
-		//        put P/cooldown/<kind>/<target> = {failures+1, until, last_error}   (non-merge failure)
-		//        or delete P/cooldown/<kind>/<target>                              (non-merge success)
+		//        put P/cooldown/<kind>/<target> = {failures+1, until, last_error}   (a failure that cools)
+		//        or delete P/cooldown/<kind>/<target>                              (success: the streak ends)
 		//        txn: if value(P/dedupe/<kind>/<target>) == <id>  no longer live: the next enqueue makes a
 		//             then delete P/dedupe/<kind>/<target>        new task; never drop another task's key
 		//   else get P/claims/<id>, get P/target-locks/<target>   to tell a lost claim from a cooldown race

@@ -140,3 +140,31 @@ func TestMergeFailuresDoNotCoolDown(t *testing.T) {
 	enqueue(t, s, KindMergeWAL, "r1")
 	claim(t, s, lease)
 }
+
+// A merge that fails on a corrupt object fails the same way at every sweep until an
+// operator repairs the object: it must cool down like any other kind instead of
+// being claimed, fanned out and failed again every MERGE_WAL_INTERVAL.
+func TestHaltingMergeFailureCoolsDownAndASuccessEndsIt(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	s, client := newStore(t, WithClock(clock), WithCooldown(time.Minute, time.Hour))
+	ctx := context.Background()
+	lease := grant(t, client)
+	enqueue(t, s, KindMergeWAL, "r1")
+	const key = "rollout/r1/_versions/00000003.json"
+	corrupt := errors.New("worker w1: manifest " + key + ": corrupt table object")
+	if _, err := s.Finish(ctx, claim(t, s, lease), Result{Err: corrupt, Halt: true}); err != nil {
+		t.Fatal(err)
+	}
+	cd, ok, err := s.Cooldown(ctx, KindMergeWAL, "r1")
+	if err != nil || !ok || cd.Failures != 1 || !cd.Until.Equal(clock.Now().Add(time.Minute)) || cd.LastError != corrupt.Error() {
+		t.Fatalf("cooldown after a halting merge failure: %+v ok=%v err=%v, want 1 failure for a minute naming %s", cd, ok, err, key)
+	}
+	enqueue(t, s, KindMergeWAL, "r1") // the next sweep's
+	noClaim(t, s, lease)
+	clock.Advance(time.Minute)
+	finish(t, s, claim(t, s, lease), nil) // repaired
+	if _, ok, err := s.Cooldown(ctx, KindMergeWAL, "r1"); ok || err != nil {
+		t.Fatalf("cooldown after a merge succeeded: ok=%v err=%v, want none", ok, err)
+	}
+}

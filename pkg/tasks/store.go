@@ -19,7 +19,8 @@ var ErrTaskNotFound = errors.New("task not found")
 // DefaultPrefix is the key prefix when New is given "".
 const DefaultPrefix = "/tidemark"
 
-// Default cooldown backoff of failing non-merge tasks.
+// Default cooldown backoff of failing tasks (non-merge kinds, and halting failures
+// of any kind: Result.Halt).
 const (
 	DefaultCooldownBase = 30 * time.Second
 	DefaultCooldownMax  = 30 * time.Minute
@@ -61,8 +62,9 @@ func WithClock(c Clock) Option {
 	}
 }
 
-// WithCooldown sets the backoff of failing non-merge tasks: the n-th failure in a
-// row of a kind+target blocks its claims for base*2^(n-1), at most maxDelay.
+// WithCooldown sets the backoff of failing tasks that cool down (see Cooldown): the
+// n-th failure in a row of a kind+target blocks its claims for base*2^(n-1), at
+// most maxDelay.
 // Non-positive values keep the defaults.
 func WithCooldown(base, maxDelay time.Duration) Option {
 	return func(o *options) {
