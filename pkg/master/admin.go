@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tidemark-io/tidemark/internal/grpcserver"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
@@ -44,10 +44,11 @@ type AdminConfig struct {
 // AdminService implements tidemark.v1.AdminService over the task store, the stats
 // scanner, the store registries and worker discovery.
 //
-// Errors are mapped to status codes in one place (statusOf): bad input is
-// INVALID_ARGUMENT naming the problem, a missing task, store or stats row is
-// NOT_FOUND, a task that cannot be cancelled is FAILED_PRECONDITION, etcd or the
-// object store not answering is UNAVAILABLE.
+// Errors are mapped to status codes in one place (statusOf, by errclass): bad input
+// is INVALID_ARGUMENT naming the problem, a missing task, store or stats row is
+// NOT_FOUND, a task that cannot be cancelled is FAILED_PRECONDITION, a corrupt
+// object is DATA_LOSS naming it, etcd or the object store not answering (or
+// throttling) is UNAVAILABLE.
 type AdminService struct {
 	tidemarkv1.UnimplementedAdminServiceServer
 	cfg AdminConfig
@@ -305,34 +306,35 @@ func statusOf(ctx context.Context, err error) error {
 	return status.Error(code, msg)
 }
 
-// classify maps err to a code and a message for the client. It is the one place
-// errors become codes, for gRPC and HTTP alike.
+// classify maps err to a code and a message for the client, by its class
+// (package errclass). It is the one place the admin service's errors become codes,
+// for gRPC and HTTP alike.
 func classify(ctx context.Context, err error) (codes.Code, string) {
-	switch {
-	case errors.Is(err, tasks.ErrInvalidArgument), errors.Is(err, registry.ErrInvalidName):
+	class := errclass.Of(err)
+	switch class {
+	case errclass.Invalid:
 		return codes.InvalidArgument, err.Error()
-	case errors.Is(err, tasks.ErrTaskNotFound), errors.Is(err, registry.ErrNotFound),
-		errors.Is(err, scanner.ErrRowNotFound):
+	case errclass.Gone:
 		return codes.NotFound, err.Error()
-	case errors.Is(err, tasks.ErrNotCancellable):
+	case errclass.Precondition:
 		return codes.FailedPrecondition, err.Error()
-	case ctx.Err() != nil:
+	case errclass.Halt:
+		// A corrupt registry object or stats row: the message names it.
+		return codes.DataLoss, err.Error()
+	}
+	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Code(), err.Error()
-	case errors.Is(err, context.DeadlineExceeded):
+	}
+	switch class {
+	case errclass.Timeout:
 		return codes.Unavailable, fmt.Sprintf("timed out: etcd or the object store did not answer in time: %v", err)
-	case errors.Is(err, objstore.ErrThrottled):
+	case errclass.Conflict, errclass.Overloaded, errclass.Busy, errclass.Unavailable:
+		if _, isStatus := status.FromError(err); isStatus || errors.As(err, new(interface{ Code() codes.Code })) {
+			// etcd's client returns its transport failures as gRPC statuses (wrapped
+			// by our error context) or as rpctypes errors carrying a code.
+			return codes.Unavailable, fmt.Sprintf("etcd unavailable: %v", err)
+		}
 		return codes.Unavailable, err.Error()
-	}
-	// etcd's client returns its transport failures as gRPC statuses (wrapped by
-	// our error context) or as rpctypes errors carrying a code.
-	var coded interface{ Code() codes.Code }
-	code := status.Code(err)
-	if code == codes.Unknown && errors.As(err, &coded) {
-		code = coded.Code()
-	}
-	switch code {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
-		return codes.Unavailable, fmt.Sprintf("etcd unavailable: %v", err)
 	}
 	return codes.Internal, err.Error()
 }

@@ -3,6 +3,8 @@ package master
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -442,5 +445,37 @@ func TestAdminServerAnswersHealthAndReflection(t *testing.T) {
 		if !slices.Contains(names, want) {
 			t.Errorf("reflection lists %v, missing %s", names, want)
 		}
+	}
+}
+
+// The admin service answers by class (package errclass), as the worker does; the
+// codes it gave before are kept.
+func TestAdminCodesFollowTheErrorClass(t *testing.T) {
+	live := context.Background()
+	for _, c := range []struct {
+		err  error
+		code codes.Code
+		msg  string // a part of the message
+	}{
+		{fmt.Errorf("x: %w", tasks.ErrInvalidArgument), codes.InvalidArgument, "invalid argument"},
+		{fmt.Errorf(`target "s": %w`, registry.ErrNotFound), codes.NotFound, `"s"`},
+		{fmt.Errorf("x: %w", scanner.ErrRowNotFound), codes.NotFound, "stats row"},
+		{fmt.Errorf("x: %w", tasks.ErrNotCancellable), codes.FailedPrecondition, "not queued"},
+		{fmt.Errorf("list: %w", context.DeadlineExceeded), codes.Unavailable, "timed out"},
+		{fmt.Errorf("get: %w", objstore.ErrThrottled), codes.Unavailable, "throttled"},
+		{fmt.Errorf("get: %w", objstore.ErrUnavailable), codes.Unavailable, "object store unavailable"},
+		{fmt.Errorf("claim: %w", rpctypes.ErrNoLeader), codes.Unavailable, "etcd unavailable"},
+		{fmt.Errorf("registry object _registry/rollout/s.json: %w: bad json", registry.ErrCorrupt), codes.DataLoss, "_registry/rollout/s.json"},
+		{errors.New("disk on fire"), codes.Internal, "disk on fire"},
+	} {
+		code, msg := classify(live, c.err)
+		if code != c.code || !strings.Contains(msg, c.msg) {
+			t.Errorf("classify(%v) = %s %q, want %s mentioning %q", c.err, code, msg, c.code, c.msg)
+		}
+	}
+	gone, cancel := context.WithCancel(live)
+	cancel()
+	if code, _ := classify(gone, fmt.Errorf("get: %w", context.Canceled)); code != codes.Canceled {
+		t.Errorf("a call the client cancelled: %s, want Canceled", code)
 	}
 }

@@ -10,8 +10,14 @@
 //     the task's fencing token (the target lock's etcd revision), so a worker refuses
 //     a call from a master that lost the target to a newer claim.
 //   - A worker that cannot be reached before admission (no connection) is skipped and
-//     named; any error after admission stops the fan-out. The task fails if any worker
-//     was skipped or failed, so the next sweep retries it.
+//     named; any error after admission stops the fan-out, except a corrupt object
+//     (the worker answered, so it no longer merges, and the others' merges do not
+//     depend on it). The task fails if any worker was skipped or failed, so the next
+//     sweep retries it.
+//   - Outcomes are classified in one place (package errclass): a merge whose store
+//     was deleted is skipped (done, "skipped: store deleted"), not failed; one that
+//     hit a corrupt object fails naming it and cools its target down, instead of
+//     failing the same way at every sweep.
 //   - Capacity is reserved before a claim: a claimed task never waits for a slot while
 //     holding its target lock.
 //   - Retry policy lives in one place (the task store's cooldown and the merge sweep),

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -70,7 +71,10 @@ func (f *FanOut) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Run implements Runner for merge_wal.
+// Run implements Runner for merge_wal. Its error's class (package errclass) tells
+// the scheduler what became of the task: Gone (a worker answered that the store is
+// deleted) skips it, Halt (a worker found a corrupt object) fails it and cools the
+// target down, anything else fails it for the next sweep to retry.
 func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 	target := c.Task.Target
 	workers, err := f.Discovery.Workers(ctx)
@@ -89,6 +93,7 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 		merged      int64
 		ok          int
 		unavailable []string
+		corrupt     []error
 	)
 	for _, w := range workers {
 		wctx := ctx
@@ -122,6 +127,19 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 			log.Warn("merge_wal: worker did not answer within the worker timeout", "worker", w.InstanceID, "addr", w.GRPCAddr, "timeout", f.WorkerTimeout, "err", err)
 			return "", fmt.Errorf("worker %s (%s): merge did not finish within the worker timeout of %s: %w (fan-out stopped after %d/%d workers)",
 				w.InstanceID, w.GRPCAddr, f.WorkerTimeout, err, ok, len(workers))
+		case err != nil && errclass.Of(err) == errclass.Gone:
+			// Every other worker would answer the same: the store was deleted.
+			log.Info("merge_wal: the store is deleted; the task is skipped", "worker", w.InstanceID, "err", err)
+			return "", errclass.Wrap(errclass.Gone, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
+		case err != nil && errclass.Of(err) == errclass.Halt:
+			// The worker answered, so it is not merging any more, and what it found
+			// corrupt stops only its own merge: the next worker merges its shard into
+			// the base table as usual (a corrupt base manifest stops each of them
+			// the same way, and each says so).
+			log.Error("merge_wal: worker found a corrupt object; an operator must look, the other workers go on",
+				"worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
+			corrupt = append(corrupt, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
+			continue
 		case err != nil:
 			return "", fmt.Errorf("worker %s (%s): %w (fan-out stopped after %d/%d workers)", w.InstanceID, w.GRPCAddr, err, ok, len(workers))
 		}
@@ -130,8 +148,16 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 		log.Info("merge_wal: worker merged", "worker", w.InstanceID, "generations", r.Generations, "rows", r.Rows, "reclaimed", r.Reclaimed)
 	}
 	detail := fmt.Sprintf("merged %d generations across %d/%d workers", merged, ok, len(workers))
+	var failures []error
+	if len(corrupt) > 0 {
+		// Halt: the errors name the objects, and the target cools down.
+		failures = append(failures, errclass.Wrap(errclass.Halt, errors.Join(corrupt...)))
+	}
 	if len(unavailable) > 0 {
-		return detail, fmt.Errorf("%s; unavailable: %s", detail, strings.Join(unavailable, ", "))
+		failures = append(failures, fmt.Errorf("unavailable: %s", strings.Join(unavailable, ", ")))
+	}
+	if len(failures) > 0 {
+		return detail, fmt.Errorf("%s; %w", detail, errors.Join(failures...))
 	}
 	return detail, nil
 }

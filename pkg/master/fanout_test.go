@@ -3,7 +3,6 @@ package master
 import (
 	"context"
 	"fmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"net"
 	"strings"
 	"sync"
@@ -11,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -227,5 +228,128 @@ func TestMergeWalTaskWaitsQueuedWhileNoWorkerIsListed(t *testing.T) {
 	s.Wake()
 	if done := waitState(t, ts, task.ID, tasks.StateDone); done.Attempts != 1 {
 		t.Errorf("task done after %d attempts, want 1", done.Attempts)
+	}
+}
+
+// A corrupt object stops one worker's merge, and only that one: the worker answered
+// (it no longer merges), and the others' shards do not depend on it. Stopping the
+// fan-out there left every later worker's generations piling up behind one bad
+// object. The task still fails, naming the worker and the object.
+func TestACorruptObjectOnOneWorkerDoesNotStopTheFanOut(t *testing.T) {
+	var inFlight, maxSeen atomic.Int32
+	const key = "rollout/s/_wal/w1/gen/0a1b2c3d4e5f6a7b_gen_3.arrow"
+	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen}
+	w1 := &countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen,
+		fail: status.Error(codes.DataLoss, "merge s: wal generation "+key+": corrupt WAL object: bad magic")}
+	w2 := &countingWorker{name: "w2", inFlight: &inFlight, maxSeen: &maxSeen}
+	workers := StaticDiscovery{startWorker(t, w0), startWorker(t, w1), startWorker(t, w2)}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	defer caller.Close()
+	detail, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
+	if w2.calls.Load() != 1 {
+		t.Fatalf("the worker after the corrupt one was called %d times, want 1", w2.calls.Load())
+	}
+	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), key) {
+		t.Fatalf("got %v, want the task failed naming w1 and %s", err, key)
+	}
+	if detail != "merged 4 generations across 2/3 workers" {
+		t.Fatalf("detail %q", detail)
+	}
+	if maxSeen.Load() != 1 {
+		t.Fatalf("max in flight %d, want 1", maxSeen.Load())
+	}
+}
+
+// runScheduler runs a scheduler of merge_wal tasks through fan, counting finished
+// tasks in metrics, until the test ends.
+func runScheduler(t *testing.T, client *clientv3.Client, ts *tasks.Store, fan *FanOut, metrics *Metrics) {
+	t.Helper()
+	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: 10 * time.Millisecond,
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: fan}, OnFinish: metrics.ObserveTask})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { s.Run(ctx, time.Second) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// A merge queued for a store that was deleted before it ran has nothing left to do:
+// it ends done and says "skipped", and it is no failure - master_tasks_total's
+// failed series is what alerts watch.
+func TestMergeOfADeletedStoreIsSkippedNotFailed(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ts := tasks.New(client, "/skip")
+	var inFlight, maxSeen atomic.Int32
+	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen,
+		fail: status.Error(codes.NotFound, `rollout store "s": store not found`)}
+	w1 := &countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	t.Cleanup(func() { _ = caller.Close() }) // after the scheduler stops
+	metrics := NewMetrics(nil)
+	runScheduler(t, client, ts, &FanOut{Discovery: StaticDiscovery{startWorker(t, w0), startWorker(t, w1)}, Caller: caller}, metrics)
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitFinished(t, ts, task.ID)
+	if got.State != tasks.StateDone || got.Detail != "skipped: store deleted" || got.Error != "" {
+		t.Fatalf("task %s, detail %q, error %q; want done, skipped: store deleted", got.State, got.Detail, got.Error)
+	}
+	if w1.calls.Load() != 0 {
+		t.Error("the fan-out went on to another worker after the store was found deleted")
+	}
+	for result, want := range map[string]float64{"skipped": 1, "failed": 0, "done": 0} {
+		if n := testutil.ToFloat64(metrics.Tasks.WithLabelValues("merge_wal", result)); n != want {
+			t.Errorf("master_tasks_total{kind=merge_wal,result=%s} = %v, want %v", result, n, want)
+		}
+	}
+}
+
+// A merge that fails on a corrupt object fails the same way at every sweep until an
+// operator repairs it: it fails naming the object, and its target cools down
+// (P/cooldown/merge_wal/<target>) instead of being claimed again every sweep.
+func TestACorruptObjectFailsTheMergeAndCoolsItsTargetDown(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ts := tasks.New(client, "/halt")
+	const key = "rollout/s/_versions/00000000000000000003.json"
+	var inFlight, maxSeen atomic.Int32
+	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen,
+		fail: status.Error(codes.DataLoss, "store s: refresh base: manifest "+key+": corrupt table object: unexpected end of JSON input")}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	t.Cleanup(func() { _ = caller.Close() })
+	metrics := NewMetrics(nil)
+	runScheduler(t, client, ts, &FanOut{Discovery: StaticDiscovery{startWorker(t, w0)}, Caller: caller}, metrics)
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitFinished(t, ts, task.ID)
+	if got.State != tasks.StateFailed || !strings.Contains(got.Error, key) {
+		t.Fatalf("task %s, error %q; want failed naming %s", got.State, got.Error, key)
+	}
+	cd, ok, err := ts.Cooldown(context.Background(), tasks.KindMergeWAL, "s")
+	if err != nil || !ok || cd.Failures != 1 || !strings.Contains(cd.LastError, key) || !cd.Until.After(got.FinishedAt) {
+		t.Fatalf("cooldown of merge_wal s: %+v ok=%v err=%v; want one failure naming %s, in the future", cd, ok, err, key)
+	}
+	if n := testutil.ToFloat64(metrics.Tasks.WithLabelValues("merge_wal", "failed")); n != 1 {
+		t.Errorf("master_tasks_total{kind=merge_wal,result=failed} = %v, want 1", n)
+	}
+}
+
+// waitFinished waits until task id is done or failed.
+func waitFinished(t *testing.T, ts *tasks.Store, id string) tasks.Task {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // liveness bound only
+	for {
+		task, err := ts.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.State.Finished() {
+			return task
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s is still %s", id, task.State)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

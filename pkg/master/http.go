@@ -43,6 +43,7 @@ const (
 	CodeFailedPrecondition = "FAILED_PRECONDITION"         // 409
 	CodeInternal           = httpjson.CodeInternal         // 500: details are logged, not returned
 	CodeUnavailable        = "UNAVAILABLE"                 // 503: etcd or the object store does not answer
+	CodeDataLoss           = "DATA_LOSS"                   // 500: a stored object is corrupt; the message names it
 	CodeUnauthenticated    = auth.CodeUnauthenticated      // 401: no valid credential
 )
 
@@ -186,6 +187,9 @@ func (a *httpAPI) writeFailure(w http.ResponseWriter, r *http.Request, err error
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 		status, name = http.StatusServiceUnavailable, CodeUnavailable
 		a.cfg.Logger.Warn("master API request refused", "method", r.Method, "route", r.Pattern, "path", r.URL.Path, "err", err)
+	case codes.DataLoss:
+		status, name = http.StatusInternalServerError, CodeDataLoss
+		a.cfg.Logger.Error("master API request failed on a corrupt object", "method", r.Method, "route", r.Pattern, "path", r.URL.Path, "err", err)
 	default:
 		status, name = http.StatusInternalServerError, CodeInternal
 		a.cfg.Logger.Error("master API request failed", "method", r.Method, "route", r.Pattern, "path", r.URL.Path, "err", err)

@@ -14,7 +14,8 @@ import (
 // theirs (master_stats_*, master_merge_sweep_*) in the same registry.
 type Metrics struct {
 	// Tasks counts tasks this replica ran to the end, by kind and result (done,
-	// failed). Tasks released at shutdown are not counted: another run finishes them.
+	// skipped: the store was deleted, failed). Tasks released at shutdown are not
+	// counted: another run finishes them.
 	Tasks *prometheus.CounterVec
 	// TaskDuration times those runs, by kind.
 	TaskDuration *prometheus.HistogramVec
@@ -45,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "master_tasks_total",
-			Help: "Tasks run to the end by this replica, by kind and result (done, failed).",
+			Help: "Tasks run to the end by this replica, by kind and result (done, skipped: the store was deleted, failed).",
 		}, []string{"kind", "result"}),
 		TaskDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "master_task_duration_seconds",
@@ -71,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	// Every label value shows from the start, so a rate() has a zero to start from.
 	for _, k := range tasks.Kinds() {
-		for _, r := range []string{"done", "failed"} {
+		for _, r := range []string{OutcomeDone, OutcomeSkipped, OutcomeFailed} {
 			m.Tasks.WithLabelValues(string(k), r)
 		}
 	}
@@ -82,12 +83,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // ObserveTask is a SchedulerConfig.OnFinish: it counts and times a finished run.
-func (m *Metrics) ObserveTask(kind tasks.Kind, err error, d time.Duration) {
-	result := "done"
-	if err != nil {
-		result = "failed"
-	}
-	m.Tasks.WithLabelValues(string(kind), result).Inc()
+func (m *Metrics) ObserveTask(kind tasks.Kind, outcome string, _ error, d time.Duration) {
+	m.Tasks.WithLabelValues(string(kind), outcome).Inc()
 	m.TaskDuration.WithLabelValues(string(kind)).Observe(d.Seconds())
 }
 

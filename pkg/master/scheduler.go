@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/utils/clock"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -52,8 +53,9 @@ type SchedulerConfig struct {
 	// FinishTimeout bounds one attempt to record a task's result (10 s); attempts
 	// are repeated until one succeeds, the claim is lost or the scheduler stops.
 	FinishTimeout time.Duration
-	// OnFinish, if set, observes every finished task (metrics).
-	OnFinish func(kind tasks.Kind, err error, d time.Duration)
+	// OnFinish, if set, observes every finished task (metrics): its run's error and
+	// the outcome it made of the task (OutcomeDone, OutcomeSkipped, OutcomeFailed).
+	OnFinish func(kind tasks.Kind, outcome string, err error, d time.Duration)
 	Clock    clock.WithTicker
 	Logger   *slog.Logger
 }
@@ -289,18 +291,50 @@ func (s *Scheduler) run(ctx, claimCtx context.Context, kind tasks.Kind, r *run) 
 		return
 	}
 	d := s.cfg.Clock.Since(start)
+	result, outcome := taskResult(detail, err)
 	if s.cfg.OnFinish != nil {
-		s.cfg.OnFinish(kind, err, d)
+		s.cfg.OnFinish(kind, outcome, err, d)
 	}
-	if ferr := s.finish(ctx, c, tasks.Result{Err: err, Detail: detail}, log); ferr != nil {
+	if ferr := s.finish(ctx, c, result, log); ferr != nil {
 		log.Warn("task finished but its result was not recorded", "err", ferr, "task_err", err)
 		return
 	}
-	if err != nil {
+	switch {
+	case outcome == OutcomeSkipped:
+		log.Info("task skipped", "detail", result.Detail, "cause", err, "duration", d.String())
+	case result.Halt:
+		log.Error("task failed on a corrupt object; its target cools down until an operator repaired it",
+			"err", err, "duration", d.String())
+	case err != nil:
 		log.Warn("task failed", "err", err, "duration", d.String())
-		return
+	default:
+		log.Info("task done", "detail", detail, "duration", d.String())
 	}
-	log.Info("task done", "detail", detail, "duration", d.String())
+}
+
+// Task outcomes, as master_tasks_total's result label says them.
+const (
+	OutcomeDone    = "done"
+	OutcomeSkipped = "skipped"
+	OutcomeFailed  = "failed"
+)
+
+// SkippedDetail is the detail of a task skipped because its store was deleted.
+const SkippedDetail = "skipped: store deleted"
+
+// taskResult is what a run's detail and error make of its task, by the error's
+// class: Gone (the store was deleted before or while it ran) is a task with nothing
+// left to do, recorded done with SkippedDetail - not a failure, which dashboards
+// and alerts would chase; Halt (a corrupt object) is a failure that cools the
+// target down; any other error is a failure the next sweep retries.
+func taskResult(detail string, err error) (tasks.Result, string) {
+	switch {
+	case err == nil:
+		return tasks.Result{Detail: detail}, OutcomeDone
+	case errclass.Of(err) == errclass.Gone:
+		return tasks.Result{Detail: SkippedDetail}, OutcomeSkipped
+	}
+	return tasks.Result{Err: err, Detail: detail, Halt: errclass.Of(err) == errclass.Halt}, OutcomeFailed
 }
 
 // finish records r, trying again while etcd does not answer, until the result is
