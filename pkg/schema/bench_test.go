@@ -38,6 +38,32 @@ func BenchmarkDecodeRollouts(b *testing.B) {
 	}
 }
 
+// chatRollout is a record whose text is what a chat model writes: many lines,
+// quotes and non-ASCII letters, so every string literal carries escapes and is
+// decoded by the slow path, not copied.
+func chatRollout(i int) json.RawMessage {
+	text, _ := json.Marshal(strings.Repeat("Let's think step by step.\n\tThe answer is \"4\", café.\n", 40))
+	return json.RawMessage(fmt.Sprintf(`{"id":"c%d","rollout_id":"c%d","content":%s,"model_output_string":%s,`+
+		`"rationale":%s,"metadata":{"step":%d,"note":"line\nbreak"}}`, i, i, text, text, text, i))
+}
+
+func BenchmarkDecodeRolloutsEscapedText(b *testing.B) {
+	rows := make([]json.RawMessage, 64)
+	size := 0
+	for i := range rows {
+		rows[i] = chatRollout(i)
+		size += len(rows[i])
+	}
+	b.SetBytes(int64(size))
+	for b.Loop() {
+		rec, err := DecodeRollouts(rows, testNow)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rec.Release()
+	}
+}
+
 func BenchmarkEncodeRows(b *testing.B) {
 	rows := make([]json.RawMessage, 64)
 	size := 0

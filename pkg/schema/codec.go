@@ -122,7 +122,7 @@ func (c *Codec) decode(rows []json.RawMessage, fill func(vals [][]byte)) (arrow.
 			return nil
 		})
 		if err != nil {
-			return nil, err
+			return nil, locate(err, r, "") // a key that is not UTF-8 is about no column
 		}
 		if fill != nil {
 			fill(vals)

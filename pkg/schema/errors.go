@@ -78,8 +78,13 @@ func atPath(err error, seg string) error {
 	return err
 }
 
-// locate turns a value error into an *Error for row and column.
+// locate turns a value error into an *Error for row and column. An *Error is
+// located already and is returned as it is.
 func locate(err error, row int, column string) *Error {
+	var located *Error
+	if errors.As(err, &located) {
+		return located
+	}
 	var ve *valueError
 	if errors.As(err, &ve) {
 		return &Error{Row: row, Column: column, Path: ve.path, Reason: ve.reason}

@@ -68,13 +68,17 @@ func ParseRolloutFilters(text string) (Filters, error) {
 			if v[0] != '"' {
 				return &Error{Row: -1, Column: k, Reason: "filter value must be a string, got " + describe(v)}
 			}
-			t.str = unquote(v)
+			s, err := unquote(v)
+			if err != nil {
+				return locate(err, -1, k)
+			}
+			t.str = s
 		}
 		f.terms = append(f.terms, t)
 		return nil
 	})
 	if err != nil {
-		return Filters{}, err
+		return Filters{}, locate(err, -1, "")
 	}
 	sort.Slice(f.terms, func(a, b int) bool { return f.terms[a].column < f.terms[b].column })
 	return f, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -56,7 +57,9 @@ func FuzzParseSpec(f *testing.F) {
 
 // FuzzDecodeRows: decoding never panics; a rejected batch is an *Error matching
 // ErrInvalid; an accepted batch has a non-empty id and no null in a non-null
-// column in every row, and encodes to JSON that decodes to the same batch.
+// column in every row, holds only valid UTF-8 strings (never repaired ones, which
+// encode back to different text), and encodes to JSON that decodes to the same
+// batch.
 func FuzzDecodeRows(f *testing.F) {
 	f.Add(false, []byte(everyTypeSpec), []byte(`[`+fullGenericRow+`,`+nullGenericRow+`]`))
 	f.Add(false, []byte(everyTypeSpec), []byte(`[{"id":"a","n64":1,"grid":[[1,2],[null]],"emb":[1,2,3]}]`))
@@ -70,6 +73,8 @@ func FuzzDecodeRows(f *testing.F) {
 	f.Add(true, []byte(nil), []byte(`[{"id":"a","created_at":-62135596800000000,"loss_mask":[127,-128]}]`))
 	f.Add(true, []byte(nil), []byte(`[{"id":"`+strings.Repeat("i", MaxIDBytes)+`"},{"id":"`+strings.Repeat("\u00e9", MaxIDBytes/2)+`"}]`))
 	f.Add(false, []byte(everyTypeSpec), []byte(`[{"id":"`+strings.Repeat("i", MaxIDBytes+1)+`","n64":1}]`))
+	f.Add(false, []byte(everyTypeSpec), []byte("[{\"id\":\"a\xffb\",\"n64\":1},{\"id\":\"a\\ud800b\",\"n64\":1}]"))
+	f.Add(true, []byte(nil), []byte(`[{"id":"a","metadata":{"k\udc00":"\ud83d\ude00"},"reward":1e-50}]`))
 	f.Fuzz(func(t *testing.T, rollout bool, specText, rowsText []byte) {
 		var rows []json.RawMessage
 		if json.Valid(rowsText) && trimSpace(rowsText)[0] == '[' {
@@ -115,6 +120,9 @@ func FuzzDecodeRows(f *testing.F) {
 			if !fld.Nullable && rec.Column(i).NullN() > 0 {
 				t.Fatalf("non-null column %s has nulls", fld.Name)
 			}
+			if bad, ok := firstInvalidString(rec.Column(i)); ok {
+				t.Fatalf("column %s holds %q, not valid UTF-8", fld.Name, bad)
+			}
 		}
 		enc, err := EncodeRows(rec)
 		if err != nil {
@@ -134,4 +142,34 @@ func FuzzDecodeRows(f *testing.F) {
 			t.Fatalf("decode(encode(rows)) differs\n%s", enc)
 		}
 	})
+}
+
+// firstInvalidString finds a string in a (at any depth of lists and structs) that
+// is not valid UTF-8.
+func firstInvalidString(a arrow.Array) (string, bool) {
+	switch a := a.(type) {
+	case *array.String:
+		for i := 0; i < a.Len(); i++ {
+			if v := a.Value(i); !utf8.ValidString(v) {
+				return v, true
+			}
+		}
+	case *array.LargeString:
+		for i := 0; i < a.Len(); i++ {
+			if v := a.Value(i); !utf8.ValidString(v) {
+				return v, true
+			}
+		}
+	case *array.List:
+		return firstInvalidString(a.ListValues())
+	case *array.FixedSizeList:
+		return firstInvalidString(a.ListValues())
+	case *array.Struct:
+		for j := 0; j < a.NumField(); j++ {
+			if v, ok := firstInvalidString(a.Field(j)); ok {
+				return v, true
+			}
+		}
+	}
+	return "", false
 }

@@ -95,7 +95,7 @@ func ParseSpec(data []byte) (*Spec, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, locate(err, -1, "")
 	}
 	if cols == nil || cols[0] != '[' {
 		return nil, &Error{Row: -1, Reason: "schema spec needs \"columns\": an array of [name, type] pairs"}
@@ -198,7 +198,10 @@ func parseColumn(i int, elem []byte) (Column, error) {
 	if parts[0][0] != '"' {
 		return Column{}, bad("column name must be a string, got " + describe(parts[0]))
 	}
-	name := unquote(parts[0])
+	name, err := unquote(parts[0])
+	if err != nil {
+		return Column{}, bad("column name " + quoteExcerpt(parts[0]) + ": " + locate(err, -1, "").Reason)
+	}
 	if err := checkName(name); err != nil {
 		if name == "" {
 			return Column{}, bad(err.Error())
@@ -227,7 +230,11 @@ func parseType(b []byte, depth int) (Type, error) {
 			if v[0] != '"' {
 				return &valueError{path: ".type", reason: "expected a string, got " + describe(v)}
 			}
-			t.Kind = Kind(unquote(v))
+			kind, err := unquote(v)
+			if err != nil {
+				return atPath(err, ".type")
+			}
+			t.Kind = Kind(kind)
 		case "nullable", "large":
 			if v[0] != 't' && v[0] != 'f' {
 				return &valueError{path: "." + k, reason: "expected a boolean, got " + describe(v)}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -117,7 +116,8 @@ func wrongType(want string, raw []byte) error {
 
 // stringCodec: a JSON string. nonEmpty is set for the id column; jsonText for
 // columns that hold JSON text, which accept any JSON value (a string is taken as
-// the text itself, anything else is stored compacted).
+// the text itself, anything else is stored compacted). Text that is not valid
+// UTF-8 is refused, never repaired (see unquote).
 type stringCodec struct {
 	large, nonEmpty, jsonText bool
 }
@@ -126,11 +126,21 @@ func (c stringCodec) decode(b array.Builder, raw []byte) error {
 	var s string
 	switch {
 	case raw[0] == '"':
-		s = unquote(raw)
+		var err error
+		if s, err = unquote(raw); err != nil {
+			return err
+		}
 	case c.jsonText:
-		// Keys and strings inside may hold invalid UTF-8 (a JSON string literal
-		// would have been repaired by unquote); repair the text the same way.
-		s = strings.ToValidUTF8(string(compact(raw)), "\uFFFD")
+		// Stored as sent (compacted), so its keys and strings are checked here: a
+		// reader parsing the text would get U+FFFD for what unquote refuses.
+		if err := checkText(raw); err != nil {
+			var ve *valueError
+			if errors.As(err, &ve) {
+				ve.reason = "JSON text: " + ve.reason
+			}
+			return err
+		}
+		s = string(compact(raw))
 	default:
 		return wrongType("a string", raw)
 	}
@@ -204,8 +214,9 @@ func parseInt(raw []byte, bits int) (int64, error) {
 	return v, nil
 }
 
-// floatCodec: any JSON number that is finite at the column's width. Encoding
-// writes the shortest text that parses back to the same value.
+// floatCodec: any JSON number that is finite at the column's width, and not a
+// nonzero number so small that it would be stored as zero. Encoding writes the
+// shortest text that parses back to the same value.
 type floatCodec struct{ bits int }
 
 func (c floatCodec) decode(b array.Builder, raw []byte) error {
@@ -215,6 +226,12 @@ func (c floatCodec) decode(b array.Builder, raw []byte) error {
 	v, err := strconv.ParseFloat(string(raw), c.bits)
 	if err != nil {
 		return invalidValue("number %s is out of range for float%d", raw, c.bits)
+	}
+	// ParseFloat rounds an underflow to zero without an error; 1e-400 stored as 0
+	// would be a different value than the client sent, just as 1e400 stored as
+	// +Inf would. A zero result is rare, so the check costs nothing on the usual path.
+	if v == 0 && nonzeroDigits(raw) {
+		return invalidValue("number %s is too small for float%d (it would be stored as 0)", raw, c.bits)
 	}
 	if c.bits == 32 {
 		b.(*array.Float32Builder).Append(float32(v))
@@ -237,6 +254,20 @@ func (c floatCodec) encode(dst []byte, a arrow.Array, i int) []byte {
 		return append(dst, "null"...)
 	}
 	return strconv.AppendFloat(dst, v, 'g', -1, c.bits)
+}
+
+// nonzeroDigits reports whether the JSON number raw has a nonzero digit before its
+// exponent, i.e. does not spell zero.
+func nonzeroDigits(raw []byte) bool {
+	for _, c := range raw {
+		switch {
+		case c == 'e' || c == 'E':
+			return false
+		case c >= '1' && c <= '9':
+			return true
+		}
+	}
+	return false
 }
 
 type boolCodec struct{}
@@ -265,7 +296,11 @@ func (binaryCodec) decode(b array.Builder, raw []byte) error {
 	if raw[0] != '"' {
 		return wrongType("a base64 string", raw)
 	}
-	v, err := base64.StdEncoding.DecodeString(unquote(raw))
+	s, err := unquote(raw)
+	if err != nil {
+		return err
+	}
+	v, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
 		return invalidValue("invalid base64: %v", err)
 	}
@@ -299,7 +334,10 @@ func (timestampCodec) decode(b array.Builder, raw []byte) error {
 	var us int64
 	switch {
 	case raw[0] == '"':
-		s := unquote(raw)
+		s, err := unquote(raw)
+		if err != nil {
+			return err
+		}
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
 			return invalidValue("invalid RFC 3339 timestamp %q", s)

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -94,6 +95,33 @@ func TestBadRequestsAreRefusedAndLeaveTheStoreUnchanged(t *testing.T) {
 		{"generic null id", "POST", rows, `{"rows":[{"id":null,"n":1}]}`, 400, CodeInvalidRequest, `column "id"`},
 		{"generic missing id", "POST", rows, `{"rows":[{"n":1}]}`, 400, CodeInvalidRequest, `column "id"`},
 		{"generic list item mistyped", "POST", rows, `{"rows":[{"id":"n1","n":1,"tags":["a",2]}]}`, 400, CodeInvalidRequest, `column "tags" at [1]`},
+
+		// Text that is not UTF-8, raw or as an unpaired surrogate escape: encoding/json
+		// would store U+FFFD instead, so distinct ids would become one row.
+		{"rollout id raw 0xff", "POST", records, "{\"records\":[{\"id\":\"n1\"},{\"id\":\"a\xffb\"}]}", 400, CodeInvalidRequest, `row 1, column "id": invalid UTF-8 in string: byte 0xff at offset 1`},
+		{"rollout id lone surrogate", "POST", records, `{"records":[{"id":"a\ud800b"}]}`, 400, CodeInvalidRequest, `row 0, column "id": invalid UTF-8 in string: \ud800`},
+		{"rollout content lone low surrogate", "POST", records, `{"records":[{"id":"n1","content":"x\udc00"}]}`, 400, CodeInvalidRequest, `column "content": invalid UTF-8`},
+		{"rollout user_metadata raw", "POST", records, "{\"records\":[{\"id\":\"n1\",\"user_metadata\":\"\xc3\"}]}", 400, CodeInvalidRequest, `column "user_metadata": invalid UTF-8`},
+		{"rollout metadata key", "POST", records, "{\"records\":[{\"id\":\"n1\",\"metadata\":{\"k\xfe\":1}}]}", 400, CodeInvalidRequest, `column "metadata": JSON text: invalid UTF-8`},
+		{"rollout metadata value", "POST", records, `{"records":[{"id":"n1","metadata":{"k":["\ud83d"]}}]}`, 400, CodeInvalidRequest, `column "metadata": JSON text: invalid UTF-8`},
+		{"rollout relationship target", "POST", records, `{"records":[{"id":"n1","relationships":[{"target_id":"\udfff","relation":"r"}]}]}`, 400, CodeInvalidRequest, `column "relationships" at [0].target_id: invalid UTF-8`},
+		{"generic id raw", "POST", rows, "{\"rows\":[{\"id\":\"\xed\xa0\x80\",\"n\":1}]}", 400, CodeInvalidRequest, `row 0, column "id": invalid UTF-8`},
+		{"generic list item surrogate", "POST", rows, `{"rows":[{"id":"n1","n":1,"tags":["ok","\ud800\u0041"]}]}`, 400, CodeInvalidRequest, `column "tags" at [1]: invalid UTF-8`},
+		{"generic key raw", "POST", rows, "{\"rows\":[{\"id\":\"n1\",\"n\":1,\"t\xffgs\":[]}]}", 400, CodeInvalidRequest, `row 0: key "t\xffgs": invalid UTF-8`},
+		{"schema column name raw", "POST", generic, "{\"name\":\"g2\",\"schema\":{\"columns\":[[\"id\",{\"type\":\"string\"}],[\"n\xff\",{\"type\":\"int32\"}]]}}", 400, CodeInvalidRequest, `column name "n\xff": invalid UTF-8`},
+		{"filter value raw", "GET", records + "?filters=%7B%22dataset%22%3A%22a%FFb%22%7D", nil, 400, CodeInvalidRequest, `column "dataset": invalid UTF-8`},
+		{"rollout path id %FF", "GET", records + "/a%FFb", nil, 400, CodeInvalidRequest, `row id "a\xffb" in the path is not valid UTF-8`},
+		{"generic path id %FF", "GET", rows + "/%C3", nil, 400, CodeInvalidRequest, "not valid UTF-8"},
+
+		// Numbers the column cannot hold: refused, never rounded to 0 or ±Inf.
+		{"generic float64 underflow", "POST", rows, `{"rows":[{"id":"n1","n":1,"score":1e-400}]}`, 400, CodeInvalidRequest, `column "score": number 1e-400 is too small for float64`},
+		{"generic float64 overflow", "POST", rows, `{"rows":[{"id":"n1","n":1,"score":1e309}]}`, 400, CodeInvalidRequest, `column "score": number 1e309 is out of range`},
+		{"generic int64 overflow", "POST", rows, `{"rows":[{"id":"n1","n":9223372036854775808}]}`, 400, CodeInvalidRequest, `column "n": integer 9223372036854775808 is out of range for int64`},
+		{"rollout float32 underflow", "POST", records, `{"records":[{"id":"n1","reward":1e-46}]}`, 400, CodeInvalidRequest, `column "reward": number 1e-46 is too small for float32`},
+		{"rollout float32 overflow", "POST", records, `{"records":[{"id":"n1","advantage":1e39}]}`, 400, CodeInvalidRequest, `column "advantage": number 1e39 is out of range for float32`},
+		{"rollout logprob underflow", "POST", records, `{"records":[{"id":"n1","output_logprobs":[-1e-50]}]}`, 400, CodeInvalidRequest, `column "output_logprobs" at [0]: number -1e-50 is too small`},
+		{"rollout int32 overflow", "POST", records, `{"records":[{"id":"n1","sequence_order":2147483648}]}`, 400, CodeInvalidRequest, `column "sequence_order": integer 2147483648 is out of range for int32`},
+		{"rollout int8 overflow", "POST", records, `{"records":[{"id":"n1","loss_mask":[0,128]}]}`, 400, CodeInvalidRequest, `column "loss_mask" at [1]: integer 128 is out of range for int8`},
 
 		// Query parameters.
 		{"bad flush", "POST", rows + "?flush=maybe", `{"rows":[{"id":"n1","n":1}]}`, 400, CodeInvalidRequest, "flush"},
@@ -194,5 +222,125 @@ func TestStoreDeletedByAnotherWorkerIsNotFoundThroughAStaleHandle(t *testing.T) 
 	}
 	if got := w1.count(w1.series.AppendedRows, "generic"); got != 1 {
 		t.Errorf("appended rows = %d, want only the first add's 1", got)
+	}
+}
+
+// TestDistinctInvalidIDsAreNotStoredAsOneRow is issue 12's data loss: four adds of
+// four distinct ids that are not UTF-8 were each answered 200 and left one row,
+// "a\ufffdb". Each is refused now; an id that is valid UTF-8 however it is spelled
+// (raw, or as escapes) is stored as its text and found by it.
+func TestDistinctInvalidIDsAreNotStoredAsOneRow(t *testing.T) {
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"r"}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"g","schema":`+apiSpec+`}`, nil)
+	for _, id := range []string{"\"a\xffb\"", "\"a\xfeb\"", `"a\ud800b"`, `"a\udfffb"`} {
+		msg := e.fails(http.StatusBadRequest, CodeInvalidRequest, http.MethodPost, "/api/v1/rollouts/r/records?flush=true", `{"records":[{"id":`+id+`}]}`)
+		if !strings.Contains(msg, `column "id": invalid UTF-8`) {
+			t.Errorf("rollout id %s: message %q", id, msg)
+		}
+		msg = e.fails(http.StatusBadRequest, CodeInvalidRequest, http.MethodPost, "/api/v1/generic/g/rows?flush=true", `{"rows":[{"id":`+id+`,"n":1}]}`)
+		if !strings.Contains(msg, `column "id": invalid UTF-8`) {
+			t.Errorf("generic id %s: message %q", id, msg)
+		}
+	}
+	if r, g := e.rows("rollouts", "r"), e.rows("generic", "g"); len(r) != 0 || len(g) != 0 {
+		t.Fatalf("refused adds left rows: %s / %s", r, g)
+	}
+
+	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/r/records?flush=true", `{"records":[{"id":"\ud83d\ude00-\u00e9"},{"id":"😀-e\u0301"}]}`, nil)
+	if r := e.rows("rollouts", "r"); len(r) != 2 {
+		t.Fatalf("two distinct ids stored as %d rows: %s", len(r), r)
+	}
+	var ans struct {
+		Record struct{ ID string }
+	}
+	e.ok(http.StatusOK, http.MethodGet, "/api/v1/rollouts/r/records/%F0%9F%98%80-%C3%A9", nil, &ans)
+	if ans.Record.ID != "😀-é" {
+		t.Errorf("GET by the UTF-8 of the id found %q", ans.Record.ID)
+	}
+}
+
+// sendAs posts body with the Content-Type ctype and returns the status and the
+// error answer (zero for a success).
+func (e *apiEnv) sendAs(path, ctype, body string) (int, ErrorDetail) {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.url+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		e.t.Errorf("POST %s as %q: answer Content-Type %q", path, ctype, ct)
+	}
+	var eb ErrorBody
+	if resp.StatusCode >= 300 {
+		if err := json.Unmarshal(out, &eb); err != nil {
+			e.t.Fatalf("POST %s as %q: answer %q is not the error shape: %v", path, ctype, out, err)
+		}
+	}
+	return resp.StatusCode, eb.Error
+}
+
+// TestBodiesNotLabelledJSONAre415: a body labelled as anything but JSON (a form,
+// as curl -d sends; text; another charset) is refused with 415 and a JSON answer
+// that names the type to send, and changes nothing; JSON, with or without a UTF-8
+// charset, and no label at all are read as JSON.
+func TestBodiesNotLabelledJSONAre415(t *testing.T) {
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"r"}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"g","schema":`+apiSpec+`}`, nil)
+	// body(n) is the route's request with its n-th store name or row id.
+	routes := []struct {
+		path string
+		body func(n int) string
+		ok   int
+	}{
+		{"/api/v1/rollouts", func(n int) string { return fmt.Sprintf(`{"name":"r%d"}`, n) }, http.StatusCreated},
+		{"/api/v1/generic", func(n int) string { return fmt.Sprintf(`{"name":"g%d","schema":%s}`, n, apiSpec) }, http.StatusCreated},
+		{"/api/v1/rollouts/r/records?flush=true", func(n int) string { return fmt.Sprintf(`{"records":[{"id":"a%d"}]}`, n) }, http.StatusOK},
+		{"/api/v1/generic/g/rows?flush=true", func(n int) string { return fmt.Sprintf(`{"rows":[{"id":"a%d","n":1}]}`, n) }, http.StatusOK},
+	}
+	for _, ctype := range []string{
+		"application/x-www-form-urlencoded", "text/plain", "text/plain; charset=utf-8", "multipart/form-data; boundary=x",
+		"application/xml", "application/jsonx", "application/json; charset=latin1", "application/json; charset=utf-16", "not a type;;",
+	} {
+		for _, rt := range routes {
+			status, ans := e.sendAs(rt.path, ctype, rt.body(0))
+			if status != http.StatusUnsupportedMediaType || ans.Code != CodeUnsupportedMediaType || !strings.Contains(ans.Message, "application/json") {
+				t.Errorf("POST %s as %q: %d %+v; want 415 %s naming application/json", rt.path, ctype, status, ans, CodeUnsupportedMediaType)
+			}
+		}
+	}
+	for _, kind := range []string{"rollouts", "generic"} {
+		var list struct{ Stores []storeInfo }
+		e.ok(http.StatusOK, http.MethodGet, "/api/v1/"+kind, nil, &list)
+		if len(list.Stores) != 1 {
+			t.Errorf("%s: refused creates left %d stores", kind, len(list.Stores))
+		}
+	}
+	if r, g := e.rows("rollouts", "r"), e.rows("generic", "g"); len(r) != 0 || len(g) != 0 {
+		t.Fatalf("refused adds left rows: %s / %s", r, g)
+	}
+
+	for i, ctype := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON; Charset=UTF-8", "application/json;charset=utf8", ""} {
+		for _, rt := range routes {
+			if status, ans := e.sendAs(rt.path, ctype, rt.body(i+1)); status != rt.ok {
+				t.Errorf("POST %s as %q: %d %+v, want %d", rt.path, ctype, status, ans, rt.ok)
+			}
+		}
+	}
+	if r := e.rows("rollouts", "r"); len(r) != 5 {
+		t.Errorf("%d rows after 5 accepted adds", len(r))
 	}
 }

@@ -3,10 +3,13 @@ package worker
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidemark-io/tidemark/pkg/registry"
 )
@@ -18,12 +21,22 @@ const (
 	maxListLimit     = 10000
 )
 
+// CodeUnsupportedMediaType (415): a body whose Content-Type says it is not JSON.
+const CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
+
 // decodeBody decodes the JSON object of r's body into v (a pointer to a struct).
-// The body is read through http.MaxBytesReader, so a body over maxBytes fails with
-// *http.MaxBytesError (413) as soon as the limit is crossed, before it is held in
-// memory; a declared Content-Length over the limit fails before reading at all.
-// Unknown fields, trailing data and malformed JSON are 400s that say what is wrong.
+// A Content-Type other than JSON is a 415 (checkJSONContentType), before anything
+// is read. The body is read through http.MaxBytesReader, so a body over maxBytes
+// fails with *http.MaxBytesError (413) as soon as the limit is crossed, before it
+// is held in memory; a declared Content-Length over the limit fails before reading
+// at all. Unknown fields, trailing data and malformed JSON are 400s that say what
+// is wrong. Strings inside rows are checked by package schema, which refuses text
+// that is not UTF-8 instead of repairing it as encoding/json does; v's own string
+// fields are names that registry.ValidateName limits to ASCII.
 func decodeBody(w http.ResponseWriter, r *http.Request, maxBytes int64, v any) error {
+	if err := checkJSONContentType(r); err != nil {
+		return err
+	}
 	if r.ContentLength > maxBytes {
 		return &http.MaxBytesError{Limit: maxBytes}
 	}
@@ -38,6 +51,30 @@ func decodeBody(w http.ResponseWriter, r *http.Request, maxBytes int64, v any) e
 			return bodyError(err)
 		}
 		return badRequest("malformed JSON: unexpected data after the request object")
+	}
+	return nil
+}
+
+// checkJSONContentType refuses a body labelled as anything but JSON with 415. The
+// label is the client's word for what the body is: reading a form (what curl -d
+// sends without -H) or text/plain as JSON would be a guess, and those two are
+// what a web page may send to any origin without a CORS preflight. A request
+// without a Content-Type is read as JSON: Go's http.NewRequest and many scripts
+// send none, and nothing in such a request says otherwise. JSON is UTF-8 (RFC
+// 8259), so a charset parameter, if given, must say so.
+func checkJSONContentType(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	media, params, err := mime.ParseMediaType(ct)
+	if err != nil || media != "application/json" {
+		return &apiError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMediaType, message: fmt.Sprintf(
+			"Content-Type %q is not supported: send the body as JSON with Content-Type: application/json (curl: -H 'Content-Type: application/json')", ct)}
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		return &apiError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMediaType, message: fmt.Sprintf(
+			"Content-Type %q is not supported: JSON bodies are UTF-8; send Content-Type: application/json (charset=utf-8 or none)", ct)}
 	}
 	return nil
 }
@@ -89,6 +126,17 @@ func pathName(r *http.Request) (string, error) {
 		return "", err
 	}
 	return name, nil
+}
+
+// pathID returns the {id} of a row route. Stored ids are valid UTF-8 (package
+// schema refuses any other), so an id that is not - %FF in the URL - names no row
+// that could exist: it is a malformed request, not a miss to answer 404 or null.
+func pathID(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	if !utf8.ValidString(id) {
+		return "", badRequest("row id %q in the path is not valid UTF-8", id)
+	}
+	return id, nil
 }
 
 // listPage parses ?limit= (default 100, 0..10000) and ?offset= (default 0, >= 0).

@@ -204,7 +204,10 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
-		id := r.PathValue("id")
+		id, err := pathID(r)
+		if err != nil {
+			return err
+		}
 		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
 		if err != nil {
 			return err
