@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 	if bins.dir != "" {
 		_ = os.RemoveAll(bins.dir)
 	}
+	if chaosBin != "" {
+		_ = os.RemoveAll(filepath.Dir(chaosBin))
+	}
 	os.Exit(code)
 }
 
@@ -83,6 +86,36 @@ func build(t *testing.T) binaries {
 	}
 	return bins
 }
+
+// chaosWorker builds, once, a worker with the fault hook (-tags chaos): started
+// with TIDEMARK_CHAOS_FAULTS_FILE, its object store follows that file (latency,
+// errors, rules), so one process of a normal test cluster can be made slow.
+func chaosWorker(t *testing.T) string {
+	t.Helper()
+	chaosOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tidemark-e2e-chaos-bin-")
+		if err != nil {
+			chaosErr = err
+			return
+		}
+		chaosBin = filepath.Join(dir, "worker")
+		cmd := exec.Command("go", "build", "-tags", "chaos", "-o", chaosBin, "./cmd/worker")
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			chaosErr = fmt.Errorf("go build -tags chaos ./cmd/worker: %v\n%s", err, out)
+		}
+	})
+	if chaosErr != nil {
+		t.Fatal(chaosErr)
+	}
+	return chaosBin
+}
+
+var (
+	chaosOnce sync.Once
+	chaosBin  string
+	chaosErr  error
+)
 
 // skipShort skips cluster tests under -short.
 func skipShort(t *testing.T) {
@@ -392,6 +425,13 @@ func (c *cluster) shutdown() {
 // and waits until it serves and registered in etcd.
 func (c *cluster) startWorker(id string) *workerProc {
 	c.t.Helper()
+	return c.startWorkerWith(id, c.bin.worker, nil)
+}
+
+// startWorkerWith is startWorker with another worker binary (e.g. a chaos build's)
+// and environment of its own on top of the cluster's.
+func (c *cluster) startWorkerWith(id, bin string, extra map[string]string) *workerProc {
+	c.t.Helper()
 	w := c.workers[id]
 	if w == nil {
 		w = &workerProc{id: id, httpAddr: freeAddr(c.t), grpcAddr: freeAddr(c.t), scheme: c.scheme}
@@ -413,11 +453,13 @@ func (c *cluster) startWorker(id string) *workerProc {
 		"LOG_LEVEL":               "debug",
 		"AUTH_TOKEN_FILE":         c.tokenFile(),
 	}
-	for k, v := range c.workerEnv {
-		env[k] = v
+	for _, over := range []map[string]string{c.workerEnv, extra} {
+		for k, v := range over {
+			env[k] = v
+		}
 	}
 	started := time.Now()
-	w.proc = startProc(c.t, c.dir, id, c.bin.worker, []string{"serve"}, env)
+	w.proc = startProc(c.t, c.dir, id, bin, []string{"serve"}, env)
 	c.track(w.proc)
 	c.workers[id] = w
 	key := c.prefix + "/workers/" + id

@@ -46,7 +46,7 @@ type serveFlags struct {
 	maxOpenStores                               int
 	generationCache, tableCache, maxBodyBytes   int64
 	sealAfterBytes                              int64
-	opTimeout                                   time.Duration
+	opTimeout, snapshotTTL                      time.Duration
 
 	auth           auth.Flags
 	authDataRoutes bool
@@ -111,6 +111,8 @@ func newServeCmd() *cobra.Command {
 	bind("seal-after-bytes", "SEAL_AFTER_BYTES")
 	fs.Int64Var(&f.tableCache, "table-cache-bytes", 64<<20, "per-store budget of decoded base-table objects (key indexes, blooms, deletion vectors, footers)")
 	bind("table-cache-bytes", "TABLE_CACHE_BYTES")
+	fs.DurationVar(&f.snapshotTTL, "snapshot-ttl", time.Second, "how stale a read's view of other workers' seals and merges may be before it refreshes (more object-store requests when shorter)")
+	bind("snapshot-ttl", "SNAPSHOT_TTL")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", worker.DefaultMaxBodyBytes, "largest request body accepted (413 above)")
 	bind("max-body-bytes", "MAX_BODY_BYTES")
 	fs.DurationVar(&f.opTimeout, "object-store-timeout", objstore.DefaultOpTimeout, "bound on every object-store request")
@@ -164,6 +166,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		Shard:             instanceID,
 		Generations:       wal.NewGenerationCache(f.generationCache),
 		SealAfterBytes:    f.sealAfterBytes,
+		SnapshotTTL:       f.snapshotTTL,
 		WarnGenerations:   f.pendingWarn,
 		RefuseGenerations: f.pendingMax,
 		TableOptions:      []table.Option{table.WithLogger(log), table.WithCacheBytes(f.tableCache)},

@@ -44,12 +44,13 @@ func (s *Server) flushStore(k kindAPI) apiHandler {
 
 // mergeAnswer is the body of the merge-wal routes. Reclaimed counts the generations
 // drained from this worker's shard (the reference API's field); the others say what
-// went into the base table.
+// went into the base table, in how many passes (one base commit each).
 type mergeAnswer struct {
 	Reclaimed   int    `json:"reclaimed"`
 	Generations int    `json:"generations"`
 	Rows        int64  `json:"rows"`
 	Version     uint64 `json:"version"`
+	Passes      int    `json:"passes"`
 }
 
 // mergeStore is POST /generic/{name}/merge-wal.
@@ -81,6 +82,6 @@ func (s *Server) merge(w http.ResponseWriter, r *http.Request, kind registry.Kin
 	if err != nil {
 		return err
 	}
-	httpjson.WriteJSON(w, http.StatusOK, mergeAnswer{Reclaimed: res.Reclaimed, Generations: res.Generations, Rows: res.Rows, Version: res.Version})
+	httpjson.WriteJSON(w, http.StatusOK, mergeAnswer{Reclaimed: res.Reclaimed, Generations: res.Generations, Rows: res.Rows, Version: res.Version, Passes: res.Passes})
 	return nil
 }
