@@ -44,7 +44,8 @@ func (s *Server) flushStore(k kindAPI) apiHandler {
 
 // mergeAnswer is the body of the merge-wal routes. Reclaimed counts the generations
 // drained from this worker's shard (the reference API's field); the others say what
-// went into the base table, in how many passes (one base commit each).
+// went into the base table, and Passes how many bounded passes the merge ran (a
+// pass that found generations commits them as one base version).
 type mergeAnswer struct {
 	Reclaimed   int    `json:"reclaimed"`
 	Generations int    `json:"generations"`
