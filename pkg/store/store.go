@@ -103,7 +103,11 @@ type Store struct {
 	snap   atomic.Pointer[Snapshot]
 	snapMu sync.Mutex
 
-	refreshMu sync.Mutex // one snapshot refresh at a time; never held with mu
+	refreshMu sync.Mutex // one snapshot refresh at a time
+
+	// maxSeq is the highest _seq this handle has seen: causal tokens of requests
+	// and the shard manifests of its snapshots. The WAL writer is kept past it.
+	maxSeq atomic.Uint64
 
 	writerMu sync.Mutex // guards writer and deleted; held across OpenWriter only
 	writer   *wal.Writer
@@ -180,6 +184,7 @@ func (s *Store) Writer(ctx context.Context) (*wal.Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store %s: open WAL shard %s: %w", s.Target(), s.cfg.Shard, err)
 	}
+	w.Observe(s.maxSeq.Load())
 	s.writer = w
 	return w, nil
 }
@@ -206,21 +211,59 @@ func (s *Store) WriterStats() (wal.Stats, bool) {
 // the WAL entry holding the rows is written; the rows become visible to reads at the
 // next seal.
 func (s *Store) Append(ctx context.Context, rec arrow.RecordBatch) error {
+	_, err := s.AppendAfter(ctx, rec, 0)
+	return err
+}
+
+// AppendAfter is Append ordered after a causal token (wal.Writer.AppendAfter): the
+// rows' _seq are above after and above every _seq this handle has seen. It returns
+// the highest _seq given, the token of this write.
+func (s *Store) AppendAfter(ctx context.Context, rec arrow.RecordBatch, after uint64) (uint64, error) {
 	if err := s.ensureRegistered(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	w, err := s.Writer(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if err := w.Append(ctx, rec); err != nil {
-		return fmt.Errorf("store %s: %w", s.Target(), err)
+	seq, err := w.AppendAfter(ctx, rec, after)
+	if err != nil {
+		return 0, fmt.Errorf("store %s: %w", s.Target(), err)
 	}
 	if s.entry.SealOnAdd || w.Stats().MemtableBytes >= s.cfg.SealAfterBytes {
-		_, err := s.Seal(ctx)
-		return err
+		if _, err := s.Seal(ctx); err != nil {
+			return 0, err
+		}
 	}
-	return nil
+	return seq, nil
+}
+
+// observeSeq records that _seq seq exists: this worker's later writes get greater
+// ones, so a write made after a read is ordered after what the read could show.
+func (s *Store) observeSeq(seq uint64) {
+	for {
+		cur := s.maxSeq.Load()
+		if seq <= cur {
+			return
+		}
+		if s.maxSeq.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
+	if w := s.residentWriter(); w != nil {
+		w.Observe(seq)
+	}
+}
+
+// Sync makes the reads that follow it see every generation sealed before Sync was
+// called, through any worker (a refresh that started after the call, however fresh
+// the snapshot is), and orders this worker's later writes after the causal token
+// after (0: none). A client that passes the token of its last write gets
+// read-your-writes across workers for writes acknowledged with ?flush=true.
+func (s *Store) Sync(ctx context.Context, after uint64) error {
+	s.observeSeq(after)
+	_, err := s.freshSince(ctx, s.cfg.Clock.Now())
+	return err
 }
 
 // Seal turns this worker's memtable of the store into a generation and makes it
@@ -294,16 +337,22 @@ func (s *Store) ObserveBase(m *table.Manifest) {
 func (s *Store) ObserveShard(m *wal.Manifest) { s.observeShard(m) }
 
 // Fresh returns a snapshot no older than SnapshotTTL, refreshing the base version
-// and every shard's manifest if needed. The I/O runs without the store lock.
+// and every shard's manifest if needed. The I/O runs under no lock readers take.
 func (s *Store) Fresh(ctx context.Context) (*Snapshot, error) {
+	return s.freshSince(ctx, s.cfg.Clock.Now().Add(-s.cfg.SnapshotTTL))
+}
+
+// freshSince returns a snapshot whose refresh started at t or later, refreshing if
+// the current one is older.
+func (s *Store) freshSince(ctx context.Context, t time.Time) (*Snapshot, error) {
 	snap := s.Snapshot()
-	if s.cfg.Clock.Since(snap.taken) < s.cfg.SnapshotTTL {
+	if !snap.taken.Before(t) {
 		return snap, nil
 	}
 	s.refreshMu.Lock()
 	defer s.refreshMu.Unlock()
 	snap = s.Snapshot()
-	if s.cfg.Clock.Since(snap.taken) < s.cfg.SnapshotTTL {
+	if !snap.taken.Before(t) {
 		return snap, nil // another reader refreshed it while we waited
 	}
 	start := s.cfg.Clock.Now()
@@ -348,6 +397,11 @@ func (s *Store) Fresh(ctx context.Context) (*Snapshot, error) {
 		}
 		return out
 	})
+	var seen uint64
+	for _, m := range out.WAL.Shards {
+		seen = max(seen, m.MaxSeq)
+	}
+	s.observeSeq(seen)
 	return out, nil
 }
 

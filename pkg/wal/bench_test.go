@@ -66,7 +66,7 @@ func encodedEntry(b testing.TB, n int) []byte {
 	in := rolloutRows("raw", n)
 	defer in.Release()
 	clk := hlc{clock: buildOptions(nil).Clock}
-	rec, err := buildBatch(schema, []arrow.RecordBatch{in}, &clk)
+	rec, _, err := buildBatch(schema, []arrow.RecordBatch{in}, &clk)
 	if err != nil {
 		b.Fatal(err)
 	}

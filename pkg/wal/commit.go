@@ -34,6 +34,9 @@ const maxTakenPositions = 1024
 type pending struct {
 	rec   arrow.RecordBatch
 	bytes int64
+	// after is the causal token the append must be ordered after (0: none); seq is
+	// set by the committer, before done, to the highest _seq of the append's rows.
+	after, seq uint64
 	// done receives the outcome exactly once. Buffered, so the committer never waits
 	// for a caller that stopped waiting (its context ended).
 	done chan error
@@ -50,23 +53,46 @@ type pending struct {
 // will appear after the next seal). Append does not keep rec after it returns nil;
 // the caller keeps its own reference either way.
 func (w *Writer) Append(ctx context.Context, rec arrow.RecordBatch) error {
+	_, err := w.AppendAfter(ctx, rec, 0)
+	return err
+}
+
+// AppendAfter is Append for a caller that carries a causal token: every row gets a
+// _seq above after (the token an earlier write answered, through any worker), and
+// it returns the highest _seq it gave, the token for the caller's next request. So
+// one client's writes, each carrying the last answer's token, are ordered by _seq
+// as they were made, whatever the writers' clocks say (hlc.go). An empty batch
+// returns after.
+func (w *Writer) AppendAfter(ctx context.Context, rec arrow.RecordBatch, after uint64) (uint64, error) {
 	if err := checkBatch(w.input, rec); err != nil {
-		return fmt.Errorf("%s: %w", w.sh, err)
+		return 0, fmt.Errorf("%s: %w", w.sh, err)
 	}
 	if rec.NumRows() == 0 {
 		w.qmu.Lock()
 		defer w.qmu.Unlock()
-		return w.refuseLocked()
+		return after, w.refuseLocked()
 	}
-	p := &pending{rec: rec, bytes: recordBytes(rec), done: make(chan error, 1)}
+	p := &pending{rec: rec, bytes: recordBytes(rec), after: after, done: make(chan error, 1)}
 	if err := w.enqueue(ctx, p); err != nil {
-		return err
+		return 0, err
 	}
 	select {
 	case err := <-p.done:
-		return err
+		return p.seq, err
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, ctx.Err()
+	}
+}
+
+// Observe makes every later _seq of this writer greater than seq: a worker tells
+// its writer the highest _seq it has seen in other shards, which keeps writes made
+// after a read ordered after what the read showed, within this worker.
+func (w *Writer) Observe(seq uint64) {
+	for {
+		cur := w.observed.Load()
+		if seq <= cur || w.observed.CompareAndSwap(cur, seq) {
+			return
+		}
 	}
 }
 
@@ -214,23 +240,31 @@ func (w *Writer) commit(batch []*pending) error {
 	recs := make([]arrow.RecordBatch, len(batch))
 	for i, p := range batch {
 		recs[i] = p.rec
+		w.clock.observe(p.after)
 	}
-	return w.writeEntry(w.ctx, recs)
+	w.clock.observe(w.observed.Load())
+	his, err := w.writeEntry(w.ctx, recs)
+	for i, p := range batch {
+		if err == nil {
+			p.seq = his[i]
+		}
+	}
+	return err
 }
 
 // writeEntry writes recs as one entry at the next position, resolving positions
 // taken by others as the fencing rules say (fence.go). On success the rows
 // are in the memtable and lastPos is the entry's position. A failed write leaves
-// lastPos alone, so the next write retries the same position.
-func (w *Writer) writeEntry(ctx context.Context, recs []arrow.RecordBatch) error {
+// lastPos alone, so the next write retries the same position. his[i] is the highest
+// _seq given to recs[i].
+func (w *Writer) writeEntry(ctx context.Context, recs []arrow.RecordBatch) (his []uint64, err error) {
 	for walked := 0; ; walked++ {
 		var rec arrow.RecordBatch
 		if len(recs) > 0 {
 			// Built per attempt: after walking over a taken position the rows get
 			// fresh sequence numbers, above anything adopted from that position.
-			var err error
-			if rec, err = buildBatch(w.schema, recs, &w.clock); err != nil {
-				return fmt.Errorf("%s: %w", w.sh, err)
+			if rec, his, err = buildBatch(w.schema, recs, &w.clock); err != nil {
+				return nil, fmt.Errorf("%s: %w", w.sh, err)
 			}
 		}
 		data, err := encodeEntry(w.schema, rec, w.sh.name, w.id, w.epoch, 0)
@@ -238,7 +272,7 @@ func (w *Writer) writeEntry(ctx context.Context, recs []arrow.RecordBatch) error
 			if rec != nil {
 				rec.Release()
 			}
-			return fmt.Errorf("%s: %w", w.sh, err)
+			return nil, fmt.Errorf("%s: %w", w.sh, err)
 		}
 		w.mu.Lock()
 		pos := w.lastPos + 1
@@ -251,19 +285,19 @@ func (w *Writer) writeEntry(ctx context.Context, recs []arrow.RecordBatch) error
 			}
 			w.lastPos = pos
 			w.mu.Unlock()
-			return nil
+			return his, nil
 		}
 		if rec != nil {
 			rec.Release()
 		}
 		if !errors.Is(err, objstore.ErrExists) {
-			return fmt.Errorf("%s: write entry %d: %w", w.sh, pos, err)
+			return nil, fmt.Errorf("%s: write entry %d: %w", w.sh, pos, err)
 		}
 		if walked >= maxTakenPositions {
-			return fmt.Errorf("%s: walked over %d taken entry positions up to %d without finding a free one", w.sh, walked, pos)
+			return nil, fmt.Errorf("%s: walked over %d taken entry positions up to %d without finding a free one", w.sh, walked, pos)
 		}
 		if err := w.resolveTaken(ctx, pos); err != nil {
-			return err
+			return nil, err
 		}
 	}
 }

@@ -46,8 +46,9 @@ func (e *entry) release() {
 // buildBatch concatenates appended batches (input schema) into one batch of the store
 // schema with a fresh _seq per row from clk, so one entry holds one record batch
 // whatever the number of appenders (per-batch IPC metadata would otherwise dominate
-// small rows).
-func buildBatch(schema *arrow.Schema, recs []arrow.RecordBatch, clk *hlc) (arrow.RecordBatch, error) {
+// small rows). his[i] is the highest _seq given to a row of recs[i] (0 for an empty
+// batch): the causal token of that append.
+func buildBatch(schema *arrow.Schema, recs []arrow.RecordBatch, clk *hlc) (rec arrow.RecordBatch, his []uint64, err error) {
 	var rows int64
 	for _, r := range recs {
 		rows += r.NumRows()
@@ -72,18 +73,22 @@ func buildBatch(schema *arrow.Schema, recs []arrow.RecordBatch, clk *hlc) (arrow
 		}
 		c, err := array.Concatenate(parts, memory.DefaultAllocator)
 		if err != nil {
-			return nil, fmt.Errorf("concatenate column %q: %w", schema.Field(i).Name, err)
+			return nil, nil, fmt.Errorf("concatenate column %q: %w", schema.Field(i).Name, err)
 		}
 		cols = append(cols, c)
 	}
 	seqs := array.NewUint64Builder(memory.DefaultAllocator)
 	defer seqs.Release()
 	seqs.Reserve(int(rows))
-	for range rows {
-		seqs.UnsafeAppend(clk.next())
+	his = make([]uint64, len(recs))
+	for i, r := range recs {
+		for range r.NumRows() {
+			his[i] = clk.next()
+			seqs.UnsafeAppend(his[i])
+		}
 	}
 	cols = append(cols, seqs.NewArray())
-	return array.NewRecordBatch(schema, cols, rows), nil
+	return array.NewRecordBatch(schema, cols, rows), his, nil
 }
 
 // encodeEntry writes an entry as an Arrow IPC stream: the store schema with the

@@ -7,11 +7,15 @@ import "k8s.io/utils/clock"
 // next millisecond (which keeps it monotonic, only slightly ahead of the wall clock).
 const logicalBits = 16
 
-// hlc is a hybrid logical clock: seq = max(wall_ms << 16, last + 1). It strictly
-// increases for its writer whatever the wall clock does (a clock that steps back only
-// makes the logical part count up), and it tracks wall time, so sequences of
-// different writers roughly follow real time and last-write-wins across shards means
-// "the later write" within clock skew.
+// hlc is a hybrid logical clock: seq = max(wall_ms << 16, last + 1), and a received
+// timestamp moves last forward (observe). It strictly increases for its writer
+// whatever the wall clock does (a clock that steps back only makes the logical part
+// count up), and it tracks wall time, so sequences of different writers roughly
+// follow real time. On its own, last-write-wins across shards therefore means "the
+// later write" only within clock skew; what crosses between writers closes the gap:
+// a causal token (Writer.AppendAfter) orders a client's next write after its last
+// one, and the _seqs a worker reads (Writer.Observe) order its writes after what it
+// has shown.
 //
 // It is not safe for concurrent use: the committer goroutine owns it (OpenWriter
 // seeds it before starting the committer).

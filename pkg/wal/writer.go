@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -70,6 +71,9 @@ type Writer struct {
 	sealMu sync.Mutex // one seal at a time
 
 	clock hlc // owned by the committer goroutine (seeded before it starts)
+	// observed is the highest _seq Observe was told of; the committer moves clock
+	// past it before each entry.
+	observed atomic.Uint64
 
 	lastBatch int // appends in the previous entry; guarded by qmu, used by the committer
 }

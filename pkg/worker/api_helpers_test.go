@@ -40,9 +40,20 @@ type apiEnv struct {
 // adjusts the config before NewServer.
 func newAPIEnv(t *testing.T, bucket *objstore.Bucket, shard string, edit func(*Config)) *apiEnv {
 	t.Helper()
+	return newAPIEnvWith(t, bucket, shard, nil, edit)
+}
+
+// newAPIEnvWith is newAPIEnv whose store config (every read refreshes, by default)
+// editStores adjusts first.
+func newAPIEnvWith(t *testing.T, bucket *objstore.Bucket, shard string, editStores func(*store.Config), edit func(*Config)) *apiEnv {
+	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
-	ss := store.NewStores(store.Config{Bucket: bucket, Shard: shard, Logger: quiet, SnapshotTTL: -1,
-		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
+	sc := store.Config{Bucket: bucket, Shard: shard, Logger: quiet, SnapshotTTL: -1,
+		WALOptions: []wal.Option{wal.WithLogger(quiet)}}
+	if editStores != nil {
+		editStores(&sc)
+	}
+	ss := store.NewStores(sc, 0)
 	t.Cleanup(func() { _ = ss.Close(context.Background()) })
 	reg := prometheus.NewRegistry()
 	cfg := Config{InstanceID: shard, Logger: quiet, Metrics: reg, Stores: ss,

@@ -178,3 +178,36 @@ func flushParam(r *http.Request) (bool, error) {
 	}
 	return b, nil
 }
+
+// Causal tokens (wal.Writer.AppendAfter): every add answers with the highest _seq it
+// gave (SeqHeader and the "seq" field); a request that passes it back, in AfterHeader
+// or ?after=, is ordered after that write: an add gets greater _seqs whatever the
+// workers' clocks say, and a read sees every write acknowledged with ?flush=true
+// before it, through any worker.
+const (
+	SeqHeader   = "X-Tidemark-Seq"
+	AfterHeader = "X-Tidemark-After"
+)
+
+// afterParam parses the causal token of r (0: none). The header and the query
+// parameter must agree when both are given.
+func afterParam(r *http.Request) (uint64, error) {
+	var token uint64
+	for _, src := range []struct{ name, text string }{
+		{AfterHeader + " header", r.Header.Get(AfterHeader)},
+		{"after", r.URL.Query().Get("after")},
+	} {
+		if src.text == "" {
+			continue
+		}
+		v, err := strconv.ParseUint(src.text, 10, 64)
+		if err != nil {
+			return 0, badRequest("%s must be the decimal seq of an earlier answer, got %q", src.name, src.text)
+		}
+		if token != 0 && v != token {
+			return 0, badRequest("the %s header (%d) and ?after= (%d) disagree", AfterHeader, token, v)
+		}
+		token = v
+	}
+	return token, nil
+}

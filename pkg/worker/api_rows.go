@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -76,6 +77,10 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
+		after, err := afterParam(r)
+		if err != nil {
+			return err
+		}
 		rows, err := s.decodeRowsBody(w, r, k)
 		if err != nil {
 			return err
@@ -95,8 +100,9 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 		ctx, cancel := detached(r)
 		defer cancel()
 		added := int(rec.NumRows())
+		seq := after
 		if added > 0 {
-			if err := st.Append(ctx, rec); err != nil {
+			if seq, err = st.AppendAfter(ctx, rec, after); err != nil {
 				return err
 			}
 			s.cfg.Series.AppendedRows.WithLabelValues(string(k.kind)).Add(float64(added))
@@ -109,9 +115,13 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 				return internalError(err, "%d rows were added durably but the seal failed; they become visible at the next seal", added)
 			}
 		}
+		w.Header().Set(SeqHeader, strconv.FormatUint(seq, 10))
 		httpjson.WriteJSON(w, http.StatusOK, struct {
 			Added int `json:"added"`
-		}{added})
+			// Seq is the causal token of this add (see AfterHeader). It exceeds
+			// 2^53: a JavaScript client should take the header's text instead.
+			Seq uint64 `json:"seq"`
+		}{added, seq})
 		return nil
 	}
 }
@@ -162,6 +172,9 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 			return err
 		}
 		defer release()
+		if err := syncTo(r, st); err != nil {
+			return err
+		}
 		out := []json.RawMessage{}
 		if limit > 0 { // store.ListOptions reads Limit 0 as "no limit"
 			recs, err := st.List(r.Context(), opts)
@@ -176,6 +189,16 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		httpjson.WriteJSON(w, http.StatusOK, map[string]any{k.rows: out, "count": len(out)})
 		return nil
 	}
+}
+
+// syncTo makes a read that carries a causal token see every write acknowledged
+// with ?flush=true before the token was answered (store.Store.Sync).
+func syncTo(r *http.Request, st *store.Store) error {
+	after, err := afterParam(r)
+	if err != nil || after == 0 {
+		return err
+	}
+	return st.Sync(r.Context(), after)
 }
 
 // encodeRows encodes the one-row batches of a List and releases them.
@@ -213,6 +236,9 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 			return err
 		}
 		defer release()
+		if err := syncTo(r, st); err != nil {
+			return err
+		}
 		rec, err := st.Get(r.Context(), id)
 		if err != nil {
 			return err
