@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,7 +208,7 @@ func EnsureStores(ctx context.Context, client *http.Client, base, rolloutStore, 
 	}
 	create := func(path string, body map[string]any) error {
 		data, _ := json.Marshal(body)
-		status, msg, err := post(ctx, client, base+path, data)
+		status, msg, _, err := post(ctx, client, base+path, data, 0)
 		if err != nil {
 			return err
 		}
@@ -229,30 +230,34 @@ func EnsureStores(ctx context.Context, client *http.Client, base, rolloutStore, 
 	return nil
 }
 
-// post sends a JSON body and returns the status and, for an error answer, its
-// message.
-func post(ctx context.Context, client *http.Client, u string, body []byte) (int, string, error) {
+// post sends a JSON body carrying the causal token after (0: none) and returns the
+// status, the answer's token (0 if none) and, for an error answer, its message.
+func post(ctx context.Context, client *http.Client, u string, body []byte, after uint64) (status int, msg string, seq uint64, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return 0, "", err
+		return 0, "", 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if after != 0 {
+		req.Header.Set(worker.AfterHeader, strconv.FormatUint(after, 10))
+	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, "", err
+		return 0, "", 0, err
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode < 300 {
-		return resp.StatusCode, "", nil
+		seq, _ = strconv.ParseUint(resp.Header.Get(worker.SeqHeader), 10, 64)
+		return resp.StatusCode, "", seq, nil
 	}
 	var e struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
 	if json.Unmarshal(data, &e) == nil && e.Error.Message != "" {
-		return resp.StatusCode, e.Error.Code + ": " + e.Error.Message, nil
+		return resp.StatusCode, e.Error.Code + ": " + e.Error.Message, 0, nil
 	}
-	return resp.StatusCode, strings.TrimSpace(string(data)), nil
+	return resp.StatusCode, strings.TrimSpace(string(data)), 0, nil
 }
 
 type generator struct {
@@ -260,6 +265,9 @@ type generator struct {
 	kinds []Kind
 
 	rows, rollout, generic, requests, failed atomic.Int64
+	// token is the highest causal token answered so far: every request carries it,
+	// so the run's writes are ordered as it made them whatever the workers' clocks.
+	token atomic.Uint64
 
 	mu        sync.Mutex
 	latencies []time.Duration // since the last progress line
@@ -390,8 +398,13 @@ func (g *generator) send(ctx context.Context, k int64) {
 	// The request is not cancelled by ctx: a batch handed out is sent whole, so
 	// that a run's end never leaves a request whose outcome is unknown.
 	t0 := time.Now()
-	status, msg, err := post(context.WithoutCancel(ctx), cfg.Client, base+path, body)
+	status, msg, seq, err := post(context.WithoutCancel(ctx), cfg.Client, base+path, body, g.token.Load())
 	took := time.Since(t0)
+	for cur := g.token.Load(); seq > cur; cur = g.token.Load() {
+		if g.token.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
 	if err == nil && status != http.StatusOK {
 		err = fmt.Errorf("POST %s%s: %d %s", base, path, status, msg)
 	} else if err != nil {
