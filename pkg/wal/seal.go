@@ -41,12 +41,28 @@ func (w *Writer) Seal(ctx context.Context) (*Generation, error) {
 		return nil, nil
 	}
 
-	latest, err := w.sh.loadLatest(ctx, w.currentManifest())
+	known := w.currentManifest()
+	latest, err := w.sh.loadLatest(ctx, known)
 	if err != nil {
 		return nil, err
 	}
 	if latest.WriterEpoch != w.epoch {
 		return nil, w.fencedByManifest(latest)
+	}
+	if latest == known {
+		// loadLatest trusts a version it holds when nothing newer exists. Manifests
+		// are deleted only with their store, and a store created again under the
+		// same name starts its versions afresh: without this check the seal would
+		// write its generation and version known+1 into the new store, rows of the
+		// deleted one.
+		key := w.sh.log.Key(known.Version)
+		ok, err := w.sh.bucket.Exists(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("%s: seal: %w", w.sh, err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("%s: seal: %w: manifest %s is gone (the store was deleted)", w.sh, ErrNoShard, key)
+		}
 	}
 	w.mu.Lock()
 	w.manifest = latest
