@@ -161,7 +161,7 @@ func TestReadsDuringAnotherWorkersMergeNeverGoBack(t *testing.T) {
 						continue
 					}
 					id := ids[rr.IntN(len(ids))]
-					got, ok, err := getValue(w1.url()+records, id)
+					got, ok, err := getValue(w1.url()+records, id, "")
 					mu.Lock()
 					reads++
 					mu.Unlock()
@@ -201,9 +201,10 @@ func record(id string, v int) string {
 	return fmt.Sprintf(`{"id":%q,"rollout_id":"r","content":"%d"}`, id, v)
 }
 
-// getValue reads one record's value (its content) through a worker.
-func getValue(base, id string) (v int, ok bool, err error) {
-	code, body, err := httpGet(base + "/" + url.PathEscape(id))
+// getValue reads one record's value (its content) through a worker; query, if not
+// empty, is appended ("?after=...").
+func getValue(base, id, query string) (v int, ok bool, err error) {
+	code, body, err := httpGet(base + "/" + url.PathEscape(id) + query)
 	if err != nil {
 		return 0, false, err
 	}

@@ -160,6 +160,11 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return err
 	}
 
+	seqClock, err := chaos.Clock(log) // skewed only in -tags chaos builds
+	if err != nil {
+		return err
+	}
+
 	series := worker.NewMetrics(reg)
 	stores := store.NewStores(store.Config{
 		Bucket:            bucket,
@@ -170,7 +175,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		WarnGenerations:   f.pendingWarn,
 		RefuseGenerations: f.pendingMax,
 		TableOptions:      []table.Option{table.WithLogger(log), table.WithCacheBytes(f.tableCache)},
-		WALOptions:        []wal.Option{wal.WithLogger(log)},
+		WALOptions:        []wal.Option{wal.WithLogger(log), wal.WithClock(seqClock)},
 		Logger:            log,
 		OnSlowRead: func(target string, _ int) {
 			series.ReadFanoutWarnings.WithLabelValues(kindOf(target)).Inc()

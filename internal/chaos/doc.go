@@ -15,7 +15,10 @@
 // warn level, and the fault counters are written next to the file
 // (<file>.stats.json) so a test can report how many faults it injected.
 //
-// Invariants: a chaos build with the variable unset behaves like a normal build;
+// TIDEMARK_CHAOS_CLOCK_OFFSET skews the wall clock a chaos-built worker stamps
+// _seq with, by a duration read at start (Clock).
+//
+// Invariants: a chaos build with the variables unset behaves like a normal build;
 // the faults in force are always those of the last file content that parsed (or
 // none); counters survive changes of the faults.
 package chaos

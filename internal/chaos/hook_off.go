@@ -5,6 +5,8 @@ package chaos
 import (
 	"log/slog"
 
+	"k8s.io/utils/clock"
+
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 )
 
@@ -13,3 +15,7 @@ import (
 func WrapBucket(b *objstore.Bucket, _ *slog.Logger) (*objstore.Bucket, error) {
 	return b, nil
 }
+
+// Clock returns the real clock: this binary was built without -tags chaos, so its
+// clock cannot be skewed by the environment.
+func Clock(_ *slog.Logger) (clock.PassiveClock, error) { return clock.RealClock{}, nil }

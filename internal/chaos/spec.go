@@ -13,6 +13,10 @@ import (
 // build: the path of the JSON Spec to poll.
 const FaultsFileEnv = "TIDEMARK_CHAOS_FAULTS_FILE"
 
+// ClockOffsetEnv names the environment variable that skews a chaos build's wall
+// clock for _seq by a Go duration ("2s", "-2s"), read once at start.
+const ClockOffsetEnv = "TIDEMARK_CHAOS_CLOCK_OFFSET"
+
 // StatsSuffix is appended to the faults file's path to name the file the hook
 // writes its counters to.
 const StatsSuffix = ".stats.json"
