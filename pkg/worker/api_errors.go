@@ -169,11 +169,14 @@ func errorAnswer(err error) (status int, code, message string) {
 // causeAnswer answers an internalError by its cause's class when the cause is a
 // condition of the store or of storage, keeping the handler's message (and naming
 // a corrupt object). A cause that blames a request (invalid, exists) does not blame
-// this one - the handler chose 500 knowing that - and stays a 500.
+// this one - the handler chose 500 knowing that - and stays a 500. A store gone
+// says only that: whatever the handler had done went with it.
 func causeAnswer(ae *apiError) (status int, code, message string) {
 	switch c := errclass.Of(ae.cause); c {
 	case errclass.Internal, errclass.Invalid, errclass.Exists, errclass.Precondition:
 		return ae.status, ae.code, ae.message
+	case errclass.Gone:
+		return classAnswer(ae.cause)
 	case errclass.Halt:
 		status, code, message = classAnswer(ae.cause)
 		return status, code, ae.message + ": " + message

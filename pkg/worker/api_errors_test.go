@@ -50,6 +50,8 @@ func TestErrorAnswerOfEveryClass(t *testing.T) {
 		// A handler's 500 over a race is the race's answer, with the handler's words.
 		{internalError(fmt.Errorf("seal: %w", wal.ErrEpochShared), "rows added; the seal failed"), http.StatusConflict, "CONFLICT"},
 		{internalError(fmt.Errorf("x: %w", schema.ErrInvalid), "unreadable registered schema"), http.StatusInternalServerError, "INTERNAL"},
+		{internalError(fmt.Errorf("x: %w", store.ErrDeleted), "rows added; the seal failed"), http.StatusNotFound, "NOT_FOUND"},
+		{internalError(fmt.Errorf("x: %w", objstore.ErrUnavailable), "rows added; the seal failed"), http.StatusServiceUnavailable, "STORE_UNAVAILABLE"},
 	} {
 		status, code, msg := errorAnswer(c.err)
 		if status != c.status || code != c.code || msg == "" {
