@@ -110,9 +110,9 @@ const storeCheckTimeout = 10 * time.Second
 // a conflict to retry or an internal error.
 //
 // Only the classes such a wreck can take are checked (Conflict, Halt, Internal):
-// the registry is the one place that says whether a store exists, and a read of
-// it on those failures only costs nothing on the paths that succeed. A store that
-// is registered again (deleted and re-created meanwhile) keeps err: retrying the
+// the registry is the one place that says whether a store exists, and reading it
+// only on those failures costs the paths that succeed nothing. A store that is
+// registered again (deleted and created again meanwhile) keeps err: retrying the
 // operation runs it against the new store.
 func storeGone(ctx context.Context, reg *registry.Registry, kind registry.Kind, name string, err error) error {
 	switch errclass.Of(err) {
@@ -120,7 +120,7 @@ func storeGone(ctx context.Context, reg *registry.Registry, kind registry.Kind, 
 	default:
 		return err
 	}
-	// The request's context may be what ended the operation; the check must still run.
+	// Its own bound: the answer is owed even to a request whose context ended.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCheckTimeout)
 	defer cancel()
 	if _, gerr := reg.Get(ctx, kind, name); !errors.Is(gerr, registry.ErrNotFound) {
@@ -172,7 +172,7 @@ func errorAnswer(err error) (status int, code, message string) {
 // this one - the handler chose 500 knowing that - and stays a 500. A store gone
 // says only that: whatever the handler had done went with it.
 func causeAnswer(ae *apiError) (status int, code, message string) {
-	switch c := errclass.Of(ae.cause); c {
+	switch errclass.Of(ae.cause) {
 	case errclass.Internal, errclass.Invalid, errclass.Exists, errclass.Precondition:
 		return ae.status, ae.code, ae.message
 	case errclass.Gone:
