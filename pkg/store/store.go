@@ -419,13 +419,19 @@ func (s *Store) ensureRegistered(ctx context.Context) error {
 	if s.isDeleted() {
 		return fmt.Errorf("store %s: %w", s.Target(), ErrDeleted)
 	}
-	_, err := registry.New(s.cfg.Bucket).Get(ctx, s.entry.Kind, s.entry.Name)
+	cur, err := registry.New(s.cfg.Bucket).Get(ctx, s.entry.Kind, s.entry.Name)
 	if errors.Is(err, registry.ErrNotFound) {
 		s.markDeleted()
 		return fmt.Errorf("store %s: %w", s.Target(), ErrDeleted)
 	}
 	if err != nil {
 		return fmt.Errorf("store %s: %w", s.Target(), err)
+	}
+	if !cur.CreatedAt.Equal(s.entry.CreatedAt) {
+		// Deleted and created again: this handle is of the store that is gone, and
+		// its appends would land in the new store's directory.
+		s.markDeleted()
+		return fmt.Errorf("store %s: %w (created again at %s)", s.Target(), ErrDeleted, cur.CreatedAt.Format(time.RFC3339Nano))
 	}
 	s.aliveUntil = now.Add(s.cfg.SnapshotTTL)
 	return nil

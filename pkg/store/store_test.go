@@ -199,3 +199,30 @@ func TestAddsSealOnceTheMemtableIsFull(t *testing.T) {
 		t.Fatalf("rows visible without an explicit seal: %v, want both (each add filled the memtable)", got)
 	}
 }
+
+// TestAHandleOfAStoreCreatedAgainRefusesAppends deletes a store through one worker
+// and creates it again while another worker holds a handle of the first store.
+// Production failure (found by the churn test): the old handle's appends landed in
+// the new store's directory, and the next writer of that shard replayed them, so
+// rows of the deleted store came back in the new one.
+func TestAHandleOfAStoreCreatedAgainRefusesAppends(t *testing.T) {
+	ctx := context.Background()
+	b := objstoretest.Mem(t)
+	w1, w2 := newStores(t, b, "w1"), newStores(t, b, "w2")
+	createGeneric(t, w1, "g")
+	stale := open(t, w2, "g")
+	appendRows(t, stale, "old", 1)
+	if err := w1.Delete(ctx, registry.KindGeneric, "g"); err != nil {
+		t.Fatal(err)
+	}
+	createGeneric(t, w1, "g")
+	rec := rows(t, stale, "older", 2)
+	defer rec.Release()
+	if err := stale.Append(ctx, rec); !errors.Is(err, ErrDeleted) {
+		t.Fatalf("append through a handle of the deleted store: %v, want ErrDeleted", err)
+	}
+	fresh := open(t, w1, "g")
+	if got := values(t, fresh); len(got) != 0 {
+		t.Fatalf("the store created again holds %v", got)
+	}
+}
