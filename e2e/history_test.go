@@ -1,0 +1,374 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/internal/chaos"
+	"github.com/tidemark-io/tidemark/internal/history"
+)
+
+// The fault kinds a history campaign injects, one at a time.
+const (
+	faultWorkerKill  = "worker SIGKILL and restart"
+	faultMasterKill  = "master SIGKILL and restart"
+	faultStoreErrors = "object-store errors and latency on w3"
+	faultClockSkew   = "clock skew of w3"
+)
+
+var historyFaults = []string{faultWorkerKill, faultMasterKill, faultStoreErrors, faultClockSkew}
+
+// historySeedEnv replays a campaign: its fault kind, pacing and traffic.
+const historySeedEnv = "TIDEMARK_HISTORY_SEED"
+
+// historyStaleness is how old a read's snapshot may be for the writes its token
+// does not cover: the workers' SNAPSHOT_TTL (1 s) and a margin for the refresh.
+const historyStaleness = 3 * time.Second
+
+// TestHistoryOfRandomTrafficUnderOneFaultIsConsistent records 30 s of random adds,
+// gets and lists from four clients through three workers (each client carries the
+// highest causal token it was answered on every request) while one fault kind,
+// drawn from a printed seed, hits the cluster; then every read of the history is
+// checked against last-writer-wins registers (internal/history): linearizable as
+// the causal tokens and snapshot lifetime promise, never going back through one
+// worker, no value never written. It is the short CI version of
+// TestChaosHistory; a violation writes the history and porcupine's visualization
+// to a directory the failure names.
+func TestHistoryOfRandomTrafficUnderOneFaultIsConsistent(t *testing.T) {
+	seed := historySeed(t)
+	rng := rand.New(rand.NewPCG(seed, 21))
+	fault := historyFaults[rng.IntN(len(historyFaults))]
+	t.Logf("seed %d (%s=%d replays it): fault %s", seed, historySeedEnv, seed, fault)
+	hc := newHistoryCampaign(t, rng, fault == faultClockSkew)
+	out := hc.run([]historyPhase{{fault: fault, length: 30 * time.Second}})
+	out.assert(t)
+}
+
+// historySeed is TIDEMARK_HISTORY_SEED, or a new seed.
+func historySeed(t *testing.T) uint64 {
+	t.Helper()
+	if v := os.Getenv(historySeedEnv); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: want an unsigned integer", historySeedEnv, v)
+		}
+		return seed
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// historyPhase is a stretch of the campaign's traffic under one fault kind.
+type historyPhase struct {
+	fault  string
+	length time.Duration
+}
+
+// historyCampaign is a cluster (etcd, master m1 with its merge sweep, workers w1,
+// w2 and w3; w3 a chaos build whose bucket follows a faults file) and the clients'
+// recorded history.
+type historyCampaign struct {
+	t      *testing.T
+	c      *cluster
+	rng    *rand.Rand
+	faults string // w3's faults file
+	chaos  string // the chaos worker binary
+	skew   time.Duration
+	rec    history.Recorder
+
+	injected map[string]int // fault kind -> times injected
+}
+
+// historyOutcome is what a campaign recorded and what the checkers found.
+type historyOutcome struct {
+	ops, reads, acked, undecided int
+	injected                     map[string]int
+	violations                   []history.Violation
+	dir                          string // history and visualizations, kept on failure
+}
+
+func newHistoryCampaign(t *testing.T, rng *rand.Rand, skewed bool) *historyCampaign {
+	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "1s"}, nil)
+	hc := &historyCampaign{t: t, c: c, rng: rng, faults: filepath.Join(c.dir, "w3-faults.json"), chaos: chaosWorker(t), injected: map[string]int{}}
+	if err := os.WriteFile(hc.faults, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.startMaster("m1", nil)
+	c.startWorker("w1")
+	c.startWorker("w2")
+	if skewed {
+		hc.skew = []time.Duration{2 * time.Second, -2 * time.Second}[rng.IntN(2)]
+	}
+	hc.startW3()
+	if code, body, err := postWith(http.DefaultClient, c.workers["w1"].url()+"/api/v1/rollouts", "", `{"name":"history"}`); err != nil || code/100 != 2 {
+		t.Fatalf("create store: %d %s %v", code, body, err)
+	}
+	return hc
+}
+
+// startW3 (re)starts the chaos-built worker with the campaign's clock skew.
+func (hc *historyCampaign) startW3() {
+	env := map[string]string{chaos.FaultsFileEnv: hc.faults}
+	if hc.skew != 0 {
+		env[chaos.ClockOffsetEnv] = hc.skew.String()
+		hc.t.Logf("w3's clock is %v off", hc.skew)
+	}
+	hc.c.startWorkerWith("w3", hc.chaos, env)
+}
+
+const historyRecords = "/api/v1/rollouts/history/records"
+
+// run drives the clients through the phases, injecting each phase's fault, then
+// checks the history.
+func (hc *historyCampaign) run(phases []historyPhase) historyOutcome {
+	t := hc.t
+	ctx, stop := context.WithCancel(context.Background())
+	var clients sync.WaitGroup
+	defer func() { stop(); clients.Wait() }()
+	workers := map[string]string{}
+	for _, id := range sortedIDs(hc.c.workers) {
+		workers[id] = hc.c.workers[id].url()
+	}
+	for i := range 4 {
+		seed := hc.rng.Uint64()
+		clients.Go(func() { hc.client(ctx, i, rand.New(rand.NewPCG(seed, uint64(i))), workers) })
+	}
+	for _, ph := range phases {
+		t.Logf("phase: %s for %v", ph.fault, ph.length)
+		hc.inject(ph.fault, time.Now().Add(ph.length))
+	}
+	stop()
+	clients.Wait()
+	return hc.check()
+}
+
+// client runs random operations on 16 ids until ctx ends, carrying the highest
+// token it was answered; every value it writes is its own (client, counter).
+func (hc *historyCampaign) client(ctx context.Context, n int, rng *rand.Rand, workers map[string]string) {
+	ids := sortedIDs(workers)
+	httpc := &http.Client{Timeout: 10 * time.Second}
+	var token uint64
+	for written := 1; ctx.Err() == nil; {
+		worker := ids[rng.IntN(len(ids))]
+		base := workers[worker] + historyRecords
+		op := history.Op{Client: n, Worker: worker, After: token, Call: time.Now()}
+		query := ""
+		if token != 0 {
+			query = "?after=" + strconv.FormatUint(token, 10)
+		}
+		switch p := rng.IntN(100); {
+		case p < 45:
+			id := fmt.Sprintf("k%02d", rng.IntN(16))
+			v := (n+1)*1_000_000 + written
+			written++
+			op.Kind, op.Rows, op.Flush = history.Add, []history.Row{{ID: id, Value: strconv.Itoa(v)}}, rng.IntN(5) > 0
+			u := base + "?flush=" + strconv.FormatBool(op.Flush)
+			if token != 0 {
+				u += "&after=" + strconv.FormatUint(token, 10)
+			}
+			code, body, err := postWith(httpc, u, "", `{"records":[`+record(id, v)+`]}`)
+			op.Return = time.Now()
+			var ans struct{ Seq uint64 }
+			switch {
+			case err != nil:
+				op.Outcome, op.Err = history.Unknown, err.Error()
+			case code != http.StatusOK:
+				op.Outcome, op.Err = history.Failed, fmt.Sprintf("%d %s", code, strings.TrimSpace(body))
+			case json.Unmarshal([]byte(body), &ans) != nil || ans.Seq == 0:
+				op.Outcome, op.Err = history.Failed, "answer without seq: "+body
+			default:
+				op.Outcome, op.Seq = history.OK, ans.Seq
+				token = max(token, ans.Seq)
+			}
+		case p < 85:
+			id := fmt.Sprintf("k%02d", rng.IntN(16))
+			v, ok, err := getValue(base, id, query)
+			op.Return, op.Kind = time.Now(), history.Get
+			op.Rows = []history.Row{{ID: id}}
+			if ok {
+				op.Rows[0].Value = strconv.Itoa(v)
+			}
+			op.Outcome = history.OK
+			if err != nil {
+				op.Outcome, op.Err = history.Failed, err.Error()
+			}
+		default:
+			rows, err := listHistoryRows(httpc, base, token)
+			op.Return, op.Kind, op.Rows, op.Outcome = time.Now(), history.List, rows, history.OK
+			if err != nil {
+				op.Outcome, op.Err = history.Failed, err.Error()
+			}
+		}
+		hc.rec.Record(op)
+		time.Sleep(time.Duration(5+rng.IntN(15)) * time.Millisecond) // pacing
+	}
+}
+
+// listHistoryRows lists the whole store in one page (one snapshot) carrying token.
+func listHistoryRows(httpc *http.Client, base string, token uint64) ([]history.Row, error) {
+	q := url.Values{"limit": {"10000"}}
+	if token != 0 {
+		q.Set("after", strconv.FormatUint(token, 10))
+	}
+	code, body, err := httpGetWith(httpc, base+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("list: %d %s", code, body)
+	}
+	var ans struct {
+		Records []struct {
+			ID      string `json:"id"`
+			Content string `json:"content"`
+		} `json:"records"`
+	}
+	if err := json.Unmarshal(body, &ans); err != nil {
+		return nil, err
+	}
+	rows := make([]history.Row, len(ans.Records))
+	for i, r := range ans.Records {
+		rows[i] = history.Row{ID: r.ID, Value: r.Content}
+	}
+	return rows, nil
+}
+
+// inject applies one fault kind until the deadline. The pauses between faults
+// are the campaign's own pacing, drawn from the seed.
+func (hc *historyCampaign) inject(fault string, until time.Time) {
+	c := hc.c
+	pause := func(lo, hi time.Duration) bool {
+		d := lo + time.Duration(hc.rng.Int64N(int64(hi-lo)))
+		if left := time.Until(until); d > left {
+			time.Sleep(max(left, 0))
+			return false
+		}
+		time.Sleep(d)
+		return true
+	}
+	switch fault {
+	case faultWorkerKill:
+		for pause(3*time.Second, 8*time.Second) {
+			id := []string{"w1", "w2", "w3"}[hc.rng.IntN(3)]
+			c.workers[id].kill()
+			hc.injected[fault]++
+			hc.t.Logf("killed %s", id)
+			pause(500*time.Millisecond, 2*time.Second)
+			if id == "w3" {
+				hc.startW3()
+			} else {
+				c.startWorker(id)
+			}
+		}
+	case faultMasterKill:
+		for pause(3*time.Second, 8*time.Second) {
+			c.masters["m1"].kill()
+			hc.injected[fault]++
+			hc.t.Log("killed m1")
+			pause(500*time.Millisecond, 2*time.Second)
+			c.startMaster("m1", nil)
+		}
+	case faultStoreErrors:
+		on := `{"error_rate": 0.1, "write_phase": "both", "latency": "2ms", "jitter": "8ms"}`
+		for pause(time.Second, 3*time.Second) {
+			hc.setFaults(on)
+			hc.injected[fault]++
+			pause(3*time.Second, 6*time.Second)
+			hc.setFaults("")
+		}
+	case faultClockSkew:
+		if hc.skew == 0 { // a phase of a longer campaign: w3 restarts skewed, and back
+			hc.skew = []time.Duration{2 * time.Second, -2 * time.Second}[hc.rng.IntN(2)]
+			_ = c.workers["w3"].stop(syscall.SIGTERM, 10*time.Second)
+			hc.startW3()
+			defer func() {
+				hc.skew = 0
+				_ = c.workers["w3"].stop(syscall.SIGTERM, 10*time.Second)
+				hc.startW3()
+			}()
+		}
+		hc.injected[fault]++
+		time.Sleep(time.Until(until))
+	default:
+		hc.t.Fatalf("unknown fault kind %q", fault)
+	}
+}
+
+// setFaults replaces w3's faults file atomically (the hook polls it).
+func (hc *historyCampaign) setFaults(spec string) {
+	tmp := hc.faults + ".tmp"
+	if err := os.WriteFile(tmp, []byte(spec), 0o644); err != nil {
+		hc.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, hc.faults); err != nil {
+		hc.t.Fatal(err)
+	}
+}
+
+// check runs both checkers over the history; a violation keeps the history (JSON)
+// and porcupine's visualizations in a directory that outlives the test.
+func (hc *historyCampaign) check() historyOutcome {
+	t := hc.t
+	ops := hc.rec.Ops()
+	dir, err := os.MkdirTemp("", "tidemark-history-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	lin := history.Linearizable(ops, history.Config{Staleness: historyStaleness, Timeout: time.Minute, VisualizeDir: dir})
+	out := historyOutcome{ops: len(ops), reads: history.Reads(ops), undecided: len(lin.Undecided), injected: hc.injected, dir: dir,
+		violations: append(history.Direct(ops), lin.Violations...)}
+	for _, op := range ops {
+		if op.Kind == history.Add && op.Outcome == history.OK {
+			out.acked++
+		}
+	}
+	t.Logf("history: %d operations (%d adds acknowledged), %d reads checked over %d ids in %v; %d violations; faults %v",
+		out.ops, out.acked, out.reads, lin.IDs, time.Since(started).Round(time.Millisecond), len(out.violations), hc.injected)
+	if len(out.violations) == 0 {
+		_ = os.RemoveAll(dir)
+		out.dir = ""
+		return out
+	}
+	data, _ := json.MarshalIndent(ops, "", " ")
+	if err := os.WriteFile(filepath.Join(dir, "history.json"), data, 0o644); err != nil {
+		t.Errorf("keep the history: %v", err)
+	}
+	return out
+}
+
+// assert fails the test on any violation, and when the campaign measured nothing.
+func (o historyOutcome) assert(t *testing.T) {
+	t.Helper()
+	for i, v := range o.violations {
+		if i == 20 {
+			t.Errorf("and %d more violations", len(o.violations)-i)
+			break
+		}
+		t.Errorf("violation: %s", v)
+	}
+	if o.dir != "" {
+		t.Errorf("history and visualizations kept in %s", o.dir)
+	}
+	if o.undecided > 0 {
+		t.Logf("%d ids were not decided by porcupine in time", o.undecided)
+	}
+	total := 0
+	for _, n := range o.injected {
+		total += n
+	}
+	if o.acked == 0 || o.reads == 0 || total == 0 {
+		t.Errorf("the campaign checked nothing: %d adds acknowledged, %d reads, faults injected %v", o.acked, o.reads, o.injected)
+	}
+}
