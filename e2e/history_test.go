@@ -93,6 +93,7 @@ type historyCampaign struct {
 // historyOutcome is what a campaign recorded and what the checkers found.
 type historyOutcome struct {
 	ops, reads, acked, undecided int
+	summary                      string // operations by kind and outcome
 	injected                     map[string]int
 	violations                   []history.Violation
 	dir                          string // history and visualizations, kept on failure
@@ -329,13 +330,20 @@ func (hc *historyCampaign) check() historyOutcome {
 	lin := history.Linearizable(ops, history.Config{Staleness: historyStaleness, Timeout: time.Minute, VisualizeDir: dir})
 	out := historyOutcome{ops: len(ops), reads: history.Reads(ops), undecided: len(lin.Undecided), injected: hc.injected, dir: dir,
 		violations: append(history.Direct(ops), lin.Violations...)}
+	counts := map[string]int{}
 	for _, op := range ops {
+		counts[fmt.Sprintf("%s %s", op.Kind, op.Outcome)]++
 		if op.Kind == history.Add && op.Outcome == history.OK {
 			out.acked++
 		}
 	}
-	t.Logf("history: %d operations (%d adds acknowledged), %d reads checked over %d ids in %v; %d violations; faults %v",
-		out.ops, out.acked, out.reads, lin.IDs, time.Since(started).Round(time.Millisecond), len(out.violations), hc.injected)
+	var parts []string
+	for _, k := range sortedIDs(counts) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
+	}
+	out.summary = fmt.Sprintf("%d (%s)", len(ops), strings.Join(parts, ", "))
+	t.Logf("history: %s; %d reads checked over %d ids in %v; %d violations; faults %v",
+		out.summary, out.reads, lin.IDs, time.Since(started).Round(time.Millisecond), len(out.violations), hc.injected)
 	if len(out.violations) == 0 {
 		_ = os.RemoveAll(dir)
 		out.dir = ""
