@@ -101,6 +101,24 @@ func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target string, fenc
 	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows(), Reclaimed: resp.GetReclaimed()}, nil
 }
 
+// Retain closes the connections to addresses no worker of live has: a worker that
+// left (a pod renamed by a deploy) would otherwise keep a connection reconnecting
+// to its dead address for the life of the master.
+func (c *GRPCCaller) Retain(live []Worker) {
+	keep := make(map[string]bool, len(live))
+	for _, w := range live {
+		keep[w.GRPCAddr] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr, cc := range c.conns {
+		if !keep[addr] {
+			_ = cc.Close()
+			delete(c.conns, addr)
+		}
+	}
+}
+
 // Close closes every connection.
 func (c *GRPCCaller) Close() error {
 	c.mu.Lock()

@@ -43,6 +43,12 @@ type Caller interface {
 	MergeWal(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
 }
 
+// connRetainer is a Caller that keeps connections: the fan-out tells it which
+// workers are live, so it can drop the rest.
+type connRetainer interface {
+	Retain(live []Worker)
+}
+
 // FanOut runs merge_wal tasks: it calls every live worker serially.
 type FanOut struct {
 	Discovery Discovery
@@ -80,6 +86,9 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 	workers, err := f.Discovery.Workers(ctx)
 	if err != nil {
 		return "", fmt.Errorf("discover workers: %w", err)
+	}
+	if r, ok := f.Caller.(connRetainer); ok {
+		r.Retain(workers)
 	}
 	if len(workers) == 0 {
 		return "", ErrNoLiveWorkers // they all left between Ready and the claim

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
@@ -351,5 +352,35 @@ func waitFinished(t *testing.T, ts *tasks.Store, id string) tasks.Task {
 			t.Fatalf("task %s is still %s", id, task.State)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestConnectionsOfWorkersThatLeftAreClosed runs a task with two workers, then one
+// with only the second: the first's connection is closed and dropped. Production
+// failure: connections of deregistered workers (pods renamed by every deploy) were
+// kept forever, each reconnecting to a dead address.
+func TestConnectionsOfWorkersThatLeftAreClosed(t *testing.T) {
+	var inFlight, maxSeen atomic.Int32
+	w0 := startWorker(t, &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen})
+	w1 := startWorker(t, &countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen})
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	defer caller.Close()
+	if _, err := (&FanOut{Discovery: StaticDiscovery{w0, w1}, Caller: caller}).Run(context.Background(), claimFor("s", 7)); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := caller.conn(w0.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&FanOut{Discovery: StaticDiscovery{w1}, Caller: caller}).Run(context.Background(), claimFor("s", 8)); err != nil {
+		t.Fatal(err)
+	}
+	if s := gone.GetState(); s != connectivity.Shutdown {
+		t.Fatalf("connection to the worker that left is %s, want SHUTDOWN", s)
+	}
+	caller.mu.Lock()
+	defer caller.mu.Unlock()
+	if _, ok := caller.conns[w0.GRPCAddr]; ok || len(caller.conns) != 1 {
+		t.Fatalf("connections kept: %d (w0's among them: %v)", len(caller.conns), ok)
 	}
 }

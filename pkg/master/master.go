@@ -277,9 +277,6 @@ func setDefault[T int | time.Duration](v *T, def T) {
 // Tasks is the master's task store.
 func (m *Master) Tasks() *tasks.Store { return m.tasks }
 
-// Admin is the master's AdminService.
-func (m *Master) Admin() *AdminService { return m.admin }
-
 // Handler is the master's HTTP API.
 func (m *Master) Handler() http.Handler { return m.http }
 

@@ -32,8 +32,6 @@ func TestBucketOperationsOnEveryDriver(t *testing.T) {
 			wantNotFound(t, "GetRange", key, err)
 			_, err = b.Stat(ctx, key)
 			wantNotFound(t, "Stat", key, err)
-			_, err = b.ReaderAt(ctx, key)
-			wantNotFound(t, "ReaderAt", key, err)
 			if ok, err := b.Exists(ctx, key); ok || err != nil {
 				t.Errorf("Exists(%q) = %v, %v; want false, nil", key, ok, err)
 			}

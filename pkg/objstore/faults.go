@@ -20,7 +20,7 @@ var ErrInjected = errors.New("injected fault")
 type Op string
 
 // The request kinds a Bucket makes. Walk, List and ListDirs are one list request per
-// call; ReaderAt is one stat at open and one getRange per ReadAt.
+// call.
 const (
 	OpGet         Op = "get"
 	OpGetRange    Op = "getRange"

@@ -100,25 +100,6 @@ func WithScanInterval(d time.Duration) Option {
 	}
 }
 
-// WithConcurrency bounds how many stores a Scanner observes at once (16).
-func WithConcurrency(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.concurrency = n
-		}
-	}
-}
-
-// WithStoreTimeout bounds the observation of one store (30 s); a store that times
-// out counts as a scan error and keeps its previous row.
-func WithStoreTimeout(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.storeTimeout = d
-		}
-	}
-}
-
 // WithMaxCachedStores bounds how many stores a Scanner keeps a table handle and
 // WAL snapshot for between rounds (10000). A store beyond the bound is observed in
 // full every round: correct, only dearer.

@@ -140,9 +140,6 @@ func (s *Store) Entry() registry.Entry { return s.entry }
 // Target is the store's target string.
 func (s *Store) Target() string { return s.entry.Target() }
 
-// InputSchema is the schema of rows clients append (without _seq).
-func (s *Store) InputSchema() *arrow.Schema { return s.input }
-
 // Table is the store's base table.
 func (s *Store) Table() *table.Table { return s.table }
 

@@ -60,9 +60,6 @@ type Option func(*Options)
 // WithRetryTimeout sets Options.RetryTimeout.
 func WithRetryTimeout(d time.Duration) Option { return func(o *Options) { o.RetryTimeout = d } }
 
-// WithRowGroupRows sets Options.RowGroupRows.
-func WithRowGroupRows(n int64) Option { return func(o *Options) { o.RowGroupRows = n } }
-
 // WithCacheBytes sets Options.CacheBytes.
 func WithCacheBytes(n int64) Option { return func(o *Options) { o.CacheBytes = n } }
 

@@ -51,9 +51,6 @@ func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l 
 // WithLinger sets Options.Linger (negative: no linger).
 func WithLinger(d time.Duration) Option { return func(o *Options) { o.Linger = d } }
 
-// WithMaxEntryBytes sets Options.MaxEntryBytes.
-func WithMaxEntryBytes(n int64) Option { return func(o *Options) { o.MaxEntryBytes = n } }
-
 // WithMaxQueuedBytes sets Options.MaxQueuedBytes.
 func WithMaxQueuedBytes(n int64) Option { return func(o *Options) { o.MaxQueuedBytes = n } }
 
