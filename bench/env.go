@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/table"
 	"github.com/tidemark-io/tidemark/pkg/wal"
@@ -108,7 +109,7 @@ func baseIDs(ctx context.Context, b *objstore.Bucket, dir string) (ids map[strin
 	}
 	m = t.Latest()
 	ids = map[string]int{}
-	err = t.Scan(ctx, m, table.ScanOptions{Columns: []string{table.IDColumn}}, func(rec arrow.RecordBatch) error {
+	err = t.Scan(ctx, m, table.ScanOptions{Columns: []string{rowkey.IDColumn}}, func(rec arrow.RecordBatch) error {
 		col := rec.Column(0).(*array.String)
 		for i := 0; i < col.Len(); i++ {
 			ids[col.Value(i)]++

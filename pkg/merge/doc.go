@@ -23,7 +23,7 @@
 //     (table.ErrAlreadyCommitted), and it only drains.
 //   - Convergent: a crash at any step leaves a state the next merge finishes from;
 //     generations at or below the watermark are drained without being merged again.
-//   - Last write wins across shards and in any merge order (table.NewestPerID and the
+//   - Last write wins across shards and in any merge order (rowkey.NewestPerID and the
 //     table's _seq comparison).
 //   - Bounded: at most Concurrency merges run at once per worker (request-driven merges
 //     wait for a slot, sweepers only try), and prepared data is charged to a worker-wide

@@ -11,7 +11,7 @@ import (
 )
 
 // IDColumn is the primary key every schema starts with: a non-null, non-empty
-// utf8 string. It is table.IDColumn (a test holds them equal); this package does
+// utf8 string. It is rowkey.IDColumn (a test holds them equal); this package does
 // not import the table format so the HTTP layer can use it without Parquet.
 const IDColumn = "id"
 

@@ -11,13 +11,14 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/table"
 )
 
 // withSeq appends the _seq column as the WAL does.
 func withSeq(t *testing.T, rec arrow.RecordBatch) arrow.RecordBatch {
 	t.Helper()
-	fields := append(rec.Schema().Fields(), arrow.Field{Name: table.SeqColumn, Type: arrow.PrimitiveTypes.Uint64})
+	fields := append(rec.Schema().Fields(), arrow.Field{Name: rowkey.SeqColumn, Type: arrow.PrimitiveTypes.Uint64})
 	sb := array.NewUint64Builder(memPool)
 	defer sb.Release()
 	for i := int64(0); i < rec.NumRows(); i++ {
@@ -104,8 +105,8 @@ func TestDecodedRowsAreRowsTheTableAccepts(t *testing.T) {
 }
 
 func TestIDColumnIsTheTablesKey(t *testing.T) {
-	if IDColumn != table.IDColumn {
-		t.Fatalf("IDColumn %q, table.IDColumn %q", IDColumn, table.IDColumn)
+	if IDColumn != rowkey.IDColumn {
+		t.Fatalf("IDColumn %q, rowkey.IDColumn %q", IDColumn, rowkey.IDColumn)
 	}
 }
 

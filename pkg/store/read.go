@@ -5,9 +5,9 @@ import (
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/table"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 )
@@ -65,7 +65,7 @@ func (s *Store) loadPending(ctx context.Context, snap *Snapshot) (*pendingRows, 
 	}
 	for gi, data := range p.gens {
 		for ri, rec := range data.Records {
-			ids, seqs, err := keyColumns(rec)
+			ids, seqs, err := rowkey.Columns(rec)
 			if err != nil {
 				return nil, fmt.Errorf("store %s: generation %s: %w", s.Target(), data.Key, err)
 			}
@@ -78,20 +78,6 @@ func (s *Store) loadPending(ctx context.Context, snap *Snapshot) (*pendingRows, 
 		}
 	}
 	return p, nil
-}
-
-func keyColumns(rec arrow.RecordBatch) (*array.String, *array.Uint64, error) {
-	s := rec.Schema()
-	ic, sc := s.FieldIndices(table.IDColumn), s.FieldIndices(table.SeqColumn)
-	if len(ic) != 1 || len(sc) != 1 {
-		return nil, nil, fmt.Errorf("batch without %s/%s columns", table.IDColumn, table.SeqColumn)
-	}
-	ids, ok1 := rec.Column(ic[0]).(*array.String)
-	seqs, ok2 := rec.Column(sc[0]).(*array.Uint64)
-	if !ok1 || !ok2 {
-		return nil, nil, fmt.Errorf("%s/%s columns of types %s/%s", table.IDColumn, table.SeqColumn, rec.Column(ic[0]).DataType(), rec.Column(sc[0]).DataType())
-	}
-	return ids, seqs, nil
 }
 
 // Get returns the newest row for id across the base table and every pending
@@ -112,7 +98,7 @@ func (s *Store) Get(ctx context.Context, id string) (arrow.RecordBatch, error) {
 	}
 	ref, inGen := p.best[id]
 	if base != nil {
-		_, seqs, err := keyColumns(base)
+		_, seqs, err := rowkey.Columns(base)
 		if err != nil {
 			base.Release()
 			return nil, err
@@ -159,13 +145,13 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch
 	}
 	sel := newIDSelection(keep)
 	// Base rows: live unless a pending generation holds a newer row of the id.
-	scan := table.ScanOptions{Columns: []string{table.IDColumn, table.SeqColumn}}
+	scan := table.ScanOptions{Columns: []string{rowkey.IDColumn, rowkey.SeqColumn}}
 	if opts.Filter != nil {
 		scan.Columns = nil
 	}
 	fromBase := map[string]bool{}
 	err = s.table.Scan(ctx, snap.Base, scan, func(rec arrow.RecordBatch) error {
-		ids, seqs, err := keyColumns(rec)
+		ids, seqs, err := rowkey.Columns(rec)
 		if err != nil {
 			return err
 		}
@@ -195,7 +181,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch
 	pendingRow := map[string]rowRef{}
 	for gi, data := range p.gens {
 		for ri, rec := range data.Records {
-			ids, _, err := keyColumns(rec)
+			ids, _, err := rowkey.Columns(rec)
 			if err != nil {
 				return nil, err
 			}
@@ -242,7 +228,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch
 			want[id] = true
 		}
 		err = s.table.Scan(ctx, snap.Base, table.ScanOptions{IDs: baseIDs}, func(rec arrow.RecordBatch) error {
-			ids, _, err := keyColumns(rec)
+			ids, _, err := rowkey.Columns(rec)
 			if err != nil {
 				return err
 			}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/table"
 )
 
 func TestAddSealReadAcrossWorkers(t *testing.T) {
@@ -157,7 +156,6 @@ func TestCreateOpenDelete(t *testing.T) {
 	if got := values(t, open(t, ss, "g")); len(got) != 0 {
 		t.Fatalf("recreated store has rows %v", got)
 	}
-	_ = table.IDColumn
 }
 
 func TestEvictedHandlesCloseAfterTheirLastUser(t *testing.T) {

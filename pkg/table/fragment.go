@@ -14,6 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 // encodeParquet writes recs (all of schema s) as one Parquet file: zstd, row groups
@@ -289,7 +291,7 @@ func (t *Table) keyIndex(ctx context.Context, s *arrow.Schema, f Fragment) (*key
 	}
 	defer ff.Close()
 	k := &keyIndex{offsets: make(map[string]uint32, f.Rows), seqs: make([]uint64, 0, f.Rows)}
-	err = ff.read(ctx, []string{IDColumn, SeqColumn}, nil, func(rec arrow.RecordBatch, _ int64) error {
+	err = ff.read(ctx, []string{rowkey.IDColumn, rowkey.SeqColumn}, nil, func(rec arrow.RecordBatch, _ int64) error {
 		ids, ok1 := rec.Column(0).(*array.String)
 		seqs, ok2 := rec.Column(1).(*array.Uint64)
 		if !ok1 || !ok2 {

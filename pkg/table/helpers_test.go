@@ -10,15 +10,16 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 // testSchema has the two required columns, a payload, and a nested column so the
 // schema round trip through the manifest and Parquet is exercised.
 var testSchema = arrow.NewSchema([]arrow.Field{
-	{Name: IDColumn, Type: arrow.BinaryTypes.String},
+	{Name: rowkey.IDColumn, Type: arrow.BinaryTypes.String},
 	{Name: "value", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
 	{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
-	{Name: SeqColumn, Type: arrow.PrimitiveTypes.Uint64},
+	{Name: rowkey.SeqColumn, Type: arrow.PrimitiveTypes.Uint64},
 }, nil)
 
 type row struct {
@@ -89,7 +90,7 @@ func mustAppend(t testing.TB, tb *Table, rows ...row) *Manifest {
 func liveRows(t testing.TB, tb *Table, m *Manifest) map[string]row {
 	t.Helper()
 	out := map[string]row{}
-	err := tb.Scan(context.Background(), m, ScanOptions{Columns: []string{IDColumn, SeqColumn, "value"}}, func(rec arrow.RecordBatch) error {
+	err := tb.Scan(context.Background(), m, ScanOptions{Columns: []string{rowkey.IDColumn, rowkey.SeqColumn, "value"}}, func(rec arrow.RecordBatch) error {
 		ids := rec.Column(0).(*array.String)
 		seqs := rec.Column(1).(*array.Uint64)
 		vals := rec.Column(2).(*array.Int64)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 // FormatVersion is the manifest format this build writes and the newest it reads.
@@ -152,8 +154,8 @@ func (m *Manifest) validate() error {
 		return fmt.Errorf("version %d", m.Version)
 	case m.Schema.s == nil:
 		return errors.New("no schema")
-	case m.PrimaryKey != IDColumn:
-		return fmt.Errorf("primary_key %q, want %q", m.PrimaryKey, IDColumn)
+	case m.PrimaryKey != rowkey.IDColumn:
+		return fmt.Errorf("primary_key %q, want %q", m.PrimaryKey, rowkey.IDColumn)
 	}
 	if err := checkSchema(m.Schema.s); err != nil {
 		return err

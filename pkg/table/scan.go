@@ -8,6 +8,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/compute"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 // ScanOptions selects what Scan returns.
@@ -42,9 +44,9 @@ func (t *Table) Scan(ctx context.Context, m *Manifest, opts ScanOptions, fn func
 			want[id] = true
 		}
 		// The filter needs the id column; read it first and project it away after.
-		read = []string{IDColumn}
+		read = []string{rowkey.IDColumn}
 		for _, c := range cols {
-			if c != IDColumn {
+			if c != rowkey.IDColumn {
 				read = append(read, c)
 			}
 		}

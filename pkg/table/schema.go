@@ -10,31 +10,24 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/tidemark-io/tidemark/internal/ipcguard"
-)
-
-const (
-	// IDColumn is the primary key: a non-null string column every table has.
-	IDColumn = "id"
-	// SeqColumn is the hidden write sequence (uint64, non-null). The row with the
-	// highest _seq for an id is the live one.
-	SeqColumn = "_seq"
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 // checkSchema verifies the columns every table depends on.
 func checkSchema(s *arrow.Schema) error {
-	idx := s.FieldIndices(IDColumn)
+	idx := s.FieldIndices(rowkey.IDColumn)
 	if len(idx) != 1 {
-		return fmt.Errorf("schema needs exactly one %q column", IDColumn)
+		return fmt.Errorf("schema needs exactly one %q column", rowkey.IDColumn)
 	}
 	if f := s.Field(idx[0]); f.Type.ID() != arrow.STRING || f.Nullable {
-		return fmt.Errorf("column %q must be a non-null utf8 string, is %s (nullable=%v)", IDColumn, f.Type, f.Nullable)
+		return fmt.Errorf("column %q must be a non-null utf8 string, is %s (nullable=%v)", rowkey.IDColumn, f.Type, f.Nullable)
 	}
-	idx = s.FieldIndices(SeqColumn)
+	idx = s.FieldIndices(rowkey.SeqColumn)
 	if len(idx) != 1 {
-		return fmt.Errorf("schema needs exactly one %q column", SeqColumn)
+		return fmt.Errorf("schema needs exactly one %q column", rowkey.SeqColumn)
 	}
 	if f := s.Field(idx[0]); f.Type.ID() != arrow.UINT64 || f.Nullable {
-		return fmt.Errorf("column %q must be a non-null uint64, is %s (nullable=%v)", SeqColumn, f.Type, f.Nullable)
+		return fmt.Errorf("column %q must be a non-null uint64, is %s (nullable=%v)", rowkey.SeqColumn, f.Type, f.Nullable)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/cache"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/versions"
 )
 
@@ -137,7 +138,7 @@ func Create(ctx context.Context, bucket *objstore.Bucket, dir string, s *arrow.S
 		FormatVersion:     FormatVersion,
 		Version:           1,
 		Schema:            schemaJSON{s},
-		PrimaryKey:        IDColumn,
+		PrimaryKey:        rowkey.IDColumn,
 		MergedGenerations: map[string]uint64{},
 		TxnID:             "create",
 		CreatedAt:         now,

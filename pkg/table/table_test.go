@@ -9,6 +9,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 func TestCreateIsIdempotentAndRefusesAnotherSchema(t *testing.T) {
@@ -23,8 +25,8 @@ func TestCreateIsIdempotentAndRefusesAnotherSchema(t *testing.T) {
 		t.Fatalf("version %d after re-create, want 1", v)
 	}
 	other := arrow.NewSchema([]arrow.Field{
-		{Name: IDColumn, Type: arrow.BinaryTypes.String},
-		{Name: SeqColumn, Type: arrow.PrimitiveTypes.Uint64},
+		{Name: rowkey.IDColumn, Type: arrow.BinaryTypes.String},
+		{Name: rowkey.SeqColumn, Type: arrow.PrimitiveTypes.Uint64},
 	}, nil)
 	if _, err := Create(ctx, b, "rollout/t", other); !errors.Is(err, ErrSchemaMismatch) {
 		t.Fatalf("create with another schema: got %v, want ErrSchemaMismatch", err)
@@ -32,7 +34,7 @@ func TestCreateIsIdempotentAndRefusesAnotherSchema(t *testing.T) {
 }
 
 func TestCreateRejectsSchemaWithoutKeyColumns(t *testing.T) {
-	s := arrow.NewSchema([]arrow.Field{{Name: IDColumn, Type: arrow.BinaryTypes.String, Nullable: true}}, nil)
+	s := arrow.NewSchema([]arrow.Field{{Name: rowkey.IDColumn, Type: arrow.BinaryTypes.String, Nullable: true}}, nil)
 	if _, err := Create(context.Background(), memBucket(t), "x", s); err == nil || !strings.Contains(err.Error(), `"id"`) {
 		t.Fatalf("got %v, want an error naming the id column", err)
 	}
@@ -285,7 +287,7 @@ func TestScanProjectsAndFiltersByID(t *testing.T) {
 		t.Fatalf("filtered scan = %v, want [107 349]", got)
 	}
 	got = nil
-	err = tb.Scan(ctx, m, ScanOptions{Columns: []string{"value", IDColumn}, IDs: []string{"f2-000"}}, func(rec arrow.RecordBatch) error {
+	err = tb.Scan(ctx, m, ScanOptions{Columns: []string{"value", rowkey.IDColumn}, IDs: []string{"f2-000"}}, func(rec arrow.RecordBatch) error {
 		got = append(got, fmt.Sprint(rec.Column(0).(*array.Int64).Value(0), rec.Column(1).(*array.String).Value(0)))
 		return nil
 	})

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 var (
@@ -120,13 +121,13 @@ func (t *Table) Prepare(ctx context.Context, base *Manifest, a Append) (*Txn, er
 // and writes them as one fragment plus its bloom filter.
 func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error {
 	s := x.base.ArrowSchema()
-	idCol, seqCol := s.FieldIndices(IDColumn)[0], s.FieldIndices(SeqColumn)[0]
+	idCol, seqCol := s.FieldIndices(rowkey.IDColumn)[0], s.FieldIndices(rowkey.SeqColumn)[0]
 	for _, rec := range recs {
 		if err := checkRecord(s, rec); err != nil {
 			return err
 		}
 	}
-	kept, err := NewestPerID(ctx, recs)
+	kept, err := rowkey.NewestPerID(ctx, recs)
 	if err != nil {
 		return err
 	}

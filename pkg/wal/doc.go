@@ -28,7 +28,7 @@
 //     above replay_after is reported as corruption, never sealed around.
 //   - Every row carries _seq, a hybrid logical clock of its writer that strictly
 //     increases per writer, also across restarts, and roughly follows wall-clock time
-//     across writers. Last write wins means highest _seq (table.NewestPerID).
+//     across writers. Last write wins means highest _seq (rowkey.NewestPerID).
 //   - Generations are immutable and numbered densely per shard; current_generation
 //     never decreases. A drain (merge side) is a relative edit of the latest manifest
 //     that removes only the generations it merged and keeps everything sealed

@@ -11,7 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/tidemark-io/tidemark/internal/ipcguard"
-	"github.com/tidemark-io/tidemark/pkg/table"
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 // A generation file is an Arrow IPC file (random-access format, with a footer, so a
@@ -166,13 +166,13 @@ func decodeGeneration(key string, data []byte) (g *GenerationData, err error) {
 // checkGenerationSchema verifies the columns readers depend on: a non-null utf8 id
 // and a non-null uint64 _seq as the last column.
 func checkGenerationSchema(s *arrow.Schema) error {
-	idx := s.FieldIndices(table.IDColumn)
+	idx := s.FieldIndices(rowkey.IDColumn)
 	if len(idx) != 1 || s.Field(idx[0]).Type.ID() != arrow.STRING || s.Field(idx[0]).Nullable {
-		return fmt.Errorf("schema needs one non-null utf8 %q column", table.IDColumn)
+		return fmt.Errorf("schema needs one non-null utf8 %q column", rowkey.IDColumn)
 	}
 	n := s.NumFields()
-	if n == 0 || s.Field(n-1).Name != table.SeqColumn || s.Field(n-1).Type.ID() != arrow.UINT64 || s.Field(n-1).Nullable {
-		return fmt.Errorf("schema needs a non-null uint64 %q as its last column", table.SeqColumn)
+	if n == 0 || s.Field(n-1).Name != rowkey.SeqColumn || s.Field(n-1).Type.ID() != arrow.UINT64 || s.Field(n-1).Nullable {
+		return fmt.Errorf("schema needs a non-null uint64 %q as its last column", rowkey.SeqColumn)
 	}
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/tidemark-io/tidemark/pkg/table"
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 // ErrSchema means a batch (or a writer's input schema) does not fit the shard's
@@ -19,21 +19,21 @@ func storeSchema(input *arrow.Schema) (*arrow.Schema, error) {
 	seen := make(map[string]bool, input.NumFields())
 	for _, f := range input.Fields() {
 		switch {
-		case f.Name == table.SeqColumn:
+		case f.Name == rowkey.SeqColumn:
 			return nil, fmt.Errorf("%w: column %q is added by the WAL and must not be in the input schema", ErrSchema, f.Name)
 		case seen[f.Name]:
 			return nil, fmt.Errorf("%w: column %q appears twice", ErrSchema, f.Name)
 		}
 		seen[f.Name] = true
 	}
-	idx := input.FieldIndices(table.IDColumn)
+	idx := input.FieldIndices(rowkey.IDColumn)
 	if len(idx) != 1 {
-		return nil, fmt.Errorf("%w: column %q is missing", ErrSchema, table.IDColumn)
+		return nil, fmt.Errorf("%w: column %q is missing", ErrSchema, rowkey.IDColumn)
 	}
 	if f := input.Field(idx[0]); f.Type.ID() != arrow.STRING || f.Nullable {
 		return nil, fmt.Errorf("%w: column %q must be a non-null utf8 string, is %s (nullable=%v)", ErrSchema, f.Name, f.Type, f.Nullable)
 	}
-	fields := append(input.Fields(), arrow.Field{Name: table.SeqColumn, Type: arrow.PrimitiveTypes.Uint64})
+	fields := append(input.Fields(), arrow.Field{Name: rowkey.SeqColumn, Type: arrow.PrimitiveTypes.Uint64})
 	return arrow.NewSchema(fields, nil), nil
 }
 

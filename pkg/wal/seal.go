@@ -8,11 +8,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/table"
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 // Seal turns the memtable, up to the last entry written when it starts, into a new
-// generation: it deduplicates the rows (table.NewestPerID), writes the generation
+// generation: it deduplicates the rows (rowkey.NewestPerID), writes the generation
 // file under a fresh name, then writes the next manifest version as a relative edit
 // of the latest one (generation appended, current_generation advanced,
 // replay_after_wal_entry_position moved to that entry, max_seq raised), and only
@@ -77,7 +77,7 @@ func (w *Writer) Seal(ctx context.Context) (*Generation, error) {
 		return nil, nil
 	}
 
-	kept, err := table.NewestPerID(ctx, recs)
+	kept, err := rowkey.NewestPerID(ctx, recs)
 	if err != nil {
 		return nil, fmt.Errorf("%s: seal: %w", w.sh, err)
 	}

@@ -1,4 +1,4 @@
-package table
+package rowkey
 
 import (
 	"context"
@@ -23,15 +23,9 @@ func NewestPerID(ctx context.Context, recs []arrow.RecordBatch) ([]arrow.RecordB
 	win := map[string]pos{}
 	cols := make([][2]arrow.Array, len(recs))
 	for ri, rec := range recs {
-		s := rec.Schema()
-		ic, sc := s.FieldIndices(IDColumn), s.FieldIndices(SeqColumn)
-		if len(ic) != 1 || len(sc) != 1 {
-			return nil, fmt.Errorf("deduplicate: batch %d lacks %q or %q", ri, IDColumn, SeqColumn)
-		}
-		ids, ok1 := rec.Column(ic[0]).(*array.String)
-		seqs, ok2 := rec.Column(sc[0]).(*array.Uint64)
-		if !ok1 || !ok2 {
-			return nil, fmt.Errorf("deduplicate: batch %d: %q must be utf8 and %q uint64", ri, IDColumn, SeqColumn)
+		ids, seqs, err := Columns(rec)
+		if err != nil {
+			return nil, fmt.Errorf("deduplicate: batch %d: %w", ri, err)
 		}
 		cols[ri] = [2]arrow.Array{ids, seqs}
 		for i := 0; i < ids.Len(); i++ {
