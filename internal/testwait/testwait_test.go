@@ -1,0 +1,76 @@
+package testwait
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// recorder is a testing.TB whose Fatalf records the message and ends the
+// goroutine, as the testing package's does.
+type recorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// run calls f with a recorder on a goroutine of its own (Fatalf ends it) and
+// returns the recorded failure, "" when there was none.
+func run(f func(tb testing.TB)) string {
+	r := &recorder{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(r)
+	}()
+	<-done
+	return r.msg
+}
+
+func TestForReturnsOnceTheConditionHolds(t *testing.T) {
+	var n atomic.Int32
+	msg := run(func(tb testing.TB) {
+		For(tb, 10*time.Second, "the third check", func() (bool, string) {
+			return n.Add(1) == 3, "not yet"
+		})
+	})
+	if msg != "" {
+		t.Fatalf("failed: %s", msg)
+	}
+	if got := n.Load(); got != 3 {
+		t.Fatalf("checked %d times, want 3", got)
+	}
+}
+
+// A condition that never holds fails the test (it does not hang it), naming what
+// was awaited and the last reason.
+func TestForFailsAfterTheTimeoutWithTheLastReason(t *testing.T) {
+	var n atomic.Int32
+	msg := run(func(tb testing.TB) {
+		For(tb, 20*time.Millisecond, "the impossible", func() (bool, string) {
+			return false, fmt.Sprintf("check %d", n.Add(1))
+		})
+	})
+	want := fmt.Sprintf("waiting for the impossible: check %d", n.Load())
+	if !strings.Contains(msg, want) {
+		t.Fatalf("failure %q, want it to contain %q", msg, want)
+	}
+}
+
+func TestUntilFailsWithoutAReason(t *testing.T) {
+	msg := run(func(tb testing.TB) {
+		Until(tb, time.Millisecond, "nothing", func() bool { return false })
+	})
+	if !strings.HasSuffix(msg, "waiting for nothing") {
+		t.Fatalf("failure %q, want it to end with %q", msg, "waiting for nothing")
+	}
+}
