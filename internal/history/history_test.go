@@ -1,6 +1,8 @@
 package history
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -233,4 +235,113 @@ func TestRecorderTakesOperationsFromConcurrentClients(t *testing.T) {
 	if n := Reads(ops); n != 800 {
 		t.Fatalf("%d reads, want 800", n)
 	}
+}
+
+// simulate runs clients against a simulated cluster that keeps the model's
+// promises: per-worker snapshots refreshed when older than ttl or when a read
+// carries a token, writes sealed at once (flush), later (unflushed) or maybe never
+// (unknown outcome), _seq from one perfect clock. Each operation takes effect at
+// its call.
+// With stale true, one read in 20 uses a snapshot half a second older than its
+// worker's: a worker going back.
+func simulate(seed uint64, clients, ops int, ttl time.Duration, stale bool) []Op {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	type visible struct {
+		value string
+		seq   uint64
+		at    time.Time
+	}
+	store := map[string][]visible{}
+	snapshot := map[string]time.Time{}
+	next := make([]time.Time, clients)
+	tokens := make([]uint64, clients)
+	for i := range next {
+		next[i] = at(rng.IntN(10))
+	}
+	var out []Op
+	var seq uint64
+	valueAt := func(id string, when time.Time) string {
+		var best visible
+		for _, v := range store[id] {
+			if !v.at.After(when) && v.seq > best.seq {
+				best = v
+			}
+		}
+		return best.value
+	}
+	for n := 0; n < ops; n++ {
+		c := 0
+		for i := range next {
+			if next[i].Before(next[c]) {
+				c = i
+			}
+		}
+		call := next[c]
+		ret := call.Add(time.Duration(1+rng.IntN(20)) * time.Millisecond)
+		next[c] = ret.Add(time.Duration(rng.IntN(10)) * time.Millisecond)
+		worker := fmt.Sprintf("w%d", rng.IntN(3))
+		id := fmt.Sprintf("k%d", rng.IntN(8))
+		op := Op{Client: c, Worker: worker, After: tokens[c], Call: call, Return: ret, Outcome: OK}
+		switch p := rng.IntN(10); {
+		case p < 5:
+			seq++
+			op.Kind, op.Rows, op.Flush = Add, []Row{{id, fmt.Sprintf("v%d", n)}}, rng.IntN(4) > 0
+			v := visible{value: op.Rows[0].Value, seq: seq, at: call}
+			if !op.Flush {
+				v.at = call.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
+			}
+			if rng.IntN(10) == 0 {
+				op.Outcome, op.Return = Unknown, ret.Add(time.Second)
+				if rng.IntN(2) == 0 {
+					v.at = call.Add(time.Hour) // never
+				}
+			} else {
+				op.Seq = seq
+				tokens[c] = seq
+			}
+			store[id] = append(store[id], v)
+		default:
+			if op.After != 0 || call.Sub(snapshot[worker]) > ttl {
+				snapshot[worker] = call
+			}
+			view := snapshot[worker]
+			if stale && rng.IntN(20) == 0 {
+				view = view.Add(-500 * time.Millisecond)
+			}
+			if p < 8 {
+				op.Kind, op.Rows = Get, []Row{{id, valueAt(id, view)}}
+			} else {
+				op.Kind = List
+				for _, k := range sortedKeys(store) {
+					if v := valueAt(k, view); v != "" {
+						op.Rows = append(op.Rows, Row{k, v})
+					}
+				}
+			}
+		}
+		out = append(out, op)
+	}
+	return out
+}
+
+// A simulated cluster that keeps every promise, with unflushed writes and writes
+// of unknown outcome, passes.
+func TestSimulatedClusterKeepingThePromisesPasses(t *testing.T) {
+	for seed := range uint64(3) {
+		ops := simulate(seed, 4, 2000, 50*time.Millisecond, false)
+		started := time.Now()
+		direct := Direct(ops)
+		lin := Linearizable(ops, Config{Staleness: 80 * time.Millisecond, Timeout: time.Minute, VisualizeDir: t.TempDir()})
+		t.Logf("seed %d: %d ops, %d reads checked in %v", seed, len(ops), Reads(ops), time.Since(started).Round(time.Millisecond))
+		wantNone(t, direct, lin)
+	}
+}
+
+func TestSimulatedWorkerGoingBackIsCaught(t *testing.T) {
+	ops := simulate(7, 4, 2000, 50*time.Millisecond, true)
+	direct := Direct(ops)
+	lin := Linearizable(ops, Config{Staleness: 80 * time.Millisecond, Timeout: time.Minute, VisualizeDir: t.TempDir()})
+	wantRule(t, direct, RuleWentBack)
+	wantRule(t, direct, RuleToken)
+	wantRule(t, lin.Violations, RuleLinearizable)
 }
