@@ -2,7 +2,7 @@
 // condition with a deadline instead of sleeping for a fixed time or spinning
 // without one.
 //
-// Invariants: a condition that holds is seen within one Interval of holding; a
+// Invariants: a condition that holds is seen within MaxInterval of holding; a
 // condition that never holds fails the test after its timeout, naming what was
 // awaited and the last reason the condition gave, instead of hanging until the
 // test binary's timeout. The timeout is a liveness bound, never a timing
@@ -14,15 +14,22 @@ import (
 	"time"
 )
 
-// Interval is the time between two checks of a condition.
-const Interval = 5 * time.Millisecond
+// The time between two checks of a condition starts at MinInterval (a test that
+// must act while a 50 ms request is in flight sees its cue in time) and doubles
+// up to MaxInterval (a slow condition, an etcd read, is not run in a hot loop).
+const (
+	MinInterval = time.Millisecond
+	MaxInterval = 10 * time.Millisecond
+)
 
-// For checks cond at once and then every Interval until it reports true. If it
-// has not after timeout, For fails t with what and cond's last reason. Call it
-// from the goroutine running the test (it calls t.Fatalf).
+// For checks cond at once and then again, MinInterval apart at first and
+// MaxInterval at most, until it reports true. If it has not after timeout, For
+// fails t with what and cond's last reason. Call it from the goroutine running
+// the test (it calls t.Fatalf).
 func For(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	interval := MinInterval
 	for {
 		ok, reason := cond()
 		if ok {
@@ -34,7 +41,8 @@ func For(t testing.TB, timeout time.Duration, what string, cond func() (bool, st
 			}
 			t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, reason)
 		}
-		time.Sleep(Interval)
+		time.Sleep(interval)
+		interval = min(2*interval, MaxInterval)
 	}
 }
 
