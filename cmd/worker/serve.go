@@ -1,17 +1,14 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/chaos"
@@ -188,22 +185,6 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		BudgetBytes:    f.mergeBudget,
 		Logger:         log,
 	})
-	srv, err := worker.NewServer(worker.Config{
-		InstanceID:      instanceID,
-		Logger:          log,
-		Metrics:         reg,
-		Series:          series,
-		ShutdownTimeout: f.shutdown,
-		Stores:          stores,
-		Merger:          merger,
-		MaxBodyBytes:    f.maxBodyBytes,
-		Auth:            authn.Guard,
-		AuthDataRoutes:  f.authDataRoutes,
-		TLS:             authn.TLS,
-	})
-	if err != nil {
-		return err
-	}
 	sweeper := worker.NewSweeper(worker.SweeperConfig{
 		Stores:                stores,
 		Merger:                merger,
@@ -249,6 +230,23 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	srv, err := worker.NewServer(worker.Config{
+		InstanceID:      instanceID,
+		Logger:          log,
+		Metrics:         reg,
+		Series:          series,
+		ShutdownTimeout: f.shutdown,
+		Stores:          stores,
+		Merger:          merger,
+		MaxBodyBytes:    f.maxBodyBytes,
+		Auth:            authn.Guard,
+		AuthDataRoutes:  f.authDataRoutes,
+		TLS:             authn.TLS,
+		Service:         svc, // one record of fencing tokens for HTTP and gRPC merges
+	})
+	if err != nil {
+		return err
+	}
 	gs, err := worker.NewGRPCServer(worker.GRPCConfig{Service: svc, Logger: log, Auth: authn.Guard, TLS: authn.TLS})
 	if err != nil {
 		return err
@@ -273,55 +271,13 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	log.Info("worker starting", "instance_id", instanceID, "data_url", bucket.String(), "version", cli.Version(),
 		"grpc_addr", advGRPC, "http_addr", advHTTP)
 
-	sweepCtx, stopSweeps := context.WithCancel(context.WithoutCancel(ctx))
-	var sweeps sync.WaitGroup
-	sweeps.Add(1)
-	go func() { defer sweeps.Done(); sweeper.Run(sweepCtx) }()
-
-	// Shutdown order: deregister first (the master stops calling this worker), then
-	// stop both servers gracefully (in-flight merges and requests finish), then the
-	// sweepers, then seal. A server that fails starts the same shutdown.
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	registered := make(chan struct{})
-	if registration != nil {
-		go func() { defer close(registered); _ = registration.Run(runCtx) }()
-	} else {
-		close(registered)
+	proc := &worker.Process{
+		HTTP: srv, HTTPListener: ln, GRPC: gs, GRPCListener: gln, Service: svc,
+		Sweeper: sweeper, Registration: registration, Stores: stores,
+		ShutdownTimeout: f.shutdown, Logger: log,
 	}
-	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServing()
-	go func() {
-		<-runCtx.Done()
-		<-registered // lease revoked (or given up on)
-		stopServing()
-	}()
-	var servers errgroup.Group
-	servers.Go(func() error {
-		err := srv.Serve(serveCtx, ln) // returns after in-flight requests finished
-		stopRun()
+	if err := proc.Run(ctx); err != nil {
 		return err
-	})
-	servers.Go(func() error {
-		err := worker.ServeGRPC(serveCtx, gs, gln, worker.GRPCServeOptions{
-			ShutdownTimeout: f.shutdown, Health: svc.Health(), Logger: log,
-		})
-		stopRun()
-		return err
-	})
-	serveErr := servers.Wait()
-	<-registered
-	stopSweeps()
-	sweeps.Wait()
-	// Everything accepted is durable in WAL entries already; sealing on the way out
-	// makes it visible to every worker without waiting for this one to come back.
-	sealCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdown)
-	defer cancel()
-	if err := stores.Close(sealCtx); err != nil {
-		log.Warn("sealing stores at shutdown", "err", err)
-	}
-	if serveErr != nil {
-		return serveErr
 	}
 	log.Info("worker stopped", "instance_id", instanceID)
 	return nil

@@ -1,6 +1,7 @@
 // Package worker is the worker process's server: the HTTP data API (/api/v1/...), the
 // Prometheus endpoint, the internal gRPC WorkerService the master calls (grpc.go,
-// grpc_server.go), the shard WAL sweepers and the etcd registration (register.go).
+// grpc_server.go), the shard WAL sweepers and the etcd registration (register.go),
+// and Process (worker.go), which runs them and stops them in order.
 //
 // Invariants:
 //
@@ -13,7 +14,11 @@
 //     finished or the shutdown timeout has passed; it leaves no goroutine behind.
 //     ServeGRPC does the same for gRPC calls.
 //   - A merge request carrying a fencing token older than the newest this worker has
-//     seen for its target is refused before it touches the store.
+//     seen for its target is refused before it touches the store; HTTP and gRPC
+//     merges go through one WorkerService, so they share that record.
+//   - A stopping worker deregisters before its servers stop, and seals every open
+//     store after they did (Process.Run): nothing it acknowledged waits for it to
+//     come back.
 //   - A worker is listed under P/workers/<instance> in etcd only while it runs: the
 //     record lives under a lease kept alive by the worker, is put back if the lease
 //     is lost, and is deleted (lease revoked) when the worker stops.
