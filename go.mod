@@ -17,6 +17,7 @@ require (
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
+	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
 	gocloud.dev v0.47.0
 	golang.org/x/sync v0.24.0

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/wal"
@@ -57,14 +59,10 @@ func TestCanceledAppendDoesNotCorruptItsBatch(t *testing.T) {
 	// While "blocker" is being written, "patient" and "impatient" queue up; they
 	// share the next entry.
 	wg.Go(func() { mustAppend(t, w, "blocker") })
-	for f.InFlight() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "the blocker's write to be in flight", func() bool { return f.InFlight() > 0 })
 	var patientErr error
 	wg.Go(func() { patientErr = appendIDs(context.Background(), w, "patient") })
-	for w.Stats().QueuedBytes == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "the patient append to queue", func() bool { return w.Stats().QueuedBytes > 0 })
 	short, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	if err := appendIDs(short, w, "impatient"); !errors.Is(err, context.DeadlineExceeded) {
@@ -95,13 +93,9 @@ func TestAppendWaitsWhileTheQueueIsFull(t *testing.T) {
 	f.SetLatency(100*time.Millisecond, 0)
 	var wg sync.WaitGroup
 	wg.Go(func() { mustAppend(t, w, "in-flight") })
-	for f.InFlight() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "the first write to be in flight", func() bool { return f.InFlight() > 0 })
 	wg.Go(func() { mustAppend(t, w, "queued") })
-	for w.Stats().QueuedBytes == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "the second append to queue", func() bool { return w.Stats().QueuedBytes > 0 })
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if err := appendIDs(short, w, "refused"); !errors.Is(err, context.DeadlineExceeded) {
@@ -124,7 +118,7 @@ func TestCloseFlushesAndStopsTheCommitter(t *testing.T) {
 	raw := objstoretest.Mem(t)
 	f := objstore.NewFaults(nil)
 	b := objstore.WithFaults(raw, f)
-	goroutines := runtime.NumGoroutine()
+	running := goleak.IgnoreCurrent()
 	w, err := wal.OpenWriter(ctx, b, testDir, testShard, inputSchema, wal.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -149,9 +143,9 @@ func TestCloseFlushesAndStopsTheCommitter(t *testing.T) {
 			}
 		})
 	}
-	for w.Stats().QueuedBytes == 0 && f.InFlight() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "an append to queue or be written", func() bool {
+		return w.Stats().QueuedBytes > 0 || f.InFlight() > 0
+	})
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -173,12 +167,10 @@ func TestCloseFlushesAndStopsTheCommitter(t *testing.T) {
 	checkExactlyOnce(t, sealedRows(t, raw, testShard), acked)
 	t.Logf("%d of 16 appends acknowledged around Close", len(acked))
 
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > goroutines {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines after Close, %d before Open:\n%s", n, goroutines, buf[:runtime.Stack(buf, true)])
-	}
+	testwait.For(t, 10*time.Second, "the goroutines started since Open to end", func() (bool, string) {
+		if err := goleak.Find(running); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
 }

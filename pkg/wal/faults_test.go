@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/wal"
@@ -164,9 +165,7 @@ func TestFailedBatchFailsEveryAppenderInIt(t *testing.T) {
 	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPutIfAbsent}, KeyContains: fmt.Sprintf("/%020d.arrow", 3), Times: 1})
 	first := make(chan error, 1)
 	go func() { first <- appendIDs(ctx, w, "first") }()
-	for f.InFlight() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "the first write to be in flight", func() bool { return f.InFlight() > 0 })
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex

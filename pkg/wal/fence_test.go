@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/wal"
@@ -104,9 +105,7 @@ func TestTakeoverDuringConcurrentAppends(t *testing.T) {
 				}
 			})
 		}
-		for started.Load() < 100 {
-			runtime.Gosched()
-		}
+		testwait.Until(t, 30*time.Second, "100 appends of the stale writer to start", func() bool { return started.Load() >= 100 })
 		bw := openWriter(t, b, testShard)
 		wg.Wait()
 		mustAppend(t, bw, "b1")
