@@ -42,7 +42,7 @@ func TestChaosHistoryOfRandomTrafficUnderEveryFaultIsConsistent(t *testing.T) {
 	out := hc.run(phases)
 	cc.add("operations recorded", out.summary)
 	cc.add("reads checked (a get, or one id of a list)", out.reads)
-	cc.addf("faults injected", "%v", out.injected)
+	cc.add("faults injected", out.faults())
 	cc.add("porcupine ids undecided (search timed out)", out.undecided)
 	cc.add("violations", len(out.violations))
 	if out.dir != "" {

@@ -342,8 +342,8 @@ func (hc *historyCampaign) check() historyOutcome {
 		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
 	}
 	out.summary = fmt.Sprintf("%d (%s)", len(ops), strings.Join(parts, ", "))
-	t.Logf("history: %s; %d reads checked over %d ids in %v; %d violations; faults %v",
-		out.summary, out.reads, lin.IDs, time.Since(started).Round(time.Millisecond), len(out.violations), hc.injected)
+	t.Logf("history: %s; %d reads checked over %d ids in %v; %d violations; faults injected: %s",
+		out.summary, out.reads, lin.IDs, time.Since(started).Round(time.Millisecond), len(out.violations), out.faults())
 	if len(out.violations) == 0 {
 		_ = os.RemoveAll(dir)
 		out.dir = ""
@@ -354,6 +354,15 @@ func (hc *historyCampaign) check() historyOutcome {
 		t.Errorf("keep the history: %v", err)
 	}
 	return out
+}
+
+// faults says how many times each fault kind was injected.
+func (o historyOutcome) faults() string {
+	var parts []string
+	for _, k := range sortedIDs(o.injected) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, o.injected[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // assert fails the test on any violation, and when the campaign measured nothing.
@@ -377,6 +386,6 @@ func (o historyOutcome) assert(t *testing.T) {
 		total += n
 	}
 	if o.acked == 0 || o.reads == 0 || total == 0 {
-		t.Errorf("the campaign checked nothing: %d adds acknowledged, %d reads, faults injected %v", o.acked, o.reads, o.injected)
+		t.Errorf("the campaign checked nothing: %d adds acknowledged, %d reads, faults injected: %s", o.acked, o.reads, o.faults())
 	}
 }
