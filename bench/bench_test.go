@@ -49,22 +49,30 @@ func TestStormShapesDrainWithoutLoss(t *testing.T) {
 
 func quickLock() LockConfig {
 	return LockConfig{Rounds: 2, Generations: 3, RowsPerGeneration: 20, Row: SmallRow,
-		Latency: time.Millisecond, Adders: 2, Getters: 2, Pause: time.Millisecond}
+		Latency: time.Millisecond, Adders: 2, Getters: 4, Pause: time.Millisecond}
 }
 
 // Both lock shapes keep every acknowledged add and answer every get of a sealed
-// row while merges run.
+// row while merges run, with one merging worker and with two whose commits race
+// (every round one of the two loses and rebases over the other's version).
 func TestLockShapesLoseNothing(t *testing.T) {
 	env := testEnv(t)
-	for _, shape := range []LockShape{OldShapeLockAcrossRead, NewShapePrepareCommit} {
-		res, err := RunLock(context.Background(), env, quickLock(), shape)
-		if err != nil {
-			t.Fatalf("%s: %v", shape, err)
+	for _, mergers := range []int{1, 2} {
+		cfg := quickLock()
+		cfg.Mergers = mergers
+		for _, shape := range []LockShape{OldShapeLockAcrossRead, NewShapePrepareCommit} {
+			res, err := RunLock(context.Background(), env, cfg, shape)
+			if err != nil {
+				t.Fatalf("%d mergers, %s: %v", mergers, shape, err)
+			}
+			lost := (mergers - 1) * cfg.Rounds
+			if res.Rows < int64(mergers*2*3*20) || res.Commits.N != mergers*cfg.Rounds || res.Conflicted != lost ||
+				res.Gets.Idle.N+res.Gets.Merge.N == 0 || res.PendingGets.Idle.N+res.PendingGets.Merge.N == 0 ||
+				res.RebasedOver != lost || (res.LongestHold > 0) != (shape == OldShapeLockAcrossRead) {
+				t.Fatalf("%d mergers, %s: %+v", mergers, shape, res)
+			}
+			t.Logf("%+v", res)
 		}
-		if res.Rows < 2*3*20 || res.LongestHold <= 0 {
-			t.Fatalf("%s: %+v", shape, res)
-		}
-		t.Logf("%+v", res)
 	}
 }
 
@@ -154,6 +162,46 @@ func TestWriteSectionReplacesItsOwnSection(t *testing.T) {
 	}
 }
 
+// UpdateSections replaces the subsections of the scenarios a report holds and
+// keeps the section's header, the other scenarios' subsections and later sections.
+func TestUpdateSectionsReplacesOnlyItsScenarios(t *testing.T) {
+	path := t.TempDir() + "/BENCHMARKS.md"
+	head := "# Benchmarks\n\n" + SectionHeading + " (`bench/`), 2026-11-29\n\nCommand: `make bench`.\n\n"
+	storm := "### 1. Commit storm\n\nold storm\n\n"
+	fanout := "### 3. Read fan-out\n\nold fan-out\n"
+	later := "\n## Later\n\nkept\n"
+	for _, c := range []struct{ doc, wantBefore, wantAfter string }{
+		{head + storm + "### 2. Lock held across the read\n\nold lock\n\n" + fanout + later, head + storm, "\n" + fanout + later},
+		{head + storm + "### 2. Lock held across the read\n\nold lock\n" + later, head + storm, later},
+		{head + storm + "### 2. Lock held across the read\n\nold lock\n", head + storm, ""},
+	} {
+		if err := os.WriteFile(path, []byte(c.doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := &Report{Date: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), Command: "tidemark-bench run --only lock", Seed: 1,
+			LockConfig: DefaultLockConfig(), Lock: []LockResult{{Shape: OldShapeLockAcrossRead, Mergers: 1}}}
+		if err := r.UpdateSections(path); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(path)
+		doc := string(got)
+		lock := r.scenarioSections()[0]
+		heading, _, _ := strings.Cut(lock, "\n")
+		i := strings.Index(doc, heading+"\n\nRerun alone on 2026-12-01, after the run above: `tidemark-bench run --only lock`.")
+		if i < 0 || doc[:i] != c.wantBefore || !strings.HasSuffix(doc, " |\n"+c.wantAfter) || strings.Contains(doc, "old lock") ||
+			!strings.Contains(doc, "| 1 | old: exclusive lock across the read | gets of merged rows |") {
+			t.Fatalf("got:\n%s", doc)
+		}
+	}
+	if err := os.WriteFile(path, []byte(head+storm), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &Report{Lock: []LockResult{{Shape: OldShapeLockAcrossRead, Mergers: 1}}}
+	if err := r.UpdateSections(path); err == nil {
+		t.Fatal("a missing subsection was not reported")
+	}
+}
+
 // The report renders every section from results, with ratios.
 func TestReportMarkdown(t *testing.T) {
 	r := &Report{Date: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), Command: "make bench", Machine: ThisMachine(), Seed: 1,
@@ -162,8 +210,12 @@ func TestReportMarkdown(t *testing.T) {
 			Elapsed: time.Minute, Requests: 5000, PutIfAbsent: 170, FirstError: "too many concurrent writers"},
 			{Shape: NewShapeSerialFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 2 * time.Minute, Requests: 4000, PutIfAbsent: 40}},
 		LockConfig: DefaultLockConfig(),
-		Lock: []LockResult{{Shape: OldShapeLockAcrossRead, Adds: Quantiles{N: 3, P50: time.Second, P99: 2 * time.Second, Max: 3 * time.Second}, LongestHold: time.Second},
-			{Shape: NewShapePrepareCommit, Adds: Quantiles{N: 3, P50: time.Millisecond, P99: time.Millisecond, Max: time.Millisecond}, LongestHold: 100 * time.Millisecond}},
+		Lock: []LockResult{
+			{Shape: OldShapeLockAcrossRead, Mergers: 1, Gets: LockCalls{Held: Quantiles{N: 3, P50: time.Second, P99: 2 * time.Second, Max: 3 * time.Second}},
+				Commits: Quantiles{N: 5, P50: 60 * time.Millisecond, P99: 70 * time.Millisecond, Max: 70 * time.Millisecond}, LongestHold: time.Second},
+			{Shape: NewShapePrepareCommit, Mergers: 1, Gets: LockCalls{Held: Quantiles{N: 3, P50: time.Millisecond, P99: time.Millisecond, Max: time.Millisecond}}},
+			{Shape: OldShapeLockAcrossRead, Mergers: 2, Conflicted: 5, RebasedOver: 5, LongestHold: 2 * time.Second},
+			{Shape: NewShapePrepareCommit, Mergers: 2, Conflicted: 5, RebasedOver: 5}},
 		FanoutCfg:  DefaultFanoutConfig(),
 		Fanout:     []FanoutPoint{{Pending: 200, Cached: time.Second, MergedCached: time.Second, Uncached: 2 * time.Second, MergedUncached: time.Second}},
 		ThroughCfg: DefaultThroughputConfig(),
@@ -177,7 +229,8 @@ func TestReportMarkdown(t *testing.T) {
 	}
 	md := r.Markdown()
 	for _, want := range []string{SectionHeading, "### 1. Commit storm", "| new / old | | | | | 2.00x | | 0.80x | 0.24x |",
-		"### 2. Lock", "| old / new | p50 1000x, p99 2000x, max 3000x |", "### 3. Read fan-out", "| 200 | 1.00 s / 1.00 s | 1.00x | 0 / 0 | 2.00 s / 1.00 s | 2.00x |",
+		"### 2. Lock", "| 1 | old / new | gets of merged rows | p50 1000x, p99 2000x, max 3000x | - | - |",
+		"| 1 | old: exclusive lock across the read | 0 | 60 ms / 70 ms / 70 ms (5) | 0 | 0 | 1.00 s |", "| 2 | new: prepare/commit split | 0 | none | 5 | 5 | none (no lock) |", "### 3. Read fan-out", "| 200 | 1.00 s / 1.00 s | 1.00x | 0 / 0 | 2.00 s / 1.00 s | 2.00x |",
 		"### 4. Throughput", "| 10,000 |", "### Memory", "| 0.50 | -1.00 GiB | 2.0 |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

@@ -11,9 +11,11 @@
 //     own shard at once) against NewShapeSerialFanOut (one merge_wal task in etcd,
 //     the master's Scheduler and FanOut calling the workers' gRPC WorkerService one
 //     after another).
-//   - RunLock, the lock held across the read: adds and gets while a merge runs.
-//     OldShapeLockAcrossRead (the exclusive lock from the first read to the
-//     commit) against NewShapePrepareCommit (merge.Merger).
+//   - RunLock, the lock held across the read: adds and gets while one worker
+//     merges, and while two merge at once and their commits conflict.
+//     OldShapeLockAcrossRead (the exclusive lock from the first read to the end of
+//     the commit) against NewShapePrepareCommit (merge.Merger's pass with
+//     Store.Commit, which holds no lock readers take).
 //   - RunFanout, the read fan-out: a list over 0..1000 pending generations and
 //     after their merge, with and without the generation cache.
 //   - RunThroughput: durable adds per worker next to raw object writes, merge rate,

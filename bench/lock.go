@@ -9,8 +9,10 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/table"
 	"github.com/tidemark-io/tidemark/pkg/wal"
@@ -21,56 +23,88 @@ type LockShape string
 
 const (
 	// OldShapeLockAcrossRead is the reference system's count-triggered merge, which
-	// exists only in this package: it holds the store's exclusive lock while it
-	// reads the shard manifest and the generations, stages the fragment and commits;
-	// and, as in the reference system, every add and get takes the store's shared
-	// lock for its whole duration. Production's store.Store cannot be driven this
-	// way (its exclusive lock is taken only inside Store.Commit, around the manifest
-	// write), so the old lock discipline is a sync.RWMutex of the scenario that
-	// every add, get and merge of this shape goes through.
+	// exists only in this package: it holds its worker's exclusive store lock while
+	// it reads the shard manifest and the generations, stages the fragment and
+	// commits (rebases and retries included); and every add and get on that worker
+	// takes the shared lock for its whole duration. Production's store.Store has no
+	// such lock, so the old discipline is a sync.RWMutex per worker of the scenario
+	// that every add, get and merge of this shape goes through.
 	OldShapeLockAcrossRead LockShape = "old: exclusive lock across the read"
-	// NewShapePrepareCommit is merge.Merger: prepare (read, dedupe, stage) under no
-	// lock, only Store.Commit under the exclusive lock; adds and gets go straight to
-	// the store.
+	// NewShapePrepareCommit is Tidemark's merge: prepare (read, dedupe, stage) and
+	// Store.Commit (manifest write, rebase, retries) under no lock that readers take;
+	// adds and gets go straight to the store.
 	NewShapePrepareCommit LockShape = "new: prepare/commit split"
 )
 
 // LockConfig sizes the lock-across-read scenario.
 type LockConfig struct {
-	// Each of Rounds seals Generations generations of RowsPerGeneration rows and
-	// merges them (one pass at the default caps) while the clients run.
+	// Each of Rounds seals Generations generations of RowsPerGeneration rows on
+	// every merging worker and merges them (one pass at the default caps) while the
+	// clients run.
 	Rounds, Generations, RowsPerGeneration int
 	Row                                    RowShape
 	// Latency (+ up to Jitter) is added to every object-store request.
 	Latency, Jitter time.Duration
-	// Adders and Getters are clients that each add one row (or get one sealed row
-	// by id) and pause for Pause, in a loop.
+	// Adders and Getters are clients that each add one row (or get by id one row
+	// their worker sealed) and pause for Pause, in a loop. They are spread over the
+	// workers. Every other getter of a worker gets rows merged in an earlier round
+	// (a read of the base table: one ranged request for the row group), the others
+	// rows sealed this round (pending until the round's merge: read from memory),
+	// so neither kind's latency depends on the mix the random choices drew.
 	Adders, Getters int
 	Pause           time.Duration
+	// Mergers is the number of workers, each with its own shard and store handle,
+	// whose merges start at the same moment every round (0 means 1). With 2 both
+	// prepare against the same base version, so one commit always loses the race
+	// for the next version and rebases.
+	Mergers int
 }
 
 // DefaultLockConfig is one store with 8 pending generations on a bucket with 50 ms
-// per request, and 4 adders and 4 getters.
+// per request, one merging worker, and 4 adders and 4 getters.
 func DefaultLockConfig() LockConfig {
 	return LockConfig{Rounds: 5, Generations: 8, RowsPerGeneration: 500, Row: RealisticRow,
-		Latency: 50 * time.Millisecond, Jitter: 10 * time.Millisecond, Adders: 4, Getters: 4, Pause: 5 * time.Millisecond}
+		Latency: 50 * time.Millisecond, Jitter: 10 * time.Millisecond, Adders: 4, Getters: 4, Pause: 5 * time.Millisecond,
+		Mergers: 1}
+}
+
+// LockCalls are the latencies of one kind of client call, by what was running when
+// the call started. By start, not by overlap: the longer a call, the likelier it
+// overlaps any window, so overlap would file every slow call (one waiting for a
+// snapshot refresh, say) under the busier column.
+type LockCalls struct {
+	// Held: calls started while their own worker's merge held the store: new
+	// shape, during Store.Commit; old shape, from the moment the merge asked for
+	// the exclusive lock (new readers queue behind it from then on) to its release
+	// after the commit. Only the commit part of the old hold would hold no calls:
+	// by then every client is already waiting.
+	Held Quantiles
+	// Merge: calls started while some merge ran, outside such a window.
+	Merge Quantiles
+	// Idle: calls started while no merge ran.
+	Idle Quantiles
 }
 
 // LockResult is one shape's outcome.
 type LockResult struct {
-	Shape LockShape
-	// Adds and Gets are the latencies of the operations that overlapped a merge;
-	// IdleAdds and IdleGets of those that did not (the same store and clients in
-	// the same run: what the calls cost without a merge).
-	Adds, Gets         Quantiles
-	IdleAdds, IdleGets Quantiles
-	// LongestHold is the longest time the exclusive lock was held: measured around
-	// the lock for the old shape; for the new shape, whose lock is inside
-	// Store.Commit, it is the longest wait of a probe that takes the store's shared
-	// lock every 0.2 ms (it waits exactly while a commit holds or awaits the lock).
+	Shape   LockShape
+	Mergers int
+	// Adds, Gets (rows merged in an earlier round) and PendingGets (rows sealed
+	// this round) are the clients' latencies.
+	Adds, Gets, PendingGets LockCalls
+	// Commits are the durations of the commits (old: Txn.Commit inside the lock;
+	// new: Store.Commit), rebases, backoff and retries included.
+	Commits Quantiles
+	// Conflicted counts commits that lost the race for their first version;
+	// RebasedOver sums the base versions other workers committed between a commit's
+	// prepare and its success. Here, where the only other writer commits once a
+	// round and the bucket refuses nothing, each such version is one lost attempt
+	// followed by one rebase: pkg/table reports no attempt count for a commit that
+	// succeeds.
+	Conflicted, RebasedOver int
+	// LongestHold is the longest time the old shape's exclusive lock was held. The
+	// new shape has no lock readers take: 0.
 	LongestHold time.Duration
-	// ProbeMax is that probe's longest wait, for both shapes.
-	ProbeMax time.Duration
 	// Merge is the mean merge duration.
 	Merge time.Duration
 	// Rows is the number of rows in the base table after the check (every
@@ -83,11 +117,47 @@ const lockStore = "locks"
 // span is an operation's or a merge's time interval.
 type span struct{ start, end time.Time }
 
-func (s span) overlaps(o span) bool { return s.start.Before(o.end) && o.start.Before(s.end) }
+func (s span) contains(t time.Time) bool { return !t.Before(s.start) && t.Before(s.end) }
+
+func startedIn(c span, ws []span) bool {
+	for _, w := range ws {
+		if w.contains(c.start) {
+			return true
+		}
+	}
+	return false
+}
+
+// lockWorker is one worker of the scenario. Its slices are guarded by the run's
+// mutex.
+type lockWorker struct {
+	*benchWorker
+	s   *store.Store
+	gen *rowGen
+	// lock is the old shape's store lock; a process has its own, so two workers'
+	// merges block only their own clients.
+	lock        sync.RWMutex
+	visible     []string // ids this worker sealed, for its getters
+	merged      int      // visible[:merged] were merged in earlier rounds
+	pendingGets []span
+	adds, gets  []span
+	merges      []span
+	// held are the windows its merges held the store (see LockCalls.Held).
+	held []span
+}
+
+// passTimes is what one merge pass reports besides its error.
+type passTimes struct {
+	held        span          // old shape: from asking for the exclusive lock to its release
+	hold        time.Duration // old shape: how long the lock was held
+	commit      span
+	rebasedOver int
+}
 
 // RunLock runs the scenario in the given shape.
 func RunLock(ctx context.Context, env *Env, cfg LockConfig, shape LockShape) (LockResult, error) {
-	res := LockResult{Shape: shape}
+	n := max(cfg.Mergers, 1)
+	res := LockResult{Shape: shape, Mergers: n}
 	if shape != OldShapeLockAcrossRead && shape != NewShapePrepareCommit {
 		return res, fmt.Errorf("lock: unknown shape %q", shape)
 	}
@@ -95,39 +165,40 @@ func RunLock(ctx context.Context, env *Env, cfg LockConfig, shape LockShape) (Lo
 	if err != nil {
 		return res, err
 	}
-	wk := newWorker(faulty, "worker-00", store.Config{}, defaultMergeConfig())
-	defer wk.close()
-	e, err := wk.stores.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: lockStore})
+	workers := make([]*lockWorker, n)
+	for k := range workers {
+		wk := newWorker(faulty, fmt.Sprintf("worker-%02d", k), store.Config{}, defaultMergeConfig())
+		defer wk.close()
+		workers[k] = &lockWorker{benchWorker: wk, gen: newRowGen(env.Seed+3+uint64(k)*1000, cfg.Row)}
+	}
+	e, err := workers[0].stores.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: lockStore})
 	if err != nil {
 		return res, err
 	}
-	s, rel, err := wk.stores.Open(ctx, registry.KindRollout, lockStore)
-	if err != nil {
-		return res, err
+	for _, w := range workers {
+		s, rel, err := w.stores.Open(ctx, registry.KindRollout, lockStore)
+		if err != nil {
+			return res, err
+		}
+		defer rel()
+		w.s = s
 	}
-	defer rel()
 	f.SetLatency(cfg.Latency, cfg.Jitter)
 
-	// shared is what an add or get holds while it runs, probeLock what the probe
-	// takes.
-	var oldLock sync.RWMutex
-	shared := func() func() { return func() {} }
-	probeLock := s.SharedLock
+	// shared is what an add, get or seal on w holds while it runs.
+	shared := func(w *lockWorker) func() { return func() {} }
 	if shape == OldShapeLockAcrossRead {
-		shared = func() func() { oldLock.RLock(); return oldLock.RUnlock }
-		probeLock = shared
+		shared = func(w *lockWorker) func() { w.lock.RLock(); return w.lock.RUnlock }
 	}
 
 	var (
-		mu          sync.Mutex
-		want        = map[string]bool{}
-		maybe       = map[string]bool{} // adds that failed (the stream's last, cancelled ones)
-		visible     []string            // sealed ids, for gets
-		adds, gets  []span
-		probes      []span // probe waits over 1 ms
-		windows     []span
-		clientErr   error
-		holds, runs durations
+		mu         sync.Mutex
+		want       = map[string]bool{}
+		maybe      = map[string]bool{} // adds that failed (the stream's last, cancelled ones)
+		clientErr  error
+		holds      durations
+		runs       durations
+		commitTime durations
 	)
 	fail := func(err error) {
 		mu.Lock()
@@ -140,6 +211,7 @@ func RunLock(ctx context.Context, env *Env, cfg LockConfig, shape LockShape) (Lo
 	defer stopStream()
 	var wg sync.WaitGroup
 	for i := range cfg.Adders {
+		w := workers[i%n]
 		wg.Go(func() {
 			g := newRowGen(env.Seed+100+uint64(i), cfg.Row)
 			for streamCtx.Err() == nil {
@@ -149,8 +221,8 @@ func RunLock(ctx context.Context, env *Env, cfg LockConfig, shape LockShape) (Lo
 					return
 				}
 				t0 := time.Now()
-				unlock := shared()
-				err = s.Append(streamCtx, rec)
+				unlock := shared(w)
+				err = w.s.Append(streamCtx, rec)
 				unlock()
 				sp := span{t0, time.Now()}
 				rec.Release()
@@ -159,12 +231,12 @@ func RunLock(ctx context.Context, env *Env, cfg LockConfig, shape LockShape) (Lo
 					maybe[ids[0]] = true
 					mu.Unlock()
 					if streamCtx.Err() == nil {
-						fail(fmt.Errorf("add: %w", err))
+						fail(fmt.Errorf("add on %s: %w", w.id, err))
 					}
 					return
 				}
 				mu.Lock()
-				adds = append(adds, sp)
+				w.adds = append(w.adds, sp)
 				want[ids[0]] = true
 				mu.Unlock()
 				_ = sleepCtx(streamCtx, cfg.Pause)
@@ -172,13 +244,19 @@ func RunLock(ctx context.Context, env *Env, cfg LockConfig, shape LockShape) (Lo
 		})
 	}
 	for i := range cfg.Getters {
+		w := workers[i%n]
+		pending := (i/n)%2 == 0
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(env.Seed+200, uint64(i)))
 			for streamCtx.Err() == nil {
 				mu.Lock()
 				var id string
-				if len(visible) > 0 {
-					id = visible[rng.IntN(len(visible))]
+				lo, hi := 0, w.merged
+				if pending {
+					lo, hi = w.merged, len(w.visible)
+				}
+				if hi > lo {
+					id = w.visible[lo+rng.IntN(hi-lo)]
 				}
 				mu.Unlock()
 				if id == "" {
@@ -186,82 +264,117 @@ func RunLock(ctx context.Context, env *Env, cfg LockConfig, shape LockShape) (Lo
 					continue
 				}
 				t0 := time.Now()
-				unlock := shared()
-				rec, err := s.Get(streamCtx, id)
+				unlock := shared(w)
+				rec, err := w.s.Get(streamCtx, id)
 				unlock()
 				sp := span{t0, time.Now()}
 				if err != nil {
 					if streamCtx.Err() == nil {
-						fail(fmt.Errorf("get %s: %w", id, err))
+						fail(fmt.Errorf("get %s on %s: %w", id, w.id, err))
 					}
 					return
 				}
 				if err := checkRow(rec, id); err != nil {
-					fail(err)
+					fail(fmt.Errorf("on %s: %w", w.id, err))
 					return
 				}
 				mu.Lock()
-				gets = append(gets, sp)
+				if pending {
+					w.pendingGets = append(w.pendingGets, sp)
+				} else {
+					w.gets = append(w.gets, sp)
+				}
 				mu.Unlock()
 				_ = sleepCtx(streamCtx, cfg.Pause)
 			}
 		})
 	}
-	wg.Go(func() {
-		for streamCtx.Err() == nil {
-			t0 := time.Now()
-			probeLock()()
-			if sp := (span{t0, time.Now()}); sp.end.Sub(sp.start) > time.Millisecond {
-				mu.Lock()
-				probes = append(probes, sp)
-				mu.Unlock()
-			}
-			time.Sleep(200 * time.Microsecond)
-		}
-	})
 
-	gen := newRowGen(env.Seed+3, cfg.Row)
+	maxGenerations := defaultMergeConfig().MaxGenerations
 	for round := range cfg.Rounds {
-		for range cfg.Generations {
-			rec, ids, err := gen.batch(cfg.RowsPerGeneration)
-			if err != nil {
-				return res, err
-			}
-			unlock := shared()
-			err = s.Append(ctx, rec)
-			if err == nil {
-				_, err = s.Seal(ctx)
-			}
-			unlock()
-			rec.Release()
-			if err != nil {
-				return res, fmt.Errorf("lock: round %d backlog: %w", round, err)
-			}
-			mu.Lock()
-			visible = append(visible, ids...)
-			for _, id := range ids {
-				want[id] = true
-			}
-			mu.Unlock()
+		g, gctx := errgroup.WithContext(ctx)
+		for _, w := range workers {
+			g.Go(func() error {
+				for range cfg.Generations {
+					rec, ids, err := w.gen.batch(cfg.RowsPerGeneration)
+					if err != nil {
+						return err
+					}
+					unlock := shared(w)
+					err = w.s.Append(gctx, rec)
+					if err == nil {
+						_, err = w.s.Seal(gctx)
+					}
+					unlock()
+					rec.Release()
+					if err != nil {
+						return fmt.Errorf("lock: round %d backlog of %s: %w", round, w.id, err)
+					}
+					mu.Lock()
+					w.visible = append(w.visible, ids...)
+					for _, id := range ids {
+						want[id] = true
+					}
+					mu.Unlock()
+				}
+				return nil
+			})
 		}
-		start := time.Now()
-		switch shape {
-		case OldShapeLockAcrossRead:
-			var hold time.Duration
-			hold, err = oldShapeMerge(ctx, s, &oldLock, defaultMergeConfig().MaxGenerations)
-			holds = append(holds, hold)
-		case NewShapePrepareCommit:
-			_, err = wk.merger.Merge(ctx, s, true)
+		if err := g.Wait(); err != nil {
+			return res, err
 		}
-		end := time.Now()
-		if err != nil {
-			return res, fmt.Errorf("lock: round %d merge: %w", round, err)
+
+		// Every merge waits, once it has read the base, until the others have read
+		// it too: they then prepare against the same version, and with two mergers
+		// one of the commits loses the race whatever the latencies drew.
+		var bases sync.WaitGroup
+		bases.Add(n)
+		g = &errgroup.Group{}
+		for _, w := range workers {
+			arrive := sync.OnceFunc(bases.Done)
+			baseRead := func() { arrive(); bases.Wait() }
+			g.Go(func() error {
+				defer arrive() // a pass that fails before the base must not hold the others
+				start := time.Now()
+				var p passTimes
+				var err error
+				switch shape {
+				case OldShapeLockAcrossRead:
+					p, err = oldShapeMerge(ctx, w.s, &w.lock, maxGenerations, baseRead)
+				case NewShapePrepareCommit:
+					p, err = newShapeMerge(ctx, w.s, maxGenerations, baseRead)
+				}
+				end := time.Now()
+				if err != nil {
+					return fmt.Errorf("lock: round %d merge of %s: %w", round, w.id, err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				w.merged = len(w.visible) // this round's seals all came before the merge
+				w.merges = append(w.merges, span{start, end})
+				runs = append(runs, end.Sub(start))
+				if shape == OldShapeLockAcrossRead {
+					holds = append(holds, p.hold)
+					w.held = append(w.held, p.held)
+				} else {
+					w.held = append(w.held, p.commit)
+				}
+				if !p.commit.start.IsZero() {
+					commitTime = append(commitTime, p.commit.end.Sub(p.commit.start))
+					res.RebasedOver += p.rebasedOver
+					if p.rebasedOver > 0 {
+						res.Conflicted++
+					}
+				}
+				env.log().Info("lock: merged", "shape", string(shape), "mergers", n, "worker", w.id, "round", round,
+					"took", end.Sub(start).Round(time.Millisecond), "commit", p.commit.end.Sub(p.commit.start).Round(time.Millisecond),
+					"rebased_over", p.rebasedOver)
+				return nil
+			})
 		}
-		mu.Lock()
-		windows = append(windows, span{start, end})
-		mu.Unlock()
-		runs = append(runs, end.Sub(start))
-		env.log().Info("lock: merged", "shape", string(shape), "round", round, "took", end.Sub(start).Round(time.Millisecond))
+		if err := g.Wait(); err != nil {
+			return res, err
+		}
 	}
 	stopStream()
 	wg.Wait()
@@ -269,35 +382,35 @@ func RunLock(ctx context.Context, env *Env, cfg LockConfig, shape LockShape) (Lo
 		return res, fmt.Errorf("lock (%s): %w", shape, clientErr)
 	}
 
-	// split returns the durations of the ops that overlapped a merge, and of the
-	// others.
-	split := func(ops []span) (in, out durations) {
-		for _, op := range ops {
-			overlapped := false
-			for _, w := range windows {
-				if op.overlaps(w) {
-					overlapped = true
-					break
+	var allMerges []span
+	for _, w := range workers {
+		allMerges = append(allMerges, w.merges...)
+	}
+	// split classifies each call by what was running when it started: its own
+	// worker's merge holding the store (the only one that could make it wait in
+	// either shape), else any merge.
+	split := func(calls func(w *lockWorker) []span) LockCalls {
+		var held, merge, idle durations
+		for _, w := range workers {
+			for _, c := range calls(w) {
+				d := c.end.Sub(c.start)
+				switch {
+				case startedIn(c, w.held):
+					held = append(held, d)
+				case startedIn(c, allMerges):
+					merge = append(merge, d)
+				default:
+					idle = append(idle, d)
 				}
 			}
-			if overlapped {
-				in = append(in, op.end.Sub(op.start))
-			} else {
-				out = append(out, op.end.Sub(op.start))
-			}
 		}
-		return in, out
+		return LockCalls{Held: held.quantiles(), Merge: merge.quantiles(), Idle: idle.quantiles()}
 	}
-	addsIn, addsOut := split(adds)
-	getsIn, getsOut := split(gets)
-	probesIn, _ := split(probes)
-	res.Adds, res.IdleAdds = addsIn.quantiles(), addsOut.quantiles()
-	res.Gets, res.IdleGets = getsIn.quantiles(), getsOut.quantiles()
-	res.ProbeMax = probesIn.quantiles().Max
-	res.LongestHold = res.ProbeMax
-	if shape == OldShapeLockAcrossRead {
-		res.LongestHold = holds.quantiles().Max
-	}
+	res.Adds = split(func(w *lockWorker) []span { return w.adds })
+	res.Gets = split(func(w *lockWorker) []span { return w.gets })
+	res.PendingGets = split(func(w *lockWorker) []span { return w.pendingGets })
+	res.Commits = commitTime.quantiles()
+	res.LongestHold = holds.quantiles().Max
 	var total time.Duration
 	for _, r := range runs {
 		total += r
@@ -305,11 +418,13 @@ func RunLock(ctx context.Context, env *Env, cfg LockConfig, shape LockShape) (Lo
 	res.Merge = total / time.Duration(max(len(runs), 1))
 
 	f.Clear()
-	if _, err := s.Seal(ctx); err != nil {
-		return res, err
-	}
-	if _, err := wk.merger.Merge(ctx, s, true); err != nil {
-		return res, err
+	for _, w := range workers {
+		if _, err := w.s.Seal(ctx); err != nil {
+			return res, err
+		}
+		if _, err := w.merger.Merge(ctx, w.s, true); err != nil {
+			return res, err
+		}
 	}
 	if res.Rows, err = verifyBase(ctx, raw, e.URI, want, maybe); err != nil {
 		return res, fmt.Errorf("lock (%s): %w", shape, err)
@@ -323,23 +438,26 @@ func checkRow(rec arrow.RecordBatch, id string) error {
 		return fmt.Errorf("get %s: sealed row not found", id)
 	}
 	defer rec.Release()
-	col := rec.Column(rec.Schema().FieldIndices(table.IDColumn)[0]).(*array.String)
+	col := rec.Column(rec.Schema().FieldIndices(rowkey.IDColumn)[0]).(*array.String)
 	if rec.NumRows() != 1 || col.Value(0) != id {
 		return fmt.Errorf("get %s: got %d rows, first id %q", id, rec.NumRows(), col.Value(0))
 	}
 	return nil
 }
 
-// oldShapeMerge is one merge pass of OldShapeLockAcrossRead: the same steps as
-// merge.Merger's pass (shard manifest, base version, the oldest pending generations
-// up to maxGenerations, read, stage, commit, drain), with the exclusive lock held
-// from the first read to the commit. The drain runs after the lock is released,
-// which favours the old shape. It returns how long the lock was held.
-func oldShapeMerge(ctx context.Context, s *store.Store, lock *sync.RWMutex, maxGenerations int) (time.Duration, error) {
+// oldShapeMerge is one merge pass of OldShapeLockAcrossRead: the steps of
+// merge.Merger's pass (shard manifest, base version, the oldest pending
+// generations up to maxGenerations, read, stage, commit, drain), with the exclusive
+// lock held from the first read to the end of the commit. The drain runs after the
+// lock is released, which favours the old shape. baseRead is called once the base
+// has been read.
+func oldShapeMerge(ctx context.Context, s *store.Store, lock *sync.RWMutex, maxGenerations int, baseRead func()) (passTimes, error) {
+	var p passTimes
 	w, err := s.Writer(ctx)
 	if err != nil {
-		return 0, err
+		return p, err
 	}
+	p.held.start = time.Now()
 	lock.Lock()
 	start := time.Now()
 	upTo, err := func() (uint64, error) {
@@ -351,6 +469,7 @@ func oldShapeMerge(ctx context.Context, s *store.Store, lock *sync.RWMutex, maxG
 		if err != nil {
 			return 0, err
 		}
+		baseRead()
 		pending := sm.Pending(base.Watermark(s.Shard()))
 		if maxGenerations > 0 && len(pending) > maxGenerations {
 			pending = pending[:maxGenerations]
@@ -358,36 +477,120 @@ func oldShapeMerge(ctx context.Context, s *store.Store, lock *sync.RWMutex, maxG
 		if len(pending) == 0 {
 			return 0, nil
 		}
-		reads := wal.NewGenerationCache(0) // like the merger: no read cache
-		var recs []arrow.RecordBatch
-		for _, g := range pending {
-			data, err := reads.Read(ctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, g))
-			if err != nil {
-				return 0, err
-			}
-			recs = append(recs, data.Records...)
-		}
-		upTo := pending[len(pending)-1].Generation
-		txn, err := s.Table().Prepare(ctx, base, table.Append{Records: recs, Shard: s.Shard(), Generation: upTo})
+		txn, err := prepareGenerations(ctx, s, base, pending, 1)
 		if err != nil {
 			return 0, err
 		}
+		p.commit.start = time.Now()
 		m, err := txn.Commit(ctx)
+		if err == nil {
+			s.ObserveBase(m)
+		}
+		p.commit.end = time.Now()
 		if err != nil {
 			return 0, err
 		}
-		s.ObserveBase(m)
-		return upTo, nil
+		p.rebasedOver = int(m.Version - base.Version - 1)
+		return pending[len(pending)-1].Generation, nil
 	}()
-	hold := time.Since(start)
+	p.held.end = time.Now()
+	p.hold = p.held.end.Sub(start)
 	lock.Unlock()
 	if err != nil || upTo == 0 {
-		return hold, err
+		return p, err
 	}
 	d, err := w.Drain(ctx, upTo)
 	if err != nil {
-		return hold, fmt.Errorf("old-shape merge: drain: %w", err)
+		return p, fmt.Errorf("old-shape merge: drain: %w", err)
 	}
 	s.ObserveShard(d.Manifest)
-	return hold, nil
+	return p, nil
+}
+
+// mergeGenerationReads is how many generations merge.Merger reads at once.
+const mergeGenerationReads = 4
+
+// newShapeMerge is one pass of merge.Merger (the shard manifest and the base read
+// at once, the generations 4 at a time, table.Prepare, Store.Commit, the drain),
+// run here because the scenario must time Store.Commit, which the merger does not
+// report. Nothing in it takes a lock. baseRead is called once the base has been
+// read.
+func newShapeMerge(ctx context.Context, s *store.Store, maxGenerations int, baseRead func()) (passTimes, error) {
+	var p passTimes
+	var (
+		sm   *wal.Manifest
+		base *table.Manifest
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		sm, err = wal.LoadShard(gctx, s.Bucket(), s.Entry().URI, s.Shard())
+		return err
+	})
+	g.Go(func() (err error) {
+		base, err = s.Table().Refresh(gctx)
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return p, err
+	}
+	baseRead()
+	w, err := s.Writer(ctx)
+	if err != nil {
+		return p, err
+	}
+	s.ObserveBase(base)
+	pending := sm.Pending(base.Watermark(s.Shard()))
+	if maxGenerations > 0 && len(pending) > maxGenerations {
+		pending = pending[:maxGenerations]
+	}
+	if len(pending) == 0 {
+		return p, nil
+	}
+	txn, err := prepareGenerations(ctx, s, base, pending, mergeGenerationReads)
+	if err != nil {
+		return p, err
+	}
+	p.commit.start = time.Now()
+	m, err := s.Commit(ctx, txn)
+	p.commit.end = time.Now()
+	if err != nil {
+		return p, err
+	}
+	p.rebasedOver = int(m.Version - base.Version - 1)
+	upTo := pending[len(pending)-1].Generation
+	d, err := w.Drain(ctx, upTo)
+	if err != nil {
+		return p, fmt.Errorf("merge: drain: %w", err)
+	}
+	s.ObserveShard(d.Manifest)
+	return p, nil
+}
+
+// prepareGenerations reads the generations, reads at a time, bypassing the read
+// cache as merge.Merger does, and prepares their commit against base up to the
+// last one.
+func prepareGenerations(ctx context.Context, s *store.Store, base *table.Manifest, pending []wal.Generation, reads int) (*table.Txn, error) {
+	cache := wal.NewGenerationCache(0)
+	parts := make([][]arrow.RecordBatch, len(pending))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(reads)
+	for i, gen := range pending {
+		g.Go(func() error {
+			data, err := cache.Read(gctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, gen))
+			if err != nil {
+				return err
+			}
+			parts[i] = data.Records
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var recs []arrow.RecordBatch
+	for _, p := range parts {
+		recs = append(recs, p...)
+	}
+	upTo := pending[len(pending)-1].Generation
+	return s.Table().Prepare(ctx, base, table.Append{Records: recs, Shard: s.Shard(), Generation: upTo})
 }

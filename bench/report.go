@@ -23,7 +23,7 @@ type Report struct {
 	StormConfig StormConfig
 	Storm       []StormResult // old shape first
 	LockConfig  LockConfig
-	Lock        []LockResult // old shape first
+	Lock        []LockResult // by Mergers, old shape first
 	FanoutCfg   FanoutConfig
 	Fanout      []FanoutPoint
 	Throughput  *ThroughputResult
@@ -38,6 +38,15 @@ const SectionHeading = "## Incident reproductions"
 // Markdown renders the report.
 func (r *Report) Markdown() string {
 	var b strings.Builder
+	b.WriteString(r.header())
+	for _, s := range r.scenarioSections() {
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+func (r *Report) header() string {
+	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("%s (`bench/`), %s\n\n", SectionHeading, r.Date.Format("2006-01-02"))
 	p("Command: `%s`. Machine: %s. Seed %d; the whole run took %s.\n\n", r.Command, r.Machine, r.Seed, fmtDur(r.Duration))
@@ -46,22 +55,34 @@ func (r *Report) Markdown() string {
 		"afterwards (every acknowledged row in the base table exactly once, no generation pending), so no shape can win " +
 		"by losing rows. Latency and throttling come from `objstore.WithFaults` around the bucket; request counts are its " +
 		"counters.\n\n")
+	return b.String()
+}
+
+// scenarioSections renders the subsection ("### " heading first) of every scenario
+// the report holds, in order.
+func (r *Report) scenarioSections() []string {
+	var out []string
+	add := func(section func(printer)) {
+		var b strings.Builder
+		section(func(format string, args ...any) { fmt.Fprintf(&b, format, args...) })
+		out = append(out, b.String())
+	}
 	if len(r.Storm) > 0 {
-		r.stormSection(p)
+		add(r.stormSection)
 	}
 	if len(r.Lock) > 0 {
-		r.lockSection(p)
+		add(r.lockSection)
 	}
 	if len(r.Fanout) > 0 {
-		r.fanoutSection(p)
+		add(r.fanoutSection)
 	}
 	if r.Throughput != nil {
-		r.throughputSection(p)
+		add(r.throughputSection)
 	}
 	if r.Memory != nil {
-		r.memorySection(p)
+		add(r.memorySection)
 	}
-	return b.String()
+	return out
 }
 
 type printer func(format string, args ...any)
@@ -123,32 +144,86 @@ func (r *Report) stormSection(p printer) {
 func (r *Report) lockSection(p printer) {
 	c := r.LockConfig
 	p("### 2. Lock held across the read\n\n")
-	p("One store; %d rounds, each sealing %d generations of %d records (%s) and merging them (one pass at the default "+
-		"caps) on `mem://` with %s (+ up to %s) per request, while %d clients add one record at a time and %d clients get "+
-		"a random sealed record by id (each pausing %s between calls). Latencies are of the calls that overlapped a "+
-		"merge (\"otherwise\": the calls of the same run that did not). Old: the merge holds the store's exclusive lock from reading the shard manifest to the commit, and every "+
-		"add and get holds the shared lock, as in the reference system (a `sync.RWMutex` in the scenario: production's "+
-		"`store.Store` cannot hold its exclusive lock across I/O). New: `merge.Merger` (prepare under no lock, "+
-		"`Store.Commit` under the exclusive lock), adds and gets straight to the store. The longest exclusive hold is "+
-		"timed around the lock for the old shape; for the new one it is the longest wait of a probe that takes "+
-		"`Store.SharedLock` every 0.2 ms, which waits exactly while `Store.Commit` holds or awaits the lock. The probe's "+
-		"longest wait is also shown for both: it adds the wait for readers already inside.\n\n",
+	p("One store; %d rounds, each sealing %d generations of %d records (%s) on every merging worker and merging them "+
+		"(one pass at the default caps) on `mem://` with %s (+ up to %s) per request, while %d clients add one record at "+
+		"a time and %d clients get by id a random record their worker sealed: half of them one merged in an earlier "+
+		"round (\"merged rows\": read from the base table, one ranged request for its row group), half one sealed this "+
+		"round (\"pending rows\": read from the worker's generation cache until the round's merge commits). Each client "+
+		"pauses %s between calls. Two cases: "+
+		"one worker merges; and two workers, each with its own shard and store handle and half of the clients, start "+
+		"their merges at the same moment, so both prepare against the same base version and every round one commit "+
+		"loses the race for the next version, rebases over the other's and retries.\n\n",
 		c.Rounds, c.Generations, c.RowsPerGeneration, rowDesc(c.Row), fmtDur(c.Latency), fmtDur(c.Jitter), c.Adders,
 		c.Getters, fmtDur(c.Pause))
-	p("| shape | adds during merges: p50 / p99 / max (n) | adds otherwise: p50 / p99 | gets during merges: p50 / p99 / max (n) | gets otherwise: p50 / p99 | longest exclusive hold | longest shared-lock wait | mean merge time |\n")
-	p("|---|---|---|---|---|---|---|---|\n")
-	for _, l := range r.Lock {
-		p("| %s | %s | %s / %s | %s | %s / %s | %s | %s | %s |\n", l.Shape, fmtQ(l.Adds), fmtDur(l.IdleAdds.P50), fmtDur(l.IdleAdds.P99),
-			fmtQ(l.Gets), fmtDur(l.IdleGets.P50), fmtDur(l.IdleGets.P99), fmtDur(l.LongestHold), fmtDur(l.ProbeMax), fmtDur(l.Merge))
+	p("Old: a worker's merge holds that worker's exclusive store lock from reading the shard manifest to the end of " +
+		"the commit (rebase, backoff and retries included), and every add and get on the worker holds the shared lock, " +
+		"as in the reference system (a `sync.RWMutex` per worker in the scenario: production's `store.Store` has no " +
+		"such lock). New: no lock that readers take: the prepare runs beside the clients, `Store.Commit` writes the " +
+		"manifest (rebasing and retrying on conflict) and then swaps the snapshot atomically, and adds and gets go " +
+		"straight to the store. Both shapes run the steps of `merge.Merger`'s pass in the scenario, so that the commit " +
+		"can be timed (the old one reads the generations one after another, the new one 4 at a time, as the merger " +
+		"does).\n\n")
+	p("Calls are filed by what ran when they started. \"Store held\": their own worker's merge held the store, " +
+		"the only window in which it could make them wait: for the old shape from asking for the exclusive lock (new " +
+		"readers queue behind it) to releasing it after the commit, for the new one `Store.Commit` (manifest write, " +
+		"rebase, backoff and retries, snapshot swap). \"Rest of a merge\": a merge of any worker ran otherwise (prepare, drain, the other worker's merge). \"No " +
+		"merge\": the other calls of the same run. By start, not by overlap: a long call overlaps more windows, so " +
+		"overlap would file every slow call under the busier column. Every column's gets include waits for the store's " +
+		"snapshot refresh: a get that finds its worker's view older than 1 s refreshes it (a few requests), and the " +
+		"worker's other gets wait for that refresh.\n\n")
+	p("| merging workers | shape | calls | store held: p50 / p99 / max (n) | rest of a merge: p50 / p99 / max (n) | no merge: p50 / p99 / max (n) |\n")
+	p("|---|---|---|---|---|---|\n")
+	cases := lockCases(r.Lock)
+	for _, ls := range cases {
+		for _, l := range ls {
+			for _, k := range []struct {
+				name  string
+				calls LockCalls
+			}{{"adds", l.Adds}, {"gets of merged rows", l.Gets}, {"gets of pending rows", l.PendingGets}} {
+				p("| %d | %s | %s | %s | %s | %s |\n", l.Mergers, l.Shape, k.name, fmtQ(k.calls.Held), fmtQ(k.calls.Merge), fmtQ(k.calls.Idle))
+			}
+		}
+		if len(ls) == 2 {
+			o, n := ls[0], ls[1]
+			p("| %d | old / new | adds | %s | %s | %s |\n", o.Mergers, fmtQRatio(o.Adds.Held, n.Adds.Held),
+				fmtQRatio(o.Adds.Merge, n.Adds.Merge), fmtQRatio(o.Adds.Idle, n.Adds.Idle))
+			p("| %d | old / new | gets of merged rows | %s | %s | %s |\n", o.Mergers, fmtQRatio(o.Gets.Held, n.Gets.Held),
+				fmtQRatio(o.Gets.Merge, n.Gets.Merge), fmtQRatio(o.Gets.Idle, n.Gets.Idle))
+			p("| %d | old / new | gets of pending rows | %s | %s | %s |\n", o.Mergers, fmtQRatio(o.PendingGets.Held, n.PendingGets.Held),
+				fmtQRatio(o.PendingGets.Merge, n.PendingGets.Merge), fmtQRatio(o.PendingGets.Idle, n.PendingGets.Idle))
+		}
 	}
-	if len(r.Lock) == 2 {
-		o, n := r.Lock[0], r.Lock[1]
-		p("| old / new | p50 %s, p99 %s, max %s | | p50 %s, p99 %s, max %s | | %s | %s | |\n",
-			fmtRatio(ratio(o.Adds.P50, n.Adds.P50)), fmtRatio(ratio(o.Adds.P99, n.Adds.P99)), fmtRatio(ratio(o.Adds.Max, n.Adds.Max)),
-			fmtRatio(ratio(o.Gets.P50, n.Gets.P50)), fmtRatio(ratio(o.Gets.P99, n.Gets.P99)), fmtRatio(ratio(o.Gets.Max, n.Gets.Max)),
-			fmtRatio(ratio(o.LongestHold, n.LongestHold)), fmtRatio(ratio(o.ProbeMax, n.ProbeMax)))
+	p("\nThe merges themselves. A commit \"lost the race\" when its first manifest write found the version taken; " +
+		"\"versions rebased over\" counts the base versions the other worker committed between a commit's prepare and " +
+		"its success: here, with one other writer committing once a round and nothing refused, each is one lost attempt " +
+		"followed by one rebase.\n\n")
+	p("| merging workers | shape | mean merge | commits: p50 / p99 / max (n) | commits that lost the race | versions rebased over | longest exclusive hold |\n")
+	p("|---|---|---|---|---|---|---|\n")
+	for _, ls := range cases {
+		for _, l := range ls {
+			hold := "none (no lock)"
+			if l.LongestHold > 0 {
+				hold = fmtDur(l.LongestHold)
+			}
+			p("| %d | %s | %s | %s | %d | %d | %s |\n", l.Mergers, l.Shape, fmtDur(l.Merge), fmtQ(l.Commits),
+				l.Conflicted, l.RebasedOver, hold)
+		}
 	}
 	p("\n")
+}
+
+// lockCases groups the lock results by number of merging workers, in the order
+// they were run.
+func lockCases(ls []LockResult) [][]LockResult {
+	var out [][]LockResult
+	for _, l := range ls {
+		if n := len(out); n > 0 && out[n-1][0].Mergers == l.Mergers {
+			out[n-1] = append(out[n-1], l)
+			continue
+		}
+		out = append(out, []LockResult{l})
+	}
+	return out
 }
 
 func (r *Report) fanoutSection(p printer) {
@@ -247,6 +322,14 @@ func fmtQ(q Quantiles) string {
 	return fmt.Sprintf("%s / %s / %s (%d)", fmtDur(q.P50), fmtDur(q.P99), fmtDur(q.Max), q.N)
 }
 
+// fmtQRatio compares two latency summaries: a's quantiles over b's.
+func fmtQRatio(a, b Quantiles) string {
+	if a.N == 0 || b.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("p50 %s, p99 %s, max %s", fmtRatio(ratio(a.P50, b.P50)), fmtRatio(ratio(a.P99, b.P99)), fmtRatio(ratio(a.Max, b.Max)))
+}
+
 func fmtDur(d time.Duration) string {
 	switch {
 	case d <= 0:
@@ -313,10 +396,6 @@ func WriteSection(path, section string) error {
 	if err != nil {
 		return err
 	}
-	info, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
 	doc := string(data)
 	if i := strings.Index(doc, "\n"+SectionHeading); i >= 0 {
 		rest := doc[i+1+len(SectionHeading):]
@@ -327,6 +406,60 @@ func WriteSection(path, section string) error {
 		doc = doc[:i] + after
 	}
 	doc = strings.TrimRight(doc, "\n") + "\n\n" + strings.TrimRight(section, "\n") + "\n"
+	return replaceFile(path, doc)
+}
+
+// UpdateSections replaces, inside the SectionHeading section of the Markdown file
+// at path, the subsection of every scenario the report holds (from its "### "
+// heading to the next "### " or "## " heading) and keeps the rest: a rerun of some
+// scenarios leaves the others' figures, and the section's header, which describe
+// an earlier run. Each replaced subsection says under its heading which run it
+// comes from. A subsection the file lacks is an error (WriteSection writes a
+// whole section).
+func (r *Report) UpdateSections(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	doc := string(data)
+	i := strings.Index(doc, "\n"+SectionHeading)
+	if i < 0 {
+		return fmt.Errorf("%s has no %q section", path, SectionHeading)
+	}
+	i++
+	end := len(doc)
+	if j := strings.Index(doc[i:], "\n## "); j >= 0 {
+		end = i + j + 1
+	}
+	sec := doc[i:end]
+	note := fmt.Sprintf("Rerun alone on %s, after the run above: `%s`. Machine: %s. Seed %d; it took %s.\n\n",
+		r.Date.Format("2006-01-02"), r.Command, r.Machine, r.Seed, fmtDur(r.Duration))
+	for _, s := range r.scenarioSections() {
+		heading, body, _ := strings.Cut(s, "\n")
+		k := strings.Index(sec, "\n"+heading+"\n")
+		if k < 0 {
+			return fmt.Errorf("%s: no %q subsection to replace", path, heading)
+		}
+		k++
+		stop := len(sec)
+		if j := strings.Index(sec[k+len(heading):], "\n### "); j >= 0 {
+			stop = k + len(heading) + j + 1
+		}
+		text := heading + "\n\n" + note + strings.Trim(body, "\n") + "\n"
+		if stop < len(sec) || end < len(doc) {
+			text += "\n" // the blank line before the next heading
+		}
+		sec = sec[:k] + text + sec[stop:]
+	}
+	return replaceFile(path, doc[:i]+sec+doc[end:])
+}
+
+// replaceFile writes doc to path atomically, keeping the file's permissions.
+func replaceFile(path, doc string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".bench-*.md")
 	if err != nil {
 		return err

@@ -1,7 +1,7 @@
 // Command tidemark-bench runs the incident reproductions of package bench and
 // writes their table into BENCHMARKS.md. `make bench` runs it (scripts/bench.sh).
 //
-//	tidemark-bench run [--only storm,lock,fanout,throughput,memory] [--write BENCHMARKS.md]
+//	tidemark-bench run [--only storm,lock,fanout,throughput,memory] [--write BENCHMARKS.md [--keep-others]]
 //
 // memory-build and memory-merge are the worker processes of the memory scenario;
 // run starts them itself.
@@ -47,11 +47,12 @@ func main() {
 }
 
 type runFlags struct {
-	only    []string
-	write   string
-	command string
-	dir     string
-	seed    uint64
+	only       []string
+	write      string
+	keepOthers bool
+	command    string
+	dir        string
+	seed       uint64
 	// Sizes that may need adjusting to a slower machine.
 	stormScale  float64
 	memoryBytes int64
@@ -68,6 +69,7 @@ func newRunCmd() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringSliceVar(&f.only, "only", scenarios, "scenarios to run: "+strings.Join(scenarios, ","))
 	fs.StringVar(&f.write, "write", "", "Markdown file whose \""+bench.SectionHeading+"\" section is replaced (or appended) with the results")
+	fs.BoolVar(&f.keepOthers, "keep-others", false, "with --write: replace only the subsections of the scenarios run, keep the rest of the section (a rerun of some scenarios)")
 	fs.StringVar(&f.command, "command", "", "the command recorded in the section (default: this command line)")
 	fs.StringVar(&f.dir, "dir", "", "scratch directory (default: a new temporary directory, removed at the end)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of every generator of rows, jitter and client choices")
@@ -121,12 +123,16 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	if want("lock") {
 		r.LockConfig = bench.DefaultLockConfig()
-		for _, shape := range []bench.LockShape{bench.OldShapeLockAcrossRead, bench.NewShapePrepareCommit} {
-			res, err := bench.RunLock(ctx, env, r.LockConfig, shape)
-			if err != nil {
-				return fmt.Errorf("lock across the read: %w", err)
+		for _, mergers := range []int{1, 2} {
+			cfg := r.LockConfig
+			cfg.Mergers = mergers
+			for _, shape := range []bench.LockShape{bench.OldShapeLockAcrossRead, bench.NewShapePrepareCommit} {
+				res, err := bench.RunLock(ctx, env, cfg, shape)
+				if err != nil {
+					return fmt.Errorf("lock across the read (%d merging workers): %w", mergers, err)
+				}
+				r.Lock = append(r.Lock, res)
 			}
-			r.Lock = append(r.Lock, res)
 		}
 	}
 	if want("fanout") {
@@ -156,7 +162,11 @@ func run(ctx context.Context, f runFlags) error {
 	section := r.Markdown()
 	fmt.Print(section)
 	if f.write != "" {
-		if err := bench.WriteSection(f.write, section); err != nil {
+		write := func() error { return bench.WriteSection(f.write, section) }
+		if f.keepOthers {
+			write = func() error { return r.UpdateSections(f.write) }
+		}
+		if err := write(); err != nil {
 			return fmt.Errorf("write %s: %w", f.write, err)
 		}
 		log.Info("section written", "file", f.write)
