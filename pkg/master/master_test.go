@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -17,11 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
@@ -82,13 +83,7 @@ func runMaster(t *testing.T, client *clientv3.Client, cfg Config) *runningMaster
 	}
 	t.Cleanup(func() { _ = stop() })
 	// Run has started a session once the lease is set.
-	deadline := time.Now().Add(10 * time.Second)
-	for m.Lease() == clientv3.NoLease {
-		if time.Now().After(deadline) {
-			t.Fatal("no session 10 s after Run started")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "Run to start a session", func() bool { return m.Lease() != clientv3.NoLease })
 	return &runningMaster{Master: m, ran: ran, stop: stop, done: done}
 }
 
@@ -143,12 +138,17 @@ func TestMasterKeepsRunningThroughAnEtcdOutageAndResumesClaiming(t *testing.T) {
 	m := runMaster(t, client, Config{LeaseTTL: 2 * time.Second})
 	m.enqueueAndWait(t, "before")
 
+	session := m.session.current()
 	srv.Stop()
 	status, _, body := get(t, m.Handler(), "GET", "/api/v1/health")
 	if status != http.StatusServiceUnavailable {
 		t.Errorf("health with etcd stopped = %d %s, want 503", status, body)
 	}
-	time.Sleep(4 * time.Second) // twice the TTL: the session's keepalive has ended
+	select {
+	case <-session.Done(): // no keepalive answer for a TTL: the session has ended
+	case <-time.After(30 * time.Second): // liveness bound only
+		t.Fatal("the session did not end 30 s after etcd stopped")
+	}
 	select {
 	case err := <-m.done:
 		t.Fatalf("master exited while etcd was away: %v", err)
@@ -157,13 +157,9 @@ func TestMasterKeepsRunningThroughAnEtcdOutageAndResumesClaiming(t *testing.T) {
 	srv.Restart(t)
 
 	m.enqueueAndWait(t, "after")
-	deadline := time.Now().Add(30 * time.Second)
-	for !leaseAlive(t, client, m.Lease()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("lease %x of the running master is not alive 30 s after etcd came back", int64(m.Lease()))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.For(t, 30*time.Second, "the lease of the running master to be alive after etcd came back", func() (bool, string) {
+		return leaseAlive(t, client, m.Lease()), fmt.Sprintf("lease %x is not alive", int64(m.Lease()))
+	})
 	status, _, body = get(t, m.Handler(), "GET", "/api/v1/health")
 	if status != http.StatusOK {
 		t.Errorf("health after etcd came back = %d %s", status, body)
@@ -188,13 +184,7 @@ func TestMasterStartsANewSessionWhenItsLeaseIsGone(t *testing.T) {
 	if _, err := client.Revoke(context.Background(), old); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for m.Lease() == old {
-		if time.Now().After(deadline) {
-			t.Fatal("no new session 30 s after the lease was revoked")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, 30*time.Second, "a new session after the lease was revoked", func() bool { return m.Lease() != old })
 	if !leaseAlive(t, client, m.Lease()) {
 		t.Fatalf("new lease %x is not alive", int64(m.Lease()))
 	}
@@ -277,8 +267,7 @@ func TestMasterServesAdminGRPCAndHTTP(t *testing.T) {
 		t.Fatalf("GET task = %d %+v %v", resp.StatusCode, task, err)
 	}
 	// The probe loop publishes master_etcd_up within its interval.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.For(t, 10*time.Second, "master_etcd_up 1, master_tasks_total{merge_wal,done} 1 and the scanner's series", func() (bool, string) {
 		resp, err := http.Get(base + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -286,16 +275,10 @@ func TestMasterServesAdminGRPCAndHTTP(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		text := string(body)
-		if strings.Contains(text, "master_etcd_up 1") &&
+		return strings.Contains(text, "master_etcd_up 1") &&
 			strings.Contains(text, `master_tasks_total{kind="merge_wal",result="done"} 1`) &&
-			strings.Contains(text, "master_stats_scan_rounds_total") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics lack master_etcd_up 1, master_tasks_total{merge_wal,done} 1 or the scanner's series:\n%s", text)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+			strings.Contains(text, "master_stats_scan_rounds_total"), "metrics:\n" + text
+	})
 	if err := m.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -351,8 +334,7 @@ func TestMasterRunLeavesNoGoroutineBehind(t *testing.T) {
 	_ = warm.Close()
 	bucket := objstoretest.Mem(t)
 	createStores(t, bucket)
-	time.Sleep(100 * time.Millisecond)
-	before := runtime.NumGoroutine()
+	running := goleak.IgnoreCurrent()
 
 	gln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -381,14 +363,12 @@ func TestMasterRunLeavesNoGoroutineBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines after Run returned, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
-	}
+	testwait.For(t, 10*time.Second, "the goroutines Run started to end", func() (bool, string) {
+		if err := goleak.Find(running); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
 }
 
 // fakeCaller answers MergeWal for the workers it knows and is unreachable for the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -28,20 +30,32 @@ func session(t *testing.T, c *clientv3.Client, ttl int) *concurrency.Session {
 
 func waitState(t *testing.T, ts *tasks.Store, id string, want tasks.State) tasks.Task {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // liveness bound only
-	for {
-		task, err := ts.Get(context.Background(), id)
-		if err != nil {
+	var task tasks.Task
+	testwait.For(t, 30*time.Second, fmt.Sprintf("task %s to be %s", id, want), func() (bool, string) {
+		var err error
+		if task, err = ts.Get(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
-		if task.State == want {
-			return task
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s is %s, want %s", id, task.State, want)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return task.State == want, fmt.Sprintf("task %s is %s", id, task.State)
+	})
+	return task
+}
+
+// messageCounter is a slog.Handler that counts the records of one message.
+type messageCounter struct {
+	msg string
+	n   *atomic.Int32
+}
+
+func (h messageCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h messageCounter) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h messageCounter) WithGroup(string) slog.Handler            { return h }
+
+func (h messageCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
 	}
+	return nil
 }
 
 func TestSchedulerRunsEachTaskOnceAcrossTwoMasters(t *testing.T) {
@@ -164,8 +178,10 @@ func TestSchedulerRecordsAResultOnceEtcdIsBackAfterAnOutageLongerThanAnAttempt(t
 	ts := tasks.New(client, "/sched")
 	sess := session(t, client, 60) // the lease outlives the outage, as a resumed session's does
 	release := make(chan struct{})
+	var failedFinishes atomic.Int32
 	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: sess.Lease, PollInterval: 10 * time.Millisecond,
 		FinishTimeout: 100 * time.Millisecond,
+		Logger:        slog.New(messageCounter{msg: "recording the task result failed (etcd unavailable?); retrying", n: &failedFinishes}),
 		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (string, error) {
 			<-release
 			return "merged during the outage", nil
@@ -182,7 +198,9 @@ func TestSchedulerRecordsAResultOnceEtcdIsBackAfterAnOutageLongerThanAnAttempt(t
 
 	srv.Stop()
 	close(release)
-	time.Sleep(time.Second) // several attempts of 100 ms fail
+	testwait.Until(t, 30*time.Second, "several attempts of 100 ms to record the result to fail", func() bool {
+		return failedFinishes.Load() >= 3
+	})
 	srv.Restart(t)
 
 	if got := waitState(t, ts, task.ID, tasks.StateDone); got.Detail != "merged during the outage" {
@@ -233,13 +251,10 @@ func TestSchedulerCancelsTheRunsOfALostLeaseAndDoesNotFinishThem(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("run still going 30 s after its lease was abandoned")
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(s.Running()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("still running %v", s.Running())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, 30*time.Second, "no run", func() (bool, string) {
+		running := s.Running()
+		return len(running) == 0, fmt.Sprintf("still running %v", running)
+	})
 	// Not finished by the abandoned run: the task waits for orphan recovery.
 	if got, _ := ts.Get(context.Background(), task.ID); got.State != tasks.StateRunning {
 		t.Fatalf("task is %s after its run was abandoned, want still running (until orphan recovery)", got.State)
