@@ -74,3 +74,17 @@ func TestUntilFailsWithoutAReason(t *testing.T) {
 		t.Fatalf("failure %q, want it to end with %q", msg, "waiting for nothing")
 	}
 }
+
+func TestLogCountsRecordsOfEachMessageThroughDerivedLoggers(t *testing.T) {
+	var l Log
+	log := l.Logger().With("component", "x").WithGroup("g")
+	log.Warn("lost", "n", 1)
+	log.Info("lost")
+	log.Info("other")
+	if got := l.Count("lost"); got != 2 {
+		t.Errorf("Count(lost) = %d, want 2", got)
+	}
+	if got := l.Count("never"); got != 0 {
+		t.Errorf("Count(never) = %d, want 0", got)
+	}
+}
