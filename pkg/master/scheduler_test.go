@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,23 +38,6 @@ func waitState(t *testing.T, ts *tasks.Store, id string, want tasks.State) tasks
 		return task.State == want, fmt.Sprintf("task %s is %s", id, task.State)
 	})
 	return task
-}
-
-// messageCounter is a slog.Handler that counts the records of one message.
-type messageCounter struct {
-	msg string
-	n   *atomic.Int32
-}
-
-func (h messageCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (h messageCounter) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h messageCounter) WithGroup(string) slog.Handler            { return h }
-
-func (h messageCounter) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == h.msg {
-		h.n.Add(1)
-	}
-	return nil
 }
 
 func TestSchedulerRunsEachTaskOnceAcrossTwoMasters(t *testing.T) {
@@ -178,10 +160,10 @@ func TestSchedulerRecordsAResultOnceEtcdIsBackAfterAnOutageLongerThanAnAttempt(t
 	ts := tasks.New(client, "/sched")
 	sess := session(t, client, 60) // the lease outlives the outage, as a resumed session's does
 	release := make(chan struct{})
-	var failedFinishes atomic.Int32
+	var log testwait.Log
 	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: sess.Lease, PollInterval: 10 * time.Millisecond,
 		FinishTimeout: 100 * time.Millisecond,
-		Logger:        slog.New(messageCounter{msg: "recording the task result failed (etcd unavailable?); retrying", n: &failedFinishes}),
+		Logger:        log.Logger(),
 		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (string, error) {
 			<-release
 			return "merged during the outage", nil
@@ -199,7 +181,7 @@ func TestSchedulerRecordsAResultOnceEtcdIsBackAfterAnOutageLongerThanAnAttempt(t
 	srv.Stop()
 	close(release)
 	testwait.Until(t, 30*time.Second, "several attempts of 100 ms to record the result to fail", func() bool {
-		return failedFinishes.Load() >= 3
+		return log.Count("recording the task result failed (etcd unavailable?); retrying") >= 3
 	})
 	srv.Restart(t)
 
