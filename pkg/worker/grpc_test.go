@@ -22,6 +22,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
@@ -521,15 +522,13 @@ func TestServeGRPCCancelsCallsStillRunningAfterTheTimeout(t *testing.T) {
 
 func waitNotServing(t *testing.T, svc *WorkerService) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // liveness bound
-	for time.Now().Before(deadline) {
+	testwait.For(t, 30*time.Second, "health to turn NOT_SERVING", func() (bool, string) {
 		resp, err := svc.Health().Check(context.Background(), &healthpb.HealthCheckRequest{})
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
-			return
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("health never turned NOT_SERVING")
+		return resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING, "health is " + resp.GetStatus().String()
+	})
 }
 
 // Concurrent admissions keep the newest token per target; every refusal is of a
