@@ -14,6 +14,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -167,7 +168,7 @@ func TestReadersAndAppendersAreNotBlockedDuringAMerge(t *testing.T) {
 		mergeDone.Store(true)
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // let the merge start its reads
+	testwait.Until(t, 30*time.Second, "the merge to start its reads", func() bool { return faults.InFlight() > 0 })
 	var opsDuring int
 	for i := 0; i < 3; i++ {
 		if err := f.tryAdd(ctx, 5, fmt.Sprint("new", i)); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -232,7 +233,8 @@ func TestReadLatencyIsUnchangedByARebasingCommit(t *testing.T) {
 	var (
 		mu          sync.Mutex
 		reads       []span
-		commit      span // from the first lost attempt to the merge's return
+		lastStart   [readers]time.Time // of each reader's latest read
+		commit      span               // from the first lost attempt to the merge's return
 		stop        = make(chan struct{})
 		wg          sync.WaitGroup
 		readerErrs  = make(chan error, readers)
@@ -249,6 +251,9 @@ func TestReadLatencyIsUnchangedByARebasingCommit(t *testing.T) {
 				default:
 				}
 				start := time.Now()
+				mu.Lock()
+				lastStart[r] = start
+				mu.Unlock()
 				rec, err := committer.Get(ctx, "o0")
 				if err != nil {
 					readerErrs <- err
@@ -281,7 +286,21 @@ func TestReadLatencyIsUnchangedByARebasingCommit(t *testing.T) {
 	mu.Lock()
 	commit.end = time.Now()
 	mu.Unlock()
-	time.Sleep(time.Second) // let the reads overlapping the commit's end finish
+	// The reads overlapping the commit's end have finished once every reader has
+	// started another.
+	testwait.Until(t, 30*time.Second, "every reader to start a read after the commit", func() bool {
+		if len(readerErrs) > 0 { // a reader stopped: reported below
+			return true
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range lastStart {
+			if !s.After(commit.end) {
+				return false
+			}
+		}
+		return true
+	})
 	close(stop)
 	wg.Wait()
 	close(readerErrs)
