@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tidemark-io/tidemark/internal/testwait"
 )
 
 func newFakeClock() *clocktesting.FakeClock {
@@ -19,13 +21,7 @@ func newFakeClock() *clocktesting.FakeClock {
 // waitFor polls cond until it holds or 10 s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, what, cond)
 }
 
 // scannerGoroutines returns the stacks of goroutines running this package's code,
@@ -72,7 +68,11 @@ func TestRunScansAtOnceThenEveryIntervalAndReleasesTheLock(t *testing.T) {
 	e.sealedAdd(g)
 	waitForTimers(t, clk, 2) // the scanner's and the sweeper's
 	clk.Step(59 * time.Second)
-	time.Sleep(50 * time.Millisecond)
+	// Step fires (and forgets) the timers it passes: both still waiting means
+	// neither loop started a round.
+	if n := clk.Waiters(); n != 2 {
+		t.Fatalf("%d of 2 loops still wait after 59 s of a 1 min interval", n)
+	}
 	if r, _ := e.row("generic:g"); r.PendingWALGenerations != 1 {
 		t.Fatalf("scanned before the interval: pending %d", r.PendingWALGenerations)
 	}
