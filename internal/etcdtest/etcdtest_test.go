@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tidemark-io/tidemark/internal/testcerts"
+	"github.com/tidemark-io/tidemark/internal/testwait"
 )
 
 func TestStartServesReadsAndWrites(t *testing.T) {
@@ -48,16 +49,12 @@ func TestRestartKeepsDataAndEndpoints(t *testing.T) {
 	if got := s.Endpoints(); got[0] != before[0] {
 		t.Fatalf("endpoints moved from %v to %v", before, got)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := Ping(ctx, c, time.Second)
-		if err == nil {
-			break
+	testwait.For(t, 15*time.Second, "the client to reconnect after restart", func() (bool, string) {
+		if err := Ping(ctx, c, time.Second); err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("client did not reconnect after restart: %v", err)
-		}
-	}
+		return true, ""
+	})
 	resp, err := c.Get(ctx, "k")
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before" {
 		t.Fatalf("get k after restart: %v %v", resp, err)

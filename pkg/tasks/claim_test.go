@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testwait"
 )
 
 // Two master replicas must never run one task twice: only one of two claimers
@@ -277,12 +278,12 @@ func TestClaimErrorsWhileEtcdIsDownAndWorksAfterRestart(t *testing.T) {
 	}
 
 	server.Restart(t)
-	deadline := time.Now().Add(15 * time.Second)
-	for etcdtest.Ping(context.Background(), client, time.Second) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("client did not reconnect")
+	testwait.For(t, 15*time.Second, "the client to reconnect", func() (bool, string) {
+		if err := etcdtest.Ping(context.Background(), client, time.Second); err != nil {
+			return false, err.Error()
 		}
-	}
+		return true, ""
+	})
 	if c := claim(t, s, lease); c.Task.ID != task.ID {
 		t.Fatalf("claimed %s after restart, want %s", c.Task.ID, task.ID)
 	}
