@@ -33,9 +33,15 @@ var historyFaults = []string{faultWorkerKill, faultMasterKill, faultStoreErrors,
 // historySeedEnv replays a campaign: its fault kind, pacing and traffic.
 const historySeedEnv = "TIDEMARK_HISTORY_SEED"
 
-// historyStaleness is how old a read's snapshot may be for the writes its token
-// does not cover: the workers' SNAPSHOT_TTL (1 s) and a margin for the refresh.
-const historyStaleness = 3 * time.Second
+// historySnapshotTTL is the workers' SNAPSHOT_TTL in the campaigns, and
+// historyStaleness how old a read's snapshot may be for the writes its token does
+// not cover: that lifetime and a margin for the refresh. Shorter than the default
+// 1 s so that porcupine's windows of stale reads stay small enough to search (a
+// clock-skewed run left ids undecided after a minute with 3 s).
+const (
+	historySnapshotTTL = 250 * time.Millisecond
+	historyStaleness   = time.Second
+)
 
 // TestHistoryOfRandomTrafficUnderOneFaultIsConsistent records 30 s of random adds,
 // gets and lists from four clients through three workers (each client carries the
@@ -100,7 +106,7 @@ type historyOutcome struct {
 }
 
 func newHistoryCampaign(t *testing.T, rng *rand.Rand, skewed bool) *historyCampaign {
-	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "1s"}, nil)
+	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "1s", "SNAPSHOT_TTL": historySnapshotTTL.String()}, nil)
 	hc := &historyCampaign{t: t, c: c, rng: rng, faults: filepath.Join(c.dir, "w3-faults.json"), chaos: chaosWorker(t), injected: map[string]int{}}
 	if err := os.WriteFile(hc.faults, nil, 0o644); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,9 @@ const (
 	RuleFuture       = "read a write that started after it"
 	RuleWentBack     = "read through one worker went back"
 	RuleToken        = "read missed a write its causal token covers"
+	// RuleTie: two writes of one id got the same _seq (through two workers) and
+	// reads through one worker showed one, then the other, with no newer write.
+	RuleTie = "read through one worker flipped between writes of equal _seq"
 )
 
 // Direct checks the rules that need no search, over every read of ops: values come
@@ -65,7 +68,13 @@ func (x *index) wentBack(id string, reads []read) []Violation {
 			if floor == nil {
 				continue
 			}
-			if s, ok := x.order(r.value); ok && s < floorSeq {
+			s, ok := x.order(r.value)
+			if ok && s == floorSeq && r.value != floor.value {
+				out = append(out, x.violation(RuleTie, id,
+					fmt.Sprintf("%s through %s returned %s after a %s through it returned %s, a write of the same _seq %d", r.kind, worker, describe(r.value), floor.kind, describe(floor.value), s),
+					floor.op, r.op))
+			}
+			if ok && s < floorSeq {
 				out = append(out, x.violation(RuleWentBack, id,
 					fmt.Sprintf("%s through %s returned %s after a %s through it returned %s", r.kind, worker, describe(r.value), floor.kind, describe(floor.value)),
 					floor.op, r.op))

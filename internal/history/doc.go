@@ -11,7 +11,8 @@
 // (Unknown) or was an error (Failed) may or may not be stored; its _seq is unknown
 // but greater than the token it carried. An acknowledged add without ?flush=true is
 // durable but only visible after a later seal, so it may appear at any time after
-// its call.
+// its call. Two workers' clocks can give two writes one _seq: last-writer-wins
+// then names no winner, and the model lets either stand, but only one, for good.
 //
 // # What is checked
 //
@@ -32,8 +33,8 @@
 //     a value that no add ever sent never appears, nor one whose add started after
 //     the read returned; reads through one worker never go back: a get or a list's
 //     row, once returned by a worker, is never followed through that worker by an
-//     older value of the id (lower _seq, or no row), which also makes lists and gets
-//     agree; and a read carrying a causal token returns, for its id, a value at least
+//     older value of the id (lower _seq, or no row), nor by the other of two writes
+//     of equal _seq, which also makes lists and gets agree; and a read carrying a causal token returns, for its id, a value at least
 //     as new as every write acknowledged with ?flush=true before its call whose _seq
 //     the token covers.
 //

@@ -104,6 +104,13 @@ func TestHistoriesTheModelAllows(t *testing.T) {
 			get(2, "w3", "x", "b", 20, 1000, 1010),
 			get(2, "w3", "x", "a", 20, 2000, 2010),
 		},
+		// Two workers' clocks can give one _seq; either write may win.
+		"writes of equal _seq may resolve either way": {
+			add(0, "w1", "x", "a", 10, 0, 10),
+			add(1, "w2", "x", "b", 10, 20, 30),
+			get(2, "w3", "x", "a", 10, 40, 50),
+			get(3, "w1", "x", "a", 10, 60, 70),
+		},
 		"an unflushed write may show up late": {
 			add(0, "w1", "x", "a", 10, 0, 10),
 			unflushed(add(0, "w1", "x", "b", 20, 20, 30)),
@@ -164,6 +171,18 @@ func TestHistoriesTheModelForbids(t *testing.T) {
 			add(0, "w1", "x", "a", 10, 0, 10),
 			get(1, "w2", "x", "a", 0, 40, 50),
 			list(1, "w2", 0, 60, 70),
+		}},
+		{"a read flips between writes of equal _seq", RuleTie, false, []Op{
+			add(0, "w1", "x", "a", 10, 0, 10),
+			add(1, "w2", "x", "b", 10, 20, 30),
+			get(2, "w3", "x", "b", 0, 40, 50),
+			get(2, "w3", "x", "a", 0, 60, 70),
+		}},
+		{"reads through two workers flip between writes of equal _seq", RuleLinearizable, true, []Op{
+			add(0, "w1", "x", "a", 10, 0, 10),
+			add(1, "w2", "x", "b", 10, 20, 30),
+			get(2, "w3", "x", "b", 0, 1000, 1010),
+			get(3, "w1", "x", "a", 0, 2000, 2010),
 		}},
 		{"a read missed a sealed write its token covers", RuleToken, false, []Op{
 			add(0, "w1", "x", "a", 10, 0, 10),

@@ -66,6 +66,10 @@ var registerModel = porcupine.NondeterministicModel{
 		}
 		if w.Seq != 0 {
 			switch {
+			case st.Exact && w.Seq == st.Seq && w.Value != st.Value:
+				// Two workers' clocks gave one _seq: last-writer-wins names no
+				// winner, so either may stand (but only one, for good).
+				return []any{st, regState{Value: w.Value, Seq: w.Seq, Exact: true}}
 			case w.Seq <= st.Seq: // the state is newer (its _seq is st.Seq, or above)
 				return []any{st}
 			case st.Exact:
