@@ -242,7 +242,7 @@ func TestChaosStuckWorkerMergeIsBoundedAndNamed(t *testing.T) {
 	// Only w2's uploads of the stuck store's base fragments hang: its appends to
 	// the WAL (entries, generations) answer, so clients keep being served.
 	rule, _ := json.Marshal(chaos.Spec{Rules: []chaos.RuleSpec{{
-		Ops: []objstore.Op{objstore.OpPut}, KeyPrefix: "rollout/" + stuck + "/data/", Hang: true,
+		Ops: []objstore.Op{objstore.OpPut}, KeyPrefix: "rollout/" + stuck + "@", KeyContains: "/data/", Hang: true,
 	}}})
 	writeFaults(t, stuckFaults, string(rule))
 	hangStart := time.Now()

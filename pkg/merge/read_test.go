@@ -210,8 +210,11 @@ func TestReadsCompleteWhileACommitIsInFlight(t *testing.T) {
 // TestReadLatencyIsUnchangedByARebasingCommit makes one worker's commit lose its
 // manifest write to another worker's merge several times (each loss a rebase and a
 // backoff, on a store with 50 ms per request) while readers run on the committing
-// worker. The bound is the invariant "no reader waits for a commit": a reader that
-// waited for even one lost attempt would take at least two reads' time.
+// worker. The bound is the invariant "no reader waits for a commit": a read may make
+// a few requests of its own (a refresh, a fragment the merges just wrote), but one
+// lost attempt costs the commit the other worker's whole merge pass (over ten
+// requests), so a reader that waited for it would exceed twice the idle p99 plus
+// four requests.
 func TestReadLatencyIsUnchangedByARebasingCommit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("seconds of 50 ms requests")
@@ -226,7 +229,8 @@ func TestReadLatencyIsUnchangedByARebasingCommit(t *testing.T) {
 		appendAndSeal(t, other, fmt.Sprint("o", g), g)
 	}
 	appendAndSeal(t, committer, "c", 1)
-	faults.SetLatency(50*time.Millisecond, 0)
+	const latency = 50 * time.Millisecond
+	faults.SetLatency(latency, 0)
 	m := New(Config{Logger: quiet(), MaxGenerations: 1})
 
 	type span struct{ start, end time.Time }
@@ -327,8 +331,8 @@ func TestReadLatencyIsUnchangedByARebasingCommit(t *testing.T) {
 	}
 	pIdle, pDuring := p99(idle), p99(during)
 	t.Logf("read p99: %v idle (%d reads), %v during a commit that lost %d attempts (%d reads)", pIdle, len(idle), pDuring, losses, len(during))
-	if pDuring > 2*pIdle {
-		t.Fatalf("read p99 %v during the commit is over twice the idle p99 %v: readers waited for the commit", pDuring, pIdle)
+	if bound := 2*pIdle + 4*latency; pDuring > bound {
+		t.Fatalf("read p99 %v during the commit is over %v (twice the idle p99 %v, plus four requests): readers waited for the commit", pDuring, bound, pIdle)
 	}
 }
 

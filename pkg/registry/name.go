@@ -86,5 +86,17 @@ func ParseTarget(target string) (Kind, string, error) {
 	return k, name, nil
 }
 
-// Dir is the store's table directory within DATA_URL.
+// Dir is the table directory of a store registered before stores had incarnations
+// (and the default of an Entry created without a URI): <kind>/<name>.
 func Dir(k Kind, name string) string { return string(k) + "/" + name }
+
+// IncarnationDir is the table directory of one life of a store,
+// <kind>/<name>@<incarnation>: a store deleted and created again under its name
+// lives in a new directory, so nothing of its earlier life (a delete still
+// removing files, a stale handle still appending, a losing concurrent create) can
+// land in it or remove from it. "@" cannot appear in a name, so two stores' dirs
+// never share a prefix. The registry entry's URI names the directory; readers never
+// derive it from the name.
+func IncarnationDir(k Kind, name, incarnation string) string {
+	return Dir(k, name) + "@" + incarnation
+}

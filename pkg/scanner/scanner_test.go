@@ -154,7 +154,7 @@ func TestStoreErrorIsCountedAndDoesNotAbortTheRound(t *testing.T) {
 
 	e.sealedAdd(a)
 	e.sealedAdd(b)
-	e.faults.AddRule(objstore.Rule{KeyPrefix: "generic/b/"})
+	e.faults.AddRule(objstore.Rule{KeyPrefix: "generic/b@"})
 	sum := e.scan(s)
 	if sum.Errors != 1 || sum.Changed != 1 || sum.Deleted != 0 {
 		t.Fatalf("round with a failing store = %+v, want 1 error and 1 row written", sum)

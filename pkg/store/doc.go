@@ -32,4 +32,7 @@
 //   - Stores are opened through Stores, which serializes create/open/delete per name,
 //     keeps at most MaxOpen handles, and closes an evicted handle only after its last
 //     user releases it. A deleted store's handle is fenced: later appends fail.
+//   - Each life of a name has a directory of its own (registry.IncarnationDir), named
+//     by its registry object: a store created again never sees a row, a file or a
+//     delete of an earlier life of its name, whatever the workers interleave.
 package store

@@ -259,7 +259,7 @@ func (s *Store) observeSeq(seq uint64) {
 // read-your-writes across workers for writes acknowledged with ?flush=true.
 func (s *Store) Sync(ctx context.Context, after uint64) error {
 	s.observeSeq(after)
-	_, err := s.freshSince(ctx, s.cfg.Clock.Now())
+	_, err := s.freshSince(ctx, s.cfg.Clock.Now(), true)
 	return err
 }
 
@@ -334,19 +334,28 @@ func (s *Store) ObserveBase(m *table.Manifest) {
 func (s *Store) ObserveShard(m *wal.Manifest) { s.observeShard(m) }
 
 // Fresh returns a snapshot no older than SnapshotTTL, refreshing the base version
-// and every shard's manifest if needed. The I/O runs under no lock readers take.
+// and every shard's manifest if needed. A read never waits for another read's
+// refresh: while one runs, the others take the current snapshot (at most one
+// refresh older than the TTL), so one slow refresh does not stall every read of the
+// store. The I/O runs under no lock readers take.
 func (s *Store) Fresh(ctx context.Context) (*Snapshot, error) {
-	return s.freshSince(ctx, s.cfg.Clock.Now().Add(-s.cfg.SnapshotTTL))
+	return s.freshSince(ctx, s.cfg.Clock.Now().Add(-s.cfg.SnapshotTTL), false)
 }
 
 // freshSince returns a snapshot whose refresh started at t or later, refreshing if
-// the current one is older.
-func (s *Store) freshSince(ctx context.Context, t time.Time) (*Snapshot, error) {
+// the current one is older. With wait it waits for a refresh in flight (and may
+// then run its own); without, it returns the current snapshot while another
+// refresh runs.
+func (s *Store) freshSince(ctx context.Context, t time.Time, wait bool) (*Snapshot, error) {
 	snap := s.Snapshot()
 	if !snap.taken.Before(t) {
 		return snap, nil
 	}
-	s.refreshMu.Lock()
+	if wait {
+		s.refreshMu.Lock()
+	} else if !s.refreshMu.TryLock() {
+		return snap, nil
+	}
 	defer s.refreshMu.Unlock()
 	snap = s.Snapshot()
 	if !snap.taken.Before(t) {
@@ -403,9 +412,10 @@ func (s *Store) freshSince(ctx context.Context, t time.Time) (*Snapshot, error) 
 }
 
 // ensureRegistered checks, at most once per SnapshotTTL, that the store's registry
-// object still exists. A delete by another worker is then noticed within the TTL;
-// appends in that window land in a directory that is garbage (Stores.Create clears
-// leftovers before a name is reused).
+// object still exists and is of this handle's store (not of one created again under
+// the name). A delete by another worker is then noticed within the TTL; appends in
+// that window land in the deleted store's own directory (registry.IncarnationDir),
+// which is garbage, never in a store created again.
 func (s *Store) ensureRegistered(ctx context.Context) error {
 	s.aliveMu.Lock()
 	defer s.aliveMu.Unlock()

@@ -145,7 +145,7 @@ func TestCreateOpenDelete(t *testing.T) {
 	if err := so.Append(ctx, rec); !errors.Is(err, ErrDeleted) {
 		t.Fatalf("append through another worker's handle: %v, want ErrDeleted", err)
 	}
-	if objs, _ := b.List(ctx, "generic/g/"); len(objs) != 0 {
+	if objs, _ := b.List(ctx, "generic/g@"); len(objs) != 0 {
 		t.Fatalf("objects left after delete: %v", objs)
 	}
 	if _, _, err := ss.Open(ctx, registry.KindGeneric, "g"); !errors.Is(err, registry.ErrNotFound) {

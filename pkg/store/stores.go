@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
+	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -93,33 +95,37 @@ func (ss *Stores) Create(ctx context.Context, e registry.Entry) (registry.Entry,
 	if err != nil {
 		return registry.Entry{}, err
 	}
-	dir := registry.Dir(e.Kind, e.Name)
 	if _, err := ss.reg.Get(ctx, e.Kind, e.Name); err == nil {
 		return registry.Entry{}, fmt.Errorf("%s store %q: %w", e.Kind, e.Name, registry.ErrExists)
 	} else if !errors.Is(err, registry.ErrNotFound) {
 		return registry.Entry{}, err
 	}
-	// Not registered: anything under dir is a leftover of a deleted store (or of a
-	// create that crashed), e.g. WAL entries a stale handle wrote after the delete.
-	// It must not leak into the new store.
-	if err := ss.deleteData(ctx, dir); err != nil {
-		return registry.Entry{}, err
+	// A directory of its own (registry.IncarnationDir): what an earlier life of the
+	// name left, or a delete of it still removes, is in another directory.
+	id, err := uuid.NewV7()
+	if err != nil {
+		return registry.Entry{}, fmt.Errorf("%s store %q: incarnation id: %w", e.Kind, e.Name, err)
 	}
-	// The table first: a crash after it leaves an unregistered directory (garbage,
-	// reused by a later create of the same name with the same schema); a registry
-	// object is never left pointing at nothing.
+	dir := registry.IncarnationDir(e.Kind, e.Name, strings.ReplaceAll(id.String(), "-", ""))
+	// The table first: a crash after it leaves an unregistered directory (garbage);
+	// a registry object is never left pointing at nothing.
 	if _, err := table.Create(ctx, ss.cfg.Bucket, dir, s, ss.cfg.TableOptions...); err != nil {
-		if errors.Is(err, table.ErrSchemaMismatch) {
-			// A concurrent create of the same name on another worker won the table.
-			return registry.Entry{}, fmt.Errorf("%s store %q: %w", e.Kind, e.Name, registry.ErrExists)
-		}
 		return registry.Entry{}, err
 	}
 	e.URI = dir
 	if e.CreatedAt.IsZero() {
 		e.CreatedAt = ss.cfg.Clock.Now().UTC()
 	}
-	return ss.reg.Create(ctx, e)
+	created, err := ss.reg.Create(ctx, e)
+	if err != nil {
+		// A concurrent create of the name on another worker registered first: our
+		// directory is nobody's.
+		if derr := ss.deleteData(context.WithoutCancel(ctx), dir); derr != nil {
+			ss.cfg.Logger.Warn("removing the table of a create that lost", "dir", dir, "err", derr)
+		}
+		return registry.Entry{}, err
+	}
+	return created, nil
 }
 
 // Open returns the open handle of a registered store, opening it if needed. It

@@ -217,7 +217,7 @@ func TestStoreDeletedByAnotherWorkerIsNotFoundThroughAStaleHandle(t *testing.T) 
 	if !strings.Contains(msg, `"g"`) || !(strings.Contains(msg, "deleted") || strings.Contains(msg, "not found")) {
 		t.Errorf("message %q does not say store \"g\" is gone", msg)
 	}
-	if objs, err := b.List(context.Background(), "generic/g/"); err != nil || len(objs) != 0 {
+	if objs, err := b.List(context.Background(), "generic/g@"); err != nil || len(objs) != 0 {
 		t.Errorf("objects under the deleted store: %v, %v", objs, err)
 	}
 	if got := w1.count(w1.series.AppendedRows, "generic"); got != 1 {

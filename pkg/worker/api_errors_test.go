@@ -98,14 +98,14 @@ func TestAReadRacingADeleteAnswers404Or409NeverInternal(t *testing.T) {
 		// (created again, or its delete still removing objects).
 		deleted, registered string
 	}{
-		{"shard manifest", "generic/s/_wal/w2/_manifests/", all, "404 NOT_FOUND", "409 CONFLICT"},
-		{"generation", "generic/s/_wal/w2/gen/", rows, "404 NOT_FOUND", "409 CONFLICT"},
+		{"shard manifest", "/_wal/w2/_manifests/", all, "404 NOT_FOUND", "409 CONFLICT"},
+		{"generation", "/_wal/w2/gen/", rows, "404 NOT_FOUND", "409 CONFLICT"},
 		// A table's versions go only with its store: gone either way.
-		{"base manifest", "generic/s/_versions/", all, "404 NOT_FOUND", "404 NOT_FOUND"},
+		{"base manifest", "/_versions/", all, "404 NOT_FOUND", "404 NOT_FOUND"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newVanishingEnv(t)
-			e.faults.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet}, KeyPrefix: c.object, Err: objstore.ErrNotFound})
+			e.faults.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet}, KeyPrefix: "generic/s@", KeyContains: c.object, Err: objstore.ErrNotFound})
 			for _, path := range c.paths {
 				st, body := e.w1.do(http.MethodGet, path, nil)
 				if got := answer(t, st, body); got != c.registered {
@@ -143,7 +143,7 @@ func TestACreateWhoseTableVanishesUnderItIsAConflict(t *testing.T) {
 	f := objstore.NewFaults(nil)
 	w1 := newAPIEnv(t, objstore.WithFaults(bucket, f), "w1", nil)
 	// Another create took version 1 first and a third request's cleanup removed it.
-	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPutIfAbsent}, KeyPrefix: "generic/s/_versions/", Times: 1, Err: objstore.ErrExists})
+	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPutIfAbsent}, KeyPrefix: "generic/s@", KeyContains: "/_versions/", Times: 1, Err: objstore.ErrExists})
 	st, body := w1.do(http.MethodPost, "/api/v1/generic", `{"name":"s","schema":`+apiSpec+`}`)
 	if got := answer(t, st, body); got != "409 CONFLICT" {
 		t.Fatalf("create: %s (%s), want 409 CONFLICT", got, body)
@@ -156,8 +156,8 @@ func TestACreateWhoseTableVanishesUnderItIsAConflict(t *testing.T) {
 // and names the object, so the operator the client calls knows where to look.
 func TestACorruptObjectAnswersDataLossNamingIt(t *testing.T) {
 	for _, c := range []struct{ name, prefix string }{
-		{"base manifest", "generic/s/_versions/0"},
-		{"generation", "generic/s/_wal/w2/gen/"},
+		{"base manifest", "/_versions/0"},
+		{"generation", "/_wal/w2/gen/"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newVanishingEnv(t)
@@ -173,13 +173,22 @@ func TestACorruptObjectAnswersDataLossNamingIt(t *testing.T) {
 	}
 }
 
-func lastKey(t *testing.T, b *objstore.Bucket, prefix string) string {
+func lastKey(t *testing.T, b *objstore.Bucket, contains string) string {
 	t.Helper()
-	objs, err := b.List(context.Background(), prefix)
-	if err != nil || len(objs) == 0 {
-		t.Fatalf("list %s: %d objects, %v", prefix, len(objs), err)
+	objs, err := b.List(context.Background(), "generic/s@")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return objs[len(objs)-1].Key
+	last := ""
+	for _, o := range objs {
+		if strings.Contains(o.Key, contains) {
+			last = o.Key
+		}
+	}
+	if last == "" {
+		t.Fatalf("no object of store s has %q in its key (of %d)", contains, len(objs))
+	}
+	return last
 }
 
 // Clients retry a 503 after the hint it carries.
