@@ -234,28 +234,16 @@ func (hc *historyCampaign) client(ctx context.Context, n int, rng *rand.Rand, wo
 
 // listHistoryRows lists the whole store in one page (one snapshot) carrying token.
 func listHistoryRows(httpc *http.Client, base string, token uint64) ([]history.Row, error) {
-	q := url.Values{"limit": {"10000"}}
+	q := url.Values{}
 	if token != 0 {
 		q.Set("after", strconv.FormatUint(token, 10))
 	}
-	code, body, err := httpGetWith(httpc, base+"?"+q.Encode())
+	recs, err := listRecords(httpc, base, q)
 	if err != nil {
 		return nil, err
 	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("list: %d %s", code, body)
-	}
-	var ans struct {
-		Records []struct {
-			ID      string `json:"id"`
-			Content string `json:"content"`
-		} `json:"records"`
-	}
-	if err := json.Unmarshal(body, &ans); err != nil {
-		return nil, err
-	}
-	rows := make([]history.Row, len(ans.Records))
-	for i, r := range ans.Records {
+	rows := make([]history.Row, len(recs))
+	for i, r := range recs {
 		rows[i] = history.Row{ID: r.ID, Value: r.Content}
 	}
 	return rows, nil

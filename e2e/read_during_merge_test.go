@@ -228,24 +228,12 @@ func getValue(base, id, query string) (v int, ok bool, err error) {
 
 // listValues lists every record through a worker: id -> value.
 func listValues(u string) (map[string]int, error) {
-	code, body, err := httpGet(u + "?limit=10000")
+	recs, err := listRecords(&http.Client{Timeout: 10 * time.Second}, u, url.Values{})
 	if err != nil {
 		return nil, err
 	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("list: %d %s", code, body)
-	}
-	var ans struct {
-		Records []struct {
-			ID      string `json:"id"`
-			Content string `json:"content"`
-		} `json:"records"`
-	}
-	if err := json.Unmarshal(body, &ans); err != nil {
-		return nil, err
-	}
-	out := make(map[string]int, len(ans.Records))
-	for _, r := range ans.Records {
+	out := make(map[string]int, len(recs))
+	for _, r := range recs {
 		v, err := strconv.Atoi(r.Content)
 		if err != nil {
 			return nil, fmt.Errorf("record %s: content %q", r.ID, r.Content)
@@ -253,4 +241,30 @@ func listValues(u string) (map[string]int, error) {
 		out[r.ID] = v
 	}
 	return out, nil
+}
+
+// listedRecord is a record of a list answer: its id and its value (content).
+type listedRecord struct {
+	ID      string `json:"id"`
+	Content string `json:"content"`
+}
+
+// listRecords lists a rollout store's records through a worker, in one page (one
+// snapshot), with the query's other parameters (?after=).
+func listRecords(httpc *http.Client, u string, q url.Values) ([]listedRecord, error) {
+	q.Set("limit", "10000")
+	code, body, err := httpGetWith(httpc, u+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("list: %d %s", code, body)
+	}
+	var ans struct {
+		Records []listedRecord `json:"records"`
+	}
+	if err := json.Unmarshal(body, &ans); err != nil {
+		return nil, err
+	}
+	return ans.Records, nil
 }
