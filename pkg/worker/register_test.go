@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -14,7 +13,6 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
-	"github.com/tidemark-io/tidemark/internal/testwait"
 )
 
 // registrationLiveness bounds every wait for etcd to show a change.
@@ -67,15 +65,16 @@ func runRegistration(t *testing.T, client *clientv3.Client, prefix string, opts 
 // and returns it.
 func waitRecord(t *testing.T, client *clientv3.Client, key string, not int64) (value []byte, lease int64) {
 	t.Helper()
-	testwait.Until(t, registrationLiveness, fmt.Sprintf("a record at %s under a lease other than %x", key, not), func() bool {
+	deadline := time.Now().Add(registrationLiveness)
+	for time.Now().Before(deadline) {
 		resp, err := client.Get(context.Background(), key)
 		if err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0 && resp.Kvs[0].Lease != not {
-			value, lease = resp.Kvs[0].Value, resp.Kvs[0].Lease
-			return true
+			return resp.Kvs[0].Value, resp.Kvs[0].Lease
 		}
-		return false
-	})
-	return value, lease
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no record at %s (under a lease other than %x) within %s", key, not, registrationLiveness)
+	return nil, 0
 }
 
 func TestRegistrationPutsTheRecordUnderALeaseAndRevokesItOnStop(t *testing.T) {
@@ -140,16 +139,20 @@ func TestRegistrationPutsBackARecordDeletedWhileItsLeaseLives(t *testing.T) {
 	if _, err := client.Delete(context.Background(), "/reg3/workers/w1"); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Until(t, registrationLiveness, "the deleted record to be put back", func() bool {
+	deadline := time.Now().Add(registrationLiveness)
+	for {
 		resp, err := client.Get(context.Background(), "/reg3/workers/w1")
 		if err == nil && len(resp.Kvs) == 1 {
 			if resp.Kvs[0].Lease != lease {
 				t.Fatalf("record back under lease %x, want the same lease %x", resp.Kvs[0].Lease, lease)
 			}
-			return true
+			return
 		}
-		return false
-	})
+		if time.Now().After(deadline) {
+			t.Fatal("deleted record not put back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // etcd gone for longer than the lease TTL: the keepalive gives up, registration
@@ -197,7 +200,13 @@ func TestRegistrationRetriesSoonAfterAnAttemptEtcdDidNotAnswer(t *testing.T) {
 	// The first wait follows the lost lease, the second the first attempt that
 	// timed out (registrationOpWait), the third the second one.
 	for wait := 1; wait <= 3; wait++ {
-		testwait.Until(t, registrationLiveness, fmt.Sprintf("wait %d: the registration to wait for its next attempt", wait), clk.HasWaiters)
+		deadline := time.Now().Add(registrationLiveness)
+		for !clk.HasWaiters() {
+			if time.Now().After(deadline) {
+				t.Fatalf("wait %d: the registration never waited for its next attempt", wait)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		clk.Step(minDelay)
 		if clk.HasWaiters() {
 			t.Fatalf("wait %d is longer than the minimum backoff %s while etcd does not answer", wait, minDelay)
