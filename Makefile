@@ -41,9 +41,9 @@ build: ## build bin/worker and bin/master
 # Azurite: the objstore and table tests run their azblob:// cases against it when
 # TIDEMARK_AZURITE_ADDR is set; locally they skip them otherwise, under CI=true they
 # fail. So start it through scripts/azurite.sh when npm can install it.
-# The end-to-end tests (real processes) run after the others, not beside them: the
-# etcd lease and outage tests of pkg/worker and pkg/master keep real time, and a
-# cluster of processes next to them on two cores starved their keepalives.
+# The end-to-end tests (real processes) run after the other packages, not beside
+# them: the etcd lease and outage tests of pkg/worker and pkg/master keep real time,
+# and should not share two cores with clusters of processes.
 test: ## run every test with -race (starts Azurite when npm is available)
 	@if [ -n "$${TIDEMARK_AZURITE_ADDR:-}" ]; then \
 		echo "azurite: using TIDEMARK_AZURITE_ADDR=$$TIDEMARK_AZURITE_ADDR"; \
