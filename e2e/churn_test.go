@@ -126,6 +126,10 @@ func TestChurnOfOneStoreNameAcrossTwoWorkers(t *testing.T) {
 	if a, err := send(client, http.MethodPost, workers[1].url()+base, fmt.Sprintf(`{"name":%q,"schema":%s}`, name, churnSpec)); err != nil || a.status != http.StatusCreated {
 		t.Fatalf("create again: %+v %v", a, err)
 	}
+	// check lists through both workers. Before the flush sweeps a handle of the
+	// deleted life may still serve its last snapshot (a delete is noticed within
+	// SNAPSHOT_TTL) and is retried; after them, rows are a failure at once.
+	strict := false
 	check := func() (bool, string) {
 		var status []string
 		for _, w := range workers {
@@ -139,8 +143,11 @@ func TestChurnOfOneStoreNameAcrossTwoWorkers(t *testing.T) {
 			if err := json.Unmarshal([]byte(a.body), &page); err != nil {
 				return false, err.Error()
 			}
-			if page.Count != 0 { // never, not even once: a row of an earlier life is back
-				t.Fatalf("the store created again lists %d rows through %s: %.300s", page.Count, w.id, a.body)
+			if page.Count != 0 {
+				if strict {
+					t.Fatalf("the store created again lists %d rows through %s after the flush sweeps: %.300s", page.Count, w.id, a.body)
+				}
+				return false, fmt.Sprintf("%s lists %d rows: %.200s", w.id, page.Count, a.body)
 			}
 			status = append(status, fmt.Sprintf("%s lists %d rows", w.id, page.Count))
 		}
@@ -152,6 +159,7 @@ func TestChurnOfOneStoreNameAcrossTwoWorkers(t *testing.T) {
 	// into the new life.
 	c.waitFor(10*time.Second, "the created-again store lists through both workers", check)
 	time.Sleep(3 * time.Second)
+	strict = true
 	c.waitFor(10*time.Second, "the created-again store lists through both workers after the flush sweeps", check)
 	logMergeOutcomes(t, c, "generic:"+name)
 }
