@@ -273,62 +273,94 @@ func (r *Registration) register(ctx context.Context) (clientv3.LeaseID, int64, e
 	return grant.ID, resp.Header.Revision, nil
 }
 
-// hold keeps lease alive until ctx is done (false) or the lease is lost (true). It
-// watches the record from rev on, and puts it back if someone deletes it while the
-// lease lives.
+// hold keeps lease alive until ctx is done (false) or the lease is lost (true).
+// Meanwhile guard watches the record and puts it back if someone deletes it while
+// the lease lives. The watch runs beside the keepalive, not in the same loop:
+// clientv3's Watch blocks until etcd answers, and a lease lost while etcd is away
+// must still be noticed when its keepalive gives up, so the next registration
+// attempt is scheduled instead of waiting for etcd to come back first.
 func (r *Registration) hold(ctx context.Context, lease clientv3.LeaseID, rev int64) (lost bool) {
 	hctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	// KeepAlive's channel closes when the lease expires, is revoked, or was not
 	// renewed for a TTL (etcd unreachable): in each case the lease is gone for us.
 	ka, err := r.client.KeepAlive(hctx, lease)
 	if err != nil {
+		cancel()
 		if ctx.Err() != nil {
 			return false
 		}
 		r.log.Warn("keepalive of the registration lease failed", "err", err)
 		return true
 	}
-	watch := r.client.Watch(hctx, r.key, clientv3.WithRev(rev+1))
+	gone := make(chan struct{})
+	guarded := make(chan struct{})
+	go func() {
+		defer close(guarded)
+		if r.guard(hctx, lease, rev) {
+			close(gone)
+		}
+	}()
+	defer func() {
+		cancel()
+		<-guarded
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return false
+		case <-gone:
+			return ctx.Err() == nil
 		case _, ok := <-ka:
 			if !ok {
 				return ctx.Err() == nil
 			}
-		case wr, ok := <-watch:
-			if ctx.Err() != nil {
-				return false
+		}
+	}
+}
+
+// guard watches the record from rev on until ctx is done (false) and puts it back
+// under lease when it is deleted; it returns true when the record is gone and
+// cannot be put back (the lease is gone too).
+func (r *Registration) guard(ctx context.Context, lease clientv3.LeaseID, rev int64) (gone bool) {
+	watch := r.client.Watch(ctx, r.key, clientv3.WithRev(rev+1))
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return false
+		case wr, ok = <-watch:
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if !ok || wr.Err() != nil {
+			// Compacted or closed: check the key directly and watch again from now.
+			next, gone := r.check(ctx, lease)
+			if gone {
+				return true
 			}
-			if !ok || wr.Err() != nil {
-				// Compacted or closed: check the key directly and watch again from now.
-				next, gone := r.check(hctx, lease)
-				if gone {
-					return true
-				}
-				if next > 0 {
-					rev = next
-				}
-				watch = r.client.Watch(hctx, r.key, clientv3.WithRev(rev+1))
-				continue
+			if next > 0 {
+				rev = next
 			}
-			for _, ev := range wr.Events {
-				rev = ev.Kv.ModRevision
-				switch {
-				case ev.Type == mvccpb.DELETE:
-					// Deleted by hand (a lease expiry would also close ka). Put it
-					// back under the same lease; if that lease is gone too, we are lost.
-					if _, err := r.put(hctx, lease); err != nil {
-						r.log.Warn("worker record deleted and could not be put back", "err", err)
-						return ctx.Err() == nil
-					}
-					r.log.Warn("worker record was deleted while its lease lived; put it back")
-				case clientv3.LeaseID(ev.Kv.Lease) != lease:
-					r.log.Error("another process wrote this worker's record: two workers share an INSTANCE_ID?",
-						"value", string(ev.Kv.Value), "lease", fmt.Sprintf("%x", ev.Kv.Lease))
+			watch = r.client.Watch(ctx, r.key, clientv3.WithRev(rev+1))
+			continue
+		}
+		for _, ev := range wr.Events {
+			rev = ev.Kv.ModRevision
+			switch {
+			case ev.Type == mvccpb.DELETE:
+				// Deleted by hand (a lease expiry would also close the keepalive).
+				// Put it back under the same lease; if that lease is gone too, we
+				// are lost.
+				if _, err := r.put(ctx, lease); err != nil {
+					r.log.Warn("worker record deleted and could not be put back", "err", err)
+					return ctx.Err() == nil
 				}
+				r.log.Warn("worker record was deleted while its lease lived; put it back")
+			case clientv3.LeaseID(ev.Kv.Lease) != lease:
+				r.log.Error("another process wrote this worker's record: two workers share an INSTANCE_ID?",
+					"value", string(ev.Kv.Value), "lease", fmt.Sprintf("%x", ev.Kv.Lease))
 			}
 		}
 	}
