@@ -109,7 +109,7 @@ func baseIDs(ctx context.Context, b *objstore.Bucket, dir string) (ids map[strin
 	}
 	m = t.Latest()
 	ids = map[string]int{}
-	err = t.Scan(ctx, m, table.ScanOptions{Columns: []string{rowkey.IDColumn}}, func(rec arrow.RecordBatch) error {
+	err = t.Scan(ctx, m, table.ScanOptions{Columns: []string{rowkey.IDColumn}}, func(rec arrow.RecordBatch, _ string) error {
 		col := rec.Column(0).(*array.String)
 		for i := 0; i < col.Len(); i++ {
 			ids[col.Value(i)]++

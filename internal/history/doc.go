@@ -11,8 +11,8 @@
 // (Unknown) or was an error (Failed) may or may not be stored; its _seq is unknown
 // but greater than the token it carried. An acknowledged add without ?flush=true is
 // durable but only visible after a later seal, so it may appear at any time after
-// its call. Two workers' clocks can give two writes one _seq: last-writer-wins
-// then names no winner, and the model lets either stand, but only one, for good.
+// its call. Two workers' clocks can give two writes one _seq: the write through the
+// worker whose INSTANCE_ID (its shard) sorts last wins (rowkey.Version).
 //
 // # What is checked
 //

@@ -104,12 +104,13 @@ func TestHistoriesTheModelAllows(t *testing.T) {
 			get(2, "w3", "x", "b", 20, 1000, 1010),
 			get(2, "w3", "x", "a", 20, 2000, 2010),
 		},
-		// Two workers' clocks can give one _seq; either write may win.
-		"writes of equal _seq may resolve either way": {
-			add(0, "w1", "x", "a", 10, 0, 10),
-			add(1, "w2", "x", "b", 10, 20, 30),
-			get(2, "w3", "x", "a", 10, 40, 50),
-			get(3, "w1", "x", "a", 10, 60, 70),
+		// Two workers' clocks can give one _seq; the later shard's write wins,
+		// whichever was acknowledged first.
+		"writes of equal _seq resolve to the shard that sorts last": {
+			add(0, "w2", "x", "b", 10, 0, 10),
+			add(1, "w1", "x", "a", 10, 20, 30),
+			get(2, "w3", "x", "b", 10, 40, 50),
+			get(3, "w1", "x", "b", 10, 60, 70),
 		},
 		"an unflushed write may show up late": {
 			add(0, "w1", "x", "a", 10, 0, 10),
@@ -177,6 +178,11 @@ func TestHistoriesTheModelForbids(t *testing.T) {
 			add(1, "w2", "x", "b", 10, 20, 30),
 			get(2, "w3", "x", "b", 0, 40, 50),
 			get(2, "w3", "x", "a", 0, 60, 70),
+		}},
+		{"a tie resolved to the shard that sorts first", RuleLinearizable, true, []Op{
+			add(0, "w1", "x", "a", 10, 0, 10),
+			add(1, "w2", "x", "b", 10, 20, 30),
+			get(2, "w3", "x", "a", 0, 1000, 1010),
 		}},
 		{"reads through two workers flip between writes of equal _seq", RuleLinearizable, true, []Op{
 			add(0, "w1", "x", "a", 10, 0, 10),

@@ -37,22 +37,27 @@ type Result struct {
 }
 
 // writeInput is an add of the register; seq 0 is an unknown _seq above lower.
+// Shard is the worker it was sent to (its INSTANCE_ID names its shard).
 type writeInput struct {
 	Value string
 	Seq   uint64
 	Lower uint64
+	Shard string
 }
 
-// regState is the register: the value of the highest-_seq write applied. When that
-// write's _seq is unknown, Seq is a lower bound of it (Exact false).
+// regState is the register: the value of the newest write applied (highest _seq,
+// then shard). When that write's _seq is unknown, Seq is a lower bound of it
+// (Exact false).
 type regState struct {
 	Value string
 	Seq   uint64
+	Shard string
 	Exact bool
 }
 
-// registerModel is last-writer-wins by _seq. A write whose _seq is unknown is
-// applied both ways where its order against the state is undecided.
+// registerModel is last-writer-wins by rowkey.Version (_seq, then shard). A write
+// whose _seq is unknown is applied both ways where its order against the state is
+// undecided.
 var registerModel = porcupine.NondeterministicModel{
 	Init: func() []any { return []any{regState{Exact: true}} },
 	Step: func(state, input, output any) []any {
@@ -66,16 +71,19 @@ var registerModel = porcupine.NondeterministicModel{
 		}
 		if w.Seq != 0 {
 			switch {
-			case st.Exact && w.Seq == st.Seq && w.Value != st.Value:
-				// Two workers' clocks gave one _seq: last-writer-wins names no
-				// winner, so either may stand (but only one, for good).
-				return []any{st, regState{Value: w.Value, Seq: w.Seq, Exact: true}}
+			case st.Exact && w.Seq == st.Seq:
+				// Two workers' clocks gave one _seq: the shard that sorts last
+				// wins, everywhere and for good.
+				if w.Shard > st.Shard {
+					return []any{regState{Value: w.Value, Seq: w.Seq, Shard: w.Shard, Exact: true}}
+				}
+				return []any{st}
 			case w.Seq <= st.Seq: // the state is newer (its _seq is st.Seq, or above)
 				return []any{st}
 			case st.Exact:
-				return []any{regState{Value: w.Value, Seq: w.Seq, Exact: true}}
+				return []any{regState{Value: w.Value, Seq: w.Seq, Shard: w.Shard, Exact: true}}
 			default: // the state's _seq is unknown but above st.Seq: either may be newer
-				return []any{regState{Value: w.Value, Seq: w.Seq, Exact: true}, regState{Value: st.Value, Seq: w.Seq, Exact: false}}
+				return []any{regState{Value: w.Value, Seq: w.Seq, Shard: w.Shard, Exact: true}, regState{Value: st.Value, Seq: w.Seq, Exact: false}}
 			}
 		}
 		bound := max(st.Seq, w.Lower)
@@ -94,7 +102,7 @@ var registerModel = porcupine.NondeterministicModel{
 			if w.Seq == 0 {
 				return fmt.Sprintf("add %q (_seq unknown, > %d)", w.Value, w.Lower)
 			}
-			return fmt.Sprintf("add %q (_seq %d)", w.Value, w.Seq)
+			return fmt.Sprintf("add %q (_seq %d, shard %s)", w.Value, w.Seq, w.Shard)
 		}
 		return "read " + describe(output.(string))
 	},
@@ -152,7 +160,7 @@ func Linearizable(ops []Op, cfg Config) Result {
 			default:
 				continue
 			}
-			hist = append(hist, porcupine.Operation{ClientId: ops[w.op].Client, Input: writeInput{Value: w.value, Seq: w.seq, Lower: w.lower},
+			hist = append(hist, porcupine.Operation{ClientId: ops[w.op].Client, Input: writeInput{Value: w.value, Seq: w.seq, Lower: w.lower, Shard: ops[w.op].Worker},
 				Call: ns(w.call), Output: "", Return: ret, Metadata: w.op})
 		}
 		for _, r := range x.reads[id] {

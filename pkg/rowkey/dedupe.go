@@ -11,7 +11,9 @@ import (
 )
 
 // NewestPerID keeps, for every id in recs, only the row with the highest _seq (on a
-// tie, the later row), preserving input order. Every batch must have a utf8 "id" and
+// tie, the later row), preserving input order. recs are rows of one shard (a seal's
+// entries, a merge's generations), whose _seqs order its writes; across shards,
+// compare Versions. Every batch must have a utf8 "id" and
 // a uint64 "_seq" column. The result holds new references; the caller releases them.
 // It is the one deduplication rule of Tidemark: WAL seals, merges and commits all
 // use it, so last-write-wins means the same thing everywhere.

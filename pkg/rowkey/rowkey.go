@@ -6,9 +6,11 @@
 //
 //   - Every batch a store holds, in WAL entries, generations and base fragments,
 //     has a non-null utf8 IDColumn and a non-null uint64 SeqColumn.
-//   - Of the rows of one id, the one with the highest _seq is the live one (on a tie,
-//     the later row): last-write-wins means the same thing in seals, merges, commits
-//     and reads, whatever order shards are merged in.
+//   - Of the rows of one id, the one with the newest Version (highest _seq, then
+//     the greater shard name) is the live one: last-write-wins means the same thing
+//     in seals, merges, commits and reads, whatever order shards are merged in.
+//     Within one shard _seq is unique per write; NewestPerID, which sees rows of one
+//     shard only, breaks ties between rows of one write by position (the later row).
 package rowkey
 
 import (

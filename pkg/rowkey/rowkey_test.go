@@ -72,3 +72,24 @@ func TestColumnsNamesWhatIsMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Versions are ordered by _seq, then by shard; "" (a base row committed before
+// fragments recorded their shard) loses every tie.
+func TestVersionOrdersBySeqThenShard(t *testing.T) {
+	cases := []struct {
+		a, b  Version
+		newer bool
+	}{
+		{Version{2, "a"}, Version{1, "z"}, true},
+		{Version{1, "z"}, Version{2, "a"}, false},
+		{Version{1, "w2"}, Version{1, "w1"}, true},
+		{Version{1, "w1"}, Version{1, "w2"}, false},
+		{Version{1, "w1"}, Version{1, ""}, true},
+		{Version{1, "w1"}, Version{1, "w1"}, false},
+	}
+	for _, c := range cases {
+		if got := c.a.Newer(c.b); got != c.newer {
+			t.Errorf("%+v.Newer(%+v) = %v, want %v", c.a, c.b, got, c.newer)
+		}
+	}
+}

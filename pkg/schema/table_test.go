@@ -87,7 +87,7 @@ func TestDecodedRowsAreRowsTheTableAccepts(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got []string
-			err = tb.Scan(ctx, m, table.ScanOptions{}, func(b arrow.RecordBatch) error {
+			err = tb.Scan(ctx, m, table.ScanOptions{}, func(b arrow.RecordBatch, _ string) error {
 				got = append(got, encodeAll(t, b)...)
 				return nil
 			})

@@ -31,7 +31,7 @@ type pendingRows struct {
 
 type rowRef struct {
 	gen, rec, row int
-	seq           uint64
+	v             rowkey.Version
 }
 
 // loadPending reads (through the cache) every generation above the watermarks and
@@ -71,8 +71,9 @@ func (s *Store) loadPending(ctx context.Context, snap *Snapshot) (*pendingRows, 
 			}
 			for i := 0; i < ids.Len(); i++ {
 				id := ids.Value(i)
-				if b, ok := p.best[id]; !ok || seqs.Value(i) >= b.seq {
-					p.best[id] = rowRef{gen: gi, rec: ri, row: i, seq: seqs.Value(i)}
+				v := rowkey.Version{Seq: seqs.Value(i), Shard: pending[gi].Shard}
+				if b, ok := p.best[id]; !ok || !b.v.Newer(v) {
+					p.best[id] = rowRef{gen: gi, rec: ri, row: i, v: v}
 				}
 			}
 		}
@@ -92,18 +93,13 @@ func (s *Store) Get(ctx context.Context, id string) (arrow.RecordBatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	base, err := s.table.Get(ctx, snap.Base, id)
+	base, baseV, err := s.table.Get(ctx, snap.Base, id)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", s.Target(), err)
 	}
 	ref, inGen := p.best[id]
 	if base != nil {
-		_, seqs, err := rowkey.Columns(base)
-		if err != nil {
-			base.Release()
-			return nil, err
-		}
-		if !inGen || seqs.Value(0) > ref.seq {
+		if !inGen || baseV.Newer(ref.v) {
 			return base, nil
 		}
 		base.Release()
@@ -150,7 +146,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch
 		scan.Columns = nil
 	}
 	fromBase := map[string]bool{}
-	err = s.table.Scan(ctx, snap.Base, scan, func(rec arrow.RecordBatch) error {
+	err = s.table.Scan(ctx, snap.Base, scan, func(rec arrow.RecordBatch, shard string) error {
 		ids, seqs, err := rowkey.Columns(rec)
 		if err != nil {
 			return err
@@ -162,7 +158,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch
 		for i := 0; i < ids.Len(); i++ {
 			id := ids.Value(i)
 			if ref, ok := p.best[id]; ok {
-				if seqs.Value(i) <= ref.seq {
+				if !(rowkey.Version{Seq: seqs.Value(i), Shard: shard}).Newer(ref.v) {
 					continue // the pending row is the live one
 				}
 				delete(p.best, id) // the base row is newer than the pending one
@@ -227,7 +223,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch
 		for _, id := range baseIDs {
 			want[id] = true
 		}
-		err = s.table.Scan(ctx, snap.Base, table.ScanOptions{IDs: baseIDs}, func(rec arrow.RecordBatch) error {
+		err = s.table.Scan(ctx, snap.Base, table.ScanOptions{IDs: baseIDs}, func(rec arrow.RecordBatch, _ string) error {
 			ids, _, err := rowkey.Columns(rec)
 			if err != nil {
 				return err

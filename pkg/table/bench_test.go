@@ -66,7 +66,7 @@ func BenchmarkGet(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			if c.cache > 0 { // warm every fragment's key index and bloom
 				for f := 0; f < fragments; f++ {
-					rec, err := h.Get(ctx, m, fmt.Sprintf("f%02d-%05d", f, 0))
+					rec, _, err := h.Get(ctx, m, fmt.Sprintf("f%02d-%05d", f, 0))
 					if err != nil || rec == nil {
 						b.Fatal(err)
 					}
@@ -77,7 +77,7 @@ func BenchmarkGet(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				id := fmt.Sprintf("f%02d-%05d", rng.IntN(fragments), rng.IntN(rowsEach))
-				rec, err := h.Get(ctx, m, id)
+				rec, _, err := h.Get(ctx, m, id)
 				if err != nil || rec == nil {
 					b.Fatalf("get %s: %v %v", id, rec, err)
 				}

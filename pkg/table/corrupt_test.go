@@ -86,7 +86,7 @@ func TestCorruptFragmentIsAnErrorNotAPanic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = fresh.Scan(ctx, fresh.Latest(), ScanOptions{}, func(arrow.RecordBatch) error { return nil })
+			err = fresh.Scan(ctx, fresh.Latest(), ScanOptions{}, func(arrow.RecordBatch, string) error { return nil })
 			if err == nil {
 				// Some bit flips land in compressed values that still decode; the
 				// zeroed and truncated cases must always fail.
@@ -124,11 +124,11 @@ func TestCorruptDeletionVectorAndBloomAreErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = fresh.Scan(ctx, fresh.Latest(), ScanOptions{}, func(arrow.RecordBatch) error { return nil })
+	err = fresh.Scan(ctx, fresh.Latest(), ScanOptions{}, func(arrow.RecordBatch, string) error { return nil })
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), dv) {
 		t.Fatalf("scan: %v, want ErrCorrupt naming %s", err, dv)
 	}
-	_, err = fresh.Get(ctx, fresh.Latest(), "a")
+	_, _, err = fresh.Get(ctx, fresh.Latest(), "a")
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("get: %v, want ErrCorrupt", err)
 	}

@@ -53,13 +53,13 @@ func TestPointLookupReadsARowGroupsColumnChunksInOneRequest(t *testing.T) {
 	ctx := context.Background()
 	f, tb, m := faultyTable(t, 1, 40_000) // 20 row groups, larger than a footer read
 	// Warm the key index, bloom and footer: what is left is the row group itself.
-	rec, err := tb.Get(ctx, m, "f00-00001")
+	rec, _, err := tb.Get(ctx, m, "f00-00001")
 	if err != nil || rec == nil {
 		t.Fatalf("get: %v %v", rec, err)
 	}
 	rec.Release()
 	f.ResetCounters()
-	rec, err = tb.Get(ctx, m, "f00-34500")
+	rec, _, err = tb.Get(ctx, m, "f00-34500")
 	if err != nil || rec == nil {
 		t.Fatalf("get: %v %v", rec, err)
 	}
@@ -87,7 +87,7 @@ func TestScanReadsEveryRowGroupWithOneRequestEach(t *testing.T) {
 				t.Fatalf("fragment of %d rows is %d bytes: the case does not test what it says", c.rows, m.Fragments[0].Bytes)
 			}
 			rows := 0
-			err := tb.Scan(ctx, m, ScanOptions{}, func(rec arrow.RecordBatch) error { rows += int(rec.NumRows()); return nil })
+			err := tb.Scan(ctx, m, ScanOptions{}, func(rec arrow.RecordBatch, _ string) error { rows += int(rec.NumRows()); return nil })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -187,7 +187,7 @@ func TestAFragmentShorterThanItsManifestIsCorrupt(t *testing.T) {
 	if err := tb.bucket.Put(ctx, key, data[:len(data)-100]); err != nil {
 		t.Fatal(err)
 	}
-	_, err = tb.Get(ctx, m, "f00-00003")
+	_, _, err = tb.Get(ctx, m, "f00-00003")
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), key) {
 		t.Fatalf("got %v, want ErrCorrupt naming %s", err, key)
 	}

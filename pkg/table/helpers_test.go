@@ -90,7 +90,7 @@ func mustAppend(t testing.TB, tb *Table, rows ...row) *Manifest {
 func liveRows(t testing.TB, tb *Table, m *Manifest) map[string]row {
 	t.Helper()
 	out := map[string]row{}
-	err := tb.Scan(context.Background(), m, ScanOptions{Columns: []string{rowkey.IDColumn, rowkey.SeqColumn, "value"}}, func(rec arrow.RecordBatch) error {
+	err := tb.Scan(context.Background(), m, ScanOptions{Columns: []string{rowkey.IDColumn, rowkey.SeqColumn, "value"}}, func(rec arrow.RecordBatch, _ string) error {
 		ids := rec.Column(0).(*array.String)
 		seqs := rec.Column(1).(*array.Uint64)
 		vals := rec.Column(2).(*array.Int64)

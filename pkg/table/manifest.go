@@ -52,6 +52,11 @@ type Fragment struct {
 	IDMax string `json:"id_max"`
 	// SeqMax is the highest _seq in the file.
 	SeqMax uint64 `json:"seq_max"`
+	// Shard is the WAL shard whose rows the file holds (a merge commits one shard's
+	// generations): with _seq it is each row's rowkey.Version, which breaks ties
+	// between shards the same way everywhere. Empty in files committed before it
+	// was recorded, and by appends that name no shard.
+	Shard string `json:"shard,omitempty"`
 	// Bloom is the path of the fragment's id bloom filter.
 	Bloom string `json:"bloom"`
 	// Deletions is nil when no row of the fragment is deleted.

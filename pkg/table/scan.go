@@ -22,8 +22,10 @@ type ScanOptions struct {
 }
 
 // Scan streams the live rows of manifest m to fn, fragment by fragment in manifest
-// order. Batches are only valid during the call; fn must Retain what it keeps.
-func (t *Table) Scan(ctx context.Context, m *Manifest, opts ScanOptions, fn func(arrow.RecordBatch) error) error {
+// order, with the shard that wrote them (Fragment.Shard: with a row's _seq, its
+// rowkey.Version). Batches are only valid during the call; fn must Retain what it
+// keeps.
+func (t *Table) Scan(ctx context.Context, m *Manifest, opts ScanOptions, fn func(rec arrow.RecordBatch, shard string) error) error {
 	s := m.ArrowSchema()
 	cols := opts.Columns
 	if cols == nil {
@@ -82,7 +84,7 @@ func (t *Table) mayContainAny(ctx context.Context, f Fragment, ids []string) (bo
 	return false, nil
 }
 
-func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, read []string, want map[string]bool, project []int, fn func(arrow.RecordBatch) error) error {
+func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, read []string, want map[string]bool, project []int, fn func(arrow.RecordBatch, string) error) error {
 	dv, err := t.deletions(ctx, f)
 	if err != nil {
 		return err
@@ -134,28 +136,29 @@ func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, r
 			defer p.Release()
 			out = p
 		}
-		return fn(out)
+		return fn(out, f.Shard)
 	})
 }
 
 // Get returns the live row for id in manifest m as a one-row batch with every
-// column, or nil when the table has no live row for id. The caller releases it.
-func (t *Table) Get(ctx context.Context, m *Manifest, id string) (arrow.RecordBatch, error) {
+// column, and its version, or nil when the table has no live row for id. The
+// caller releases it.
+func (t *Table) Get(ctx context.Context, m *Manifest, id string) (arrow.RecordBatch, rowkey.Version, error) {
 	var best *Fragment
 	var bestOff uint32
-	var bestSeq uint64
+	var bestV rowkey.Version
 	for i := range m.Fragments {
 		f := m.Fragments[i]
 		ok, err := t.mayContain(ctx, f, id)
 		if err != nil {
-			return nil, err
+			return nil, rowkey.Version{}, err
 		}
 		if !ok || f.LiveRows() == 0 {
 			continue
 		}
 		idx, err := t.keyIndex(ctx, m.ArrowSchema(), f)
 		if err != nil {
-			return nil, err
+			return nil, rowkey.Version{}, err
 		}
 		o, ok := idx.offsets[id]
 		if !ok {
@@ -163,19 +166,20 @@ func (t *Table) Get(ctx context.Context, m *Manifest, id string) (arrow.RecordBa
 		}
 		dv, err := t.deletions(ctx, f)
 		if err != nil {
-			return nil, err
+			return nil, rowkey.Version{}, err
 		}
 		if dv.Contains(o) {
 			continue
 		}
-		if best == nil || idx.seqs[o] >= bestSeq {
-			best, bestOff, bestSeq = &m.Fragments[i], o, idx.seqs[o]
+		if v := (rowkey.Version{Seq: idx.seqs[o], Shard: f.Shard}); best == nil || !bestV.Newer(v) {
+			best, bestOff, bestV = &m.Fragments[i], o, v
 		}
 	}
 	if best == nil {
-		return nil, nil
+		return nil, rowkey.Version{}, nil
 	}
-	return t.readRow(ctx, m, *best, int64(bestOff))
+	row, err := t.readRow(ctx, m, *best, int64(bestOff))
+	return row, bestV, err
 }
 
 // readRow reads the row group holding offset and slices out that row.

@@ -53,7 +53,7 @@ func TestAppendRoundTripsEveryColumn(t *testing.T) {
 	if m.Version != 2 {
 		t.Fatalf("version %d, want 2", m.Version)
 	}
-	rec, err := tb.Get(ctx, m, "b")
+	rec, _, err := tb.Get(ctx, m, "b")
 	if err != nil || rec == nil {
 		t.Fatalf("get b: %v %v", rec, err)
 	}
@@ -70,7 +70,7 @@ func TestAppendRoundTripsEveryColumn(t *testing.T) {
 	if end-start != 2 || vals.Value(int(start)) != 20 || vals.Value(int(start)+1) != 2 {
 		t.Fatalf("tokens of b = %v", toks)
 	}
-	if rec, err := tb.Get(ctx, m, "zzz"); err != nil || rec != nil {
+	if rec, _, err := tb.Get(ctx, m, "zzz"); err != nil || rec != nil {
 		t.Fatalf("get of a missing id: %v %v, want nil, nil", rec, err)
 	}
 	// A fresh handle (another worker) reads the same version from storage alone.
@@ -98,7 +98,7 @@ func TestNewerRowWinsAcrossFragments(t *testing.T) {
 		if got[id].value != v {
 			t.Fatalf("%s = %d, want %d (rows %v)", id, got[id].value, v, got)
 		}
-		rec, err := tb.Get(ctx, m, id)
+		rec, _, err := tb.Get(ctx, m, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +271,7 @@ func TestScanProjectsAndFiltersByID(t *testing.T) {
 	}
 	m := tb.Latest()
 	var got []string
-	err := tb.Scan(ctx, m, ScanOptions{Columns: []string{"value"}, IDs: []string{"f1-007", "f3-049", "nope"}}, func(rec arrow.RecordBatch) error {
+	err := tb.Scan(ctx, m, ScanOptions{Columns: []string{"value"}, IDs: []string{"f1-007", "f3-049", "nope"}}, func(rec arrow.RecordBatch, _ string) error {
 		if rec.NumCols() != 1 || rec.Schema().Field(0).Name != "value" {
 			return fmt.Errorf("projection not applied: %s", rec.Schema())
 		}
@@ -287,14 +287,14 @@ func TestScanProjectsAndFiltersByID(t *testing.T) {
 		t.Fatalf("filtered scan = %v, want [107 349]", got)
 	}
 	got = nil
-	err = tb.Scan(ctx, m, ScanOptions{Columns: []string{"value", rowkey.IDColumn}, IDs: []string{"f2-000"}}, func(rec arrow.RecordBatch) error {
+	err = tb.Scan(ctx, m, ScanOptions{Columns: []string{"value", rowkey.IDColumn}, IDs: []string{"f2-000"}}, func(rec arrow.RecordBatch, _ string) error {
 		got = append(got, fmt.Sprint(rec.Column(0).(*array.Int64).Value(0), rec.Column(1).(*array.String).Value(0)))
 		return nil
 	})
 	if err != nil || strings.Join(got, ",") != "200f2-000" {
 		t.Fatalf("scan projecting id after value: %v %v", got, err)
 	}
-	if err := tb.Scan(ctx, m, ScanOptions{Columns: []string{"nope"}}, func(arrow.RecordBatch) error { return nil }); err == nil {
+	if err := tb.Scan(ctx, m, ScanOptions{Columns: []string{"nope"}}, func(arrow.RecordBatch, string) error { return nil }); err == nil {
 		t.Fatal("scan of an unknown column succeeded")
 	}
 }

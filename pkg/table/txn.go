@@ -175,7 +175,7 @@ func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error
 	name := uuid.NewString()
 	f := &Fragment{
 		Path: dataDir + "/" + name + ".parquet", Bloom: dataDir + "/" + name + ".bloom",
-		Rows: int64(off), Bytes: int64(len(data)), IDMin: idMin, IDMax: idMax, SeqMax: seqMax,
+		Rows: int64(off), Bytes: int64(len(data)), IDMin: idMin, IDMax: idMax, SeqMax: seqMax, Shard: x.shard,
 	}
 	// Both objects at once: one round trip instead of two.
 	g, gctx := errgroup.WithContext(ctx)
@@ -263,7 +263,10 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 				continue
 			}
 			in := x.incoming[id]
-			if in.seq >= r.idx.seqs[o] {
+			// Equal versions are the same write (a generation merged again):
+			// the incoming copy replaces the existing one.
+			existing := rowkey.Version{Seq: r.idx.seqs[o], Shard: f.Shard}
+			if !existing.Newer(rowkey.Version{Seq: in.seq, Shard: x.shard}) {
 				if x.dels[f.Path] == nil {
 					x.dels[f.Path] = roaring.New()
 				}
