@@ -149,6 +149,9 @@ func (s *Store) Bucket() *objstore.Bucket { return s.cfg.Bucket }
 // Shard is this worker's shard of the store.
 func (s *Store) Shard() string { return s.cfg.Shard }
 
+// WALOptions are the options this worker opens WAL writers with.
+func (s *Store) WALOptions() []wal.Option { return s.cfg.WALOptions }
+
 // Generations is the worker's decoded-generation cache.
 func (s *Store) Generations() *wal.GenerationCache { return s.cfg.Generations }
 
@@ -168,11 +171,24 @@ func (s *Store) swap(next func(cur *Snapshot) *Snapshot) {
 // Writer returns this worker's WAL writer for the store, opening it (claiming the
 // next writer epoch and replaying) on first use. A worker that only reads a store
 // never creates a shard in it.
+//
+// A writer fenced by a newer epoch (an adopter took the shard while this worker
+// was thought gone) is replaced by a new one: its acknowledged rows are in entries
+// the adopter replayed, so the new writer, which replays what the adopter left
+// unsealed, loses nothing and repeats nothing. The call that found it fenced has
+// failed already; later ones succeed.
 func (s *Store) Writer(ctx context.Context) (*wal.Writer, error) {
 	s.writerMu.Lock()
 	defer s.writerMu.Unlock()
 	if s.deleted {
 		return nil, fmt.Errorf("store %s: %w", s.Target(), ErrDeleted)
+	}
+	if s.writer != nil && s.writer.Stats().Fenced {
+		s.log.Warn("the WAL writer of this shard was fenced by a newer epoch; opening it again", "shard", s.cfg.Shard)
+		if err := s.writer.Close(ctx); err != nil {
+			s.log.Warn("closing the fenced WAL writer", "err", err)
+		}
+		s.writer = nil
 	}
 	if s.writer != nil {
 		return s.writer, nil
@@ -456,6 +472,9 @@ func (s *Store) markDeleted() {
 	defer s.writerMu.Unlock()
 	s.deleted = true
 }
+
+// Close stops the WAL writer of a handle from Stores.OpenShard, without sealing.
+func (s *Store) Close(ctx context.Context) error { return s.close(ctx, false) }
 
 // close stops the WAL writer (sealing first if seal is set). It does not delete.
 func (s *Store) close(ctx context.Context, seal bool) error {

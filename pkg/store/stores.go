@@ -162,6 +162,28 @@ func (ss *Stores) Open(ctx context.Context, k registry.Kind, name string) (*Stor
 	return s, ss.releaser(h), nil
 }
 
+// OpenShard opens a registered store as the writer of another shard than this
+// worker's own: an adopter drains the shard of a worker that did not come back
+// through it (merge.Merger.Adopt). The handle is this caller's alone, never cached
+// or shared with the store's ordinary handle; close it with Store.Close.
+func (ss *Stores) OpenShard(ctx context.Context, k registry.Kind, name, shard string) (*Store, error) {
+	if err := wal.ValidateShard(shard); err != nil {
+		return nil, err
+	}
+	e, err := ss.reg.Get(ctx, k, name)
+	if err != nil {
+		return nil, err
+	}
+	tb, err := table.Open(ctx, ss.cfg.Bucket, e.URI, ss.cfg.TableOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", e.Target(), err)
+	}
+	cfg := ss.cfg
+	cfg.Shard = shard
+	cfg.Logger = cfg.Logger.With("adopted_shard", shard)
+	return newStore(ctx, &cfg, e, tb)
+}
+
 func (ss *Stores) acquire(target string) (*Store, Release) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()

@@ -46,6 +46,23 @@ import (
 // fence, so B replayed it: everything A acknowledged is in B's memtable. A's seal
 // fails too: its manifest edit sees writer_epoch e+1.
 
+// Deleting sealed entries
+//
+// A seal deletes the entries it sealed, and a deleted position is free again for
+// put-if-absent. A stale writer A of epoch e-1 that is still alive writes its next
+// entry at lastPos_A+1, and rule 2 bounds that position: every entry A wrote before
+// B (epoch e) listed the shard is at most B's top M, and one it wrote after lost a
+// race to B's fence, so lastPos_A+1 is M (A's own write whose answer was lost,
+// retried) or M+1, at most B's top fence F. Were [M, F] deleted, A's write there
+// would succeed below replay_after, where no replay looks, and A would acknowledge
+// rows that are lost. So an opening writer records [M, F] in the manifest
+// (kept_entries) before it accepts an append, and seals never delete recorded
+// positions: A always finds them taken, its own entry at M (adopted, then on to
+// M+1) or B's fence, and stops with ErrFenced. This holds for every stale epoch at
+// once, each stopped by its successor's range. Each open keeps F-M+1 positions
+// (usually 2); the first seal that covers them rewrites them as fence entries, so
+// what stays is a few hundred bytes per open.
+
 const (
 	// maxLeap caps the range one fence round claims. 256 empty entries are ~100 KiB
 	// of requests, made only while a stale writer keeps winning races.
@@ -266,4 +283,51 @@ func (w *Writer) claimOne(ctx context.Context, pos uint64, data []byte) (*entry,
 		}
 	}
 	return nil, fmt.Errorf("claim entry position %d: %w", pos, err)
+}
+
+// keepFence records [from, w.lastPos] (this open's top through its highest fence)
+// in the manifest's kept_entries, so no seal deletes it. The first epoch of a
+// shard has no predecessor to stop and records nothing.
+func (w *Writer) keepFence(ctx context.Context, from uint64) error {
+	if w.epoch <= 1 {
+		return nil
+	}
+	r := EntryRange{Epoch: w.epoch, From: from, To: w.lastPos}
+	m, err := w.sh.edit(ctx, w.manifest, "keep-"+w.id, func(cur *Manifest) (*Manifest, error) {
+		switch {
+		case cur == nil:
+			return nil, fmt.Errorf("%s: %w", w.sh, ErrNoShard)
+		case cur.WriterEpoch != w.epoch:
+			return nil, w.fencedByManifest(cur)
+		}
+		next := cur.clone()
+		next.KeptEntries = append(next.KeptEntries, r)
+		return next, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: record the fence range: %w", w.sh, err)
+	}
+	w.manifest = m
+	w.kept = r
+	return nil
+}
+
+// tombstoneKept rewrites this epoch's kept range as fence entries once a seal has
+// covered it (best effort: a position that keeps an older writer's entry instead
+// stops a stale writer just as well, it only takes more space).
+func (w *Writer) tombstoneKept(ctx context.Context, upTo uint64) {
+	if w.kept.To == 0 || w.kept.To > upTo || w.keptRewritten {
+		return
+	}
+	data, err := encodeEntry(w.schema, nil, w.sh.name, w.id, w.epoch, 0)
+	if err == nil {
+		err = forEach(ctx, int(w.kept.To-w.kept.From+1), replayConcurrency, func(ctx context.Context, i int) error {
+			return w.sh.bucket.Put(ctx, entryKey(w.sh.dir, w.sh.name, w.kept.From+uint64(i)), data)
+		})
+	}
+	if err != nil {
+		w.log.Warn("wal: rewriting the kept entries as fences failed; they keep their rows until a later seal", "err", err)
+		return
+	}
+	w.keptRewritten = true
 }

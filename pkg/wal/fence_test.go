@@ -120,3 +120,42 @@ func TestTakeoverDuringConcurrentAppends(t *testing.T) {
 		t.Logf("stale writer: %d acknowledged, %d fenced", len(acked), len(fenced))
 	})
 }
+
+// TestStaleWriterIsFencedAfterTheNewWriterSealed: the new owner seals (deleting the
+// entries it sealed) before the stale writer, still alive, writes again; then a
+// third writer takes over and seals too, and both stale writers write. Production
+// failure: a seal deleted the new writer's fence entries with the rest, the stale
+// writer's put-if-absent found its next position free below replay_after, and it
+// acknowledged rows no replay would ever read. Invariant: every stale writer is
+// fenced however many seals ran since, and every acknowledged row is sealed once.
+func TestStaleWriterIsFencedAfterTheNewWriterSealed(t *testing.T) {
+	ctx := context.Background()
+	b := objstoretest.Mem(t)
+	a := openWriter(t, b, testShard)
+	mustAppend(t, a, "a1")
+	mustSeal(t, a)
+	mustAppend(t, a, "a2") // unsealed: the next writer replays it
+
+	bw := openWriter(t, b, testShard)
+	mustAppend(t, bw, "b1")
+	mustSeal(t, bw)
+	cw := openWriter(t, b, testShard)
+	mustAppend(t, cw, "c1")
+	mustSeal(t, cw)
+
+	var acked []string
+	for i, w := range []*wal.Writer{a, bw, a, bw} {
+		id := fmt.Sprintf("late-%d", i)
+		if err := appendIDs(ctx, w, id); err == nil {
+			acked = append(acked, id)
+		} else if !errors.Is(err, wal.ErrFenced) {
+			t.Fatalf("stale append %s: %v, want ErrFenced", id, err)
+		}
+	}
+	if len(acked) > 0 {
+		t.Fatalf("stale writers acknowledged %v after newer epochs sealed", acked)
+	}
+	mustAppend(t, cw, "c2")
+	mustSeal(t, cw)
+	checkExactlyOnce(t, sealedRows(t, b, testShard), []string{"a1", "a2", "b1", "c1", "c2"})
+}

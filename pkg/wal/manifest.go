@@ -45,10 +45,45 @@ type Manifest struct {
 	// DeferredDeletes are generation files drained from the manifest whose deletion
 	// waits until readers with older snapshots are done with them.
 	DeferredDeletes []DeferredDelete `json:"deferred_deletes,omitempty"`
+	// KeptEntries are entry positions that seals never delete, one range per writer
+	// epoch after the first: from the highest position the epoch's writer found at
+	// open to its highest fence. The writer of the previous epoch, if it is still
+	// alive, can next write only inside that range (fence.go, "Deleting sealed
+	// entries"); were the range deleted, its put-if-absent would succeed there,
+	// below replay_after, and an acknowledged row would be replayed by no one.
+	KeptEntries []EntryRange `json:"kept_entries,omitempty"`
+	// Retired is set when an adopter drained the shard of a worker that did not
+	// come back (Writer.Retire): nothing of it is pending and no writer holds it.
+	// The next writer to open the shard (its worker, returning) clears it.
+	Retired *Retirement `json:"retired,omitempty"`
 	// TxnID names the edit that wrote this version ("open-…", "seal-…", "drain-…"),
 	// so an editor whose write returned an error can tell whether it landed.
 	TxnID     string    `json:"txn_id"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// EntryRange is the inclusive range of entry positions an epoch keeps.
+type EntryRange struct {
+	Epoch uint64 `json:"epoch"`
+	From  uint64 `json:"from"`
+	To    uint64 `json:"to"`
+}
+
+// keeps reports whether position pos is in a kept range.
+func (m *Manifest) keeps(pos uint64) bool {
+	for _, r := range m.KeptEntries {
+		if pos >= r.From && pos <= r.To {
+			return true
+		}
+	}
+	return false
+}
+
+// Retirement records who drained an orphaned shard, and when.
+type Retirement struct {
+	// By is the instance id of the adopting worker.
+	By string    `json:"by"`
+	At time.Time `json:"at"`
 }
 
 // Generation is one sealed, immutable generation file.
@@ -106,6 +141,11 @@ func (m *Manifest) clone() *Manifest {
 	n := *m
 	n.Generations = slices.Clone(m.Generations)
 	n.DeferredDeletes = slices.Clone(m.DeferredDeletes)
+	n.KeptEntries = slices.Clone(m.KeptEntries)
+	if m.Retired != nil {
+		r := *m.Retired
+		n.Retired = &r
+	}
 	return &n
 }
 
@@ -168,6 +208,11 @@ func (m *Manifest) validate(shard string, v uint64) error {
 			return fmt.Errorf("generation %d: seq_max %d above max_seq %d", g.Generation, g.SeqMax, m.MaxSeq)
 		}
 		prev = g.Generation
+	}
+	for _, r := range m.KeptEntries {
+		if r.From == 0 || r.From > r.To {
+			return fmt.Errorf("kept_entries range [%d, %d] of epoch %d", r.From, r.To, r.Epoch)
+		}
 	}
 	for _, d := range m.DeferredDeletes {
 		if d.Path == "" {

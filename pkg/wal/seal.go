@@ -140,7 +140,8 @@ func (w *Writer) Seal(ctx context.Context) (*Generation, error) {
 	w.manifest = m
 	w.mem.dropThrough(upTo)
 	w.mu.Unlock()
-	w.deleteEntries(ctx, upTo)
+	w.tombstoneKept(ctx, upTo)
+	w.deleteEntries(ctx, m, upTo)
 	w.log.Debug("wal: sealed", "generation", n, "rows", rows, "bytes", gen.Bytes, "replay_after", upTo)
 	return &gen, nil
 }
@@ -153,12 +154,13 @@ func (w *Writer) fencedByManifest(m *Manifest) error {
 }
 
 // deleteEntries deletes every entry at a position <= upTo, including leftovers of
-// earlier seals whose deletes failed. Best effort: the manifest already says these
-// entries are sealed, so a failure only costs storage until the next seal.
-func (w *Writer) deleteEntries(ctx context.Context, upTo uint64) {
+// earlier seals whose deletes failed, but none that m keeps (kept_entries: see
+// "Deleting sealed entries" in fence.go). Best effort: the manifest already says
+// these entries are sealed, so a failure only costs storage until the next seal.
+func (w *Writer) deleteEntries(ctx context.Context, m *Manifest, upTo uint64) {
 	var keys []string
 	err := w.sh.bucket.Walk(ctx, entriesPrefix(w.sh.dir, w.sh.name), "", func(o objstore.Object) error {
-		if pos, ok := parseEntryPos(o.Key); ok && pos <= upTo {
+		if pos, ok := parseEntryPos(o.Key); ok && pos <= upTo && !m.keeps(pos) {
 			keys = append(keys, o.Key)
 		}
 		return nil

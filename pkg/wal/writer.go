@@ -69,6 +69,11 @@ type Writer struct {
 	manifest *Manifest // newest manifest version this writer has seen
 
 	sealMu sync.Mutex // one seal at a time
+	// kept is this epoch's range of kept_entries (zero for a shard's first epoch);
+	// keptRewritten reports that a seal rewrote it as fence entries. Both are
+	// guarded by sealMu after OpenWriter.
+	kept          EntryRange
+	keptRewritten bool
 
 	clock hlc // owned by the committer goroutine (seeded before it starts)
 	// observed is the highest _seq Observe was told of; the committer moves clock
@@ -113,6 +118,7 @@ func OpenWriter(ctx context.Context, bucket *objstore.Bucket, dir, shard string,
 		}
 		next := latest.clone()
 		next.WriterEpoch++
+		next.Retired = nil // a shard someone writes again is live again
 		return next, nil
 	})
 	if err != nil {
@@ -130,6 +136,10 @@ func OpenWriter(ctx context.Context, bucket *objstore.Bucket, dir, shard string,
 		o.beforeFence()
 	}
 	if err := w.fence(ctx, replayed, holes, top); err != nil {
+		w.mem.release()
+		return nil, err
+	}
+	if err := w.keepFence(ctx, max(top, 1)); err != nil {
 		w.mem.release()
 		return nil, err
 	}
