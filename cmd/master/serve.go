@@ -31,6 +31,7 @@ type serveFlags struct {
 	minGenerations, maxEnqueues int
 	taskConcurrency, mergeConc  int
 	workerTimeout, workerDial   time.Duration
+	orphanGrace                 time.Duration
 	taskTimeout                 time.Duration
 	leaseTTL, shutdown          time.Duration
 	pruneInterval, retentionAge time.Duration
@@ -75,6 +76,8 @@ func newServeCmd() *cobra.Command {
 	bind("merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
 	fs.DurationVar(&f.workerTimeout, "merge-wal-worker-timeout", master.DefaultWorkerTimeout, "bound on one worker's merge in a merge_wal fan-out")
 	bind("merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
+	fs.DurationVar(&f.orphanGrace, "orphan-grace", master.DefaultOrphanGrace, "a shard whose worker has been unregistered this long is adopted by a live worker (keep it several WORKER_LEASE_TTLs)")
+	bind("orphan-grace", "ORPHAN_GRACE")
 	fs.DurationVar(&f.workerDial, "worker-dial-timeout", 5*time.Second, "a worker not connected within this is skipped as unreachable")
 	bind("worker-dial-timeout", "WORKER_DIAL_TIMEOUT")
 	fs.DurationVar(&f.taskTimeout, "task-timeout", master.DefaultTaskTimeout, "bound on one task run; a merge_wal run calls every worker in turn, so allow for that")
@@ -114,6 +117,7 @@ func (f serveFlags) check() error {
 	positive(f.scanInterval, "stats-scan-interval", "STATS_SCAN_INTERVAL")
 	positive(f.sweepInterval, "merge-wal-interval", "MERGE_WAL_INTERVAL")
 	positive(f.workerTimeout, "merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
+	positive(f.orphanGrace, "orphan-grace", "ORPHAN_GRACE")
 	positive(f.workerDial, "worker-dial-timeout", "WORKER_DIAL_TIMEOUT")
 	positive(f.taskTimeout, "task-timeout", "TASK_TIMEOUT")
 	positive(f.shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT")
@@ -205,6 +209,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		TaskConcurrency:  f.taskConcurrency,
 		MergeConcurrency: f.mergeConc,
 		WorkerTimeout:    f.workerTimeout,
+		OrphanGrace:      f.orphanGrace,
 		TaskTimeout:      f.taskTimeout,
 		LeaseTTL:         f.leaseTTL,
 		ShutdownTimeout:  f.shutdown,

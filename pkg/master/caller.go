@@ -101,6 +101,26 @@ func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target string, fenc
 	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows(), Reclaimed: resp.GetReclaimed()}, nil
 }
 
+// AdoptShard has worker w adopt shard of target (WorkerService.AdoptShard).
+func (c *GRPCCaller) AdoptShard(ctx context.Context, w Worker, target, shard string, fencingToken int64) (AdoptResult, error) {
+	cc, err := c.conn(w.GRPCAddr)
+	if err != nil {
+		return AdoptResult{}, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
+	}
+	if err := c.ready(ctx, cc); err != nil {
+		if ctx.Err() != nil {
+			return AdoptResult{}, ctx.Err()
+		}
+		return AdoptResult{}, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
+	}
+	resp, err := tidemarkv1.NewWorkerServiceClient(cc).AdoptShard(ctx,
+		&tidemarkv1.AdoptShardRequest{Target: target, Shard: shard, FencingToken: fencingToken}, grpc.WaitForReady(false))
+	if err != nil {
+		return AdoptResult{}, err
+	}
+	return AdoptResult{SealedRows: resp.GetSealedRows(), Generations: resp.GetGenerations(), Retired: resp.GetRetired()}, nil
+}
+
 // Retain closes the connections to addresses no worker of live has: a worker that
 // left (a pod renamed by a deploy) would otherwise keep a connection reconnecting
 // to its dead address for the life of the master.

@@ -74,7 +74,10 @@ type Config struct {
 	// (MERGE_WAL_WORKER_TIMEOUT); TaskTimeout bounds one task run (TASK_TIMEOUT),
 	// so it must allow for a fan-out over every worker.
 	WorkerTimeout time.Duration
-	TaskTimeout   time.Duration
+	// OrphanGrace is how long a shard's worker must be unregistered before the
+	// shard is adopted (DefaultOrphanGrace; ORPHAN_GRACE).
+	OrphanGrace time.Duration
+	TaskTimeout time.Duration
 	// PollInterval is how often an idle scheduler looks for work (1 s).
 	PollInterval time.Duration
 

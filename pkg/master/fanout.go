@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -43,6 +44,19 @@ type Caller interface {
 	MergeWal(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
 }
 
+// AdoptResult is what one adoption reports.
+type AdoptResult struct {
+	SealedRows  int64
+	Generations int64
+	Retired     bool
+}
+
+// shardAdopter is a Caller that can have a worker adopt the shard of a worker that
+// is gone (the GRPCCaller can).
+type shardAdopter interface {
+	AdoptShard(ctx context.Context, w Worker, target, shard string, fencingToken int64) (AdoptResult, error)
+}
+
 // connRetainer is a Caller that keeps connections: the fan-out tells it which
 // workers are live, so it can drop the rest.
 type connRetainer interface {
@@ -58,7 +72,12 @@ type FanOut struct {
 	WorkerTimeout time.Duration
 	// OnWorkerDone, if set, observes each worker call's duration and outcome.
 	OnWorkerDone func(w Worker, d time.Duration, err error)
-	Logger       *slog.Logger
+	// Row reads a target's stats row, and orphans names its orphaned shards;
+	// with both set (and a Caller that adopts), the fan-out has each orphaned
+	// shard adopted after the live workers merged.
+	Row     func(ctx context.Context, target string) (scanner.Row, error)
+	orphans *orphans
+	Logger  *slog.Logger
 }
 
 // ErrNoLiveWorkers means discovery lists no worker to merge on.
@@ -158,6 +177,10 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 	}
 	detail := fmt.Sprintf("merged %d generations across %d/%d workers", merged, ok, len(workers))
 	var failures []error
+	if adopted, errs := f.adopt(ctx, c, workers, log); adopted > 0 || len(errs) > 0 {
+		detail += fmt.Sprintf("; adopted %d orphaned shards", adopted)
+		failures = append(failures, errs...)
+	}
 	if len(corrupt) > 0 {
 		// Halt: the errors name the objects, and the target cools down.
 		failures = append(failures, errclass.Wrap(errclass.Halt, errors.Join(corrupt...)))
@@ -169,4 +192,43 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 		return detail, fmt.Errorf("%s; %w", detail, errors.Join(failures...))
 	}
 	return detail, nil
+}
+
+// adopt has a live worker adopt each orphaned shard of the claim's target, under
+// the claim's fencing token: the target lock that keeps merges of the store one at
+// a time covers adoptions too. It returns how many were adopted and the failures
+// (a failed adoption is tried again by the next merge_wal of the target).
+func (f *FanOut) adopt(ctx context.Context, c *tasks.Claim, workers []Worker, log *slog.Logger) (int, []error) {
+	ad, ok := f.Caller.(shardAdopter)
+	if !ok || f.Row == nil || f.orphans == nil {
+		return 0, nil
+	}
+	row, err := f.Row(ctx, c.Task.Target)
+	if err != nil {
+		if errors.Is(err, scanner.ErrRowNotFound) {
+			return 0, nil // not scanned yet: nothing known to adopt
+		}
+		return 0, []error{fmt.Errorf("orphaned shards: %w", err)}
+	}
+	var errs []error
+	adopted := 0
+	for _, shard := range f.orphans.of(row, workers) {
+		w := adopterFor(shard, workers)
+		log.Warn("merge_wal: shard orphaned (its worker is gone); having it adopted", "shard", shard, "adopter", w.InstanceID)
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if f.WorkerTimeout > 0 {
+			wctx, cancel = context.WithTimeout(ctx, f.WorkerTimeout)
+		}
+		r, err := ad.AdoptShard(wctx, w, c.Task.Target, shard, c.FencingToken)
+		cancel()
+		if err != nil {
+			log.Warn("merge_wal: adoption failed", "shard", shard, "adopter", w.InstanceID, "err", err)
+			errs = append(errs, fmt.Errorf("adopt shard %s on worker %s (%s): %w", shard, w.InstanceID, w.GRPCAddr, err))
+			continue
+		}
+		adopted++
+		log.Info("merge_wal: shard adopted", "shard", shard, "adopter", w.InstanceID,
+			"sealed_rows", r.SealedRows, "generations", r.Generations, "retired", r.Retired)
+	}
+	return adopted, errs
 }

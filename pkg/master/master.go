@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/grpcserver"
@@ -34,6 +35,7 @@ type Master struct {
 	tasks   *tasks.Store
 	scanner *scanner.Scanner
 	sweeper *scanner.MergeSweeper
+	orphans *orphans
 	sched   *Scheduler
 	metrics *Metrics
 	admin   *AdminService
@@ -68,6 +70,7 @@ func New(cfg Config) (*Master, error) {
 	setDefault(&cfg.TaskConcurrency, DefaultTaskConcurrency)
 	setDefault(&cfg.MergeConcurrency, DefaultMergeConcurrency)
 	setDefault(&cfg.WorkerTimeout, DefaultWorkerTimeout)
+	setDefault(&cfg.OrphanGrace, DefaultOrphanGrace)
 	setDefault(&cfg.TaskTimeout, DefaultTaskTimeout)
 	setDefault(&cfg.LeaseTTL, DefaultLeaseTTL)
 	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
@@ -93,7 +96,9 @@ func New(cfg Config) (*Master, error) {
 		scanner.WithMaxEnqueues(cfg.MaxEnqueues),
 	}
 	m.scanner = scanner.New(cfg.Client, m.tasks, cfg.Bucket, m.session.scannerLease, scanOpts...)
-	m.sweeper = scanner.NewMergeSweeper(cfg.Client, m.tasks, m.session.scannerLease, scanOpts...)
+	m.orphans = newOrphans(cfg.Discovery, cfg.OrphanGrace, clock.RealClock{}, cfg.Metrics)
+	m.sweeper = scanner.NewMergeSweeper(cfg.Client, m.tasks, m.session.scannerLease,
+		append(scanOpts, scanner.WithOrphans(m.orphans.check))...)
 
 	runners := map[tasks.Kind]Runner{}
 	if cfg.Caller != nil {
@@ -103,6 +108,8 @@ func New(cfg Config) (*Master, error) {
 			WorkerTimeout: cfg.WorkerTimeout,
 			OnWorkerDone:  m.metrics.ObserveWorker,
 			Logger:        log.With("component", "fanout"),
+			Row:           m.scanner.Row,
+			orphans:       m.orphans,
 		}
 	}
 	for k, r := range cfg.Runners {

@@ -16,8 +16,9 @@ type AdoptResult struct {
 	Sealed int64
 	// Merged is the merge of the shard's generations.
 	Merged Result
-	// Retired reports that the shard is retired (now or before).
-	Retired bool
+	// Retired reports that the shard is retired (now or before); Adopted that
+	// this call retired it.
+	Retired, Adopted bool
 	// Deleted counts drained generation files deleted (of a shard retired earlier).
 	Deleted int
 }
@@ -79,6 +80,6 @@ func (m *Merger) Adopt(ctx context.Context, s *store.Store, by string) (AdoptRes
 	if _, err := w.Retire(ctx, by); err != nil {
 		return res, fmt.Errorf("adopt shard %s of %s: %w", s.Shard(), s.Target(), err)
 	}
-	res.Retired = true
+	res.Retired, res.Adopted = true, true
 	return res, nil
 }

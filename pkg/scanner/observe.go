@@ -3,6 +3,7 @@ package scanner
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -99,6 +100,12 @@ func (o *observation) row(now time.Time) Row {
 		LastUpdated:   o.base.UpdatedAt.UTC(),
 		ScannedAt:     now.UTC(),
 	}
+	for name, m := range o.wal.Shards {
+		if m.Retired == nil || filesDue(m, now) {
+			r.ActiveShards = append(r.ActiveShards, name)
+		}
+	}
+	slices.Sort(r.ActiveShards)
 	for _, g := range o.wal.Pending(o.base.MergedGenerations) {
 		if r.PendingByShard == nil {
 			r.PendingByShard = map[string]int{}
@@ -109,6 +116,23 @@ func (o *observation) row(now time.Time) Row {
 		r.PendingWALBytes += g.Bytes
 	}
 	return r
+}
+
+// RetiredFilesAfter is how long after a drain a retired shard's drained files are
+// taken as due for deletion: the default WAL delete delay (5 min) with a margin. A
+// retired shard that lists older ones is active again, so an adopter deletes them
+// (merge.Merger.Adopt); with a longer delete delay (wal.WithDeleteDelay) it deletes only
+// what is due, and the shard stays active until the rest is.
+const RetiredFilesAfter = 10 * time.Minute
+
+// filesDue reports whether retired shard m lists a drained file due for deletion.
+func filesDue(m *wal.Manifest, now time.Time) bool {
+	for _, d := range m.DeferredDeletes {
+		if now.Sub(d.DrainedAt) >= RetiredFilesAfter {
+			return true
+		}
+	}
+	return false
 }
 
 // observations caches the latest observation per target between rounds, at most

@@ -56,6 +56,7 @@ type options struct {
 	sweepInterval  time.Duration
 	minGenerations int
 	maxEnqueues    int
+	orphans        OrphanCheck
 
 	// beforeWrite, if set, runs after a round's observations and before its first
 	// etcd write (tests revoke the lease there).
@@ -150,6 +151,17 @@ func WithMaxEnqueues(n int) Option {
 			o.maxEnqueues = n
 		}
 	}
+}
+
+// OrphanCheck is asked once per merge sweep for a function that names the
+// orphaned shards of a stats row (ActiveShards whose worker has been gone for the
+// grace period); the sweep enqueues merge_wal for a target that has any, whatever
+// its pending count, and the task has them adopted.
+type OrphanCheck func(ctx context.Context) (func(Row) []string, error)
+
+// WithOrphans sets the sweep's OrphanCheck (none: orphaned shards are not swept).
+func WithOrphans(c OrphanCheck) Option {
+	return func(o *options) { o.orphans = c }
 }
 
 func buildOptions(opts []Option) options {

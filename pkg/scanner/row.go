@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,6 +49,11 @@ type Row struct {
 	// PendingByShard is the pending generation count of every shard that has any,
 	// so an orphaned shard (its worker gone) shows by name.
 	PendingByShard map[string]int `json:"pending_by_shard,omitempty"`
+	// ActiveShards are the shards that need an owner, sorted: all but the retired
+	// ones (drained by an adopter after their worker was gone), and those retired
+	// shards whose drained files are due for deletion (RetiredFilesAfter). One whose worker is not
+	// registered for ORPHAN_GRACE is orphaned, and the master has it adopted.
+	ActiveShards []string `json:"active_shards,omitempty"`
 	// LastUpdated is the base manifest's updated_at: when the table last changed.
 	LastUpdated time.Time `json:"last_updated"`
 	// ScannedAt is when the observation in this row was made. A row is rewritten
@@ -65,6 +71,7 @@ func (r Row) SameObservation(o Row) bool {
 		r.PendingWALGenerations == o.PendingWALGenerations &&
 		r.PendingWALRows == o.PendingWALRows && r.PendingWALBytes == o.PendingWALBytes &&
 		maps.Equal(r.PendingByShard, o.PendingByShard) && // nil and empty are equal
+		slices.Equal(r.ActiveShards, o.ActiveShards) &&
 		r.LastUpdated.Equal(o.LastUpdated)
 }
 

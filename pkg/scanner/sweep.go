@@ -132,13 +132,21 @@ func (sw *MergeSweeper) sweep(ctx context.Context) (SweepSummary, error) {
 	if err != nil {
 		return sum, fmt.Errorf("merge sweep: %w", err)
 	}
+	orphaned := func(Row) []string { return nil }
+	if sw.opts.orphans != nil {
+		if orphaned, err = sw.opts.orphans(ctx); err != nil {
+			// Merges by pending count go on; orphans wait for the next sweep.
+			sw.log.Warn("merge sweep: orphaned shards not checked", "err", err)
+			orphaned = func(Row) []string { return nil }
+		}
+	}
 	var eligible []eligibleTarget
 	for target, r := range stored {
 		if r.err != nil {
 			sw.log.Warn("merge sweep: stats row skipped", "target", target, "err", r.err)
 			continue
 		}
-		if r.row.PendingWALGenerations >= sw.opts.minGenerations {
+		if r.row.PendingWALGenerations >= sw.opts.minGenerations || len(orphaned(r.row)) > 0 {
 			eligible = append(eligible, eligibleTarget{target: target, pending: r.row.PendingWALGenerations})
 		}
 	}

@@ -200,6 +200,63 @@ func (w *WorkerService) MergeTarget(ctx context.Context, target string, token in
 	return r, nil
 }
 
+// AdoptShard drains and retires another worker's shard of the request's target
+// (merge.Merger.Adopt), under the same fencing as MergeWal.
+func (w *WorkerService) AdoptShard(ctx context.Context, req *tidemarkv1.AdoptShardRequest) (*tidemarkv1.AdoptShardResponse, error) {
+	kind, name, err := registry.ParseTarget(req.GetTarget())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	shard := req.GetShard()
+	if err := wal.ValidateShard(shard); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "shard %q: %v", shard, err)
+	}
+	if shard == w.cfg.InstanceID {
+		return nil, status.Errorf(codes.InvalidArgument, "shard %q is this worker's own: MergeWal merges it", shard)
+	}
+	token := req.GetFencingToken()
+	if token <= 0 {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"fencing_token %d: must be > 0 (the etcd revision of the master's lock of target %q)", token, req.GetTarget())
+	}
+	log := w.log.With("target", req.GetTarget(), "store", name, "kind", kind, "shard", shard, "fencing_token", token)
+	if err := w.fence.admit(req.GetTarget(), token); err != nil {
+		w.cfg.Metrics.FencingRefusals.WithLabelValues(string(kind)).Inc()
+		log.Warn("adoption refused: stale fencing token", "err", err)
+		return nil, grpcError(err)
+	}
+	s, err := w.cfg.Stores.OpenShard(ctx, kind, name, shard)
+	if err != nil {
+		return nil, grpcError(storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err))
+	}
+	start := time.Now()
+	r, err := w.cfg.Merger.Adopt(ctx, s, w.cfg.InstanceID)
+	if cerr := s.Close(context.WithoutCancel(ctx)); cerr != nil {
+		log.Warn("closing the adopted shard's writer", "err", cerr)
+	}
+	if errors.Is(err, wal.ErrNoShard) {
+		return nil, status.Errorf(codes.NotFound, "store %s has no shard %q", req.GetTarget(), shard)
+	}
+	if err != nil {
+		log.Warn("adoption failed", "err", err, "duration", time.Since(start).String())
+		return nil, grpcError(storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err))
+	}
+	w.cfg.Metrics.MergedGenerations.WithLabelValues(string(kind)).Add(float64(r.Merged.Generations))
+	if r.Adopted {
+		w.cfg.Metrics.ShardsAdopted.WithLabelValues(string(kind)).Inc()
+		log.Info("adopted the shard of a worker that is gone", "sealed_rows", r.Sealed, "generations", r.Merged.Generations,
+			"rows", r.Merged.Rows, "version", r.Merged.Version, "retired", r.Retired, "duration", time.Since(start).String())
+	}
+	return &tidemarkv1.AdoptShardResponse{
+		SealedRows:  r.Sealed,
+		Generations: int64(r.Merged.Generations),
+		Rows:        r.Merged.Rows,
+		Retired:     r.Retired,
+		BaseVersion: r.Merged.Version,
+		InstanceId:  w.cfg.InstanceID,
+	}, nil
+}
+
 // Flush seals one store, or every resident store when the target is empty.
 //
 // For one target, a worker that has a shard in the store but no open writer (it

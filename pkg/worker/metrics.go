@@ -37,6 +37,9 @@ type Metrics struct {
 	// two claims of one target were live at once (a takeover after a lost lease);
 	// the refusal is what kept them from merging together.
 	FencingRefusals *prometheus.CounterVec
+	// ShardsAdopted counts shards of gone workers this worker drained and retired
+	// (AdoptShard), by store kind.
+	ShardsAdopted *prometheus.CounterVec
 }
 
 // NewMetrics creates the worker's series and registers them with reg.
@@ -77,8 +80,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		FencingRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_merge_fencing_refusals_total", Help: "Merge calls refused for a fencing token older than the newest seen for the target, by store kind.",
 		}, []string{"kind"}),
+		ShardsAdopted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_shards_adopted_total", Help: "Shards of workers that did not come back that this worker drained and retired, by store kind.",
+		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.FencingRefusals, m.Flushes, m.Cleanups, m.Merges, m.MergeDuration, m.MergedGenerations,
+	reg.MustRegister(m.ShardsAdopted, m.FencingRefusals, m.Flushes, m.Cleanups, m.Merges, m.MergeDuration, m.MergedGenerations,
 		m.PendingGenerations, m.ReadFanoutWarnings, m.Requests, m.RequestDuration, m.AppendedRows)
 	return m
 }

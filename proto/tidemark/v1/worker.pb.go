@@ -163,6 +163,159 @@ func (x *MergeWalResponse) GetInstanceId() string {
 	return ""
 }
 
+type AdoptShardRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target is "<name>" (rollout store) or "generic:<name>" (generic store).
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// shard is the shard to adopt: the INSTANCE_ID of the worker that is gone.
+	Shard string `protobuf:"bytes,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	// fencing_token is as in MergeWalRequest. Must be > 0.
+	FencingToken  int64 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptShardRequest) Reset() {
+	*x = AdoptShardRequest{}
+	mi := &file_tidemark_v1_worker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptShardRequest) ProtoMessage() {}
+
+func (x *AdoptShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_worker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptShardRequest.ProtoReflect.Descriptor instead.
+func (*AdoptShardRequest) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AdoptShardRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *AdoptShardRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *AdoptShardRequest) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+type AdoptShardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sealed_rows were replayed from the shard's unsealed entries and sealed.
+	SealedRows int64 `protobuf:"varint,1,opt,name=sealed_rows,json=sealedRows,proto3" json:"sealed_rows,omitempty"`
+	// generations and rows were merged into the base table by this call.
+	Generations int64 `protobuf:"varint,2,opt,name=generations,proto3" json:"generations,omitempty"`
+	Rows        int64 `protobuf:"varint,3,opt,name=rows,proto3" json:"rows,omitempty"`
+	// retired reports that the shard is retired (by this call or before).
+	Retired bool `protobuf:"varint,4,opt,name=retired,proto3" json:"retired,omitempty"`
+	// base_version is the base table version after the merge; 0 if nothing was
+	// committed.
+	BaseVersion uint64 `protobuf:"varint,5,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	// instance_id is the adopting worker.
+	InstanceId    string `protobuf:"bytes,6,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptShardResponse) Reset() {
+	*x = AdoptShardResponse{}
+	mi := &file_tidemark_v1_worker_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptShardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptShardResponse) ProtoMessage() {}
+
+func (x *AdoptShardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_worker_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptShardResponse.ProtoReflect.Descriptor instead.
+func (*AdoptShardResponse) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AdoptShardResponse) GetSealedRows() int64 {
+	if x != nil {
+		return x.SealedRows
+	}
+	return 0
+}
+
+func (x *AdoptShardResponse) GetGenerations() int64 {
+	if x != nil {
+		return x.Generations
+	}
+	return 0
+}
+
+func (x *AdoptShardResponse) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *AdoptShardResponse) GetRetired() bool {
+	if x != nil {
+		return x.Retired
+	}
+	return false
+}
+
+func (x *AdoptShardResponse) GetBaseVersion() uint64 {
+	if x != nil {
+		return x.BaseVersion
+	}
+	return 0
+}
+
+func (x *AdoptShardResponse) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
 type FlushRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// target is one store to seal; empty seals every store this worker holds open.
@@ -173,7 +326,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[2]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -185,7 +338,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[2]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -198,7 +351,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{2}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FlushRequest) GetTarget() string {
@@ -219,7 +372,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[3]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +384,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[3]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +397,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FlushResponse) GetSealedGenerations() int64 {
@@ -262,7 +415,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[4]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -274,7 +427,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[4]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -287,7 +440,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 type InfoResponse struct {
@@ -307,7 +460,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[5]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +472,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[5]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +485,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InfoResponse) GetInstanceId() string {
@@ -388,7 +541,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[6]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +553,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[6]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +566,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ShardInfo) GetTarget() string {
@@ -458,6 +611,19 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\treclaimed\x18\x03 \x01(\x03R\treclaimed\x12!\n" +
 	"\fbase_version\x18\x04 \x01(\x04R\vbaseVersion\x12\x1f\n" +
 	"\vinstance_id\x18\x05 \x01(\tR\n" +
+	"instanceId\"f\n" +
+	"\x11AdoptShardRequest\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\tR\x05shard\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\"\xc9\x01\n" +
+	"\x12AdoptShardResponse\x12\x1f\n" +
+	"\vsealed_rows\x18\x01 \x01(\x03R\n" +
+	"sealedRows\x12 \n" +
+	"\vgenerations\x18\x02 \x01(\x03R\vgenerations\x12\x12\n" +
+	"\x04rows\x18\x03 \x01(\x03R\x04rows\x12\x18\n" +
+	"\aretired\x18\x04 \x01(\bR\aretired\x12!\n" +
+	"\fbase_version\x18\x05 \x01(\x04R\vbaseVersion\x12\x1f\n" +
+	"\vinstance_id\x18\x06 \x01(\tR\n" +
 	"instanceId\"&\n" +
 	"\fFlushRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\">\n" +
@@ -475,9 +641,11 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12/\n" +
 	"\x13pending_generations\x18\x02 \x01(\x03R\x12pendingGenerations\x12#\n" +
 	"\rmemtable_rows\x18\x03 \x01(\x03R\fmemtableRows\x12!\n" +
-	"\fwriter_epoch\x18\x04 \x01(\x04R\vwriterEpoch2\xd5\x01\n" +
+	"\fwriter_epoch\x18\x04 \x01(\x04R\vwriterEpoch2\xa4\x02\n" +
 	"\rWorkerService\x12G\n" +
-	"\bMergeWal\x12\x1c.tidemark.v1.MergeWalRequest\x1a\x1d.tidemark.v1.MergeWalResponse\x12>\n" +
+	"\bMergeWal\x12\x1c.tidemark.v1.MergeWalRequest\x1a\x1d.tidemark.v1.MergeWalResponse\x12M\n" +
+	"\n" +
+	"AdoptShard\x12\x1e.tidemark.v1.AdoptShardRequest\x1a\x1f.tidemark.v1.AdoptShardResponse\x12>\n" +
 	"\x05Flush\x12\x19.tidemark.v1.FlushRequest\x1a\x1a.tidemark.v1.FlushResponse\x12;\n" +
 	"\x04Info\x12\x18.tidemark.v1.InfoRequest\x1a\x19.tidemark.v1.InfoResponseB>Z<github.com/tidemark-io/tidemark/proto/tidemark/v1;tidemarkv1b\x06proto3"
 
@@ -493,26 +661,30 @@ func file_tidemark_v1_worker_proto_rawDescGZIP() []byte {
 	return file_tidemark_v1_worker_proto_rawDescData
 }
 
-var file_tidemark_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_tidemark_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_tidemark_v1_worker_proto_goTypes = []any{
-	(*MergeWalRequest)(nil),  // 0: tidemark.v1.MergeWalRequest
-	(*MergeWalResponse)(nil), // 1: tidemark.v1.MergeWalResponse
-	(*FlushRequest)(nil),     // 2: tidemark.v1.FlushRequest
-	(*FlushResponse)(nil),    // 3: tidemark.v1.FlushResponse
-	(*InfoRequest)(nil),      // 4: tidemark.v1.InfoRequest
-	(*InfoResponse)(nil),     // 5: tidemark.v1.InfoResponse
-	(*ShardInfo)(nil),        // 6: tidemark.v1.ShardInfo
+	(*MergeWalRequest)(nil),    // 0: tidemark.v1.MergeWalRequest
+	(*MergeWalResponse)(nil),   // 1: tidemark.v1.MergeWalResponse
+	(*AdoptShardRequest)(nil),  // 2: tidemark.v1.AdoptShardRequest
+	(*AdoptShardResponse)(nil), // 3: tidemark.v1.AdoptShardResponse
+	(*FlushRequest)(nil),       // 4: tidemark.v1.FlushRequest
+	(*FlushResponse)(nil),      // 5: tidemark.v1.FlushResponse
+	(*InfoRequest)(nil),        // 6: tidemark.v1.InfoRequest
+	(*InfoResponse)(nil),       // 7: tidemark.v1.InfoResponse
+	(*ShardInfo)(nil),          // 8: tidemark.v1.ShardInfo
 }
 var file_tidemark_v1_worker_proto_depIdxs = []int32{
-	6, // 0: tidemark.v1.InfoResponse.stores:type_name -> tidemark.v1.ShardInfo
+	8, // 0: tidemark.v1.InfoResponse.stores:type_name -> tidemark.v1.ShardInfo
 	0, // 1: tidemark.v1.WorkerService.MergeWal:input_type -> tidemark.v1.MergeWalRequest
-	2, // 2: tidemark.v1.WorkerService.Flush:input_type -> tidemark.v1.FlushRequest
-	4, // 3: tidemark.v1.WorkerService.Info:input_type -> tidemark.v1.InfoRequest
-	1, // 4: tidemark.v1.WorkerService.MergeWal:output_type -> tidemark.v1.MergeWalResponse
-	3, // 5: tidemark.v1.WorkerService.Flush:output_type -> tidemark.v1.FlushResponse
-	5, // 6: tidemark.v1.WorkerService.Info:output_type -> tidemark.v1.InfoResponse
-	4, // [4:7] is the sub-list for method output_type
-	1, // [1:4] is the sub-list for method input_type
+	2, // 2: tidemark.v1.WorkerService.AdoptShard:input_type -> tidemark.v1.AdoptShardRequest
+	4, // 3: tidemark.v1.WorkerService.Flush:input_type -> tidemark.v1.FlushRequest
+	6, // 4: tidemark.v1.WorkerService.Info:input_type -> tidemark.v1.InfoRequest
+	1, // 5: tidemark.v1.WorkerService.MergeWal:output_type -> tidemark.v1.MergeWalResponse
+	3, // 6: tidemark.v1.WorkerService.AdoptShard:output_type -> tidemark.v1.AdoptShardResponse
+	5, // 7: tidemark.v1.WorkerService.Flush:output_type -> tidemark.v1.FlushResponse
+	7, // 8: tidemark.v1.WorkerService.Info:output_type -> tidemark.v1.InfoResponse
+	5, // [5:9] is the sub-list for method output_type
+	1, // [1:5] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -529,7 +701,7 @@ func file_tidemark_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tidemark_v1_worker_proto_rawDesc), len(file_tidemark_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,9 +23,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WorkerService_MergeWal_FullMethodName = "/tidemark.v1.WorkerService/MergeWal"
-	WorkerService_Flush_FullMethodName    = "/tidemark.v1.WorkerService/Flush"
-	WorkerService_Info_FullMethodName     = "/tidemark.v1.WorkerService/Info"
+	WorkerService_MergeWal_FullMethodName   = "/tidemark.v1.WorkerService/MergeWal"
+	WorkerService_AdoptShard_FullMethodName = "/tidemark.v1.WorkerService/AdoptShard"
+	WorkerService_Flush_FullMethodName      = "/tidemark.v1.WorkerService/Flush"
+	WorkerService_Info_FullMethodName       = "/tidemark.v1.WorkerService/Info"
 )
 
 // WorkerServiceClient is the client API for WorkerService service.
@@ -49,6 +50,17 @@ type WorkerServiceClient interface {
 	// DEADLINE_EXCEEDED; INTERNAL for anything else. UNAVAILABLE only ever means the
 	// call did not reach the merge (the worker is down or shutting down).
 	MergeWal(ctx context.Context, in *MergeWalRequest, opts ...grpc.CallOption) (*MergeWalResponse, error)
+	// AdoptShard drains the shard of another worker that is gone (no registered
+	// worker has its name): it opens the shard as its writer under a new epoch
+	// (fencing the old owner, should it still be alive), replays and seals its
+	// unsealed entries, merges every generation of it into the base table, and
+	// retires it. The master calls it within a merge_wal task, under the same target
+	// lock and fencing token as MergeWal, so adoption and merges of one store never
+	// overlap. Adopting a retired shard only deletes its drained files that are due.
+	//
+	// Errors: as MergeWal; also INVALID_ARGUMENT for a malformed shard name or the
+	// worker's own shard, and NOT_FOUND if the store has no such shard.
+	AdoptShard(ctx context.Context, in *AdoptShardRequest, opts ...grpc.CallOption) (*AdoptShardResponse, error)
 	// Flush seals the memtable of one store, or of every resident store, into
 	// generations, making rows that are durable in WAL entries visible to every
 	// worker's reads.
@@ -69,6 +81,16 @@ func (c *workerServiceClient) MergeWal(ctx context.Context, in *MergeWalRequest,
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(MergeWalResponse)
 	err := c.cc.Invoke(ctx, WorkerService_MergeWal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerServiceClient) AdoptShard(ctx context.Context, in *AdoptShardRequest, opts ...grpc.CallOption) (*AdoptShardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdoptShardResponse)
+	err := c.cc.Invoke(ctx, WorkerService_AdoptShard_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +138,17 @@ type WorkerServiceServer interface {
 	// DEADLINE_EXCEEDED; INTERNAL for anything else. UNAVAILABLE only ever means the
 	// call did not reach the merge (the worker is down or shutting down).
 	MergeWal(context.Context, *MergeWalRequest) (*MergeWalResponse, error)
+	// AdoptShard drains the shard of another worker that is gone (no registered
+	// worker has its name): it opens the shard as its writer under a new epoch
+	// (fencing the old owner, should it still be alive), replays and seals its
+	// unsealed entries, merges every generation of it into the base table, and
+	// retires it. The master calls it within a merge_wal task, under the same target
+	// lock and fencing token as MergeWal, so adoption and merges of one store never
+	// overlap. Adopting a retired shard only deletes its drained files that are due.
+	//
+	// Errors: as MergeWal; also INVALID_ARGUMENT for a malformed shard name or the
+	// worker's own shard, and NOT_FOUND if the store has no such shard.
+	AdoptShard(context.Context, *AdoptShardRequest) (*AdoptShardResponse, error)
 	// Flush seals the memtable of one store, or of every resident store, into
 	// generations, making rows that are durable in WAL entries visible to every
 	// worker's reads.
@@ -134,6 +167,9 @@ type UnimplementedWorkerServiceServer struct{}
 
 func (UnimplementedWorkerServiceServer) MergeWal(context.Context, *MergeWalRequest) (*MergeWalResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MergeWal not implemented")
+}
+func (UnimplementedWorkerServiceServer) AdoptShard(context.Context, *AdoptShardRequest) (*AdoptShardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AdoptShard not implemented")
 }
 func (UnimplementedWorkerServiceServer) Flush(context.Context, *FlushRequest) (*FlushResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Flush not implemented")
@@ -176,6 +212,24 @@ func _WorkerService_MergeWal_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(WorkerServiceServer).MergeWal(ctx, req.(*MergeWalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkerService_AdoptShard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdoptShardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).AdoptShard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_AdoptShard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).AdoptShard(ctx, req.(*AdoptShardRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -226,6 +280,10 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MergeWal",
 			Handler:    _WorkerService_MergeWal_Handler,
+		},
+		{
+			MethodName: "AdoptShard",
+			Handler:    _WorkerService_AdoptShard_Handler,
 		},
 		{
 			MethodName: "Flush",
