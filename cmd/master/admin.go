@@ -42,7 +42,8 @@ func newAdminCmd() *cobra.Command {
 		Use:   "admin",
 		Short: "Operate a running master through its gRPC AdminService",
 		Long: `Operate a running master through its gRPC AdminService: enqueue and inspect tasks,
-requeue a store's WAL merge, read the stats rows, rescan stores, list workers.
+requeue a store's WAL merge, read the stats rows, rescan stores, list workers, have an
+orphaned shard adopted.
 
 A target is "<name>" for a rollout store and "generic:<name>" for a generic store.
 Errors print the gRPC status code and the master's message, and exit non-zero.
@@ -77,6 +78,24 @@ file the master reads, or AUTH_TOKEN) and, with mutual TLS, a client certificate
 		Args:  cobra.ExactArgs(1),
 		RunE: f.run("requeue-merge", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
 			return c.RequeueMerge(ctx, &tidemarkv1.RequeueMergeRequest{Target: args[0]})
+		}),
+	}
+
+	adopt := &cobra.Command{
+		Use:   "adopt <target> <shard>",
+		Short: "Have a live worker adopt a shard whose worker is gone now, without waiting for ORPHAN_GRACE",
+		Long: `Have a live worker adopt a shard whose worker is gone now, without waiting for
+ORPHAN_GRACE: the master marks the shard orphaned and enqueues a merge_wal task for the
+target (deduplicated), which has a live worker replay, seal, merge and retire it.
+
+The shard is the INSTANCE_ID of the worker that is gone. It is refused while a worker is
+registered under that id (FailedPrecondition), and for a shard that is not an active shard
+of the store (NotFound; "master admin stats" lists them). The mark is held by the master
+that answers: with several master replicas, a merge claimed by another one adopts the
+shard once its own grace has passed.`,
+		Args: cobra.ExactArgs(2),
+		RunE: f.run("adopt", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
+			return c.ForceAdopt(ctx, &tidemarkv1.ForceAdoptRequest{Target: args[0], Shard: args[1]})
 		}),
 	}
 
@@ -126,7 +145,12 @@ file the master reads, or AUTH_TOKEN) and, with mutual TLS, a client certificate
 	stats := &cobra.Command{
 		Use:   "stats",
 		Short: "List the stats rows (what the scanner last observed of each store) in target order",
-		Args:  cobra.NoArgs,
+		Long: `List the stats rows (what the scanner last observed of each store) in target order,
+with each store's active shards and those no worker is registered under now (MISSING):
+since when the master has seen each missing, and whether it is orphaned (missing for
+ORPHAN_GRACE; the next merge_wal of the store has it adopted) or when it will be. A shard
+adopted and retired leaves ACTIVE_SHARDS; "+N retired" counts those.`,
+		Args: cobra.NoArgs,
 		RunE: f.run("stats", func(ctx context.Context, c tidemarkv1.AdminServiceClient, _ []string) (proto.Message, error) {
 			return c.ListStats(ctx, &tidemarkv1.ListStatsRequest{PageSize: sf.limit, PageToken: sf.token})
 		}),
@@ -156,7 +180,7 @@ file the master reads, or AUTH_TOKEN) and, with mutual TLS, a client certificate
 		}),
 	}
 
-	cmd.AddCommand(enqueue, requeue, get, list, cancel, stats, rescan, workers)
+	cmd.AddCommand(enqueue, requeue, adopt, get, list, cancel, stats, rescan, workers)
 	return cmd
 }
 
@@ -214,6 +238,17 @@ func printResponse(out, errOut io.Writer, format string, resp proto.Message) err
 		writeTask(tw, r.GetTask(), &r.Deduplicated)
 	case *tidemarkv1.RequeueMergeResponse:
 		writeTask(tw, r.GetTask(), &r.Deduplicated)
+	case *tidemarkv1.ForceAdoptResponse:
+		m := r.GetShard()
+		fmt.Fprintf(tw, "shard:\t%s\n", m.GetShard())
+		fmt.Fprintf(tw, "missing_since:\t%s\n", when(m.GetMissingSince()))
+		fmt.Fprintf(tw, "orphaned_at:\t%s\n", when(m.GetOrphanedAt()))
+		writeTask(tw, r.GetTask(), &r.Deduplicated)
+		if r.GetDeduplicated() && r.GetTask().GetState() == "running" {
+			// Said here because the table alone reads as if this run adopts it.
+			fmt.Fprintf(errOut, "note: a merge of %s was already running; if it had passed its adoptions, the next merge sweep enqueues another that adopts %s\n",
+				r.GetTask().GetTarget(), m.GetShard())
+		}
 	case *tidemarkv1.GetTaskResponse:
 		writeTask(tw, r.GetTask(), nil)
 	case *tidemarkv1.CancelTaskResponse:
@@ -280,17 +315,40 @@ func writeTaskTable(w io.Writer, list []*tidemarkv1.Task) {
 }
 
 func writeStatsTable(w io.Writer, rows []*tidemarkv1.StatsRow) {
-	fmt.Fprintln(w, "TARGET\tVERSION\tROWS\tFRAGMENTS\tPENDING_GENERATIONS\tPENDING_BY_SHARD\tLAST_UPDATED\tSCANNED_AT")
+	fmt.Fprintln(w, "TARGET\tVERSION\tROWS\tFRAGMENTS\tPENDING_GENERATIONS\tPENDING_BY_SHARD\tACTIVE_SHARDS\tMISSING\tLAST_UPDATED\tSCANNED_AT")
 	for _, r := range rows {
 		shards := make([]string, 0, len(r.GetPendingByShard()))
 		for s, n := range r.GetPendingByShard() {
 			shards = append(shards, fmt.Sprintf("%s=%d", s, n))
 		}
 		sort.Strings(shards)
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", r.GetTarget(), r.GetVersion(), r.GetRowCount(),
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.GetTarget(), r.GetVersion(), r.GetRowCount(),
 			r.GetFragmentCount(), r.GetPendingWalGenerations(), orDash(strings.Join(shards, ",")),
-			when(r.GetLastUpdated()), when(r.GetScannedAt()))
+			activeShards(r), missingShards(r.GetMissingShards()), when(r.GetLastUpdated()), when(r.GetScannedAt()))
 	}
+}
+
+// activeShards is "w1,w2", and "+N retired" for the shards adopted and retired.
+func activeShards(r *tidemarkv1.StatsRow) string {
+	s := strings.Join(r.GetActiveShards(), ",")
+	if retired := r.GetShards() - int64(len(r.GetActiveShards())); retired > 0 {
+		s = strings.TrimSpace(s + fmt.Sprintf(" +%d retired", retired))
+	}
+	return orDash(s)
+}
+
+// missingShards is each missing shard with since when, and whether it is orphaned
+// or from when it will be: "w3 since 2025-01-02T03:04:05Z, orphaned".
+func missingShards(ms []*tidemarkv1.MissingShard) string {
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		state := "orphaned"
+		if !m.GetOrphaned() {
+			state = "orphaned at " + when(m.GetOrphanedAt())
+		}
+		out = append(out, fmt.Sprintf("%s since %s, %s", m.GetShard(), when(m.GetMissingSince()), state))
+	}
+	return orDash(strings.Join(out, "; "))
 }
 
 func writeWorkerTable(w io.Writer, ws []*tidemarkv1.WorkerInfo) {

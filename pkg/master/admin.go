@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,6 +20,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/pkg/wal"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -39,16 +42,29 @@ type AdminConfig struct {
 	// store is bounded by the client's deadline only.
 	CallTimeout time.Duration
 	Logger      *slog.Logger
+	// orphans is the tracker the merge sweep and the fan-out read: stats show its
+	// missing shards, and ForceAdopt marks one in it. Nil: stats show none, and
+	// ForceAdopt is UNIMPLEMENTED.
+	orphans *orphans
 }
+
+// errWorkerRegistered refuses to adopt a shard whose worker lives: adopting it
+// would fence a writer that is still acknowledging rows.
+var errWorkerRegistered = errclass.New(errclass.Precondition, "its worker is registered")
+
+// errShardNotActive refuses to adopt a shard the store's stats row does not list
+// as active: the fan-out adopts only those, so the task would adopt nothing.
+var errShardNotActive = errclass.New(errclass.Gone, "not an active shard of the store")
 
 // AdminService implements tidemark.v1.AdminService over the task store, the stats
 // scanner, the store registries and worker discovery.
 //
 // Errors are mapped to status codes in one place (statusOf, by errclass): bad input
-// is INVALID_ARGUMENT naming the problem, a missing task, store or stats row is
-// NOT_FOUND, a task that cannot be cancelled is FAILED_PRECONDITION, a corrupt
-// object is DATA_LOSS naming it, etcd or the object store not answering (or
-// throttling) is UNAVAILABLE.
+// is INVALID_ARGUMENT naming the problem, a missing task, store, stats row or
+// active shard is NOT_FOUND, a task that cannot be cancelled (or a shard to adopt
+// whose worker is registered) is FAILED_PRECONDITION, a corrupt object is
+// DATA_LOSS naming it, etcd or the object store not answering (or throttling) is
+// UNAVAILABLE.
 type AdminService struct {
 	tidemarkv1.UnimplementedAdminServiceServer
 	cfg AdminConfig
@@ -198,12 +214,43 @@ func (a *AdminService) ListStats(ctx context.Context, req *tidemarkv1.ListStatsR
 		if err != nil {
 			return nil, err
 		}
-		out := &tidemarkv1.ListStatsResponse{Stats: make([]*tidemarkv1.StatsRow, 0, len(rows)), NextPageToken: next}
-		for _, r := range rows {
-			out.Stats = append(out.Stats, StatsProto(r))
+		stats, err := a.statsProtos(ctx, rows)
+		if err != nil {
+			return nil, err
 		}
-		return out, nil
+		return &tidemarkv1.ListStatsResponse{Stats: stats, NextPageToken: next}, nil
 	})
+}
+
+// statsProtos converts rows, with their missing shards when the service tracks
+// orphaned shards. The workers are listed once for the page.
+func (a *AdminService) statsProtos(ctx context.Context, rows []scanner.Row) ([]*tidemarkv1.StatsRow, error) {
+	out := make([]*tidemarkv1.StatsRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, StatsProto(r))
+	}
+	if a.cfg.orphans == nil || len(rows) == 0 {
+		return out, nil
+	}
+	live, err := a.cfg.Discovery.Workers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("missing shards: discover workers: %w", err)
+	}
+	for i, missing := range a.cfg.orphans.missingOf(rows, live) {
+		for _, m := range missing {
+			out[i].MissingShards = append(out[i].MissingShards, missingShardProto(m))
+		}
+	}
+	return out, nil
+}
+
+func missingShardProto(m missingShard) *tidemarkv1.MissingShard {
+	return &tidemarkv1.MissingShard{
+		Shard:        m.shard,
+		MissingSince: timestamp(m.since),
+		OrphanedAt:   timestamp(m.orphanedAt),
+		Orphaned:     m.orphaned,
+	}
 }
 
 // statsPage is scanner.Stats with the page token checked: a stats page token is
@@ -247,13 +294,98 @@ func (a *AdminService) Rescan(ctx context.Context, req *tidemarkv1.RescanRequest
 	if err != nil {
 		return nil, statusOf(ctx, err)
 	}
+	// The row is written by now: workers not listed cost its missing shards only.
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
+	stats, err := a.statsProtos(sctx, []scanner.Row{row})
+	cancel()
+	if err != nil {
+		a.cfg.Logger.Warn("admin: rescan answers without the missing shards", "target", target, "err", err)
+		stats = []*tidemarkv1.StatsRow{StatsProto(row)}
+	}
 	// Rescan writes a row only when the observation changed, and returns the
 	// stored row otherwise.
-	resp := &tidemarkv1.RescanResponse{Observed: 1, Stats: StatsProto(row)}
+	resp := &tidemarkv1.RescanResponse{Observed: 1, Stats: stats[0]}
 	if berr != nil || !before.SameObservation(row) || !before.ScannedAt.Equal(row.ScannedAt) {
 		resp.Written = 1
 	}
 	return resp, nil
+}
+
+// ForceAdopt marks one shard of a target orphaned now and enqueues merge_wal for
+// the target (deduplicated), so a live worker adopts it without waiting for the
+// grace.
+func (a *AdminService) ForceAdopt(ctx context.Context, req *tidemarkv1.ForceAdoptRequest) (*tidemarkv1.ForceAdoptResponse, error) {
+	if a.cfg.orphans == nil {
+		return nil, status.Error(codes.Unimplemented, "adopt: this master does not track orphaned shards")
+	}
+	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.ForceAdoptResponse, error) {
+		target, shard := req.GetTarget(), req.GetShard()
+		if err := checkShard(ctx, a.cfg.Registry, target, shard); err != nil {
+			return nil, err
+		}
+		workers, err := a.cfg.Discovery.Workers(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("discover workers: %w", err)
+		}
+		for _, w := range workers {
+			if w.InstanceID == shard {
+				return nil, fmt.Errorf("adopt shard %s of %s: %w: worker %s at %s; adoption is for a shard whose worker is gone (stopped, and its registration expired)",
+					shard, target, errWorkerRegistered, w.InstanceID, w.GRPCAddr)
+			}
+		}
+		if err := a.activeShard(ctx, target, shard); err != nil {
+			return nil, err
+		}
+		// Marked before the enqueue: should the enqueue fail, the next merge sweep
+		// enqueues for the shard.
+		m := a.cfg.orphans.force(target, shard)
+		a.cfg.Logger.Warn("admin: shard marked orphaned by an operator; its adoption skips the grace", "target", target, "shard", shard, "missing_since", m.since)
+		t, dedup, err := a.enqueue(ctx, tasks.KindMergeWAL, target, nil)
+		if err != nil {
+			return nil, err
+		}
+		return &tidemarkv1.ForceAdoptResponse{Task: TaskProto(t), Deduplicated: dedup, Shard: missingShardProto(m)}, nil
+	})
+}
+
+// checkShard checks the shard's name before the target, so a malformed request is
+// refused without a registry read.
+func checkShard(ctx context.Context, reg *registry.Registry, target, shard string) error {
+	if shard == "" {
+		return fmt.Errorf("%w: shard is required (the INSTANCE_ID of the worker that is gone)", tasks.ErrInvalidArgument)
+	}
+	if err := wal.ValidateShard(shard); err != nil {
+		return fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
+	}
+	return CheckTarget(ctx, reg, target)
+}
+
+// activeShard returns nil when target's stats row lists shard as active. A row
+// that does not (or is missing) may be older than the shard: the target is
+// observed again before the shard is refused.
+func (a *AdminService) activeShard(ctx context.Context, target, shard string) error {
+	row, err := a.cfg.Scanner.Row(ctx, target)
+	if err != nil && !errors.Is(err, scanner.ErrRowNotFound) {
+		return err
+	}
+	if err == nil && slices.Contains(row.ActiveShards, shard) {
+		return nil
+	}
+	if row, err = a.cfg.Scanner.Rescan(ctx, target); err != nil {
+		return err
+	}
+	if slices.Contains(row.ActiveShards, shard) {
+		return nil
+	}
+	return fmt.Errorf("adopt shard %s of %s: %w (active: %s); a retired shard was adopted already",
+		shard, target, errShardNotActive, orNone(strings.Join(row.ActiveShards, ", ")))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // ListWorkers lists the workers the master calls.
@@ -368,6 +500,8 @@ func StatsProto(r scanner.Row) *tidemarkv1.StatsRow {
 		PendingWalGenerations: int64(r.PendingWALGenerations),
 		LastUpdated:           timestamp(r.LastUpdated),
 		ScannedAt:             timestamp(r.ScannedAt),
+		Shards:                int64(r.Shards),
+		ActiveShards:          r.ActiveShards,
 	}
 	if len(r.PendingByShard) > 0 {
 		out.PendingByShard = make(map[string]int64, len(r.PendingByShard))

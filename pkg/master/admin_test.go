@@ -11,8 +11,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -22,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
@@ -51,6 +54,9 @@ type adminEnv struct {
 	conn    *grpc.ClientConn
 	lease   clientv3.LeaseID
 	wakes   atomic.Int32
+	// orphans is the service's tracker, on clock (DefaultOrphanGrace).
+	orphans *orphans
+	clock   *clocktesting.FakePassiveClock
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -81,7 +87,9 @@ func createStores(t *testing.T, b *objstore.Bucket) {
 	}
 }
 
-func newAdminEnv(t *testing.T, d Discovery) *adminEnv {
+// newAdminEnv serves the AdminService with opts added to the gRPC server's
+// options; d nil is discovery through etcd under /admin.
+func newAdminEnv(t *testing.T, d Discovery, opts ...grpc.ServerOption) *adminEnv {
 	t.Helper()
 	client, _ := etcdtest.Start(t)
 	ctx := context.Background()
@@ -98,12 +106,14 @@ func newAdminEnv(t *testing.T, d Discovery) *adminEnv {
 	if d == nil {
 		d = &EtcdDiscovery{Client: client, Prefix: "/admin"}
 	}
+	e.clock = clocktesting.NewFakePassiveClock(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
+	e.orphans = newOrphans(d, DefaultOrphanGrace, e.clock, prometheus.NewRegistry())
 	e.svc, err = NewAdminService(AdminConfig{Tasks: e.ts, Scanner: e.scanner, Registry: registry.New(b),
-		Discovery: d, Wake: func() { e.wakes.Add(1) }, Logger: log})
+		Discovery: d, Wake: func() { e.wakes.Add(1) }, Logger: log, orphans: e.orphans})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := NewGRPCServer(e.svc, health.NewServer(), log)
+	gs := NewGRPCServer(e.svc, health.NewServer(), log, opts...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -33,11 +33,31 @@ type orphans struct {
 	gauge prometheus.Gauge
 
 	mu      sync.Mutex
-	missing map[string]time.Time // "<target>\x00<shard>" -> first seen missing
+	missing map[string]missingEntry // "<target>\x00<shard>"
+}
+
+// missingEntry is one shard seen missing: since when, and from when it counts as
+// orphaned (since + grace, or earlier when an operator forced its adoption).
+type missingEntry struct {
+	since      time.Time
+	orphanedAt time.Time
+}
+
+// missingShard is an active shard of a store that no registered worker has the
+// name of, as this replica's tracker sees it.
+type missingShard struct {
+	shard string
+	// since is when this replica first saw it missing.
+	since time.Time
+	// orphanedAt is when it is (or was) orphaned: since + ORPHAN_GRACE, or when
+	// an operator forced its adoption.
+	orphanedAt time.Time
+	// orphaned: the next merge_wal of the store has it adopted.
+	orphaned bool
 }
 
 func newOrphans(disc Discovery, grace time.Duration, clk clock.PassiveClock, reg prometheus.Registerer) *orphans {
-	o := &orphans{disc: disc, grace: grace, clock: clk, missing: map[string]time.Time{},
+	o := &orphans{disc: disc, grace: grace, clock: clk, missing: map[string]missingEntry{},
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tidemark_orphaned_shards",
 			Help: "Shards whose worker has not been registered for ORPHAN_GRACE, as of the last merge sweep (adopted by the next merge_wal of their store).",
@@ -54,10 +74,7 @@ func (o *orphans) check(ctx context.Context) (func(scanner.Row) []string, error)
 	if err != nil {
 		return nil, fmt.Errorf("orphaned shards: discover workers: %w", err)
 	}
-	live := make(map[string]bool, len(workers))
-	for _, w := range workers {
-		live[w.InstanceID] = true
-	}
+	live := liveSet(workers)
 	now := o.clock.Now()
 	seen := map[string]bool{}
 	count := 0
@@ -76,24 +93,35 @@ func (o *orphans) check(ctx context.Context) (func(scanner.Row) []string, error)
 // orphaned returns the shards of r missing for the grace period, recording since
 // when each missing one is missing.
 func (o *orphans) orphaned(r scanner.Row, live map[string]bool, now time.Time, seen map[string]bool) []string {
+	var out []string
+	for _, m := range o.observe(r, live, now, seen) {
+		if m.orphaned {
+			out = append(out, m.shard)
+		}
+	}
+	return out
+}
+
+// observe records which active shards of r are missing among live (forgetting
+// those found live), marks the missing ones in seen, and returns them in shard
+// order.
+func (o *orphans) observe(r scanner.Row, live map[string]bool, now time.Time, seen map[string]bool) []missingShard {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var out []string
+	var out []missingShard
 	for _, shard := range r.ActiveShards {
-		key := r.Target + "\x00" + shard
+		key := orphanKey(r.Target, shard)
 		if live[shard] {
 			delete(o.missing, key)
 			continue
 		}
 		seen[key] = true
-		since, ok := o.missing[key]
+		e, ok := o.missing[key]
 		if !ok {
-			o.missing[key] = now
-			since = now
+			e = missingEntry{since: now, orphanedAt: now.Add(o.grace)}
+			o.missing[key] = e
 		}
-		if now.Sub(since) >= o.grace {
-			out = append(out, shard)
-		}
+		out = append(out, missingShard{shard: shard, since: e.since, orphanedAt: e.orphanedAt, orphaned: !now.Before(e.orphanedAt)})
 	}
 	return out
 }
@@ -102,7 +130,7 @@ func (o *orphans) orphaned(r scanner.Row, live map[string]bool, now time.Time, s
 func (o *orphans) forget(seen map[string]bool, target string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	prefix := target + "\x00"
+	prefix := orphanKey(target, "")
 	for key := range o.missing {
 		if len(key) > len(prefix) && key[:len(prefix)] == prefix && !seen[key] {
 			delete(o.missing, key)
@@ -112,11 +140,53 @@ func (o *orphans) forget(seen map[string]bool, target string) {
 
 // of returns the orphaned shards of row among live workers (the fan-out's view).
 func (o *orphans) of(r scanner.Row, live []Worker) []string {
-	set := make(map[string]bool, len(live))
-	for _, w := range live {
+	return o.orphaned(r, liveSet(live), o.clock.Now(), map[string]bool{})
+}
+
+// missingOf returns the missing shards of each row among live, for the stats an
+// operator reads. It records what it sees as the sweep does: a look at the
+// workers is as good an observation as the sweep's, and what the operator is
+// shown is then what adoption goes by.
+func (o *orphans) missingOf(rows []scanner.Row, live []Worker) [][]missingShard {
+	set, now := liveSet(live), o.clock.Now()
+	out := make([][]missingShard, len(rows))
+	for i, r := range rows {
+		seen := map[string]bool{}
+		out[i] = o.observe(r, set, now, seen)
+		o.forget(seen, r.Target)
+	}
+	return out
+}
+
+// force makes shard of target orphaned now, whatever the grace (an operator's
+// `master admin adopt`), keeping since when it is missing. The caller checked that
+// the target's stats row lists it as active and that no live worker has its name;
+// a worker that registers under it before the adoption clears the mark, as it
+// would the grace, and so does a row that no longer lists it.
+func (o *orphans) force(target, shard string) missingShard {
+	now := o.clock.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	key := orphanKey(target, shard)
+	e, ok := o.missing[key]
+	if !ok {
+		e = missingEntry{since: now, orphanedAt: now}
+	}
+	if e.orphanedAt.After(now) {
+		e.orphanedAt = now
+	}
+	o.missing[key] = e
+	return missingShard{shard: shard, since: e.since, orphanedAt: e.orphanedAt, orphaned: true}
+}
+
+func orphanKey(target, shard string) string { return target + "\x00" + shard }
+
+func liveSet(workers []Worker) map[string]bool {
+	set := make(map[string]bool, len(workers))
+	for _, w := range workers {
 		set[w.InstanceID] = true
 	}
-	return o.orphaned(r, set, o.clock.Now(), map[string]bool{})
+	return set
 }
 
 // adopterFor picks the live worker that adopts shard: the same one for a shard

@@ -725,7 +725,18 @@ type StatsRow struct {
 	// last_updated is when the base table last changed.
 	LastUpdated *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_updated,json=lastUpdated,proto3" json:"last_updated,omitempty"`
 	// scanned_at is when the scanner last observed the store.
-	ScannedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=scanned_at,json=scannedAt,proto3" json:"scanned_at,omitempty"`
+	ScannedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=scanned_at,json=scannedAt,proto3" json:"scanned_at,omitempty"`
+	// shards counts the store's WAL shards, retired ones included: those not in
+	// active_shards were retired after a worker adopted them.
+	Shards int64 `protobuf:"varint,9,opt,name=shards,proto3" json:"shards,omitempty"`
+	// active_shards are the shards that need an owner (each a worker instance id),
+	// sorted: all but the retired ones, and retired ones whose drained files are due
+	// for deletion.
+	ActiveShards []string `protobuf:"bytes,10,rep,name=active_shards,json=activeShards,proto3" json:"active_shards,omitempty"`
+	// missing_shards are the active shards no worker is registered under now, as the
+	// answering master replica sees them, in shard order. Unset in a row that is not
+	// read with the workers (and by a master that does not track orphaned shards).
+	MissingShards []*MissingShard `protobuf:"bytes,11,rep,name=missing_shards,json=missingShards,proto3" json:"missing_shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -816,6 +827,103 @@ func (x *StatsRow) GetScannedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *StatsRow) GetShards() int64 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+func (x *StatsRow) GetActiveShards() []string {
+	if x != nil {
+		return x.ActiveShards
+	}
+	return nil
+}
+
+func (x *StatsRow) GetMissingShards() []*MissingShard {
+	if x != nil {
+		return x.MissingShards
+	}
+	return nil
+}
+
+// MissingShard is an active shard of a store whose worker is not registered.
+type MissingShard struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard string                 `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// missing_since is when the answering master replica first saw no worker
+	// registered under the shard's name (in a merge sweep, a merge, a stats call or
+	// an adopt). A replica that starts or takes over starts the clock again.
+	MissingSince *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=missing_since,json=missingSince,proto3" json:"missing_since,omitempty"`
+	// orphaned_at is when the shard is orphaned: missing_since + ORPHAN_GRACE, or
+	// when an operator forced its adoption (ForceAdopt).
+	OrphanedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=orphaned_at,json=orphanedAt,proto3" json:"orphaned_at,omitempty"`
+	// orphaned: orphaned_at has passed, and the next merge_wal of the store has a
+	// live worker adopt the shard (the merge sweep enqueues one).
+	Orphaned      bool `protobuf:"varint,4,opt,name=orphaned,proto3" json:"orphaned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MissingShard) Reset() {
+	*x = MissingShard{}
+	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MissingShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MissingShard) ProtoMessage() {}
+
+func (x *MissingShard) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MissingShard.ProtoReflect.Descriptor instead.
+func (*MissingShard) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MissingShard) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *MissingShard) GetMissingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.MissingSince
+	}
+	return nil
+}
+
+func (x *MissingShard) GetOrphanedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OrphanedAt
+	}
+	return nil
+}
+
+func (x *MissingShard) GetOrphaned() bool {
+	if x != nil {
+		return x.Orphaned
+	}
+	return false
+}
+
 type ListStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// page_size is the most rows returned (0: 100; at most 1000).
@@ -828,7 +936,7 @@ type ListStatsRequest struct {
 
 func (x *ListStatsRequest) Reset() {
 	*x = ListStatsRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +948,7 @@ func (x *ListStatsRequest) String() string {
 func (*ListStatsRequest) ProtoMessage() {}
 
 func (x *ListStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +961,7 @@ func (x *ListStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStatsRequest.ProtoReflect.Descriptor instead.
 func (*ListStatsRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListStatsRequest) GetPageSize() int32 {
@@ -880,7 +988,7 @@ type ListStatsResponse struct {
 
 func (x *ListStatsResponse) Reset() {
 	*x = ListStatsResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +1000,7 @@ func (x *ListStatsResponse) String() string {
 func (*ListStatsResponse) ProtoMessage() {}
 
 func (x *ListStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1013,7 @@ func (x *ListStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStatsResponse.ProtoReflect.Descriptor instead.
 func (*ListStatsResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListStatsResponse) GetStats() []*StatsRow {
@@ -932,7 +1040,7 @@ type RescanRequest struct {
 
 func (x *RescanRequest) Reset() {
 	*x = RescanRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1052,7 @@ func (x *RescanRequest) String() string {
 func (*RescanRequest) ProtoMessage() {}
 
 func (x *RescanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1065,7 @@ func (x *RescanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescanRequest.ProtoReflect.Descriptor instead.
 func (*RescanRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RescanRequest) GetTarget() string {
@@ -980,7 +1088,7 @@ type RescanResponse struct {
 
 func (x *RescanResponse) Reset() {
 	*x = RescanResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1100,7 @@ func (x *RescanResponse) String() string {
 func (*RescanResponse) ProtoMessage() {}
 
 func (x *RescanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1113,7 @@ func (x *RescanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescanResponse.ProtoReflect.Descriptor instead.
 func (*RescanResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RescanResponse) GetObserved() int64 {
@@ -1037,7 +1145,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1157,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1170,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 type ListWorkersResponse struct {
@@ -1074,7 +1182,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1194,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1207,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -1127,7 +1235,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1247,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1260,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkerInfo) GetInstanceId() string {
@@ -1195,6 +1303,124 @@ func (x *WorkerInfo) GetSource() string {
 		return x.Source
 	}
 	return ""
+}
+
+type ForceAdoptRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target is "<name>" (rollout store) or "generic:<name>" (generic store).
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// shard is the shard to adopt: the INSTANCE_ID of the worker that is gone.
+	Shard         string `protobuf:"bytes,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForceAdoptRequest) Reset() {
+	*x = ForceAdoptRequest{}
+	mi := &file_tidemark_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceAdoptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceAdoptRequest) ProtoMessage() {}
+
+func (x *ForceAdoptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceAdoptRequest.ProtoReflect.Descriptor instead.
+func (*ForceAdoptRequest) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ForceAdoptRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ForceAdoptRequest) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+type ForceAdoptResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// task is the merge_wal task that has the shard adopted. When deduplicated and
+	// already running, that run may have passed its adoptions: the next merge sweep
+	// enqueues another, which adopts the shard.
+	Task         *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Deduplicated bool  `protobuf:"varint,2,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
+	// shard is the shard as the tracker holds it now: orphaned.
+	Shard         *MissingShard `protobuf:"bytes,3,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForceAdoptResponse) Reset() {
+	*x = ForceAdoptResponse{}
+	mi := &file_tidemark_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceAdoptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceAdoptResponse) ProtoMessage() {}
+
+func (x *ForceAdoptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceAdoptResponse.ProtoReflect.Descriptor instead.
+func (*ForceAdoptResponse) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ForceAdoptResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *ForceAdoptResponse) GetDeduplicated() bool {
+	if x != nil {
+		return x.Deduplicated
+	}
+	return false
+}
+
+func (x *ForceAdoptResponse) GetShard() *MissingShard {
+	if x != nil {
+		return x.Shard
+	}
+	return nil
 }
 
 var File_tidemark_v1_admin_proto protoreflect.FileDescriptor
@@ -1253,7 +1479,7 @@ const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"\x11CancelTaskRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\";\n" +
 	"\x12CancelTaskResponse\x12%\n" +
-	"\x04task\x18\x01 \x01(\v2\x11.tidemark.v1.TaskR\x04task\"\xca\x03\n" +
+	"\x04task\x18\x01 \x01(\v2\x11.tidemark.v1.TaskR\x04task\"\xc9\x04\n" +
 	"\bStatsRow\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1b\n" +
@@ -1263,10 +1489,20 @@ const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"\x10pending_by_shard\x18\x06 \x03(\v2).tidemark.v1.StatsRow.PendingByShardEntryR\x0ependingByShard\x12=\n" +
 	"\flast_updated\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vlastUpdated\x129\n" +
 	"\n" +
-	"scanned_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tscannedAt\x1aA\n" +
+	"scanned_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tscannedAt\x12\x16\n" +
+	"\x06shards\x18\t \x01(\x03R\x06shards\x12#\n" +
+	"\ractive_shards\x18\n" +
+	" \x03(\tR\factiveShards\x12@\n" +
+	"\x0emissing_shards\x18\v \x03(\v2\x19.tidemark.v1.MissingShardR\rmissingShards\x1aA\n" +
 	"\x13PendingByShardEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"N\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xbe\x01\n" +
+	"\fMissingShard\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x12?\n" +
+	"\rmissing_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fmissingSince\x12;\n" +
+	"\vorphaned_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"orphanedAt\x12\x1a\n" +
+	"\borphaned\x18\x04 \x01(\bR\borphaned\"N\n" +
 	"\x10ListStatsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -1292,7 +1528,14 @@ const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12\x16\n" +
-	"\x06source\x18\x06 \x01(\tR\x06source2\xf7\x04\n" +
+	"\x06source\x18\x06 \x01(\tR\x06source\"A\n" +
+	"\x11ForceAdoptRequest\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\tR\x05shard\"\x90\x01\n" +
+	"\x12ForceAdoptResponse\x12%\n" +
+	"\x04task\x18\x01 \x01(\v2\x11.tidemark.v1.TaskR\x04task\x12\"\n" +
+	"\fdeduplicated\x18\x02 \x01(\bR\fdeduplicated\x12/\n" +
+	"\x05shard\x18\x03 \x01(\v2\x19.tidemark.v1.MissingShardR\x05shard2\xc6\x05\n" +
 	"\fAdminService\x12P\n" +
 	"\vEnqueueTask\x12\x1f.tidemark.v1.EnqueueTaskRequest\x1a .tidemark.v1.EnqueueTaskResponse\x12S\n" +
 	"\fRequeueMerge\x12 .tidemark.v1.RequeueMergeRequest\x1a!.tidemark.v1.RequeueMergeResponse\x12D\n" +
@@ -1302,7 +1545,9 @@ const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"CancelTask\x12\x1e.tidemark.v1.CancelTaskRequest\x1a\x1f.tidemark.v1.CancelTaskResponse\x12J\n" +
 	"\tListStats\x12\x1d.tidemark.v1.ListStatsRequest\x1a\x1e.tidemark.v1.ListStatsResponse\x12A\n" +
 	"\x06Rescan\x12\x1a.tidemark.v1.RescanRequest\x1a\x1b.tidemark.v1.RescanResponse\x12P\n" +
-	"\vListWorkers\x12\x1f.tidemark.v1.ListWorkersRequest\x1a .tidemark.v1.ListWorkersResponseB>Z<github.com/tidemark-io/tidemark/proto/tidemark/v1;tidemarkv1b\x06proto3"
+	"\vListWorkers\x12\x1f.tidemark.v1.ListWorkersRequest\x1a .tidemark.v1.ListWorkersResponse\x12M\n" +
+	"\n" +
+	"ForceAdopt\x12\x1e.tidemark.v1.ForceAdoptRequest\x1a\x1f.tidemark.v1.ForceAdoptResponseB>Z<github.com/tidemark-io/tidemark/proto/tidemark/v1;tidemarkv1b\x06proto3"
 
 var (
 	file_tidemark_v1_admin_proto_rawDescOnce sync.Once
@@ -1316,7 +1561,7 @@ func file_tidemark_v1_admin_proto_rawDescGZIP() []byte {
 	return file_tidemark_v1_admin_proto_rawDescData
 }
 
-var file_tidemark_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_tidemark_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_tidemark_v1_admin_proto_goTypes = []any{
 	(*Task)(nil),                  // 0: tidemark.v1.Task
 	(*EnqueueTaskRequest)(nil),    // 1: tidemark.v1.EnqueueTaskRequest
@@ -1330,53 +1575,63 @@ var file_tidemark_v1_admin_proto_goTypes = []any{
 	(*CancelTaskRequest)(nil),     // 9: tidemark.v1.CancelTaskRequest
 	(*CancelTaskResponse)(nil),    // 10: tidemark.v1.CancelTaskResponse
 	(*StatsRow)(nil),              // 11: tidemark.v1.StatsRow
-	(*ListStatsRequest)(nil),      // 12: tidemark.v1.ListStatsRequest
-	(*ListStatsResponse)(nil),     // 13: tidemark.v1.ListStatsResponse
-	(*RescanRequest)(nil),         // 14: tidemark.v1.RescanRequest
-	(*RescanResponse)(nil),        // 15: tidemark.v1.RescanResponse
-	(*ListWorkersRequest)(nil),    // 16: tidemark.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),   // 17: tidemark.v1.ListWorkersResponse
-	(*WorkerInfo)(nil),            // 18: tidemark.v1.WorkerInfo
-	nil,                           // 19: tidemark.v1.StatsRow.PendingByShardEntry
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*MissingShard)(nil),          // 12: tidemark.v1.MissingShard
+	(*ListStatsRequest)(nil),      // 13: tidemark.v1.ListStatsRequest
+	(*ListStatsResponse)(nil),     // 14: tidemark.v1.ListStatsResponse
+	(*RescanRequest)(nil),         // 15: tidemark.v1.RescanRequest
+	(*RescanResponse)(nil),        // 16: tidemark.v1.RescanResponse
+	(*ListWorkersRequest)(nil),    // 17: tidemark.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),   // 18: tidemark.v1.ListWorkersResponse
+	(*WorkerInfo)(nil),            // 19: tidemark.v1.WorkerInfo
+	(*ForceAdoptRequest)(nil),     // 20: tidemark.v1.ForceAdoptRequest
+	(*ForceAdoptResponse)(nil),    // 21: tidemark.v1.ForceAdoptResponse
+	nil,                           // 22: tidemark.v1.StatsRow.PendingByShardEntry
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_tidemark_v1_admin_proto_depIdxs = []int32{
-	20, // 0: tidemark.v1.Task.enqueued_at:type_name -> google.protobuf.Timestamp
-	20, // 1: tidemark.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	20, // 2: tidemark.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 0: tidemark.v1.Task.enqueued_at:type_name -> google.protobuf.Timestamp
+	23, // 1: tidemark.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	23, // 2: tidemark.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: tidemark.v1.EnqueueTaskResponse.task:type_name -> tidemark.v1.Task
 	0,  // 4: tidemark.v1.RequeueMergeResponse.task:type_name -> tidemark.v1.Task
 	0,  // 5: tidemark.v1.GetTaskResponse.task:type_name -> tidemark.v1.Task
 	0,  // 6: tidemark.v1.ListTasksResponse.tasks:type_name -> tidemark.v1.Task
 	0,  // 7: tidemark.v1.CancelTaskResponse.task:type_name -> tidemark.v1.Task
-	19, // 8: tidemark.v1.StatsRow.pending_by_shard:type_name -> tidemark.v1.StatsRow.PendingByShardEntry
-	20, // 9: tidemark.v1.StatsRow.last_updated:type_name -> google.protobuf.Timestamp
-	20, // 10: tidemark.v1.StatsRow.scanned_at:type_name -> google.protobuf.Timestamp
-	11, // 11: tidemark.v1.ListStatsResponse.stats:type_name -> tidemark.v1.StatsRow
-	11, // 12: tidemark.v1.RescanResponse.stats:type_name -> tidemark.v1.StatsRow
-	18, // 13: tidemark.v1.ListWorkersResponse.workers:type_name -> tidemark.v1.WorkerInfo
-	20, // 14: tidemark.v1.WorkerInfo.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 15: tidemark.v1.AdminService.EnqueueTask:input_type -> tidemark.v1.EnqueueTaskRequest
-	3,  // 16: tidemark.v1.AdminService.RequeueMerge:input_type -> tidemark.v1.RequeueMergeRequest
-	5,  // 17: tidemark.v1.AdminService.GetTask:input_type -> tidemark.v1.GetTaskRequest
-	7,  // 18: tidemark.v1.AdminService.ListTasks:input_type -> tidemark.v1.ListTasksRequest
-	9,  // 19: tidemark.v1.AdminService.CancelTask:input_type -> tidemark.v1.CancelTaskRequest
-	12, // 20: tidemark.v1.AdminService.ListStats:input_type -> tidemark.v1.ListStatsRequest
-	14, // 21: tidemark.v1.AdminService.Rescan:input_type -> tidemark.v1.RescanRequest
-	16, // 22: tidemark.v1.AdminService.ListWorkers:input_type -> tidemark.v1.ListWorkersRequest
-	2,  // 23: tidemark.v1.AdminService.EnqueueTask:output_type -> tidemark.v1.EnqueueTaskResponse
-	4,  // 24: tidemark.v1.AdminService.RequeueMerge:output_type -> tidemark.v1.RequeueMergeResponse
-	6,  // 25: tidemark.v1.AdminService.GetTask:output_type -> tidemark.v1.GetTaskResponse
-	8,  // 26: tidemark.v1.AdminService.ListTasks:output_type -> tidemark.v1.ListTasksResponse
-	10, // 27: tidemark.v1.AdminService.CancelTask:output_type -> tidemark.v1.CancelTaskResponse
-	13, // 28: tidemark.v1.AdminService.ListStats:output_type -> tidemark.v1.ListStatsResponse
-	15, // 29: tidemark.v1.AdminService.Rescan:output_type -> tidemark.v1.RescanResponse
-	17, // 30: tidemark.v1.AdminService.ListWorkers:output_type -> tidemark.v1.ListWorkersResponse
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	22, // 8: tidemark.v1.StatsRow.pending_by_shard:type_name -> tidemark.v1.StatsRow.PendingByShardEntry
+	23, // 9: tidemark.v1.StatsRow.last_updated:type_name -> google.protobuf.Timestamp
+	23, // 10: tidemark.v1.StatsRow.scanned_at:type_name -> google.protobuf.Timestamp
+	12, // 11: tidemark.v1.StatsRow.missing_shards:type_name -> tidemark.v1.MissingShard
+	23, // 12: tidemark.v1.MissingShard.missing_since:type_name -> google.protobuf.Timestamp
+	23, // 13: tidemark.v1.MissingShard.orphaned_at:type_name -> google.protobuf.Timestamp
+	11, // 14: tidemark.v1.ListStatsResponse.stats:type_name -> tidemark.v1.StatsRow
+	11, // 15: tidemark.v1.RescanResponse.stats:type_name -> tidemark.v1.StatsRow
+	19, // 16: tidemark.v1.ListWorkersResponse.workers:type_name -> tidemark.v1.WorkerInfo
+	23, // 17: tidemark.v1.WorkerInfo.started_at:type_name -> google.protobuf.Timestamp
+	0,  // 18: tidemark.v1.ForceAdoptResponse.task:type_name -> tidemark.v1.Task
+	12, // 19: tidemark.v1.ForceAdoptResponse.shard:type_name -> tidemark.v1.MissingShard
+	1,  // 20: tidemark.v1.AdminService.EnqueueTask:input_type -> tidemark.v1.EnqueueTaskRequest
+	3,  // 21: tidemark.v1.AdminService.RequeueMerge:input_type -> tidemark.v1.RequeueMergeRequest
+	5,  // 22: tidemark.v1.AdminService.GetTask:input_type -> tidemark.v1.GetTaskRequest
+	7,  // 23: tidemark.v1.AdminService.ListTasks:input_type -> tidemark.v1.ListTasksRequest
+	9,  // 24: tidemark.v1.AdminService.CancelTask:input_type -> tidemark.v1.CancelTaskRequest
+	13, // 25: tidemark.v1.AdminService.ListStats:input_type -> tidemark.v1.ListStatsRequest
+	15, // 26: tidemark.v1.AdminService.Rescan:input_type -> tidemark.v1.RescanRequest
+	17, // 27: tidemark.v1.AdminService.ListWorkers:input_type -> tidemark.v1.ListWorkersRequest
+	20, // 28: tidemark.v1.AdminService.ForceAdopt:input_type -> tidemark.v1.ForceAdoptRequest
+	2,  // 29: tidemark.v1.AdminService.EnqueueTask:output_type -> tidemark.v1.EnqueueTaskResponse
+	4,  // 30: tidemark.v1.AdminService.RequeueMerge:output_type -> tidemark.v1.RequeueMergeResponse
+	6,  // 31: tidemark.v1.AdminService.GetTask:output_type -> tidemark.v1.GetTaskResponse
+	8,  // 32: tidemark.v1.AdminService.ListTasks:output_type -> tidemark.v1.ListTasksResponse
+	10, // 33: tidemark.v1.AdminService.CancelTask:output_type -> tidemark.v1.CancelTaskResponse
+	14, // 34: tidemark.v1.AdminService.ListStats:output_type -> tidemark.v1.ListStatsResponse
+	16, // 35: tidemark.v1.AdminService.Rescan:output_type -> tidemark.v1.RescanResponse
+	18, // 36: tidemark.v1.AdminService.ListWorkers:output_type -> tidemark.v1.ListWorkersResponse
+	21, // 37: tidemark.v1.AdminService.ForceAdopt:output_type -> tidemark.v1.ForceAdoptResponse
+	29, // [29:38] is the sub-list for method output_type
+	20, // [20:29] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_tidemark_v1_admin_proto_init() }
@@ -1390,7 +1645,7 @@ func file_tidemark_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tidemark_v1_admin_proto_rawDesc), len(file_tidemark_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

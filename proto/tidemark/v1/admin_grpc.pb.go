@@ -30,6 +30,7 @@ const (
 	AdminService_ListStats_FullMethodName    = "/tidemark.v1.AdminService/ListStats"
 	AdminService_Rescan_FullMethodName       = "/tidemark.v1.AdminService/Rescan"
 	AdminService_ListWorkers_FullMethodName  = "/tidemark.v1.AdminService/ListWorkers"
+	AdminService_ForceAdopt_FullMethodName   = "/tidemark.v1.AdminService/ForceAdopt"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -57,7 +58,9 @@ type AdminServiceClient interface {
 	// CancelTask fails a queued task with the error "cancelled". Cancelling a running
 	// or finished task is FAILED_PRECONDITION.
 	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error)
-	// ListStats lists the scanner's stats rows (P/stats/<target>) in target order.
+	// ListStats lists the scanner's stats rows (P/stats/<target>) in target order,
+	// each with its active shards and those no worker is registered under now
+	// (missing_shards, as the answering replica tracks them for adoption).
 	ListStats(ctx context.Context, in *ListStatsRequest, opts ...grpc.CallOption) (*ListStatsResponse, error)
 	// Rescan observes every store (or one target) now instead of at the next scan
 	// interval, and writes the stats rows that changed.
@@ -65,6 +68,17 @@ type AdminServiceClient interface {
 	// ListWorkers lists the workers the master calls: those registered under
 	// P/workers/, or the static WORKER_ENDPOINTS list.
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
+	// ForceAdopt has a live worker adopt one shard of a store now, without waiting
+	// for ORPHAN_GRACE: the shard is marked orphaned in this replica's tracker and a
+	// merge_wal task is enqueued for the target (deduplicated like RequeueMerge),
+	// which has it adopted. A worker registered under the shard's name is
+	// FAILED_PRECONDITION naming it (its shard is not adopted while it lives); a
+	// shard that is not an active shard of the store (unknown, or retired: adopted
+	// already) is NOT_FOUND.
+	//
+	// The mark lives in the memory of the replica that answers: a merge_wal claimed
+	// by another replica adopts the shard only once that replica's grace has passed.
+	ForceAdopt(ctx context.Context, in *ForceAdoptRequest, opts ...grpc.CallOption) (*ForceAdoptResponse, error)
 }
 
 type adminServiceClient struct {
@@ -155,6 +169,16 @@ func (c *adminServiceClient) ListWorkers(ctx context.Context, in *ListWorkersReq
 	return out, nil
 }
 
+func (c *adminServiceClient) ForceAdopt(ctx context.Context, in *ForceAdoptRequest, opts ...grpc.CallOption) (*ForceAdoptResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForceAdoptResponse)
+	err := c.cc.Invoke(ctx, AdminService_ForceAdopt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -180,7 +204,9 @@ type AdminServiceServer interface {
 	// CancelTask fails a queued task with the error "cancelled". Cancelling a running
 	// or finished task is FAILED_PRECONDITION.
 	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error)
-	// ListStats lists the scanner's stats rows (P/stats/<target>) in target order.
+	// ListStats lists the scanner's stats rows (P/stats/<target>) in target order,
+	// each with its active shards and those no worker is registered under now
+	// (missing_shards, as the answering replica tracks them for adoption).
 	ListStats(context.Context, *ListStatsRequest) (*ListStatsResponse, error)
 	// Rescan observes every store (or one target) now instead of at the next scan
 	// interval, and writes the stats rows that changed.
@@ -188,6 +214,17 @@ type AdminServiceServer interface {
 	// ListWorkers lists the workers the master calls: those registered under
 	// P/workers/, or the static WORKER_ENDPOINTS list.
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
+	// ForceAdopt has a live worker adopt one shard of a store now, without waiting
+	// for ORPHAN_GRACE: the shard is marked orphaned in this replica's tracker and a
+	// merge_wal task is enqueued for the target (deduplicated like RequeueMerge),
+	// which has it adopted. A worker registered under the shard's name is
+	// FAILED_PRECONDITION naming it (its shard is not adopted while it lives); a
+	// shard that is not an active shard of the store (unknown, or retired: adopted
+	// already) is NOT_FOUND.
+	//
+	// The mark lives in the memory of the replica that answers: a merge_wal claimed
+	// by another replica adopts the shard only once that replica's grace has passed.
+	ForceAdopt(context.Context, *ForceAdoptRequest) (*ForceAdoptResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -221,6 +258,9 @@ func (UnimplementedAdminServiceServer) Rescan(context.Context, *RescanRequest) (
 }
 func (UnimplementedAdminServiceServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
+}
+func (UnimplementedAdminServiceServer) ForceAdopt(context.Context, *ForceAdoptRequest) (*ForceAdoptResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForceAdopt not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -387,6 +427,24 @@ func _AdminService_ListWorkers_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ForceAdopt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForceAdoptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ForceAdopt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ForceAdopt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ForceAdopt(ctx, req.(*ForceAdoptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -425,6 +483,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListWorkers",
 			Handler:    _AdminService_ListWorkers_Handler,
+		},
+		{
+			MethodName: "ForceAdopt",
+			Handler:    _AdminService_ForceAdopt_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

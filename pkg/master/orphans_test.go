@@ -1,0 +1,472 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tidemark-io/tidemark/internal/auth"
+	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
+	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/wal"
+	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+)
+
+// trackerEnv is an orphans tracker on a fake clock over workers registered in a
+// real etcd under /o.
+type trackerEnv struct {
+	t     *testing.T
+	ctx   context.Context
+	etcd  *clientv3.Client
+	clock *clocktesting.FakePassiveClock
+	o     *orphans
+}
+
+func newTrackerEnv(t *testing.T) *trackerEnv {
+	client, _ := etcdtest.Start(t)
+	clk := clocktesting.NewFakePassiveClock(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
+	return &trackerEnv{t: t, ctx: context.Background(), etcd: client, clock: clk,
+		o: newOrphans(&EtcdDiscovery{Client: client, Prefix: "/o"}, DefaultOrphanGrace, clk, prometheus.NewRegistry())}
+}
+
+// register puts a worker's registration record as a worker writes it.
+func register(t *testing.T, client *clientv3.Client, prefix, id string) {
+	t.Helper()
+	rec, _ := json.Marshal(Worker{InstanceID: id, GRPCAddr: "10.0.0.1:" + id})
+	if _, err := client.Put(context.Background(), prefix+"/workers/"+id, string(rec)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func unregister(t *testing.T, client *clientv3.Client, prefix, id string) {
+	t.Helper()
+	if _, err := client.Delete(context.Background(), prefix+"/workers/"+id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sweep is what one merge sweep asks of the tracker: the orphaned shards of each
+// row.
+func (e *trackerEnv) sweep(rows ...scanner.Row) [][]string {
+	e.t.Helper()
+	orphaned, err := e.o.check(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := make([][]string, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, orphaned(r))
+	}
+	return out
+}
+
+// wantOrphaned fails unless one sweep of row names exactly want.
+func (e *trackerEnv) wantOrphaned(what string, row scanner.Row, want ...string) {
+	e.t.Helper()
+	if got := e.sweep(row)[0]; !slices.Equal(got, want) {
+		e.t.Errorf("%s (at +%s): orphaned %v, want %v", what, e.elapsed(), got, want)
+	}
+}
+
+var trackerStart = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func (e *trackerEnv) elapsed() time.Duration { return e.clock.Now().Sub(trackerStart) }
+
+func (e *trackerEnv) advance(d time.Duration) { e.clock.SetTime(e.clock.Now().Add(d)) }
+
+func row(target string, active ...string) scanner.Row {
+	return scanner.Row{Target: target, Shards: len(active), ActiveShards: active}
+}
+
+// The failure guarded: an ordinary restart of a worker (its registration gone for
+// a few lease TTLs) must not have its shard adopted from under it; only a shard
+// missing for the whole grace is orphaned.
+func TestAShardMissingForLessThanTheGraceIsNotOrphaned(t *testing.T) {
+	e := newTrackerEnv(t)
+	register(t, e.etcd, "/o", "w1")
+	r := row("r1", "w1", "w2")
+
+	e.wantOrphaned("first seen missing", r)
+	e.advance(DefaultOrphanGrace - time.Second)
+	e.wantOrphaned("missing a second short of the grace", r)
+	if got := testutil.ToFloat64(e.o.gauge); got != 0 {
+		t.Errorf("tidemark_orphaned_shards = %v within the grace, want 0", got)
+	}
+	e.advance(time.Second)
+	e.wantOrphaned("missing for the grace", r, "w2")
+	if got := testutil.ToFloat64(e.o.gauge); got != 1 {
+		t.Errorf("tidemark_orphaned_shards = %v, want 1", got)
+	}
+	// The fan-out's view agrees with the sweep's.
+	workers, err := e.o.disc.Workers(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.o.of(r, workers); !slices.Equal(got, []string{"w2"}) {
+		t.Errorf("fan-out: orphaned %v, want [w2]", got)
+	}
+}
+
+func TestAWorkerThatRegistersAgainWithinTheGraceStartsItsGraceOver(t *testing.T) {
+	e := newTrackerEnv(t)
+	register(t, e.etcd, "/o", "w1")
+	r := row("r1", "w1", "w2")
+
+	e.wantOrphaned("first seen missing", r)
+	e.advance(DefaultOrphanGrace / 2)
+	register(t, e.etcd, "/o", "w2")
+	e.wantOrphaned("registered again", r)
+	unregister(t, e.etcd, "/o", "w2")
+	e.wantOrphaned("gone again", r)
+	e.advance(DefaultOrphanGrace / 2)
+	// A grace after it was first seen missing, but only half of one since it was
+	// gone again.
+	e.wantOrphaned("half a grace after it left again", r)
+	e.advance(DefaultOrphanGrace / 2)
+	e.wantOrphaned("a grace after it left again", r, "w2")
+
+	// An orphaned shard whose worker comes back is no longer orphaned.
+	register(t, e.etcd, "/o", "w2")
+	e.wantOrphaned("back after being orphaned", r)
+	if n := len(e.o.missing); n != 0 {
+		t.Errorf("tracker holds %d shards with every worker registered", n)
+	}
+}
+
+func TestTheTrackerForgetsShardsNoLongerActive(t *testing.T) {
+	e := newTrackerEnv(t)
+	register(t, e.etcd, "/o", "w1")
+	r1, r2 := row("r1", "w1", "w2"), row("generic:g1", "w1", "w3")
+
+	e.sweep(r1, r2)
+	e.advance(DefaultOrphanGrace - time.Second)
+	// w2 retired (adopted by someone else, or drained): r1 no longer lists it. A
+	// sweep of another target forgets nothing of r1.
+	e.sweep(r2)
+	if _, ok := e.o.missing[orphanKey("r1", "w2")]; !ok {
+		t.Fatal("a sweep of generic:g1 forgot r1's missing shard")
+	}
+	e.sweep(row("r1", "w1"), r2)
+	if _, ok := e.o.missing[orphanKey("r1", "w2")]; ok {
+		t.Fatal("r1's row no longer lists w2, and the tracker still has it")
+	}
+	// Active again (a retired shard with files due for deletion): its clock starts
+	// over rather than counting the time it was not active.
+	e.advance(time.Second)
+	e.wantOrphaned("active again", r1)
+	e.advance(DefaultOrphanGrace)
+	e.wantOrphaned("a grace after it was active again", r1, "w2")
+	// w3 of generic:g1 kept its clock through all of this.
+	if got := e.sweep(r2)[0]; !slices.Equal(got, []string{"w3"}) {
+		t.Errorf("generic:g1: orphaned %v, want [w3]", got)
+	}
+}
+
+func TestForcingAShardOrphansItNowAndKeepsSinceWhenItIsMissing(t *testing.T) {
+	e := newTrackerEnv(t)
+	register(t, e.etcd, "/o", "w1")
+	r := row("r1", "w1", "w2")
+	e.wantOrphaned("first seen missing", r)
+	seen := e.clock.Now()
+	e.advance(time.Second)
+	m := e.o.force("r1", "w2")
+	if !m.orphaned || !m.since.Equal(seen) || !m.orphanedAt.Equal(e.clock.Now()) {
+		t.Errorf("forced = %+v, want orphaned now, missing since %s", m, seen)
+	}
+	e.wantOrphaned("forced", r, "w2")
+	// A worker that registers under it clears the mark, as it clears the grace.
+	register(t, e.etcd, "/o", "w2")
+	e.wantOrphaned("forced, then registered", r)
+	unregister(t, e.etcd, "/o", "w2")
+	e.wantOrphaned("forced, registered, gone again", r)
+}
+
+// addShard gives store kind/name a WAL shard named shard, as a worker of that
+// instance id does when it first writes the store.
+func addShard(t *testing.T, b *objstore.Bucket, kind registry.Kind, name, shard string) {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	ss := store.NewStores(store.Config{Bucket: b, Shard: shard, Logger: quiet, SnapshotTTL: -1,
+		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
+	defer func() { _ = ss.Close(context.Background()) }()
+	st, release, err := ss.Open(context.Background(), kind, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if _, err := st.Writer(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// orphanEnv is an adminEnv whose store r1 has shards w1 (registered) and w2 (no
+// worker), and generic:g1 shard w1.
+func orphanEnv(t *testing.T, opts ...grpc.ServerOption) *adminEnv {
+	e := newAdminEnv(t, nil, opts...)
+	register(t, e.etcd, "/admin", "w1")
+	addShard(t, e.bucket, registry.KindRollout, "r1", "w1")
+	addShard(t, e.bucket, registry.KindRollout, "r1", "w2")
+	addShard(t, e.bucket, registry.KindGeneric, "g1", "w1")
+	if _, err := e.scanner.Rescan(e.ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func statsOf(t *testing.T, e *adminEnv, target string) *tidemarkv1.StatsRow {
+	t.Helper()
+	resp, err := e.client.ListStats(e.ctx, &tidemarkv1.ListStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.Stats {
+		if r.Target == target {
+			return r
+		}
+	}
+	t.Fatalf("no stats row of %s in %v", target, resp.Stats)
+	return nil
+}
+
+func TestStatsShowActiveShardsAndTheMissingOnes(t *testing.T) {
+	e := orphanEnv(t)
+	if _, err := e.scanner.Rescan(e.ctx, "generic:g1"); err != nil {
+		t.Fatal(err)
+	}
+	t0 := e.clock.Now()
+
+	r1 := statsOf(t, e, "r1")
+	if !slices.Equal(r1.ActiveShards, []string{"w1", "w2"}) || r1.Shards != 2 {
+		t.Fatalf("r1: active shards %v of %d, want [w1 w2] of 2", r1.ActiveShards, r1.Shards)
+	}
+	if len(r1.MissingShards) != 1 {
+		t.Fatalf("r1: missing shards %v, want w2", r1.MissingShards)
+	}
+	m := r1.MissingShards[0]
+	if m.Shard != "w2" || m.Orphaned || !m.MissingSince.AsTime().Equal(t0) || !m.OrphanedAt.AsTime().Equal(t0.Add(DefaultOrphanGrace)) {
+		t.Errorf("r1's w2 within the grace = %v, want missing since %s, orphaned at %s", m, t0, t0.Add(DefaultOrphanGrace))
+	}
+	if g1 := statsOf(t, e, "generic:g1"); !slices.Equal(g1.ActiveShards, []string{"w1"}) || len(g1.MissingShards) != 0 {
+		t.Errorf("generic:g1: active %v, missing %v; want [w1], none", g1.ActiveShards, g1.MissingShards)
+	}
+
+	e.clock.SetTime(t0.Add(DefaultOrphanGrace))
+	m = statsOf(t, e, "r1").MissingShards[0]
+	if !m.Orphaned || !m.MissingSince.AsTime().Equal(t0) {
+		t.Errorf("r1's w2 after the grace = %v, want orphaned, missing since %s", m, t0)
+	}
+	// What stats showed is what the sweep goes by.
+	row, err := e.scanner.Row(e.ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphaned, err := e.orphans.check(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := orphaned(row); !slices.Equal(got, []string{"w2"}) {
+		t.Errorf("the sweep finds %v orphaned, want [w2]", got)
+	}
+
+	// A rescan's row carries them too.
+	resc, err := e.client.Rescan(e.ctx, &tidemarkv1.RescanRequest{Target: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := resc.Stats.GetMissingShards(); len(ms) != 1 || ms[0].Shard != "w2" || !ms[0].Orphaned {
+		t.Errorf("rescan's row: missing %v, want w2 orphaned", ms)
+	}
+
+	register(t, e.etcd, "/admin", "w2")
+	if ms := statsOf(t, e, "r1").MissingShards; len(ms) != 0 {
+		t.Errorf("r1 with w2 registered: missing %v, want none", ms)
+	}
+}
+
+func TestForceAdoptRefusesNamingTheProblemAndMarksNothing(t *testing.T) {
+	e := orphanEnv(t)
+	c, ctx := e.client, e.ctx
+	adopt := func(target, shard string) error {
+		_, err := c.ForceAdopt(ctx, &tidemarkv1.ForceAdoptRequest{Target: target, Shard: shard})
+		return err
+	}
+	wantCode(t, "malformed target", adopt("a/b", "w2"), codes.InvalidArgument, `"a/b"`)
+	wantCode(t, "generic: with no name", adopt("generic:", "w2"), codes.InvalidArgument, `"generic:"`)
+	wantCode(t, "no target", adopt("", "w2"), codes.InvalidArgument, "target is required")
+	wantCode(t, "malformed shard", adopt("r1", "../x"), codes.InvalidArgument, `"../x"`)
+	wantCode(t, "shard with a colon", adopt("r1", "10.0.0.1:9"), codes.InvalidArgument, `"10.0.0.1:9"`)
+	wantCode(t, "no shard", adopt("r1", ""), codes.InvalidArgument, "shard is required")
+	wantCode(t, "unregistered store", adopt("nope", "w2"), codes.NotFound, `"nope"`)
+	wantCode(t, "unregistered generic store", adopt("generic:r1", "w2"), codes.NotFound, `"generic:r1"`)
+	wantCode(t, "registered worker", adopt("r1", "w1"), codes.FailedPrecondition, "worker w1 at 10.0.0.1:w1", "registered")
+	wantCode(t, "unknown shard", adopt("r1", "w9"), codes.NotFound, "w9", "w1, w2")
+
+	if n := taskCount(t, e); n != 0 {
+		t.Errorf("%d tasks after refused adoptions, want none", n)
+	}
+	if n := e.wakes.Load(); n != 0 {
+		t.Errorf("refused adoptions woke the scheduler %d times", n)
+	}
+	if n := len(e.orphans.missing); n != 0 {
+		t.Errorf("refused adoptions left %d shards in the tracker", n)
+	}
+}
+
+// The refusals are sentinels of the class that gives their code.
+func TestForceAdoptRefusalsAreSentinelsOfTheirClass(t *testing.T) {
+	e := orphanEnv(t)
+	cctx, cancel := context.WithTimeout(e.ctx, DefaultCallTimeout)
+	defer cancel()
+	register(t, e.etcd, "/admin", "w2")
+	err := e.svc.activeShard(cctx, "r1", "w9")
+	if !errors.Is(err, errShardNotActive) || errclass.Of(err) != errclass.Gone {
+		t.Errorf("unknown shard: %v (class %s), want errShardNotActive, Gone", err, errclass.Of(err))
+	}
+	if errclass.Of(errWorkerRegistered) != errclass.Precondition {
+		t.Errorf("errWorkerRegistered is %s, want Precondition", errclass.Of(errWorkerRegistered))
+	}
+}
+
+func taskCount(t *testing.T, e *adminEnv) int {
+	t.Helper()
+	list, err := e.client.ListTasks(e.ctx, &tidemarkv1.ListTasksRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Tasks)
+}
+
+func TestForceAdoptOrphansTheShardNowAndEnqueuesOneMerge(t *testing.T) {
+	e := orphanEnv(t)
+	c, ctx := e.client, e.ctx
+	t0 := e.clock.Now()
+	if ms := statsOf(t, e, "r1").MissingShards; len(ms) != 1 || ms[0].Orphaned {
+		t.Fatalf("r1 before the adopt: missing %v, want w2 within its grace", ms)
+	}
+	e.clock.SetTime(t0.Add(time.Second))
+
+	first, err := c.ForceAdopt(ctx, &tidemarkv1.ForceAdoptRequest{Target: "r1", Shard: "w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Deduplicated || first.Task.Kind != "merge_wal" || first.Task.Target != "r1" || first.Task.State != "queued" {
+		t.Fatalf("adopt = %v, want a queued merge_wal of r1", first)
+	}
+	m := first.Shard
+	if m.Shard != "w2" || !m.Orphaned || !m.MissingSince.AsTime().Equal(t0) || !m.OrphanedAt.AsTime().Equal(t0.Add(time.Second)) {
+		t.Errorf("adopted shard = %v, want w2 orphaned now, missing since %s", m, t0)
+	}
+	if e.wakes.Load() < 1 {
+		t.Error("the scheduler was not woken")
+	}
+
+	// The grace is skipped: the fan-out of that task adopts w2, and the sweep
+	// would enqueue for it too.
+	row, err := e.scanner.Row(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers, err := e.svc.cfg.Discovery.Workers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.orphans.of(row, workers); !slices.Equal(got, []string{"w2"}) {
+		t.Errorf("the fan-out adopts %v, want [w2]", got)
+	}
+	if got := statsOf(t, e, "r1").MissingShards; len(got) != 1 || !got[0].Orphaned || !got[0].MissingSince.AsTime().Equal(t0) {
+		t.Errorf("stats after the adopt: missing %v, want w2 orphaned since %s", got, t0)
+	}
+
+	second, err := c.ForceAdopt(ctx, &tidemarkv1.ForceAdoptRequest{Target: "r1", Shard: "w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !second.Deduplicated || second.Task.Id != first.Task.Id {
+		t.Errorf("second adopt = %v, want task %s deduplicated", second, first.Task.Id)
+	}
+	if n := taskCount(t, e); n != 1 {
+		t.Errorf("%d tasks after two adopts, want 1", n)
+	}
+}
+
+// A shard the stats row does not list yet (its worker wrote, and left, since the
+// last scan) is found by observing the store again.
+func TestForceAdoptObservesAStoreWhoseRowIsOlderThanTheShard(t *testing.T) {
+	e := newAdminEnv(t, nil)
+	register(t, e.etcd, "/admin", "w1")
+	if _, err := e.scanner.Rescan(e.ctx, "generic:g1"); err != nil {
+		t.Fatal(err)
+	}
+	addShard(t, e.bucket, registry.KindGeneric, "g1", "w3")
+	resp, err := e.client.ForceAdopt(e.ctx, &tidemarkv1.ForceAdoptRequest{Target: "generic:g1", Shard: "w3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Task.Target != "generic:g1" || !resp.Shard.Orphaned {
+		t.Errorf("adopt = %v", resp)
+	}
+	row, err := e.scanner.Row(e.ctx, "generic:g1")
+	if err != nil || !slices.Contains(row.ActiveShards, "w3") {
+		t.Errorf("generic:g1's row after the adopt: %v, %v; want w3 active", row.ActiveShards, err)
+	}
+}
+
+// ForceAdopt is guarded as RequeueMerge is: without the token it is refused and
+// marks and enqueues nothing.
+func TestForceAdoptWithoutCredentialIsUnauthenticated(t *testing.T) {
+	flags := auth.Flags{Token: testToken}
+	srv, err := flags.Server(nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := orphanEnv(t, srv.Guard.ServerOptions()...)
+	req := &tidemarkv1.ForceAdoptRequest{Target: "r1", Shard: "w2"}
+	if _, err := e.client.ForceAdopt(e.ctx, req); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("ForceAdopt without a token = %v, want Unauthenticated", err)
+	}
+	if n := len(e.orphans.missing); n != 0 {
+		t.Errorf("a refused adopt left %d shards in the tracker", n)
+	}
+	cc, err := grpc.NewClient(e.conn.Target(), auth.DialOptions(testToken, nil)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	resp, err := tidemarkv1.NewAdminServiceClient(cc).ForceAdopt(e.ctx, req)
+	if err != nil || resp.Task.GetId() == "" {
+		t.Fatalf("ForceAdopt with the token = %v, %v", resp, err)
+	}
+	list, err := tidemarkv1.NewAdminServiceClient(cc).ListTasks(e.ctx, &tidemarkv1.ListTasksRequest{})
+	if err != nil || len(list.Tasks) != 1 {
+		t.Fatalf("tasks = %v, %v; want the one adopt enqueued", list, err)
+	}
+}
+
+// A service built without the tracker says so rather than enqueue a merge that
+// would wait out the grace anyway.
+func TestForceAdoptWithoutATrackerIsUnimplemented(t *testing.T) {
+	e := newAdminEnv(t, nil)
+	svc, err := NewAdminService(AdminConfig{Tasks: e.ts, Scanner: e.scanner, Registry: registry.New(e.bucket),
+		Discovery: StaticDiscovery{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.ForceAdopt(e.ctx, &tidemarkv1.ForceAdoptRequest{Target: "r1", Shard: "w2"})
+	wantCode(t, "no tracker", err, codes.Unimplemented, "orphaned shards")
+}
