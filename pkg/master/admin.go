@@ -316,7 +316,7 @@ func (a *AdminService) Rescan(ctx context.Context, req *tidemarkv1.RescanRequest
 // grace.
 func (a *AdminService) ForceAdopt(ctx context.Context, req *tidemarkv1.ForceAdoptRequest) (*tidemarkv1.ForceAdoptResponse, error) {
 	if a.cfg.orphans == nil {
-		return nil, status.Error(codes.Unimplemented, "adopt: this master does not track orphaned shards")
+		return nil, status.Error(codes.FailedPrecondition, "adopt: this master does not track orphaned shards: it calls a static worker list (WORKER_ENDPOINTS), and only workers registered in etcd say which shards have an owner")
 	}
 	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.ForceAdoptResponse, error) {
 		target, shard := req.GetTarget(), req.GetShard()

@@ -96,9 +96,16 @@ func New(cfg Config) (*Master, error) {
 		scanner.WithMaxEnqueues(cfg.MaxEnqueues),
 	}
 	m.scanner = scanner.New(cfg.Client, m.tasks, cfg.Bucket, m.session.scannerLease, scanOpts...)
-	m.orphans = newOrphans(cfg.Discovery, cfg.OrphanGrace, clock.RealClock{}, cfg.Metrics)
-	m.sweeper = scanner.NewMergeSweeper(cfg.Client, m.tasks, m.session.scannerLease,
-		append(scanOpts, scanner.WithOrphans(m.orphans.check))...)
+	sweepOpts := scanOpts
+	// A static worker list (WORKER_ENDPOINTS) names workers by address unless told
+	// their instance ids, and a worker missing from it is not gone: only workers
+	// registered in etcd say which shards have an owner. Without them, nothing is
+	// adopted (a live worker's shard would be, and the two would fence each other).
+	if _, static := cfg.Discovery.(StaticDiscovery); !static {
+		m.orphans = newOrphans(cfg.Discovery, cfg.OrphanGrace, clock.RealClock{}, cfg.Metrics)
+		sweepOpts = append(sweepOpts, scanner.WithOrphans(m.orphans.check))
+	}
+	m.sweeper = scanner.NewMergeSweeper(cfg.Client, m.tasks, m.session.scannerLease, sweepOpts...)
 
 	runners := map[tasks.Kind]Runner{}
 	if cfg.Caller != nil {
@@ -143,7 +150,7 @@ func New(cfg Config) (*Master, error) {
 
 	admin, err := NewAdminService(AdminConfig{
 		Tasks: m.tasks, Scanner: m.scanner, Registry: cfg.Registry, Discovery: cfg.Discovery,
-		Wake: m.sched.Wake, Logger: log.With("component", "admin"),
+		Wake: m.sched.Wake, Logger: log.With("component", "admin"), orphans: m.orphans,
 	})
 	if err != nil {
 		return nil, err

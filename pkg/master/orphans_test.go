@@ -458,9 +458,10 @@ func TestForceAdoptWithoutCredentialIsUnauthenticated(t *testing.T) {
 	}
 }
 
-// A service built without the tracker says so rather than enqueue a merge that
-// would wait out the grace anyway.
-func TestForceAdoptWithoutATrackerIsUnimplemented(t *testing.T) {
+// A master calling a static worker list tracks no orphans (only registered workers
+// say which shards have an owner): adopt says so rather than enqueue a merge that
+// would adopt nothing.
+func TestForceAdoptWithoutATrackerIsRefused(t *testing.T) {
 	e := newAdminEnv(t, nil)
 	svc, err := NewAdminService(AdminConfig{Tasks: e.ts, Scanner: e.scanner, Registry: registry.New(e.bucket),
 		Discovery: StaticDiscovery{}})
@@ -468,5 +469,5 @@ func TestForceAdoptWithoutATrackerIsUnimplemented(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = svc.ForceAdopt(e.ctx, &tidemarkv1.ForceAdoptRequest{Target: "r1", Shard: "w2"})
-	wantCode(t, "no tracker", err, codes.Unimplemented, "orphaned shards")
+	wantCode(t, "no tracker", err, codes.FailedPrecondition, "WORKER_ENDPOINTS")
 }

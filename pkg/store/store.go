@@ -112,6 +112,10 @@ type Store struct {
 	writerMu sync.Mutex // guards writer and deleted; held across OpenWriter only
 	writer   *wal.Writer
 	deleted  bool
+	// adopting marks a handle of Stores.OpenShard: its writer, once fenced, stays
+	// fenced. The shard's own worker came back and took it; reopening would take
+	// it back, and the two would fence each other in turn.
+	adopting bool
 
 	// aliveUntil is when appends must next confirm the store is still registered:
 	// another worker may have deleted it, and this handle would otherwise keep
@@ -182,6 +186,9 @@ func (s *Store) Writer(ctx context.Context) (*wal.Writer, error) {
 	defer s.writerMu.Unlock()
 	if s.deleted {
 		return nil, fmt.Errorf("store %s: %w", s.Target(), ErrDeleted)
+	}
+	if s.writer != nil && s.writer.Stats().Fenced && s.adopting {
+		return nil, fmt.Errorf("store %s: shard %s: %w (its worker took it back)", s.Target(), s.cfg.Shard, wal.ErrFenced)
 	}
 	if s.writer != nil && s.writer.Stats().Fenced {
 		s.log.Warn("the WAL writer of this shard was fenced by a newer epoch; opening it again", "shard", s.cfg.Shard)

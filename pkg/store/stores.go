@@ -181,7 +181,12 @@ func (ss *Stores) OpenShard(ctx context.Context, k registry.Kind, name, shard st
 	cfg := ss.cfg
 	cfg.Shard = shard
 	cfg.Logger = cfg.Logger.With("adopted_shard", shard)
-	return newStore(ctx, &cfg, e, tb)
+	s, err := newStore(ctx, &cfg, e, tb)
+	if err != nil {
+		return nil, err
+	}
+	s.adopting = true
+	return s, nil
 }
 
 func (ss *Stores) acquire(target string) (*Store, Release) {
