@@ -26,9 +26,13 @@ const (
 	faultMasterKill  = "master SIGKILL and restart"
 	faultStoreErrors = "object-store errors and latency on w3"
 	faultClockSkew   = "clock skew of w3"
+	// w3 loses etcd (not clients, not the object store) for longer than its lease
+	// TTL and ORPHAN_GRACE: the master has its shard adopted while it still takes
+	// writes, which the adopter's epoch must fence.
+	faultPartition = "etcd partition of w3"
 )
 
-var historyFaults = []string{faultWorkerKill, faultMasterKill, faultStoreErrors, faultClockSkew}
+var historyFaults = []string{faultWorkerKill, faultMasterKill, faultStoreErrors, faultClockSkew, faultPartition}
 
 // historySeedEnv replays a campaign: its fault kind, pacing and traffic.
 const historySeedEnv = "TIDEMARK_HISTORY_SEED"
@@ -94,6 +98,7 @@ type historyCampaign struct {
 	faults string // w3's faults file
 	chaos  string // the chaos worker binary
 	skew   time.Duration
+	etcd   *partitionProxy // w3 reaches etcd through it
 	rec    history.Recorder
 
 	injected map[string]int // fault kind -> times injected
@@ -109,8 +114,10 @@ type historyOutcome struct {
 }
 
 func newHistoryCampaign(t *testing.T, rng *rand.Rand, skewed bool) *historyCampaign {
-	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "1s", "SNAPSHOT_TTL": historySnapshotTTL.String()}, nil)
+	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "1s", "SNAPSHOT_TTL": historySnapshotTTL.String()},
+		map[string]string{"ORPHAN_GRACE": "3s"})
 	hc := &historyCampaign{t: t, c: c, rng: rng, faults: filepath.Join(c.dir, "w3-faults.json"), chaos: chaosWorker(t), injected: map[string]int{}}
+	hc.etcd = newPartitionProxy(t, strings.TrimPrefix(c.etcdURL, "http://"))
 	if err := os.WriteFile(hc.faults, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +136,7 @@ func newHistoryCampaign(t *testing.T, rng *rand.Rand, skewed bool) *historyCampa
 
 // startW3 (re)starts the chaos-built worker with the campaign's clock skew.
 func (hc *historyCampaign) startW3() {
-	env := map[string]string{chaos.FaultsFileEnv: hc.faults}
+	env := map[string]string{chaos.FaultsFileEnv: hc.faults, "ETCD_ENDPOINTS": "http://" + hc.etcd.addr()}
 	if hc.skew != 0 {
 		env[chaos.ClockOffsetEnv] = hc.skew.String()
 		hc.t.Logf("w3's clock is %v off", hc.skew)
@@ -298,6 +305,24 @@ func (hc *historyCampaign) inject(fault string, until time.Time) {
 		}
 		hc.injected[fault]++
 		time.Sleep(time.Until(until))
+	case faultPartition:
+		// Longer than the lease TTL (4 s) + ORPHAN_GRACE (3 s) + a sweep: the
+		// shard is adopted while w3 is cut off.
+		for pause(2*time.Second, 4*time.Second) {
+			hc.etcd.setCut(true)
+			hc.injected[fault]++
+			hc.t.Log("cut w3 off etcd")
+			pause(10*time.Second, 14*time.Second)
+			hc.etcd.setCut(false)
+			adopted := 0
+			for _, tk := range c.tasksNow() {
+				if strings.Contains(tk.Detail, "adopted") {
+					adopted++
+				}
+			}
+			hc.t.Logf("w3 reaches etcd again; merge_wal tasks that adopted a shard so far: %d", adopted)
+		}
+		hc.etcd.setCut(false)
 	default:
 		hc.t.Fatalf("unknown fault kind %q", fault)
 	}
