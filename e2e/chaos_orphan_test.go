@@ -643,7 +643,7 @@ func orphanCompare(c *cluster, m *masterProc, f *fleet, led *orphanLedger, store
 	return total, strings.Join(status, "; ")
 }
 
-var adoptedDetail = regexp.MustCompile(`adopted (\d+) orphaned shards`)
+var adoptedDetail = regexp.MustCompile(`adopted (\d+) orphaned shards?`)
 
 // orphanTasks sums the merge_wal tasks' adoptions and outcomes, as etcd holds them.
 func orphanTasks(c *cluster) (adopted, done, failed, adoptFailed int) {
