@@ -21,8 +21,6 @@ func main() {
 }
 
 func newRootCmd() *cobra.Command {
-	root := cli.NewRootCmd("master", "Tidemark master: schedules serial WAL merges through etcd")
-	root.AddCommand(newServeCmd(), newAdminCmd(), cli.NewVersionCmd())
-	root.AddCommand(newDevCmd())
-	return root
+	return cli.NewRootCmd("master", "Tidemark master: schedules serial WAL merges through etcd",
+		newServeCmd(), newAdminCmd(), cli.NewVersionCmd(), newDevCmd())
 }

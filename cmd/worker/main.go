@@ -20,8 +20,6 @@ func main() {
 }
 
 func newRootCmd() *cobra.Command {
-	root := cli.NewRootCmd("worker", "Tidemark worker: ingests writes into per-worker WAL shards")
-	root.AddCommand(newServeCmd(), cli.NewVersionCmd())
-	root.AddCommand(newLoadCmd())
-	return root
+	return cli.NewRootCmd("worker", "Tidemark worker: ingests writes into per-worker WAL shards",
+		newServeCmd(), cli.NewVersionCmd(), newLoadCmd())
 }

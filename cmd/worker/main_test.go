@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tidemark-io/tidemark/internal/cli"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -52,4 +57,53 @@ func TestServeHelpListsEnvironmentVariables(t *testing.T) {
 			t.Errorf("serve --help does not mention %s", env)
 		}
 	}
+}
+
+// Each command group refuses a word it does not know, naming it: `master admin
+// <typo>` printed the group's help and exited 0 (see cmd/master); the worker's
+// groups are held to the same.
+func TestEveryCommandGroupRefusesAnUnknownSubcommand(t *testing.T) {
+	for _, tc := range []struct {
+		group string
+		args  []string
+		word  string
+	}{
+		{"worker", []string{"bogus"}, "bogus"},
+		{"worker", []string{"lod", "--rate", "5"}, "lod"},
+		{"worker completion", []string{"completion", "tcsh"}, "tcsh"},
+		{"worker", []string{"help", "bogus"}, "bogus"}, // help of no such command
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, err := run(t, tc.args...)
+			if !errors.Is(err, cli.ErrUnknownCommand) || !strings.Contains(err.Error(), `"`+tc.word+`" for "`+tc.group+`"`) {
+				t.Fatalf("err = %v, want unknown command %q for %q", err, tc.word, tc.group)
+			}
+			if !strings.Contains(out, tc.word) {
+				t.Errorf("output %q does not name %q", out, tc.word)
+			}
+		})
+	}
+}
+
+// Whatever commands are added later: every group fails on an unknown word, and
+// every command on a stray argument after the ones it takes.
+func TestEveryCommandRefusesAStrayArgument(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		path := strings.Fields(c.CommandPath())[1:]
+		args := append(path, "no-such-word")
+		if !c.HasSubCommands() {
+			// One more argument than the most it accepts.
+			for c.ValidateArgs(args[len(path):]) == nil && len(args) < len(path)+8 {
+				args = append(args, "no-such-word")
+			}
+		}
+		if _, err := run(t, args...); err == nil {
+			t.Errorf("%s succeeded", strings.Join(args, " "))
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
 }

@@ -9,17 +9,21 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// NewRootCmd is the root command every Tidemark binary starts from: it reports the
-// build version, prints no usage on a command's error, and loads environment
-// variables into unset flags before any subcommand runs.
-func NewRootCmd(use, short string) *cobra.Command {
-	return &cobra.Command{
+// NewRootCmd is the root command every Tidemark binary starts from, with its
+// subcommands: it reports the build version, prints no usage on a command's error,
+// loads environment variables into unset flags before any subcommand runs, and
+// fails on an unknown subcommand or a stray argument at any level (ErrUnknownCommand).
+func NewRootCmd(use, short string, subcommands ...*cobra.Command) *cobra.Command {
+	root := &cobra.Command{
 		Use:               use,
 		Short:             short,
 		Version:           Version(),
 		SilenceUsage:      true,
 		PersistentPreRunE: LoadEnv,
 	}
+	root.AddCommand(subcommands...)
+	refuseStrayArgs(root)
+	return root
 }
 
 // Main runs the root command newRoot builds with a context that SIGINT or SIGTERM
