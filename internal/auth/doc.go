@@ -17,6 +17,8 @@
 //     the remote address and the route, and counted by surface and reason.
 //   - The gRPC health service, GET /api/v1/health and GET /metrics never need a
 //     credential, so probes and scrapes work without one (they reveal no data).
+//     Neither does reflection asked about the health service alone (what grpcurl
+//     asks before it calls health); any other reflection request needs one.
 //   - A nil *Guard accepts everything: it is what --auth-disabled builds, and the
 //     binaries refuse to start that way unless the operator asked for it.
 //

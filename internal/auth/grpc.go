@@ -16,7 +16,8 @@ import (
 
 // healthService is exempt: probes (kubelet, load balancers, grpc_health_probe)
 // carry no credential, and health reveals nothing. Reflection is not exempt: it
-// lists the services an attacker could call.
+// lists the services an attacker could call. Only what describes health is
+// (reflection.go), so grpcurl can call health without a credential too.
 const healthService = "/grpc.health.v1.Health/"
 
 // ServerOptions are the guard's unary and stream interceptors, to add to a gRPC
@@ -33,6 +34,12 @@ func (g *Guard) ServerOptions() []grpc.ServerOption {
 			return next(ctx, req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+			if reflectionMethods[info.FullMethod] {
+				if reason, remote := g.credential(ss.Context()); reason != "" {
+					return next(srv, &healthOnlyReflection{ServerStream: ss, g: g, reason: reason, remote: remote, method: info.FullMethod})
+				}
+				return next(srv, ss)
+			}
 			if err := g.checkGRPC(ss.Context(), info.FullMethod); err != nil {
 				return err
 			}
@@ -45,6 +52,16 @@ func (g *Guard) checkGRPC(ctx context.Context, method string) error {
 	if strings.HasPrefix(method, healthService) {
 		return nil
 	}
+	if reason, remote := g.credential(ctx); reason != "" {
+		g.refused(SurfaceGRPC, reason, remote, method)
+		return status.Error(codes.Unauthenticated, message(reason))
+	}
+	return nil
+}
+
+// credential returns "" if the call's credential passes, else the reason it does
+// not, and where the call came from.
+func (g *Guard) credential(ctx context.Context) (reason, remote string) {
 	var header string
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get("authorization"); len(v) > 0 {
@@ -52,7 +69,7 @@ func (g *Guard) checkGRPC(ctx context.Context, method string) error {
 		}
 	}
 	var state *tls.ConnectionState
-	remote := "unknown"
+	remote = "unknown"
 	if p, ok := peer.FromContext(ctx); ok {
 		if p.Addr != nil {
 			remote = p.Addr.String()
@@ -61,11 +78,7 @@ func (g *Guard) checkGRPC(ctx context.Context, method string) error {
 			state = &ti.State
 		}
 	}
-	if reason := g.check(header, state); reason != "" {
-		g.refused(SurfaceGRPC, reason, remote, method)
-		return status.Error(codes.Unauthenticated, message(reason))
-	}
-	return nil
+	return g.check(header, state), remote
 }
 
 // tokenCredentials send the bearer token with every call.
