@@ -74,7 +74,7 @@ func TestAShardWhoseWorkerNeverReturnsIsAdoptedAndItsRowsAppearOnce(t *testing.T
 		return true, ""
 	})
 	t.Logf("w3's acknowledged rows were all visible through the survivors and merged %s after the kill", time.Since(killed).Round(100*time.Millisecond))
-	if !strings.Contains(c.adminTaskDetails(tgt), "adopted 1 orphaned shards") {
+	if !strings.Contains(c.adminTaskDetails(tgt), "adopted 1 orphaned shard") {
 		t.Errorf("no merge_wal task of %s says it adopted a shard", tgt)
 	}
 

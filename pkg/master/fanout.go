@@ -153,8 +153,8 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 			// Said in words: a bare "DeadlineExceeded" reads like the master's own
 			// deadline, when it is this worker that did not answer in time.
 			log.Warn("merge_wal: worker did not answer within the worker timeout", "worker", w.InstanceID, "addr", w.GRPCAddr, "timeout", f.WorkerTimeout, "err", err)
-			return "", fmt.Errorf("worker %s (%s): merge did not finish within the worker timeout of %s: %w (fan-out stopped after %d/%d workers)",
-				w.InstanceID, w.GRPCAddr, f.WorkerTimeout, err, ok, len(workers))
+			return "", fmt.Errorf("worker %s (%s): merge did not finish within the worker timeout of %s: %w (fan-out stopped after %d/%s)",
+				w.InstanceID, w.GRPCAddr, f.WorkerTimeout, err, ok, count(int64(len(workers)), "worker"))
 		case err != nil && errclass.Of(err) == errclass.Gone:
 			// Every other worker would answer the same: the store was deleted.
 			log.Info("merge_wal: the store is deleted; the task is skipped", "worker", w.InstanceID, "err", err)
@@ -169,16 +169,16 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 			corrupt = append(corrupt, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
 			continue
 		case err != nil:
-			return "", fmt.Errorf("worker %s (%s): %w (fan-out stopped after %d/%d workers)", w.InstanceID, w.GRPCAddr, err, ok, len(workers))
+			return "", fmt.Errorf("worker %s (%s): %w (fan-out stopped after %d/%s)", w.InstanceID, w.GRPCAddr, err, ok, count(int64(len(workers)), "worker"))
 		}
 		ok++
 		merged += r.Generations
 		log.Info("merge_wal: worker merged", "worker", w.InstanceID, "generations", r.Generations, "rows", r.Rows, "reclaimed", r.Reclaimed)
 	}
-	detail := fmt.Sprintf("merged %d generations across %d/%d workers", merged, ok, len(workers))
+	detail := fmt.Sprintf("merged %s across %d/%s", count(merged, "generation"), ok, count(int64(len(workers)), "worker"))
 	var failures []error
 	if adopted, errs := f.adopt(ctx, c, workers, log); adopted > 0 || len(errs) > 0 {
-		detail += fmt.Sprintf("; adopted %d orphaned shards", adopted)
+		detail += fmt.Sprintf("; adopted %s", count(int64(adopted), "orphaned shard"))
 		failures = append(failures, errs...)
 	}
 	if len(corrupt) > 0 {
@@ -231,4 +231,13 @@ func (f *FanOut) adopt(ctx context.Context, c *tasks.Claim, workers []Worker, lo
 			"sealed_rows", r.SealedRows, "generations", r.Generations, "retired", r.Retired)
 	}
 	return adopted, errs
+}
+
+// count is n and noun, plural unless n is 1: "1 generation", "0 generations". For
+// a fraction ("2/3 workers") n is the whole.
+func count(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

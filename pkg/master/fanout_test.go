@@ -31,6 +31,8 @@ type countingWorker struct {
 	calls    atomic.Int32
 	tokens   chan int64
 	fail     error
+	// merged, if set, is how many generations each merge reports (else 2).
+	merged *atomic.Int64
 }
 
 func (w *countingWorker) MergeWal(ctx context.Context, r *tidemarkv1.MergeWalRequest) (*tidemarkv1.MergeWalResponse, error) {
@@ -50,7 +52,11 @@ func (w *countingWorker) MergeWal(ctx context.Context, r *tidemarkv1.MergeWalReq
 	if w.fail != nil {
 		return nil, w.fail
 	}
-	return &tidemarkv1.MergeWalResponse{Generations: 2, Rows: 10, Reclaimed: 2, InstanceId: w.name}, nil
+	gens := int64(2)
+	if w.merged != nil {
+		gens = w.merged.Load()
+	}
+	return &tidemarkv1.MergeWalResponse{Generations: gens, Rows: 5 * gens, Reclaimed: gens, InstanceId: w.name}, nil
 }
 
 func startWorker(t *testing.T, w *countingWorker) Worker {
@@ -177,7 +183,7 @@ func TestMergeWalTaskRunsThroughTheScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := waitState(t, ts, task.ID, tasks.StateDone)
-	if got.Detail != "merged 2 generations across 1/1 workers" {
+	if got.Detail != "merged 2 generations across 1/1 worker" {
 		t.Fatalf("detail %q", got.Detail)
 	}
 	if tok := <-w.tokens; tok <= 0 || tok != got.FencingToken {
@@ -301,6 +307,44 @@ func TestMergeOfADeletedStoreIsSkippedNotFailed(t *testing.T) {
 	for result, want := range map[string]float64{"skipped": 1, "failed": 0, "done": 0} {
 		if n := testutil.ToFloat64(metrics.Tasks.WithLabelValues("merge_wal", result)); n != want {
 			t.Errorf("master_tasks_total{kind=merge_wal,result=%s} = %v, want %v", result, n, want)
+		}
+	}
+}
+
+// A round that merges nothing still calls every worker; the merge sweep used to
+// enqueue one after each merge, on the stats row scanned before it. They are
+// counted (master_merge_wal_empty_rounds_total) by the words of the task's detail,
+// which say "1 generation", not "1 generations".
+func TestAMergeRoundThatMergedNothingIsCounted(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ts := tasks.New(client, "/empty")
+	var inFlight, maxSeen atomic.Int32
+	var merged atomic.Int64
+	w := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen, merged: &merged}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	t.Cleanup(func() { _ = caller.Close() })
+	metrics := NewMetrics(nil)
+	runScheduler(t, client, ts, &FanOut{Discovery: StaticDiscovery{startWorker(t, w)}, Caller: caller}, metrics)
+	for _, tc := range []struct {
+		merged    int64
+		detail    string
+		wantEmpty float64
+	}{
+		{0, "merged 0 generations across 1/1 worker", 1},
+		{1, "merged 1 generation across 1/1 worker", 1},
+		{3, "merged 3 generations across 1/1 worker", 1},
+	} {
+		merged.Store(tc.merged)
+		task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := waitState(t, ts, task.ID, tasks.StateDone)
+		if got.Detail != tc.detail {
+			t.Fatalf("detail %q, want %q", got.Detail, tc.detail)
+		}
+		if n := testutil.ToFloat64(metrics.MergeEmptyRounds); n != tc.wantEmpty {
+			t.Fatalf("after %q: empty rounds %v, want %v", got.Detail, n, tc.wantEmpty)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package master
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,11 @@ type Metrics struct {
 	// MergeWorkerDuration times each worker's merge of a merge_wal fan-out, by
 	// result: ok, unreachable (skipped before admission), error (stopped the fan-out).
 	MergeWorkerDuration *prometheus.HistogramVec
+	// MergeEmptyRounds counts merge_wal tasks this replica ran to done that merged
+	// no generation on any worker and adopted no shard: a call to every worker for
+	// nothing. The merge sweep waits for a stats row scanned after a target's last
+	// merge so that these stay rare; a steady rate means it does not.
+	MergeEmptyRounds prometheus.Counter
 	// EtcdUp is 1 while etcd answers this replica's probe, 0 while it does not.
 	EtcdUp prometheus.Gauge
 }
@@ -62,13 +68,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Duration of one worker's merge in a merge_wal fan-out, by result (ok, unreachable, error).",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 		}, []string{"result"}),
+		MergeEmptyRounds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "master_merge_wal_empty_rounds_total",
+			Help: "merge_wal tasks run to done by this replica that merged no generation and adopted no shard.",
+		}),
 		EtcdUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "master_etcd_up",
 			Help: "1 while etcd answers this replica's probe, 0 while it does not.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Tasks, m.TaskDuration, m.QueueDepth, m.MergeWorkerDuration, m.EtcdUp)
+		reg.MustRegister(m.Tasks, m.TaskDuration, m.QueueDepth, m.MergeWorkerDuration, m.MergeEmptyRounds, m.EtcdUp)
 	}
 	// Every label value shows from the start, so a rate() has a zero to start from.
 	for _, k := range tasks.Kinds() {
@@ -82,10 +92,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// ObserveTask is a SchedulerConfig.OnFinish: it counts and times a finished run.
-func (m *Metrics) ObserveTask(kind tasks.Kind, outcome string, _ error, d time.Duration) {
+// ObserveTask is a SchedulerConfig.OnFinish: it counts and times a finished run,
+// and counts a merge_wal that merged nothing.
+func (m *Metrics) ObserveTask(kind tasks.Kind, outcome, detail string, _ error, d time.Duration) {
 	m.Tasks.WithLabelValues(string(kind), outcome).Inc()
 	m.TaskDuration.WithLabelValues(string(kind)).Observe(d.Seconds())
+	if kind == tasks.KindMergeWAL && outcome == OutcomeDone && mergedNothing(detail) {
+		m.MergeEmptyRounds.Inc()
+	}
+}
+
+// mergedNothing reports whether detail, a FanOut's, says that no generation was
+// merged and no shard adopted. The detail is the only account of a run the
+// scheduler gets back (Runner); fanout_test.go holds the two to the same words.
+func mergedNothing(detail string) bool {
+	return strings.HasPrefix(detail, "merged 0 generations ") && !strings.Contains(detail, "adopted")
 }
 
 // ObserveWorker is a FanOut.OnWorkerDone: it times one worker's merge by result.

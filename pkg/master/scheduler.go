@@ -53,9 +53,10 @@ type SchedulerConfig struct {
 	// FinishTimeout bounds one attempt to record a task's result (10 s); attempts
 	// are repeated until one succeeds, the claim is lost or the scheduler stops.
 	FinishTimeout time.Duration
-	// OnFinish, if set, observes every finished task (metrics): its run's error and
-	// the outcome it made of the task (OutcomeDone, OutcomeSkipped, OutcomeFailed).
-	OnFinish func(kind tasks.Kind, outcome string, err error, d time.Duration)
+	// OnFinish, if set, observes every finished task (metrics): its run's detail and
+	// error, and the outcome it made of the task (OutcomeDone, OutcomeSkipped,
+	// OutcomeFailed).
+	OnFinish func(kind tasks.Kind, outcome, detail string, err error, d time.Duration)
 	Clock    clock.WithTicker
 	Logger   *slog.Logger
 }
@@ -293,7 +294,7 @@ func (s *Scheduler) run(ctx, claimCtx context.Context, kind tasks.Kind, r *run) 
 	d := s.cfg.Clock.Since(start)
 	result, outcome := taskResult(detail, err)
 	if s.cfg.OnFinish != nil {
-		s.cfg.OnFinish(kind, outcome, err, d)
+		s.cfg.OnFinish(kind, outcome, detail, err, d)
 	}
 	if ferr := s.finish(ctx, c, result, log); ferr != nil {
 		log.Warn("task finished but its result was not recorded", "err", ferr, "task_err", err)

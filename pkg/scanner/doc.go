@@ -45,4 +45,9 @@
 //   - The sweep enqueues through the task store's deduplicated Enqueue: a target has
 //     at most one live merge_wal task however many sweeps or replicas run, and
 //     deduplicated enqueues do not count against the per-sweep cap.
+//   - A row scanned before the target's last merge finished is not merged on: that
+//     merge took the generations the row counts. The sweep waits for the next scan's
+//     row, at most two scan intervals after the merge, unless the target has
+//     orphaned shards to adopt. The last merge is the one the sweep enqueued or
+//     found live.
 package scanner

@@ -19,7 +19,8 @@ type SweepSummary struct {
 	// names the holder. Nothing else is set then.
 	Skipped    bool   `json:"skipped"`
 	SkipReason string `json:"skip_reason,omitempty"`
-	// Eligible counts rows at or above the threshold.
+	// Eligible counts rows at or above the threshold, and rows with orphaned
+	// shards; MergedSinceScan of them were left alone.
 	Eligible int `json:"eligible"`
 	// Enqueued counts new merge_wal tasks; Deduplicated counts enqueues that
 	// found a live task for the target (they do not count against the cap).
@@ -28,6 +29,10 @@ type SweepSummary struct {
 	// SkippedByCap counts eligible targets not tried because the cap of new
 	// tasks was reached; being the least pending, they wait for the next sweep.
 	SkippedByCap int `json:"skipped_by_cap"`
+	// MergedSinceScan counts eligible targets left alone because a merge_wal of
+	// theirs finished after their stats row was scanned: the row still counts the
+	// generations that merge took, and a merge now would find none of them.
+	MergedSinceScan int `json:"merged_since_scan"`
 	// Errors counts enqueues that failed (logged; tried again next sweep).
 	Errors   int           `json:"errors"`
 	Duration time.Duration `json:"duration"`
@@ -45,6 +50,10 @@ type MergeSweeper struct {
 	leader  *leader
 
 	round chan struct{}
+
+	// lastMerge is, by target, the merge_wal task this sweeper last enqueued or found
+	// live (deduplicated). Only sweeps touch it, one at a time (round).
+	lastMerge map[string]string
 }
 
 // NewMergeSweeper returns a MergeSweeper reading the stats rows under the task
@@ -53,13 +62,14 @@ func NewMergeSweeper(client *clientv3.Client, ts *tasks.Store, lease Lease, opts
 	o := buildOptions(opts)
 	log := o.logger.With("component", "merge-sweep")
 	return &MergeSweeper{
-		ts:      ts,
-		rows:    newRowStore(client, ts),
-		opts:    o,
-		log:     log,
-		metrics: newSweepMetrics(o.registerer),
-		leader:  &leader{ts: ts, name: MergeSweepLock, lease: lease, log: log},
-		round:   make(chan struct{}, 1),
+		ts:        ts,
+		rows:      newRowStore(client, ts),
+		opts:      o,
+		log:       log,
+		metrics:   newSweepMetrics(o.registerer),
+		leader:    &leader{ts: ts, name: MergeSweepLock, lease: lease, log: log},
+		round:     make(chan struct{}, 1),
+		lastMerge: map[string]string{},
 	}
 }
 
@@ -93,6 +103,7 @@ func (sw *MergeSweeper) Sweep(ctx context.Context) (SweepSummary, error) {
 	sw.metrics.targets.WithLabelValues("deduplicated").Add(float64(sum.Deduplicated))
 	sw.metrics.targets.WithLabelValues("capped").Add(float64(sum.SkippedByCap))
 	sw.metrics.targets.WithLabelValues("error").Add(float64(sum.Errors))
+	sw.metrics.targets.WithLabelValues("merged_since_scan").Add(float64(sum.MergedSinceScan))
 	switch {
 	case err != nil && ctx.Err() != nil:
 		sw.metrics.rounds.WithLabelValues("failed").Inc()
@@ -110,8 +121,8 @@ func (sw *MergeSweeper) Sweep(ctx context.Context) (SweepSummary, error) {
 			level = slog.LevelInfo
 		}
 		sw.log.Log(ctx, level, "merge sweep done", "eligible", sum.Eligible, "enqueued", sum.Enqueued,
-			"deduplicated", sum.Deduplicated, "skipped_by_cap", sum.SkippedByCap, "errors", sum.Errors,
-			"duration", sum.Duration.String())
+			"deduplicated", sum.Deduplicated, "skipped_by_cap", sum.SkippedByCap,
+			"merged_since_scan", sum.MergedSinceScan, "errors", sum.Errors, "duration", sum.Duration.String())
 	}
 	return sum, err
 }
@@ -140,15 +151,29 @@ func (sw *MergeSweeper) sweep(ctx context.Context) (SweepSummary, error) {
 			orphaned = func(Row) []string { return nil }
 		}
 	}
+	for target := range sw.lastMerge {
+		if _, ok := stored[target]; !ok {
+			delete(sw.lastMerge, target) // the store is gone, or not scanned
+		}
+	}
 	var eligible []eligibleTarget
 	for target, r := range stored {
 		if r.err != nil {
 			sw.log.Warn("merge sweep: stats row skipped", "target", target, "err", r.err)
 			continue
 		}
-		if r.row.PendingWALGenerations >= sw.opts.minGenerations || len(orphaned(r.row)) > 0 {
-			eligible = append(eligible, eligibleTarget{target: target, pending: r.row.PendingWALGenerations})
+		// Orphaned shards are due for adoption whatever a merge did to the count, so
+		// a recent merge holds back only a target eligible by its count.
+		orphans := len(orphaned(r.row)) > 0
+		if !orphans && r.row.PendingWALGenerations < sw.opts.minGenerations {
+			continue
 		}
+		sum.Eligible++
+		if !orphans && sw.mergedSinceScan(ctx, target, r.row) {
+			sum.MergedSinceScan++
+			continue
+		}
+		eligible = append(eligible, eligibleTarget{target: target, pending: r.row.PendingWALGenerations})
 	}
 	// Worst first: the most pending generations make the slowest reads.
 	sort.Slice(eligible, func(i, j int) bool {
@@ -157,7 +182,6 @@ func (sw *MergeSweeper) sweep(ctx context.Context) (SweepSummary, error) {
 		}
 		return eligible[i].target < eligible[j].target
 	})
-	sum.Eligible = len(eligible)
 
 	for i, e := range eligible {
 		if sum.Enqueued >= sw.opts.maxEnqueues {
@@ -172,11 +196,57 @@ func (sw *MergeSweeper) sweep(ctx context.Context) (SweepSummary, error) {
 			sum.Errors++
 			sw.log.Warn("merge sweep: enqueue failed", "target", e.target, "pending_wal_generations", e.pending, "err", err)
 		case dedup:
+			sw.lastMerge[e.target] = task.ID
 			sum.Deduplicated++
 		default:
+			sw.lastMerge[e.target] = task.ID
 			sum.Enqueued++
 			sw.log.Info("merge_wal enqueued", "task", task.ID, "target", e.target, "pending_wal_generations", e.pending)
 		}
 	}
 	return sum, nil
+}
+
+// mergedSinceScan reports whether the stats row r of target predates the end of
+// the target's last merge_wal: a merge that finished (done) after r was scanned
+// took generations r still counts, so enqueueing another now would call every
+// worker to merge what is left of them, often nothing. The next scan writes a row
+// after the merge (it rewrites a row whose numbers changed, and a merge that merged
+// anything changed the base version), which ends the wait.
+//
+// The wait is bounded by two scan intervals after the merge: a row still older than
+// the merge by then was observed unchanged since (the merge merged nothing, e.g.
+// the generations are a missing worker's shard that is not orphaned yet), so its
+// count stands, and the target is merged again as before, once per bound at worst.
+//
+// The last merge is the one this sweeper enqueued or found live; one Get of its
+// record per sweep. A merge it never saw (a requeue between sweeps, another
+// replica's sweep before a failover) is not waited for: at worst one round that
+// merges nothing, as before. A failed merge is never waited for: the next sweep
+// retries it (see tasks.Cooldown). Any error reading the task counts as no merge.
+func (sw *MergeSweeper) mergedSinceScan(ctx context.Context, target string, r Row) bool {
+	id, ok := sw.lastMerge[target]
+	if !ok {
+		return false
+	}
+	task, err := sw.ts.Get(ctx, id)
+	switch {
+	case errors.Is(err, tasks.ErrTaskNotFound):
+		delete(sw.lastMerge, target) // pruned
+		return false
+	case err != nil:
+		sw.log.Warn("merge sweep: last merge of the target not read; its row is taken as it is", "target", target, "task", id, "err", err)
+		return false
+	case task.State.Live():
+		return false // the enqueue deduplicates onto it
+	}
+	bound := task.FinishedAt.Add(2 * sw.opts.scanInterval)
+	if task.State != tasks.StateDone || !task.FinishedAt.After(r.ScannedAt) || !sw.opts.clock.Now().Before(bound) {
+		delete(sw.lastMerge, target)
+		return false
+	}
+	sw.log.Debug("merge sweep: the stats row predates the last merge; waiting for the next scan", "target", target,
+		"task", id, "finished_at", task.FinishedAt, "scanned_at", r.ScannedAt,
+		"pending_wal_generations", r.PendingWALGenerations)
+	return true
 }
