@@ -260,7 +260,7 @@ func printResponse(out, errOut io.Writer, format string, resp proto.Message) err
 		writeStatsTable(tw, r.GetStats())
 		next = r.GetNextPageToken()
 	case *tidemarkv1.RescanResponse:
-		fmt.Fprintf(tw, "observed %d store(s), wrote %d stats row(s)\n", r.GetObserved(), r.GetWritten())
+		fmt.Fprintf(tw, "observed %s, wrote %s\n", count(r.GetObserved(), "store"), count(r.GetWritten(), "stats row"))
 		if r.GetStats() != nil {
 			fmt.Fprintln(tw)
 			writeStatsTable(tw, []*tidemarkv1.StatsRow{r.GetStats()})
@@ -365,6 +365,14 @@ func when(ts *timestamppb.Timestamp) string {
 		return "-"
 	}
 	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+// count is n and noun, plural unless n is 1: "1 store", "0 stats rows".
+func count(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func orDash(s string) string {

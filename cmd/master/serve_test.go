@@ -284,7 +284,7 @@ func TestAdminAgainstALiveMaster(t *testing.T) {
 	}
 
 	out, _, err = admin("rescan")
-	if err != nil || !strings.Contains(out, "observed 2 store(s)") {
+	if err != nil || !strings.Contains(out, "observed 2 stores") {
 		t.Fatalf("rescan (%v):\n%s", err, out)
 	}
 	out, _, err = admin("stats")
