@@ -123,7 +123,15 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 		unavailable []string
 		corrupt     []error
 	)
+	// Adoptions first: the merges below may stop at a worker's error, and a shard
+	// whose worker is gone must not wait for every live worker to answer well. A
+	// worker that could not be reached for an adoption is not called again.
+	adopted, adoptErrs, unreachable := f.adopt(ctx, c, workers, log)
 	for _, w := range workers {
+		if unreachable[w.InstanceID] {
+			unavailable = append(unavailable, w.InstanceID)
+			continue
+		}
 		wctx := ctx
 		cancel := func() {}
 		if f.WorkerTimeout > 0 {
@@ -177,9 +185,9 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 	}
 	detail := fmt.Sprintf("merged %s across %d/%s", count(merged, "generation"), ok, count(int64(len(workers)), "worker"))
 	var failures []error
-	if adopted, errs := f.adopt(ctx, c, workers, log); adopted > 0 || len(errs) > 0 {
+	if adopted > 0 || len(adoptErrs) > 0 {
 		detail += fmt.Sprintf("; adopted %s", count(int64(adopted), "orphaned shard"))
-		failures = append(failures, errs...)
+		failures = append(failures, adoptErrs...)
 	}
 	if len(corrupt) > 0 {
 		// Halt: the errors name the objects, and the target cools down.
@@ -198,39 +206,55 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 // the claim's fencing token: the target lock that keeps merges of the store one at
 // a time covers adoptions too. It returns how many were adopted and the failures
 // (a failed adoption is tried again by the next merge_wal of the target).
-func (f *FanOut) adopt(ctx context.Context, c *tasks.Claim, workers []Worker, log *slog.Logger) (int, []error) {
+func (f *FanOut) adopt(ctx context.Context, c *tasks.Claim, workers []Worker, log *slog.Logger) (adopted int, errs []error, unreachable map[string]bool) {
+	unreachable = map[string]bool{}
 	ad, ok := f.Caller.(shardAdopter)
 	if !ok || f.Row == nil || f.orphans == nil {
-		return 0, nil
+		return 0, nil, unreachable
 	}
 	row, err := f.Row(ctx, c.Task.Target)
 	if err != nil {
 		if errors.Is(err, scanner.ErrRowNotFound) {
-			return 0, nil // not scanned yet: nothing known to adopt
+			return 0, nil, unreachable // not scanned yet: nothing known to adopt
 		}
-		return 0, []error{fmt.Errorf("orphaned shards: %w", err)}
+		return 0, []error{fmt.Errorf("orphaned shards: %w", err)}, unreachable
 	}
-	var errs []error
-	adopted := 0
 	for _, shard := range f.orphans.of(row, workers) {
-		w := adopterFor(shard, workers)
-		log.Warn("merge_wal: shard orphaned (its worker is gone); having it adopted", "shard", shard, "adopter", w.InstanceID)
-		wctx, cancel := ctx, context.CancelFunc(func() {})
-		if f.WorkerTimeout > 0 {
-			wctx, cancel = context.WithTimeout(ctx, f.WorkerTimeout)
+		var last error
+		for _, w := range adoptersFor(shard, workers) {
+			if unreachable[w.InstanceID] {
+				continue
+			}
+			log.Warn("merge_wal: shard orphaned (its worker is gone); having it adopted", "shard", shard, "adopter", w.InstanceID)
+			wctx, cancel := ctx, context.CancelFunc(func() {})
+			if f.WorkerTimeout > 0 {
+				wctx, cancel = context.WithTimeout(ctx, f.WorkerTimeout)
+			}
+			r, err := ad.AdoptShard(wctx, w, c.Task.Target, shard, c.FencingToken)
+			cancel()
+			if errors.Is(err, ErrUnreachable) {
+				// Gone since discovery listed it (a rollout): the next one adopts.
+				log.Warn("merge_wal: adopter unreachable, asking the next worker", "shard", shard, "adopter", w.InstanceID, "err", err)
+				unreachable[w.InstanceID] = true
+				last = fmt.Errorf("adopt shard %s: worker %s (%s): %w", shard, w.InstanceID, w.GRPCAddr, err)
+				continue
+			}
+			last = nil
+			if err != nil {
+				log.Warn("merge_wal: adoption failed", "shard", shard, "adopter", w.InstanceID, "err", err)
+				errs = append(errs, fmt.Errorf("adopt shard %s on worker %s (%s): %w", shard, w.InstanceID, w.GRPCAddr, err))
+				break
+			}
+			adopted++
+			log.Info("merge_wal: shard adopted", "shard", shard, "adopter", w.InstanceID,
+				"sealed_rows", r.SealedRows, "generations", r.Generations, "retired", r.Retired)
+			break
 		}
-		r, err := ad.AdoptShard(wctx, w, c.Task.Target, shard, c.FencingToken)
-		cancel()
-		if err != nil {
-			log.Warn("merge_wal: adoption failed", "shard", shard, "adopter", w.InstanceID, "err", err)
-			errs = append(errs, fmt.Errorf("adopt shard %s on worker %s (%s): %w", shard, w.InstanceID, w.GRPCAddr, err))
-			continue
+		if last != nil {
+			errs = append(errs, last)
 		}
-		adopted++
-		log.Info("merge_wal: shard adopted", "shard", shard, "adopter", w.InstanceID,
-			"sealed_rows", r.SealedRows, "generations", r.Generations, "retired", r.Retired)
 	}
-	return adopted, errs
+	return adopted, errs, unreachable
 }
 
 // count is n and noun, plural unless n is 1: "1 generation", "0 generations". For

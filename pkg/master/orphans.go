@@ -189,10 +189,13 @@ func liveSet(workers []Worker) map[string]bool {
 	return set
 }
 
-// adopterFor picks the live worker that adopts shard: the same one for a shard
-// while the live workers stay the same, spread over them by the shard's hash.
-func adopterFor(shard string, live []Worker) Worker {
+// adoptersFor orders the live workers for adopting shard: the first is the same
+// one for a shard while the live workers stay the same, spread over them by the
+// shard's hash; the others follow in ring order, to be asked when it cannot be
+// reached.
+func adoptersFor(shard string, live []Worker) []Worker {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(shard))
-	return live[int(h.Sum32()%uint32(len(live)))]
+	first := int(h.Sum32() % uint32(len(live)))
+	return append(append([]Worker(nil), live[first:]...), live[:first]...)
 }
