@@ -80,12 +80,13 @@ func TestReadNeverGoesBackWhenAMergeLandsMidRefresh(t *testing.T) {
 	}
 }
 
-// openStore opens generic store "g" as worker shard on b, creating it if create.
-func openStore(t *testing.T, b *objstore.Bucket, shard string, create bool) *store.Store {
+// openStore opens generic store "g" as worker shard on b, creating it if create;
+// opts are added to the shard's WAL options.
+func openStore(t *testing.T, b *objstore.Bucket, shard string, create bool, opts ...wal.Option) *store.Store {
 	t.Helper()
 	ctx := context.Background()
 	ss := store.NewStores(store.Config{Bucket: b, Shard: shard, Logger: quiet(), SnapshotTTL: -1,
-		WALOptions: []wal.Option{wal.WithLogger(quiet())}}, 0)
+		WALOptions: append([]wal.Option{wal.WithLogger(quiet())}, opts...)}, 0)
 	t.Cleanup(func() { _ = ss.Close(context.Background()) })
 	if create {
 		if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindGeneric, Name: "g", Schema: canonicalSpec(t)}); err != nil {

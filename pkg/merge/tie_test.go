@@ -8,9 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/wal"
@@ -30,8 +28,8 @@ func TestWritesWithOneSeqFromTwoShardsResolveTheSameWayInEveryMergeOrder(t *test
 			ctx := context.Background()
 			b := objstoretest.Mem(t)
 			now := time.UnixMilli(1_800_000_000_000)
-			w1 := openStoreAt(t, b, "w1", true, clocktesting.NewFakePassiveClock(now))
-			w2 := openStoreAt(t, b, "w2", false, clocktesting.NewFakePassiveClock(now))
+			w1 := openStore(t, b, "w1", true, wal.WithClock(clocktesting.NewFakePassiveClock(now)))
+			w2 := openStore(t, b, "w2", false, wal.WithClock(clocktesting.NewFakePassiveClock(now)))
 			appendAndSeal(t, w1, "x", 1)
 			appendAndSeal(t, w2, "x", 2)
 			if s1, s2 := seqOf(t, w1, "x"), seqOf(t, w2, "x"); s1 != s2 {
@@ -57,26 +55,6 @@ func TestWritesWithOneSeqFromTwoShardsResolveTheSameWayInEveryMergeOrder(t *test
 			}
 		})
 	}
-}
-
-// openStoreAt is openStore with the shard's writer on clk.
-func openStoreAt(t *testing.T, b *objstore.Bucket, shard string, create bool, clk *clocktesting.FakePassiveClock) *store.Store {
-	t.Helper()
-	ctx := context.Background()
-	ss := store.NewStores(store.Config{Bucket: b, Shard: shard, Logger: quiet(), SnapshotTTL: -1,
-		WALOptions: []wal.Option{wal.WithLogger(quiet()), wal.WithClock(clk)}}, 0)
-	t.Cleanup(func() { _ = ss.Close(context.Background()) })
-	if create {
-		if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindGeneric, Name: "g", Schema: canonicalSpec(t)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s, rel, err := ss.Open(ctx, registry.KindGeneric, "g")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rel)
-	return s
 }
 
 // seqOf is the _seq of id's live row read through s.
