@@ -81,19 +81,30 @@ func (c *GRPCCaller) ready(ctx context.Context, cc *grpc.ClientConn) error {
 	}
 }
 
-// MergeWal calls one worker's MergeWal.
-func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
+// client returns a WorkerService client of w once its connection is READY; an
+// error wrapping ErrUnreachable if it does not get there (the call was never made),
+// or ctx's error.
+func (c *GRPCCaller) client(ctx context.Context, w Worker) (tidemarkv1.WorkerServiceClient, error) {
 	cc, err := c.conn(w.GRPCAddr)
 	if err != nil {
-		return MergeResult{}, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
 	}
 	if err := c.ready(ctx, cc); err != nil {
 		if ctx.Err() != nil {
-			return MergeResult{}, ctx.Err()
+			return nil, ctx.Err()
 		}
-		return MergeResult{}, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
 	}
-	resp, err := tidemarkv1.NewWorkerServiceClient(cc).MergeWal(ctx,
+	return tidemarkv1.NewWorkerServiceClient(cc), nil
+}
+
+// MergeWal calls one worker's MergeWal.
+func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
+	client, err := c.client(ctx, w)
+	if err != nil {
+		return MergeResult{}, err
+	}
+	resp, err := client.MergeWal(ctx,
 		&tidemarkv1.MergeWalRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
 	if err != nil {
 		return MergeResult{}, err
@@ -103,17 +114,11 @@ func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target string, fenc
 
 // AdoptShard has worker w adopt shard of target (WorkerService.AdoptShard).
 func (c *GRPCCaller) AdoptShard(ctx context.Context, w Worker, target, shard string, fencingToken int64) (AdoptResult, error) {
-	cc, err := c.conn(w.GRPCAddr)
+	client, err := c.client(ctx, w)
 	if err != nil {
-		return AdoptResult{}, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
+		return AdoptResult{}, err
 	}
-	if err := c.ready(ctx, cc); err != nil {
-		if ctx.Err() != nil {
-			return AdoptResult{}, ctx.Err()
-		}
-		return AdoptResult{}, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
-	}
-	resp, err := tidemarkv1.NewWorkerServiceClient(cc).AdoptShard(ctx,
+	resp, err := client.AdoptShard(ctx,
 		&tidemarkv1.AdoptShardRequest{Target: target, Shard: shard, FencingToken: fencingToken}, grpc.WaitForReady(false))
 	if err != nil {
 		return AdoptResult{}, err

@@ -160,9 +160,7 @@ func (w *WorkerService) MergeTarget(ctx context.Context, target string, token in
 	}
 	log := w.log.With("target", target, "store", name, "kind", kind, "trigger", trigger, "fencing_token", token)
 	if token > 0 {
-		if err := w.fence.admit(target, token); err != nil {
-			w.cfg.Metrics.FencingRefusals.WithLabelValues(string(kind)).Inc()
-			log.Warn("merge refused: stale fencing token", "err", err)
+		if err := w.admit(target, kind, token, log); err != nil {
 			return merge.Result{}, err
 		}
 	}
@@ -200,6 +198,18 @@ func (w *WorkerService) MergeTarget(ctx context.Context, target string, token in
 	return r, nil
 }
 
+// admit checks token against, and records it as, the newest fencing token of
+// target; a refusal is counted and logged. Merges and adoptions of a target share
+// one record: both write its base table under the master's lock.
+func (w *WorkerService) admit(target string, kind registry.Kind, token int64, log *slog.Logger) error {
+	if err := w.fence.admit(target, token); err != nil {
+		w.cfg.Metrics.FencingRefusals.WithLabelValues(string(kind)).Inc()
+		log.Warn("refused: stale fencing token", "err", err)
+		return err
+	}
+	return nil
+}
+
 // AdoptShard drains and retires another worker's shard of the request's target
 // (merge.Merger.Adopt), under the same fencing as MergeWal.
 func (w *WorkerService) AdoptShard(ctx context.Context, req *tidemarkv1.AdoptShardRequest) (*tidemarkv1.AdoptShardResponse, error) {
@@ -220,9 +230,7 @@ func (w *WorkerService) AdoptShard(ctx context.Context, req *tidemarkv1.AdoptSha
 			"fencing_token %d: must be > 0 (the etcd revision of the master's lock of target %q)", token, req.GetTarget())
 	}
 	log := w.log.With("target", req.GetTarget(), "store", name, "kind", kind, "shard", shard, "fencing_token", token)
-	if err := w.fence.admit(req.GetTarget(), token); err != nil {
-		w.cfg.Metrics.FencingRefusals.WithLabelValues(string(kind)).Inc()
-		log.Warn("adoption refused: stale fencing token", "err", err)
+	if err := w.admit(req.GetTarget(), kind, token, log); err != nil {
 		return nil, grpcError(err)
 	}
 	s, err := w.cfg.Stores.OpenShard(ctx, kind, name, shard)
