@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,6 +73,11 @@ type Scheduler struct {
 	running map[string]*run // by task id
 
 	gated map[tasks.Kind]bool // kinds whose Gate said not ready; claimRound's own
+
+	// unsure is set when a claim round failed: a claim transaction may have
+	// landed without its answer reaching us, leaving a task running under our
+	// lease that nothing runs. Run's own; see releaseStrays.
+	unsure bool
 }
 
 // run is a task this scheduler runs: its claim, and how to stop it when the
@@ -142,7 +148,13 @@ func (s *Scheduler) Run(ctx context.Context, drain time.Duration) {
 	defer ticker.Stop()
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
+		if s.unsure {
+			s.unsure = s.releaseStrays(ctx, nil) != nil
+		}
 		progressed, err := s.claimRound(ctx, runCtx, &wg)
+		if err != nil {
+			s.unsure = true
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			backoff = min(max(2*backoff, 500*time.Millisecond), 30*time.Second)
@@ -165,8 +177,13 @@ func (s *Scheduler) Run(ctx context.Context, drain time.Duration) {
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	select {
 	case <-done:
+		if s.unsure {
+			_ = s.releaseStrays(rctx, nil)
+		}
 		return
 	case <-s.cfg.Clock.After(drain):
 	}
@@ -179,14 +196,48 @@ func (s *Scheduler) Run(ctx context.Context, drain time.Duration) {
 	}
 	s.mu.Unlock()
 	cancelRuns()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	for _, c := range claims {
-		if _, err := s.cfg.Tasks.Release(rctx, c); err != nil {
-			s.log.Warn("scheduler: releasing a running task at shutdown", "task", c.Task.ID, "err", err)
-		}
+	s.release(rctx, claims)
+	if s.unsure {
+		_ = s.releaseStrays(rctx, claims)
 	}
 	<-done
+}
+
+// releaseStrays releases the claims under our lease that no run of ours holds
+// (known are the ones being released already): claims whose transaction landed
+// though Claim returned an error (cancelled by shutdown, timed out). Left alone,
+// such a task would stay running, its target locked and never merged, for as
+// long as this master's lease lives.
+func (s *Scheduler) releaseStrays(ctx context.Context, known []*tasks.Claim) error {
+	held, err := s.cfg.Tasks.Held(ctx, s.cfg.Lease())
+	if err != nil {
+		s.log.Warn("scheduler: looking for claims a failed claim round may have left", "err", err)
+		return err
+	}
+	s.mu.Lock()
+	var strays []*tasks.Claim
+	for _, c := range held {
+		_, running := s.running[c.Task.ID]
+		if !running && !slices.ContainsFunc(known, func(k *tasks.Claim) bool { return k.Task.ID == c.Task.ID }) {
+			strays = append(strays, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range strays {
+		s.log.Warn("scheduler: releasing a task claimed by a claim round whose answer was lost",
+			"task", c.Task.ID, "kind", c.Task.Kind, "target", c.Task.Target)
+	}
+	s.release(ctx, strays)
+	return nil
+}
+
+// release gives claims back to the queue, logging the ones it could not.
+func (s *Scheduler) release(ctx context.Context, claims []*tasks.Claim) {
+	for _, c := range claims {
+		if _, err := s.cfg.Tasks.Release(ctx, c); err != nil {
+			s.log.Warn("scheduler: releasing a claimed task", "task", c.Task.ID, "err", err)
+		}
+	}
 }
 
 // claimRound claims at most one task per kind that has a free slot. It reserves the
