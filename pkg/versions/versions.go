@@ -12,15 +12,23 @@
 //   - The latest-version hint is advisory. It is written after the version it names, so
 //     it may lag but never leads; finding the newest version never trusts it further
 //     than "start probing here".
+//   - Versions are removed only from the bottom (Prune), oldest first, so the log
+//     stays dense from its oldest remaining version to its newest; a search whose
+//     start was removed lists the directory instead of probing from it.
 package versions
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 )
@@ -87,6 +95,22 @@ func (l *Log) Latest(ctx context.Context, known uint64) (uint64, error) {
 			v = h
 		}
 	}
+	if v > 0 {
+		// Check the start while probing past it, in parallel: a start that was pruned
+		// (a handle idle for longer than the retention, or a hint a stalled committer
+		// wrote late) would otherwise make the first pruned version look like the end.
+		start, next, err := l.probe(ctx, v)
+		switch {
+		case err != nil:
+			return 0, err
+		case !start:
+			v = 0 // list
+		case !next:
+			return v, nil
+		default:
+			v++
+		}
+	}
 	if v == 0 {
 		listed, err := l.list(ctx)
 		if err != nil {
@@ -108,6 +132,65 @@ func (l *Log) Latest(ctx context.Context, known uint64) (uint64, error) {
 		return 0, fmt.Errorf("%s: %w", l.dir, ErrEmpty)
 	}
 	return v, nil
+}
+
+// probe reports, with two requests at once, whether versions v and v+1 exist.
+// Versions are only removed from the bottom of the log (Prune), so a v that exists
+// has every later version after it.
+func (l *Log) probe(ctx context.Context, v uint64) (start, next bool, err error) {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) { start, err = l.bucket.Exists(gctx, l.Key(v)); return err })
+	g.Go(func() (err error) { next, err = l.bucket.Exists(gctx, l.Key(v+1)); return err })
+	return start, next, g.Wait()
+}
+
+// Prune deletes the oldest versions of the log: every version below the newest
+// keep ones whose object was written before cutoff, from the oldest up, stopping
+// at the first one it must keep, so that what remains is still dense (a run from
+// some oldest version to the newest). It returns the versions it deleted.
+//
+// Readers holding a pruned version keep what they loaded; the objects it
+// references are the caller's to keep for as long as such readers may live (the
+// retention age is the cutoff). Before deleting, the hint is set to the newest
+// version, so that no search starts below the new oldest one; a search that does
+// anyway (a stale hint or known version) finds its start missing and lists.
+func (l *Log) Prune(ctx context.Context, keep int, cutoff time.Time) ([]uint64, error) {
+	keep = max(keep, 1)
+	var objs []objstore.Object
+	var nums []uint64
+	err := l.bucket.Walk(ctx, l.dir+"/", "", func(o objstore.Object) error {
+		name := strings.TrimSuffix(path.Base(o.Key), ".json")
+		if n, err := strconv.ParseUint(name, 10, 64); err == nil {
+			objs, nums = append(objs, o), append(nums, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("prune %s: list: %w", l.dir, err)
+	}
+	if len(nums) <= keep {
+		return nil, nil
+	}
+	order := make([]int, len(nums))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(nums[a], nums[b]) })
+	newest := nums[order[len(order)-1]]
+	if err := l.bucket.Put(ctx, l.hint, []byte(strconv.FormatUint(newest, 10)+"\n")); err != nil {
+		return nil, fmt.Errorf("prune %s: set the hint to %d: %w", l.dir, newest, err)
+	}
+	var deleted []uint64
+	for _, i := range order[:len(order)-keep] {
+		if !objs[i].ModTime.Before(cutoff) {
+			break
+		}
+		if err := l.bucket.Delete(ctx, objs[i].Key); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			return deleted, fmt.Errorf("prune %s: delete version %d: %w", l.dir, nums[i], err)
+		}
+		deleted = append(deleted, nums[i])
+	}
+	return deleted, nil
 }
 
 func (l *Log) list(ctx context.Context) (uint64, error) {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
@@ -77,5 +79,47 @@ func TestConcurrentCreatesOfOneVersionHaveOneWinner(t *testing.T) {
 	wg.Wait()
 	if wins != 1 || losses != 7 {
 		t.Fatalf("%d wins, %d losses; want 1 and 7", wins, losses)
+	}
+}
+
+// Prune removes only the bottom of the log, and every search for the newest
+// version still ends at the newest one afterwards, whether it starts from a pruned
+// version the caller knew, from a hint left below the new bottom, or from nothing.
+func TestPruneKeepsTheLogDenseAndSearchesFindTheNewest(t *testing.T) {
+	ctx := context.Background()
+	b := objstoretest.Mem(t)
+	l := New(b, "t/_versions", "t/_latest_version")
+	for v := uint64(1); v <= 10; v++ {
+		if _, err := l.Create(ctx, v, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := l.Prune(ctx, 3, time.Now().Add(-time.Hour)); err != nil || len(got) != 0 {
+		t.Fatalf("prune with every version younger than the cutoff deleted %v, %v; want none", got, err)
+	}
+	got, err := l.Prune(ctx, 3, time.Now().Add(time.Hour))
+	if err != nil || !slices.Equal(got, []uint64{1, 2, 3, 4, 5, 6, 7}) {
+		t.Fatalf("prune deleted %v, %v; want 1..7", got, err)
+	}
+	if left, err := l.List(ctx); err != nil || !slices.Equal(left, []uint64{8, 9, 10}) {
+		t.Fatalf("left %v, %v; want 8, 9, 10", left, err)
+	}
+	for _, known := range []uint64{0, 2, 7, 8, 10} {
+		if v, err := l.Latest(ctx, known); err != nil || v != 10 {
+			t.Fatalf("Latest(known %d) = %d, %v; want 10", known, v, err)
+		}
+	}
+	// A hint written late by a stalled committer, below the new bottom.
+	if err := b.Put(ctx, "t/_latest_version", []byte("3\n")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := l.Latest(ctx, 0); err != nil || v != 10 {
+		t.Fatalf("Latest with a hint below the oldest version = %d, %v; want 10", v, err)
+	}
+	if _, err := l.Create(ctx, 11, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := l.Latest(ctx, 5); err != nil || v != 11 {
+		t.Fatalf("Latest after a new version = %d, %v; want 11", v, err)
 	}
 }
