@@ -51,11 +51,11 @@ func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 // lossyStore is a task store whose client loses the answer of the first claim
 // once kv is armed.
 func lossyStore(t *testing.T) (*tasks.Store, *lossyKV, *clientv3.Client) {
-	client, _ := etcdtest.Start(t)
-	kv := &lossyKV{KV: client.KV}
-	lossy := *client
+	srv := etcdtest.StartServer(t)
+	client, lossy := srv.Client(t), srv.Client(t)
+	kv := &lossyKV{KV: lossy.KV}
 	lossy.KV = kv
-	return tasks.New(&lossy, "/sched"), kv, client
+	return tasks.New(lossy, "/sched"), kv, client
 }
 
 // A claim whose transaction landed but whose answer was lost leaves a task
