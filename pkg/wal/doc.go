@@ -40,6 +40,11 @@
 // a reader whose snapshot is older still than that gets objstore.ErrNotFound and
 // refreshes (the base table has the rows by then).
 //
+// Nothing a shard writes grows without bound: Cleanup prunes manifest versions older
+// than a safety window (beyond the newest few) and deletes the leftovers of crashes
+// and failed deletes that no kept version references; seals merge kept_entries
+// ranges so the manifest does not grow with every open.
+//
 // Concurrency: a Writer is safe for concurrent use. Appends are batched by one
 // committer goroutine per Writer; Seal may run concurrently with appends. Manifests,
 // Snapshots and decoded generations are immutable values that may be shared freely.

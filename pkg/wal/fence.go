@@ -61,7 +61,10 @@ import (
 // M+1) or B's fence, and stops with ErrFenced. This holds for every stale epoch at
 // once, each stopped by its successor's range. Each open keeps F-M+1 positions
 // (usually 2); the first seal that covers them rewrites them as fence entries, so
-// what stays is a few hundred bytes per open.
+// what stays is a few hundred bytes per open. No range can ever be dropped (a stale
+// writer may be a paused process that wakes at any time), but once a seal has
+// deleted everything else below them, later seals merge them into one range over
+// the emptied gaps (mergeKept), so the manifest does not grow with every open.
 
 const (
 	// maxLeap caps the range one fence round claims. 256 empty entries are ~100 KiB

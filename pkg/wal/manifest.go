@@ -51,6 +51,8 @@ type Manifest struct {
 	// alive, can next write only inside that range (fence.go, "Deleting sealed
 	// entries"); were the range deleted, its put-if-absent would succeed there,
 	// below replay_after, and an acknowledged row would be replayed by no one.
+	// Seals merge the ranges below what they have cleaned into one (mergeKept), so
+	// the list stays short.
 	KeptEntries []EntryRange `json:"kept_entries,omitempty"`
 	// Retired is set when an adopter drained the shard of a worker that did not
 	// come back (Writer.Retire): nothing of it is pending and no writer holds it.
@@ -77,6 +79,46 @@ func (m *Manifest) keeps(pos uint64) bool {
 		}
 	}
 	return false
+}
+
+// mergeKept bounds kept_entries: it merges every range that lies entirely at or
+// below clean into one range from the lowest of them to the highest, with the newest
+// epoch among them, and leaves the others as they are. clean must be a position up
+// to which a seal deleted every entry outside the kept ranges (deleteEntries
+// succeeded), so the gaps between the merged ranges hold no entry and never will:
+// nothing writes below replay_after but a stale writer, and a stale writer writes
+// only at its next position, inside the range its successor kept. Keeping those empty
+// gaps therefore keeps nothing; no kept position is ever given up, so every stale
+// writer stays fenced (fence.go), while the list stays a few ranges long instead of
+// growing by one per open.
+//
+// Ranges are never dropped: the writer of the epoch before a range may be a paused
+// process that wakes at any time and writes its next position inside that range;
+// nothing in storage records that it has stopped, so no range ever stops mattering.
+func mergeKept(ranges []EntryRange, clean uint64) []EntryRange {
+	var (
+		merged EntryRange
+		n      int
+		rest   []EntryRange
+	)
+	for _, r := range ranges {
+		if r.To > clean {
+			rest = append(rest, r)
+			continue
+		}
+		if n == 0 {
+			merged = r
+		} else {
+			merged.From = min(merged.From, r.From)
+			merged.To = max(merged.To, r.To)
+			merged.Epoch = max(merged.Epoch, r.Epoch)
+		}
+		n++
+	}
+	if n < 2 {
+		return ranges
+	}
+	return append([]EntryRange{merged}, rest...)
 }
 
 // Retirement records who drained an orphaned shard, and when.

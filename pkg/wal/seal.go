@@ -104,6 +104,7 @@ func (w *Writer) Seal(ctx context.Context) (*Generation, error) {
 	if err := w.sh.bucket.Put(ctx, key, data); err != nil {
 		return nil, fmt.Errorf("%s: seal generation %d: %w", w.sh, n, err)
 	}
+	clean := w.cleanThrough
 	m, err := w.sh.edit(ctx, latest, "seal", func(cur *Manifest) (*Manifest, error) {
 		switch {
 		case cur == nil:
@@ -122,6 +123,7 @@ func (w *Writer) Seal(ctx context.Context) (*Generation, error) {
 		next.CurrentGeneration = n
 		next.ReplayAfter = upTo
 		next.MaxSeq = max(next.MaxSeq, maxSeq)
+		next.KeptEntries = mergeKept(next.KeptEntries, clean)
 		return next, nil
 	})
 	if err != nil {
@@ -141,7 +143,9 @@ func (w *Writer) Seal(ctx context.Context) (*Generation, error) {
 	w.mem.dropThrough(upTo)
 	w.mu.Unlock()
 	w.tombstoneKept(ctx, upTo)
-	w.deleteEntries(ctx, m, upTo)
+	if w.deleteEntries(ctx, m, upTo) {
+		w.cleanThrough = upTo
+	}
 	w.log.Debug("wal: sealed", "generation", n, "rows", rows, "bytes", gen.Bytes, "replay_after", upTo)
 	return &gen, nil
 }
@@ -156,8 +160,9 @@ func (w *Writer) fencedByManifest(m *Manifest) error {
 // deleteEntries deletes every entry at a position <= upTo, including leftovers of
 // earlier seals whose deletes failed, but none that m keeps (kept_entries: see
 // "Deleting sealed entries" in fence.go). Best effort: the manifest already says
-// these entries are sealed, so a failure only costs storage until the next seal.
-func (w *Writer) deleteEntries(ctx context.Context, m *Manifest, upTo uint64) {
+// these entries are sealed, so a failure only costs storage until the next seal (or
+// Cleanup). It reports whether every such entry is gone.
+func (w *Writer) deleteEntries(ctx context.Context, m *Manifest, upTo uint64) bool {
 	var keys []string
 	err := w.sh.bucket.Walk(ctx, entriesPrefix(w.sh.dir, w.sh.name), "", func(o objstore.Object) error {
 		if pos, ok := parseEntryPos(o.Key); ok && pos <= upTo && !m.keeps(pos) {
@@ -172,7 +177,9 @@ func (w *Writer) deleteEntries(ctx context.Context, m *Manifest, upTo uint64) {
 	}
 	if err != nil {
 		w.log.Warn("wal: deleting sealed entries failed; the next seal retries", "up_to", upTo, "err", err)
+		return false
 	}
+	return true
 }
 
 func releaseAll(recs []arrow.RecordBatch) {

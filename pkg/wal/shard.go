@@ -36,6 +36,10 @@ const (
 	// maxUnknownOutcomes bounds retries after manifest writes that failed with an
 	// error other than "exists" and were then found not to have landed.
 	maxUnknownOutcomes = 3
+	// maxPrunedReads bounds the searches for the latest manifest whose result was
+	// pruned before it could be read (each one needs KeepManifests newer versions
+	// written meanwhile).
+	maxPrunedReads = 3
 )
 
 // shard locates one shard of a store and edits its manifest. It holds no mutable
@@ -80,22 +84,33 @@ func (s *shard) get(ctx context.Context, v uint64) (*Manifest, error) {
 // caller already holds: the search starts there and, if nothing newer exists, known
 // itself is returned without reading it again. A shard without versions gives
 // ErrNoShard.
+//
+// Cleanup prunes old versions, so the version found newest may be gone by the time it
+// is read: that happens only once newer ones exist (the newest versions are never
+// pruned), so the search runs again from it instead of failing the caller.
 func (s *shard) loadLatest(ctx context.Context, known *Manifest) (*Manifest, error) {
 	var kv uint64
 	if known != nil {
 		kv = known.Version
 	}
-	v, err := s.log.Latest(ctx, kv)
-	if errors.Is(err, versions.ErrEmpty) {
-		return nil, fmt.Errorf("%s: %w", s, ErrNoShard)
+	for attempt := 1; ; attempt++ {
+		v, err := s.log.Latest(ctx, kv)
+		if errors.Is(err, versions.ErrEmpty) {
+			return nil, fmt.Errorf("%s: %w", s, ErrNoShard)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: latest manifest: %w", s, err)
+		}
+		if known != nil && v == known.Version {
+			return known, nil
+		}
+		m, err := s.get(ctx, v)
+		if errors.Is(err, objstore.ErrNotFound) && attempt < maxPrunedReads {
+			kv = v // pruned under us: Latest lists from here
+			continue
+		}
+		return m, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: latest manifest: %w", s, err)
-	}
-	if known != nil && v == known.Version {
-		return known, nil
-	}
-	return s.get(ctx, v)
 }
 
 // edit writes the next manifest version as a relative edit of the latest one: fn gets

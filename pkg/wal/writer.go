@@ -74,6 +74,10 @@ type Writer struct {
 	// guarded by sealMu after OpenWriter.
 	kept          EntryRange
 	keptRewritten bool
+	// cleanThrough is the highest position up to which a seal of this writer deleted
+	// every entry outside the kept ranges (guarded by sealMu): the next seal may
+	// merge the kept ranges below it (mergeKept).
+	cleanThrough uint64
 
 	clock hlc // owned by the committer goroutine (seeded before it starts)
 	// observed is the highest _seq Observe was told of; the committer moves clock
