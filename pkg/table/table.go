@@ -26,6 +26,9 @@ var (
 	ErrNotFound = errors.New("table not found")
 	// ErrSchemaMismatch means Create found a table with a different schema.
 	ErrSchemaMismatch = errors.New("table exists with a different schema")
+	// ErrVersionRemoved means a manifest version was removed by retention (Cleanup):
+	// later versions exist. Errors wrapping it also wrap objstore.ErrNotFound.
+	ErrVersionRemoved = errors.New("version removed by retention")
 )
 
 const (
@@ -128,11 +131,25 @@ func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 // Create creates the table at dir with schema s (which must have a non-null utf8
 // "id" and a non-null uint64 "_seq"). If the table already exists with an equal
 // schema, Create opens it; with a different schema it fails with ErrSchemaMismatch.
+//
+// Create looks for the newest version before it writes version 1, and writes it only
+// into a directory that holds no version: a table whose oldest versions retention
+// pruned has no version 1, and put-if-absent alone would take that key, putting a
+// stray version 1 below the table's oldest version (the log would no longer be dense,
+// and the new table invisible). Between the look and the write another creator may
+// create the table; retention never prunes a version younger than its safety window
+// (Cleanup), so the write then loses the put-if-absent race like any other.
 func Create(ctx context.Context, bucket *objstore.Bucket, dir string, s *arrow.Schema, opts ...Option) (*Table, error) {
 	if err := checkSchema(s); err != nil {
 		return nil, fmt.Errorf("create table %s: %w", dir, err)
 	}
 	t := newTable(bucket, dir, opts)
+	switch _, err := t.Refresh(ctx); {
+	case err == nil:
+		return t.createdAs(s)
+	case !errors.Is(err, ErrNotFound):
+		return nil, fmt.Errorf("create table %s: %w", dir, err)
+	}
 	now := t.opts.Clock.Now().UTC()
 	m := &Manifest{
 		FormatVersion:     FormatVersion,
@@ -150,17 +167,21 @@ func Create(ctx context.Context, bucket *objstore.Bucket, dir string, s *arrow.S
 		t.observe(m)
 		return t, nil
 	case errors.Is(err, objstore.ErrExists):
-		cur, err := t.Refresh(ctx)
-		if err != nil {
+		if _, err := t.Refresh(ctx); err != nil {
 			return nil, err
 		}
-		if !cur.ArrowSchema().Equal(s) {
-			return nil, fmt.Errorf("create table %s: %w: existing %s, requested %s", dir, ErrSchemaMismatch, cur.ArrowSchema(), s)
-		}
-		return t, nil
+		return t.createdAs(s)
 	default:
 		return nil, fmt.Errorf("create table %s: %w", dir, err)
 	}
+}
+
+// createdAs is Create's answer for a table that exists: t if its schema is s.
+func (t *Table) createdAs(s *arrow.Schema) (*Table, error) {
+	if cur := t.Latest(); !cur.ArrowSchema().Equal(s) {
+		return nil, fmt.Errorf("create table %s: %w: existing %s, requested %s", t.dir, ErrSchemaMismatch, cur.ArrowSchema(), s)
+	}
+	return t, nil
 }
 
 // Open opens the existing table at dir and loads its newest manifest.
@@ -197,23 +218,33 @@ func (t *Table) versionKey(v uint64) string { return t.versions.Key(v) }
 
 // Refresh loads the newest manifest from storage.
 func (t *Table) Refresh(ctx context.Context) (*Manifest, error) {
-	v, err := t.LatestVersion(ctx)
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		v, err := t.LatestVersion(ctx)
+		if err != nil {
+			return nil, err
+		}
+		m, err := t.Load(ctx, v)
+		// The newest version is never pruned, but the one found may stop being the
+		// newest and be pruned before it is read (a burst of commits and a cleanup in
+		// between): look for the newest again.
+		if errors.Is(err, ErrVersionRemoved) && attempt < 3 {
+			continue
+		}
+		if errors.Is(err, objstore.ErrNotFound) {
+			// Retention keeps the newest version: the table was deleted.
+			return nil, fmt.Errorf("table %s: version %d vanished: %w", t.dir, v, ErrNotFound)
+		}
+		if err != nil {
+			return nil, err
+		}
+		t.observe(m)
+		return t.Latest(), nil
 	}
-	m, err := t.Load(ctx, v)
-	if errors.Is(err, objstore.ErrNotFound) {
-		// Versions are never deleted while the table exists: the table was deleted.
-		return nil, fmt.Errorf("table %s: version %d vanished: %w", t.dir, v, ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	t.observe(m)
-	return t.Latest(), nil
 }
 
-// Load reads manifest version v.
+// Load reads manifest version v. A version that is not there fails with an error
+// wrapping objstore.ErrNotFound, and also ErrVersionRemoved when a later version
+// exists (retention pruned v: Cleanup).
 func (t *Table) Load(ctx context.Context, v uint64) (*Manifest, error) {
 	key := t.versionKey(v)
 	var data []byte
@@ -221,6 +252,9 @@ func (t *Table) Load(ctx context.Context, v uint64) (*Manifest, error) {
 		data, err = t.versions.Get(ctx, v) // at most versions.MaxVersionBytes
 		return err
 	})
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, t.missingVersion(ctx, v, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load manifest: %w", err)
 	}
@@ -232,6 +266,26 @@ func (t *Table) Load(ctx context.Context, v uint64) (*Manifest, error) {
 		return nil, fmt.Errorf("manifest %s: %w: holds version %d", key, ErrCorrupt, m.Version)
 	}
 	return m, nil
+}
+
+// missingVersion explains why version v is not there. Versions are dense and only
+// removed from the bottom, so a missing v below a version that exists (one this
+// handle has seen, or the newest) was pruned; otherwise it was never written.
+func (t *Table) missingVersion(ctx context.Context, v uint64, err error) error {
+	newest := uint64(0)
+	if m := t.Latest(); m != nil {
+		newest = m.Version
+	}
+	if newest <= v {
+		if n, lerr := t.LatestVersion(ctx); lerr == nil {
+			newest = n
+		}
+	}
+	if newest > v {
+		return fmt.Errorf("load manifest: table %s version %d: %w (the oldest versions are pruned; the newest is %d): %w",
+			t.dir, v, ErrVersionRemoved, newest, err)
+	}
+	return fmt.Errorf("load manifest: table %s version %d does not exist: %w", t.dir, v, err)
 }
 
 // LatestVersion finds the newest committed version with a few small requests (see
