@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/storetest"
+
 	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
@@ -28,8 +30,8 @@ import (
 func TestAdoptionDrainsTheShardOfAWorkerThatIsGoneAndFencesItShouldItReturn(t *testing.T) {
 	ctx := context.Background()
 	b := objstoretest.Mem(t)
-	w1 := &fixture{bucket: b, s: openStore(t, b, "w1", true)}
-	w2 := &fixture{bucket: b, s: openStore(t, b, "w2", false)}
+	w1 := &fixture{bucket: b, s: storetest.Open(t, b, "w1", true)}
+	w2 := &fixture{bucket: b, s: storetest.Open(t, b, "w2", false)}
 	w1.add(t, 1, "a", "b")
 	w1.seal(t)
 	w1.add(t, 2, "b", "c") // acknowledged, never sealed
@@ -185,8 +187,8 @@ func newAdoptionRace(t *testing.T) *adoptionRace {
 	b := objstoretest.Mem(t)
 	faults := objstore.NewFaults(nil)
 	r := &adoptionRace{faults: faults, acked: map[string]bool{}, maybe: map[string]bool{}, m: New(Config{Logger: quiet()})}
-	r.w1 = &fixture{bucket: b, s: openStore(t, objstore.WithFaults(b, faults), "w1", true)}
-	r.w2 = &fixture{bucket: b, s: openStore(t, b, "w2", false)}
+	r.w1 = &fixture{bucket: b, s: storetest.Open(t, objstore.WithFaults(b, faults), "w1", true)}
+	r.w2 = &fixture{bucket: b, s: storetest.Open(t, b, "w2", false)}
 	r.adopter = store.NewStores(store.Config{Bucket: b, Shard: "w2", Logger: quiet(), SnapshotTTL: -1,
 		WALOptions: []wal.Option{wal.WithLogger(quiet())}}, 0)
 	return r

@@ -2,7 +2,6 @@ package merge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,53 +11,29 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/array"
-
+	"github.com/tidemark-io/tidemark/internal/storetest"
 	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/schema"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 )
 
-const testSpec = `{"columns":[["id",{"type":"string"}],["v",{"type":"int64","nullable":true}]]}`
-
-func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+func quiet() *slog.Logger { return storetest.Quiet() }
 
 type fixture struct {
 	bucket *objstore.Bucket
-	stores *store.Stores
 	s      *store.Store
 	m      *Merger
 }
 
 func newFixture(t *testing.T, b *objstore.Bucket, cfg Config) *fixture {
 	t.Helper()
-	ctx := context.Background()
-	ss := store.NewStores(store.Config{Bucket: b, Shard: "w1", Logger: quiet(), SnapshotTTL: -1,
-		WALOptions: []wal.Option{wal.WithLogger(quiet())}}, 0)
-	t.Cleanup(func() { _ = ss.Close(context.Background()) })
-	spec, err := schema.ParseSpec([]byte(testSpec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	canon, _ := spec.MarshalJSON()
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindGeneric, Name: "g", Schema: canon}); err != nil {
-		t.Fatal(err)
-	}
-	s, rel, err := ss.Open(ctx, registry.KindGeneric, "g")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rel)
 	cfg.Logger = quiet()
-	return &fixture{bucket: b, stores: ss, s: s, m: New(cfg)}
+	return &fixture{bucket: b, s: storetest.Open(t, b, "w1", true), m: New(cfg)}
 }
 
-// add appends one row per id with value v and returns nothing; it fails the test on
-// error.
+// add appends one row per id with value v; it fails the test on error.
 func (f *fixture) add(t testing.TB, v int64, ids ...string) {
 	t.Helper()
 	if err := f.tryAdd(context.Background(), v, ids...); err != nil {
@@ -67,20 +42,7 @@ func (f *fixture) add(t testing.TB, v int64, ids ...string) {
 }
 
 func (f *fixture) tryAdd(ctx context.Context, v int64, ids ...string) error {
-	var raw []json.RawMessage
-	for _, id := range ids {
-		raw = append(raw, json.RawMessage(fmt.Sprintf(`{"id":%q,"v":%d}`, id, v)))
-	}
-	spec, err := schema.ParseSpec([]byte(testSpec))
-	if err != nil {
-		return err
-	}
-	rec, err := spec.Codec().Decode(raw)
-	if err != nil {
-		return err
-	}
-	defer rec.Release()
-	return f.s.Append(ctx, rec)
+	return storetest.Append(ctx, f.s, v, ids...)
 }
 
 func (f *fixture) seal(t testing.TB) {
@@ -91,23 +53,7 @@ func (f *fixture) seal(t testing.TB) {
 }
 
 // values lists the store: id -> v; a duplicate id fails the test.
-func (f *fixture) values(t testing.TB) map[string]int64 {
-	t.Helper()
-	recs, err := f.s.List(context.Background(), store.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, r := range recs {
-		id := r.Column(0).(*array.String).Value(0)
-		if _, dup := out[id]; dup {
-			t.Fatalf("id %s listed twice", id)
-		}
-		out[id] = r.Column(1).(*array.Int64).Value(0)
-		r.Release()
-	}
-	return out
-}
+func (f *fixture) values(t testing.TB) map[string]int64 { return storetest.Values(t, f.s) }
 
 func (f *fixture) baseRows(t testing.TB) int64 {
 	t.Helper()

@@ -12,13 +12,11 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 
+	"github.com/tidemark-io/tidemark/internal/storetest"
 	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/schema"
 	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/wal"
 )
 
 // TestReadNeverGoesBackWhenAMergeLandsMidRefresh lands another worker's merge (commit
@@ -40,15 +38,15 @@ func TestReadNeverGoesBackWhenAMergeLandsMidRefresh(t *testing.T) {
 			ctx := context.Background()
 			b := objstoretest.Mem(t)
 			faults := objstore.NewFaults(nil)
-			writer := openStore(t, b, "w2", true)
-			reader := openStore(t, objstore.WithFaults(b, faults), "w1", false)
+			writer := storetest.Open(t, b, "w2", true)
+			reader := storetest.Open(t, objstore.WithFaults(b, faults), "w1", false)
 			m := New(Config{Logger: quiet()})
 
-			appendAndSeal(t, writer, "a", 1)
-			wantValue(t, reader, "a", 1)
-			appendAndSeal(t, writer, "a", 2, "b", 2)
-			wantValue(t, reader, "a", 2)
-			wantValue(t, reader, "b", 2)
+			storetest.AppendAndSeal(t, writer, "a", 1)
+			storetest.WantValue(t, reader, "a", 1)
+			storetest.AppendAndSeal(t, writer, "a", 2, "b", 2)
+			storetest.WantValue(t, reader, "a", 2)
+			storetest.WantValue(t, reader, "b", 2)
 
 			var merged atomic.Int64
 			rule := p.rule
@@ -61,11 +59,11 @@ func TestReadNeverGoesBackWhenAMergeLandsMidRefresh(t *testing.T) {
 				merged.Add(int64(res.Generations))
 			}
 			h := faults.AddRule(rule)
-			wantValue(t, reader, "a", 2)
+			storetest.WantValue(t, reader, "a", 2)
 			if h.Fired() != 1 || merged.Load() != 2 {
 				t.Fatalf("the merge did not land inside the refresh (rule fired %d times, %d generations merged)", h.Fired(), merged.Load())
 			}
-			wantValue(t, reader, "b", 2)
+			storetest.WantValue(t, reader, "b", 2)
 			recs, err := reader.List(ctx, store.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -78,69 +76,6 @@ func TestReadNeverGoesBackWhenAMergeLandsMidRefresh(t *testing.T) {
 			}
 		})
 	}
-}
-
-// openStore opens generic store "g" as worker shard on b, creating it if create;
-// opts are added to the shard's WAL options.
-func openStore(t *testing.T, b *objstore.Bucket, shard string, create bool, opts ...wal.Option) *store.Store {
-	t.Helper()
-	ctx := context.Background()
-	ss := store.NewStores(store.Config{Bucket: b, Shard: shard, Logger: quiet(), SnapshotTTL: -1,
-		WALOptions: append([]wal.Option{wal.WithLogger(quiet())}, opts...)}, 0)
-	t.Cleanup(func() { _ = ss.Close(context.Background()) })
-	if create {
-		if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindGeneric, Name: "g", Schema: canonicalSpec(t)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s, rel, err := ss.Open(ctx, registry.KindGeneric, "g")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rel)
-	return s
-}
-
-// appendAndSeal appends id=value pairs (value for every id) to s's own shard and
-// seals them into one generation.
-func appendAndSeal(t *testing.T, s *store.Store, kv ...any) {
-	t.Helper()
-	f := &fixture{s: s}
-	for i := 0; i < len(kv); i += 2 {
-		f.add(t, int64(kv[i+1].(int)), kv[i].(string))
-	}
-	if _, err := s.Seal(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// wantValue fails unless a read of id through s returns value v.
-func wantValue(t *testing.T, s *store.Store, id string, v int64) {
-	t.Helper()
-	rec, err := s.Get(context.Background(), id)
-	if err != nil {
-		t.Fatalf("get %s: %v", id, err)
-	}
-	if rec == nil {
-		t.Fatalf("get %s: missing, want %d", id, v)
-	}
-	defer rec.Release()
-	if got := rec.Column(1).(*array.Int64).Value(0); got != v {
-		t.Fatalf("get %s = %d, want %d", id, got, v)
-	}
-}
-
-func canonicalSpec(t *testing.T) []byte {
-	t.Helper()
-	spec, err := schema.ParseSpec([]byte(testSpec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	canon, err := spec.MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return canon
 }
 
 // TestReadsCompleteWhileACommitIsInFlight holds a merge's manifest write open and
@@ -223,13 +158,13 @@ func TestReadLatencyIsUnchangedByARebasingCommit(t *testing.T) {
 	ctx := context.Background()
 	mem := objstoretest.Mem(t)
 	faults := objstore.NewFaults(nil)
-	committer := openStore(t, objstore.WithFaults(mem, faults), "w1", true)
-	other := openStore(t, mem, "w2", false)
+	committer := storetest.Open(t, objstore.WithFaults(mem, faults), "w1", true)
+	other := storetest.Open(t, mem, "w2", false)
 	const losses, readers = 5, 4
 	for g := 0; g < losses; g++ {
-		appendAndSeal(t, other, fmt.Sprint("o", g), g)
+		storetest.AppendAndSeal(t, other, fmt.Sprint("o", g), g)
 	}
-	appendAndSeal(t, committer, "c", 1)
+	storetest.AppendAndSeal(t, committer, "c", 1)
 	const latency = 50 * time.Millisecond
 	faults.SetLatency(latency, 0)
 	m := New(Config{Logger: quiet(), MaxGenerations: 1})
@@ -361,9 +296,9 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 func TestPagingThroughAMergingStoreMissesNoRow(t *testing.T) {
 	ctx := context.Background()
 	b := objstoretest.Mem(t)
-	writer := openStore(t, b, "w2", true)
-	other := openStore(t, b, "w3", false)
-	reader := openStore(t, b, "w1", false)
+	writer := storetest.Open(t, b, "w2", true)
+	other := storetest.Open(t, b, "w3", false)
+	reader := storetest.Open(t, b, "w1", false)
 	m := New(Config{Logger: quiet(), MaxGenerations: 1})
 	rng := rand.New(rand.NewPCG(12, 1))
 	for g := 0; g < 6; g++ {
@@ -372,8 +307,8 @@ func TestPagingThroughAMergingStoreMissesNoRow(t *testing.T) {
 			id := fmt.Sprintf("id%03d", rng.IntN(1000))
 			kv = append(kv, id, g)
 		}
-		appendAndSeal(t, writer, kv...)
-		appendAndSeal(t, other, fmt.Sprintf("o%03d", rng.IntN(1000)), g)
+		storetest.AppendAndSeal(t, writer, kv...)
+		storetest.AppendAndSeal(t, other, fmt.Sprintf("o%03d", rng.IntN(1000)), g)
 	}
 	first, err := reader.List(ctx, store.ListOptions{})
 	if err != nil {
@@ -405,7 +340,7 @@ func TestPagingThroughAMergingStoreMissesNoRow(t *testing.T) {
 			break
 		}
 		kv = append(kv, fmt.Sprintf("id%03d", rng.IntN(1000)), 100+offset)
-		appendAndSeal(t, writer, kv...)
+		storetest.AppendAndSeal(t, writer, kv...)
 		if _, err := m.MergeOnce(ctx, []*store.Store{writer, other}[offset/limit%2], true); err != nil {
 			t.Fatal(err)
 		}

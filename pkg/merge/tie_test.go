@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/storetest"
+
 	"github.com/apache/arrow-go/v18/arrow/array"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -28,10 +30,10 @@ func TestWritesWithOneSeqFromTwoShardsResolveTheSameWayInEveryMergeOrder(t *test
 			ctx := context.Background()
 			b := objstoretest.Mem(t)
 			now := time.UnixMilli(1_800_000_000_000)
-			w1 := openStore(t, b, "w1", true, wal.WithClock(clocktesting.NewFakePassiveClock(now)))
-			w2 := openStore(t, b, "w2", false, wal.WithClock(clocktesting.NewFakePassiveClock(now)))
-			appendAndSeal(t, w1, "x", 1)
-			appendAndSeal(t, w2, "x", 2)
+			w1 := storetest.Open(t, b, "w1", true, wal.WithClock(clocktesting.NewFakePassiveClock(now)))
+			w2 := storetest.Open(t, b, "w2", false, wal.WithClock(clocktesting.NewFakePassiveClock(now)))
+			storetest.AppendAndSeal(t, w1, "x", 1)
+			storetest.AppendAndSeal(t, w2, "x", 2)
 			if s1, s2 := seqOf(t, w1, "x"), seqOf(t, w2, "x"); s1 != s2 {
 				t.Fatalf("the writers issued _seq %d and %d; the test needs a tie", s1, s2)
 			}
@@ -39,7 +41,7 @@ func TestWritesWithOneSeqFromTwoShardsResolveTheSameWayInEveryMergeOrder(t *test
 			reads := func(when string) {
 				t.Run(when, func(t *testing.T) {
 					for _, s := range []*store.Store{w1, w2} {
-						wantValue(t, s, "x", 2)
+						storetest.WantValue(t, s, "x", 2)
 						wantListed(t, s, "x", 2)
 					}
 				})
