@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dustin/go-humanize/english"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -64,7 +66,7 @@ file the master reads, or AUTH_TOKEN) and, with mutual TLS, a client certificate
 	var dependsOn []string
 	enqueue := &cobra.Command{
 		Use:   "enqueue <kind> <target>",
-		Short: "Enqueue a task (merge_wal, compact or index_id); a live task of the same kind and target is returned instead",
+		Short: "Enqueue a task (merge_wal, compact, verify or repair); a live task of the same kind and target is returned instead",
 		Args:  cobra.ExactArgs(2),
 		RunE: f.run("enqueue", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
 			return c.EnqueueTask(ctx, &tidemarkv1.EnqueueTaskRequest{Kind: args[0], Target: args[1], DependsOn: dependsOn})
@@ -99,6 +101,48 @@ shard once its own grace has passed.`,
 		}),
 	}
 
+	var noWait bool
+	compact := &cobra.Command{
+		Use:   "compact <target>",
+		Short: "Compact a store's base table and delete what retention lets go, and wait for the result",
+		Long: `Enqueue a compact task for a target (deduplicated) and wait for it to finish: a worker
+rewrites the base table's small fragments and fragments with many deleted rows into
+fewer (TARGET_ROWS_PER_FRAGMENT rows each), then deletes the manifests older than the
+retention (VERSION_RETENTION_COUNT, VERSION_RETENTION_AGE) and the files no kept
+version references, of the table and of its WAL shards. Exits non-zero if the task
+failed. --timeout bounds the wait (a large table may need minutes).`,
+		Args: cobra.ExactArgs(1),
+		RunE: f.run("compact", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
+			return enqueueAndWait(ctx, c, "compact", args[0], !noWait)
+		}),
+	}
+	compact.Flags().BoolVar(&noWait, "no-wait", false, "return once the task is enqueued")
+
+	var dropMissing bool
+	verify := &cobra.Command{
+		Use:   "verify <target>",
+		Short: "Check every object of a store's newest base table version, and wait for the result",
+		Long: `Enqueue a verify task for a target and wait for it: a worker checks that every object
+the newest base table version references exists with the size the manifest records
+and decodes (bloom filters, deletion vectors, Parquet footers). The task fails, and this
+command exits non-zero, naming each missing or damaged object.
+
+With --drop-missing it enqueues a repair task instead: the same check, then a commit of
+a new version without the fragments found missing or damaged. Their rows are gone from
+the table; each dropped fragment is logged by the worker and counted in
+tidemark_repair_dropped_fragments_total. Nothing ever drops data without this flag.`,
+		Args: cobra.ExactArgs(1),
+		RunE: f.run("verify", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
+			kind := "verify"
+			if dropMissing {
+				kind = "repair"
+			}
+			return enqueueAndWait(ctx, c, kind, args[0], !noWait)
+		}),
+	}
+	verify.Flags().BoolVar(&dropMissing, "drop-missing", false, "commit a version without the fragments found missing or damaged (their rows are lost)")
+	verify.Flags().BoolVar(&noWait, "no-wait", false, "return once the task is enqueued")
+
 	get := &cobra.Command{
 		Use:   "get <task-id>",
 		Short: "Show one task",
@@ -123,7 +167,7 @@ shard once its own grace has passed.`,
 		}),
 	}
 	list.Flags().StringVar(&lf.state, "state", "", "only tasks in this state: queued, running, done or failed")
-	list.Flags().StringVar(&lf.kind, "kind", "", "only tasks of this kind: merge_wal, compact or index_id")
+	list.Flags().StringVar(&lf.kind, "kind", "", "only tasks of this kind: merge_wal, compact, verify or repair")
 	list.Flags().StringVar(&lf.target, "target", "", "only tasks on this target")
 	list.Flags().Int32Var(&lf.limit, "limit", 0, "page size (0: 100; at most 1000)")
 	list.Flags().StringVar(&lf.token, "page-token", "", "continue after the previous page (its next page token)")
@@ -180,8 +224,42 @@ adopted and retired leaves ACTIVE_SHARDS; "+N retired" counts those.`,
 		}),
 	}
 
-	cmd.AddCommand(enqueue, requeue, adopt, get, list, cancel, stats, rescan, workers)
+	cmd.AddCommand(enqueue, requeue, adopt, compact, verify, get, list, cancel, stats, rescan, workers)
 	return cmd
+}
+
+// errTaskFailed is what a subcommand that waited for its task returns, with the
+// task, when the task failed: the task is printed, and the command exits non-zero.
+var errTaskFailed = errors.New("task failed")
+
+// enqueueAndWait enqueues a task of kind on target and, with wait, polls it until
+// it finished (or ctx, bounded by --timeout, ends).
+func enqueueAndWait(ctx context.Context, c tidemarkv1.AdminServiceClient, kind, target string, wait bool) (proto.Message, error) {
+	resp, err := c.EnqueueTask(ctx, &tidemarkv1.EnqueueTaskRequest{Kind: kind, Target: target})
+	if err != nil || !wait {
+		return resp, err
+	}
+	id := resp.GetTask().GetId()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got, err := c.GetTask(ctx, &tidemarkv1.GetTaskRequest{Id: id})
+		if err != nil {
+			return nil, err
+		}
+		switch got.GetTask().GetState() {
+		case "done":
+			return got, nil
+		case "failed":
+			return got, fmt.Errorf("%w: %s", errTaskFailed, got.GetTask().GetError())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.Errorf(codes.DeadlineExceeded, "task %s is still %s after --timeout (ADMIN_TIMEOUT); see it with: master admin get %s",
+				id, got.GetTask().GetState(), id)
+		case <-tick.C:
+		}
+	}
 }
 
 // adminCall is one AdminService call of a subcommand.
@@ -207,6 +285,12 @@ func (f *adminFlags) run(name string, call adminCall) func(*cobra.Command, []str
 		ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 		defer cancel()
 		resp, err := call(ctx, tidemarkv1.NewAdminServiceClient(conn), args)
+		if errors.Is(err, errTaskFailed) {
+			if perr := printResponse(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.output, resp); perr != nil {
+				return perr
+			}
+			return fmt.Errorf("%s: %w", name, err)
+		}
 		if err != nil {
 			st := status.Convert(err)
 			if st.Code() == codes.Unauthenticated {
@@ -368,12 +452,7 @@ func when(ts *timestamppb.Timestamp) string {
 }
 
 // count is n and noun, plural unless n is 1: "1 store", "0 stats rows".
-func count(n int64, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
+func count(n int64, noun string) string { return english.Plural(int(n), noun, noun+"s") }
 
 func orDash(s string) string {
 	if s == "" {

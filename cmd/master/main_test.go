@@ -24,7 +24,7 @@ func TestVersionPrintsBinaryNameAndVersion(t *testing.T) {
 	}
 }
 
-// `master admin verify demo` and `master admin requeue-merg demo` printed the help of
+// `master admin verifyy demo` and `master admin requeue-merg demo` printed the help of
 // admin and exited 0, so a script that mistyped a command believed it had succeeded.
 // Each command group refuses a word it does not know, naming it.
 func TestEveryCommandGroupRefusesAnUnknownSubcommand(t *testing.T) {
@@ -34,10 +34,10 @@ func TestEveryCommandGroupRefusesAnUnknownSubcommand(t *testing.T) {
 		word  string
 	}{
 		{"master", []string{"bogus"}, "bogus"},
-		{"master admin", []string{"admin", "verify", "demo"}, "verify"},
+		{"master admin", []string{"admin", "verifyy", "demo"}, "verifyy"},
 		{"master admin", []string{"admin", "requeue-merg", "demo"}, "requeue-merg"},
 		{"master completion", []string{"completion", "tcsh"}, "tcsh"},
-		{"master admin", []string{"help", "admin", "verify"}, "verify"}, // help of no such command
+		{"master admin", []string{"help", "admin", "verifyy"}, "verifyy"}, // help of no such command
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, stderr, err := run(t, tc.args...)

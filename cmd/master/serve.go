@@ -36,6 +36,10 @@ type serveFlags struct {
 	leaseTTL, shutdown          time.Duration
 	pruneInterval, retentionAge time.Duration
 	retentionCount              int
+	compactInterval             time.Duration
+	minFragments, compactMax    int
+	cleanupVersions             int
+	deletedRatio                float64
 	auth                        auth.Flags
 }
 
@@ -70,7 +74,17 @@ func newServeCmd() *cobra.Command {
 	bind("merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
 	fs.IntVar(&f.maxEnqueues, "merge-wal-max-enqueues", scanner.DefaultMaxEnqueues, "most new merge_wal tasks one sweep enqueues (worst targets first)")
 	bind("merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
-	fs.IntVar(&f.taskConcurrency, "task-concurrency", master.DefaultTaskConcurrency, "running tasks per kind other than merge_wal (compact and index_id have no runner yet: their tasks stay queued)")
+	fs.DurationVar(&f.compactInterval, "compaction-interval", scanner.DefaultCompactionInterval, "period of the compaction sweep that enqueues compact tasks")
+	bind("compaction-interval", "COMPACTION_INTERVAL")
+	fs.IntVar(&f.minFragments, "min-fragments", scanner.DefaultMinFragments, "the compaction sweep enqueues compact for targets with at least this many base table fragments")
+	bind("min-fragments", "MIN_FRAGMENTS")
+	fs.Float64Var(&f.deletedRatio, "compaction-deleted-ratio", scanner.DefaultDeletedRatio, "the compaction sweep enqueues compact for targets whose deleted rows are at least this share of their rows")
+	bind("compaction-deleted-ratio", "COMPACTION_DELETED_RATIO")
+	fs.IntVar(&f.cleanupVersions, "cleanup-every-versions", scanner.DefaultCleanupVersions, "the compaction sweep enqueues compact (whose cleanup deletes old versions and unreferenced files) for targets that committed this many versions since their last one")
+	bind("cleanup-every-versions", "CLEANUP_EVERY_VERSIONS")
+	fs.IntVar(&f.compactMax, "compaction-max-enqueues", scanner.DefaultMaxCompactionEnqueues, "most new compact tasks one compaction sweep enqueues (most fragments first)")
+	bind("compaction-max-enqueues", "COMPACTION_MAX_ENQUEUES")
+	fs.IntVar(&f.taskConcurrency, "task-concurrency", master.DefaultTaskConcurrency, "running tasks per kind other than merge_wal (compact, verify, repair), on this replica")
 	bind("task-concurrency", "TASK_CONCURRENCY")
 	fs.IntVar(&f.mergeConc, "merge-wal-concurrency", master.DefaultMergeConcurrency, "merge_wal tasks running at once on this replica (different targets; each calls the workers one at a time)")
 	bind("merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
@@ -123,6 +137,13 @@ func (f serveFlags) check() error {
 	positive(f.shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT")
 	positive(f.pruneInterval, "task-prune-interval", "TASK_PRUNE_INTERVAL")
 	positive(f.retentionAge, "task-retention-age", "TASK_RETENTION_AGE")
+	positive(f.compactInterval, "compaction-interval", "COMPACTION_INTERVAL")
+	atLeastOne(f.minFragments, "min-fragments", "MIN_FRAGMENTS")
+	atLeastOne(f.cleanupVersions, "cleanup-every-versions", "CLEANUP_EVERY_VERSIONS")
+	atLeastOne(f.compactMax, "compaction-max-enqueues", "COMPACTION_MAX_ENQUEUES")
+	if f.deletedRatio <= 0 || f.deletedRatio > 1 {
+		errs = append(errs, fmt.Errorf("--compaction-deleted-ratio (COMPACTION_DELETED_RATIO) must be in (0, 1], got %g", f.deletedRatio))
+	}
 	atLeastOne(f.minGenerations, "merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
 	atLeastOne(f.maxEnqueues, "merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
 	atLeastOne(f.taskConcurrency, "task-concurrency", "TASK_CONCURRENCY")
@@ -195,17 +216,24 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return fmt.Errorf("http addr (--http-addr, HTTP_ADDR): %w", err)
 	}
 	m, err := master.New(master.Config{
-		Client:           client,
-		Prefix:           prefix,
-		Bucket:           bucket,
-		Discovery:        discovery,
-		Caller:           caller,
-		GRPCListener:     gln,
-		HTTPListener:     hln,
-		ScanInterval:     f.scanInterval,
-		SweepInterval:    f.sweepInterval,
-		MinGenerations:   f.minGenerations,
-		MaxEnqueues:      f.maxEnqueues,
+		Client:         client,
+		Prefix:         prefix,
+		Bucket:         bucket,
+		Discovery:      discovery,
+		Caller:         caller,
+		GRPCListener:   gln,
+		HTTPListener:   hln,
+		ScanInterval:   f.scanInterval,
+		SweepInterval:  f.sweepInterval,
+		MinGenerations: f.minGenerations,
+		MaxEnqueues:    f.maxEnqueues,
+		Compaction: []scanner.Option{
+			scanner.WithCompactionInterval(f.compactInterval),
+			scanner.WithMinFragments(f.minFragments),
+			scanner.WithDeletedRatio(f.deletedRatio),
+			scanner.WithCleanupVersions(f.cleanupVersions),
+			scanner.WithMaxCompactionEnqueues(f.compactMax),
+		},
 		TaskConcurrency:  f.taskConcurrency,
 		MergeConcurrency: f.mergeConc,
 		WorkerTimeout:    f.workerTimeout,

@@ -228,7 +228,7 @@ func TestAdminAgainstALiveMaster(t *testing.T) {
 	if err != nil || fieldOf(out, "id") != id || fieldOf(out, "deduplicated") != "true" {
 		t.Fatalf("second enqueue printed (%v):\n%s", err, out)
 	}
-	if _, _, err := admin("enqueue", "index_id", "generic:g1"); err != nil {
+	if _, _, err := admin("enqueue", "verify", "generic:g1"); err != nil {
 		t.Fatal(err)
 	}
 

@@ -273,7 +273,7 @@ func TestListTasksFiltersAndPages(t *testing.T) {
 		{Kind: "merge_wal", Target: "r1"},
 		{Kind: "compact", Target: "r1"},
 		{Kind: "merge_wal", Target: "generic:g1"},
-		{Kind: "index_id", Target: "generic:g1"},
+		{Kind: "verify", Target: "generic:g1"},
 		{Kind: "compact", Target: "generic:g1"},
 	} {
 		resp, err := c.EnqueueTask(ctx, req)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -153,4 +154,18 @@ func (c *GRPCCaller) Close() error {
 		delete(c.conns, addr)
 	}
 	return nil
+}
+
+// Maintain has worker w run a maintenance task of target (WorkerService.Maintain).
+func (c *GRPCCaller) Maintain(ctx context.Context, w Worker, kind tasks.Kind, target string, fencingToken int64) (MaintainResult, error) {
+	client, err := c.client(ctx, w)
+	if err != nil {
+		return MaintainResult{}, err
+	}
+	resp, err := client.Maintain(ctx,
+		&tidemarkv1.MaintainRequest{Target: target, Kind: string(kind), FencingToken: fencingToken}, grpc.WaitForReady(false))
+	if err != nil {
+		return MaintainResult{}, err
+	}
+	return MaintainResult{Summary: resp.GetSummary(), Problems: resp.GetProblems()}, nil
 }

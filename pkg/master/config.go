@@ -12,6 +12,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -45,9 +46,9 @@ type Config struct {
 	Discovery Discovery
 	// Caller calls the workers; required unless Runners replaces merge_wal's.
 	Caller Caller
-	// Runners add to or replace the built-in runners by kind. The master has one
-	// runner of its own, merge_wal's serial FanOut; compact and index_id have none
-	// yet, so their tasks stay queued unless a runner is given here.
+	// Runners add to or replace the built-in runners by kind: merge_wal's serial
+	// FanOut, and Maintenance for compact, verify and repair (with a Caller that
+	// can call WorkerService.Maintain, as the GRPCCaller can).
 	Runners map[tasks.Kind]Runner
 
 	// GRPCListener serves the AdminService (with health and reflection), and
@@ -63,6 +64,11 @@ type Config struct {
 	SweepInterval  time.Duration
 	MinGenerations int
 	MaxEnqueues    int
+	// Compaction holds the compaction sweep's options (COMPACTION_INTERVAL,
+	// MIN_FRAGMENTS, COMPACTION_DELETED_RATIO, CLEANUP_EVERY_VERSIONS,
+	// COMPACTION_MAX_ENQUEUES: scanner.With* options; the scanner package's
+	// defaults for those not given).
+	Compaction []scanner.Option
 
 	// TaskConcurrency bounds the running tasks of each kind other than merge_wal
 	// (TASK_CONCURRENCY), MergeConcurrency the running merge_wal tasks

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize/english"
+
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
@@ -85,8 +87,12 @@ var ErrNoLiveWorkers = errors.New("no live workers")
 
 // Ready implements Gate: merge_wal tasks are claimed only while some worker is
 // listed, so a merge queued while every worker restarts waits for them.
-func (f *FanOut) Ready(ctx context.Context) error {
-	workers, err := f.Discovery.Workers(ctx)
+func (f *FanOut) Ready(ctx context.Context) error { return anyWorker(ctx, f.Discovery) }
+
+// anyWorker returns nil when discovery lists a worker, ErrNoLiveWorkers when it
+// lists none.
+func anyWorker(ctx context.Context, d Discovery) error {
+	workers, err := d.Workers(ctx)
 	if err != nil {
 		return fmt.Errorf("discover workers: %w", err)
 	}
@@ -221,7 +227,7 @@ func (f *FanOut) adopt(ctx context.Context, c *tasks.Claim, workers []Worker, lo
 	}
 	for _, shard := range f.orphans.of(row, workers) {
 		var last error
-		for _, w := range adoptersFor(shard, workers) {
+		for _, w := range ringFrom(shard, workers) {
 			if unreachable[w.InstanceID] {
 				continue
 			}
@@ -259,9 +265,5 @@ func (f *FanOut) adopt(ctx context.Context, c *tasks.Claim, workers []Worker, lo
 
 // count is n and noun, plural unless n is 1: "1 generation", "0 generations". For
 // a fraction ("2/3 workers") n is the whole.
-func count(n int64, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
+// count says n nouns in English ("1 generation", "2 generations").
+func count(n int64, noun string) string { return english.Plural(int(n), noun, noun+"s") }

@@ -52,10 +52,10 @@ func TestFanOutAdoptsFirstAndPassesOverAnUnreachableAdopter(t *testing.T) {
 	dead := Worker{InstanceID: "dead", GRPCAddr: deadAddr(t)}
 	liveW := Worker{InstanceID: "live", GRPCAddr: startWorkerService(t, live)}
 	workers := StaticDiscovery{dead, liveW}
-	if adoptersFor("gone", workers)[0].InstanceID != "dead" {
+	if ringFrom("gone", workers)[0].InstanceID != "dead" {
 		workers = StaticDiscovery{liveW, dead}
 	}
-	if adoptersFor("gone", workers)[0].InstanceID != "dead" {
+	if ringFrom("gone", workers)[0].InstanceID != "dead" {
 		t.Fatal("the test needs the unreachable worker to be the shard's first adopter")
 	}
 	clk := clocktesting.NewFakePassiveClock(time.Now())

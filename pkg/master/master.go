@@ -35,6 +35,7 @@ type Master struct {
 	tasks   *tasks.Store
 	scanner *scanner.Scanner
 	sweeper *scanner.MergeSweeper
+	compact *scanner.CompactionSweeper
 	orphans *orphans
 	sched   *Scheduler
 	metrics *Metrics
@@ -106,6 +107,7 @@ func New(cfg Config) (*Master, error) {
 		sweepOpts = append(sweepOpts, scanner.WithOrphans(m.orphans.check))
 	}
 	m.sweeper = scanner.NewMergeSweeper(cfg.Client, m.tasks, m.session.scannerLease, sweepOpts...)
+	m.compact = scanner.NewCompactionSweeper(cfg.Client, m.tasks, m.session.scannerLease, append(scanOpts, cfg.Compaction...)...)
 
 	runners := map[tasks.Kind]Runner{}
 	if cfg.Caller != nil {
@@ -117,6 +119,12 @@ func New(cfg Config) (*Master, error) {
 			Logger:        log.With("component", "fanout"),
 			Row:           m.scanner.Row,
 			orphans:       m.orphans,
+		}
+		if mc, ok := cfg.Caller.(maintainCaller); ok {
+			maint := &Maintenance{Discovery: cfg.Discovery, Caller: mc, Logger: log.With("component", "maintenance")}
+			for _, k := range []tasks.Kind{tasks.KindCompact, tasks.KindVerify, tasks.KindRepair} {
+				runners[k] = maint
+			}
 		}
 	}
 	for k, r := range cfg.Runners {
@@ -242,6 +250,7 @@ func (m *Master) Run(ctx context.Context) error {
 	wg.Go(func() { m.sched.Run(runCtx, m.cfg.ShutdownTimeout) })
 	wg.Go(func() { m.scanner.Run(runCtx) })
 	wg.Go(func() { m.sweeper.Run(runCtx) })
+	wg.Go(func() { m.compact.Run(runCtx) })
 	wg.Go(func() { m.pruneLoop(runCtx) })
 	wg.Go(func() { m.probeLoop(runCtx) })
 	if ln := m.cfg.GRPCListener; ln != nil {

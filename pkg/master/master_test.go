@@ -194,8 +194,8 @@ func TestMasterStartsANewSessionWhenItsLeaseIsGone(t *testing.T) {
 	}
 }
 
-// compact and index_id have no runner yet: their tasks stay queued, and do not
-// hold up merge_wal tasks behind them.
+// A kind without a runner (compact, with a Caller that cannot run maintenance)
+// stays queued, and does not hold up merge_wal tasks behind it.
 func TestMasterLeavesKindsWithoutARunnerQueued(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	m := runMaster(t, client, Config{})

@@ -189,13 +189,13 @@ func liveSet(workers []Worker) map[string]bool {
 	return set
 }
 
-// adoptersFor orders the live workers for adopting shard: the first is the same
-// one for a shard while the live workers stay the same, spread over them by the
-// shard's hash; the others follow in ring order, to be asked when it cannot be
-// reached.
-func adoptersFor(shard string, live []Worker) []Worker {
+// ringFrom orders the live workers for a job keyed by key (a shard to adopt, a
+// target to maintain): the first is the same one for a key while the live workers
+// stay the same, spread over them by the key's hash; the others follow in ring
+// order, to be asked when it cannot be reached.
+func ringFrom(key string, live []Worker) []Worker {
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(shard))
+	_, _ = h.Write([]byte(key))
 	first := int(h.Sum32() % uint32(len(live)))
 	return append(append([]Worker(nil), live[first:]...), live[:first]...)
 }

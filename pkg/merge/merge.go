@@ -194,6 +194,22 @@ func (m *Merger) AcquireSlot(ctx context.Context) (release func(), err error) {
 	return func() { once.Do(func() { m.slots.Release(1) }) }, nil
 }
 
+// Reserve takes one merge slot and charge bytes (at most the whole budget) of the
+// merge memory budget, waiting for both, for work other than a merge that must
+// not run beside more merges than the worker is sized for (a compaction). The
+// returned func gives both back.
+func (m *Merger) Reserve(ctx context.Context, charge int64) (release func(), err error) {
+	if err := m.slots.Acquire(ctx, 1); err != nil {
+		return nil, err
+	}
+	charge = min(max(charge, 0), m.cfg.BudgetBytes)
+	if err := m.budget.Acquire(ctx, charge); err != nil {
+		m.slots.Release(1)
+		return nil, err
+	}
+	return func() { m.budget.Release(charge); m.slots.Release(1) }, nil
+}
+
 func (m *Merger) acquireSlot(ctx context.Context, wait bool) error {
 	if wait {
 		return m.slots.Acquire(ctx, 1)

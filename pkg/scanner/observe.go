@@ -96,6 +96,7 @@ func (o *observation) row(now time.Time) Row {
 		RowCount:      o.base.Rows,
 		FragmentCount: o.base.Fragments,
 		Bytes:         o.base.Bytes,
+		DeletedRows:   o.base.DeletedRows,
 		Shards:        len(o.wal.Shards),
 		LastUpdated:   o.base.UpdatedAt.UTC(),
 		ScannedAt:     now.UTC(),

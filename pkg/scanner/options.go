@@ -21,12 +21,19 @@ const (
 	DefaultSweepInterval    = 60 * time.Second
 	DefaultMinGenerations   = 8
 	DefaultMaxEnqueues      = 256
+
+	DefaultCompactionInterval    = 10 * time.Minute
+	DefaultMinFragments          = 32
+	DefaultDeletedRatio          = 0.2
+	DefaultCleanupVersions       = 100
+	DefaultMaxCompactionEnqueues = 16
 )
 
 // Coordination lock names: P/coordination/scanner and P/coordination/merge-sweep.
 const (
-	ScannerLock    = "scanner"
-	MergeSweepLock = "merge-sweep"
+	ScannerLock         = "scanner"
+	MergeSweepLock      = "merge-sweep"
+	CompactionSweepLock = "compaction-sweep"
 )
 
 // Lease returns the lease the coordination locks are taken under: the master's
@@ -57,6 +64,13 @@ type options struct {
 	minGenerations int
 	maxEnqueues    int
 	orphans        OrphanCheck
+
+	// CompactionSweeper.
+	compactionInterval    time.Duration
+	minFragments          int
+	deletedRatio          float64
+	cleanupVersions       uint64
+	maxCompactionEnqueues int
 
 	// beforeWrite, if set, runs after a round's observations and before its first
 	// etcd write (tests revoke the lease there).
@@ -153,6 +167,59 @@ func WithMaxEnqueues(n int) Option {
 	}
 }
 
+// WithCompactionInterval sets the CompactionSweeper's period, COMPACTION_INTERVAL
+// (10 min).
+func WithCompactionInterval(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.compactionInterval = d
+		}
+	}
+}
+
+// WithMinFragments sets MIN_FRAGMENTS (32): the CompactionSweeper enqueues a
+// compaction for targets with at least this many fragments.
+func WithMinFragments(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.minFragments = n
+		}
+	}
+}
+
+// WithDeletedRatio sets COMPACTION_DELETED_RATIO (0.2): the CompactionSweeper
+// enqueues a compaction for targets whose deleted rows are at least this share of
+// all their fragments' rows.
+func WithDeletedRatio(r float64) Option {
+	return func(o *options) {
+		if r > 0 {
+			o.deletedRatio = r
+		}
+	}
+}
+
+// WithCleanupVersions sets CLEANUP_EVERY_VERSIONS (100): the CompactionSweeper
+// enqueues a compact task (whose cleanup deletes what retention lets go) for
+// targets that committed this many versions since its last one, even with nothing
+// to compact.
+func WithCleanupVersions(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.cleanupVersions = uint64(n)
+		}
+	}
+}
+
+// WithMaxCompactionEnqueues caps the new compact tasks one compaction sweep
+// enqueues, COMPACTION_MAX_ENQUEUES (16).
+func WithMaxCompactionEnqueues(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxCompactionEnqueues = n
+		}
+	}
+}
+
 // OrphanCheck is asked once per merge sweep for a function that names the
 // orphaned shards of a stats row (ActiveShards whose worker has been gone for the
 // grace period); the sweep enqueues merge_wal for a target that has any, whatever
@@ -176,6 +243,12 @@ func buildOptions(opts []Option) options {
 		sweepInterval:    DefaultSweepInterval,
 		minGenerations:   DefaultMinGenerations,
 		maxEnqueues:      DefaultMaxEnqueues,
+
+		compactionInterval:    DefaultCompactionInterval,
+		minFragments:          DefaultMinFragments,
+		deletedRatio:          DefaultDeletedRatio,
+		cleanupVersions:       DefaultCleanupVersions,
+		maxCompactionEnqueues: DefaultMaxCompactionEnqueues,
 	}
 	for _, f := range opts {
 		f(&o)

@@ -37,6 +37,9 @@ type Row struct {
 	RowCount      int64  `json:"row_count"`
 	FragmentCount int    `json:"fragment_count"`
 	Bytes         int64  `json:"bytes"`
+	// DeletedRows counts rows of the fragments that deletion vectors hide: what a
+	// compaction would drop (the compaction sweep compares it with RowCount).
+	DeletedRows int64 `json:"deleted_rows"`
 	// Shards is the number of WAL shards (one per worker that ever wrote the store).
 	Shards int `json:"shards"`
 	// PendingWALGenerations counts the sealed generations above each shard's

@@ -15,8 +15,8 @@ func TestCancel(t *testing.T) {
 	running := enqueue(t, s, KindCompact, "r1")
 	claim(t, s, lease)
 	queued := enqueue(t, s, KindCompact, "r2")
-	finished := enqueue(t, s, KindIndexID, "r3")
-	c := claim(t, s, lease, KindIndexID)
+	finished := enqueue(t, s, KindVerify, "r3")
+	c := claim(t, s, lease, KindVerify)
 	finish(t, s, c, nil)
 
 	got, err := s.Cancel(ctx, queued.ID)

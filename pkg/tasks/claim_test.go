@@ -100,8 +100,8 @@ func TestClaimFilterLeavesOutOtherKinds(t *testing.T) {
 	lease := grant(t, client)
 	enqueue(t, s, KindMergeWAL, "r1")
 	compact := enqueue(t, s, KindCompact, "r2")
-	if c := claim(t, s, lease, KindCompact, KindIndexID); c.Task.ID != compact.ID {
-		t.Fatalf("claimed %s %s with a compact/index_id filter", c.Task.Kind, c.Task.Target)
+	if c := claim(t, s, lease, KindCompact, KindVerify); c.Task.ID != compact.ID {
+		t.Fatalf("claimed %s %s with a compact/verify filter", c.Task.Kind, c.Task.Target)
 	}
 	if _, err := s.Claim(context.Background(), lease, ClaimFilter{Kinds: []Kind{KindCompact}}); !errors.Is(err, ErrNoTask) {
 		t.Fatalf("claim with only a merge queued and a compact filter: %v, want ErrNoTask", err)
@@ -214,7 +214,7 @@ func TestFailedDependencyFailsItsDependents(t *testing.T) {
 	lease := grant(t, client)
 	a := enqueue(t, s, KindMergeWAL, "r1")
 	b := enqueue(t, s, KindCompact, "r2", a.ID)
-	c := enqueue(t, s, KindIndexID, "r3", b.ID)
+	c := enqueue(t, s, KindVerify, "r3", b.ID)
 
 	finish(t, s, claim(t, s, lease), errors.New("worker w2 unavailable"))
 	noClaim(t, s, lease) // fails b, then c, on the way

@@ -63,9 +63,9 @@ func TestEnqueueOfRunningKindAndTargetReturnsTheRunningTask(t *testing.T) {
 		t.Fatalf("enqueue during run: %+v dedup=%v err=%v; want the running task %s", again, dedup, err, c.Task.ID)
 	}
 	// Another kind on the same target is a different task.
-	other := enqueue(t, s, KindIndexID, "r1")
+	other := enqueue(t, s, KindVerify, "r1")
 	if other.ID == first.ID {
-		t.Fatal("index_id deduplicated onto compact")
+		t.Fatal("verify deduplicated onto compact")
 	}
 }
 

@@ -96,9 +96,9 @@ func TestCooldownBackoffGrowsAndBlocksClaims(t *testing.T) {
 		enqueue(t, s, KindCompact, "r1")
 		noClaim(t, s, lease)
 		// Other kinds and other targets are not held back.
-		other := enqueue(t, s, KindIndexID, "r1")
+		other := enqueue(t, s, KindVerify, "r1")
 		if c := claim(t, s, lease); c.Task.ID != other.ID {
-			t.Fatalf("claimed %s %s, want the index_id of r1", c.Task.Kind, c.Task.Target)
+			t.Fatalf("claimed %s %s, want the verify of r1", c.Task.Kind, c.Task.Target)
 		} else {
 			finish(t, s, c, nil)
 		}

@@ -28,7 +28,7 @@ func TestPruneKeepsLiveAndDependedOnTasks(t *testing.T) {
 	if c := claim(t, s, lease, KindMergeWAL); c.Task.ID != running.ID {
 		t.Fatalf("claimed %s", c.Task.ID)
 	}
-	queued := enqueue(t, s, KindIndexID, "q")
+	queued := enqueue(t, s, KindVerify, "q")
 
 	// keep 2: deletes finished[1..3]; finished[0] is depended on.
 	n, err := s.Prune(ctx, 2, 0)

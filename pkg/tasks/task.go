@@ -25,14 +25,27 @@ const (
 	// KindMergeWAL merges the target's pending WAL generations into its base table,
 	// calling the workers one after another.
 	KindMergeWAL Kind = "merge_wal"
-	// KindCompact rewrites the target's base table into fewer fragments.
+	// KindCompact rewrites the target's small fragments and fragments with many
+	// deleted rows into fewer, then deletes the manifests retention lets go and the
+	// files nothing kept references (the base table's and its WAL shards').
 	KindCompact Kind = "compact"
-	// KindIndexID rebuilds the target's id index.
-	KindIndexID Kind = "index_id"
+	// KindVerify checks that every object the target's newest base table version
+	// references exists with the right size and decodes; it reports, changes nothing.
+	KindVerify Kind = "verify"
+	// KindRepair is a verify that then commits a version without the fragments it
+	// found missing or damaged. Only an operator enqueues it: silent data removal is
+	// never automatic.
+	KindRepair Kind = "repair"
 )
 
 // Kinds lists every task kind, in a fixed order.
-func Kinds() []Kind { return []Kind{KindMergeWAL, KindCompact, KindIndexID} }
+//
+// There is no id index kind: a point lookup reads the bounds and bloom filter of
+// each fragment (cached, a few KiB each) and opens only fragments whose filter
+// admits the id, and compaction keeps the fragment count under twice its
+// threshold, so a table-level index would save a bounded number of cached filter
+// probes per lookup while adding a second structure every commit must update.
+func Kinds() []Kind { return []Kind{KindMergeWAL, KindCompact, KindVerify, KindRepair} }
 
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool { return slices.Contains(Kinds(), k) }

@@ -30,7 +30,7 @@ type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is a UUIDv7: ids sort in enqueue order.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// kind is merge_wal, compact or index_id.
+	// kind is merge_wal, compact, verify or repair.
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// target is "<name>" (rollout store) or "generic:<name>" (generic store).
 	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`

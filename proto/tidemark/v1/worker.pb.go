@@ -316,6 +316,227 @@ func (x *AdoptShardResponse) GetInstanceId() string {
 	return ""
 }
 
+type MaintainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target is "<name>" (rollout store) or "generic:<name>" (generic store).
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// kind is "compact", "verify" or "repair".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// fencing_token is as in MergeWalRequest. Must be > 0.
+	FencingToken  int64 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MaintainRequest) Reset() {
+	*x = MaintainRequest{}
+	mi := &file_tidemark_v1_worker_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MaintainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MaintainRequest) ProtoMessage() {}
+
+func (x *MaintainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_worker_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MaintainRequest.ProtoReflect.Descriptor instead.
+func (*MaintainRequest) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MaintainRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *MaintainRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *MaintainRequest) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+type MaintainResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// instance_id is the answering worker.
+	InstanceId string `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// summary is one line for the task's detail, e.g. "compacted 40 fragments into
+	// 2 (version 812); deleted 31 manifests and 95 files (12.4 MiB)".
+	Summary string `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	// base_version is the base table version after the task; 0 if it committed
+	// nothing.
+	BaseVersion uint64 `protobuf:"varint,3,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	// Compaction: source fragments rewritten, fragments written, live rows carried
+	// over, deleted rows materialized away, bytes written.
+	CompactedFragments int64 `protobuf:"varint,4,opt,name=compacted_fragments,json=compactedFragments,proto3" json:"compacted_fragments,omitempty"`
+	WrittenFragments   int64 `protobuf:"varint,5,opt,name=written_fragments,json=writtenFragments,proto3" json:"written_fragments,omitempty"`
+	RewrittenRows      int64 `protobuf:"varint,6,opt,name=rewritten_rows,json=rewrittenRows,proto3" json:"rewritten_rows,omitempty"`
+	DroppedDeletedRows int64 `protobuf:"varint,7,opt,name=dropped_deleted_rows,json=droppedDeletedRows,proto3" json:"dropped_deleted_rows,omitempty"`
+	WrittenBytes       int64 `protobuf:"varint,8,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
+	// Cleanup: objects (manifests and files) deleted and their bytes.
+	DeletedObjects int64 `protobuf:"varint,9,opt,name=deleted_objects,json=deletedObjects,proto3" json:"deleted_objects,omitempty"`
+	DeletedBytes   int64 `protobuf:"varint,10,opt,name=deleted_bytes,json=deletedBytes,proto3" json:"deleted_bytes,omitempty"`
+	// Verify and repair: objects checked, problems found ("<path>: missing", ...),
+	// and what a repair dropped.
+	CheckedObjects   int64    `protobuf:"varint,11,opt,name=checked_objects,json=checkedObjects,proto3" json:"checked_objects,omitempty"`
+	Problems         []string `protobuf:"bytes,12,rep,name=problems,proto3" json:"problems,omitempty"`
+	DroppedFragments int64    `protobuf:"varint,13,opt,name=dropped_fragments,json=droppedFragments,proto3" json:"dropped_fragments,omitempty"`
+	DroppedRows      int64    `protobuf:"varint,14,opt,name=dropped_rows,json=droppedRows,proto3" json:"dropped_rows,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *MaintainResponse) Reset() {
+	*x = MaintainResponse{}
+	mi := &file_tidemark_v1_worker_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MaintainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MaintainResponse) ProtoMessage() {}
+
+func (x *MaintainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_worker_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MaintainResponse.ProtoReflect.Descriptor instead.
+func (*MaintainResponse) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MaintainResponse) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *MaintainResponse) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *MaintainResponse) GetBaseVersion() uint64 {
+	if x != nil {
+		return x.BaseVersion
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetCompactedFragments() int64 {
+	if x != nil {
+		return x.CompactedFragments
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetWrittenFragments() int64 {
+	if x != nil {
+		return x.WrittenFragments
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetRewrittenRows() int64 {
+	if x != nil {
+		return x.RewrittenRows
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetDroppedDeletedRows() int64 {
+	if x != nil {
+		return x.DroppedDeletedRows
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetWrittenBytes() int64 {
+	if x != nil {
+		return x.WrittenBytes
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetDeletedObjects() int64 {
+	if x != nil {
+		return x.DeletedObjects
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetDeletedBytes() int64 {
+	if x != nil {
+		return x.DeletedBytes
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetCheckedObjects() int64 {
+	if x != nil {
+		return x.CheckedObjects
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetProblems() []string {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *MaintainResponse) GetDroppedFragments() int64 {
+	if x != nil {
+		return x.DroppedFragments
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetDroppedRows() int64 {
+	if x != nil {
+		return x.DroppedRows
+	}
+	return 0
+}
+
 type FlushRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// target is one store to seal; empty seals every store this worker holds open.
@@ -326,7 +547,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[4]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +559,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[4]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,7 +572,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FlushRequest) GetTarget() string {
@@ -372,7 +593,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[5]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +605,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[5]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +618,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FlushResponse) GetSealedGenerations() int64 {
@@ -415,7 +636,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[6]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +648,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[6]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +661,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 type InfoResponse struct {
@@ -460,7 +681,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[7]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +693,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[7]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +706,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InfoResponse) GetInstanceId() string {
@@ -541,7 +762,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[8]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +774,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[8]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +787,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ShardInfo) GetTarget() string {
@@ -624,7 +845,28 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\aretired\x18\x04 \x01(\bR\aretired\x12!\n" +
 	"\fbase_version\x18\x05 \x01(\x04R\vbaseVersion\x12\x1f\n" +
 	"\vinstance_id\x18\x06 \x01(\tR\n" +
-	"instanceId\"&\n" +
+	"instanceId\"b\n" +
+	"\x0fMaintainRequest\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\"\xaf\x04\n" +
+	"\x10MaintainResponse\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\tR\n" +
+	"instanceId\x12\x18\n" +
+	"\asummary\x18\x02 \x01(\tR\asummary\x12!\n" +
+	"\fbase_version\x18\x03 \x01(\x04R\vbaseVersion\x12/\n" +
+	"\x13compacted_fragments\x18\x04 \x01(\x03R\x12compactedFragments\x12+\n" +
+	"\x11written_fragments\x18\x05 \x01(\x03R\x10writtenFragments\x12%\n" +
+	"\x0erewritten_rows\x18\x06 \x01(\x03R\rrewrittenRows\x120\n" +
+	"\x14dropped_deleted_rows\x18\a \x01(\x03R\x12droppedDeletedRows\x12#\n" +
+	"\rwritten_bytes\x18\b \x01(\x03R\fwrittenBytes\x12'\n" +
+	"\x0fdeleted_objects\x18\t \x01(\x03R\x0edeletedObjects\x12#\n" +
+	"\rdeleted_bytes\x18\n" +
+	" \x01(\x03R\fdeletedBytes\x12'\n" +
+	"\x0fchecked_objects\x18\v \x01(\x03R\x0echeckedObjects\x12\x1a\n" +
+	"\bproblems\x18\f \x03(\tR\bproblems\x12+\n" +
+	"\x11dropped_fragments\x18\r \x01(\x03R\x10droppedFragments\x12!\n" +
+	"\fdropped_rows\x18\x0e \x01(\x03R\vdroppedRows\"&\n" +
 	"\fFlushRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\">\n" +
 	"\rFlushResponse\x12-\n" +
@@ -641,11 +883,12 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12/\n" +
 	"\x13pending_generations\x18\x02 \x01(\x03R\x12pendingGenerations\x12#\n" +
 	"\rmemtable_rows\x18\x03 \x01(\x03R\fmemtableRows\x12!\n" +
-	"\fwriter_epoch\x18\x04 \x01(\x04R\vwriterEpoch2\xa4\x02\n" +
+	"\fwriter_epoch\x18\x04 \x01(\x04R\vwriterEpoch2\xed\x02\n" +
 	"\rWorkerService\x12G\n" +
 	"\bMergeWal\x12\x1c.tidemark.v1.MergeWalRequest\x1a\x1d.tidemark.v1.MergeWalResponse\x12M\n" +
 	"\n" +
-	"AdoptShard\x12\x1e.tidemark.v1.AdoptShardRequest\x1a\x1f.tidemark.v1.AdoptShardResponse\x12>\n" +
+	"AdoptShard\x12\x1e.tidemark.v1.AdoptShardRequest\x1a\x1f.tidemark.v1.AdoptShardResponse\x12G\n" +
+	"\bMaintain\x12\x1c.tidemark.v1.MaintainRequest\x1a\x1d.tidemark.v1.MaintainResponse\x12>\n" +
 	"\x05Flush\x12\x19.tidemark.v1.FlushRequest\x1a\x1a.tidemark.v1.FlushResponse\x12;\n" +
 	"\x04Info\x12\x18.tidemark.v1.InfoRequest\x1a\x19.tidemark.v1.InfoResponseB>Z<github.com/tidemark-io/tidemark/proto/tidemark/v1;tidemarkv1b\x06proto3"
 
@@ -661,33 +904,37 @@ func file_tidemark_v1_worker_proto_rawDescGZIP() []byte {
 	return file_tidemark_v1_worker_proto_rawDescData
 }
 
-var file_tidemark_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_tidemark_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_tidemark_v1_worker_proto_goTypes = []any{
 	(*MergeWalRequest)(nil),    // 0: tidemark.v1.MergeWalRequest
 	(*MergeWalResponse)(nil),   // 1: tidemark.v1.MergeWalResponse
 	(*AdoptShardRequest)(nil),  // 2: tidemark.v1.AdoptShardRequest
 	(*AdoptShardResponse)(nil), // 3: tidemark.v1.AdoptShardResponse
-	(*FlushRequest)(nil),       // 4: tidemark.v1.FlushRequest
-	(*FlushResponse)(nil),      // 5: tidemark.v1.FlushResponse
-	(*InfoRequest)(nil),        // 6: tidemark.v1.InfoRequest
-	(*InfoResponse)(nil),       // 7: tidemark.v1.InfoResponse
-	(*ShardInfo)(nil),          // 8: tidemark.v1.ShardInfo
+	(*MaintainRequest)(nil),    // 4: tidemark.v1.MaintainRequest
+	(*MaintainResponse)(nil),   // 5: tidemark.v1.MaintainResponse
+	(*FlushRequest)(nil),       // 6: tidemark.v1.FlushRequest
+	(*FlushResponse)(nil),      // 7: tidemark.v1.FlushResponse
+	(*InfoRequest)(nil),        // 8: tidemark.v1.InfoRequest
+	(*InfoResponse)(nil),       // 9: tidemark.v1.InfoResponse
+	(*ShardInfo)(nil),          // 10: tidemark.v1.ShardInfo
 }
 var file_tidemark_v1_worker_proto_depIdxs = []int32{
-	8, // 0: tidemark.v1.InfoResponse.stores:type_name -> tidemark.v1.ShardInfo
-	0, // 1: tidemark.v1.WorkerService.MergeWal:input_type -> tidemark.v1.MergeWalRequest
-	2, // 2: tidemark.v1.WorkerService.AdoptShard:input_type -> tidemark.v1.AdoptShardRequest
-	4, // 3: tidemark.v1.WorkerService.Flush:input_type -> tidemark.v1.FlushRequest
-	6, // 4: tidemark.v1.WorkerService.Info:input_type -> tidemark.v1.InfoRequest
-	1, // 5: tidemark.v1.WorkerService.MergeWal:output_type -> tidemark.v1.MergeWalResponse
-	3, // 6: tidemark.v1.WorkerService.AdoptShard:output_type -> tidemark.v1.AdoptShardResponse
-	5, // 7: tidemark.v1.WorkerService.Flush:output_type -> tidemark.v1.FlushResponse
-	7, // 8: tidemark.v1.WorkerService.Info:output_type -> tidemark.v1.InfoResponse
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	10, // 0: tidemark.v1.InfoResponse.stores:type_name -> tidemark.v1.ShardInfo
+	0,  // 1: tidemark.v1.WorkerService.MergeWal:input_type -> tidemark.v1.MergeWalRequest
+	2,  // 2: tidemark.v1.WorkerService.AdoptShard:input_type -> tidemark.v1.AdoptShardRequest
+	4,  // 3: tidemark.v1.WorkerService.Maintain:input_type -> tidemark.v1.MaintainRequest
+	6,  // 4: tidemark.v1.WorkerService.Flush:input_type -> tidemark.v1.FlushRequest
+	8,  // 5: tidemark.v1.WorkerService.Info:input_type -> tidemark.v1.InfoRequest
+	1,  // 6: tidemark.v1.WorkerService.MergeWal:output_type -> tidemark.v1.MergeWalResponse
+	3,  // 7: tidemark.v1.WorkerService.AdoptShard:output_type -> tidemark.v1.AdoptShardResponse
+	5,  // 8: tidemark.v1.WorkerService.Maintain:output_type -> tidemark.v1.MaintainResponse
+	7,  // 9: tidemark.v1.WorkerService.Flush:output_type -> tidemark.v1.FlushResponse
+	9,  // 10: tidemark.v1.WorkerService.Info:output_type -> tidemark.v1.InfoResponse
+	6,  // [6:11] is the sub-list for method output_type
+	1,  // [1:6] is the sub-list for method input_type
+	1,  // [1:1] is the sub-list for extension type_name
+	1,  // [1:1] is the sub-list for extension extendee
+	0,  // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_tidemark_v1_worker_proto_init() }
@@ -701,7 +948,7 @@ func file_tidemark_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tidemark_v1_worker_proto_rawDesc), len(file_tidemark_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

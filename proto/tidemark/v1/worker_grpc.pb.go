@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	WorkerService_MergeWal_FullMethodName   = "/tidemark.v1.WorkerService/MergeWal"
 	WorkerService_AdoptShard_FullMethodName = "/tidemark.v1.WorkerService/AdoptShard"
+	WorkerService_Maintain_FullMethodName   = "/tidemark.v1.WorkerService/Maintain"
 	WorkerService_Flush_FullMethodName      = "/tidemark.v1.WorkerService/Flush"
 	WorkerService_Info_FullMethodName       = "/tidemark.v1.WorkerService/Info"
 )
@@ -61,6 +62,21 @@ type WorkerServiceClient interface {
 	// Errors: as MergeWal; also INVALID_ARGUMENT for a malformed shard name or the
 	// worker's own shard, and NOT_FOUND if the store has no such shard.
 	AdoptShard(ctx context.Context, in *AdoptShardRequest, opts ...grpc.CallOption) (*AdoptShardResponse, error)
+	// Maintain runs one maintenance task of the target's store on this worker, under
+	// the master's target lock and fencing token (a maintenance task and a merge of
+	// one store never overlap). kind is the task kind:
+	//   - "compact": rewrite small fragments and fragments with many deleted rows
+	//     into fewer, then delete the manifests retention lets go and the files no
+	//     kept manifest references, of the base table and of every WAL shard;
+	//   - "verify": check every object the newest base version references; changes
+	//     nothing; problems are reported in the response;
+	//   - "repair": verify, then commit a version without the fragments found
+	//     missing or damaged (logged and counted).
+	//
+	// It takes one of the worker's merge slots and charges the merge memory budget.
+	//
+	// Errors: as MergeWal; INVALID_ARGUMENT also for an unknown kind.
+	Maintain(ctx context.Context, in *MaintainRequest, opts ...grpc.CallOption) (*MaintainResponse, error)
 	// Flush seals the memtable of one store, or of every resident store, into
 	// generations, making rows that are durable in WAL entries visible to every
 	// worker's reads.
@@ -91,6 +107,16 @@ func (c *workerServiceClient) AdoptShard(ctx context.Context, in *AdoptShardRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AdoptShardResponse)
 	err := c.cc.Invoke(ctx, WorkerService_AdoptShard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerServiceClient) Maintain(ctx context.Context, in *MaintainRequest, opts ...grpc.CallOption) (*MaintainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MaintainResponse)
+	err := c.cc.Invoke(ctx, WorkerService_Maintain_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +175,21 @@ type WorkerServiceServer interface {
 	// Errors: as MergeWal; also INVALID_ARGUMENT for a malformed shard name or the
 	// worker's own shard, and NOT_FOUND if the store has no such shard.
 	AdoptShard(context.Context, *AdoptShardRequest) (*AdoptShardResponse, error)
+	// Maintain runs one maintenance task of the target's store on this worker, under
+	// the master's target lock and fencing token (a maintenance task and a merge of
+	// one store never overlap). kind is the task kind:
+	//   - "compact": rewrite small fragments and fragments with many deleted rows
+	//     into fewer, then delete the manifests retention lets go and the files no
+	//     kept manifest references, of the base table and of every WAL shard;
+	//   - "verify": check every object the newest base version references; changes
+	//     nothing; problems are reported in the response;
+	//   - "repair": verify, then commit a version without the fragments found
+	//     missing or damaged (logged and counted).
+	//
+	// It takes one of the worker's merge slots and charges the merge memory budget.
+	//
+	// Errors: as MergeWal; INVALID_ARGUMENT also for an unknown kind.
+	Maintain(context.Context, *MaintainRequest) (*MaintainResponse, error)
 	// Flush seals the memtable of one store, or of every resident store, into
 	// generations, making rows that are durable in WAL entries visible to every
 	// worker's reads.
@@ -170,6 +211,9 @@ func (UnimplementedWorkerServiceServer) MergeWal(context.Context, *MergeWalReque
 }
 func (UnimplementedWorkerServiceServer) AdoptShard(context.Context, *AdoptShardRequest) (*AdoptShardResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AdoptShard not implemented")
+}
+func (UnimplementedWorkerServiceServer) Maintain(context.Context, *MaintainRequest) (*MaintainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Maintain not implemented")
 }
 func (UnimplementedWorkerServiceServer) Flush(context.Context, *FlushRequest) (*FlushResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Flush not implemented")
@@ -234,6 +278,24 @@ func _WorkerService_AdoptShard_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkerService_Maintain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MaintainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).Maintain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_Maintain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).Maintain(ctx, req.(*MaintainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _WorkerService_Flush_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FlushRequest)
 	if err := dec(in); err != nil {
@@ -284,6 +346,10 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AdoptShard",
 			Handler:    _WorkerService_AdoptShard_Handler,
+		},
+		{
+			MethodName: "Maintain",
+			Handler:    _WorkerService_Maintain_Handler,
 		},
 		{
 			MethodName: "Flush",
