@@ -18,6 +18,15 @@
 //   - Data files are written before the manifest that references them and are never
 //     rewritten; a crash leaves at most unreferenced files, never a manifest that points
 //     at missing data.
+//   - A row keeps its version, (_seq, shard), for as long as it is live: a fragment
+//     records the shard that wrote its rows, or shard runs when it mixes shards, so
+//     ties of _seq between shards break the same way before and after a compaction.
+//   - Compaction (Compact) rewrites fragments without changing what any id reads: its
+//     outputs hold the sources' live rows, and its commit is the newest version minus
+//     the sources plus the outputs. Deletions other commits made on the sources
+//     meanwhile move onto the outputs (each source row's place is known); a source
+//     another compaction took aborts it (ErrConflict). A merge prepared before a
+//     compaction and committed after it resolves its rows against the outputs.
 //
 // Commits are optimistic: Prepare stages every data file against the version it read,
 // and Commit only writes the manifest. On a lost race Commit reloads, rebases (or stops

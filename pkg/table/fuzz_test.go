@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -54,6 +55,58 @@ func realObjects(f *testing.F) (manifests, blooms, dvs [][]byte, dvRows []int64)
 	return manifests, blooms, dvs, dvRows
 }
 
+// compactedManifests returns the manifest of a compacted table, whose fragment
+// mixes shards (shard_runs) and which records last_compaction, and variants of it
+// with shard runs that do not describe the fragment's rows (each must be refused).
+func compactedManifests(f *testing.F) (good []byte, bad [][]byte) {
+	f.Helper()
+	ctx := context.Background()
+	tb := createTable(f, memBucket(f))
+	for i, shard := range []string{"a", "b", ""} {
+		rec := batch(row{"x" + shard, 1, 1}, row{"y" + shard, 2, int64(i)})
+		_, err := appendRows(ctx, tb, Append{Records: []arrow.RecordBatch{rec}, Shard: shard, Generation: 1})
+		rec.Release()
+		if err != nil {
+			f.Fatal(err)
+		}
+	}
+	if _, err := tb.Compact(ctx, CompactOptions{}); err != nil {
+		f.Fatal(err)
+	}
+	m := tb.Latest()
+	if len(m.Fragments) != 1 || len(m.Fragments[0].ShardRuns) != 3 || m.LastCompaction == nil {
+		f.Fatalf("compacted manifest %+v, want one fragment with three shard runs", m)
+	}
+	good, err := encodeManifest(m)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, edit := range []func(fr *Fragment, m *Manifest){
+		func(fr *Fragment, _ *Manifest) { fr.ShardRuns[0].Rows++ },
+		func(fr *Fragment, _ *Manifest) { fr.ShardRuns[1].Rows = 0 },
+		func(fr *Fragment, _ *Manifest) { fr.ShardRuns[2].Rows = -fr.ShardRuns[2].Rows },
+		func(fr *Fragment, _ *Manifest) { fr.ShardRuns[0].Rows, fr.ShardRuns[1].Rows = 1<<62, 1<<62 },
+		func(fr *Fragment, _ *Manifest) { fr.ShardRuns = fr.ShardRuns[:2] },
+		func(fr *Fragment, _ *Manifest) { fr.Shard = "a" },
+		func(_ *Fragment, m *Manifest) { m.LastCompaction.Version = m.Version + 1 },
+		func(_ *Fragment, m *Manifest) { m.LastCompaction.Outputs = -1 },
+	} {
+		c := *m
+		fr := m.Fragments[0]
+		fr.ShardRuns = append([]ShardRun(nil), fr.ShardRuns...)
+		c.Fragments = []Fragment{fr}
+		lc := *m.LastCompaction
+		c.LastCompaction = &lc
+		edit(&c.Fragments[0], &c)
+		data, err := encodeManifest(&c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		bad = append(bad, data)
+	}
+	return good, bad
+}
+
 // checkCorrupt fails t unless err is one of the table's sentinels and names key.
 func checkCorrupt(t *testing.T, err error, key string) {
 	t.Helper()
@@ -73,6 +126,14 @@ func FuzzDecodeManifest(f *testing.F) {
 	manifests, _, _, _ := realObjects(f)
 	for _, m := range manifests {
 		f.Add(m)
+	}
+	compacted, badRuns := compactedManifests(f)
+	f.Add(compacted)
+	for _, b := range badRuns {
+		if _, err := decodeManifest(fuzzKey, b); !errors.Is(err, ErrCorrupt) {
+			f.Fatalf("bad shard runs decode with %v, want ErrCorrupt:\n%s", err, b)
+		}
+		f.Add(b)
 	}
 	last := string(manifests[len(manifests)-1])
 	for _, s := range []string{
@@ -100,6 +161,27 @@ func FuzzDecodeManifest(f *testing.F) {
 			if fr.LiveRows() < 0 {
 				t.Fatalf("accepted fragment %s with %d live rows", fr.Path, fr.LiveRows())
 			}
+			if len(fr.ShardRuns) > 0 {
+				sum := int64(0)
+				for _, r := range fr.ShardRuns {
+					if r.Rows <= 0 {
+						t.Fatalf("accepted fragment %s with a shard run of %d rows", fr.Path, r.Rows)
+					}
+					sum += r.Rows
+				}
+				if sum != fr.Rows || fr.Shard != "" {
+					t.Fatalf("accepted fragment %s of %d rows, shard %q, with shard runs %+v", fr.Path, fr.Rows, fr.Shard, fr.ShardRuns)
+				}
+				if fr.Rows <= math.MaxUint32 {
+					got, want := fr.ShardAt(uint32(fr.Rows-1)), fr.ShardRuns[len(fr.ShardRuns)-1].Shard
+					if got != want || fr.ShardAt(0) != fr.ShardRuns[0].Shard {
+						t.Fatalf("fragment %s with runs %+v: ShardAt of its last row is %q, want %q", fr.Path, fr.ShardRuns, got, want)
+					}
+				}
+			}
+		}
+		if lc := m.LastCompaction; lc != nil && (lc.Version > m.Version || lc.Sources < 0 || lc.Outputs < 0) {
+			t.Fatalf("accepted last_compaction %+v in version %d", *lc, m.Version)
 		}
 		enc, err := encodeManifest(m)
 		if err != nil {

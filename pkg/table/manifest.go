@@ -40,6 +40,19 @@ type Manifest struct {
 	TxnID     string    `json:"txn_id"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// LastCompaction describes the newest compaction in this version's history; nil
+	// before the first. Every later commit carries it forward unchanged (next copies
+	// the pointer; the value is never modified).
+	LastCompaction *CompactionInfo `json:"last_compaction,omitempty"`
+}
+
+// CompactionInfo records a compaction: the version it committed, when, and how many
+// fragments it rewrote into how many.
+type CompactionInfo struct {
+	Version uint64    `json:"version"`
+	At      time.Time `json:"at"`
+	Sources int       `json:"sources"`
+	Outputs int       `json:"outputs"`
 }
 
 // Fragment is one immutable Parquet data file and what is needed to skip it.
@@ -55,12 +68,51 @@ type Fragment struct {
 	// Shard is the WAL shard whose rows the file holds (a merge commits one shard's
 	// generations): with _seq it is each row's rowkey.Version, which breaks ties
 	// between shards the same way everywhere. Empty in files committed before it
-	// was recorded, and by appends that name no shard.
+	// was recorded, by appends that name no shard, and when ShardRuns is set.
 	Shard string `json:"shard,omitempty"`
+	// ShardRuns, when set, gives the shard of each row of a file that mixes shards
+	// (a compaction's output): its rows in file order are consecutive runs, each of
+	// one shard. Shard is then empty and the runs' Rows sum to Rows. Read it through
+	// ShardAt.
+	ShardRuns []ShardRun `json:"shard_runs,omitempty"`
 	// Bloom is the path of the fragment's id bloom filter.
 	Bloom string `json:"bloom"`
 	// Deletions is nil when no row of the fragment is deleted.
 	Deletions *DeletionRef `json:"deletions,omitempty"`
+}
+
+// ShardRun is a run of consecutive rows of a fragment written by one shard.
+type ShardRun struct {
+	Shard string `json:"shard"`
+	Rows  int64  `json:"rows"`
+}
+
+// ShardAt returns the shard that wrote the row at offset: Shard, or the shard of
+// the run holding offset ("" past the last run). Runs are one per shard of a
+// compaction's sources, a handful, so a linear walk costs less than building the
+// cumulative counts a binary search would need (a Fragment is a value copied into
+// every manifest; it carries no precomputed index).
+func (f Fragment) ShardAt(offset uint32) string {
+	if len(f.ShardRuns) == 0 {
+		return f.Shard
+	}
+	end := int64(0)
+	for _, r := range f.ShardRuns {
+		end += r.Rows
+		if int64(offset) < end {
+			return r.Shard
+		}
+	}
+	return ""
+}
+
+// runs returns the fragment's shard runs: ShardRuns, or one run of Shard over
+// every row.
+func (f Fragment) runs() []ShardRun {
+	if len(f.ShardRuns) == 0 {
+		return []ShardRun{{Shard: f.Shard, Rows: f.Rows}}
+	}
+	return f.ShardRuns
 }
 
 // DeletionRef points at an immutable deletion vector file.
@@ -177,7 +229,35 @@ func (m *Manifest) validate() error {
 		case f.Deletions != nil && (f.Deletions.Count < 0 || f.Deletions.Count > f.Rows || f.Deletions.Path == ""):
 			return fmt.Errorf("fragment %s: bad deletion vector reference", f.Path)
 		}
+		if err := f.validateRuns(); err != nil {
+			return fmt.Errorf("fragment %s: %w", f.Path, err)
+		}
 		seen[f.Path] = true
+	}
+	if c := m.LastCompaction; c != nil && (c.Version < 1 || c.Version > m.Version || c.Sources < 0 || c.Outputs < 0) {
+		return fmt.Errorf("last_compaction %+v in version %d", *c, m.Version)
+	}
+	return nil
+}
+
+// validateRuns checks shard runs: every run has rows, they add up to the fragment's
+// rows, and Shard is then empty (a row has one shard).
+func (f Fragment) validateRuns() error {
+	if len(f.ShardRuns) == 0 {
+		return nil
+	}
+	if f.Shard != "" {
+		return fmt.Errorf("both shard %q and shard_runs", f.Shard)
+	}
+	left := f.Rows
+	for i, r := range f.ShardRuns {
+		if r.Rows <= 0 || r.Rows > left { // compared with what is left: a sum cannot overflow
+			return fmt.Errorf("shard run %d (%q) of %d rows: runs do not add up to the fragment's %d rows", i, r.Shard, r.Rows, f.Rows)
+		}
+		left -= r.Rows
+	}
+	if left != 0 {
+		return fmt.Errorf("shard runs cover %d of the fragment's %d rows", f.Rows-left, f.Rows)
 	}
 	return nil
 }

@@ -22,9 +22,10 @@ type ScanOptions struct {
 }
 
 // Scan streams the live rows of manifest m to fn, fragment by fragment in manifest
-// order, with the shard that wrote them (Fragment.Shard: with a row's _seq, its
-// rowkey.Version). Batches are only valid during the call; fn must Retain what it
-// keeps.
+// order, with the shard that wrote them (Fragment.ShardAt: with a row's _seq, its
+// rowkey.Version). Every batch holds rows of one shard: a batch of a fragment with
+// shard runs is cut at the runs' boundaries. Batches are only valid during the
+// call; fn must Retain what it keeps.
 func (t *Table) Scan(ctx context.Context, m *Manifest, opts ScanOptions, fn func(rec arrow.RecordBatch, shard string) error) error {
 	s := m.ArrowSchema()
 	cols := opts.Columns
@@ -94,7 +95,7 @@ func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, r
 		return err
 	}
 	defer ff.Close()
-	return ff.read(ctx, read, nil, func(rec arrow.RecordBatch, offset int64) error {
+	emit := func(rec arrow.RecordBatch, offset int64, shard string) error {
 		n := rec.NumRows()
 		var ids *array.String
 		if want != nil {
@@ -136,7 +137,31 @@ func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, r
 			defer p.Release()
 			out = p
 		}
-		return fn(out, f.Shard)
+		return fn(out, shard)
+	}
+	runs := f.runs()
+	return ff.read(ctx, read, nil, func(rec arrow.RecordBatch, offset int64) error {
+		// Cut the batch at shard-run boundaries (zero-copy slices) before filtering,
+		// so each call of fn names the shard of every row it gets.
+		end := offset + rec.NumRows()
+		var runStart int64
+		for _, r := range runs {
+			lo, hi := max(runStart, offset), min(runStart+r.Rows, end)
+			runStart += r.Rows
+			switch {
+			case lo >= hi:
+				continue
+			case lo == offset && hi == end:
+				return emit(rec, offset, r.Shard)
+			}
+			part := rec.NewSlice(lo-offset, hi-offset)
+			err := emit(part, lo, r.Shard)
+			part.Release()
+			if err != nil || runStart >= end {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
@@ -171,7 +196,7 @@ func (t *Table) Get(ctx context.Context, m *Manifest, id string) (arrow.RecordBa
 		if dv.Contains(o) {
 			continue
 		}
-		if v := (rowkey.Version{Seq: idx.seqs[o], Shard: f.Shard}); best == nil || !bestV.Newer(v) {
+		if v := (rowkey.Version{Seq: idx.seqs[o], Shard: f.ShardAt(o)}); best == nil || !bestV.Newer(v) {
 			best, bestOff, bestV = &m.Fragments[i], o, v
 		}
 	}

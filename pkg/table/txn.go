@@ -65,8 +65,7 @@ type Txn struct {
 	// vector united with dels), with the base vector path each was built from.
 	dvRefs map[string]writtenDV
 
-	filesMu  sync.Mutex
-	files    []string // objects written, deleted by Abort
+	staged   staged // objects written, deleted by Abort
 	finished bool
 }
 
@@ -97,6 +96,7 @@ func (t *Table) Prepare(ctx context.Context, base *Manifest, a Append) (*Txn, er
 		t: t, id: uuid.NewString(), base: base, shard: a.Shard, gen: a.Generation,
 		incoming: map[string]incomingRow{}, checked: map[string]bool{},
 		dels: map[string]*roaring.Bitmap{}, selfDel: roaring.New(), dvRefs: map[string]writtenDV{},
+		staged: staged{t: t},
 	}
 	ok := false
 	defer func() {
@@ -121,7 +121,6 @@ func (t *Table) Prepare(ctx context.Context, base *Manifest, a Append) (*Txn, er
 // and writes them as one fragment plus its bloom filter.
 func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error {
 	s := x.base.ArrowSchema()
-	idCol, seqCol := s.FieldIndices(rowkey.IDColumn)[0], s.FieldIndices(rowkey.SeqColumn)[0]
 	for _, rec := range recs {
 		if err := checkRecord(s, rec); err != nil {
 			return err
@@ -136,23 +135,60 @@ func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error
 			r.Release()
 		}
 	}()
+	f, _, err := x.staged.writeFragment(ctx, s, kept, func(id string, seq uint64, off uint32) {
+		x.incoming[id] = incomingRow{offset: off, seq: seq}
+	})
+	if err != nil || f == nil {
+		return err
+	}
+	f.Shard = x.shard
+	x.frag = f
+	return nil
+}
+
+// staged is the objects a commit wrote ahead of its manifest (fragments, bloom
+// filters, deletion vectors), so that a commit that certainly failed can delete
+// them. Its methods may be called concurrently.
+type staged struct {
+	t     *Table
+	mu    sync.Mutex
+	files []string
+}
+
+// put writes one object, sending it again while the store throttles it.
+func (st *staged) put(ctx context.Context, rel string, data []byte) error {
+	st.mu.Lock()
+	st.files = append(st.files, rel)
+	st.mu.Unlock()
+	return st.t.retryThrottled(ctx, func() error { return st.t.bucket.Put(ctx, st.t.key(rel), data) })
+}
+
+// writeFragment writes recs, of schema s and at most one row per id, as one
+// fragment and its bloom filter, and returns the fragment's entry (Shard,
+// ShardRuns and Deletions left for the caller) and the bloom filter's size; no
+// fragment (nil) when recs hold no row. row, when not nil, is called with every
+// row's id, _seq and offset.
+func (st *staged) writeFragment(ctx context.Context, s *arrow.Schema, recs []arrow.RecordBatch, row func(id string, seq uint64, off uint32)) (*Fragment, int64, error) {
+	idCol, seqCol := s.FieldIndices(rowkey.IDColumn)[0], s.FieldIndices(rowkey.SeqColumn)[0]
 	n := 0
-	for _, r := range kept {
+	for _, r := range recs {
 		n += int(r.NumRows())
 	}
 	if n == 0 {
-		return nil
+		return nil, 0, nil
 	}
 	bf := newBloom(n)
 	var idMin, idMax string
 	var seqMax uint64
 	var off uint32
-	for _, rec := range kept {
+	for _, rec := range recs {
 		ids := rec.Column(idCol).(*array.String)
 		seqs := rec.Column(seqCol).(*array.Uint64)
 		for i := 0; i < ids.Len(); i++ {
 			id, seq := ids.Value(i), seqs.Value(i)
-			x.incoming[id] = incomingRow{offset: off, seq: seq}
+			if row != nil {
+				row(id, seq, off)
+			}
 			bf.AddString(id)
 			if off == 0 || id < idMin {
 				idMin = strings.Clone(id)
@@ -164,37 +200,56 @@ func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error
 			off++
 		}
 	}
-	data, err := encodeParquet(s, kept, x.t.opts.RowGroupRows)
+	data, err := encodeParquet(s, recs, st.t.opts.RowGroupRows)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	bloomData, err := encodeBloom(bf)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	name := uuid.NewString()
 	f := &Fragment{
 		Path: dataDir + "/" + name + ".parquet", Bloom: dataDir + "/" + name + ".bloom",
-		Rows: int64(off), Bytes: int64(len(data)), IDMin: idMin, IDMax: idMax, SeqMax: seqMax, Shard: x.shard,
+		Rows: int64(off), Bytes: int64(len(data)), IDMin: idMin, IDMax: idMax, SeqMax: seqMax,
 	}
 	// Both objects at once: one round trip instead of two.
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return x.put(gctx, f.Path, data) })
-	g.Go(func() error { return x.put(gctx, f.Bloom, bloomData) })
+	g.Go(func() error { return st.put(gctx, f.Path, data) })
+	g.Go(func() error { return st.put(gctx, f.Bloom, bloomData) })
 	if err := g.Wait(); err != nil {
-		return err
+		return nil, 0, err
 	}
-	x.t.blooms.Add(f.Bloom, bf, int64(len(bloomData)))
-	x.frag = f
-	return nil
+	st.t.blooms.Add(f.Bloom, bf, int64(len(bloomData)))
+	return f, int64(len(bloomData)), nil
 }
 
-// put writes one staged object; it may be called concurrently.
-func (x *Txn) put(ctx context.Context, rel string, data []byte) error {
-	x.filesMu.Lock()
-	x.files = append(x.files, rel)
-	x.filesMu.Unlock()
-	return x.t.retryThrottled(ctx, func() error { return x.t.bucket.Put(ctx, x.t.key(rel), data) })
+// writeDV writes a deletion vector and caches it.
+func (st *staged) writeDV(ctx context.Context, bm *roaring.Bitmap) (DeletionRef, error) {
+	data, err := encodeDeletions(bm)
+	if err != nil {
+		return DeletionRef{}, err
+	}
+	rel := deletesDir + "/" + uuid.NewString() + ".bin"
+	if err := st.put(ctx, rel, data); err != nil {
+		return DeletionRef{}, err
+	}
+	st.t.dvs.Add(rel, bm.Clone(), int64(len(data)))
+	return DeletionRef{Path: rel, Count: int64(bm.GetCardinality())}, nil
+}
+
+// deleteAll deletes the staged objects (best effort: what is left is garbage, not
+// damage).
+func (st *staged) deleteAll(ctx context.Context) {
+	st.mu.Lock()
+	files := st.files
+	st.files = nil
+	st.mu.Unlock()
+	for _, rel := range files {
+		if err := st.t.bucket.Delete(ctx, st.t.key(rel)); err != nil {
+			st.t.log.Warn("staged file not deleted", "key", st.t.key(rel), "err", err)
+		}
+	}
 }
 
 // resolve compares the incoming rows with every fragment of m not yet compared:
@@ -265,7 +320,7 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 			in := x.incoming[id]
 			// Equal versions are the same write (a generation merged again):
 			// the incoming copy replaces the existing one.
-			existing := rowkey.Version{Seq: r.idx.seqs[o], Shard: f.Shard}
+			existing := rowkey.Version{Seq: r.idx.seqs[o], Shard: f.ShardAt(o)}
 			if !existing.Newer(rowkey.Version{Seq: in.seq, Shard: x.shard}) {
 				if x.dels[f.Path] == nil {
 					x.dels[f.Path] = roaring.New()
@@ -337,16 +392,7 @@ func (x *Txn) writeDeletions(ctx context.Context, m *Manifest) error {
 }
 
 func (x *Txn) writeDV(ctx context.Context, bm *roaring.Bitmap) (DeletionRef, error) {
-	data, err := encodeDeletions(bm)
-	if err != nil {
-		return DeletionRef{}, err
-	}
-	rel := deletesDir + "/" + uuid.NewString() + ".bin"
-	if err := x.put(ctx, rel, data); err != nil {
-		return DeletionRef{}, err
-	}
-	x.t.dvs.Add(rel, bm.Clone(), int64(len(data)))
-	return DeletionRef{Path: rel, Count: int64(bm.GetCardinality())}, nil
+	return x.staged.writeDV(ctx, bm)
 }
 
 // build returns the manifest this transaction commits on top of m.
@@ -383,47 +429,84 @@ func (x *Txn) Commit(ctx context.Context) (*Manifest, error) {
 	if x.finished {
 		return nil, fmt.Errorf("commit %s: transaction already finished", x.t.dir)
 	}
-	clk := x.t.opts.Clock
+	m, err := x.t.commitOptimistic(ctx, x.id, x)
+	if err != nil {
+		return nil, fmt.Errorf("commit %s: %w", x.t.dir, err)
+	}
+	x.finished = true
+	x.primeCache()
+	return m, nil
+}
+
+func (x *Txn) proposal() *Manifest { return x.build(x.base) }
+
+// settle stops the commit when the watermark shows its rows landed already.
+func (x *Txn) settle(latest *Manifest) error {
+	if x.shard != "" && latest.Watermark(x.shard) >= x.gen {
+		return fmt.Errorf("shard %s generation %d landed in an earlier version: %w", x.shard, x.gen, ErrAlreadyCommitted)
+	}
+	return nil
+}
+
+// optimistic is a commit that can move onto a newer version when it loses the race
+// for the next one: a Txn or a compaction.
+type optimistic interface {
+	// proposal is the manifest to create on top of the commit's current base.
+	proposal() *Manifest
+	// settle inspects the newest version after a lost race: an error ends the
+	// commit (the staged files are deleted), nil means rebase and try again.
+	settle(latest *Manifest) error
+	// rebase moves the commit onto latest; an error ends it.
+	rebase(ctx context.Context, latest *Manifest) error
+	// Abort deletes the staged files.
+	Abort(ctx context.Context)
+}
+
+// commitOptimistic creates c's proposal with put-if-absent. On losing the race (or
+// a throttled write, refused and not performed, which is an attempt lost the same
+// way) it reloads, lets c settle and rebase, and retries after a backoff of 0.5-1.5x
+// the failed attempt's duration (at most 1 s), until RetryTimeout, then fails with
+// ErrTooManyWriters. An error that leaves the outcome unknown returns without
+// aborting: the staged files stay, since the manifest may reference them.
+func (t *Table) commitOptimistic(ctx context.Context, txnID string, c optimistic) (*Manifest, error) {
+	clk := t.opts.Clock
 	start := clk.Now()
-	deadline := start.Add(x.t.opts.RetryTimeout)
+	deadline := start.Add(t.opts.RetryTimeout)
 	throttled := 0
 	for attempt := 1; ; attempt++ {
 		attemptStart := clk.Now()
-		m, err := x.tryCommit(ctx)
+		m, err := t.tryCreate(ctx, txnID, c.proposal())
 		if err == nil {
-			x.finished = true
-			x.t.observe(m)
-			x.primeCache()
+			t.observe(m)
 			return m, nil
 		}
-		// A throttled manifest write (503 SlowDown) was refused, not performed: it is
-		// an attempt lost to the other writers like a conflict, and retried the same
-		// way until the retry timeout.
 		if errors.Is(err, objstore.ErrThrottled) {
 			throttled++
 		} else if !errors.Is(err, objstore.ErrExists) {
-			return nil, fmt.Errorf("commit %s version %d: %w", x.t.dir, x.base.Version+1, err)
+			return nil, fmt.Errorf("version %d: %w", m.Version, err)
 		}
-		latest, err := x.t.Refresh(ctx)
+		latest, err := t.Refresh(ctx)
 		switch {
 		case errors.Is(err, objstore.ErrThrottled):
 			latest = nil // try again on the same base; a taken version reports itself
 		case err != nil:
-			return nil, fmt.Errorf("commit %s: reload after conflict: %w", x.t.dir, err)
-		case x.shard != "" && latest.Watermark(x.shard) >= x.gen:
-			x.Abort(ctx)
-			return nil, fmt.Errorf("commit %s: shard %s generation %d landed in an earlier version: %w",
-				x.t.dir, x.shard, x.gen, ErrAlreadyCommitted)
-		}
-		if now := clk.Now(); !now.Before(deadline) {
-			x.Abort(ctx)
-			return nil, fmt.Errorf("commit %s: %w: gave up after %d attempts (%d throttled) in %s (retry_timeout %s)",
-				x.t.dir, ErrTooManyWriters, attempt, throttled, now.Sub(start).Round(time.Millisecond), x.t.opts.RetryTimeout)
+			return nil, fmt.Errorf("reload after conflict: %w", err)
 		}
 		if latest != nil {
-			if err := x.rebase(ctx, latest); err != nil {
-				x.Abort(ctx)
-				return nil, fmt.Errorf("commit %s: rebase onto version %d: %w", x.t.dir, latest.Version, err)
+			if err := c.settle(latest); err != nil {
+				c.Abort(context.WithoutCancel(ctx))
+				return nil, err
+			}
+		}
+		if now := clk.Now(); !now.Before(deadline) {
+			c.Abort(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("%w: gave up after %d attempts (%d throttled) in %s (retry_timeout %s)",
+				ErrTooManyWriters, attempt, throttled, now.Sub(start).Round(time.Millisecond), t.opts.RetryTimeout)
+		}
+		if latest != nil {
+			if err := c.rebase(ctx, latest); err != nil {
+				c.Abort(context.WithoutCancel(ctx))
+				return nil, fmt.Errorf("rebase onto version %d: %w", latest.Version, err)
 			}
 		}
 		backoff := clk.Since(attemptStart)
@@ -431,35 +514,34 @@ func (x *Txn) Commit(ctx context.Context) (*Manifest, error) {
 		backoff = min(max(backoff, time.Millisecond), time.Second, deadline.Sub(clk.Now()))
 		select {
 		case <-ctx.Done():
-			x.Abort(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("commit %s: %w", x.t.dir, ctx.Err())
+			c.Abort(context.WithoutCancel(ctx))
+			return nil, ctx.Err()
 		case <-clk.After(backoff):
 		}
 	}
 }
 
-// tryCommit makes one attempt at writing version base+1. An error that is not
-// ErrExists may hide a write that landed, so the version is read back: if it carries
-// this transaction's id the commit succeeded; if it carries another's, this was a
-// plain conflict.
-func (x *Txn) tryCommit(ctx context.Context) (*Manifest, error) {
-	m := x.build(x.base)
-	err := x.t.createVersion(ctx, m)
+// tryCreate makes one attempt at writing m. It returns m (also on a conflict, so
+// the caller can name the version). An error that is not ErrExists may hide a write
+// that landed, so the version is read back: if it carries txnID the commit
+// succeeded; if it carries another's, this was a plain conflict.
+func (t *Table) tryCreate(ctx context.Context, txnID string, m *Manifest) (*Manifest, error) {
+	err := t.createVersion(ctx, m)
 	if err == nil || errors.Is(err, objstore.ErrExists) {
 		return m, err
 	}
-	got, lerr := x.t.Load(ctx, m.Version)
+	got, lerr := t.Load(ctx, m.Version)
 	switch {
-	case lerr == nil && got.TxnID == x.id:
+	case lerr == nil && got.TxnID == txnID:
 		return got, nil
 	case lerr == nil:
-		return nil, fmt.Errorf("%w: version %d taken by transaction %s", objstore.ErrExists, m.Version, got.TxnID)
+		return m, fmt.Errorf("%w: version %d taken by transaction %s", objstore.ErrExists, m.Version, got.TxnID)
 	case errors.Is(lerr, objstore.ErrNotFound):
 		// It has not landed. The staged files stay: a request that timed out may
 		// still complete, and then its manifest must find them.
-		return nil, err
+		return m, err
 	}
-	return nil, fmt.Errorf("%w (and reading the version back failed: %v)", err, lerr)
+	return m, fmt.Errorf("%w (and reading the version back failed: %v)", err, lerr)
 }
 
 // rebase moves the transaction onto latest: resolve against fragments added since
@@ -511,11 +593,7 @@ func (x *Txn) Abort(ctx context.Context) {
 		return
 	}
 	x.finished = true
-	for _, rel := range x.files {
-		if err := x.t.bucket.Delete(ctx, x.t.key(rel)); err != nil {
-			x.t.log.Warn("staged file not deleted", "key", x.t.key(rel), "err", err)
-		}
-	}
+	x.staged.deleteAll(ctx)
 }
 
 // ID is the transaction's id, recorded as the committed manifest's txn_id.
