@@ -49,18 +49,32 @@ import (
 // Deleting sealed entries
 //
 // A seal deletes the entries it sealed, and a deleted position is free again for
-// put-if-absent. A stale writer A of epoch e-1 that is still alive writes its next
-// entry at lastPos_A+1, and rule 2 bounds that position: every entry A wrote before
-// B (epoch e) listed the shard is at most B's top M, and one it wrote after lost a
-// race to B's fence, so lastPos_A+1 is M (A's own write whose answer was lost,
-// retried) or M+1, at most B's top fence F. Were [M, F] deleted, A's write there
-// would succeed below replay_after, where no replay looks, and A would acknowledge
-// rows that are lost. So an opening writer records [M, F] in the manifest
+// put-if-absent: were a stale writer's next position deleted, its write there would
+// succeed below replay_after, where no replay looks, and it would acknowledge rows
+// that are lost. So an opening writer B records a range of positions in the manifest
 // (kept_entries) before it accepts an append, and seals never delete recorded
-// positions: A always finds them taken, its own entry at M (adopted, then on to
-// M+1) or B's fence, and stops with ErrFenced. This holds for every stale epoch at
-// once, each stopped by its successor's range. Each open keeps F-M+1 positions
-// (usually 2); the first seal that covers them rewrites them as fence entries, so
+// positions. The range must reach down to the next position of the one writer that
+// may still acknowledge rows without being held by an earlier range:
+//
+//  4. Kept range. Let A be the last writer before B whose open completed (recorded
+//     its range, or was the shard's first). An open between A and B died or lost
+//     the shard before recording its range: it wrote no rows, but its fences may lie
+//     above A's next position (its top was A's own write whose answer was lost and
+//     that A retries, or it left a hole in its fence range), so A's next position can
+//     be below B's top M. A writes densely (rule 1), so its next position is at
+//     least that of every entry it wrote; every other entry with rows lies below A's
+//     positions (writers before A are held below A's fences, by this rule at A's open;
+//     openers write no rows). And A's next position is above replay_after (A's seals
+//     never moved it past A's last position). So B keeps from the highest position
+//     above replay_after that holds rows (if none does, from replay_after+1, or M if
+//     that is lower) up to its highest fence F. Once B's open has finished every
+//     position in that range exists, so A finds its next position taken, walks over
+//     its own and older entries and stops with ErrFenced at a fence of a newer epoch,
+//     at F at the latest. Each writer before A is held the same way by the range of
+//     the first open after it that completed, so every stale epoch is stopped at once.
+//
+// Usually the highest entry with rows is M or just below it, and each open keeps a
+// few positions; the first seal that covers them rewrites them as fence entries, so
 // what stays is a few hundred bytes per open. No range can ever be dropped (a stale
 // writer may be a paused process that wakes at any time), but once a seal has
 // deleted everything else below them, later seals merge them into one range over
@@ -288,7 +302,21 @@ func (w *Writer) claimOne(ctx context.Context, pos uint64, data []byte) (*entry,
 	return nil, fmt.Errorf("claim entry position %d: %w", pos, err)
 }
 
-// keepFence records [from, w.lastPos] (this open's top through its highest fence)
+// keepFrom returns where this open's kept range starts (rule 4): the highest replayed
+// position that holds rows, or replay_after+1 if none does, but never above top (the
+// highest position found). No writer of an older epoch that may still acknowledge
+// rows writes its next entry below it.
+func keepFrom(replayed []found, top, replayAfter uint64) uint64 {
+	from := min(top, replayAfter+1)
+	for _, f := range replayed { // in position order
+		if f.e.rows > 0 {
+			from = f.pos
+		}
+	}
+	return max(from, 1)
+}
+
+// keepFence records [from, w.lastPos] (keepFrom through this open's highest fence)
 // in the manifest's kept_entries, so no seal deletes it. The first epoch of a
 // shard has no predecessor to stop and records nothing.
 func (w *Writer) keepFence(ctx context.Context, from uint64) error {

@@ -46,11 +46,12 @@ type Manifest struct {
 	// waits until readers with older snapshots are done with them.
 	DeferredDeletes []DeferredDelete `json:"deferred_deletes,omitempty"`
 	// KeptEntries are entry positions that seals never delete, one range per writer
-	// epoch after the first: from the highest position the epoch's writer found at
-	// open to its highest fence. The writer of the previous epoch, if it is still
-	// alive, can next write only inside that range (fence.go, "Deleting sealed
-	// entries"); were the range deleted, its put-if-absent would succeed there,
-	// below replay_after, and an acknowledged row would be replayed by no one.
+	// epoch after the first whose open completed: from the highest position holding
+	// rows that the epoch's writer found at open (replay_after+1 if none) to its
+	// highest fence. The last earlier writer whose open completed, if it is still
+	// alive, can next write only inside that range (fence.go, rule 4); were the range
+	// deleted, its put-if-absent would succeed there, below replay_after, and an
+	// acknowledged row would be replayed by no one.
 	// Seals merge the ranges below what they have cleaned into one (mergeKept), so
 	// the list stays short.
 	KeptEntries []EntryRange `json:"kept_entries,omitempty"`
@@ -87,13 +88,13 @@ func (m *Manifest) keeps(pos uint64) bool {
 // to which a seal deleted every entry outside the kept ranges (deleteEntries
 // succeeded), so the gaps between the merged ranges hold no entry and never will:
 // nothing writes below replay_after but a stale writer, and a stale writer writes
-// only at its next position, inside the range its successor kept. Keeping those empty
-// gaps therefore keeps nothing; no kept position is ever given up, so every stale
-// writer stays fenced (fence.go), while the list stays a few ranges long instead of
-// growing by one per open.
+// only at its next position, inside the range kept by the first open after it that
+// completed (fence.go, rule 4). Keeping those empty gaps therefore keeps nothing; no
+// kept position is ever given up, so every stale writer stays fenced (fence.go),
+// while the list stays a few ranges long instead of growing by one per open.
 //
-// Ranges are never dropped: the writer of the epoch before a range may be a paused
-// process that wakes at any time and writes its next position inside that range;
+// Ranges are never dropped: the writer a range holds may be a paused process that
+// wakes at any time and writes its next position inside that range;
 // nothing in storage records that it has stopped, so no range ever stops mattering.
 func mergeKept(ranges []EntryRange, clean uint64) []EntryRange {
 	var (

@@ -136,6 +136,7 @@ func OpenWriter(ctx context.Context, bucket *objstore.Bucket, dir, shard string,
 	if err != nil {
 		return nil, err
 	}
+	keep := keepFrom(replayed, top, m.ReplayAfter) // from what the listing found (rule 4)
 	if o.beforeFence != nil {
 		o.beforeFence()
 	}
@@ -143,7 +144,7 @@ func OpenWriter(ctx context.Context, bucket *objstore.Bucket, dir, shard string,
 		w.mem.release()
 		return nil, err
 	}
-	if err := w.keepFence(ctx, max(top, 1)); err != nil {
+	if err := w.keepFence(ctx, keep); err != nil {
 		w.mem.release()
 		return nil, err
 	}
