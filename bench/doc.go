@@ -22,6 +22,8 @@
 //     scanner rounds over 1,000 and 10,000 stores, the master's task cycle next to
 //     plain etcd puts.
 //   - RunMemory: the peak RSS of a worker process merging a 1 GiB backlog.
+//   - RunMaintenance: one store merged 2,000 times without maintenance and with the
+//     compaction sweep's compact tasks (its own BENCHMARKS.md section).
 //
 // Invariants:
 //

@@ -1,7 +1,7 @@
 // Command tidemark-bench runs the incident reproductions of package bench and
 // writes their table into BENCHMARKS.md. `make bench` runs it (scripts/bench.sh).
 //
-//	tidemark-bench run [--only storm,lock,fanout,throughput,memory] [--write BENCHMARKS.md [--keep-others]]
+//	tidemark-bench run [--only storm,lock,fanout,throughput,memory,maintenance] [--write BENCHMARKS.md [--keep-others]]
 //
 // memory-build and memory-merge are the worker processes of the memory scenario;
 // run starts them itself.
@@ -24,7 +24,7 @@ import (
 	"github.com/tidemark-io/tidemark/bench"
 )
 
-var scenarios = []string{"storm", "lock", "fanout", "throughput", "memory"}
+var scenarios = []string{"storm", "lock", "fanout", "throughput", "memory", "maintenance"}
 
 func main() {
 	// The production packages log through slog.Default where no logger is passed;
@@ -107,6 +107,16 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	defer etcd.Close()
 	env := &bench.Env{Dir: dir, Etcd: etcd.Client, Log: log, Seed: f.seed, Exe: exe}
+	// Table maintenance writes a section of its own (bench.MaintenanceHeading); run
+	// alone, it leaves the incident reproductions' section as it is.
+	if slices.Contains(f.only, "maintenance") {
+		if err := bench.RunMaintenanceSection(ctx, env, os.Stdout, f.command, f.write); err != nil {
+			return fmt.Errorf("table maintenance: %w", err)
+		}
+		if len(slices.DeleteFunc(slices.Clone(f.only), func(s string) bool { return s == "maintenance" })) == 0 {
+			return nil
+		}
+	}
 	r := &bench.Report{Date: time.Now(), Command: f.command, Machine: bench.ThisMachine(), Seed: f.seed}
 	start := time.Now()
 	want := func(s string) bool { return slices.Contains(f.only, s) }
