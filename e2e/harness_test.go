@@ -552,21 +552,28 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 // token (and TLS client settings) and returns stdout.
 func (c *cluster) admin(m *masterProc, args ...string) []byte {
 	c.t.Helper()
-	args = append(append([]string{"admin"}, args...), "--addr", m.grpcAddr, "-o", "json")
-	cmd := exec.Command(c.bin.master, args...)
-	cmd.Env = append(os.Environ(), "AUTH_TOKEN_FILE="+c.tokenFile(), "AUTH_TOKEN=")
-	for k, v := range c.adminEnv {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
+	cmd := c.adminCmd(m, args...)
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {
 			stderr = ee.Stderr
 		}
-		c.t.Fatalf("master %s: %v\n%s", strings.Join(args, " "), err, stderr)
+		c.t.Fatalf("master %s: %v\n%s", strings.Join(cmd.Args[1:], " "), err, stderr)
 	}
 	return out
+}
+
+// adminCmd is the command `master admin args` against m, JSON output, with the
+// cluster's credentials.
+func (c *cluster) adminCmd(m *masterProc, args ...string) *exec.Cmd {
+	args = append(append([]string{"admin"}, args...), "--addr", m.grpcAddr, "-o", "json")
+	cmd := exec.Command(c.bin.master, args...)
+	cmd.Env = append(os.Environ(), "AUTH_TOKEN_FILE="+c.tokenFile(), "AUTH_TOKEN=")
+	for k, v := range c.adminEnv {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	return cmd
 }
 
 // etcdctl runs the real etcdctl against the cluster and returns stdout.

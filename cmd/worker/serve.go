@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/chaos"
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
+	"github.com/tidemark-io/tidemark/pkg/maintain"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -44,6 +46,12 @@ type serveFlags struct {
 	generationCache, tableCache, maxBodyBytes   int64
 	sealAfterBytes                              int64
 	opTimeout, snapshotTTL                      time.Duration
+
+	targetRows                    int64
+	compactMaxSources             int
+	compactDeletedRatio           float64
+	versionRetention, walManifest int
+	versionAge, gcWindow          time.Duration
 
 	auth           auth.Flags
 	authDataRoutes bool
@@ -114,10 +122,53 @@ func newServeCmd() *cobra.Command {
 	bind("max-body-bytes", "MAX_BODY_BYTES")
 	fs.DurationVar(&f.opTimeout, "object-store-timeout", objstore.DefaultOpTimeout, "bound on every object-store request")
 	bind("object-store-timeout", "OBJECT_STORE_TIMEOUT")
+	fs.Int64Var(&f.targetRows, "target-rows-per-fragment", 65536, "compaction writes fragments of at most this many rows, and rewrites fragments with fewer than half as many live rows")
+	bind("target-rows-per-fragment", "TARGET_ROWS_PER_FRAGMENT")
+	fs.IntVar(&f.compactMaxSources, "compaction-max-source-fragments", 64, "fragments one compaction rewrites at most")
+	bind("compaction-max-source-fragments", "COMPACTION_MAX_SOURCE_FRAGMENTS")
+	fs.Float64Var(&f.compactDeletedRatio, "compaction-deleted-ratio", 0.2, "compaction rewrites a fragment whatever its size when at least this share of its rows is deleted")
+	bind("compaction-deleted-ratio", "COMPACTION_DELETED_RATIO")
+	fs.IntVar(&f.versionRetention, "version-retention-count", 10, "base table versions kept by cleanup (the newest ones), besides those younger than --version-retention-age")
+	bind("version-retention-count", "VERSION_RETENTION_COUNT")
+	fs.DurationVar(&f.versionAge, "version-retention-age", time.Hour, "base table versions younger than this are kept by cleanup: a reader holding one keeps reading for this long")
+	bind("version-retention-age", "VERSION_RETENTION_AGE")
+	fs.DurationVar(&f.gcWindow, "gc-safety-window", time.Hour, "cleanup never deletes an object younger than this (longer than any transaction: a file staged before a cleanup and committed after it stays)")
+	bind("gc-safety-window", "GC_SAFETY_WINDOW")
+	fs.IntVar(&f.walManifest, "wal-manifest-retention-count", 10, "WAL shard manifest versions kept by cleanup (the newest ones), besides those younger than --gc-safety-window")
+	bind("wal-manifest-retention-count", "WAL_MANIFEST_RETENTION_COUNT")
 	f.auth.AddServerFlags(fs)
 	fs.BoolVar(&f.authDataRoutes, "auth-data-routes", false, "the data routes (stores, rows) need the credential too; the WorkerService, flush, merge-wal and internal routes always do")
 	bind("auth-data-routes", "AUTH_DATA_ROUTES")
 	return cmd
+}
+
+// checkMaintenance refuses compaction and retention settings that a default would
+// silently replace or that would make cleanup unsafe, naming the flag and its
+// variable.
+func (f serveFlags) checkMaintenance() error {
+	var errs []error
+	if f.targetRows < 1 {
+		errs = append(errs, fmt.Errorf("--target-rows-per-fragment (TARGET_ROWS_PER_FRAGMENT) must be at least 1, got %d", f.targetRows))
+	}
+	if f.compactMaxSources < 2 {
+		errs = append(errs, fmt.Errorf("--compaction-max-source-fragments (COMPACTION_MAX_SOURCE_FRAGMENTS) must be at least 2, got %d", f.compactMaxSources))
+	}
+	if f.compactDeletedRatio <= 0 || f.compactDeletedRatio > 1 {
+		errs = append(errs, fmt.Errorf("--compaction-deleted-ratio (COMPACTION_DELETED_RATIO) must be in (0, 1], got %g", f.compactDeletedRatio))
+	}
+	if f.versionRetention < 1 {
+		errs = append(errs, fmt.Errorf("--version-retention-count (VERSION_RETENTION_COUNT) must be at least 1, got %d", f.versionRetention))
+	}
+	if f.walManifest < 2 {
+		errs = append(errs, fmt.Errorf("--wal-manifest-retention-count (WAL_MANIFEST_RETENTION_COUNT) must be at least 2, got %d", f.walManifest))
+	}
+	if f.versionAge <= 0 {
+		errs = append(errs, fmt.Errorf("--version-retention-age (VERSION_RETENTION_AGE) must be positive, got %s", f.versionAge))
+	}
+	if f.gcWindow <= 0 {
+		errs = append(errs, fmt.Errorf("--gc-safety-window (GC_SAFETY_WINDOW) must be positive, got %s", f.gcWindow))
+	}
+	return errors.Join(errs...)
 }
 
 func runServe(cmd *cobra.Command, f serveFlags) error {
@@ -137,6 +188,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	if f.mergeAfterGenerations < 0 || f.mergeMaxGenerations < 0 || f.mergeMaxBytes < 0 {
 		return fmt.Errorf("merge settings must not be negative (0 disables or uncaps)")
+	}
+	if err := f.checkMaintenance(); err != nil {
+		return err
 	}
 	reg := worker.NewRegistry()
 	// Credentials are checked before anything is opened: a worker that would
@@ -224,8 +278,16 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		HTTPAddr:   advHTTP,
 		Stores:     stores,
 		Merger:     merger,
-		Metrics:    series,
-		Logger:     log,
+		Maintainer: maintain.New(maintain.Config{
+			Compact:    table.CompactOptions{TargetRows: f.targetRows, MaxSources: f.compactMaxSources, DeletedRatio: f.compactDeletedRatio},
+			Retention:  table.Retention{KeepVersions: f.versionRetention, KeepAge: f.versionAge, SafetyWindow: f.gcWindow},
+			WAL:        wal.Retention{KeepManifests: f.walManifest, SafetyWindow: f.gcWindow},
+			Reserver:   merger,
+			CostFactor: merge.PassCostFactor,
+			Logger:     log.With("component", "maintain"),
+		}),
+		Metrics: series,
+		Logger:  log,
 	})
 	if err != nil {
 		return err

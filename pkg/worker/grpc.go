@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/maintain"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/store"
@@ -52,6 +53,9 @@ type WorkerServiceConfig struct {
 	// Stores and Merger do the work. Required.
 	Stores *store.Stores
 	Merger *merge.Merger
+	// Maintainer runs compact, verify and repair tasks; nil: one with the default
+	// options, charging Merger's slots and budget.
+	Maintainer *maintain.Maintainer
 	// Metrics are the worker's series; nil creates unregistered ones.
 	Metrics *Metrics
 	// Logger receives structured logs; nil discards them.
@@ -100,6 +104,10 @@ func NewWorkerService(cfg WorkerServiceConfig) (*WorkerService, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
+	if cfg.Maintainer == nil {
+		cfg.Maintainer = maintain.New(maintain.Config{Reserver: cfg.Merger, CostFactor: merge.PassCostFactor,
+			Logger: cfg.Logger.With("component", "maintain")})
+	}
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(tidemarkv1.WorkerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -121,10 +129,8 @@ func (w *WorkerService) MergeWal(ctx context.Context, req *tidemarkv1.MergeWalRe
 	if _, _, err := registry.ParseTarget(req.GetTarget()); err != nil {
 		return nil, grpcError(err)
 	}
-	if req.GetFencingToken() <= 0 {
-		return nil, status.Errorf(codes.InvalidArgument,
-			"fencing_token %d: must be > 0 (the etcd revision of the master's lock of target %q)",
-			req.GetFencingToken(), req.GetTarget())
+	if err := requireToken(req.GetTarget(), req.GetFencingToken()); err != nil {
+		return nil, err
 	}
 	r, err := w.MergeTarget(ctx, req.GetTarget(), req.GetFencingToken(), TriggerMaster)
 	if err != nil {
@@ -225,9 +231,8 @@ func (w *WorkerService) AdoptShard(ctx context.Context, req *tidemarkv1.AdoptSha
 		return nil, status.Errorf(codes.InvalidArgument, "shard %q is this worker's own: MergeWal merges it", shard)
 	}
 	token := req.GetFencingToken()
-	if token <= 0 {
-		return nil, status.Errorf(codes.InvalidArgument,
-			"fencing_token %d: must be > 0 (the etcd revision of the master's lock of target %q)", token, req.GetTarget())
+	if err := requireToken(req.GetTarget(), token); err != nil {
+		return nil, err
 	}
 	log := w.log.With("target", req.GetTarget(), "store", name, "kind", kind, "shard", shard, "fencing_token", token)
 	if err := w.admit(req.GetTarget(), kind, token, log); err != nil {

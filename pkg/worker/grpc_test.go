@@ -635,3 +635,41 @@ func listContaining(b *objstore.Bucket, prefix, part string) ([]objstore.Object,
 	}
 	return out, err
 }
+
+// Maintain shares MergeWal's fencing: a stale master's compaction is refused
+// before it touches the store, and the newest token of the target is the one a
+// merge must then beat. An unknown kind and a token of 0 are INVALID_ARGUMENT.
+func TestMaintainIsFencedLikeMergesAndReportsItsWork(t *testing.T) {
+	e := newGRPCEnv(t, grpcEnvOptions{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.pending(t, e.generic, id)
+		if _, err := e.merge("generic:gs", 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	maintain := func(kind string, token int64) (*tidemarkv1.MaintainResponse, error) {
+		return e.client.Maintain(context.Background(), &tidemarkv1.MaintainRequest{Target: "generic:gs", Kind: kind, FencingToken: token})
+	}
+	_, err := maintain("compact", 4)
+	wantCode(t, err, codes.FailedPrecondition, "4", "5")
+	_, err = maintain("index_id", 6)
+	wantCode(t, err, codes.InvalidArgument, "index_id")
+	_, err = maintain("compact", 0)
+	wantCode(t, err, codes.InvalidArgument, "fencing_token")
+
+	resp, err := maintain("compact", 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetCompactedFragments() != 3 || resp.GetWrittenFragments() != 1 || !strings.Contains(resp.GetSummary(), "compacted 3 fragments into 1") {
+		t.Fatalf("compact answered %v", resp)
+	}
+	if n := testutil.ToFloat64(e.metrics.Compactions.WithLabelValues("success")); n != 1 {
+		t.Errorf("rollout_compaction_total{result=success} = %v, want 1", n)
+	}
+	_, err = e.merge("generic:gs", 5)
+	wantCode(t, err, codes.FailedPrecondition, "5", "6")
+	if resp, err := maintain("verify", 6); err != nil || resp.GetCheckedObjects() == 0 || len(resp.GetProblems()) != 0 {
+		t.Fatalf("verify answered %v, %v", resp, err)
+	}
+}
