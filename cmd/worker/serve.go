@@ -21,6 +21,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/table"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker"
 )
@@ -292,6 +293,24 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	// etcd is checked before anything is served: a worker that cannot register
+	// should fail at startup with the endpoints it tried, not run unseen.
+	var registration *worker.Registration
+	var queue worker.TaskQueue // compact routes enqueue here; none without etcd
+	if f.etcd.Enabled() {
+		client, err := etcdcli.New(ctx, f.etcd)
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		registration, err = newRegistration(client, f, instanceID, advGRPC, advHTTP, log)
+		if err != nil {
+			return err
+		}
+		queue = tasks.New(client, f.etcd.NormalizedPrefix(), tasks.WithLogger(log), tasks.WithHolder(instanceID))
+	} else {
+		log.Info("no etcd endpoints: not registering (the master needs this worker in WORKER_ENDPOINTS)")
+	}
 	srv, err := worker.NewServer(worker.Config{
 		InstanceID:      instanceID,
 		Logger:          log,
@@ -305,6 +324,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		AuthDataRoutes:  f.authDataRoutes,
 		TLS:             authn.TLS,
 		Service:         svc, // one record of fencing tokens for HTTP and gRPC merges
+		Tasks:           queue,
 	})
 	if err != nil {
 		return err
@@ -314,22 +334,6 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return err
 	}
 
-	// etcd is checked before anything is served: a worker that cannot register
-	// should fail at startup with the endpoints it tried, not run unseen.
-	var registration *worker.Registration
-	if f.etcd.Enabled() {
-		client, err := etcdcli.New(ctx, f.etcd)
-		if err != nil {
-			return err
-		}
-		defer client.Close()
-		registration, err = newRegistration(client, f, instanceID, advGRPC, advHTTP, log)
-		if err != nil {
-			return err
-		}
-	} else {
-		log.Info("no etcd endpoints: not registering (the master needs this worker in WORKER_ENDPOINTS)")
-	}
 	log.Info("worker starting", "instance_id", instanceID, "data_url", bucket.String(), "version", cli.Version(),
 		"grpc_addr", advGRPC, "http_addr", advHTTP)
 

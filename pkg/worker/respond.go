@@ -12,6 +12,7 @@ const (
 	CodeInternal         = httpjson.CodeInternal         // 500: details are logged, not returned
 	CodeOverloaded       = "OVERLOADED"                  // 503: too many pending generations, or draining
 	CodeStoreUnavailable = "STORE_UNAVAILABLE"           // 503: object storage failed the request; retry
+	CodeTasksUnavailable = "TASKS_UNAVAILABLE"           // 503: no task queue (etcd) to enqueue a compact task in
 )
 
 // ErrorBody is the JSON body of every error answer.

@@ -60,6 +60,9 @@ type Config struct {
 	// path of the worker (HTTP triggers carry no fencing token); nil builds one from
 	// Stores, Merger and Series.
 	Service *WorkerService
+	// Tasks, if set, is where POST .../compact enqueues compact tasks (the task
+	// store in etcd); without it that route answers 503.
+	Tasks TaskQueue
 
 	// Auth guards the control routes (POST /api/v1/internal/*, the flush and
 	// merge-wal routes) always, and every data route too when AuthDataRoutes is
