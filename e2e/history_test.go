@@ -102,6 +102,10 @@ type historyCampaign struct {
 	rec    history.Recorder
 
 	injected map[string]int // fault kind -> times injected
+
+	// extra injects fault kinds only the long campaign has (its files carry the
+	// chaos build tag): inject calls extra[kind] for a kind it does not know.
+	extra map[string]func(hc *historyCampaign, until time.Time)
 }
 
 // historyOutcome is what a campaign recorded and what the checkers found.
@@ -253,15 +257,7 @@ func listHistoryRows(httpc *http.Client, base string, token uint64) ([]history.R
 // are the campaign's own pacing, drawn from the seed.
 func (hc *historyCampaign) inject(fault string, until time.Time) {
 	c := hc.c
-	pause := func(lo, hi time.Duration) bool {
-		d := lo + time.Duration(hc.rng.Int64N(int64(hi-lo)))
-		if left := time.Until(until); d > left {
-			time.Sleep(max(left, 0))
-			return false
-		}
-		time.Sleep(d)
-		return true
-	}
+	pause := func(lo, hi time.Duration) bool { return hc.pause(until, lo, hi) }
 	switch fault {
 	case faultWorkerKill:
 		for pause(3*time.Second, 8*time.Second) {
@@ -324,8 +320,24 @@ func (hc *historyCampaign) inject(fault string, until time.Time) {
 		}
 		hc.etcd.setCut(false)
 	default:
-		hc.t.Fatalf("unknown fault kind %q", fault)
+		f, ok := hc.extra[fault]
+		if !ok {
+			hc.t.Fatalf("unknown fault kind %q", fault)
+		}
+		f(hc, until)
 	}
+}
+
+// pause sleeps a random time in [lo, hi) drawn from the campaign's seed, or until
+// the deadline if that comes first; it reports whether the deadline is still ahead.
+func (hc *historyCampaign) pause(until time.Time, lo, hi time.Duration) bool {
+	d := lo + time.Duration(hc.rng.Int64N(int64(hi-lo)))
+	if left := time.Until(until); d > left {
+		time.Sleep(max(left, 0))
+		return false
+	}
+	time.Sleep(d)
+	return true
 }
 
 // setFaults replaces w3's faults file atomically (the hook polls it).
