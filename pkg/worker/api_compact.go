@@ -80,19 +80,11 @@ type lastCompaction struct {
 // compactStatsOf is GET /rollouts/{name}/compact/stats and /generic/{name}/compact/stats.
 func (s *Server) compactStatsOf(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		name, err := pathName(r)
-		if err != nil {
-			return err
-		}
-		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
+		_, snap, release, err := s.freshStore(r, k)
 		if err != nil {
 			return err
 		}
 		defer release()
-		snap, err := st.Fresh(r.Context())
-		if err != nil {
-			return err
-		}
 		base := snap.Base.Stats()
 		ans := compactStats{Version: base.Version, Fragments: base.Fragments, Rows: base.Rows,
 			DeletedRows: base.DeletedRows, Bytes: base.Bytes}

@@ -11,6 +11,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/schema"
+	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
 // writeOpTimeout bounds a write (create, delete, add, seal) once it is accepted. The
@@ -135,21 +136,33 @@ func (s *Server) listStores(k kindAPI) apiHandler {
 	}
 }
 
+// freshStore opens the store the request's path names and takes a fresh snapshot
+// of it (every shard's seals and the newest base version); the caller releases
+// the store.
+func (s *Server) freshStore(r *http.Request, k kindAPI) (*store.Store, *store.Snapshot, func(), error) {
+	name, err := pathName(r)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	snap, err := st.Fresh(r.Context())
+	if err != nil {
+		release()
+		return nil, nil, nil, err
+	}
+	return st, snap, release, nil
+}
+
 func (s *Server) getStore(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		name, err := pathName(r)
-		if err != nil {
-			return err
-		}
-		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
+		st, snap, release, err := s.freshStore(r, k)
 		if err != nil {
 			return err
 		}
 		defer release()
-		snap, err := st.Fresh(r.Context())
-		if err != nil {
-			return err
-		}
 		base := snap.Base.Stats()
 		stats := &storeStats{Version: base.Version, RowCount: base.Rows, FragmentCount: base.Fragments,
 			Bytes: base.Bytes, DeletedRows: base.DeletedRows, UpdatedAt: base.UpdatedAt}
