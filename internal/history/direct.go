@@ -3,6 +3,8 @@ package history
 import (
 	"fmt"
 	"slices"
+
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 // The rules of Direct, as violations name them.
@@ -11,9 +13,6 @@ const (
 	RuleFuture       = "read a write that started after it"
 	RuleWentBack     = "read through one worker went back"
 	RuleToken        = "read missed a write its causal token covers"
-	// RuleTie: two writes of one id got the same _seq (through two workers) and
-	// reads through one worker showed one, then the other, with no newer write.
-	RuleTie = "read through one worker flipped between writes of equal _seq"
 )
 
 // Direct checks the rules that need no search, over every read of ops: values come
@@ -43,7 +42,12 @@ func Direct(ops []Op) []Violation {
 }
 
 // wentBack checks, per worker, that no read is older than one that returned
-// through the same worker before it was called.
+// through the same worker before it was called. Older is by rowkey.Version, the
+// order the store resolves writes by: _seq, then the shard (the writing worker).
+// Two workers can give one id's writes the same _seq (clocks in the same
+// millisecond, or both counting up from one observed _seq), so a read may move
+// from the tied write of the shard that sorts first to the other one as the
+// latter becomes visible, never back.
 func (x *index) wentBack(id string, reads []read) []Violation {
 	byWorker := map[string][]read{}
 	for _, r := range reads {
@@ -55,29 +59,25 @@ func (x *index) wentBack(id string, reads []read) []Violation {
 		byRet := slices.Clone(rs)
 		slices.SortFunc(byRet, func(a, b read) int { return a.ret.Compare(b.ret) })
 		slices.SortFunc(rs, func(a, b read) int { return a.call.Compare(b.call) })
-		// floor: the newest read (by _seq) among those returned before the call.
+		// floor: the newest read among those returned before the call.
 		var floor *read
-		var floorSeq uint64
+		var floorV rowkey.Version
 		next := 0
 		for _, r := range rs {
 			for ; next < len(byRet) && byRet[next].ret.Before(r.call); next++ {
-				if s, ok := x.order(byRet[next].value); ok && (floor == nil || s > floorSeq) {
-					floor, floorSeq = &byRet[next], s
+				if v, ok := x.order(byRet[next].value); ok && (floor == nil || v.Newer(floorV)) {
+					floor, floorV = &byRet[next], v
 				}
 			}
 			if floor == nil {
 				continue
 			}
-			s, ok := x.order(r.value)
-			if ok && s == floorSeq && r.value != floor.value {
-				out = append(out, x.violation(RuleTie, id,
-					fmt.Sprintf("%s through %s returned %s after a %s through it returned %s, a write of the same _seq %d", r.kind, worker, describe(r.value), floor.kind, describe(floor.value), s),
-					floor.op, r.op))
-			}
-			if ok && s < floorSeq {
-				out = append(out, x.violation(RuleWentBack, id,
-					fmt.Sprintf("%s through %s returned %s after a %s through it returned %s", r.kind, worker, describe(r.value), floor.kind, describe(floor.value)),
-					floor.op, r.op))
+			if v, ok := x.order(r.value); ok && floorV.Newer(v) {
+				detail := fmt.Sprintf("%s through %s returned %s after a %s through it returned %s", r.kind, worker, describe(r.value), floor.kind, describe(floor.value))
+				if v.Seq == floorV.Seq {
+					detail += fmt.Sprintf(", writes of the same _seq %d through %s and %s", v.Seq, v.Shard, floorV.Shard)
+				}
+				out = append(out, x.violation(RuleWentBack, id, detail, floor.op, r.op))
 			}
 		}
 	}
@@ -102,7 +102,7 @@ func (x *index) missedToken(id string, reads []read) []Violation {
 		if must == nil {
 			continue
 		}
-		if s, ok := x.order(r.value); ok && s < must.seq {
+		if v, ok := x.order(r.value); ok && v.Seq < must.seq {
 			out = append(out, x.violation(RuleToken, id,
 				fmt.Sprintf("%s with token %d returned %s, older than the sealed write of %q", r.kind, r.after, describe(r.value), must.value),
 				must.op, r.op))

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
 // Violation is one way a history breaks the model, naming the operations involved
@@ -129,17 +131,19 @@ func newIndex(ops []Op) (*index, []Violation) {
 	return x, bad
 }
 
-// order is the _seq of the write a read's value came from (0 for no row); ok is
-// false when that write's _seq is unknown or the value was never written.
-func (x *index) order(value string) (seq uint64, ok bool) {
+// order is the version of the write a read's value came from: its _seq and the
+// worker it was written through, whose shard it went into (the zero version for
+// no row); ok is false when that write's _seq is unknown or the value was never
+// written.
+func (x *index) order(value string) (v rowkey.Version, ok bool) {
 	if value == "" {
-		return 0, true
+		return rowkey.Version{}, true
 	}
 	w := x.byValue[value]
 	if w == nil || w.seq == 0 {
-		return 0, false
+		return rowkey.Version{}, false
 	}
-	return w.seq, true
+	return rowkey.Version{Seq: w.seq, Shard: x.ops[w.op].Worker}, true
 }
 
 // Reads returns how many reads of one id (a get, or one id of a list) the history
