@@ -59,29 +59,61 @@ func (o CompactOptions) withDefaults() CompactOptions {
 }
 
 // PlanCompaction returns the fragments of m one compaction would rewrite (in manifest
-// order, at most MaxSources): fragments with fewer than TargetRows/2 live rows ("small")
-// and fragments at or over DeletedRatio. It returns nil when the rewrite would not
-// reduce anything: fewer than 2 small fragments and no fragment over the ratio.
+// order, at most MaxSources), or nil when the rewrite would not reduce anything:
+//
+//   - every fragment at or over DeletedRatio, whatever its size;
+//   - small fragments (fewer than TargetRows/2 live rows), smallest first: the two
+//     smallest, then each next one only while it holds no more live rows than all
+//     those already picked together. Without that rule every compaction rewrote
+//     every small fragment, the previous compaction's output included, so each row
+//     was rewritten once per compaction until the table reached TargetRows/2 rows,
+//     and the versions retained before each compaction kept a second copy of the
+//     whole table. With it, outputs grow like a binary counter: a row is rewritten
+//     about log2(TargetRows / rows per merge) times, and a compaction replaces
+//     about as many bytes as it writes.
+//
+// Nothing is planned with fewer than 2 small fragments and none over the ratio.
 func PlanCompaction(m *Manifest, o CompactOptions) []Fragment {
 	o = o.withDefaults()
-	var plan []Fragment
-	small, deleted := 0, 0
-	for _, f := range m.Fragments {
-		if len(plan) == o.MaxSources {
-			break
-		}
+	picked := make([]bool, len(m.Fragments))
+	var small []int
+	n, deleted := 0, 0
+	var sum int64 // live rows of the picked fragments
+	for i, f := range m.Fragments {
 		switch {
 		case f.Deletions != nil && f.Rows > 0 && float64(f.Deletions.Count)/float64(f.Rows) >= o.DeletedRatio:
-			deleted++
+			if n < o.MaxSources {
+				picked[i] = true
+				n++
+				deleted++
+				sum += f.LiveRows()
+			}
 		case f.LiveRows() < o.TargetRows/2:
-			small++
-		default:
-			continue
+			small = append(small, i)
 		}
-		plan = append(plan, f)
 	}
-	if small < 2 && deleted == 0 {
+	slices.SortStableFunc(small, func(a, b int) int {
+		return cmp.Compare(m.Fragments[a].LiveRows(), m.Fragments[b].LiveRows())
+	})
+	nSmall := 0
+	for _, i := range small {
+		live := m.Fragments[i].LiveRows()
+		if n == o.MaxSources || (nSmall >= 2 && live > sum) {
+			break
+		}
+		picked[i] = true
+		n++
+		nSmall++
+		sum += live
+	}
+	if nSmall < 2 && deleted == 0 {
 		return nil
+	}
+	plan := make([]Fragment, 0, n)
+	for i, f := range m.Fragments {
+		if picked[i] {
+			plan = append(plan, f)
+		}
 	}
 	return plan
 }

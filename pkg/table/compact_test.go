@@ -260,6 +260,13 @@ func TestPlanCompaction(t *testing.T) {
 		{[]Fragment{frag("a", 1000, 1000)}, "a"},                                   // nothing live
 		{[]Fragment{frag("a", 1, 0), frag("b", 2, 0), frag("c", 3, 0), frag("d", 4, 0)}, "a,b,c"},
 		{[]Fragment{frag("a", 1, 0), frag("b", 200, 0), frag("c", 200, 0), frag("d", 4, 0)}, "a,d"},
+		// Smallest first, each next one only while it is no larger than those picked:
+		// the previous compaction's output (e) stays until the small ones add up to it.
+		{[]Fragment{frag("e", 45, 0), frag("a", 10, 0), frag("b", 10, 0)}, "a,b"},
+		{[]Fragment{frag("e", 20, 0), frag("a", 10, 0), frag("b", 10, 0)}, "e,a,b"},
+		{[]Fragment{frag("e", 21, 0), frag("a", 10, 0), frag("b", 10, 0)}, "a,b"},
+		// A fragment rewritten for its deletions counts toward what the small ones join.
+		{[]Fragment{frag("e", 45, 0), frag("a", 10, 0), frag("d", 100, 60)}, "e,a,d"},
 	} {
 		if got := names(PlanCompaction(&Manifest{Fragments: c.frags}, o)); got != c.want {
 			t.Errorf("plan of %+v = %q, want %q", c.frags, got, c.want)

@@ -25,8 +25,8 @@ func TestCorruptManifestIsAnErrorNamingTheObject(t *testing.T) {
 		"truncated":        data[:len(data)/2],
 		"empty":            {},
 		"not json":         []byte("\x00\x01garbage"),
-		"bad schema":       []byte(strings.Replace(string(data), `"schema": "`, `"schema": "AAAA`, 1)),
-		"version mismatch": []byte(strings.Replace(string(data), `"version": 2`, `"version": 7`, 1)),
+		"bad schema":       []byte(strings.Replace(string(data), `"schema":"`, `"schema":"AAAA`, 1)),
+		"version mismatch": []byte(strings.Replace(string(data), `"version":2,`, `"version":7,`, 1)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if err := b.Delete(ctx, key); err != nil {
