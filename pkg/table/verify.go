@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"slices"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -229,10 +227,6 @@ func (t *Table) DropMissing(ctx context.Context, rep VerifyReport) (*Manifest, i
 	if err != nil {
 		return fail(err)
 	}
-	type brokenFragment struct {
-		f        Fragment
-		problems []VerifyProblem
-	}
 	var broken []brokenFragment
 	for _, f := range m.Fragments {
 		if !named[f.Path] {
@@ -267,65 +261,73 @@ func (t *Table) DropMissing(ctx context.Context, rep VerifyReport) (*Manifest, i
 		return m, 0, 0, nil
 	}
 
-	txnID := "drop-missing-" + uuid.NewString()
-	clk := t.opts.Clock
-	start := clk.Now()
-	deadline := start.Add(t.opts.RetryTimeout)
-	for attempt := 1; ; attempt++ {
-		attemptStart := clk.Now()
-		n := m.next(txnID, clk.Now().UTC())
-		var dropped []brokenFragment
-		n.Fragments = slices.DeleteFunc(n.Fragments, func(f Fragment) bool {
-			i := slices.IndexFunc(broken, func(b brokenFragment) bool { return sameFragment(b.f, f) })
-			if i >= 0 {
-				dropped = append(dropped, broken[i])
-			}
-			return i >= 0
-		})
-		if len(dropped) == 0 {
-			t.log.Info("the fragments to drop changed or left the table meanwhile: nothing dropped", "version", m.Version)
-			return m, 0, 0, nil
+	d := &dropCommit{t: t, id: "drop-missing-" + uuid.NewString(), base: m, broken: broken}
+	n, err := t.commitOptimistic(ctx, d.id, d)
+	if errors.Is(err, errNothingToDrop) {
+		t.log.Info("the fragments to drop changed or left the table meanwhile: nothing dropped", "version", d.base.Version)
+		return d.base, 0, 0, nil
+	}
+	if err != nil {
+		return fail(err)
+	}
+	var rows int64
+	for _, b := range d.dropped {
+		rows += b.f.LiveRows()
+		t.log.Warn("fragment dropped: its rows are lost", "path", b.f.Path, "rows", b.f.LiveRows(),
+			"problems", fmt.Sprint(b.problems), "version", n.Version)
+	}
+	return n, len(d.dropped), rows, nil
+}
+
+// errNothingToDrop ends a dropCommit whose fragments all changed or left the table.
+var errNothingToDrop = errors.New("nothing to drop")
+
+type brokenFragment struct {
+	f        Fragment
+	problems []VerifyProblem
+}
+
+// dropCommit is the commit of DropMissing: the newest version minus the broken
+// fragments that are still in it unchanged (a fragment whose entry changed was
+// rewritten or got new deletions, and is checked again by the next verify). It
+// stages no files, so it has nothing to abort.
+type dropCommit struct {
+	t       *Table
+	id      string // the transaction id
+	base    *Manifest
+	broken  []brokenFragment
+	dropped []brokenFragment // of the last proposal
+}
+
+func (d *dropCommit) proposal() *Manifest {
+	n := d.base.next(d.id, d.t.opts.Clock.Now().UTC())
+	d.dropped = d.dropped[:0]
+	n.Fragments = slices.DeleteFunc(n.Fragments, func(f Fragment) bool {
+		i := slices.IndexFunc(d.broken, func(b brokenFragment) bool { return sameFragment(b.f, f) })
+		if i >= 0 {
+			d.dropped = append(d.dropped, d.broken[i])
 		}
-		err := t.createVersion(ctx, n)
-		if err != nil && !errors.Is(err, objstore.ErrExists) && !errors.Is(err, objstore.ErrThrottled) {
-			// The outcome is unknown: read the version back.
-			got, lerr := t.Load(ctx, n.Version)
-			switch {
-			case lerr == nil && got.TxnID == txnID:
-				err = nil
-			case lerr == nil:
-				err = objstore.ErrExists // another writer's version: a lost race
-			default:
-				return fail(fmt.Errorf("commit version %d: %w", n.Version, err))
-			}
-		}
-		if err == nil {
-			t.observe(n)
-			var rows int64
-			for _, b := range dropped {
-				rows += b.f.LiveRows()
-				t.log.Warn("fragment dropped: its rows are lost", "path", b.f.Path, "rows", b.f.LiveRows(),
-					"problems", fmt.Sprint(b.problems), "version", n.Version)
-			}
-			return n, len(dropped), rows, nil
-		}
-		if now := clk.Now(); !now.Before(deadline) {
-			return fail(fmt.Errorf("%w: gave up after %d attempts in %s (retry_timeout %s)",
-				ErrTooManyWriters, attempt, now.Sub(start).Round(time.Millisecond), t.opts.RetryTimeout))
-		}
-		backoff := clk.Since(attemptStart)
-		backoff = backoff/2 + rand.N(backoff+1)
-		backoff = min(max(backoff, time.Millisecond), time.Second, deadline.Sub(clk.Now()))
-		select {
-		case <-ctx.Done():
-			return fail(ctx.Err())
-		case <-clk.After(backoff):
-		}
-		if m, err = t.Refresh(ctx); err != nil {
-			return fail(err)
+		return i >= 0
+	})
+	return n
+}
+
+func (d *dropCommit) settle(latest *Manifest) error {
+	for _, f := range latest.Fragments {
+		if slices.ContainsFunc(d.broken, func(b brokenFragment) bool { return sameFragment(b.f, f) }) {
+			return nil
 		}
 	}
+	d.base = latest
+	return errNothingToDrop
 }
+
+func (d *dropCommit) rebase(_ context.Context, latest *Manifest) error {
+	d.base = latest
+	return nil
+}
+
+func (d *dropCommit) Abort(context.Context) {}
 
 // sameFragment reports whether a and b are the same fragment entry: same data file
 // (names are unique and files immutable), size, rows, bloom filter and deletion vector.
