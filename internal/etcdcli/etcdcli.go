@@ -26,13 +26,12 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/cli"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
-// Defaults of ETCD_PREFIX and ETCD_DIAL_TIMEOUT.
-const (
-	DefaultPrefix      = "/tidemark"
-	DefaultDialTimeout = 5 * time.Second
-)
+// DefaultDialTimeout is ETCD_DIAL_TIMEOUT's default. ETCD_PREFIX's is
+// tasks.DefaultPrefix, the key schema's.
+const DefaultDialTimeout = 5 * time.Second
 
 // Config is how to reach etcd.
 type Config struct {
@@ -63,7 +62,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet, endpointsUsage string) {
 	bind := func(name, env string) { cli.BindEnv(fs, name, env) }
 	fs.StringSliceVar(&c.Endpoints, "etcd-endpoints", nil, "etcd client URLs, comma-separated; "+endpointsUsage)
 	bind("etcd-endpoints", "ETCD_ENDPOINTS")
-	fs.StringVar(&c.Prefix, "etcd-prefix", DefaultPrefix, "key prefix of every Tidemark key in etcd")
+	fs.StringVar(&c.Prefix, "etcd-prefix", tasks.DefaultPrefix, "key prefix of every Tidemark key in etcd")
 	bind("etcd-prefix", "ETCD_PREFIX")
 	fs.StringVar(&c.Username, "etcd-username", "", "etcd user (with --etcd-password)")
 	bind("etcd-username", "ETCD_USERNAME")
@@ -93,14 +92,9 @@ func (c *Config) endpoints() []string {
 	return out
 }
 
-// NormalizedPrefix is Prefix without trailing slashes, DefaultPrefix if empty.
-func (c *Config) NormalizedPrefix() string {
-	p := strings.TrimRight(c.Prefix, "/")
-	if p == "" {
-		return DefaultPrefix
-	}
-	return p
-}
+// NormalizedPrefix is Prefix without trailing slashes, tasks.DefaultPrefix if
+// empty (tasks.NormalizePrefix).
+func (c *Config) NormalizedPrefix() string { return tasks.NormalizePrefix(c.Prefix) }
 
 // TLS returns the TLS configuration of the settings, nil when no TLS file is set.
 func (c *Config) TLS() (*tls.Config, error) {

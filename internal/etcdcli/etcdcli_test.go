@@ -13,6 +13,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
 	"github.com/tidemark-io/tidemark/internal/testcerts"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 func TestFlagsComeFromTheEnvironment(t *testing.T) {
@@ -52,7 +53,7 @@ func TestEmptyEndpointsDisableEtcd(t *testing.T) {
 	if _, err := New(context.Background(), c); err == nil || !strings.Contains(err.Error(), "ETCD_ENDPOINTS") {
 		t.Errorf("New without endpoints: %v", err)
 	}
-	if (&Config{}).NormalizedPrefix() != DefaultPrefix {
+	if (&Config{}).NormalizedPrefix() != tasks.DefaultPrefix {
 		t.Error("empty prefix is not the default")
 	}
 }

@@ -109,7 +109,7 @@ type rowStore struct {
 }
 
 func newRowStore(client *clientv3.Client, ts *tasks.Store) rowStore {
-	return rowStore{client: client, prefix: ts.Prefix() + "/stats/"}
+	return rowStore{client: client, prefix: ts.Keys().StatsPrefix()}
 }
 
 func (rs rowStore) key(target string) string { return rs.prefix + target }

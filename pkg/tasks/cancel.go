@@ -55,10 +55,10 @@ func (s *Store) failQueued(ctx context.Context, t Task, rev int64) (bool, error)
 	//             then delete P/dedupe/<kind>/<target>          enqueued again; never drop another task's key
 	//   else nothing: the caller reads it again and decides anew
 	resp, err := s.client.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(s.taskKey(t.ID)), "=", rev),
+		clientv3.Compare(clientv3.ModRevision(s.keys.Task(t.ID)), "=", rev),
 	).Then(
-		clientv3.OpPut(s.taskKey(t.ID), encodeTask(t)),
-		clientv3.OpDelete(s.queueKey(t.ID)),
+		clientv3.OpPut(s.keys.Task(t.ID), encodeTask(t)),
+		clientv3.OpDelete(s.keys.Queue(t.ID)),
 		s.dropDedupe(t),
 	).Commit()
 	if err != nil {

@@ -26,17 +26,17 @@ func TestCancel(t *testing.T) {
 	if got := get(t, s, queued.ID); got.State != StateFailed || got.Error != "cancelled" || got.FinishedAt.IsZero() {
 		t.Fatalf("cancelled record %+v", got)
 	}
-	if v, _ := raw(t, client, s.queueKey(queued.ID)); v != "" {
+	if v, _ := raw(t, client, s.keys.Queue(queued.ID)); v != "" {
 		t.Fatal("cancelled task still in the queue")
 	}
 	enqueue(t, s, KindCompact, "r2") // the kind+target is free again
 
 	for name, id := range map[string]string{"running": running.ID, "finished": finished.ID, "cancelled": queued.ID} {
-		before, _ := raw(t, client, s.taskKey(id))
+		before, _ := raw(t, client, s.keys.Task(id))
 		if _, err := s.Cancel(ctx, id); !errors.Is(err, ErrNotCancellable) {
 			t.Errorf("cancel %s: %v, want ErrNotCancellable", name, err)
 		}
-		if after, _ := raw(t, client, s.taskKey(id)); after != before {
+		if after, _ := raw(t, client, s.keys.Task(id)); after != before {
 			t.Errorf("cancel %s changed the record", name)
 		}
 	}

@@ -111,9 +111,9 @@ func (s *Store) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimF
 			return nil, ErrNoTask
 		}
 		resp, err := s.client.Get(ctx, string(page[len(page)-1].Key)+"\x00",
-			clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.queuePrefix())), clientv3.WithLimit(queuePage))
+			clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.keys.QueuePrefix())), clientv3.WithLimit(queuePage))
 		if err != nil {
-			return nil, fmt.Errorf("claim: read %s: %w", s.queuePrefix(), err)
+			return nil, fmt.Errorf("claim: read %s: %w", s.keys.QueuePrefix(), err)
 		}
 		page, more = resp.Kvs, resp.More
 	}
@@ -152,17 +152,17 @@ func (s *Store) tryClaim(ctx context.Context, id string, lease clientv3.LeaseID,
 	//        put P/claims/<id> = token (claimer's lease)        the claim dies with the claimer
 	//        put P/target-locks/<target> = token (same lease)   its create revision is the fencing token
 	//   else nothing: someone else won; the caller tries the next task
-	lock := s.lockKey(t.Target)
+	lock := s.keys.Lock(t.Target)
 	resp, err := s.client.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(s.taskKey(id)), "=", rev),
-		clientv3.Compare(clientv3.CreateRevision(s.claimKey(id)), "=", 0),
+		clientv3.Compare(clientv3.ModRevision(s.keys.Task(id)), "=", rev),
+		clientv3.Compare(clientv3.CreateRevision(s.keys.Claim(id)), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(lock), "=", 0),
-		clientv3.Compare(clientv3.ModRevision(s.cooldownKey(t.Kind, t.Target)), "=", cooldownRev),
+		clientv3.Compare(clientv3.ModRevision(s.keys.Cooldown(t.Kind, t.Target)), "=", cooldownRev),
 	).Then(
-		clientv3.OpPut(s.taskKey(id), record),
-		clientv3.OpDelete(s.queueKey(id)),
-		clientv3.OpPut(s.runningKey(id), record),
-		clientv3.OpPut(s.claimKey(id), token, clientv3.WithLease(lease)),
+		clientv3.OpPut(s.keys.Task(id), record),
+		clientv3.OpDelete(s.keys.Queue(id)),
+		clientv3.OpPut(s.keys.Running(id), record),
+		clientv3.OpPut(s.keys.Claim(id), token, clientv3.WithLease(lease)),
 		clientv3.OpPut(lock, token, clientv3.WithLease(lease)),
 	).Commit()
 	if err != nil {
@@ -189,7 +189,7 @@ func (s *Store) dependenciesDone(ctx context.Context, t Task, seen map[string]Ta
 	if len(unread) > 0 {
 		ops := make([]clientv3.Op, len(unread))
 		for i, dep := range unread {
-			ops[i] = clientv3.OpGet(s.taskKey(dep))
+			ops[i] = clientv3.OpGet(s.keys.Task(dep))
 		}
 		resp, err := s.client.Txn(ctx).Then(ops...).Commit() // one consistent read
 		if err != nil {
@@ -251,7 +251,7 @@ func (s *Store) failDependent(ctx context.Context, id string, dep Task) error {
 
 // dropDedupe deletes t's dedupe key only if it still names t (a nested txn).
 func (s *Store) dropDedupe(t Task) clientv3.Op {
-	key := s.dedupeKey(t.Kind, t.Target)
+	key := s.keys.Dedupe(t.Kind, t.Target)
 	return clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", t.ID)},
 		[]clientv3.Op{clientv3.OpDelete(key)},
@@ -278,14 +278,14 @@ type cooldownAt struct {
 func (s *Store) readSnapshot(ctx context.Context) (*snapshot, error) {
 	// A transaction of reads only: every range sees the same revision.
 	resp, err := s.client.Txn(ctx).Then(
-		clientv3.OpGet(s.queuePrefix(), clientv3.WithPrefix(), clientv3.WithLimit(queuePage)),
-		clientv3.OpGet(s.runningPrefix(), clientv3.WithPrefix()),
-		clientv3.OpGet(s.claimsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		clientv3.OpGet(s.locksPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		clientv3.OpGet(s.cooldownPrefix(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.QueuePrefix(), clientv3.WithPrefix(), clientv3.WithLimit(queuePage)),
+		clientv3.OpGet(s.keys.RunningPrefix(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.ClaimsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.keys.LocksPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.keys.CooldownPrefix(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("read task store %s: %w", s.prefix, err)
+		return nil, fmt.Errorf("read task store %s: %w", s.keys.Prefix(), err)
 	}
 	queue := resp.Responses[0].GetResponseRange()
 	snap := &snapshot{
@@ -297,17 +297,17 @@ func (s *Store) readSnapshot(ctx context.Context) (*snapshot, error) {
 		cooldowns: map[string]cooldownAt{},
 	}
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-		snap.claimed[string(kv.Key[len(s.claimsPrefix()):])] = true
+		snap.claimed[string(kv.Key[len(s.keys.ClaimsPrefix()):])] = true
 	}
 	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
-		snap.locked[string(kv.Key[len(s.locksPrefix()):])] = true
+		snap.locked[string(kv.Key[len(s.keys.LocksPrefix()):])] = true
 	}
 	for _, kv := range resp.Responses[4].GetResponseRange().Kvs {
 		cd, err := decodeCooldown(string(kv.Key), kv.Value)
 		if err != nil {
 			return nil, err
 		}
-		snap.cooldowns[string(kv.Key[len(s.cooldownPrefix()):])] = cooldownAt{cd, kv.ModRevision}
+		snap.cooldowns[string(kv.Key[len(s.keys.CooldownPrefix()):])] = cooldownAt{cd, kv.ModRevision}
 	}
 	return snap, nil
 }

@@ -71,7 +71,7 @@ func (s *Store) Cooldown(ctx context.Context, kind Kind, target string) (Cooldow
 }
 
 func (s *Store) getCooldown(ctx context.Context, kind Kind, target string) (Cooldown, int64, bool, error) {
-	key := s.cooldownKey(kind, target)
+	key := s.keys.Cooldown(kind, target)
 	resp, err := s.client.Get(ctx, key)
 	if err != nil {
 		return Cooldown{}, 0, false, fmt.Errorf("get %s: %w", key, err)
@@ -88,7 +88,7 @@ func (s *Store) getCooldown(ctx context.Context, kind Kind, target string) (Cool
 // rev (0: none), a success deletes the record, any other failure (a merge's) has
 // none.
 func (s *Store) cooldownOps(t Task, r Result, cd Cooldown, rev int64) ([]clientv3.Cmp, []clientv3.Op) {
-	key := s.cooldownKey(t.Kind, t.Target)
+	key := s.keys.Cooldown(t.Kind, t.Target)
 	if r.Err == nil {
 		return nil, []clientv3.Op{clientv3.OpDelete(key)}
 	}

@@ -48,7 +48,7 @@ func (s *Store) AcquireCoordination(ctx context.Context, name string, lease clie
 	if lease == clientv3.NoLease {
 		return nil, fmt.Errorf("%w: coordination lock %q needs a lease, so that it dies with its holder", ErrInvalidArgument, name)
 	}
-	key := s.coordinationKey(name)
+	key := s.keys.Coordination(name)
 
 	// Acquire transaction:
 	//   if   create_revision(P/coordination/<name>) == 0      nobody holds it

@@ -79,7 +79,7 @@ func TestCoordinationLockRefusesDeadLeaseAndBadName(t *testing.T) {
 	if _, err := s.AcquireCoordination(ctx, "scan", dead); err == nil {
 		t.Fatal("acquired under a revoked lease")
 	}
-	if v, _ := raw(t, client, s.coordinationKey("scan")); v != "" {
+	if v, _ := raw(t, client, s.keys.Coordination("scan")); v != "" {
 		t.Fatal("a dead acquisition left a key")
 	}
 	for _, name := range []string{"", "a/b"} {

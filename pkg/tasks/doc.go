@@ -19,6 +19,10 @@
 //	P/cooldown/<kind>/<target>   {failures, until, last_error}; no lease, until is checked
 //	P/coordination/<name>        holder name, under the holder's lease
 //
+// Keys builds every key of the schema, these and the ones other packages own
+// (P/stats/ of package scanner, P/workers/ of package membership), so the layout
+// is defined once.
+//
 // Invariants:
 //
 //   - At most one running task per target, whatever its kind, across every master

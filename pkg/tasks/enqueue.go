@@ -31,7 +31,7 @@ func (s *Store) Enqueue(ctx context.Context, kind Kind, target string, dependsOn
 	if err != nil {
 		return Task{}, false, err
 	}
-	dedupe := s.dedupeKey(kind, target)
+	dedupe := s.keys.Dedupe(kind, target)
 	// The first attempt expects no dedupe key; after finding a stale one, it
 	// expects that key unchanged instead (see below).
 	dedupeCmp := clientv3.Compare(clientv3.CreateRevision(dedupe), "=", 0)
@@ -64,12 +64,12 @@ func (s *Store) Enqueue(ctx context.Context, kind Kind, target string, dependsOn
 		cmps := []clientv3.Cmp{dedupeCmp}
 		elseOps := []clientv3.Op{clientv3.OpGet(dedupe)}
 		for _, dep := range deps {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.taskKey(dep)), ">", 0))
-			elseOps = append(elseOps, clientv3.OpGet(s.taskKey(dep), clientv3.WithCountOnly()))
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.keys.Task(dep)), ">", 0))
+			elseOps = append(elseOps, clientv3.OpGet(s.keys.Task(dep), clientv3.WithCountOnly()))
 		}
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(
-			clientv3.OpPut(s.taskKey(t.ID), record),
-			clientv3.OpPut(s.queueKey(t.ID), record),
+			clientv3.OpPut(s.keys.Task(t.ID), record),
+			clientv3.OpPut(s.keys.Queue(t.ID), record),
 			clientv3.OpPut(dedupe, t.ID),
 		).Else(elseOps...).Commit()
 		if err != nil {

@@ -94,14 +94,14 @@ func TestEnqueueReplacesStaleDedupeKey(t *testing.T) {
 	finish(t, s, claim(t, s, grant(t, client)), nil)
 
 	for _, stale := range []string{done.ID, "0190a4c2-0000-7000-8000-000000000000"} {
-		if _, err := client.Put(ctx, s.dedupeKey(KindCompact, "r1"), stale); err != nil {
+		if _, err := client.Put(ctx, s.keys.Dedupe(KindCompact, "r1"), stale); err != nil {
 			t.Fatal(err)
 		}
 		fresh, dedup, err := s.Enqueue(ctx, KindCompact, "r1")
 		if err != nil || dedup || fresh.ID == stale {
 			t.Fatalf("enqueue over stale dedupe %s: %+v dedup=%v err=%v", stale, fresh, dedup, err)
 		}
-		if v, _ := raw(t, client, s.dedupeKey(KindCompact, "r1")); v != fresh.ID {
+		if v, _ := raw(t, client, s.keys.Dedupe(KindCompact, "r1")); v != fresh.ID {
 			t.Fatalf("dedupe key = %q, want %s", v, fresh.ID)
 		}
 		if _, err := s.Cancel(ctx, fresh.ID); err != nil {

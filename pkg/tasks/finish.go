@@ -77,19 +77,19 @@ func (s *Store) Finish(ctx context.Context, c *Claim, r Result) (Task, error) {
 		//             then delete P/dedupe/<kind>/<target>        new task; never drop another task's key
 		//   else get P/claims/<id>, get P/target-locks/<target>   to tell a lost claim from a cooldown race
 		cmps := append([]clientv3.Cmp{
-			clientv3.Compare(clientv3.Value(s.claimKey(t.ID)), "=", c.Token),
-			clientv3.Compare(clientv3.Value(s.lockKey(t.Target)), "=", c.Token),
+			clientv3.Compare(clientv3.Value(s.keys.Claim(t.ID)), "=", c.Token),
+			clientv3.Compare(clientv3.Value(s.keys.Lock(t.Target)), "=", c.Token),
 		}, cdCmps...)
 		ops := append([]clientv3.Op{
-			clientv3.OpPut(s.taskKey(t.ID), record),
-			clientv3.OpDelete(s.runningKey(t.ID)),
-			clientv3.OpDelete(s.claimKey(t.ID)),
-			clientv3.OpDelete(s.lockKey(t.Target)),
+			clientv3.OpPut(s.keys.Task(t.ID), record),
+			clientv3.OpDelete(s.keys.Running(t.ID)),
+			clientv3.OpDelete(s.keys.Claim(t.ID)),
+			clientv3.OpDelete(s.keys.Lock(t.Target)),
 			s.dropDedupe(t),
 		}, cdOps...)
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Else(
-			clientv3.OpGet(s.claimKey(t.ID)),
-			clientv3.OpGet(s.lockKey(t.Target)),
+			clientv3.OpGet(s.keys.Claim(t.ID)),
+			clientv3.OpGet(s.keys.Lock(t.Target)),
 		).Commit()
 		if err != nil {
 			return Task{}, fmt.Errorf("finish task %s: %w", t.ID, err)
@@ -106,7 +106,7 @@ func (s *Store) Finish(ctx context.Context, c *Claim, r Result) (Task, error) {
 		// kind+target cannot happen, but an operator may edit it): read it again.
 	}
 	return Task{}, fmt.Errorf("finish task %s: gave up after %d attempts: %s keeps changing",
-		t.ID, maxTxnAttempts, s.cooldownKey(t.Kind, t.Target))
+		t.ID, maxTxnAttempts, s.keys.Cooldown(t.Kind, t.Target))
 }
 
 // holds reports whether the else-branch reads of a failed Finish or Release
@@ -140,14 +140,14 @@ func (s *Store) Release(ctx context.Context, c *Claim) (Task, error) {
 	//        delete P/running/<id>, P/claims/<id>, P/target-locks/<target>
 	//   else nothing: ErrClaimLost
 	resp, err := s.client.Txn(ctx).If(
-		clientv3.Compare(clientv3.Value(s.claimKey(t.ID)), "=", c.Token),
-		clientv3.Compare(clientv3.Value(s.lockKey(t.Target)), "=", c.Token),
+		clientv3.Compare(clientv3.Value(s.keys.Claim(t.ID)), "=", c.Token),
+		clientv3.Compare(clientv3.Value(s.keys.Lock(t.Target)), "=", c.Token),
 	).Then(
-		clientv3.OpPut(s.taskKey(t.ID), record),
-		clientv3.OpPut(s.queueKey(t.ID), record),
-		clientv3.OpDelete(s.runningKey(t.ID)),
-		clientv3.OpDelete(s.claimKey(t.ID)),
-		clientv3.OpDelete(s.lockKey(t.Target)),
+		clientv3.OpPut(s.keys.Task(t.ID), record),
+		clientv3.OpPut(s.keys.Queue(t.ID), record),
+		clientv3.OpDelete(s.keys.Running(t.ID)),
+		clientv3.OpDelete(s.keys.Claim(t.ID)),
+		clientv3.OpDelete(s.keys.Lock(t.Target)),
 	).Commit()
 	if err != nil {
 		return Task{}, fmt.Errorf("release task %s: %w", t.ID, err)

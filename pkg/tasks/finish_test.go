@@ -24,24 +24,24 @@ func TestMasterThatLostItsClaimCannotFinish(t *testing.T) {
 		"with failure":       func() (Task, error) { return s.Finish(ctx, lost, Result{Err: errors.New("x")}) },
 		"before any recover": func() (Task, error) { return s.Finish(ctx, lost, Result{}) },
 	} {
-		before, beforeRev := raw(t, client, s.taskKey(task.ID))
+		before, beforeRev := raw(t, client, s.keys.Task(task.ID))
 		if _, err := check(); !errors.Is(err, ErrClaimLost) {
 			t.Fatalf("%s: %v, want ErrClaimLost", name, err)
 		}
-		if after, afterRev := raw(t, client, s.taskKey(task.ID)); after != before || afterRev != beforeRev {
+		if after, afterRev := raw(t, client, s.keys.Task(task.ID)); after != before || afterRev != beforeRev {
 			t.Fatalf("%s: record changed from %s to %s", name, before, after)
 		}
 	}
 
 	current := claim(t, s, grant(t, client)) // recovers, then claims under a new lease
-	before, beforeRev := raw(t, client, s.taskKey(task.ID))
+	before, beforeRev := raw(t, client, s.keys.Task(task.ID))
 	if _, err := s.Finish(ctx, lost, Result{Detail: "late"}); !errors.Is(err, ErrClaimLost) {
 		t.Fatalf("finish of a claim taken over: %v, want ErrClaimLost", err)
 	}
-	if after, afterRev := raw(t, client, s.taskKey(task.ID)); after != before || afterRev != beforeRev {
+	if after, afterRev := raw(t, client, s.keys.Task(task.ID)); after != before || afterRev != beforeRev {
 		t.Fatalf("the lost claim changed the record from %s to %s", before, after)
 	}
-	if v, _ := raw(t, client, s.lockKey("r1")); v != current.Token {
+	if v, _ := raw(t, client, s.keys.Lock("r1")); v != current.Token {
 		t.Fatalf("target lock = %q, want the current claim's token", v)
 	}
 	if done := finish(t, s, current, nil); done.State != StateDone {
@@ -65,7 +65,7 @@ func TestFinishRecordsOutcomeAndFreesTheTarget(t *testing.T) {
 		got.Attempts != 1 || got.ClaimToken != "" || got.FencingToken != c.FencingToken {
 		t.Fatalf("finished record %+v", got)
 	}
-	for _, key := range []string{s.runningKey(task.ID), s.claimKey(task.ID), s.lockKey("r1"), s.dedupeKey(KindMergeWAL, "r1"), s.queueKey(task.ID)} {
+	for _, key := range []string{s.keys.Running(task.ID), s.keys.Claim(task.ID), s.keys.Lock("r1"), s.keys.Dedupe(KindMergeWAL, "r1"), s.keys.Queue(task.ID)} {
 		if v, _ := raw(t, client, key); v != "" {
 			t.Errorf("%s = %q after finish, want it gone", key, v)
 		}

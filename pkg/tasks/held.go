@@ -18,16 +18,16 @@ import (
 // lease lives as long as the master, so the claimer must find such claims itself
 // and give them back (Release).
 func (s *Store) Held(ctx context.Context, lease clientv3.LeaseID) ([]*Claim, error) {
-	resp, err := s.client.Get(ctx, s.claimsPrefix(), clientv3.WithPrefix())
+	resp, err := s.client.Get(ctx, s.keys.ClaimsPrefix(), clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", s.claimsPrefix(), err)
+		return nil, fmt.Errorf("read %s: %w", s.keys.ClaimsPrefix(), err)
 	}
 	var held []*Claim
 	for _, kv := range resp.Kvs {
 		if clientv3.LeaseID(kv.Lease) != lease {
 			continue
 		}
-		id := string(kv.Key[len(s.claimsPrefix()):])
+		id := string(kv.Key[len(s.keys.ClaimsPrefix()):])
 		t, _, err := s.getTask(ctx, id)
 		if errors.Is(err, ErrTaskNotFound) {
 			continue // finished and pruned since the read: nothing held any more
@@ -39,9 +39,9 @@ func (s *Store) Held(ctx context.Context, lease clientv3.LeaseID) ([]*Claim, err
 		if t.State != StateRunning || t.ClaimToken != token {
 			continue // finished or released since the read
 		}
-		lock, err := s.client.Get(ctx, s.lockKey(t.Target))
+		lock, err := s.client.Get(ctx, s.keys.Lock(t.Target))
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", s.lockKey(t.Target), err)
+			return nil, fmt.Errorf("read %s: %w", s.keys.Lock(t.Target), err)
 		}
 		if len(lock.Kvs) == 0 || string(lock.Kvs[0].Value) != token {
 			continue // finished or released since the read

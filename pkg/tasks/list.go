@@ -64,12 +64,12 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]Task, string, error) 
 		limit = MaxListLimit
 	}
 
-	prefix := s.tasksPrefix()
+	prefix := s.keys.TasksPrefix()
 	switch f.State {
 	case StateQueued:
-		prefix = s.queuePrefix()
+		prefix = s.keys.QueuePrefix()
 	case StateRunning:
-		prefix = s.runningPrefix()
+		prefix = s.keys.RunningPrefix()
 	}
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	from, to := prefix, end // the unread key range [from, to)

@@ -17,15 +17,15 @@ func (s *Store) RecoverOrphans(ctx context.Context) (int, error) {
 	// Running records and claims read at one revision: a task whose running key
 	// is there but claim key is not was orphaned at that revision.
 	resp, err := s.client.Txn(ctx).Then(
-		clientv3.OpGet(s.runningPrefix(), clientv3.WithPrefix()),
-		clientv3.OpGet(s.claimsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.keys.RunningPrefix(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.ClaimsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", s.runningPrefix(), err)
+		return 0, fmt.Errorf("read %s: %w", s.keys.RunningPrefix(), err)
 	}
 	snap := &snapshot{running: resp.Responses[0].GetResponseRange().Kvs, claimed: map[string]bool{}}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		snap.claimed[string(kv.Key[len(s.claimsPrefix()):])] = true
+		snap.claimed[string(kv.Key[len(s.keys.ClaimsPrefix()):])] = true
 	}
 	return s.recoverOrphansIn(ctx, snap)
 }
@@ -33,7 +33,7 @@ func (s *Store) RecoverOrphans(ctx context.Context) (int, error) {
 func (s *Store) recoverOrphansIn(ctx context.Context, snap *snapshot) (int, error) {
 	n := 0
 	for _, kv := range snap.running {
-		id := string(kv.Key[len(s.runningPrefix()):])
+		id := string(kv.Key[len(s.keys.RunningPrefix()):])
 		if snap.claimed[id] {
 			continue
 		}
@@ -77,11 +77,11 @@ func (s *Store) recoverOrphan(ctx context.Context, id string) (bool, error) {
 	//        txn: if value(P/target-locks/<target>) == token   the lock normally died with the same lease; if
 	//             then delete P/target-locks/<target>          it did not, drop it, but never another claim's
 	//   else nothing: someone else handled it
-	lock := s.lockKey(t.Target)
+	lock := s.keys.Lock(t.Target)
 	ops := []clientv3.Op{
-		clientv3.OpPut(s.taskKey(id), record),
-		clientv3.OpPut(s.queueKey(id), record),
-		clientv3.OpDelete(s.runningKey(id)),
+		clientv3.OpPut(s.keys.Task(id), record),
+		clientv3.OpPut(s.keys.Queue(id), record),
+		clientv3.OpDelete(s.keys.Running(id)),
 	}
 	if staleToken != "" {
 		ops = append(ops, clientv3.OpTxn(
@@ -91,8 +91,8 @@ func (s *Store) recoverOrphan(ctx context.Context, id string) (bool, error) {
 		))
 	}
 	resp, err := s.client.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(s.taskKey(id)), "=", rev),
-		clientv3.Compare(clientv3.CreateRevision(s.claimKey(id)), "=", 0),
+		clientv3.Compare(clientv3.ModRevision(s.keys.Task(id)), "=", rev),
+		clientv3.Compare(clientv3.CreateRevision(s.keys.Claim(id)), "=", 0),
 	).Then(ops...).Commit()
 	if err != nil {
 		return false, fmt.Errorf("recover orphaned task %s: %w", id, err)

@@ -49,16 +49,16 @@ func (s *Store) Prune(ctx context.Context, keep int, maxAge time.Duration) (int,
 			//   then delete P/tasks/<id>, each id
 			//   else nothing: read again
 			cmps := []clientv3.Cmp{
-				clientv3.Compare(clientv3.CreateRevision(s.queuePrefix()), "<", rev+1).WithPrefix(),
+				clientv3.Compare(clientv3.CreateRevision(s.keys.QueuePrefix()), "<", rev+1).WithPrefix(),
 			}
 			ops := make([]clientv3.Op, 0, len(batch))
 			for _, v := range batch {
-				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.taskKey(v.ID)), "=", v.rev))
-				ops = append(ops, clientv3.OpDelete(s.taskKey(v.ID)))
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.keys.Task(v.ID)), "=", v.rev))
+				ops = append(ops, clientv3.OpDelete(s.keys.Task(v.ID)))
 			}
 			resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 			if err != nil {
-				return deleted, fmt.Errorf("prune %s: %w", s.tasksPrefix(), err)
+				return deleted, fmt.Errorf("prune %s: %w", s.keys.TasksPrefix(), err)
 			}
 			if !resp.Succeeded {
 				raced = true
@@ -93,8 +93,8 @@ func (s *Store) pruneVictims(ctx context.Context, keep int, maxAge time.Duration
 		finished  []taskAt
 		protected = map[string]bool{}
 		rev       int64
-		from      = s.tasksPrefix()
-		end       = clientv3.GetPrefixRangeEnd(s.tasksPrefix())
+		from      = s.keys.TasksPrefix()
+		end       = clientv3.GetPrefixRangeEnd(s.keys.TasksPrefix())
 	)
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(pruneRead)}
@@ -103,7 +103,7 @@ func (s *Store) pruneVictims(ctx context.Context, keep int, maxAge time.Duration
 		}
 		resp, err := s.client.Get(ctx, from, opts...)
 		if err != nil {
-			return nil, 0, fmt.Errorf("prune: read %s: %w", s.tasksPrefix(), err)
+			return nil, 0, fmt.Errorf("prune: read %s: %w", s.keys.TasksPrefix(), err)
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
@@ -146,9 +146,9 @@ func (s *Store) pruneVictims(ctx context.Context, keep int, maxAge time.Duration
 
 // pruneCooldowns deletes cooldown records whose Until is before cutoff.
 func (s *Store) pruneCooldowns(ctx context.Context, cutoff time.Time) error {
-	resp, err := s.client.Get(ctx, s.cooldownPrefix(), clientv3.WithPrefix())
+	resp, err := s.client.Get(ctx, s.keys.CooldownPrefix(), clientv3.WithPrefix())
 	if err != nil {
-		return fmt.Errorf("prune: read %s: %w", s.cooldownPrefix(), err)
+		return fmt.Errorf("prune: read %s: %w", s.keys.CooldownPrefix(), err)
 	}
 	for _, kv := range resp.Kvs {
 		cd, err := decodeCooldown(string(kv.Key), kv.Value)

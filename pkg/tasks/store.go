@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -15,9 +14,6 @@ import (
 
 // ErrTaskNotFound means no task has the id: it never existed or was pruned.
 var ErrTaskNotFound = errors.New("task not found")
-
-// DefaultPrefix is the key prefix when New is given "".
-const DefaultPrefix = "/tidemark"
 
 // Default cooldown backoff of failing tasks (non-merge kinds, and halting failures
 // of any kind: Result.Halt).
@@ -37,7 +33,7 @@ func (realClock) Now() time.Time { return time.Now() }
 // its options: every replica may use its own Store on the same prefix at once.
 type Store struct {
 	client *clientv3.Client
-	prefix string
+	keys   Keys
 	opts   options
 }
 
@@ -112,44 +108,16 @@ func New(client *clientv3.Client, prefix string, opts ...Option) *Store {
 	if o.cooldownMax < o.cooldownBase {
 		o.cooldownMax = o.cooldownBase
 	}
-	prefix = strings.TrimRight(prefix, "/")
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	return &Store{client: client, prefix: prefix, opts: o}
+	return &Store{client: client, keys: KeysUnder(prefix), opts: o}
 }
 
 // Prefix is the store's key prefix, without a trailing slash.
-func (s *Store) Prefix() string { return s.prefix }
+func (s *Store) Prefix() string { return s.keys.Prefix() }
+
+// Keys is the key schema under the store's prefix.
+func (s *Store) Keys() Keys { return s.keys }
 
 func (s *Store) now() time.Time { return s.opts.clock.Now().UTC() }
-
-// Key layout. Every key the package writes is built here.
-
-func (s *Store) tasksPrefix() string    { return s.prefix + "/tasks/" }
-func (s *Store) queuePrefix() string    { return s.prefix + "/queue/" }
-func (s *Store) runningPrefix() string  { return s.prefix + "/running/" }
-func (s *Store) claimsPrefix() string   { return s.prefix + "/claims/" }
-func (s *Store) locksPrefix() string    { return s.prefix + "/target-locks/" }
-func (s *Store) dedupePrefix() string   { return s.prefix + "/dedupe/" }
-func (s *Store) cooldownPrefix() string { return s.prefix + "/cooldown/" }
-
-func (s *Store) taskKey(id string) string    { return s.tasksPrefix() + id }
-func (s *Store) queueKey(id string) string   { return s.queuePrefix() + id }
-func (s *Store) runningKey(id string) string { return s.runningPrefix() + id }
-func (s *Store) claimKey(id string) string   { return s.claimsPrefix() + id }
-func (s *Store) lockKey(target string) string {
-	return s.locksPrefix() + target
-}
-func (s *Store) dedupeKey(k Kind, target string) string {
-	return s.dedupePrefix() + string(k) + "/" + target
-}
-func (s *Store) cooldownKey(k Kind, target string) string {
-	return s.cooldownPrefix() + string(k) + "/" + target
-}
-func (s *Store) coordinationKey(name string) string {
-	return s.prefix + "/coordination/" + name
-}
 
 func encodeTask(t Task) string {
 	data, err := json.Marshal(t)
@@ -169,7 +137,7 @@ func decodeTask(key string, value []byte) (Task, error) {
 
 // getTask reads a task with the mod revision its record has.
 func (s *Store) getTask(ctx context.Context, id string) (Task, int64, error) {
-	key := s.taskKey(id)
+	key := s.keys.Task(id)
 	resp, err := s.client.Get(ctx, key)
 	if err != nil {
 		return Task{}, 0, fmt.Errorf("get %s: %w", key, err)
@@ -192,9 +160,9 @@ func (s *Store) Get(ctx context.Context, id string) (Task, error) {
 
 // QueueDepth is the number of queued tasks (for metrics).
 func (s *Store) QueueDepth(ctx context.Context) (int64, error) {
-	resp, err := s.client.Get(ctx, s.queuePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := s.client.Get(ctx, s.keys.QueuePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		return 0, fmt.Errorf("count %s: %w", s.queuePrefix(), err)
+		return 0, fmt.Errorf("count %s: %w", s.keys.QueuePrefix(), err)
 	}
 	return resp.Count, nil
 }
