@@ -859,17 +859,24 @@ func (r MaintenanceResult) goals(p printer, maxRatio float64, worst MaintenanceT
 		p("- Bytes stored / live bytes (the newest version's files) <= 1.5: %s at the points, at most %.2f over every "+
 			"sample: %s.", strings.Join(ratios, ", "), maxRatio, verdict(ok))
 		if !ok {
+			var floors, garbage []string
+			for _, pt := range on.Points {
+				b := pt.Bytes
+				floors = append(floors, fmt.Sprintf("%.2f", float64(b.Referenced+int64(c.Retention.KeepVersions-1)*b.Newest)/float64(max(b.Referenced, 1))))
+				garbage = append(garbage, fmt.Sprintf("%.2f", float64(b.OlderOnly+b.Unreferenced)/float64(max(b.Referenced, 1))))
+			}
 			z := on.Points[n-1]
-			p(" Why, from the breakdown above: cleanup runs only inside a compact task, which the sweep starts only when "+
-				"a threshold is met, and it keeps the newest %d versions (and the one that was newest when the retention "+
-				"window opened). So the fragments a compaction replaced stay, referenced by the versions before it, until "+
-				"the next task; while the table has fewer than TARGET_ROWS_PER_FRAGMENT / 2 (%s) live rows, every "+
-				"fragment is small and a compaction rewrites them all, the previous compaction's output included, so "+
-				"what stays is about the whole table once more (at merge %s: %s only older versions reference, against "+
-				"%s the newest does), and every kept manifest lists every fragment (%s of other manifests). Against "+
-				"the live rows' share of the data files alone (%s at merge %s) the ratio is higher still.",
-				c.Retention.KeepVersions, fmtCount(float64(c.Compact.TargetRows/2)), fmtCount(float64(z.Merges)), fmtBytes(z.Bytes.OlderOnly), fmtBytes(z.Bytes.Referenced),
-				fmtBytes(z.Bytes.Manifests-z.Bytes.Newest), fmtBytes(z.Bytes.LiveRows), fmtCount(float64(z.Merges)))
+			p(" Why, from the breakdown above: most of the excess is metadata. Every kept version has a manifest that "+
+				"lists every fragment (the newest: %s for %d fragments at merge %s), and rows of 20 bytes make fragments "+
+				"of a few KiB, so the %d versions retention keeps (VERSION_RETENTION_COUNT, more between two cleanups: "+
+				"cleanup runs inside a compact task) weigh as much as the data: their manifests alone put the ratio at "+
+				"least at %s at the points. The data files only older kept versions reference (what compactions "+
+				"replaced, kept for readers of those versions) add %s of the newest version's files; compaction plans "+
+				"small fragments smallest first (`table.PlanCompaction`), so a compaction replaces about what it "+
+				"writes, not the whole table. With rows of realistic size (rollouts of KiBs) a manifest entry is a "+
+				"fraction of a percent of its fragment and the ratio is that data share plus one.",
+				fmtBytes(z.Bytes.Newest), z.Fragments, fmtCount(float64(z.Merges)), c.Retention.KeepVersions,
+				strings.Join(floors, ", "), strings.Join(garbage, ", "))
 		}
 		p("\n")
 	}
