@@ -13,6 +13,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
 	"github.com/tidemark-io/tidemark/pkg/master"
+	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 )
@@ -200,7 +201,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	defer client.Close()
 	prefix := f.etcd.NormalizedPrefix()
 	if discovery == nil {
-		discovery = &master.EtcdDiscovery{Client: client, Prefix: prefix}
+		discovery = &membership.Discovery{Client: client, Prefix: prefix}
 	}
 	caller := master.NewGRPCCaller(master.GRPCCallerConfig{DialTimeout: f.workerDial,
 		DialOptions: auth.DialOptions(authn.Client.Token, authn.Client.TLS)})

@@ -16,6 +16,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
 	"github.com/tidemark-io/tidemark/pkg/maintain"
+	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -81,7 +82,7 @@ func newServeCmd() *cobra.Command {
 	fs.StringVar(&f.advertiseHTTP, "advertise-http-addr", "", "HTTP address registered in etcd (default: the HTTP listener's address, the hostname for an any-address)")
 	bind("advertise-http-addr", "ADVERTISE_HTTP_ADDR")
 	f.etcd.AddFlags(fs, "empty: the worker does not register (the master then needs WORKER_ENDPOINTS)")
-	fs.DurationVar(&f.leaseTTL, "worker-lease-ttl", worker.DefaultLeaseTTL, "TTL of the lease the worker's etcd registration lives under: how long a dead worker stays listed")
+	fs.DurationVar(&f.leaseTTL, "worker-lease-ttl", membership.DefaultLeaseTTL, "TTL of the lease the worker's etcd registration lives under: how long a dead worker stays listed")
 	bind("worker-lease-ttl", "WORKER_LEASE_TTL")
 	fs.StringVar(&f.instanceID, "instance-id", "", "this worker's stable id, and its shard name in every store (default: the hostname)")
 	bind("instance-id", "INSTANCE_ID")
@@ -263,12 +264,12 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	defer gln.Close()
 	advHTTP, advGRPC := f.advertiseHTTP, f.advertiseGRPC
 	if advHTTP == "" {
-		if advHTTP, err = worker.AdvertiseAddr(ln.Addr()); err != nil {
+		if advHTTP, err = membership.AdvertiseAddr(ln.Addr()); err != nil {
 			return err
 		}
 	}
 	if advGRPC == "" {
-		if advGRPC, err = worker.AdvertiseAddr(gln.Addr()); err != nil {
+		if advGRPC, err = membership.AdvertiseAddr(gln.Addr()); err != nil {
 			return err
 		}
 	}
@@ -295,7 +296,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	// etcd is checked before anything is served: a worker that cannot register
 	// should fail at startup with the endpoints it tried, not run unseen.
-	var registration *worker.Registration
+	var registration *membership.Registration
 	var queue worker.TaskQueue // compact routes enqueue here; none without etcd
 	if f.etcd.Enabled() {
 		client, err := etcdcli.New(ctx, f.etcd)
@@ -350,14 +351,14 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 }
 
 // newRegistration is the worker's record in etcd, P/workers/<instance>.
-func newRegistration(client *clientv3.Client, f serveFlags, instanceID, grpcAddr, httpAddr string, log *slog.Logger) (*worker.Registration, error) {
-	reg, err := worker.NewRegistration(client, worker.WorkerRecord{
+func newRegistration(client *clientv3.Client, f serveFlags, instanceID, grpcAddr, httpAddr string, log *slog.Logger) (*membership.Registration, error) {
+	reg, err := membership.NewRegistration(client, membership.Worker{
 		InstanceID: instanceID,
 		GRPCAddr:   grpcAddr,
 		HTTPAddr:   httpAddr,
 		StartedAt:  time.Now(),
 		Version:    cli.Version(),
-	}, worker.WithEtcdPrefix(f.etcd.NormalizedPrefix()), worker.WithLeaseTTL(f.leaseTTL), worker.WithRegisterLogger(log))
+	}, membership.WithPrefix(f.etcd.NormalizedPrefix()), membership.WithLeaseTTL(f.leaseTTL), membership.WithLogger(log))
 	if err != nil {
 		return nil, fmt.Errorf("worker registration (--worker-lease-ttl, WORKER_LEASE_TTL): %w", err)
 	}

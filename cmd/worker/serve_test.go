@@ -18,7 +18,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
-	"github.com/tidemark-io/tidemark/pkg/worker"
+	"github.com/tidemark-io/tidemark/pkg/membership"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -100,12 +100,12 @@ func TestServeRegistersServesGRPCAndHTTPAndDeregistersOnShutdown(t *testing.T) {
 		}
 	}()
 
-	var rec worker.WorkerRecord
+	var rec membership.Worker
 	deadline := time.Now().Add(30 * time.Second) // liveness bound
 	for {
 		resp, err := client.Get(context.Background(), "/e2e/workers/w1")
 		if err == nil && len(resp.Kvs) == 1 {
-			if rec, err = worker.ParseWorkerRecord("/e2e/workers/w1", resp.Kvs[0].Value); err != nil {
+			if rec, err = membership.Parse("/e2e/workers/w1", resp.Kvs[0].Value); err != nil {
 				t.Fatal(err)
 			}
 			break

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // Banner is what the cluster prints once it is up: where everything listens, the
@@ -41,7 +43,7 @@ func Banner(ep Endpoints, cfg Config) string {
 		hint = "  (no etcdctl in PATH: `make etcdctl` installs it into $(go env GOPATH)/bin)"
 	}
 	prefixFlag := ""
-	if ep.Prefix != DefaultEtcdPrefix {
+	if ep.Prefix != tasks.DefaultPrefix {
 		prefixFlag = " --etcd-prefix " + ep.Prefix
 	}
 

@@ -3,7 +3,6 @@ package devcluster
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +19,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
+	"github.com/tidemark-io/tidemark/pkg/membership"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // Defaults of `master dev`.
@@ -27,7 +28,6 @@ const (
 	DefaultDir             = "./data"
 	DefaultWorkers         = 3
 	DefaultEtcdAddr        = "127.0.0.1:2379"
-	DefaultEtcdPrefix      = "/tidemark"
 	DefaultMasterGRPCAddr  = "127.0.0.1:7070"
 	DefaultMasterHTTPAddr  = "127.0.0.1:7080"
 	DefaultWorkerHTTPPort  = 8081
@@ -80,7 +80,7 @@ type Config struct {
 
 	// EtcdAddr is the embedded etcd's client host:port (port 0: kernel-chosen).
 	EtcdAddr string
-	// EtcdPrefix is ETCD_PREFIX of every child (DefaultEtcdPrefix when empty).
+	// EtcdPrefix is ETCD_PREFIX of every child (tasks.DefaultPrefix when empty).
 	EtcdPrefix string
 	// EtcdUnsafeNoFsync runs etcd without fsync.
 	EtcdUnsafeNoFsync bool
@@ -114,18 +114,10 @@ type Endpoints struct {
 	Prefix  string
 	// MasterGRPC and MasterHTTP are host:port, empty without a master.
 	MasterGRPC, MasterHTTP string
-	Workers                []WorkerEndpoint
+	Workers                []membership.Worker
 	// TokenFile is the dev cluster's bearer token (<dir>/auth-token, 0600): every
 	// child accepts it (AUTH_TOKEN_FILE), and `master admin` and curl send it.
 	TokenFile string
-}
-
-// WorkerEndpoint is one worker's addresses, as it registered them in etcd.
-type WorkerEndpoint struct {
-	InstanceID string    `json:"instance_id"`
-	HTTPAddr   string    `json:"http_addr"`
-	GRPCAddr   string    `json:"grpc_addr"`
-	StartedAt  time.Time `json:"started_at"`
 }
 
 // Run runs the cluster until ctx is done (then shuts it down in order and
@@ -163,9 +155,7 @@ func (cfg *Config) check() error {
 	if cfg.EtcdAddr == "" {
 		cfg.EtcdAddr = DefaultEtcdAddr
 	}
-	if cfg.EtcdPrefix = strings.TrimRight(cfg.EtcdPrefix, "/"); cfg.EtcdPrefix == "" {
-		cfg.EtcdPrefix = DefaultEtcdPrefix
-	}
+	cfg.EtcdPrefix = tasks.NormalizePrefix(cfg.EtcdPrefix)
 	if cfg.MasterGRPCAddr == "" {
 		cfg.MasterGRPCAddr = DefaultMasterGRPCAddr
 	}
@@ -480,10 +470,10 @@ func (c *cluster) awaitReady(ctx context.Context, started time.Time) error {
 }
 
 // registered returns the records of this cluster's workers registered since.
-func (c *cluster) registered(ctx context.Context, since time.Time) ([]WorkerEndpoint, error) {
-	var out []WorkerEndpoint
+func (c *cluster) registered(ctx context.Context, since time.Time) ([]membership.Worker, error) {
+	var out []membership.Worker
 	for _, p := range c.workers {
-		key := c.ep.Prefix + "/workers/" + p.Name()
+		key := tasks.KeysUnder(c.ep.Prefix).Worker(p.Name())
 		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		resp, err := c.client.Get(gctx, key)
 		cancel()
@@ -493,9 +483,9 @@ func (c *cluster) registered(ctx context.Context, since time.Time) ([]WorkerEndp
 		if len(resp.Kvs) == 0 {
 			continue
 		}
-		var w WorkerEndpoint
-		if err := json.Unmarshal(resp.Kvs[0].Value, &w); err != nil {
-			return nil, fmt.Errorf("worker record %s: %w", key, err)
+		w, err := membership.Parse(key, resp.Kvs[0].Value)
+		if err != nil {
+			return nil, err
 		}
 		if w.StartedAt.Before(since) {
 			continue // left by an earlier run

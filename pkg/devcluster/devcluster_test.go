@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/membership"
+
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -265,7 +267,7 @@ func TestBannerPrintsTheThreeExampleCommands(t *testing.T) {
 	ep := Endpoints{
 		Dir: "/d", DataURL: "file:///d/store", Etcd: "http://127.0.0.1:2379", Prefix: "/tidemark",
 		MasterGRPC: "127.0.0.1:7070", MasterHTTP: "127.0.0.1:7080",
-		Workers:   []WorkerEndpoint{{InstanceID: "w1", HTTPAddr: "127.0.0.1:8081", GRPCAddr: "127.0.0.1:9091"}},
+		Workers:   []membership.Worker{{InstanceID: "w1", HTTPAddr: "127.0.0.1:8081", GRPCAddr: "127.0.0.1:9091"}},
 		TokenFile: "/d/auth-token",
 	}
 	b := Banner(ep, Config{MasterCommand: "bin/master", WorkerCommand: "bin/worker"})
@@ -295,7 +297,7 @@ func TestBannerPrintsTheThreeExampleCommands(t *testing.T) {
 func TestBannerOfAClusterWithoutAuthSaysSoAndPrintsNoToken(t *testing.T) {
 	ep := Endpoints{
 		Dir: "/d", DataURL: "file:///d/store", Etcd: "http://127.0.0.1:2379", Prefix: "/tidemark",
-		Workers: []WorkerEndpoint{{InstanceID: "w1", HTTPAddr: "127.0.0.1:8081", GRPCAddr: "127.0.0.1:9091"}},
+		Workers: []membership.Worker{{InstanceID: "w1", HTTPAddr: "127.0.0.1:8081", GRPCAddr: "127.0.0.1:9091"}},
 	}
 	b := Banner(ep, Config{MasterCommand: "bin/master", WorkerCommand: "bin/worker", NoMaster: true, NoAuth: true})
 	for _, want := range []string{"auth    disabled", "AUTH_DISABLED=true bin/master serve"} {

@@ -8,26 +8,15 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
 
-// taskRecord is the part of a task record (P/tasks/<id>) the console shows.
-type taskRecord struct {
-	ID         string    `json:"id"`
-	Kind       string    `json:"kind"`
-	Target     string    `json:"target"`
-	State      string    `json:"state"`
-	Error      string    `json:"error"`
-	Detail     string    `json:"detail"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-	Attempts   int       `json:"attempts"`
-}
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+)
 
 // watchTasks prints a line for every task that finishes (done or failed), until
 // ctx is done: what a user of the dev cluster wants to see happen. It reads the
 // same keys an operator reads with etcdctl.
 func watchTasks(ctx context.Context, client *clientv3.Client, prefix string, console *Console) {
-	key := prefix + "/tasks/"
+	key := tasks.KeysUnder(prefix).TasksPrefix()
 	for ctx.Err() == nil {
 		for wr := range client.Watch(ctx, key, clientv3.WithPrefix(), clientv3.WithPrevKV()) {
 			if wr.Err() != nil {
@@ -51,12 +40,12 @@ func watchTasks(ctx context.Context, client *clientv3.Client, prefix string, con
 
 // taskLine describes a task record that just finished, or reports false.
 func taskLine(value []byte, prev *mvccpb.KeyValue) (string, bool) {
-	var t taskRecord
-	if json.Unmarshal(value, &t) != nil || (t.State != "done" && t.State != "failed") {
+	var t tasks.Task
+	if json.Unmarshal(value, &t) != nil || !t.State.Finished() {
 		return "", false
 	}
 	if prev != nil {
-		var p taskRecord
+		var p tasks.Task
 		if json.Unmarshal(prev.Value, &p) == nil && p.State == t.State {
 			return "", false
 		}
@@ -66,7 +55,7 @@ func taskLine(value []byte, prev *mvccpb.KeyValue) (string, bool) {
 		took = fmt.Sprintf(" in %s", t.FinishedAt.Sub(t.StartedAt).Round(time.Millisecond))
 	}
 	what := t.Detail
-	if t.State == "failed" {
+	if t.State == tasks.StateFailed {
 		what = t.Error
 	}
 	attempts := ""

@@ -34,6 +34,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tidemark-io/tidemark/pkg/membership"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/worker"
 )
 
@@ -175,23 +177,18 @@ func BaseURL(addr string) (string, error) {
 // DiscoverWorkers returns the HTTP addresses of the workers registered in etcd
 // under prefix (P/workers/), in instance order.
 func DiscoverWorkers(ctx context.Context, client *clientv3.Client, prefix string) ([]string, error) {
-	key := worker.WorkersPrefix(prefix)
-	resp, err := client.Get(ctx, key, clientv3.WithPrefix())
+	workers, err := (&membership.Discovery{Client: client, Prefix: prefix}).Workers(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list workers under %s: %w", key, err)
+		return nil, err
 	}
 	var out []string
-	for _, kv := range resp.Kvs {
-		rec, err := worker.ParseWorkerRecord(string(kv.Key), kv.Value)
-		if err != nil {
-			return nil, err
-		}
-		if rec.HTTPAddr != "" {
-			out = append(out, rec.HTTPAddr)
+	for _, w := range workers {
+		if w.HTTPAddr != "" {
+			out = append(out, w.HTTPAddr)
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no worker registered under %s", key)
+		return nil, fmt.Errorf("no worker registered under %s", tasks.KeysUnder(prefix).WorkersPrefix())
 	}
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/grpcserver"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
@@ -419,7 +420,7 @@ func listWorkers(ctx context.Context, d Discovery) ([]WorkerEntry, error) {
 	switch d.(type) {
 	case StaticDiscovery:
 		source = "static"
-	case *EtcdDiscovery:
+	case *membership.Discovery:
 		source = "etcd"
 	}
 	out := make([]WorkerEntry, 0, len(ws))
@@ -512,8 +513,8 @@ func StatsProto(r scanner.Row) *tidemarkv1.StatsRow {
 	return out
 }
 
-// WorkerProto converts a worker entry. A started_at that does not parse as RFC
-// 3339 is left unset.
+// WorkerProto converts a worker entry; a worker without a start time (a static
+// one) has none.
 func WorkerProto(w WorkerEntry) *tidemarkv1.WorkerInfo {
 	out := &tidemarkv1.WorkerInfo{
 		InstanceId: w.InstanceID,
@@ -521,9 +522,7 @@ func WorkerProto(w WorkerEntry) *tidemarkv1.WorkerInfo {
 		HttpAddr:   w.HTTPAddr,
 		Version:    w.Version,
 		Source:     w.Source,
-	}
-	if ts, err := time.Parse(time.RFC3339Nano, w.StartedAt); err == nil {
-		out.StartedAt = timestamp(ts)
+		StartedAt:  timestamp(w.StartedAt),
 	}
 	return out
 }

@@ -27,6 +27,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -104,7 +105,7 @@ func newAdminEnv(t *testing.T, d Discovery, opts ...grpc.ServerOption) *adminEnv
 	e.ts = tasks.New(client, "/admin", tasks.WithLogger(log))
 	e.scanner = scanner.New(client, e.ts, b, scanner.StaticLease(grant.ID), scanner.WithLogger(log))
 	if d == nil {
-		d = &EtcdDiscovery{Client: client, Prefix: "/admin"}
+		d = &membership.Discovery{Client: client, Prefix: "/admin"}
 	}
 	e.clock = clocktesting.NewFakePassiveClock(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
 	e.orphans = newOrphans(d, DefaultOrphanGrace, e.clock, prometheus.NewRegistry())

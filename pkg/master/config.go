@@ -41,7 +41,7 @@ type Config struct {
 	Bucket *objstore.Bucket
 	// Registry is the store registry in Bucket (registry.New(Bucket) when nil).
 	Registry *registry.Registry
-	// Discovery lists the workers merge_wal calls (EtcdDiscovery on Client and
+	// Discovery lists the workers merge_wal calls (membership.Discovery on Client and
 	// Prefix when nil; a StaticDiscovery for WORKER_ENDPOINTS).
 	Discovery Discovery
 	// Caller calls the workers; required unless Runners replaces merge_wal's.

@@ -11,6 +11,7 @@ import (
 	"github.com/dustin/go-humanize/english"
 
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
@@ -19,14 +20,8 @@ import (
 // connection could be made): the fan-out skips that worker and goes on.
 var ErrUnreachable = errors.New("worker unreachable")
 
-// Worker is one live worker as discovery sees it.
-type Worker struct {
-	InstanceID string `json:"instance_id"`
-	GRPCAddr   string `json:"grpc_addr"`
-	HTTPAddr   string `json:"http_addr,omitempty"`
-	StartedAt  string `json:"started_at,omitempty"`
-	Version    string `json:"version,omitempty"`
-}
+// Worker is one live worker as discovery sees it: its membership record.
+type Worker = membership.Worker
 
 // Discovery lists the live workers.
 type Discovery interface {

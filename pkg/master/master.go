@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/grpcserver"
+	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
@@ -59,11 +60,9 @@ func New(cfg Config) (*Master, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = registry.New(cfg.Bucket)
 	}
-	if cfg.Prefix = strings.TrimRight(cfg.Prefix, "/"); cfg.Prefix == "" {
-		cfg.Prefix = tasks.DefaultPrefix
-	}
+	cfg.Prefix = tasks.NormalizePrefix(cfg.Prefix)
 	if cfg.Discovery == nil {
-		cfg.Discovery = &EtcdDiscovery{Client: cfg.Client, Prefix: cfg.Prefix}
+		cfg.Discovery = &membership.Discovery{Client: cfg.Client, Prefix: cfg.Prefix}
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewRegistry()
@@ -287,7 +286,7 @@ func (m *Master) logRunners() {
 // checkEtcd reads one key under the prefix: a linearizable read, which needs a
 // quorum just as claims and finishes do.
 func (m *Master) checkEtcd(ctx context.Context) error {
-	key := m.cfg.Prefix + "/health"
+	key := m.tasks.Keys().Health()
 	if _, err := m.cfg.Client.Get(ctx, key, clientv3.WithCountOnly()); err != nil {
 		return fmt.Errorf("etcd read of %s: %w", key, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
@@ -42,7 +43,7 @@ func newTrackerEnv(t *testing.T) *trackerEnv {
 	client, _ := etcdtest.Start(t)
 	clk := clocktesting.NewFakePassiveClock(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
 	return &trackerEnv{t: t, ctx: context.Background(), etcd: client, clock: clk,
-		o: newOrphans(&EtcdDiscovery{Client: client, Prefix: "/o"}, DefaultOrphanGrace, clk, prometheus.NewRegistry())}
+		o: newOrphans(&membership.Discovery{Client: client, Prefix: "/o"}, DefaultOrphanGrace, clk, prometheus.NewRegistry())}
 }
 
 // register puts a worker's registration record as a worker writes it.

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
@@ -26,7 +27,7 @@ type Process struct {
 	Sweeper *Sweeper
 	// Registration keeps the worker listed in etcd; nil: not registered (the master
 	// then calls it through WORKER_ENDPOINTS).
-	Registration *Registration
+	Registration *membership.Registration
 	// Stores are sealed and closed on the way out.
 	Stores *store.Stores
 	// ShutdownTimeout bounds the gRPC server's graceful stop and the final seal

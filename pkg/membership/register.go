@@ -1,4 +1,4 @@
-package worker
+package membership
 
 import (
 	"context"
@@ -7,55 +7,24 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
-	"os"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/utils/clock"
 
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 )
 
-// Registration defaults (ETCD_PREFIX, WORKER_LEASE_TTL, the retry backoff).
+// Registration defaults (WORKER_LEASE_TTL, the retry backoff).
 const (
-	DefaultEtcdPrefix  = "/tidemark"
 	DefaultLeaseTTL    = 10 * time.Second
 	minLeaseTTL        = 2 * time.Second
 	defaultBackoffMin  = 500 * time.Millisecond
 	defaultBackoffMax  = 30 * time.Second
 	registrationOpWait = 5 * time.Second // bound on each etcd call of a registration
 )
-
-// WorkerRecord is the value of P/workers/<instance>: how the master finds and calls
-// a worker. JSON, so `etcdctl get --prefix P/workers/` reads well.
-type WorkerRecord struct {
-	InstanceID string    `json:"instance_id"`
-	GRPCAddr   string    `json:"grpc_addr"`
-	HTTPAddr   string    `json:"http_addr"`
-	StartedAt  time.Time `json:"started_at"`
-	Version    string    `json:"version"`
-}
-
-// WorkersPrefix is the key prefix of worker records under the etcd prefix P:
-// P/workers/.
-func WorkersPrefix(prefix string) string {
-	return strings.TrimSuffix(prefix, "/") + "/workers/"
-}
-
-// WorkerKey is the key of one worker's record: P/workers/<instance>.
-func WorkerKey(prefix, instanceID string) string { return WorkersPrefix(prefix) + instanceID }
-
-// ParseWorkerRecord decodes the record stored at key, naming the key on error.
-func ParseWorkerRecord(key string, value []byte) (WorkerRecord, error) {
-	var r WorkerRecord
-	if err := json.Unmarshal(value, &r); err != nil {
-		return WorkerRecord{}, fmt.Errorf("worker record %s: %w", key, err)
-	}
-	return r, nil
-}
 
 // Registration keeps this worker's record in etcd for as long as Run runs:
 //
@@ -73,17 +42,17 @@ func ParseWorkerRecord(key string, value []byte) (WorkerRecord, error) {
 //     TTL.
 type Registration struct {
 	client *clientv3.Client
-	record WorkerRecord
+	record Worker
 	key    string
 	value  []byte
-	opts   registerOptions
+	opts   options
 	log    *slog.Logger
 	// last is the lease of the previous registration, used by Run only: finding our
 	// own record still under it is expected after a lost keepalive, not a conflict.
 	last clientv3.LeaseID
 }
 
-type registerOptions struct {
+type options struct {
 	prefix     string
 	ttl        time.Duration
 	backoffMin time.Duration
@@ -92,12 +61,12 @@ type registerOptions struct {
 	logger     *slog.Logger
 }
 
-// RegisterOption configures a Registration.
-type RegisterOption func(*registerOptions)
+// Option configures a Registration.
+type Option func(*options)
 
-// WithEtcdPrefix sets the key prefix P (DefaultEtcdPrefix when empty).
-func WithEtcdPrefix(p string) RegisterOption {
-	return func(o *registerOptions) {
+// WithPrefix sets the key prefix P (tasks.DefaultPrefix when empty).
+func WithPrefix(p string) Option {
+	return func(o *options) {
 		if p != "" {
 			o.prefix = p
 		}
@@ -106,17 +75,17 @@ func WithEtcdPrefix(p string) RegisterOption {
 
 // WithLeaseTTL sets the TTL of the registration's lease, rounded up to whole
 // seconds (etcd's unit); at least 2 s. Zero keeps DefaultLeaseTTL.
-func WithLeaseTTL(d time.Duration) RegisterOption {
-	return func(o *registerOptions) {
+func WithLeaseTTL(d time.Duration) Option {
+	return func(o *options) {
 		if d > 0 {
 			o.ttl = d
 		}
 	}
 }
 
-// WithRegisterBackoff sets the bounds of the backoff between registration attempts.
-func WithRegisterBackoff(minDelay, maxDelay time.Duration) RegisterOption {
-	return func(o *registerOptions) {
+// WithBackoff sets the bounds of the backoff between registration attempts.
+func WithBackoff(minDelay, maxDelay time.Duration) Option {
+	return func(o *options) {
 		if minDelay > 0 {
 			o.backoffMin = minDelay
 		}
@@ -126,18 +95,18 @@ func WithRegisterBackoff(minDelay, maxDelay time.Duration) RegisterOption {
 	}
 }
 
-// WithRegisterClock sets the clock the backoff waits on (tests inject one).
-func WithRegisterClock(c clock.Clock) RegisterOption {
-	return func(o *registerOptions) {
+// WithClock sets the clock the backoff waits on (tests inject one).
+func WithClock(c clock.Clock) Option {
+	return func(o *options) {
 		if c != nil {
 			o.clock = c
 		}
 	}
 }
 
-// WithRegisterLogger sets the logger.
-func WithRegisterLogger(l *slog.Logger) RegisterOption {
-	return func(o *registerOptions) {
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
 		if l != nil {
 			o.logger = l
 		}
@@ -146,9 +115,9 @@ func WithRegisterLogger(l *slog.Logger) RegisterOption {
 
 // NewRegistration returns the registration of rec (InstanceID required; StartedAt
 // defaults to now); call Run to register.
-func NewRegistration(client *clientv3.Client, rec WorkerRecord, opts ...RegisterOption) (*Registration, error) {
-	o := registerOptions{
-		prefix:     DefaultEtcdPrefix,
+func NewRegistration(client *clientv3.Client, rec Worker, opts ...Option) (*Registration, error) {
+	o := options{
+		prefix:     tasks.DefaultPrefix,
 		ttl:        DefaultLeaseTTL,
 		backoffMin: defaultBackoffMin,
 		backoffMax: defaultBackoffMax,
@@ -179,7 +148,7 @@ func NewRegistration(client *clientv3.Client, rec WorkerRecord, opts ...Register
 	if err != nil {
 		return nil, fmt.Errorf("worker registration: %w", err)
 	}
-	key := WorkerKey(o.prefix, rec.InstanceID)
+	key := tasks.KeysUnder(o.prefix).Worker(rec.InstanceID)
 	return &Registration{
 		client: client, record: rec, key: key, value: value, opts: o,
 		log: o.logger.With("key", key, "instance_id", rec.InstanceID),
@@ -190,7 +159,7 @@ func NewRegistration(client *clientv3.Client, rec WorkerRecord, opts ...Register
 func (r *Registration) Key() string { return r.key }
 
 // Record is the registered record.
-func (r *Registration) Record() WorkerRecord { return r.record }
+func (r *Registration) Record() Worker { return r.record }
 
 // ttlSeconds is the lease TTL in etcd's unit, rounded up.
 func (r *Registration) ttlSeconds() int64 {
@@ -405,21 +374,4 @@ func (r *Registration) revoke(ctx context.Context, lease clientv3.LeaseID) {
 		return
 	}
 	r.log.Info("worker deregistered", "lease", fmt.Sprintf("%x", int64(lease)))
-}
-
-// AdvertiseAddr is the address to advertise for a listener when none is configured:
-// the listener's own address (so port 0 becomes the port the kernel chose), with an
-// unspecified host (0.0.0.0, ::) replaced by the hostname, which other machines can
-// resolve where an any-address means nothing.
-func AdvertiseAddr(addr net.Addr) (string, error) {
-	host, port, err := net.SplitHostPort(addr.String())
-	if err != nil {
-		return "", fmt.Errorf("advertise address of %s: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		if host, err = os.Hostname(); err != nil {
-			return "", fmt.Errorf("advertise address of %s: no hostname for the any-address: %w", addr, err)
-		}
-	}
-	return net.JoinHostPort(host, port), nil
 }
