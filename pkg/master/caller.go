@@ -33,10 +33,18 @@ type GRPCCallerConfig struct {
 // the worker is unreachable (ErrUnreachable) and the fan-out may skip it. Once the
 // call is sent, every error - Unavailable included, since a dropped connection may
 // have dropped it after the worker started merging - stops the fan-out.
+//
+// A connection to a worker that left is closed (Retain), but never under a call in
+// flight: a worker that stops cleanly deregisters first and then finishes the calls
+// it admitted, so the last of those calls to return closes it.
 type GRPCCaller struct {
 	cfg   GRPCCallerConfig
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+	// calls counts the calls in flight on each connection; retired holds the
+	// connections Retain dropped from conns while calls were in flight.
+	calls   map[*grpc.ClientConn]int
+	retired map[*grpc.ClientConn]bool
 }
 
 // NewGRPCCaller returns a caller; Close releases its connections.
@@ -44,12 +52,42 @@ func NewGRPCCaller(cfg GRPCCallerConfig) *GRPCCaller {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 5 * time.Second
 	}
-	return &GRPCCaller{cfg: cfg, conns: map[string]*grpc.ClientConn{}}
+	return &GRPCCaller{cfg: cfg, conns: map[string]*grpc.ClientConn{},
+		calls: map[*grpc.ClientConn]int{}, retired: map[*grpc.ClientConn]bool{}}
 }
 
 func (c *GRPCCaller) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.connLocked(addr)
+}
+
+// acquire is the connection to addr with one more call in flight on it; release
+// ends that call.
+func (c *GRPCCaller) acquire(addr string) (*grpc.ClientConn, func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc, err := c.connLocked(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.calls[cc]++
+	release := func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.calls[cc]--; c.calls[cc] > 0 {
+			return
+		}
+		delete(c.calls, cc)
+		if c.retired[cc] {
+			delete(c.retired, cc)
+			_ = cc.Close()
+		}
+	}
+	return cc, release, nil
+}
+
+func (c *GRPCCaller) connLocked(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
@@ -82,29 +120,31 @@ func (c *GRPCCaller) ready(ctx context.Context, cc *grpc.ClientConn) error {
 	}
 }
 
-// client returns a WorkerService client of w once its connection is READY; an
-// error wrapping ErrUnreachable if it does not get there (the call was never made),
-// or ctx's error.
-func (c *GRPCCaller) client(ctx context.Context, w Worker) (tidemarkv1.WorkerServiceClient, error) {
-	cc, err := c.conn(w.GRPCAddr)
+// client returns a WorkerService client of w once its connection is READY, and
+// the release to call when the call is over; an error wrapping ErrUnreachable if
+// it does not get there (the call was never made), or ctx's error.
+func (c *GRPCCaller) client(ctx context.Context, w Worker) (tidemarkv1.WorkerServiceClient, func(), error) {
+	cc, release, err := c.acquire(w.GRPCAddr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
 	}
 	if err := c.ready(ctx, cc); err != nil {
+		release()
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, w.GRPCAddr, err)
 	}
-	return tidemarkv1.NewWorkerServiceClient(cc), nil
+	return tidemarkv1.NewWorkerServiceClient(cc), release, nil
 }
 
 // MergeWal calls one worker's MergeWal.
 func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
-	client, err := c.client(ctx, w)
+	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return MergeResult{}, err
 	}
+	defer release()
 	resp, err := client.MergeWal(ctx,
 		&tidemarkv1.MergeWalRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
 	if err != nil {
@@ -115,10 +155,11 @@ func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target string, fenc
 
 // AdoptShard has worker w adopt shard of target (WorkerService.AdoptShard).
 func (c *GRPCCaller) AdoptShard(ctx context.Context, w Worker, target, shard string, fencingToken int64) (AdoptResult, error) {
-	client, err := c.client(ctx, w)
+	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return AdoptResult{}, err
 	}
+	defer release()
 	resp, err := client.AdoptShard(ctx,
 		&tidemarkv1.AdoptShardRequest{Target: target, Shard: shard, FencingToken: fencingToken}, grpc.WaitForReady(false))
 	if err != nil {
@@ -127,9 +168,10 @@ func (c *GRPCCaller) AdoptShard(ctx context.Context, w Worker, target, shard str
 	return AdoptResult{SealedRows: resp.GetSealedRows(), Generations: resp.GetGenerations(), Retired: resp.GetRetired()}, nil
 }
 
-// Retain closes the connections to addresses no worker of live has: a worker that
-// left (a pod renamed by a deploy) would otherwise keep a connection reconnecting
-// to its dead address for the life of the master.
+// Retain closes the connections to addresses no worker of live has, each once its
+// calls in flight returned: a worker that left (a pod renamed by a deploy) would
+// otherwise keep a connection reconnecting to its dead address for the life of the
+// master.
 func (c *GRPCCaller) Retain(live []Worker) {
 	keep := make(map[string]bool, len(live))
 	for _, w := range live {
@@ -138,14 +180,19 @@ func (c *GRPCCaller) Retain(live []Worker) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for addr, cc := range c.conns {
-		if !keep[addr] {
+		if keep[addr] {
+			continue
+		}
+		delete(c.conns, addr)
+		if c.calls[cc] > 0 {
+			c.retired[cc] = true
+		} else {
 			_ = cc.Close()
-			delete(c.conns, addr)
 		}
 	}
 }
 
-// Close closes every connection.
+// Close closes every connection, with calls in flight or not.
 func (c *GRPCCaller) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -153,15 +200,20 @@ func (c *GRPCCaller) Close() error {
 		_ = cc.Close()
 		delete(c.conns, addr)
 	}
+	for cc := range c.retired {
+		_ = cc.Close()
+		delete(c.retired, cc)
+	}
 	return nil
 }
 
 // Maintain has worker w run a maintenance task of target (WorkerService.Maintain).
 func (c *GRPCCaller) Maintain(ctx context.Context, w Worker, kind tasks.Kind, target string, fencingToken int64) (MaintainResult, error) {
-	client, err := c.client(ctx, w)
+	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return MaintainResult{}, err
 	}
+	defer release()
 	resp, err := client.Maintain(ctx,
 		&tidemarkv1.MaintainRequest{Target: target, Kind: string(kind), FencingToken: fencingToken}, grpc.WaitForReady(false))
 	if err != nil {

@@ -54,8 +54,9 @@ type shardAdopter interface {
 	AdoptShard(ctx context.Context, w Worker, target, shard string, fencingToken int64) (AdoptResult, error)
 }
 
-// connRetainer is a Caller that keeps connections: the fan-out tells it which
-// workers are live, so it can drop the rest.
+// connRetainer is a Caller that keeps connections: the fan-out and the watch of
+// the membership (Master.Run) tell it which workers are live, so it can drop the
+// rest.
 type connRetainer interface {
 	Retain(live []Worker)
 }

@@ -252,6 +252,13 @@ func (m *Master) Run(ctx context.Context) error {
 	wg.Go(func() { m.compact.Run(runCtx) })
 	wg.Go(func() { m.pruneLoop(runCtx) })
 	wg.Go(func() { m.probeLoop(runCtx) })
+	if d, ok := m.cfg.Discovery.(*membership.Discovery); ok {
+		if r, ok := m.cfg.Caller.(connRetainer); ok {
+			// A worker's connection is closed when it deregisters (lease revoked
+			// or expired), not at the next merge's discovery, which may never come.
+			wg.Go(func() { d.Watch(runCtx, r.Retain) })
+		}
+	}
 	if ln := m.cfg.GRPCListener; ln != nil {
 		wg.Go(func() { failed(grpcserver.Serve(runCtx, m.grpc, ln, m.cfg.ShutdownTimeout, m.health, m.log)) })
 	}
