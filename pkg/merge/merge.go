@@ -68,9 +68,12 @@ func retryThrottled(ctx context.Context, op func() error) error {
 // generationReads bounds the generation objects one pass reads at once.
 const generationReads = 4
 
-// Defaults of the merge caps (MERGE_MAX_GENERATIONS, MERGE_MAX_BYTES).
+// Defaults of the merge caps (MERGE_MAX_GENERATIONS, MERGE_MAX_BYTES). Bytes bound
+// a pass (with the memory budget); the generation cap is high so that a backlog of
+// tiny generations (tens of rows each) is a few passes, each one commit, not one
+// pass per 8 of them.
 const (
-	DefaultMaxGenerations = 8
+	DefaultMaxGenerations = 256
 	DefaultMaxBytes       = 1 << 30
 )
 
@@ -133,34 +136,13 @@ func (r *Result) add(o Result) {
 
 // Merge merges this worker's shard of s until nothing is pending (each pass within
 // the caps). With wait it waits for a merge slot; without, it returns ErrBusy when
-// none is free.
+// none is free. It is Prepare and Commit in one call.
 func (m *Merger) Merge(ctx context.Context, s *store.Store, wait bool) (Result, error) {
-	if err := m.acquireSlot(ctx, wait); err != nil {
+	p, err := m.Prepare(ctx, s, wait)
+	if err != nil {
 		return Result{}, err
 	}
-	defer m.slots.Release(1)
-	// Merge what is pending now, not what appenders seal while we work: against a
-	// steady stream of seals "until nothing is pending" might never end.
-	var limit uint64
-	var sm *wal.Manifest
-	err := retryThrottled(ctx, func() (err error) {
-		sm, err = wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
-		return err
-	})
-	if err == nil {
-		limit = sm.CurrentGeneration
-	} else if !errors.Is(err, wal.ErrNoShard) {
-		return Result{}, fmt.Errorf("merge %s: %w", s.Target(), err)
-	}
-	var total Result
-	for {
-		r, more, err := m.pass(ctx, s, wait, limit, sm)
-		sm = nil // later passes read the manifest their predecessor drained
-		total.add(r)
-		if err != nil || !more {
-			return total, err
-		}
-	}
+	return p.Commit(ctx)
 }
 
 // MergeOnce runs a single pass (for the count trigger: one bounded step per sweep).
@@ -169,8 +151,106 @@ func (m *Merger) MergeOnce(ctx context.Context, s *store.Store, wait bool) (Resu
 		return Result{}, err
 	}
 	defer m.slots.Release(1)
-	r, _, err := m.pass(ctx, s, wait, 0, nil)
+	pp, err := m.preparePass(ctx, s, wait, 0, nil)
+	if err != nil {
+		return Result{Passes: pp.res.Passes}, err
+	}
+	r, _, err := pp.commit(ctx)
 	return r, err
+}
+
+// Prepared is a merge of this worker's shard whose first pass is prepared and not
+// committed: the pass's generations are read and deduplicated, its fragment, bloom
+// filter and deletion vectors staged under new names, and nothing any reader or
+// other merge sees has changed. It holds a merge slot and the pass's memory charge
+// until Commit or Abort, one of which must be called, once; it is not safe for
+// concurrent use.
+//
+// Preparing takes no lock and conflicts with nothing, so a master can have every
+// worker prepare at once and then commit one after another (the two-phase fan-out):
+// a commit rebases its pass onto the versions committed since its base (fragments
+// of other shards, deletion vectors of them), which is what the table's optimistic
+// commit does for any race.
+type Prepared struct {
+	m       *Merger
+	s       *store.Store
+	limit   uint64 // the shard's current generation when prepared: later seals wait
+	first   *preparedPass
+	ended   bool // Commit or Abort was called
+	once    sync.Once
+	release func()
+}
+
+// ErrEnded means Commit was called on a Prepared already committed or aborted.
+var ErrEnded = errors.New("prepared merge already committed or aborted")
+
+// Prepare reads this worker's shard of s and prepares the first pass of its merge
+// (see Prepared). With wait it waits for a merge slot and the pass's memory charge;
+// without, it returns ErrBusy when either is taken.
+func (m *Merger) Prepare(ctx context.Context, s *store.Store, wait bool) (*Prepared, error) {
+	if err := m.acquireSlot(ctx, wait); err != nil {
+		return nil, err
+	}
+	p := &Prepared{m: m, s: s, release: func() { m.slots.Release(1) }}
+	// Merge what is pending now, not what appenders seal while we work: against a
+	// steady stream of seals "until nothing is pending" might never end.
+	var sm *wal.Manifest
+	err := retryThrottled(ctx, func() (err error) {
+		sm, err = wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
+		return err
+	})
+	if err == nil {
+		p.limit = sm.CurrentGeneration
+	} else if !errors.Is(err, wal.ErrNoShard) {
+		p.Abort(ctx)
+		return nil, fmt.Errorf("merge %s: %w", s.Target(), err)
+	}
+	p.first, err = m.preparePass(ctx, s, wait, p.limit, sm)
+	if err != nil {
+		p.Abort(ctx)
+		return nil, err
+	}
+	return p, nil
+}
+
+// Generations and Rows say what the prepared pass holds (0 when nothing of this
+// shard is pending, or only a drain is left to do).
+func (p *Prepared) Generations() int { return len(p.first.pick) }
+func (p *Prepared) Rows() int64      { return p.first.rows }
+
+// Commit commits the prepared pass, drains its generations from the shard, and
+// merges what else was pending when it was prepared in further passes, one after
+// another. It releases the slot, also on error.
+func (p *Prepared) Commit(ctx context.Context) (Result, error) {
+	if p.ended {
+		return Result{}, fmt.Errorf("merge %s: %w", p.s.Target(), ErrEnded)
+	}
+	defer p.Abort(ctx) // gives the slot back
+	total, more, err := p.first.commit(ctx)
+	for err == nil && more {
+		var r Result
+		var pp *preparedPass
+		pp, err = p.m.preparePass(ctx, p.s, true, p.limit, nil)
+		if err != nil {
+			total.Passes += pp.res.Passes
+			break
+		}
+		r, more, err = pp.commit(ctx)
+		total.add(r)
+	}
+	return total, err
+}
+
+// Abort gives up a merge not committed: the pass's staged files are deleted, its
+// charge and slot given back. After Commit it does nothing.
+func (p *Prepared) Abort(ctx context.Context) {
+	p.ended = true
+	p.once.Do(func() {
+		if p.first != nil {
+			p.first.abort(ctx)
+		}
+		p.release()
+	})
 }
 
 // PendingOwn counts this worker's generations of s above the merged watermark, from
@@ -220,11 +300,30 @@ func (m *Merger) acquireSlot(ctx context.Context, wait bool) error {
 	return nil
 }
 
-// pass is one prepare/commit/drain of generations up to limit (0: any). more reports
-// whether generations up to limit remain. sm, if not nil, is the shard manifest the
-// caller has just read.
-func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint64, sm *wal.Manifest) (res Result, more bool, err error) {
-	log := m.cfg.Logger.With("store", s.Entry().Name, "kind", s.Entry().Kind, "shard", s.Shard())
+// preparedPass is one pass's prepare, waiting for its commit and drain.
+type preparedPass struct {
+	m    *Merger
+	s    *store.Store
+	w    *wal.Writer
+	log  *slog.Logger
+	res  Result
+	pick []wal.Generation
+	rows int64
+	// upTo is the last generation picked; drainTo what the commit drains up to
+	// (the watermark when only a drain is left).
+	upTo, drainTo uint64
+	more          bool       // generations up to the limit remain after this pass
+	txn           *table.Txn // nil: nothing to commit
+	done          error      // set when preparing found the pass committed already
+	release       func()     // gives back the pass's memory charge
+}
+
+// preparePass prepares one pass over generations up to limit (0: any). sm, if not
+// nil, is the shard manifest the caller has just read. The returned pass is never
+// nil, so that a caller can count its Passes on error.
+func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, limit uint64, sm *wal.Manifest) (*preparedPass, error) {
+	pp := &preparedPass{m: m, s: s, release: func() {},
+		log: m.cfg.Logger.With("store", s.Entry().Name, "kind", s.Entry().Kind, "shard", s.Shard())}
 	// Only this worker's shard and the base matter here: no full snapshot refresh
 	// (every shard's manifest) per pass. The two are read at once (each is a few
 	// round trips); either order of the two reads is already possible against a
@@ -244,19 +343,18 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint
 		base, err = s.Table().Refresh(gctx)
 		return err
 	})
-	err = g.Wait()
+	err := g.Wait()
 	if errors.Is(err, wal.ErrNoShard) {
-		return res, false, nil // this worker never wrote the store: nothing of ours to merge
+		return pp, nil // this worker never wrote the store: nothing of ours to merge
 	}
 	if err != nil {
-		return res, false, err
+		return pp, err
 	}
-	w, err := s.Writer(ctx)
-	if err != nil {
-		return res, false, err
+	if pp.w, err = s.Writer(ctx); err != nil {
+		return pp, err
 	}
 	s.ObserveBase(base)
-	res.Passes = 1
+	pp.res.Passes = 1
 	wm := base.Watermark(s.Shard())
 	pending := sm.Pending(wm)
 	if limit > 0 {
@@ -268,24 +366,24 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint
 	}
 	if len(pending) == 0 {
 		if len(sm.Generations) > 0 { // merged earlier, never drained
-			d, err := m.drain(ctx, w, s, wm)
-			res.Reclaimed = d
-			return res, false, err
+			pp.drainTo = wm
 		}
-		return res, false, nil
+		return pp, nil
 	}
 	pick := m.choose(pending)
 	need := min(PassCostFactor*sumBytes(pick), m.cfg.BudgetBytes)
 	if wait {
 		if err := m.budget.Acquire(ctx, need); err != nil {
-			return res, false, err
+			return pp, err
 		}
 	} else if !m.budget.TryAcquire(need) {
-		return res, false, ErrBusy
+		return pp, ErrBusy
 	}
-	defer m.budget.Release(need)
+	pp.release = func() { m.budget.Release(need) }
+	pp.pick, pp.more = pick, len(pending) > len(pick)
+	pp.upTo = pick[len(pick)-1].Generation
+	pp.drainTo = pp.upTo
 
-	upTo := pick[len(pick)-1].Generation
 	// The generations are read generationReads at a time: one after another, a pass
 	// of 8 would wait 8 round trips for them.
 	parts := make([][]arrow.RecordBatch, len(pick))
@@ -306,37 +404,75 @@ func (m *Merger) pass(ctx context.Context, s *store.Store, wait bool, limit uint
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return res, false, fmt.Errorf("merge %s: %w", s.Target(), err)
+		pp.abort(ctx)
+		return pp, fmt.Errorf("merge %s: %w", s.Target(), err)
 	}
 	var recs []arrow.RecordBatch
 	for i, gen := range pick {
 		recs = append(recs, parts[i]...)
-		res.Rows += gen.Rows
+		pp.rows += gen.Rows
 	}
-	txn, err := s.Table().Prepare(ctx, base, table.Append{Records: recs, Shard: s.Shard(), Generation: upTo})
+	pp.txn, err = s.Table().Prepare(ctx, base, table.Append{Records: recs, Shard: s.Shard(), Generation: pp.upTo})
+	if errors.Is(err, table.ErrAlreadyCommitted) {
+		pp.done, err = err, nil
+	}
+	if err != nil {
+		pp.abort(ctx)
+		return pp, fmt.Errorf("merge %s: %w", s.Target(), err)
+	}
+	return pp, nil
+}
+
+// commit commits the pass, drains its generations and gives back its charge. more
+// reports whether generations up to the pass's limit remain.
+func (pp *preparedPass) commit(ctx context.Context) (res Result, more bool, err error) {
+	// From here on the pass is never aborted: a commit whose outcome is unknown
+	// leaves its staged files, which the manifest may reference (table.Txn.Commit).
+	txn := pp.txn
+	pp.txn = nil
+	defer pp.abort(ctx)
+	res = pp.res
+	if pp.drainTo == 0 {
+		return res, false, nil // nothing pending, nothing to drain
+	}
+	if pp.pick == nil { // only a drain left
+		res.Reclaimed, err = pp.m.drain(ctx, pp.w, pp.s, pp.drainTo)
+		return res, false, err
+	}
+	err = pp.done
 	if err == nil {
 		var committed *table.Manifest
-		committed, err = s.Commit(ctx, txn)
+		committed, err = pp.s.Commit(ctx, txn)
 		if err == nil {
 			res.Version = committed.Version
 		}
 	}
+	res.Rows = pp.rows
 	switch {
 	case errors.Is(err, table.ErrAlreadyCommitted):
-		log.Info("merge found its generations already committed; draining", "up_to", upTo)
+		pp.log.Info("merge found its generations already committed; draining", "up_to", pp.upTo)
 		res.Rows = 0
 	case err != nil:
-		return Result{Passes: 1}, false, fmt.Errorf("merge %s: %w", s.Target(), err)
+		return Result{Passes: 1}, false, fmt.Errorf("merge %s: %w", pp.s.Target(), err)
 	default:
-		res.Generations = len(pick)
+		res.Generations = len(pp.pick)
 	}
-	d, err := m.drain(ctx, w, s, upTo)
-	res.Reclaimed = d
-	if err != nil {
+	if res.Reclaimed, err = pp.m.drain(ctx, pp.w, pp.s, pp.upTo); err != nil {
 		return res, false, err
 	}
-	log.Info("merged WAL generations", "generations", res.Generations, "rows", res.Rows, "up_to", upTo, "version", res.Version)
-	return res, len(pending) > len(pick), nil
+	pp.log.Info("merged WAL generations", "generations", res.Generations, "rows", res.Rows, "up_to", pp.upTo, "version", res.Version)
+	return res, pp.more, nil
+}
+
+// abort deletes the staged files of a pass not committed and gives back its
+// charge; after commit only the charge is left to give back, once.
+func (pp *preparedPass) abort(ctx context.Context) {
+	if pp.txn != nil {
+		pp.txn.Abort(context.WithoutCancel(ctx))
+		pp.txn = nil
+	}
+	pp.release()
+	pp.release = func() {}
 }
 
 func (m *Merger) drain(ctx context.Context, w *wal.Writer, s *store.Store, upTo uint64) (int, error) {
