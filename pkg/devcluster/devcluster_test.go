@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/membership"
-
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/tidemark-io/tidemark/pkg/membership"
 )
 
 func TestChildEnvIsDefaultsUnderTheEnvironmentUnderTheCluster(t *testing.T) {
