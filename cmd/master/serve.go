@@ -32,6 +32,8 @@ type serveFlags struct {
 	minGenerations, maxEnqueues int
 	taskConcurrency, mergeConc  int
 	workerTimeout, workerDial   time.Duration
+	fanOut                      string
+	prepareConc                 int
 	orphanGrace                 time.Duration
 	taskTimeout                 time.Duration
 	leaseTTL, shutdown          time.Duration
@@ -89,8 +91,12 @@ func newServeCmd() *cobra.Command {
 	bind("task-concurrency", "TASK_CONCURRENCY")
 	fs.IntVar(&f.mergeConc, "merge-wal-concurrency", master.DefaultMergeConcurrency, "merge_wal tasks running at once on this replica (different targets; each calls the workers one at a time)")
 	bind("merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
-	fs.DurationVar(&f.workerTimeout, "merge-wal-worker-timeout", master.DefaultWorkerTimeout, "bound on one worker's merge in a merge_wal fan-out")
+	fs.DurationVar(&f.workerTimeout, "merge-wal-worker-timeout", master.DefaultWorkerTimeout, "bound on one worker's merge in a merge_wal fan-out (in the two-phase shape, on each of its prepare and commit)")
 	bind("merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
+	fs.StringVar(&f.fanOut, "merge-fanout", master.FanOutTwoPhase, "shape of a merge_wal fan-out: two-phase (every worker prepares at once, then they commit one after another) or serial (each worker prepares and commits in turn)")
+	bind("merge-fanout", "MERGE_FANOUT")
+	fs.IntVar(&f.prepareConc, "merge-prepare-concurrency", 0, "prepares in flight at once in a two-phase merge_wal fan-out; 0 means every worker of the task")
+	bind("merge-prepare-concurrency", "MERGE_PREPARE_CONCURRENCY")
 	fs.DurationVar(&f.orphanGrace, "orphan-grace", master.DefaultOrphanGrace, "a shard whose worker has been unregistered this long is adopted by a live worker (keep it several WORKER_LEASE_TTLs)")
 	bind("orphan-grace", "ORPHAN_GRACE")
 	fs.DurationVar(&f.workerDial, "worker-dial-timeout", 5*time.Second, "a worker not connected within this is skipped as unreachable")
@@ -132,6 +138,12 @@ func (f serveFlags) check() error {
 	positive(f.scanInterval, "stats-scan-interval", "STATS_SCAN_INTERVAL")
 	positive(f.sweepInterval, "merge-wal-interval", "MERGE_WAL_INTERVAL")
 	positive(f.workerTimeout, "merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
+	if f.fanOut != master.FanOutTwoPhase && f.fanOut != master.FanOutSerial {
+		errs = append(errs, fmt.Errorf("--merge-fanout (MERGE_FANOUT) %q: want %q or %q", f.fanOut, master.FanOutTwoPhase, master.FanOutSerial))
+	}
+	if f.prepareConc < 0 {
+		errs = append(errs, fmt.Errorf("--merge-prepare-concurrency (MERGE_PREPARE_CONCURRENCY) must not be negative, got %d", f.prepareConc))
+	}
 	positive(f.orphanGrace, "orphan-grace", "ORPHAN_GRACE")
 	positive(f.workerDial, "worker-dial-timeout", "WORKER_DIAL_TIMEOUT")
 	positive(f.taskTimeout, "task-timeout", "TASK_TIMEOUT")
@@ -235,21 +247,23 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			scanner.WithCleanupVersions(f.cleanupVersions),
 			scanner.WithMaxCompactionEnqueues(f.compactMax),
 		},
-		TaskConcurrency:  f.taskConcurrency,
-		MergeConcurrency: f.mergeConc,
-		WorkerTimeout:    f.workerTimeout,
-		OrphanGrace:      f.orphanGrace,
-		TaskTimeout:      f.taskTimeout,
-		LeaseTTL:         f.leaseTTL,
-		ShutdownTimeout:  f.shutdown,
-		PruneInterval:    f.pruneInterval,
-		PruneKeep:        f.retentionCount,
-		PruneMaxAge:      f.retentionAge,
-		Holder:           f.holder,
-		Metrics:          reg,
-		Logger:           log,
-		Auth:             authn.Guard,
-		TLS:              authn.TLS,
+		TaskConcurrency:    f.taskConcurrency,
+		MergeConcurrency:   f.mergeConc,
+		WorkerTimeout:      f.workerTimeout,
+		FanOut:             f.fanOut,
+		PrepareConcurrency: f.prepareConc,
+		OrphanGrace:        f.orphanGrace,
+		TaskTimeout:        f.taskTimeout,
+		LeaseTTL:           f.leaseTTL,
+		ShutdownTimeout:    f.shutdown,
+		PruneInterval:      f.pruneInterval,
+		PruneKeep:          f.retentionCount,
+		PruneMaxAge:        f.retentionAge,
+		Holder:             f.holder,
+		Metrics:            reg,
+		Logger:             log,
+		Auth:               authn.Guard,
+		TLS:                authn.TLS,
 	})
 	if err != nil {
 		_ = gln.Close()

@@ -48,6 +48,7 @@ type serveFlags struct {
 	generationCache, tableCache, maxBodyBytes   int64
 	sealAfterBytes                              int64
 	opTimeout, snapshotTTL                      time.Duration
+	preparedTTL                                 time.Duration
 
 	targetRows                    int64
 	compactMaxSources             int
@@ -102,6 +103,8 @@ func newServeCmd() *cobra.Command {
 	bind("merge-max-generations", "MERGE_MAX_GENERATIONS")
 	fs.Int64Var(&f.mergeMaxBytes, "merge-max-bytes", merge.DefaultMaxBytes, "generation bytes one merge pass reads at most (a generation is never split); 0 means no cap")
 	bind("merge-max-bytes", "MERGE_MAX_BYTES")
+	fs.DurationVar(&f.preparedTTL, "merge-prepared-ttl", worker.DefaultPreparedTTL, "how long a merge prepared for the master's two-phase fan-out waits for its commit before it is aborted (it holds a merge slot and its memory charge)")
+	bind("merge-prepared-ttl", "MERGE_PREPARED_TTL")
 	fs.IntVar(&f.mergeConcurrency, "merge-concurrency", 4, "merge slots: merges running at once on this worker")
 	bind("merge-concurrency", "MERGE_CONCURRENCY")
 	fs.Int64Var(&f.mergeBudget, "merge-memory-budget", 2<<30, "bytes of prepared merge data held at once by this worker")
@@ -188,7 +191,10 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err := wal.ValidateShard(instanceID); err != nil {
 		return fmt.Errorf("instance id (--instance-id, INSTANCE_ID): %w", err)
 	}
-	if f.mergeAfterGenerations < 0 || f.mergeMaxGenerations < 0 || f.mergeMaxBytes < 0 {
+	if f.mergeAfterGenerations < 0 || f.mergeMaxGenerations < 0 || f.mergeMaxBytes < 0 || f.preparedTTL <= 0 {
+		if f.preparedTTL <= 0 {
+			return fmt.Errorf("--merge-prepared-ttl (MERGE_PREPARED_TTL) %s: must be > 0", f.preparedTTL)
+		}
 		return fmt.Errorf("merge settings must not be negative (0 disables or uncaps)")
 	}
 	if err := f.checkMaintenance(); err != nil {
@@ -274,12 +280,13 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		}
 	}
 	svc, err := worker.NewWorkerService(worker.WorkerServiceConfig{
-		InstanceID: instanceID,
-		Version:    cli.Version(),
-		GRPCAddr:   advGRPC,
-		HTTPAddr:   advHTTP,
-		Stores:     stores,
-		Merger:     merger,
+		InstanceID:  instanceID,
+		Version:     cli.Version(),
+		GRPCAddr:    advGRPC,
+		HTTPAddr:    advHTTP,
+		Stores:      stores,
+		Merger:      merger,
+		PreparedTTL: f.preparedTTL,
 		Maintainer: maintain.New(maintain.Config{
 			Compact:    table.CompactOptions{TargetRows: f.targetRows, MaxSources: f.compactMaxSources, DeletedRatio: f.compactDeletedRatio},
 			Retention:  table.Retention{KeepVersions: f.versionRetention, KeepAge: f.versionAge, SafetyWindow: f.gcWindow},

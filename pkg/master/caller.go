@@ -153,6 +153,49 @@ func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target string, fenc
 	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows(), Reclaimed: resp.GetReclaimed()}, nil
 }
 
+// PrepareMerge has worker w prepare its merge of target (WorkerService.PrepareMerge);
+// the result counts what the prepared pass holds.
+func (c *GRPCCaller) PrepareMerge(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
+	client, release, err := c.client(ctx, w)
+	if err != nil {
+		return MergeResult{}, err
+	}
+	defer release()
+	resp, err := client.PrepareMerge(ctx,
+		&tidemarkv1.PrepareMergeRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
+	if err != nil {
+		return MergeResult{}, err
+	}
+	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows()}, nil
+}
+
+// CommitMerge has worker w commit the merge it prepared (WorkerService.CommitMerge).
+func (c *GRPCCaller) CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
+	client, release, err := c.client(ctx, w)
+	if err != nil {
+		return MergeResult{}, err
+	}
+	defer release()
+	resp, err := client.CommitMerge(ctx,
+		&tidemarkv1.CommitMergeRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
+	if err != nil {
+		return MergeResult{}, err
+	}
+	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows(), Reclaimed: resp.GetReclaimed()}, nil
+}
+
+// AbortMerge has worker w abort the merge it prepared (WorkerService.AbortMerge).
+func (c *GRPCCaller) AbortMerge(ctx context.Context, w Worker, target string, fencingToken int64) error {
+	client, release, err := c.client(ctx, w)
+	if err != nil {
+		return err
+	}
+	defer release()
+	_, err = client.AbortMerge(ctx,
+		&tidemarkv1.AbortMergeRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
+	return err
+}
+
 // AdoptShard has worker w adopt shard of target (WorkerService.AdoptShard).
 func (c *GRPCCaller) AdoptShard(ctx context.Context, w Worker, target, shard string, fencingToken int64) (AdoptResult, error) {
 	client, release, err := c.client(ctx, w)

@@ -80,6 +80,11 @@ type Config struct {
 	// (MERGE_WAL_WORKER_TIMEOUT); TaskTimeout bounds one task run (TASK_TIMEOUT),
 	// so it must allow for a fan-out over every worker.
 	WorkerTimeout time.Duration
+	// FanOut is merge_wal's shape (MERGE_FANOUT): FanOutTwoPhase (the default,
+	// when empty) or FanOutSerial. PrepareConcurrency bounds the two-phase
+	// shape's prepares in flight (MERGE_PREPARE_CONCURRENCY; 0: every worker).
+	FanOut             string
+	PrepareConcurrency int
 	// OrphanGrace is how long a shard's worker must be unregistered before the
 	// shard is adopted (DefaultOrphanGrace; ORPHAN_GRACE).
 	OrphanGrace time.Duration

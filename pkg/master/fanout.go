@@ -61,14 +61,34 @@ type connRetainer interface {
 	Retain(live []Worker)
 }
 
-// FanOut runs merge_wal tasks: it calls every live worker serially.
+// Fan-out shapes (MERGE_FANOUT).
+const (
+	// FanOutTwoPhase prepares the merge on every worker at once, then commits one
+	// worker after another (the default).
+	FanOutTwoPhase = "two-phase"
+	// FanOutSerial calls MergeWal on one worker after another, each preparing and
+	// committing in turn (the reference system's shape).
+	FanOutSerial = "serial"
+)
+
+// FanOut runs merge_wal tasks. Commits of one target never overlap: in both
+// shapes the workers commit one after another, in discovery's order.
 type FanOut struct {
 	Discovery Discovery
 	Caller    Caller
+	// Mode is FanOutTwoPhase (also when empty; it needs a Caller that can prepare,
+	// as the GRPCCaller can) or FanOutSerial.
+	Mode string
+	// PrepareConcurrency bounds the prepares in flight in the two-phase shape
+	// (MERGE_PREPARE_CONCURRENCY); 0 means every worker of the task at once.
+	PrepareConcurrency int
 	// WorkerTimeout bounds one worker's merge (a stuck worker fails the task with a
-	// message naming it instead of holding the target forever).
+	// message naming it instead of holding the target forever); in the two-phase
+	// shape it bounds each of a worker's prepare and commit.
 	WorkerTimeout time.Duration
-	// OnWorkerDone, if set, observes each worker call's duration and outcome.
+	// OnWorkerDone, if set, observes each worker's merge call, its duration and
+	// outcome: a MergeWal, or a two-phase commit (and a prepare only when it
+	// failed, since no commit follows it).
 	OnWorkerDone func(w Worker, d time.Duration, err error)
 	// Row reads a target's stats row, and orphans names its orphaned shards;
 	// with both set (and a Caller that adopts), the fan-out has each orphaned
@@ -76,6 +96,14 @@ type FanOut struct {
 	Row     func(ctx context.Context, target string) (scanner.Row, error)
 	orphans *orphans
 	Logger  *slog.Logger
+}
+
+// twoPhaseCaller is a Caller that can prepare a merge on a worker and commit or
+// abort it later (the GRPCCaller can).
+type twoPhaseCaller interface {
+	PrepareMerge(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
+	CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
+	AbortMerge(ctx context.Context, w Worker, target string, fencingToken int64) error
 }
 
 // ErrNoLiveWorkers means discovery lists no worker to merge on.
@@ -119,89 +147,133 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("task", c.Task.ID, "target", target, "fencing_token", c.FencingToken)
-	var (
-		merged      int64
-		ok          int
-		unavailable []string
-		corrupt     []error
-	)
+	t := &tally{total: len(workers)}
 	// Adoptions first: the merges below may stop at a worker's error, and a shard
 	// whose worker is gone must not wait for every live worker to answer well. A
 	// worker that could not be reached for an adoption is not called again.
 	adopted, adoptErrs, unreachable := f.adopt(ctx, c, workers, log)
+	var live []Worker
 	for _, w := range workers {
 		if unreachable[w.InstanceID] {
-			unavailable = append(unavailable, w.InstanceID)
+			t.unavailable = append(t.unavailable, w.InstanceID)
 			continue
 		}
-		wctx := ctx
-		cancel := func() {}
-		if f.WorkerTimeout > 0 {
-			wctx, cancel = context.WithTimeout(ctx, f.WorkerTimeout)
-		}
-		start := time.Now()
-		r, err := f.Caller.MergeWal(wctx, w, target, c.FencingToken)
-		// Read before cancel, which would turn the worker context's error into Canceled.
-		// The clock is checked too: the worker's side of the call can end it (RST_STREAM,
-		// code DeadlineExceeded) a moment before this side's timer has marked wctx done.
-		// The task's own deadline, when it comes first, is not the worker's timeout.
-		deadline, _ := wctx.Deadline()
-		taskDeadline, taskBounded := ctx.Deadline()
-		timedOut := err != nil && ctx.Err() == nil && f.WorkerTimeout > 0 &&
-			(!taskBounded || taskDeadline.After(deadline)) &&
-			(errors.Is(wctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline))
-		cancel()
-		if f.OnWorkerDone != nil {
-			f.OnWorkerDone(w, time.Since(start), err)
-		}
-		switch {
-		case errors.Is(err, ErrUnreachable):
-			log.Warn("merge_wal: worker unreachable, skipping it", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
-			unavailable = append(unavailable, w.InstanceID)
-			continue
-		case timedOut:
-			// Said in words: a bare "DeadlineExceeded" reads like the master's own
-			// deadline, when it is this worker that did not answer in time.
-			log.Warn("merge_wal: worker did not answer within the worker timeout", "worker", w.InstanceID, "addr", w.GRPCAddr, "timeout", f.WorkerTimeout, "err", err)
-			return "", fmt.Errorf("worker %s (%s): merge did not finish within the worker timeout of %s: %w (fan-out stopped after %d/%s)",
-				w.InstanceID, w.GRPCAddr, f.WorkerTimeout, err, ok, count(int64(len(workers)), "worker"))
-		case err != nil && errclass.Of(err) == errclass.Gone:
-			// Every other worker would answer the same: the store was deleted.
-			log.Info("merge_wal: the store is deleted; the task is skipped", "worker", w.InstanceID, "err", err)
-			return "", errclass.Wrap(errclass.Gone, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
-		case err != nil && errclass.Of(err) == errclass.Halt:
-			// The worker answered, so it is not merging any more, and what it found
-			// corrupt stops only its own merge: the next worker merges its shard into
-			// the base table as usual (a corrupt base manifest stops each of them
-			// the same way, and each says so).
-			log.Error("merge_wal: worker found a corrupt object; an operator must look, the other workers go on",
-				"worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
-			corrupt = append(corrupt, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
-			continue
-		case err != nil:
-			return "", fmt.Errorf("worker %s (%s): %w (fan-out stopped after %d/%s)", w.InstanceID, w.GRPCAddr, err, ok, count(int64(len(workers)), "worker"))
-		}
-		ok++
-		merged += r.Generations
-		log.Info("merge_wal: worker merged", "worker", w.InstanceID, "generations", r.Generations, "rows", r.Rows, "reclaimed", r.Reclaimed)
+		live = append(live, w)
 	}
-	detail := fmt.Sprintf("merged %s across %d/%s", count(merged, "generation"), ok, count(int64(len(workers)), "worker"))
-	var failures []error
+	if tp, ok := f.Caller.(twoPhaseCaller); ok && f.Mode != FanOutSerial {
+		err = f.twoPhase(ctx, c, tp, live, t, log)
+	} else {
+		err = f.serial(ctx, c, live, t, log)
+	}
+	if err != nil {
+		return "", err
+	}
+	detail := fmt.Sprintf("merged %s across %d/%s", count(t.merged, "generation"), t.ok, count(int64(len(workers)), "worker"))
+	failures := t.failures
 	if adopted > 0 || len(adoptErrs) > 0 {
 		detail += fmt.Sprintf("; adopted %s", count(int64(adopted), "orphaned shard"))
 		failures = append(failures, adoptErrs...)
 	}
-	if len(corrupt) > 0 {
+	if len(t.corrupt) > 0 {
 		// Halt: the errors name the objects, and the target cools down.
-		failures = append(failures, errclass.Wrap(errclass.Halt, errors.Join(corrupt...)))
+		failures = append(failures, errclass.Wrap(errclass.Halt, errors.Join(t.corrupt...)))
 	}
-	if len(unavailable) > 0 {
-		failures = append(failures, fmt.Errorf("unavailable: %s", strings.Join(unavailable, ", ")))
+	if len(t.unavailable) > 0 {
+		failures = append(failures, fmt.Errorf("unavailable: %s", strings.Join(t.unavailable, ", ")))
 	}
 	if len(failures) > 0 {
 		return detail, fmt.Errorf("%s; %w", detail, errors.Join(failures...))
 	}
 	return detail, nil
+}
+
+// tally is what a fan-out's worker calls came to.
+type tally struct {
+	total       int // workers discovery listed
+	ok          int
+	merged      int64
+	unavailable []string
+	corrupt     []error
+	failures    []error // workers skipped for an error that did not stop the task
+}
+
+// serial calls MergeWal on each worker in turn.
+func (f *FanOut) serial(ctx context.Context, c *tasks.Claim, workers []Worker, t *tally, log *slog.Logger) error {
+	for _, w := range workers {
+		err := f.call(ctx, w, "merge", t, log, func(ctx context.Context) (MergeResult, error) {
+			return f.Caller.MergeWal(ctx, w, c.Task.Target, c.FencingToken)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// call makes one worker's merge call (fn, bounded by the worker timeout) and
+// applies the serial fan-out's rules to its outcome: an unreachable worker is
+// skipped, a corrupt object is recorded and the next worker goes on, a store
+// deleted skips the task, and any other error (a timeout included) stops the
+// fan-out with an error naming the worker. what names the call in messages.
+func (f *FanOut) call(ctx context.Context, w Worker, what string, t *tally, log *slog.Logger, fn func(context.Context) (MergeResult, error)) error {
+	r, timedOut, d, err := f.bounded(ctx, w, fn)
+	if f.OnWorkerDone != nil {
+		f.OnWorkerDone(w, d, err)
+	}
+	switch {
+	case errors.Is(err, ErrUnreachable):
+		log.Warn("merge_wal: worker unreachable, skipping it", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
+		t.unavailable = append(t.unavailable, w.InstanceID)
+		return nil
+	case timedOut:
+		// Said in words: a bare "DeadlineExceeded" reads like the master's own
+		// deadline, when it is this worker that did not answer in time.
+		log.Warn("merge_wal: worker did not answer within the worker timeout", "worker", w.InstanceID, "addr", w.GRPCAddr, "timeout", f.WorkerTimeout, "err", err)
+		return fmt.Errorf("worker %s (%s): %s did not finish within the worker timeout of %s: %w (fan-out stopped after %d/%s)",
+			w.InstanceID, w.GRPCAddr, what, f.WorkerTimeout, err, t.ok, count(int64(t.total), "worker"))
+	case err != nil && errclass.Of(err) == errclass.Gone:
+		// Every other worker would answer the same: the store was deleted.
+		log.Info("merge_wal: the store is deleted; the task is skipped", "worker", w.InstanceID, "err", err)
+		return errclass.Wrap(errclass.Gone, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
+	case err != nil && errclass.Of(err) == errclass.Halt:
+		// The worker answered, so it is not merging any more, and what it found
+		// corrupt stops only its own merge: the next worker merges its shard into
+		// the base table as usual (a corrupt base manifest stops each of them
+		// the same way, and each says so).
+		log.Error("merge_wal: worker found a corrupt object; an operator must look, the other workers go on",
+			"worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
+		t.corrupt = append(t.corrupt, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
+		return nil
+	case err != nil:
+		return fmt.Errorf("worker %s (%s): %w (fan-out stopped after %d/%s)", w.InstanceID, w.GRPCAddr, err, t.ok, count(int64(t.total), "worker"))
+	}
+	t.ok++
+	t.merged += r.Generations
+	log.Info("merge_wal: worker merged", "worker", w.InstanceID, "generations", r.Generations, "rows", r.Rows, "reclaimed", r.Reclaimed)
+	return nil
+}
+
+// bounded runs fn under the worker timeout and reports whether it was that
+// timeout (not the task's own deadline) that ended it, and how long fn took.
+func (f *FanOut) bounded(ctx context.Context, w Worker, fn func(context.Context) (MergeResult, error)) (r MergeResult, timedOut bool, d time.Duration, err error) {
+	wctx := ctx
+	cancel := func() {}
+	if f.WorkerTimeout > 0 {
+		wctx, cancel = context.WithTimeout(ctx, f.WorkerTimeout)
+	}
+	start := time.Now()
+	r, err = fn(wctx)
+	// Read before cancel, which would turn the worker context's error into Canceled.
+	// The clock is checked too: the worker's side of the call can end it (RST_STREAM,
+	// code DeadlineExceeded) a moment before this side's timer has marked wctx done.
+	// The task's own deadline, when it comes first, is not the worker's timeout.
+	deadline, _ := wctx.Deadline()
+	taskDeadline, taskBounded := ctx.Deadline()
+	timedOut = err != nil && ctx.Err() == nil && f.WorkerTimeout > 0 &&
+		(!taskBounded || taskDeadline.After(deadline)) &&
+		(errors.Is(wctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline))
+	cancel()
+	return r, timedOut, time.Since(start), err
 }
 
 // adopt has a live worker adopt each orphaned shard of the claim's target, under

@@ -33,6 +33,66 @@ type countingWorker struct {
 	fail     error
 	// merged, if set, is how many generations each merge reports (else 2).
 	merged *atomic.Int64
+	// Two-phase calls: prepares in flight across workers (prepInFlight, prepMax,
+	// when set), and this worker's prepares and aborts. commits, when set, records
+	// the order of commits across workers.
+	prepInFlight, prepMax *atomic.Int32
+	prepares, aborts      atomic.Int32
+	commits               *orderLog
+}
+
+// orderLog records names in call order, safely across goroutines.
+type orderLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (o *orderLog) add(name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.names = append(o.names, name)
+}
+
+func (o *orderLog) get() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.names...)
+}
+
+// raiseMax sets max to n if n is larger.
+func raiseMax(max *atomic.Int32, n int32) {
+	for {
+		m := max.Load()
+		if n <= m || max.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+// PrepareMerge succeeds after a pause, long enough for prepares that overlap to
+// overlap; it records how many ran at once.
+func (w *countingWorker) PrepareMerge(_ context.Context, r *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
+	w.prepares.Add(1)
+	if w.prepInFlight != nil {
+		raiseMax(w.prepMax, w.prepInFlight.Add(1))
+		defer w.prepInFlight.Add(-1)
+	}
+	time.Sleep(20 * time.Millisecond)
+	return &tidemarkv1.PrepareMergeResponse{Generations: 2, Rows: 10, InstanceId: w.name}, nil
+}
+
+// CommitMerge is MergeWal's behaviour (and its counting): the commit of a
+// two-phase fan-out does what MergeWal does in the serial one.
+func (w *countingWorker) CommitMerge(ctx context.Context, r *tidemarkv1.CommitMergeRequest) (*tidemarkv1.MergeWalResponse, error) {
+	if w.commits != nil {
+		w.commits.add(w.name)
+	}
+	return w.MergeWal(ctx, &tidemarkv1.MergeWalRequest{Target: r.GetTarget(), FencingToken: r.GetFencingToken()})
+}
+
+func (w *countingWorker) AbortMerge(context.Context, *tidemarkv1.AbortMergeRequest) (*tidemarkv1.AbortMergeResponse, error) {
+	w.aborts.Add(1)
+	return &tidemarkv1.AbortMergeResponse{Aborted: true}, nil
 }
 
 func (w *countingWorker) MergeWal(ctx context.Context, r *tidemarkv1.MergeWalRequest) (*tidemarkv1.MergeWalResponse, error) {
@@ -87,34 +147,130 @@ func claimFor(target string, token int64) *tasks.Claim {
 	return &tasks.Claim{Task: tasks.Task{ID: "t1", Kind: tasks.KindMergeWAL, Target: target}, FencingToken: token}
 }
 
-// The commit storm: workers merging into one base table at once. The fan-out must
-// call them strictly one after another.
-func TestFanOutIsSerial(t *testing.T) {
-	var inFlight, maxSeen atomic.Int32
+// The commit storm: workers merging into one base table at once. In both shapes
+// the commits must run strictly one after another, in discovery's order, under
+// the claim's token; in the two-phase shape the prepares all run at once.
+func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
+	for _, mode := range []string{FanOutTwoPhase, FanOutSerial} {
+		t.Run(mode, func(t *testing.T) {
+			var inFlight, maxSeen, prepInFlight, prepMax atomic.Int32
+			commits := &orderLog{}
+			var workers StaticDiscovery
+			var ws []*countingWorker
+			for i := 0; i < 3; i++ {
+				w := &countingWorker{name: fmt.Sprint("w", i), inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 1),
+					prepInFlight: &prepInFlight, prepMax: &prepMax, commits: commits}
+				ws = append(ws, w)
+				workers = append(workers, startWorker(t, w))
+			}
+			caller := NewGRPCCaller(GRPCCallerConfig{})
+			defer caller.Close()
+			f := &FanOut{Discovery: workers, Caller: caller, Mode: mode}
+			detail, err := f.Run(context.Background(), claimFor("generic:gs", 42))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if detail != "merged 6 generations across 3/3 workers" {
+				t.Fatalf("detail %q", detail)
+			}
+			if maxSeen.Load() != 1 {
+				t.Fatalf("max commits in flight %d, want 1", maxSeen.Load())
+			}
+			for _, w := range ws {
+				if tok := <-w.tokens; tok != 42 {
+					t.Fatalf("worker %s got fencing token %d, want 42", w.name, tok)
+				}
+			}
+			switch mode {
+			case FanOutTwoPhase:
+				if prepMax.Load() != 3 {
+					t.Fatalf("max prepares in flight %d, want 3 (every worker at once)", prepMax.Load())
+				}
+				if got := commits.get(); fmt.Sprint(got) != "[w0 w1 w2]" {
+					t.Fatalf("commit order %v, want discovery's [w0 w1 w2]", got)
+				}
+			case FanOutSerial:
+				for _, w := range ws {
+					if n := w.prepares.Load(); n != 0 {
+						t.Fatalf("serial fan-out prepared %d times on %s", n, w.name)
+					}
+				}
+			}
+		})
+	}
+}
+
+// MERGE_PREPARE_CONCURRENCY bounds the prepares in flight.
+func TestTwoPhasePreparesAtMostPrepareConcurrencyAtOnce(t *testing.T) {
+	var inFlight, maxSeen, prepInFlight, prepMax atomic.Int32
 	var workers StaticDiscovery
-	var ws []*countingWorker
-	for i := 0; i < 3; i++ {
-		w := &countingWorker{name: fmt.Sprint("w", i), inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 1)}
-		ws = append(ws, w)
-		workers = append(workers, startWorker(t, w))
+	for i := 0; i < 4; i++ {
+		workers = append(workers, startWorker(t, &countingWorker{name: fmt.Sprint("w", i), inFlight: &inFlight, maxSeen: &maxSeen,
+			prepInFlight: &prepInFlight, prepMax: &prepMax}))
 	}
 	caller := NewGRPCCaller(GRPCCallerConfig{})
 	defer caller.Close()
-	f := &FanOut{Discovery: workers, Caller: caller}
-	detail, err := f.Run(context.Background(), claimFor("generic:gs", 42))
-	if err != nil {
+	if _, err := (&FanOut{Discovery: workers, Caller: caller, PrepareConcurrency: 2}).Run(context.Background(), claimFor("s", 3)); err != nil {
 		t.Fatal(err)
 	}
-	if detail != "merged 6 generations across 3/3 workers" {
+	if n := prepMax.Load(); n != 2 {
+		t.Fatalf("max prepares in flight %d, want 2", n)
+	}
+}
+
+// A commit that fails stops the fan-out as in the serial shape, and the workers
+// that prepared and will not commit are told to abort (their staged files go).
+func TestTwoPhaseStoppedAtACommitAbortsThePreparesLeft(t *testing.T) {
+	var inFlight, maxSeen atomic.Int32
+	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen}
+	w1 := &countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen, fail: status.Error(codes.Internal, "disk on fire")}
+	w2 := &countingWorker{name: "w2", inFlight: &inFlight, maxSeen: &maxSeen}
+	workers := StaticDiscovery{startWorker(t, w0), startWorker(t, w1), startWorker(t, w2)}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	defer caller.Close()
+	_, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
+	if err == nil || !strings.Contains(err.Error(), "worker w1") {
+		t.Fatalf("got %v, want an error naming w1", err)
+	}
+	for _, w := range []*countingWorker{w0, w1, w2} {
+		if w.prepares.Load() != 1 {
+			t.Fatalf("%s prepared %d times, want 1", w.name, w.prepares.Load())
+		}
+	}
+	if w0.aborts.Load() != 0 || w1.aborts.Load() != 0 || w2.aborts.Load() != 1 {
+		t.Fatalf("aborts w0 %d, w1 %d, w2 %d; want only w2's (prepared, never committed)", w0.aborts.Load(), w1.aborts.Load(), w2.aborts.Load())
+	}
+	if w2.calls.Load() != 0 {
+		t.Fatal("w2 committed after the fan-out stopped")
+	}
+}
+
+// failingPreparer fails its prepare; the others must still commit.
+type failingPreparer struct{ countingWorker }
+
+func (w *failingPreparer) PrepareMerge(context.Context, *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
+	return nil, status.Error(codes.ResourceExhausted, "merge budget gone")
+}
+
+// A worker that fails to prepare is skipped (a prepare changes nothing, so its
+// shard just waits for the next task) and the others commit; the task reports it.
+func TestTwoPhaseSkipsAWorkerThatFailedToPrepare(t *testing.T) {
+	var inFlight, maxSeen atomic.Int32
+	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen}
+	w1 := &failingPreparer{countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen}}
+	w2 := &countingWorker{name: "w2", inFlight: &inFlight, maxSeen: &maxSeen}
+	workers := StaticDiscovery{startWorker(t, w0), {InstanceID: "w1", GRPCAddr: startWorkerService(t, w1)}, startWorker(t, w2)}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	defer caller.Close()
+	detail, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
+	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "merge budget gone") {
+		t.Fatalf("got %v, want the task failed naming w1's prepare", err)
+	}
+	if detail != "merged 4 generations across 2/3 workers" {
 		t.Fatalf("detail %q", detail)
 	}
-	if maxSeen.Load() != 1 {
-		t.Fatalf("max in flight %d, want 1", maxSeen.Load())
-	}
-	for _, w := range ws {
-		if tok := <-w.tokens; tok != 42 {
-			t.Fatalf("worker %s got fencing token %d, want 42", w.name, tok)
-		}
+	if w0.calls.Load() != 1 || w2.calls.Load() != 1 || w1.calls.Load() != 0 {
+		t.Fatalf("commits w0 %d, w1 %d, w2 %d; want 1, 0, 1", w0.calls.Load(), w1.calls.Load(), w2.calls.Load())
 	}
 }
 

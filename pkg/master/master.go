@@ -54,6 +54,9 @@ func New(cfg Config) (*Master, error) {
 	if cfg.Bucket == nil {
 		return nil, errors.New("master: Bucket (DATA_URL) is required")
 	}
+	if cfg.FanOut != "" && cfg.FanOut != FanOutTwoPhase && cfg.FanOut != FanOutSerial {
+		return nil, fmt.Errorf("master: FanOut (MERGE_FANOUT) %q: want %q or %q", cfg.FanOut, FanOutTwoPhase, FanOutSerial)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -111,13 +114,15 @@ func New(cfg Config) (*Master, error) {
 	runners := map[tasks.Kind]Runner{}
 	if cfg.Caller != nil {
 		runners[tasks.KindMergeWAL] = &FanOut{
-			Discovery:     cfg.Discovery,
-			Caller:        cfg.Caller,
-			WorkerTimeout: cfg.WorkerTimeout,
-			OnWorkerDone:  m.metrics.ObserveWorker,
-			Logger:        log.With("component", "fanout"),
-			Row:           m.scanner.Row,
-			orphans:       m.orphans,
+			Discovery:          cfg.Discovery,
+			Caller:             cfg.Caller,
+			Mode:               cfg.FanOut,
+			WorkerTimeout:      cfg.WorkerTimeout,
+			PrepareConcurrency: cfg.PrepareConcurrency,
+			OnWorkerDone:       m.metrics.ObserveWorker,
+			Logger:             log.With("component", "fanout"),
+			Row:                m.scanner.Row,
+			orphans:            m.orphans,
 		}
 		if mc, ok := cfg.Caller.(maintainCaller); ok {
 			maint := &Maintenance{Discovery: cfg.Discovery, Caller: mc, Logger: log.With("component", "maintenance")}

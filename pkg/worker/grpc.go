@@ -53,6 +53,9 @@ type WorkerServiceConfig struct {
 	// Stores and Merger do the work. Required.
 	Stores *store.Stores
 	Merger *merge.Merger
+	// PreparedTTL bounds how long a prepared merge waits for its commit
+	// (MERGE_PREPARED_TTL); 0 means DefaultPreparedTTL.
+	PreparedTTL time.Duration
 	// Maintainer runs compact, verify and repair tasks; nil: one with the default
 	// options, charging Merger's slots and budget.
 	Maintainer *maintain.Maintainer
@@ -83,10 +86,11 @@ type WorkerServiceConfig struct {
 type WorkerService struct {
 	tidemarkv1.UnimplementedWorkerServiceServer
 
-	cfg    WorkerServiceConfig
-	log    *slog.Logger
-	fence  fencingTokens
-	health *health.Server
+	cfg      WorkerServiceConfig
+	log      *slog.Logger
+	fence    fencingTokens
+	prepared preparedMerges
+	health   *health.Server
 }
 
 // NewWorkerService returns the service for cfg. Its health server reports SERVING
@@ -104,6 +108,9 @@ func NewWorkerService(cfg WorkerServiceConfig) (*WorkerService, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
+	if cfg.PreparedTTL <= 0 {
+		cfg.PreparedTTL = DefaultPreparedTTL
+	}
 	if cfg.Maintainer == nil {
 		cfg.Maintainer = maintain.New(maintain.Config{Reserver: cfg.Merger, CostFactor: merge.PassCostFactor,
 			Logger: cfg.Logger.With("component", "maintain")})
@@ -112,10 +119,11 @@ func NewWorkerService(cfg WorkerServiceConfig) (*WorkerService, error) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(tidemarkv1.WorkerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return &WorkerService{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		fence:  fencingTokens{newest: map[string]int64{}},
-		health: hs,
+		cfg:      cfg,
+		log:      cfg.Logger,
+		fence:    fencingTokens{newest: map[string]int64{}},
+		prepared: preparedMerges{byTarget: map[string]*heldMerge{}},
+		health:   hs,
 	}, nil
 }
 
@@ -182,26 +190,8 @@ func (w *WorkerService) MergeTarget(ctx context.Context, target string, token in
 		// A merge of a deleted store is skipped by the master, not failed.
 		err = storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err)
 	}
-	result := "success"
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		result = "timeout"
-	case errors.Is(err, context.Canceled):
-		result = "cancelled"
-	case err != nil:
-		result = "failure"
-	}
-	m := w.cfg.Metrics
-	m.Merges.WithLabelValues(trigger, result).Inc()
-	m.MergeDuration.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
-	m.MergedGenerations.WithLabelValues(string(kind)).Add(float64(r.Generations))
-	if err != nil {
-		log.Warn("merge failed", "err", err, "duration", time.Since(start).String())
-		return r, err
-	}
-	log.Info("merge done", "generations", r.Generations, "rows", r.Rows, "reclaimed", r.Reclaimed,
-		"version", r.Version, "duration", time.Since(start).String())
-	return r, nil
+	w.observeMerge(kind, trigger, start, r, err, log)
+	return r, err
 }
 
 // admit checks token against, and records it as, the newest fencing token of

@@ -57,6 +57,8 @@ type grpcEnvOptions struct {
 	shutdownTimeout time.Duration
 	// bucket holds the stores (a fresh in-memory bucket when nil).
 	bucket *objstore.Bucket
+	// preparedTTL is the service's PreparedTTL (its default when 0).
+	preparedTTL time.Duration
 }
 
 func newGRPCEnv(t *testing.T, o grpcEnvOptions) *grpcEnv {
@@ -99,7 +101,7 @@ func newGRPCEnv(t *testing.T, o grpcEnvOptions) *grpcEnv {
 	e.metrics = NewMetrics(prometheus.NewRegistry())
 	e.svc, err = NewWorkerService(WorkerServiceConfig{
 		InstanceID: "w1", Version: "v-test", GRPCAddr: "grpc.example:9090", HTTPAddr: "http.example:8080",
-		Stores: ss, Merger: e.merger, Metrics: e.metrics, Logger: quiet,
+		Stores: ss, Merger: e.merger, Metrics: e.metrics, Logger: quiet, PreparedTTL: o.preparedTTL,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ type Process struct {
 //  1. deregister (revoke the lease), so the master stops calling this worker;
 //  2. stop both servers gracefully: accepted requests and merges finish, new ones
 //     are refused;
-//  3. stop the sweepers;
+//  3. abort the merges prepared and not committed, and stop the sweepers;
 //  4. seal every open store, so rows acknowledged here (durable in WAL entries
 //     already) are visible to every worker without waiting for this one to return.
 //
@@ -101,6 +101,9 @@ func (p *Process) Run(ctx context.Context) error {
 	})
 	serveErr := servers.Wait()
 	<-registered
+	// Prepared merges no master can commit any more: delete what they staged now
+	// rather than leaving it for garbage collection.
+	p.Service.AbortPrepared()
 	stopSweeps()
 	sweeps.Wait()
 	sealCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)

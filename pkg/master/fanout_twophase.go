@@ -1,0 +1,128 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+)
+
+// abortTimeout bounds the AbortMerge calls that release the prepares a stopped
+// fan-out will not commit; a worker that misses it aborts at MERGE_PREPARED_TTL.
+const abortTimeout = 10 * time.Second
+
+// twoPhase has every worker prepare its merge at once (at most
+// PrepareConcurrency in flight), then commits them one after another in
+// discovery's order, so commits never overlap. Preparing reads the generations,
+// deduplicates and stages the fragment: the bulk of a merge, and it commits
+// nothing, so it needs no turn; each commit only rebases onto the commits before
+// it (fragments of other shards) and writes the manifest.
+//
+// A worker whose prepare fails is skipped, with the failure reported, and the
+// others commit (a prepare changes nothing, so skipping it loses nothing: the
+// next task merges that shard). A store deleted skips the task. In the commit
+// phase the serial fan-out's rules apply (FanOut.call); when they stop it, the
+// prepares not committed are aborted.
+func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller, workers []Worker, t *tally, log *slog.Logger) error {
+	target, token := c.Task.Target, c.FencingToken
+	type prepared struct {
+		r        MergeResult
+		err      error
+		timedOut bool
+	}
+	res := make([]prepared, len(workers))
+	g := errgroup.Group{}
+	if f.PrepareConcurrency > 0 {
+		g.SetLimit(f.PrepareConcurrency)
+	}
+	for i, w := range workers {
+		g.Go(func() error {
+			r, timedOut, d, err := f.bounded(ctx, w, func(ctx context.Context) (MergeResult, error) {
+				return tp.PrepareMerge(ctx, w, target, token)
+			})
+			// One observation per worker and task: its commit's, or a failed prepare's.
+			if err != nil && f.OnWorkerDone != nil {
+				f.OnWorkerDone(w, d, err)
+			}
+			res[i] = prepared{r: r, err: err, timedOut: timedOut}
+			return nil
+		})
+	}
+	_ = g.Wait()
+
+	var commit []Worker
+	var gone error
+	for i, w := range workers {
+		err := res[i].err
+		switch {
+		case err == nil:
+			commit = append(commit, w)
+			continue
+		case errors.Is(err, ErrUnreachable):
+			log.Warn("merge_wal: worker unreachable, skipping it", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
+			t.unavailable = append(t.unavailable, w.InstanceID)
+		case errclass.Of(err) == errclass.Gone:
+			log.Info("merge_wal: the store is deleted; the task is skipped", "worker", w.InstanceID, "err", err)
+			gone = errclass.Wrap(errclass.Gone, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
+		case errclass.Of(err) == errclass.Halt:
+			log.Error("merge_wal: worker found a corrupt object; an operator must look, the other workers go on",
+				"worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
+			t.corrupt = append(t.corrupt, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
+		case res[i].timedOut:
+			log.Warn("merge_wal: worker did not prepare within the worker timeout; the others commit", "worker", w.InstanceID,
+				"addr", w.GRPCAddr, "timeout", f.WorkerTimeout, "err", err)
+			t.failures = append(t.failures, fmt.Errorf("worker %s (%s): merge did not finish within the worker timeout of %s: %w",
+				w.InstanceID, w.GRPCAddr, f.WorkerTimeout, err))
+		default:
+			log.Warn("merge_wal: worker failed to prepare; the others commit", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
+			t.failures = append(t.failures, fmt.Errorf("worker %s (%s): prepare: %w", w.InstanceID, w.GRPCAddr, err))
+		}
+	}
+	if gone != nil {
+		f.abort(ctx, tp, commit, target, token, log)
+		return gone
+	}
+	if err := ctx.Err(); err != nil {
+		f.abort(ctx, tp, commit, target, token, log)
+		return err
+	}
+
+	for i, w := range commit {
+		err := f.call(ctx, w, "merge", t, log, func(ctx context.Context) (MergeResult, error) {
+			return tp.CommitMerge(ctx, w, target, token)
+		})
+		if err != nil {
+			f.abort(ctx, tp, commit[i+1:], target, token, log)
+			return err
+		}
+	}
+	return nil
+}
+
+// abort releases the prepares of workers that will not be committed, in
+// parallel and best effort: a worker that does not hear it aborts on its own at
+// MERGE_PREPARED_TTL, or when the next task of the target prepares.
+func (f *FanOut) abort(ctx context.Context, tp twoPhaseCaller, workers []Worker, target string, token int64, log *slog.Logger) {
+	if len(workers) == 0 {
+		return
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() {
+			if err := tp.AbortMerge(actx, w, target, token); err != nil {
+				log.Warn("merge_wal: aborting a prepared merge failed; the worker aborts it at its MERGE_PREPARED_TTL",
+					"worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
