@@ -43,7 +43,9 @@ build: ## build bin/worker and bin/master
 # fail. So start it through scripts/azurite.sh when npm can install it.
 # The end-to-end tests (real processes) run after the other packages, not beside
 # them: the etcd lease and outage tests of pkg/worker and pkg/master keep real time,
-# and should not share two cores with clusters of processes.
+# and should not share two cores with clusters of processes. Between them run the
+# Kubernetes manifest tests, a module of their own (deploy/kubernetes: the Kubernetes
+# API types and kustomize stay out of the binaries).
 test: ## run every test with -race (starts Azurite when npm is available)
 	@if [ -n "$${TIDEMARK_AZURITE_ADDR:-}" ]; then \
 		echo "azurite: using TIDEMARK_AZURITE_ADDR=$$TIDEMARK_AZURITE_ADDR"; \
@@ -64,6 +66,7 @@ test: ## run every test with -race (starts Azurite when npm is available)
 		fi; \
 	fi; \
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e$$'); \
+	(cd deploy/kubernetes && $(GO) test -count=1 -timeout 10m ./...); \
 	$(GO) test -race -count=1 -timeout 30m ./e2e
 
 run: build ## build, then run a local cluster (etcd, master, 3 workers; data in ./data) until Ctrl-C
@@ -93,6 +96,7 @@ lint: ## gofmt, go vet, staticcheck
 		$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
 	fi
 	"$(GOBIN_DIR)/staticcheck" ./...
+	cd deploy/kubernetes && $(GO) vet ./... && "$(GOBIN_DIR)/staticcheck" ./...
 
 proto: ## regenerate Go code from proto/tidemark/v1/*.proto
 	@shopt -s nullglob; protos=($(PROTO_DIR)/*.proto); \
