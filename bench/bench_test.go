@@ -32,7 +32,7 @@ func quickStorm() StormConfig {
 // checks the base table itself and fails otherwise).
 func TestStormShapesDrainWithoutLoss(t *testing.T) {
 	env := testEnv(t)
-	for _, shape := range []StormShape{OldShapePerWorkerTimers, NewShapeSerialFanOut} {
+	for _, shape := range []StormShape{OldShapePerWorkerTimers, NewShapeSerialFanOut, NewShapeTwoPhaseFanOut} {
 		res, err := RunStorm(context.Background(), env, quickStorm(), shape)
 		if err != nil {
 			t.Fatalf("%s: %v", shape, err)
@@ -40,7 +40,7 @@ func TestStormShapesDrainWithoutLoss(t *testing.T) {
 		if res.Rows != 3*3*5 {
 			t.Fatalf("%s: %d rows", shape, res.Rows)
 		}
-		if shape == NewShapeSerialFanOut && (!res.Drained || res.MergesFailed > 0 || res.MergesOK != 3) {
+		if shape != OldShapePerWorkerTimers && (!res.Drained || res.MergesFailed > 0 || res.MergesOK != 3) {
 			t.Fatalf("%s: %+v", shape, res)
 		}
 		t.Logf("%+v", res)
@@ -208,7 +208,8 @@ func TestReportMarkdown(t *testing.T) {
 		StormConfig: DefaultStormConfig(),
 		Storm: []StormResult{{Shape: OldShapePerWorkerTimers, MergesOK: 20, MergesFailed: 4, TooManyWriters: 4, Drained: true,
 			Elapsed: time.Minute, Requests: 5000, PutIfAbsent: 170, FirstError: "too many concurrent writers"},
-			{Shape: NewShapeSerialFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 2 * time.Minute, Requests: 4000, PutIfAbsent: 40}},
+			{Shape: NewShapeSerialFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 2 * time.Minute, Requests: 4000, PutIfAbsent: 40},
+			{Shape: NewShapeTwoPhaseFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 15 * time.Second, Requests: 2500, PutIfAbsent: 20}},
 		LockConfig: DefaultLockConfig(),
 		Lock: []LockResult{
 			{Shape: OldShapeLockAcrossRead, Mergers: 1, Gets: LockCalls{Held: Quantiles{N: 3, P50: time.Second, P99: 2 * time.Second, Max: 3 * time.Second}},
@@ -228,7 +229,8 @@ func TestReportMarkdown(t *testing.T) {
 			Runs: []MemoryOutcome{{Run: DefaultMemoryConfig().Runs[0], PeakRSS: 1 << 30, Passes: 2, LargestPass: 512 << 20}}},
 	}
 	md := r.Markdown()
-	for _, want := range []string{SectionHeading, "### 1. Commit storm", "| new / old | | | | | 2.00x | | 0.80x | 0.24x |",
+	for _, want := range []string{SectionHeading, "### 1. Commit storm", "| new: master task, serial fan-out / old | | | | | 2.00x | | 0.80x | 0.24x |",
+		"| new: master task, two-phase fan-out / old | | | | | 0.25x | | 0.50x | 0.12x |",
 		"### 2. Lock", "| 1 | old / new | gets of merged rows | p50 1000x, p99 2000x, max 3000x | - | - |",
 		"| 1 | old: exclusive lock across the read | 0 | 60 ms / 70 ms / 70 ms (5) | 0 | 0 | 1.00 s |", "| 2 | new: prepare/commit split | 0 | none | 5 | 5 | none (no lock) |", "### 3. Read fan-out", "| 200 | 1.00 s / 1.00 s | 1.00x | 0 / 0 | 2.00 s / 1.00 s | 2.00x |",
 		"### 4. Throughput", "| 10,000 |", "### Memory", "| 0.50 | -1.00 GiB | 2.0 |"} {

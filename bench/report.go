@@ -108,7 +108,9 @@ func (r *Report) stormSection(p printer) {
 	}
 	p("\n\nOld: every worker calls `Merger.Merge` on its own shard at the same moment. New: one `merge_wal` task in "+
 		"`pkg/tasks` on embedded etcd; the master's `Scheduler` claims it and `FanOut` calls the %d workers' real gRPC "+
-		"`WorkerService` (over loopback) one after another.\n\n", c.Workers)
+		"`WorkerService` (over loopback): serial, `MergeWal` on one worker after another (each prepares and commits in "+
+		"turn); two-phase (the default), `PrepareMerge` on every worker at once, then `CommitMerge` on one after "+
+		"another, each commit rebasing onto the ones before it.\n\n", c.Workers)
 	p("| shape | merges ok / failed | \"too many concurrent writers\" | failed: throttled | drained | time to drain | one worker's merge: p50 / max | object-store requests (refused) | conditional writes | peak in flight | base versions |\n")
 	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Storm {
@@ -127,15 +129,16 @@ func (r *Report) stormSection(p printer) {
 			s.TooManyWriters, s.ThrottledFailures, drained, fmtDur(s.Elapsed), fmtDur(s.MergeTimes.P50), fmtDur(s.MergeTimes.Max),
 			s.Requests, s.Refused, s.PutIfAbsent, s.PeakInFlight, s.Versions)
 	}
-	if len(r.Storm) == 2 {
-		o, n := r.Storm[0], r.Storm[1]
-		p("| new / old | | | | | %s | | %s | %s | | |\n", fmtRatio(ratio(n.Elapsed, o.Elapsed)),
-			fmtRatio(float64(n.Requests)/float64(o.Requests)), fmtRatio(float64(n.PutIfAbsent)/float64(o.PutIfAbsent)))
-		if o.FirstError != "" {
-			p("\nOld shape's first error: `%s`\n", o.FirstError)
+	if len(r.Storm) >= 2 {
+		o := r.Storm[0]
+		for _, n := range r.Storm[1:] {
+			p("| %s / old | | | | | %s | | %s | %s | | |\n", n.Shape, fmtRatio(ratio(n.Elapsed, o.Elapsed)),
+				fmtRatio(float64(n.Requests)/float64(o.Requests)), fmtRatio(float64(n.PutIfAbsent)/float64(o.PutIfAbsent)))
 		}
-		if n.FirstError != "" {
-			p("\nNew shape's first error: `%s`\n", n.FirstError)
+		for _, s := range r.Storm {
+			if s.FirstError != "" {
+				p("\n%s: first error: `%s`\n", s.Shape, s.FirstError)
+			}
 		}
 	}
 	p("\n")

@@ -123,7 +123,7 @@ func run(ctx context.Context, f runFlags) error {
 
 	if want("storm") {
 		r.StormConfig = bench.ScaledStormConfig(f.stormScale)
-		for _, shape := range []bench.StormShape{bench.OldShapePerWorkerTimers, bench.NewShapeSerialFanOut} {
+		for _, shape := range []bench.StormShape{bench.OldShapePerWorkerTimers, bench.NewShapeSerialFanOut, bench.NewShapeTwoPhaseFanOut} {
 			res, err := bench.RunStorm(ctx, env, r.StormConfig, shape)
 			if err != nil {
 				return fmt.Errorf("commit storm: %w", err)
