@@ -187,20 +187,6 @@ func TestChaosStandbyMasterTakesOverARunningMerge(t *testing.T) {
 		fmt.Sprintf("%d / %d / %d", refusedKilled, refusedLost, badRefusals))
 }
 
-// writeFaults replaces the workers' faults file (polled every 250 ms), and waits
-// for them to have read it.
-func writeFaults(t *testing.T, path, spec string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(600 * time.Millisecond)
-}
-
 // targetLock returns the fencing token of target's lock (the create revision of
 // P/target-locks/<target>), 0 when unlocked or etcd does not answer.
 func (c *cluster) targetLock(target string) int64 {
