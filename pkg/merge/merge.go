@@ -142,7 +142,7 @@ func (m *Merger) Merge(ctx context.Context, s *store.Store, wait bool) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	return p.Commit(ctx)
+	return p.commit(ctx, false) // prepared just now: nothing to catch up on
 }
 
 // MergeOnce runs a single pass (for the count trigger: one bounded step per sweep).
@@ -155,7 +155,7 @@ func (m *Merger) MergeOnce(ctx context.Context, s *store.Store, wait bool) (Resu
 	if err != nil {
 		return Result{Passes: pp.res.Passes}, err
 	}
-	r, _, err := pp.commit(ctx)
+	r, _, err := pp.commit(ctx, false)
 	return r, err
 }
 
@@ -220,13 +220,18 @@ func (p *Prepared) Rows() int64      { return p.first.rows }
 
 // Commit commits the prepared pass, drains its generations from the shard, and
 // merges what else was pending when it was prepared in further passes, one after
-// another. It releases the slot, also on error.
+// another. It releases the slot, also on error. The pass is first moved onto the
+// newest version (table.Txn.CatchUp): others committed since it was prepared.
 func (p *Prepared) Commit(ctx context.Context) (Result, error) {
+	return p.commit(ctx, true)
+}
+
+func (p *Prepared) commit(ctx context.Context, catchUp bool) (Result, error) {
 	if p.ended {
 		return Result{}, fmt.Errorf("merge %s: %w", p.s.Target(), ErrEnded)
 	}
 	defer p.Abort(ctx) // gives the slot back
-	total, more, err := p.first.commit(ctx)
+	total, more, err := p.first.commit(ctx, catchUp)
 	for err == nil && more {
 		var r Result
 		var pp *preparedPass
@@ -235,7 +240,7 @@ func (p *Prepared) Commit(ctx context.Context) (Result, error) {
 			total.Passes += pp.res.Passes
 			break
 		}
-		r, more, err = pp.commit(ctx)
+		r, more, err = pp.commit(ctx, false)
 		total.add(r)
 	}
 	return total, err
@@ -424,8 +429,9 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 }
 
 // commit commits the pass, drains its generations and gives back its charge. more
-// reports whether generations up to the pass's limit remain.
-func (pp *preparedPass) commit(ctx context.Context) (res Result, more bool, err error) {
+// reports whether generations up to the pass's limit remain. With catchUp the
+// transaction first moves onto the newest version.
+func (pp *preparedPass) commit(ctx context.Context, catchUp bool) (res Result, more bool, err error) {
 	// From here on the pass is never aborted: a commit whose outcome is unknown
 	// leaves its staged files, which the manifest may reference (table.Txn.Commit).
 	txn := pp.txn
@@ -440,6 +446,11 @@ func (pp *preparedPass) commit(ctx context.Context) (res Result, more bool, err 
 		return res, false, err
 	}
 	err = pp.done
+	if err == nil && catchUp {
+		if err = txn.CatchUp(ctx); err != nil && !errors.Is(err, table.ErrAlreadyCommitted) {
+			txn.Abort(context.WithoutCancel(ctx)) // no commit was tried: its files are garbage
+		}
+	}
 	if err == nil {
 		var committed *table.Manifest
 		committed, err = pp.s.Commit(ctx, txn)

@@ -569,6 +569,31 @@ func (x *Txn) rebase(ctx context.Context, latest *Manifest) error {
 	return nil
 }
 
+// CatchUp moves a transaction prepared some time ago onto the newest version, so
+// that its commit's first attempt is not a certain conflict: a two-phase merge
+// commits after the merges of the workers before it, each of which took the next
+// version. It stops with ErrAlreadyCommitted when the newest version holds its
+// rows already. Nothing is committed; on an error the caller aborts.
+func (x *Txn) CatchUp(ctx context.Context) error {
+	if x.finished {
+		return fmt.Errorf("catch up %s: transaction already finished", x.t.dir)
+	}
+	latest, err := x.t.Refresh(ctx)
+	if err != nil {
+		return fmt.Errorf("catch up %s: %w", x.t.dir, err)
+	}
+	if latest.Version == x.base.Version {
+		return nil
+	}
+	if err := x.settle(latest); err != nil {
+		return err
+	}
+	if err := x.rebase(ctx, latest); err != nil {
+		return fmt.Errorf("catch up %s: rebase onto version %d: %w", x.t.dir, latest.Version, err)
+	}
+	return nil
+}
+
 // primeCache stores the new fragment's key index, which the transaction already
 // holds, so the next commit's conflict check does not read the fragment back. The
 // ids are cloned: incoming batches may be zero-copy views of whole generation files,
