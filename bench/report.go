@@ -22,6 +22,8 @@ type Report struct {
 
 	StormConfig StormConfig
 	Storm       []StormResult // old shape first
+	// FanOutRuns are the fan-out shapes' merge throughput (FanOutThroughputConfigs).
+	FanOutRuns []FanOutThroughput
 	LockConfig  LockConfig
 	Lock        []LockResult // by Mergers, old shape first
 	FanoutCfg   FanoutConfig
@@ -139,6 +141,20 @@ func (r *Report) stormSection(p printer) {
 			if s.FirstError != "" {
 				p("\n%s: first error: `%s`\n", s.Shape, s.FirstError)
 			}
+		}
+	}
+	if len(r.FanOutRuns) > 0 {
+		f := r.FanOutRuns[0].Config
+		p("\nMerge throughput of the two fan-out shapes, without the storm's throttling: %d workers, %s (+ up to %s) "+
+			"per request, at most %d in flight (the rest wait); one `merge_wal` task drains every shard's backlog.\n\n",
+			f.Workers, fmtDur(f.Latency), fmtDur(f.Jitter), f.MaxConcurrent)
+		p("| backlog | shape | time to drain | generations/s | rows/s | object-store requests | base versions |\n")
+		p("|---|---|---|---|---|---|---|\n")
+		for _, run := range r.FanOutRuns {
+			c, s := run.Config, run.Result
+			p("| %s generations of %s rows | %s | %s | %.0f | %.0f | %d | %d |\n", fmtCount(float64(c.Workers*c.GenerationsPerWorker)),
+				fmtCount(float64(c.RowsPerGeneration)), s.Shape, fmtDur(s.Elapsed), run.GenerationsPerSecond(), run.RowsPerSecond(),
+				s.Requests, s.Versions)
 		}
 	}
 	p("\n")

@@ -81,6 +81,36 @@ func DefaultStormConfig() StormConfig {
 	}
 }
 
+// FanOutThroughputConfigs are issue 16's merge-throughput runs of the fan-out
+// shapes, without the storm's throttling: 4 workers, 20 ms (+ up to 5 ms) per
+// request, 64 requests in flight; 1,000 tiny generations (250 per worker, 10 rows
+// each), and 8 large ones (2 per worker, 20,000 rows each).
+func FanOutThroughputConfigs() []StormConfig {
+	base := StormConfig{
+		Workers: 4, Row: SmallRow, Latency: 20 * time.Millisecond, Jitter: 5 * time.Millisecond, MaxConcurrent: 64,
+		Throttle: objstore.ThrottleWait, RetryTimeout: 30 * time.Second, RetryInterval: 5 * time.Second, Deadline: 5 * time.Minute,
+	}
+	tiny, large := base, base
+	tiny.GenerationsPerWorker, tiny.RowsPerGeneration = 250, 10
+	large.GenerationsPerWorker, large.RowsPerGeneration = 2, 20000
+	return []StormConfig{tiny, large}
+}
+
+// FanOutThroughput is one fan-out shape's drain of a FanOutThroughputConfigs backlog.
+type FanOutThroughput struct {
+	Config StormConfig
+	Result StormResult
+}
+
+// GenerationsPerSecond and RowsPerSecond are the drain's rates.
+func (f FanOutThroughput) GenerationsPerSecond() float64 {
+	return float64(f.Config.Workers*f.Config.GenerationsPerWorker) / f.Result.Elapsed.Seconds()
+}
+
+func (f FanOutThroughput) RowsPerSecond() float64 {
+	return float64(f.Config.Workers*f.Config.GenerationsPerWorker*f.Config.RowsPerGeneration) / f.Result.Elapsed.Seconds()
+}
+
 // ScaledStormConfig is DefaultStormConfig with every time (latency, jitter, retry
 // timeout, retry interval) multiplied by f, which keeps their ratios: how many
 // commit attempts fit in a retry timeout stays the same.

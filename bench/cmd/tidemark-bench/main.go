@@ -130,6 +130,15 @@ func run(ctx context.Context, f runFlags) error {
 			}
 			r.Storm = append(r.Storm, res)
 		}
+		for _, cfg := range bench.FanOutThroughputConfigs() {
+			for _, shape := range []bench.StormShape{bench.NewShapeSerialFanOut, bench.NewShapeTwoPhaseFanOut} {
+				res, err := bench.RunStorm(ctx, env, cfg, shape)
+				if err != nil {
+					return fmt.Errorf("fan-out throughput: %w", err)
+				}
+				r.FanOutRuns = append(r.FanOutRuns, bench.FanOutThroughput{Config: cfg, Result: res})
+			}
+		}
 	}
 	if want("lock") {
 		r.LockConfig = bench.DefaultLockConfig()
