@@ -24,14 +24,14 @@ type Report struct {
 	Storm       []StormResult // old shape first
 	// FanOutRuns are the fan-out shapes' merge throughput (FanOutThroughputConfigs).
 	FanOutRuns []FanOutThroughput
-	LockConfig  LockConfig
-	Lock        []LockResult // by Mergers, old shape first
-	FanoutCfg   FanoutConfig
-	Fanout      []FanoutPoint
-	Throughput  *ThroughputResult
-	ThroughCfg  ThroughputConfig
-	MemoryCfg   MemoryConfig
-	Memory      *MemoryResult
+	LockConfig LockConfig
+	Lock       []LockResult // by Mergers, old shape first
+	FanoutCfg  FanoutConfig
+	Fanout     []FanoutPoint
+	Throughput *ThroughputResult
+	ThroughCfg ThroughputConfig
+	MemoryCfg  MemoryConfig
+	Memory     *MemoryResult
 }
 
 // SectionHeading starts the section WriteSection replaces.
