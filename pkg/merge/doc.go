@@ -16,6 +16,11 @@
 //     generations from the shard manifest (the order reads rely on, see pkg/store);
 //     their files are deleted by a later drain (wal.Drain defers deletes).
 //
+// Merge runs both halves at once. Prepare and Prepared.Commit run them apart, for the
+// master's two-phase fan-out: every worker prepares at once, then they commit one
+// after another, each commit first catching up with (rebasing onto) the versions the
+// commits before it made.
+//
 // Invariants:
 //
 //   - Idempotent: the watermark is committed in the same manifest write as the data it
