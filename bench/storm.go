@@ -280,6 +280,7 @@ func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) 
 	default:
 		return res, fmt.Errorf("storm: unknown shape %q", shape)
 	}
+	byOp := w.faults.RequestCounts()
 	res.Requests = w.faults.TotalRequests()
 	res.PutIfAbsent = w.faults.Requests(objstore.OpPutIfAbsent)
 	res.PeakInFlight = w.faults.PeakInFlight()
@@ -307,7 +308,8 @@ func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) 
 	}
 	res.Versions = m.Version - 1 // version 1 is the create
 	env.log().Info("storm: done", "shape", string(shape), "drained", res.Drained, "elapsed", res.Elapsed.Round(time.Millisecond),
-		"merges_ok", res.MergesOK, "merges_failed", res.MergesFailed, "too_many_writers", res.TooManyWriters, "requests", res.Requests)
+		"merges_ok", res.MergesOK, "merges_failed", res.MergesFailed, "too_many_writers", res.TooManyWriters, "requests", res.Requests,
+		"requests_by_op", fmt.Sprint(byOp))
 	return res, nil
 }
 
