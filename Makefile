@@ -35,8 +35,13 @@ FUZZTIME ?=
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/worker and bin/master
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/worker ./cmd/master
+# Stripped (-s -w: no symbol table, no DWARF; panics still print file:line). master-dev
+# is the local cluster `master dev` execs: the only binary with the embedded etcd server.
+build: ## build bin/worker, bin/master and bin/master-dev (stripped), and print their sizes
+	$(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/ ./cmd/worker ./cmd/master ./cmd/master-dev
+	@for b in worker master master-dev; do \
+		wc -c < $(BIN)/$$b | awk -v b=$(BIN)/$$b '{ printf "  %-15s %6.1f MB\n", b, $$1 / 1e6 }'; \
+	done
 
 # Azurite: the objstore and table tests run their azblob:// cases against it when
 # TIDEMARK_AZURITE_ADDR is set; locally they skip them otherwise, under CI=true they

@@ -47,8 +47,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// build builds bin/master and bin/worker of this module once (go build uses its
-// cache, so this is a link when nothing changed).
+// build builds master, worker and master-dev of this module once (go build uses
+// its cache, so this is a link when nothing changed).
 func build(t *testing.T) binaries {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -74,7 +74,8 @@ func build(t *testing.T) binaries {
 		if chaosBuildTags { // chaos runs: binaries with the fault hook (internal/chaos)
 			args = append(args, "-tags", "chaos")
 		}
-		args = append(args, "./cmd/master", "./cmd/worker")
+		// master-dev: `master dev` (the embedded etcd of every cluster here) execs it.
+		args = append(args, "./cmd/master", "./cmd/worker", "./cmd/master-dev")
 		cmd := exec.Command("go", args...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {

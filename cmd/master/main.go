@@ -4,6 +4,8 @@
 //	master serve     run the master until SIGINT or SIGTERM
 //	master admin …   operate a running master through its AdminService
 //	master version   print the version
+//	master dev …     run a local cluster: execs master-dev (cmd/master-dev), which
+//	                 this binary does not link (nor the embedded etcd server)
 //
 // Every flag is also an environment variable; `master serve --help` and
 // `master admin --help` list them. This package only parses flags and wires
