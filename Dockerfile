@@ -1,5 +1,10 @@
 # syntax=docker/dockerfile:1
-# Builds both binaries; one image runs either (`worker serve`, `master serve`).
+# Builds both production binaries, stripped; one image runs either (`worker serve`,
+# `master serve`). Not master-dev (`master dev`, the embedded etcd server): a production
+# image has no use for it. The final stage is distroless (CA certificates, no shell),
+# runs as a non-root user, and works on a read-only root filesystem (nothing is written
+# outside DATA_URL's directory for file:// and /tmp): deploy/kubernetes runs it so, and
+# deploy/kubernetes/dockerfile_test.go checks these properties.
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
