@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -164,15 +166,44 @@ func lookEtcdctl() (string, bool) {
 	return "", false
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
+// freeAddr returns a loopback address with a port that was free a moment ago, for
+// a process the test starts next to listen on. The port is drawn below the
+// kernel's ephemeral range: a port the kernel hands out (":0") may be given, once
+// closed, to the next outgoing connection as its local port, which then makes the
+// process's listen fail with "address already in use" (seen in the e2e suite with
+// a benchmark running beside it). Outgoing connections never take ports below that
+// range, and a random draw keeps concurrent tests apart.
 func freeAddr(t *testing.T) string {
 	t.Helper()
+	lo, hi := belowEphemeral()
+	for range 100 {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(hi-lo)))
+		if err != nil {
+			continue // taken: draw again
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// belowEphemeral is a port range under the kernel's ephemeral ports
+// (/proc/sys/net/ipv4/ip_local_port_range; Linux's default starts at 32768).
+func belowEphemeral() (lo, hi int) {
+	hi = 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 22000 {
+				hi = n
+			}
+		}
+	}
+	return 20000, hi
 }
 
 // proc is one child process.
