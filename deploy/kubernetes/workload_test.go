@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -346,11 +347,11 @@ func checkCluster(t *testing.T, c cluster, imageEnv map[string]string, wantEtcd 
 
 	// One image, the overlay's: `image: tidemark` is the base's placeholder.
 	if len(images) != 1 || images["tidemark"] {
-		t.Errorf("images %v: want one, named by the overlay's images", slices.Collect(mapKeys(images)))
+		t.Errorf("images %v: want one, named by the overlay's images", slices.Sorted(maps.Keys(images)))
 	}
 	// One store, on the overlay's cloud.
 	if len(dataURLs) != 1 {
-		t.Errorf("DATA_URLs %v: every master and worker must share one store", slices.Collect(mapKeys(dataURLs)))
+		t.Errorf("DATA_URLs %v: every master and worker must share one store", slices.Sorted(maps.Keys(dataURLs)))
 	}
 	for raw := range dataURLs {
 		u, err := url.Parse(raw)
@@ -389,16 +390,6 @@ func checkCluster(t *testing.T, c cluster, imageEnv map[string]string, wantEtcd 
 		}
 	}
 	checkServices(t, c)
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // checkContainer checks a master or worker container against `<binary> <sub>
@@ -595,8 +586,12 @@ func checkContainer(t *testing.T, c cluster, w workload, ctr corev1.Container, i
 		drain += int64(duration("SHUTDOWN_TIMEOUT") / time.Second)
 	}
 	if grace < drain+5 {
-		t.Errorf("%s: terminationGracePeriodSeconds %d: the drain takes up to %ds (preStop %ds, SHUTDOWN_TIMEOUT %s%s), want at least 5s more",
-			what, grace, drain, preStop, setting("SHUTDOWN_TIMEOUT"), map[bool]string{true: " twice: requests, then the final seal"}[binary == "worker"])
+		times := "once: running tasks"
+		if binary == "worker" {
+			times = "twice: requests, then the final seal"
+		}
+		t.Errorf("%s: terminationGracePeriodSeconds %d: the drain takes up to %ds (preStop %ds, SHUTDOWN_TIMEOUT %s %s), want at least 5s more",
+			what, grace, drain, preStop, setting("SHUTDOWN_TIMEOUT"), times)
 	}
 
 	// Memory: the limit fits the README's sizing, GOMEMLIMIT is about 90% of it.
@@ -625,7 +620,10 @@ func checkContainer(t *testing.T, c cluster, w workload, ctr corev1.Container, i
 
 	// Scraping: the pods say where their metrics are.
 	ann := w.template.Annotations
-	wantScheme := map[bool]string{true: "https"}[tls]
+	wantScheme := "" // http, Prometheus's default
+	if tls {
+		wantScheme = "https"
+	}
 	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" ||
 		ann["prometheus.io/port"] != strconv.Itoa(int(ports["http"])) || ann["prometheus.io/scheme"] != wantScheme {
 		t.Errorf("%s: scrape annotations %v: want scrape \"true\", path /metrics, port %d, scheme %q", what, ann, ports["http"], wantScheme)
