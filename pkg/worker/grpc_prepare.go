@@ -63,20 +63,30 @@ func (h *heldMerge) abort() {
 	h.release()
 }
 
+// admitFenced checks a two-phase call's target and fencing token (required) and
+// records the token as the target's newest; its errors are gRPC statuses.
+func (w *WorkerService) admitFenced(target string, token int64) (registry.Kind, string, *slog.Logger, error) {
+	kind, name, err := registry.ParseTarget(target)
+	if err != nil {
+		return "", "", nil, grpcError(err)
+	}
+	if err := requireToken(target, token); err != nil {
+		return "", "", nil, err
+	}
+	log := w.log.With("target", target, "store", name, "kind", kind, "fencing_token", token)
+	if err := w.admit(target, kind, token, log); err != nil {
+		return "", "", nil, grpcError(err)
+	}
+	return kind, name, log, nil
+}
+
 // PrepareMerge prepares the first pass of this worker's merge of the request's
 // target and holds it for CommitMerge (merge.Merger.Prepare).
 func (w *WorkerService) PrepareMerge(ctx context.Context, req *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
 	target, token := req.GetTarget(), req.GetFencingToken()
-	kind, name, err := registry.ParseTarget(target)
+	kind, name, log, err := w.admitFenced(target, token)
 	if err != nil {
-		return nil, grpcError(err)
-	}
-	if err := requireToken(target, token); err != nil {
 		return nil, err
-	}
-	log := w.log.With("target", target, "store", name, "kind", kind, "fencing_token", token)
-	if err := w.admit(target, kind, token, log); err != nil {
-		return nil, grpcError(err)
 	}
 	answer := func(p *merge.Prepared) *tidemarkv1.PrepareMergeResponse {
 		return &tidemarkv1.PrepareMergeResponse{Generations: int64(p.Generations()), Rows: p.Rows(), InstanceId: w.cfg.InstanceID}
@@ -133,17 +143,11 @@ func (w *WorkerService) PrepareMerge(ctx context.Context, req *tidemarkv1.Prepar
 // CommitMerge commits the merge prepared under the request's fencing token.
 func (w *WorkerService) CommitMerge(ctx context.Context, req *tidemarkv1.CommitMergeRequest) (*tidemarkv1.MergeWalResponse, error) {
 	target, token := req.GetTarget(), req.GetFencingToken()
-	kind, name, err := registry.ParseTarget(target)
+	kind, name, log, err := w.admitFenced(target, token)
 	if err != nil {
-		return nil, grpcError(err)
-	}
-	if err := requireToken(target, token); err != nil {
 		return nil, err
 	}
-	log := w.log.With("target", target, "store", name, "kind", kind, "fencing_token", token, "trigger", TriggerMaster)
-	if err := w.admit(target, kind, token, log); err != nil {
-		return nil, grpcError(err)
-	}
+	log = log.With("trigger", TriggerMaster)
 	h, stale := w.prepared.take(target, token)
 	if stale != nil {
 		stale.abort()
