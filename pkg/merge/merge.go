@@ -447,8 +447,10 @@ func (pp *preparedPass) commit(ctx context.Context, catchUp bool) (res Result, m
 	}
 	err = pp.done
 	if err == nil && catchUp {
-		if err = txn.CatchUp(ctx); err != nil && !errors.Is(err, table.ErrAlreadyCommitted) {
-			txn.Abort(context.WithoutCancel(ctx)) // no commit was tried: its files are garbage
+		if err = txn.CatchUp(ctx); err != nil {
+			// No commit was tried (the rows landed already, or catching up failed):
+			// the staged files are garbage.
+			txn.Abort(context.WithoutCancel(ctx))
 		}
 	}
 	if err == nil {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tidemark-io/tidemark/internal/storetest"
@@ -154,5 +155,73 @@ func TestShardsPreparedAtOnceCommitInTurnAsSerialMergesWould(t *testing.T) {
 				t.Fatalf("round %d: %s has %d generations pending", round, s.Shard(), n)
 			}
 		}
+	}
+}
+
+// TestAPreparedMergeWhoseGenerationsAnotherMergeCommittedAddsNothingTwice: while a
+// pass waits prepared for its turn, another merge of the same shard (the worker's
+// own sweep, or a MergeWal of a newer claim) commits some or all of its
+// generations. Invariant: the prepared commit then adds no row a second time and
+// leaves every id at its newest value, whether the other merge took every
+// generation (the watermark covers the pass) or only the older ones.
+func TestAPreparedMergeWhoseGenerationsAnotherMergeCommittedAddsNothingTwice(t *testing.T) {
+	for _, all := range []bool{true, false} {
+		t.Run(fmt.Sprintf("other merge took all: %v", all), func(t *testing.T) {
+			ctx := context.Background()
+			f := newFixture(t, objstoretest.Mem(t), Config{Concurrency: 2})
+			f.add(t, 1, "a", "b")
+			f.seal(t)
+			f.add(t, 2, "b", "c")
+			f.seal(t)
+			want := f.values(t)
+			p, err := f.m.Prepare(ctx, f.s, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			other := New(Config{Logger: quiet(), MaxGenerations: 1})
+			if all {
+				other = New(Config{Logger: quiet()})
+			}
+			if _, err := other.MergeOnce(ctx, f.s, true); err != nil {
+				t.Fatal(err)
+			}
+			r, err := p.Commit(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if all && r.Generations != 0 {
+				t.Fatalf("the prepared commit merged %d generations another merge had committed", r.Generations)
+			}
+			// What the pass staged and never committed is deleted, not left to GC.
+			m, err := f.s.Table().Refresh(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			referenced := map[string]bool{}
+			for _, fr := range m.Fragments {
+				referenced[fr.Path], referenced[fr.Bloom] = true, true
+				if fr.Deletions != nil {
+					referenced[fr.Deletions.Path] = true
+				}
+			}
+			objs, err := f.bucket.List(ctx, f.s.Entry().URI+"/data/")
+			if err != nil || len(objs) == 0 {
+				t.Fatalf("list data files: %d, %v", len(objs), err)
+			}
+			for _, o := range objs {
+				if rel := strings.TrimPrefix(o.Key, f.s.Entry().URI+"/"); !referenced[rel] {
+					t.Errorf("%s: staged by the prepared pass, referenced by no version, not deleted", rel)
+				}
+			}
+			if got := f.values(t); !maps.Equal(got, want) {
+				t.Fatalf("values %v, want %v", got, want)
+			}
+			if n := f.baseRows(t); n != int64(len(want)) {
+				t.Fatalf("%d live base rows, want %d (one per id)", n, len(want))
+			}
+			if n := PendingOwn(f.s); n != 0 {
+				t.Fatalf("%d generations pending", n)
+			}
+		})
 	}
 }
