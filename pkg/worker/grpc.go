@@ -195,13 +195,19 @@ func (w *WorkerService) MergeTarget(ctx context.Context, target string, token in
 }
 
 // admit checks token against, and records it as, the newest fencing token of
-// target; a refusal is counted and logged. Merges and adoptions of a target share
+// target, and aborts a merge prepared under an older one; a refusal is counted and
+// logged. Merges and adoptions of a target share
 // one record: both write its base table under the master's lock.
 func (w *WorkerService) admit(target string, kind registry.Kind, token int64, log *slog.Logger) error {
 	if err := w.fence.admit(target, token); err != nil {
 		w.cfg.Metrics.FencingRefusals.WithLabelValues(string(kind)).Inc()
 		log.Warn("refused: stale fencing token", "err", err)
 		return err
+	}
+	// A merge prepared under an older claim of the target will never be committed:
+	// give its merge slot back before this call takes one.
+	if old := w.prepared.abortOlder(target, token); old != 0 {
+		log.Info("aborted the merge prepared under an older fencing token", "old_token", old)
 	}
 	return nil
 }

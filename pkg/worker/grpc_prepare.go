@@ -20,8 +20,9 @@ import (
 const DefaultPreparedTTL = 5 * time.Minute
 
 // preparedMerges holds the merges PrepareMerge prepared, at most one per target,
-// until CommitMerge or AbortMerge under the same fencing token, a PrepareMerge of
-// the target under a newer token, or the TTL ends them. Whoever removes an entry
+// until CommitMerge or AbortMerge under the same fencing token, any call that
+// admits a newer token of the target (WorkerService.admit: a prepare, a merge, an
+// adoption, a maintenance task), or the TTL ends them. Whoever removes an entry
 // from the map ends it (commits or aborts it); an entry is never ended twice.
 type preparedMerges struct {
 	mu       sync.Mutex
@@ -36,25 +37,45 @@ type heldMerge struct {
 	expiry  *time.Timer
 }
 
-// take removes and returns target's entry if its token is token; an entry of an
-// older token is removed too, and returned as stale for the caller to abort.
-func (pm *preparedMerges) take(target string, token int64) (held, stale *heldMerge) {
+// take removes and returns target's entry if its token is token.
+func (pm *preparedMerges) take(target string, token int64) *heldMerge {
 	pm.mu.Lock()
 	defer pm.mu.Unlock()
 	h := pm.byTarget[target]
-	switch {
-	case h == nil:
-		return nil, nil
-	case h.token == token:
-		delete(pm.byTarget, target)
-		h.expiry.Stop()
-		return h, nil
-	case h.token < token:
-		delete(pm.byTarget, target)
-		h.expiry.Stop()
-		return nil, h
+	if h == nil || h.token != token {
+		return nil
 	}
-	return nil, nil
+	delete(pm.byTarget, target)
+	h.expiry.Stop()
+	return h
+}
+
+// remove removes h if it is still target's entry, and reports whether it was.
+func (pm *preparedMerges) remove(target string, h *heldMerge) bool {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	if pm.byTarget[target] != h {
+		return false
+	}
+	delete(pm.byTarget, target)
+	return true
+}
+
+// abortOlder aborts target's entry if it was prepared under an older fencing
+// token than token, just admitted: that claim will never commit it, and it holds a
+// merge slot. It returns the aborted entry's token, 0 if none.
+func (pm *preparedMerges) abortOlder(target string, token int64) int64 {
+	pm.mu.Lock()
+	h := pm.byTarget[target]
+	if h == nil || h.token >= token {
+		pm.mu.Unlock()
+		return 0
+	}
+	delete(pm.byTarget, target)
+	h.expiry.Stop()
+	pm.mu.Unlock()
+	h.abort()
+	return h.token
 }
 
 // abort ends h without committing it.
@@ -97,10 +118,6 @@ func (w *WorkerService) PrepareMerge(ctx context.Context, req *tidemarkv1.Prepar
 		return answer(h.p), nil // a repeated call: the master did not get the first answer
 	}
 	w.prepared.mu.Unlock()
-	if _, stale := w.prepared.take(target, token); stale != nil {
-		log.Info("aborting the merge prepared under an older fencing token", "old_token", stale.token)
-		stale.abort()
-	}
 
 	s, release, err := w.cfg.Stores.Open(ctx, kind, name)
 	if err != nil {
@@ -114,7 +131,7 @@ func (w *WorkerService) PrepareMerge(ctx context.Context, req *tidemarkv1.Prepar
 	}
 	h := &heldMerge{token: token, p: p, release: release}
 	h.expiry = time.AfterFunc(w.cfg.PreparedTTL, func() {
-		if held, _ := w.prepared.take(target, token); held == h {
+		if w.prepared.remove(target, h) {
 			log.Warn("prepared merge was never committed; aborted", "ttl", w.cfg.PreparedTTL.String())
 			h.abort()
 		}
@@ -148,10 +165,7 @@ func (w *WorkerService) CommitMerge(ctx context.Context, req *tidemarkv1.CommitM
 		return nil, err
 	}
 	log = log.With("trigger", TriggerMaster)
-	h, stale := w.prepared.take(target, token)
-	if stale != nil {
-		stale.abort()
-	}
+	h := w.prepared.take(target, token)
 	if h == nil {
 		// Nothing prepared under this token (this worker restarted since, or the
 		// prepare expired): merge now, as MergeWal does, so the task converges.
@@ -186,13 +200,9 @@ func (w *WorkerService) AbortMerge(_ context.Context, req *tidemarkv1.AbortMerge
 	if err := requireToken(target, token); err != nil {
 		return nil, err
 	}
-	h, stale := w.prepared.take(target, token)
-	for _, x := range []*heldMerge{h, stale} {
-		if x != nil {
-			x.abort()
-		}
-	}
+	h := w.prepared.take(target, token)
 	if h != nil {
+		h.abort()
 		w.log.Info("prepared merge aborted by the master", "target", target, "fencing_token", token)
 	}
 	return &tidemarkv1.AbortMergeResponse{Aborted: h != nil}, nil

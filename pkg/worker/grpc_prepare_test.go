@@ -147,6 +147,27 @@ func TestAPreparedMergeEndsByANewerTokenAnAbortOrItsTTL(t *testing.T) {
 	}
 }
 
+// A newer claim that merges with MergeWal (a master in the serial shape, or a
+// CommitMerge with nothing prepared) must not wait for the older claim's prepare
+// to expire: the env's merger has one slot, which that prepare holds. Invariant:
+// a prepare no claim can commit any more holds no slot.
+func TestMergeWalUnderANewerTokenAbortsAnOlderPrepare(t *testing.T) {
+	e := newGRPCEnv(t, grpcEnvOptions{})
+	e.pending(t, e.generic, "a")
+	if _, err := e.prepare(t, "generic:gs", 5); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	r, err := e.client.MergeWal(ctx, &tidemarkv1.MergeWalRequest{Target: "generic:gs", FencingToken: 6})
+	if err != nil || r.GetGenerations() != 1 {
+		t.Fatalf("MergeWal under a newer token: %v, %v; want the generation merged at once", r, err)
+	}
+	if e.abortMerge(t, "generic:gs", 5) {
+		t.Fatal("the older prepare was still held")
+	}
+}
+
 // A worker restarted between its prepare and its commit has nothing prepared: the
 // commit merges now, so the task converges without another round.
 func TestCommitWithNothingPreparedMergesAsMergeWal(t *testing.T) {
