@@ -175,6 +175,7 @@ type Prepared struct {
 	m       *Merger
 	s       *store.Store
 	limit   uint64 // the shard's current generation when prepared: later seals wait
+	wait    bool   // later passes wait for their memory charge (else ErrBusy)
 	first   *preparedPass
 	ended   bool // Commit or Abort was called
 	once    sync.Once
@@ -191,7 +192,7 @@ func (m *Merger) Prepare(ctx context.Context, s *store.Store, wait bool) (*Prepa
 	if err := m.acquireSlot(ctx, wait); err != nil {
 		return nil, err
 	}
-	p := &Prepared{m: m, s: s, release: func() { m.slots.Release(1) }}
+	p := &Prepared{m: m, s: s, wait: wait, release: func() { m.slots.Release(1) }}
 	// Merge what is pending now, not what appenders seal while we work: against a
 	// steady stream of seals "until nothing is pending" might never end.
 	var sm *wal.Manifest
@@ -235,7 +236,7 @@ func (p *Prepared) commit(ctx context.Context, catchUp bool) (Result, error) {
 	for err == nil && more {
 		var r Result
 		var pp *preparedPass
-		pp, err = p.m.preparePass(ctx, p.s, true, p.limit, nil)
+		pp, err = p.m.preparePass(ctx, p.s, p.wait, p.limit, nil)
 		if err != nil {
 			total.Passes += pp.res.Passes
 			break
