@@ -584,3 +584,34 @@ func TestConnectionsOfWorkersThatLeftAreClosed(t *testing.T) {
 		t.Fatalf("connections kept: %d (w0's among them: %v)", len(caller.conns), ok)
 	}
 }
+
+// slowPreparer's prepare answers only when the call's context ends.
+type slowPreparer struct{ countingWorker }
+
+func (w *slowPreparer) PrepareMerge(ctx context.Context, _ *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// A prepare that outlives the worker timeout is skipped like a failed one (the
+// task fails naming the worker and its timeout; the others commit), and the worker
+// is told to abort: its prepare may still finish, and nothing will commit it.
+func TestTwoPhaseAbortsAPrepareThatTimedOut(t *testing.T) {
+	var inFlight, maxSeen atomic.Int32
+	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen}
+	w1 := &slowPreparer{countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen}}
+	w2 := &countingWorker{name: "w2", inFlight: &inFlight, maxSeen: &maxSeen}
+	workers := StaticDiscovery{startWorker(t, w0), {InstanceID: "w1", GRPCAddr: startWorkerService(t, w1)}, startWorker(t, w2)}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	defer caller.Close()
+	detail, err := (&FanOut{Discovery: workers, Caller: caller, WorkerTimeout: 300 * time.Millisecond}).Run(context.Background(), claimFor("s", 7))
+	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "worker timeout of 300ms") {
+		t.Fatalf("got %v, want the task failed naming w1 and its timeout", err)
+	}
+	if detail != "merged 4 generations across 2/3 workers" {
+		t.Fatalf("detail %q", detail)
+	}
+	if w1.aborts.Load() != 1 || w0.aborts.Load() != 0 || w2.aborts.Load() != 0 {
+		t.Fatalf("aborts w0 %d, w1 %d, w2 %d; want only w1's", w0.aborts.Load(), w1.aborts.Load(), w2.aborts.Load())
+	}
+}

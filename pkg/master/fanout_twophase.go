@@ -57,7 +57,7 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 	}
 	_ = g.Wait()
 
-	var commit []Worker
+	var commit, late []Worker
 	var gone error
 	for i, w := range workers {
 		err := res[i].err
@@ -78,6 +78,7 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 		case res[i].timedOut:
 			log.Warn("merge_wal: worker did not prepare within the worker timeout; the others commit", "worker", w.InstanceID,
 				"addr", w.GRPCAddr, "timeout", f.WorkerTimeout, "err", err)
+			late = append(late, w) // its prepare may finish after all: not to be held
 			t.failures = append(t.failures, fmt.Errorf("worker %s (%s): merge did not finish within the worker timeout of %s: %w",
 				w.InstanceID, w.GRPCAddr, f.WorkerTimeout, err))
 		default:
@@ -85,6 +86,7 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 			t.failures = append(t.failures, fmt.Errorf("worker %s (%s): prepare: %w", w.InstanceID, w.GRPCAddr, err))
 		}
 	}
+	f.abort(ctx, tp, late, target, token, log)
 	if gone != nil {
 		f.abort(ctx, tp, commit, target, token, log)
 		return gone
