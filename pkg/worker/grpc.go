@@ -194,6 +194,24 @@ func (w *WorkerService) MergeTarget(ctx context.Context, target string, token in
 	return r, err
 }
 
+// admitFenced checks a master call's target and fencing token (required: only the
+// HTTP internal route merges unfenced) and admits the token (admit); its errors
+// are gRPC statuses. The log it returns names the target, store and token.
+func (w *WorkerService) admitFenced(target string, token int64) (registry.Kind, string, *slog.Logger, error) {
+	kind, name, err := registry.ParseTarget(target)
+	if err != nil {
+		return "", "", nil, grpcError(err)
+	}
+	if err := requireToken(target, token); err != nil {
+		return "", "", nil, err
+	}
+	log := w.log.With("target", target, "store", name, "kind", kind, "fencing_token", token)
+	if err := w.admit(target, kind, token, log); err != nil {
+		return "", "", nil, grpcError(err)
+	}
+	return kind, name, log, nil
+}
+
 // admit checks token against, and records it as, the newest fencing token of
 // target, and aborts a merge prepared under an older one; a refusal is counted and
 // logged. Merges and adoptions of a target share
@@ -226,14 +244,11 @@ func (w *WorkerService) AdoptShard(ctx context.Context, req *tidemarkv1.AdoptSha
 	if shard == w.cfg.InstanceID {
 		return nil, status.Errorf(codes.InvalidArgument, "shard %q is this worker's own: MergeWal merges it", shard)
 	}
-	token := req.GetFencingToken()
-	if err := requireToken(req.GetTarget(), token); err != nil {
+	_, _, log, err := w.admitFenced(req.GetTarget(), req.GetFencingToken())
+	if err != nil {
 		return nil, err
 	}
-	log := w.log.With("target", req.GetTarget(), "store", name, "kind", kind, "shard", shard, "fencing_token", token)
-	if err := w.admit(req.GetTarget(), kind, token, log); err != nil {
-		return nil, grpcError(err)
-	}
+	log = log.With("shard", shard)
 	s, err := w.cfg.Stores.OpenShard(ctx, kind, name, shard)
 	if err != nil {
 		return nil, grpcError(storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err))

@@ -25,14 +25,11 @@ func (w *WorkerService) Maintain(ctx context.Context, req *tidemarkv1.MaintainRe
 	if task != tasks.KindCompact && task != tasks.KindVerify && task != tasks.KindRepair {
 		return nil, status.Errorf(codes.InvalidArgument, "kind %q: Maintain runs compact, verify or repair", req.GetKind())
 	}
-	token := req.GetFencingToken()
-	if err := requireToken(req.GetTarget(), token); err != nil {
+	_, _, log, err := w.admitFenced(req.GetTarget(), req.GetFencingToken())
+	if err != nil {
 		return nil, err
 	}
-	log := w.log.With("target", req.GetTarget(), "store", name, "kind", kind, "task", task, "fencing_token", token)
-	if err := w.admit(req.GetTarget(), kind, token, log); err != nil {
-		return nil, grpcError(err)
-	}
+	log = log.With("task", task)
 	s, release, err := w.cfg.Stores.Open(ctx, kind, name)
 	if err != nil {
 		return nil, grpcError(storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err))

@@ -84,23 +84,6 @@ func (h *heldMerge) abort() {
 	h.release()
 }
 
-// admitFenced checks a two-phase call's target and fencing token (required) and
-// records the token as the target's newest; its errors are gRPC statuses.
-func (w *WorkerService) admitFenced(target string, token int64) (registry.Kind, string, *slog.Logger, error) {
-	kind, name, err := registry.ParseTarget(target)
-	if err != nil {
-		return "", "", nil, grpcError(err)
-	}
-	if err := requireToken(target, token); err != nil {
-		return "", "", nil, err
-	}
-	log := w.log.With("target", target, "store", name, "kind", kind, "fencing_token", token)
-	if err := w.admit(target, kind, token, log); err != nil {
-		return "", "", nil, grpcError(err)
-	}
-	return kind, name, log, nil
-}
-
 // PrepareMerge prepares the first pass of this worker's merge of the request's
 // target and holds it for CommitMerge (merge.Merger.Prepare).
 func (w *WorkerService) PrepareMerge(ctx context.Context, req *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
