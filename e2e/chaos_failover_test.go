@@ -75,15 +75,7 @@ func TestChaosStandbyMasterTakesOverARunningMerge(t *testing.T) {
 		writeFaults(t, faults, `{"latency": "15ms", "jitter": "10ms"}`)
 
 		anyMaster := c.masters[names[trial%2]]
-		var requeued struct {
-			Task struct {
-				ID string `json:"id"`
-			} `json:"task"`
-		}
-		if err := json.Unmarshal(c.admin(anyMaster, "requeue-merge", store), &requeued); err != nil || requeued.Task.ID == "" {
-			t.Fatalf("trial %d: requeue-merge answer: %v", trial, err)
-		}
-		id := requeued.Task.ID
+		id := c.requeueMerge(anyMaster, store)
 		c.waitFor(15*time.Second, "task "+id+" runs", func() (bool, string) {
 			tk := c.taskRecord(id)
 			return tk.State == "running", tk.State

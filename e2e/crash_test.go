@@ -139,15 +139,7 @@ func TestSecondMasterFinishesTheTaskOfAKilledMaster(t *testing.T) {
 
 	w3 := c.workers["w3"]
 	w3.signal(syscall.SIGSTOP)
-	var requeued struct {
-		Task struct {
-			ID string `json:"id"`
-		} `json:"task"`
-	}
-	if err := json.Unmarshal(c.admin(m1, "requeue-merge", store), &requeued); err != nil || requeued.Task.ID == "" {
-		t.Fatalf("requeue-merge answer: %v", err)
-	}
-	id := requeued.Task.ID
+	id := c.requeueMerge(m1, store)
 	c.waitFor(10*time.Second, "task "+id+" runs on m1", func() (bool, string) {
 		tk := c.taskRecord(id)
 		return tk.State == "running", tk.State

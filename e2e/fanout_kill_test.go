@@ -92,15 +92,7 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 
 		victim := ids[1+rng.IntN(2)]
 		writeFaults(t, faults, `{"latency": "300ms"}`) // w1's commit, the task's first, takes seconds
-		var requeued struct {
-			Task struct {
-				ID string `json:"id"`
-			} `json:"task"`
-		}
-		if err := json.Unmarshal(c.admin(m, "requeue-merge", name), &requeued); err != nil || requeued.Task.ID == "" {
-			t.Fatalf("requeue-merge answer: %v", err)
-		}
-		taskID := requeued.Task.ID
+		taskID := c.requeueMerge(m, name)
 		v := c.workers[victim]
 		// The victim's log after this point: its prepare and (must not be) commit.
 		logFrom := len(readLog(t, v.logPath))
@@ -128,17 +120,10 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 
 		// The next task merges the victim's shard too.
 		c.waitFor(2*time.Minute, "a merge_wal task leaves nothing pending", func() (bool, string) {
-			var again struct {
-				Task struct {
-					ID string `json:"id"`
-				} `json:"task"`
-			}
-			if err := json.Unmarshal(c.admin(m, "requeue-merge", name), &again); err != nil {
-				return false, err.Error()
-			}
+			again := c.requeueMerge(m, name)
 			var tk claimedTask
-			c.waitFor(time.Minute, "task "+again.Task.ID+" finishes", func() (bool, string) {
-				tk = c.taskRecord(again.Task.ID)
+			c.waitFor(time.Minute, "task "+again+" finishes", func() (bool, string) {
+				tk = c.taskRecord(again)
 				return tk.State == "done" || tk.State == "failed", tk.State
 			})
 			pending, err := pendingOf(c, name)

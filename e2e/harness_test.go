@@ -597,6 +597,23 @@ func (c *cluster) admin(m *masterProc, args ...string) []byte {
 }
 
 // adminCmd is the command `master admin args` against m, JSON output, with the
+
+// requeueMerge enqueues a merge_wal task of target through m's AdminService
+// (`master admin requeue-merge`) and returns the task's id.
+func (c *cluster) requeueMerge(m *masterProc, target string) string {
+	c.t.Helper()
+	var requeued struct {
+		Task struct {
+			ID string `json:"id"`
+		} `json:"task"`
+	}
+	out := c.admin(m, "requeue-merge", target)
+	if err := json.Unmarshal(out, &requeued); err != nil || requeued.Task.ID == "" {
+		c.t.Fatalf("requeue-merge %s answer %q: %v", target, out, err)
+	}
+	return requeued.Task.ID
+}
+
 // cluster's credentials.
 func (c *cluster) adminCmd(m *masterProc, args ...string) *exec.Cmd {
 	args = append(append([]string{"admin"}, args...), "--addr", m.grpcAddr, "-o", "json")

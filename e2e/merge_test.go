@@ -98,15 +98,7 @@ func TestMasterMergesRowsAddedThroughEveryWorker(t *testing.T) {
 	if err != nil || extra.Rows != 5 {
 		t.Fatalf("add 5 rows through w2: %+v, %v", extra, err)
 	}
-	var requeued struct {
-		Task struct {
-			ID string `json:"id"`
-		} `json:"task"`
-	}
-	if err := json.Unmarshal(c.admin(m, "requeue-merge", rollouts), &requeued); err != nil || requeued.Task.ID == "" {
-		t.Fatalf("requeue-merge answer: %v", err)
-	}
-	id := requeued.Task.ID
+	id := c.requeueMerge(m, rollouts)
 	var got struct {
 		Task struct {
 			State, Detail, Error string

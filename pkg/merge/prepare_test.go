@@ -11,24 +11,9 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/internal/storetest"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/store"
 )
-
-// objectKeys lists every object of b.
-func objectKeys(t *testing.T, b *objstore.Bucket) map[string]bool {
-	t.Helper()
-	objs, err := b.List(context.Background(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := map[string]bool{}
-	for _, o := range objs {
-		keys[o.Key] = true
-	}
-	return keys
-}
 
 // TestAPreparedMergeChangesNothingUntilCommitted: a prepared pass stages its files
 // and holds its slot, but no version is committed and no generation drained until
@@ -50,7 +35,7 @@ func TestAPreparedMergeChangesNothingUntilCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := objectKeys(t, b)
+	keys := objstoretest.Keys(t, b)
 	want := map[string]int64{"a": 2, "b": 1, "c": 2}
 
 	p, err := f.m.Prepare(ctx, f.s, true)
@@ -61,7 +46,7 @@ func TestAPreparedMergeChangesNothingUntilCommitted(t *testing.T) {
 		t.Fatalf("prepared %d generations, %d rows; want 1, 2", p.Generations(), p.Rows())
 	}
 	staged := 0
-	for k := range objectKeys(t, b) {
+	for k := range objstoretest.Keys(t, b) {
 		if !keys[k] {
 			staged++
 		}
@@ -80,7 +65,7 @@ func TestAPreparedMergeChangesNothingUntilCommitted(t *testing.T) {
 	}
 
 	p.Abort(ctx)
-	if got := objectKeys(t, b); !maps.Equal(got, keys) {
+	if got := objstoretest.Keys(t, b); !maps.Equal(got, keys) {
 		t.Fatalf("objects after abort differ from before prepare: %d, want %d", len(got), len(keys))
 	}
 	if _, err := p.Commit(ctx); !errors.Is(err, ErrEnded) {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -43,19 +42,6 @@ func (e *grpcEnv) abortMerge(t *testing.T, target string, token int64) bool {
 		t.Fatal(err)
 	}
 	return r.GetAborted()
-}
-
-func objectSet(t *testing.T, b *objstore.Bucket) map[string]bool {
-	t.Helper()
-	objs, err := b.List(context.Background(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := map[string]bool{}
-	for _, o := range objs {
-		keys[o.Key] = true
-	}
-	return keys
 }
 
 // The two halves of the two-phase fan-out: a prepare commits nothing, a repeated
@@ -108,7 +94,7 @@ func TestAPreparedMergeEndsByANewerTokenAnAbortOrItsTTL(t *testing.T) {
 	b := objstoretest.Mem(t)
 	e := newGRPCEnv(t, grpcEnvOptions{bucket: b, preparedTTL: 300 * time.Millisecond})
 	e.pending(t, e.generic, "a")
-	before := objectSet(t, b)
+	before := objstoretest.Keys(t, b)
 
 	if _, err := e.prepare(t, "generic:gs", 5); err != nil {
 		t.Fatal(err)
@@ -126,7 +112,7 @@ func TestAPreparedMergeEndsByANewerTokenAnAbortOrItsTTL(t *testing.T) {
 	if e.abortMerge(t, "generic:gs", 6) {
 		t.Fatal("a second abort aborted something")
 	}
-	if got := objectSet(t, b); !maps.Equal(got, before) {
+	if got := objstoretest.Keys(t, b); !maps.Equal(got, before) {
 		t.Fatalf("objects after abort: %d, want the %d from before the prepares (staged files deleted)", len(got), len(before))
 	}
 
@@ -138,7 +124,7 @@ func TestAPreparedMergeEndsByANewerTokenAnAbortOrItsTTL(t *testing.T) {
 		defer e.svc.prepared.mu.Unlock()
 		return len(e.svc.prepared.byTarget) == 0
 	})
-	if got := objectSet(t, b); !maps.Equal(got, before) {
+	if got := objstoretest.Keys(t, b); !maps.Equal(got, before) {
 		t.Fatalf("objects after the TTL: %d, want %d", len(got), len(before))
 	}
 	// The slot is free again: MergeWal merges at once.

@@ -230,3 +230,18 @@ func containerName() string {
 	_, _ = rand.Read(b[:])
 	return "tmtest" + hex.EncodeToString(b[:])
 }
+
+// Keys is the set of every object key in b, for tests that check what a change
+// left behind.
+func Keys(t testing.TB, b *objstore.Bucket) map[string]bool {
+	t.Helper()
+	objs, err := b.List(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		keys[o.Key] = true
+	}
+	return keys
+}
