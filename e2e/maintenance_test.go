@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -79,9 +80,19 @@ func TestMaintenanceBoundsATableAndKeepsEveryRow(t *testing.T) {
 		}
 	}()
 
+	// Writes go on until the table has committed minVersions versions: the bounds
+	// checked below (12 fragments, 12 manifests) only show that retention and
+	// compaction work when several times as many versions were committed. How many
+	// merges a round of writes makes depends on the machine, so the loop counts
+	// versions rather than rounds (the cap only stops a cluster that never merges).
+	const minVersions, maxRounds = 40, 1500
+	dir := tableDir(t, c, name)
 	want := map[string]int{}
 	value := 0
-	for round := 0; round < 300; round++ {
+	for round := 0; round < 300 || newestVersion(t, dir) < minVersions; round++ {
+		if round == maxRounds {
+			t.Fatalf("%d rounds of writes committed only %d versions", round, newestVersion(t, dir))
+		}
 		value++
 		w := w1
 		if round%2 == 1 {
@@ -103,7 +114,6 @@ func TestMaintenanceBoundsATableAndKeepsEveryRow(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // a merge (MERGE_WAL_INTERVAL 1s) every ten rounds or so
 	}
 
-	dir := tableDir(t, c, name)
 	c.waitFor(90*time.Second, "merged, compacted and cleaned up: every row at its last value, few fragments, few manifests", func() (bool, string) {
 		for _, w := range []*workerProc{w1, w2} {
 			listed, err := listValues(w.url() + records)
@@ -141,9 +151,6 @@ func TestMaintenanceBoundsATableAndKeepsEveryRow(t *testing.T) {
 	mu.Unlock()
 	// Verify: clean, then a deleted fragment fails it by name, then a repair drops it.
 	c.admin(m, "verify", name, "--timeout", "60s")
-	if v := newestManifest(t, dir).Version; v < 30 {
-		t.Fatalf("only %d versions committed: too few for the bounds above to mean anything", v)
-	}
 	victim := filepath.Join(dir, filepath.FromSlash(newestManifest(t, dir).Fragments[0].Path))
 	if err := os.Remove(victim); err != nil {
 		t.Fatal(err)
@@ -200,6 +207,24 @@ type manifest struct {
 	Fragments []struct {
 		Path string `json:"path"`
 	} `json:"fragments"`
+}
+
+// newestVersion is the newest version under dir/_versions, named by its manifest's
+// file name (0 before the first commit). It reads no manifest, so a cleanup that
+// prunes one meanwhile cannot fail it.
+func newestVersion(t *testing.T, dir string) uint64 {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dir, "_versions"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var newest uint64
+	for _, e := range entries {
+		if v, err := strconv.ParseUint(strings.TrimSuffix(e.Name(), ".json"), 10, 64); err == nil && strings.HasSuffix(e.Name(), ".json") && v > newest {
+			newest = v
+		}
+	}
+	return newest
 }
 
 // newestManifest reads the newest manifest under dir/_versions.
