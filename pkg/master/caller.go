@@ -150,7 +150,11 @@ func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target string, fenc
 	if err != nil {
 		return MergeResult{}, err
 	}
-	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows(), Reclaimed: resp.GetReclaimed()}, nil
+	return mergeResult(resp), nil
+}
+
+func mergeResult(resp *tidemarkv1.MergeWalResponse) MergeResult {
+	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows(), Reclaimed: resp.GetReclaimed(), BaseVersion: resp.GetBaseVersion()}
 }
 
 // PrepareMerge has worker w prepare its merge of target (WorkerService.PrepareMerge);
@@ -170,18 +174,18 @@ func (c *GRPCCaller) PrepareMerge(ctx context.Context, w Worker, target string, 
 }
 
 // CommitMerge has worker w commit the merge it prepared (WorkerService.CommitMerge).
-func (c *GRPCCaller) CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
+func (c *GRPCCaller) CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64) (MergeResult, error) {
 	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return MergeResult{}, err
 	}
 	defer release()
 	resp, err := client.CommitMerge(ctx,
-		&tidemarkv1.CommitMergeRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
+		&tidemarkv1.CommitMergeRequest{Target: target, FencingToken: fencingToken, BaseVersion: baseVersion}, grpc.WaitForReady(false))
 	if err != nil {
 		return MergeResult{}, err
 	}
-	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows(), Reclaimed: resp.GetReclaimed()}, nil
+	return mergeResult(resp), nil
 }
 
 // AbortMerge has worker w abort the merge it prepared (WorkerService.AbortMerge).

@@ -33,6 +33,8 @@ type MergeResult struct {
 	Generations int64
 	Rows        int64
 	Reclaimed   int64
+	// BaseVersion is the base table version the merge committed last (0: none).
+	BaseVersion uint64
 }
 
 // Caller calls workers. MergeWal returns an error wrapping ErrUnreachable when the
@@ -102,7 +104,9 @@ type FanOut struct {
 // abort it later (the GRPCCaller can).
 type twoPhaseCaller interface {
 	PrepareMerge(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
-	CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
+	// CommitMerge passes baseVersion, the version the previous commit created (0
+	// if none), as a hint (tidemarkv1.CommitMergeRequest.base_version).
+	CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64) (MergeResult, error)
 	AbortMerge(ctx context.Context, w Worker, target string, fencingToken int64) error
 }
 

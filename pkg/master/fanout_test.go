@@ -35,10 +35,13 @@ type countingWorker struct {
 	merged *atomic.Int64
 	// Two-phase calls: prepares in flight across workers (prepInFlight, prepMax,
 	// when set), and this worker's prepares and aborts. commits, when set, records
-	// the order of commits across workers.
+	// the order of commits across workers, each as name@base_version (the hint
+	// the master passed); versions, when set, numbers the base versions the
+	// commits create.
 	prepInFlight, prepMax *atomic.Int32
 	prepares, aborts      atomic.Int32
 	commits               *orderLog
+	versions              *atomic.Uint64
 }
 
 // orderLog records names in call order, safely across goroutines.
@@ -85,9 +88,13 @@ func (w *countingWorker) PrepareMerge(_ context.Context, r *tidemarkv1.PrepareMe
 // two-phase fan-out does what MergeWal does in the serial one.
 func (w *countingWorker) CommitMerge(ctx context.Context, r *tidemarkv1.CommitMergeRequest) (*tidemarkv1.MergeWalResponse, error) {
 	if w.commits != nil {
-		w.commits.add(w.name)
+		w.commits.add(fmt.Sprintf("%s@%d", w.name, r.GetBaseVersion()))
 	}
-	return w.MergeWal(ctx, &tidemarkv1.MergeWalRequest{Target: r.GetTarget(), FencingToken: r.GetFencingToken()})
+	resp, err := w.MergeWal(ctx, &tidemarkv1.MergeWalRequest{Target: r.GetTarget(), FencingToken: r.GetFencingToken()})
+	if err == nil && w.versions != nil {
+		resp.BaseVersion = w.versions.Add(1)
+	}
+	return resp, err
 }
 
 func (w *countingWorker) AbortMerge(context.Context, *tidemarkv1.AbortMergeRequest) (*tidemarkv1.AbortMergeResponse, error) {
@@ -154,12 +161,14 @@ func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
 	for _, mode := range []string{FanOutTwoPhase, FanOutSerial} {
 		t.Run(mode, func(t *testing.T) {
 			var inFlight, maxSeen, prepInFlight, prepMax atomic.Int32
+			var versions atomic.Uint64
+			versions.Store(10)
 			commits := &orderLog{}
 			var workers StaticDiscovery
 			var ws []*countingWorker
 			for i := 0; i < 3; i++ {
 				w := &countingWorker{name: fmt.Sprint("w", i), inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 1),
-					prepInFlight: &prepInFlight, prepMax: &prepMax, commits: commits}
+					prepInFlight: &prepInFlight, prepMax: &prepMax, commits: commits, versions: &versions}
 				ws = append(ws, w)
 				workers = append(workers, startWorker(t, w))
 			}
@@ -186,8 +195,10 @@ func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
 				if prepMax.Load() != 3 {
 					t.Fatalf("max prepares in flight %d, want 3 (every worker at once)", prepMax.Load())
 				}
-				if got := commits.get(); fmt.Sprint(got) != "[w0 w1 w2]" {
-					t.Fatalf("commit order %v, want discovery's [w0 w1 w2]", got)
+				// Each commit is told the version the one before it created (the
+				// first: none), so it reads that instead of searching for it.
+				if got := commits.get(); fmt.Sprint(got) != "[w0@0 w1@11 w2@12]" {
+					t.Fatalf("commits %v, want discovery's order, each with its predecessor's version: [w0@0 w1@11 w2@12]", got)
 				}
 			case FanOutSerial:
 				for _, w := range ws {

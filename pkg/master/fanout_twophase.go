@@ -96,9 +96,15 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 		return err
 	}
 
+	// Each commit tells the next the version it created, so the next one reads it
+	// instead of searching for the newest version: the commits are the serial part
+	// of the task, and the search is several round trips of each.
+	var version uint64
 	for i, w := range commit {
 		err := f.call(ctx, w, "merge", t, log, func(ctx context.Context) (MergeResult, error) {
-			return tp.CommitMerge(ctx, w, target, token)
+			r, err := tp.CommitMerge(ctx, w, target, token, version)
+			version = max(version, r.BaseVersion)
+			return r, err
 		})
 		if err != nil {
 			f.abort(ctx, tp, commit[i+1:], target, token, log)

@@ -142,7 +142,7 @@ func (m *Merger) Merge(ctx context.Context, s *store.Store, wait bool) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	return p.commit(ctx, false) // prepared just now: nothing to catch up on
+	return p.commit(ctx, false, 0) // prepared just now: nothing to catch up on
 }
 
 // MergeOnce runs a single pass (for the count trigger: one bounded step per sweep).
@@ -155,7 +155,7 @@ func (m *Merger) MergeOnce(ctx context.Context, s *store.Store, wait bool) (Resu
 	if err != nil {
 		return Result{Passes: pp.res.Passes}, err
 	}
-	r, _, err := pp.commit(ctx, false)
+	r, _, err := pp.commit(ctx, false, 0)
 	return r, err
 }
 
@@ -223,16 +223,18 @@ func (p *Prepared) Rows() int64      { return p.first.rows }
 // merges what else was pending when it was prepared in further passes, one after
 // another. It releases the slot, also on error. The pass is first moved onto the
 // newest version (table.Txn.CatchUp): others committed since it was prepared.
-func (p *Prepared) Commit(ctx context.Context) (Result, error) {
-	return p.commit(ctx, true)
+// known, if not 0, is a base version known to exist and likely the newest (the one
+// the fan-out's previous commit created), which saves the search for the newest.
+func (p *Prepared) Commit(ctx context.Context, known uint64) (Result, error) {
+	return p.commit(ctx, true, known)
 }
 
-func (p *Prepared) commit(ctx context.Context, catchUp bool) (Result, error) {
+func (p *Prepared) commit(ctx context.Context, catchUp bool, known uint64) (Result, error) {
 	if p.ended {
 		return Result{}, fmt.Errorf("merge %s: %w", p.s.Target(), ErrEnded)
 	}
 	defer p.Abort(ctx) // gives the slot back
-	total, more, err := p.first.commit(ctx, catchUp)
+	total, more, err := p.first.commit(ctx, catchUp, known)
 	for err == nil && more {
 		var r Result
 		var pp *preparedPass
@@ -241,7 +243,7 @@ func (p *Prepared) commit(ctx context.Context, catchUp bool) (Result, error) {
 			total.Passes += pp.res.Passes
 			break
 		}
-		r, more, err = pp.commit(ctx, false)
+		r, more, err = pp.commit(ctx, false, 0)
 		total.add(r)
 	}
 	return total, err
@@ -432,7 +434,7 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 // commit commits the pass, drains its generations and gives back its charge. more
 // reports whether generations up to the pass's limit remain. With catchUp the
 // transaction first moves onto the newest version.
-func (pp *preparedPass) commit(ctx context.Context, catchUp bool) (res Result, more bool, err error) {
+func (pp *preparedPass) commit(ctx context.Context, catchUp bool, known uint64) (res Result, more bool, err error) {
 	// From here on the pass is never aborted: a commit whose outcome is unknown
 	// leaves its staged files, which the manifest may reference (table.Txn.Commit).
 	txn := pp.txn
@@ -448,7 +450,7 @@ func (pp *preparedPass) commit(ctx context.Context, catchUp bool) (res Result, m
 	}
 	err = pp.done
 	if err == nil && catchUp {
-		if err = txn.CatchUp(ctx); err != nil {
+		if err = txn.CatchUp(ctx, known); err != nil {
 			// No commit was tried (the rows landed already, or catching up failed):
 			// the staged files are garbage.
 			txn.Abort(context.WithoutCancel(ctx))

@@ -68,7 +68,7 @@ func TestAPreparedMergeChangesNothingUntilCommitted(t *testing.T) {
 	if got := objstoretest.Keys(t, b); !maps.Equal(got, keys) {
 		t.Fatalf("objects after abort differ from before prepare: %d, want %d", len(got), len(keys))
 	}
-	if _, err := p.Commit(ctx); !errors.Is(err, ErrEnded) {
+	if _, err := p.Commit(ctx, 0); !errors.Is(err, ErrEnded) {
 		t.Fatalf("commit after abort: %v, want ErrEnded", err)
 	}
 	r, err := f.m.Merge(ctx, f.s, false)
@@ -128,7 +128,7 @@ func TestShardsPreparedAtOnceCommitInTurnAsSerialMergesWould(t *testing.T) {
 		}
 		order := rng.Perm(len(shards))
 		for _, i := range order {
-			if _, err := prepared[i].Commit(ctx); err != nil {
+			if _, err := prepared[i].Commit(ctx, 0); err != nil {
 				t.Fatalf("round %d: commit of %s (order %v): %v", round, shards[i].Shard(), order, err)
 			}
 		}
@@ -170,7 +170,7 @@ func TestAPreparedMergeWhoseGenerationsAnotherMergeCommittedAddsNothingTwice(t *
 			if _, err := other.MergeOnce(ctx, f.s, true); err != nil {
 				t.Fatal(err)
 			}
-			r, err := p.Commit(ctx)
+			r, err := p.Commit(ctx, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package table
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/bits-and-blooms/bloom/v3"
 )
@@ -12,11 +13,19 @@ import (
 // out of the manifest to keep the manifest small: the scanner reads thousands of them.
 const (
 	bloomMagic = "TMBF"
-	// bloomFPRate trades ~14.4 bits per id for opening 1 in 1000 non-matching fragments.
-	// A merge checks every incoming id against every fragment, so at 1% a 200-row merge
-	// still opened most fragments' key indexes (BENCHMARKS.md, commit storm).
-	bloomFPRate = 0.001
+	// bloomFPRate trades ~19 bits per id for a false positive in 1 of 10,000 probes.
+	// A merge checks every incoming id against every fragment, and one false positive
+	// costs the key index (two round trips after the filter's one). At 1% a 200-row
+	// merge opened most fragments' key indexes; at 0.1% an 800-row merge still
+	// opened more than half of them (BENCHMARKS.md, commit storm); at 0.01% a
+	// merge of 800 ids opens 8% of them, one of 7,000 ids half.
+	bloomFPRate = 0.0001
 )
+
+// bloomUseless reports whether probing a filter for n ids is likely (more than
+// even odds) to find a false positive, so that a caller who reads the key index
+// on any hit should read it straight away: 1-(1-p)^n > 1/2 once n*p > ln 2.
+func bloomUseless(n int) bool { return float64(n)*bloomFPRate > math.Ln2 }
 
 func newBloom(n int) *bloom.BloomFilter {
 	if n < 1 {
@@ -33,7 +42,7 @@ func encodeBloom(f *bloom.BloomFilter) ([]byte, error) {
 	return seal(bloomMagic, payload), nil
 }
 
-// maxBloomHashes bounds k: the filters written here use 10 (bloomFPRate), and every
+// maxBloomHashes bounds k: the filters written here use 14 (bloomFPRate; 10 before it was lowered), and every
 // lookup computes k hashes, so a corrupt k of 2^60 would hang the reader.
 const maxBloomHashes = 64
 

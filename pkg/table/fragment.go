@@ -36,7 +36,10 @@ func encodeParquet(s *arrow.Schema, recs []arrow.RecordBatch, rowGroupRows int64
 		if r.NumRows() == 0 {
 			continue
 		}
-		if err := w.Write(r); err != nil {
+		// WriteBuffered fills a row group up to rowGroupRows across records; Write
+		// would cut one per record, and a merge of 32 generations of 25 rows would
+		// then cost every later key-index read 32 requests instead of one.
+		if err := w.WriteBuffered(r); err != nil {
 			_ = w.Close()
 			return nil, fmt.Errorf("parquet write: %w", err)
 		}

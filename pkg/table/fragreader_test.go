@@ -192,3 +192,37 @@ func TestAFragmentShorterThanItsManifestIsCorrupt(t *testing.T) {
 		t.Fatalf("got %v, want ErrCorrupt naming %s", err, key)
 	}
 }
+
+// A merge hands Prepare one record batch per WAL generation; the fragment still
+// gets row groups of RowGroupRows rows, not one per batch. Failure it guards: a
+// merge of 32 generations of 25 rows wrote 32 row groups, and every later cold
+// key-index read of that fragment (each other worker's conflict check) cost 33
+// requests instead of 2 (BENCHMARKS.md, commit storm).
+func TestAFragmentOfManySmallBatchesHasFullRowGroups(t *testing.T) {
+	ctx := context.Background()
+	tb := createTable(t, memBucket(t))
+	var recs []arrow.RecordBatch
+	for g := range 32 {
+		rows := make([]row, 100)
+		for j := range rows {
+			rows[j] = row{fmt.Sprintf("g%02d-%03d", g, j), 1, int64(j)}
+		}
+		recs = append(recs, batch(rows...))
+	}
+	m, err := appendRows(ctx, tb, Append{Records: recs})
+	for _, r := range recs {
+		r.Release()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff, err := tb.openFragment(ctx, m.ArrowSchema(), m.Fragments[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ff.Close()
+	// 3,200 rows in row groups of 2,048.
+	if n := ff.pf.MetaData().NumRowGroups(); n != 2 {
+		t.Fatalf("a fragment of 32 batches of 100 rows has %d row groups, want 2 (of at most %d rows)", n, tb.opts.RowGroupRows)
+	}
+}

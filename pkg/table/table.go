@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/bits-and-blooms/bloom/v3"
+	"golang.org/x/sync/errgroup"
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/cache"
@@ -223,6 +224,9 @@ func (t *Table) Refresh(ctx context.Context) (*Manifest, error) {
 		if err != nil {
 			return nil, err
 		}
+		if known := t.Latest(); known != nil && known.Version == v {
+			return known, nil // manifests are immutable: nothing to read again
+		}
 		m, err := t.Load(ctx, v)
 		// The newest version is never pruned, but the one found may stop being the
 		// newest and be pruned before it is read (a burst of commits and a cleanup in
@@ -240,6 +244,35 @@ func (t *Table) Refresh(ctx context.Context) (*Manifest, error) {
 		t.observe(m)
 		return t.Latest(), nil
 	}
+}
+
+// RefreshFrom is Refresh for a caller that knows version v exists and is likely
+// the newest (a fan-out's previous commit created it): it reads v while checking
+// that v+1 does not exist, one round trip instead of Refresh's two or three, and
+// falls back to Refresh otherwise.
+func (t *Table) RefreshFrom(ctx context.Context, v uint64) (*Manifest, error) {
+	if known := t.Latest(); v == 0 || (known != nil && known.Version >= v) {
+		return t.Refresh(ctx)
+	}
+	var (
+		m     *Manifest
+		next  bool
+		nextE error
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) { m, err = t.Load(gctx, v); return err })
+	g.Go(func() error {
+		nextE = t.retryThrottled(gctx, func() (err error) { next, err = t.versions.Exists(gctx, v+1); return err })
+		return nil
+	})
+	if err := g.Wait(); err != nil || nextE != nil || next {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return t.Refresh(ctx) // v is not the newest, or is gone: search
+	}
+	t.observe(m)
+	return t.Latest(), nil
 }
 
 // Load reads manifest version v. A version that is not there fails with an error

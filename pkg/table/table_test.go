@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 
+	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/rowkey"
 )
 
@@ -325,5 +327,49 @@ func TestLatestVersionWithoutOrWithStaleHint(t *testing.T) {
 	}
 	if v := fresh.Latest().Version; v != 4 {
 		t.Fatalf("version %d with a stale hint, want 4", v)
+	}
+}
+
+// RefreshFrom a version the caller was told exists (the previous commit of a
+// two-phase fan-out) reads it and checks the next in one round of two requests,
+// and still finds the newest when the version told is behind, or pruned. Failure
+// it guards: each commit of a fan-out searched for the newest version, two to
+// three round trips one after another, inside the serial part of the merge.
+func TestRefreshFromAVersionToldReadsItInOneRound(t *testing.T) {
+	ctx := context.Background()
+	f := objstore.NewFaults(nil)
+	b := objstore.WithFaults(memBucket(t), f)
+	tb := createTable(t, b)
+	other, err := Open(ctx, b, "rollout/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		mustAppend(t, tb, row{fmt.Sprint(i), 1, 1})
+	}
+	f.SetLatency(100*time.Millisecond, 0) // long enough that requests sent at once overlap
+	f.ResetCounters()
+	m, err := other.RefreshFrom(ctx, 4)
+	if err != nil || m.Version != 4 {
+		t.Fatalf("refresh from 4: %v, %v; want version 4", m, err)
+	}
+	if n, peak := f.TotalRequests(), f.PeakInFlight(); n != 2 || peak != 2 {
+		t.Fatalf("refresh from the newest: %d requests, %d at once; want 2, at once", n, peak)
+	}
+	f.SetLatency(0, 0)
+
+	mustAppend(t, tb, row{"x", 1, 1}) // version 5
+	if m, err := other.RefreshFrom(ctx, 4); err != nil || m.Version != 5 {
+		t.Fatalf("refresh from 4 with 5 committed: %v, %v; want version 5", m, err)
+	}
+	mustAppend(t, tb, row{"y", 1, 1}) // version 6
+	if err := b.Delete(ctx, tb.versionKey(5)); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := other.RefreshFrom(ctx, 5); err != nil || m.Version != 6 {
+		t.Fatalf("refresh from 5, which is gone: %v, %v; want version 6", m, err)
+	}
+	if m, err := other.RefreshFrom(ctx, 0); err != nil || m.Version != 6 {
+		t.Fatalf("refresh from nothing told: %v, %v; want version 6", m, err)
 	}
 }

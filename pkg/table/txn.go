@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -282,15 +283,22 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 	g.SetLimit(fragmentReads)
 	for i, f := range check {
 		g.Go(func() error {
-			bf, err := x.t.bloom(gctx, f)
-			if err != nil {
-				return err
-			}
 			var candidates []string
 			for id := range x.incoming {
-				if id >= f.IDMin && id <= f.IDMax && bf.TestString(id) {
+				if id >= f.IDMin && id <= f.IDMax {
 					candidates = append(candidates, id)
 				}
+			}
+			// The bloom filter is a round trip spent to skip the key index. It is
+			// not worth it when the key index is cached, or when so many ids are
+			// probed that a false positive (and so the key index read anyway, one
+			// round trip later) is more likely than not.
+			if _, cached := x.t.keys.Get(f.Path); !cached && !bloomUseless(len(candidates)) {
+				bf, err := x.t.bloom(gctx, f)
+				if err != nil {
+					return err
+				}
+				candidates = slices.DeleteFunc(candidates, func(id string) bool { return !bf.TestString(id) })
 			}
 			if len(candidates) == 0 {
 				return nil
@@ -573,12 +581,13 @@ func (x *Txn) rebase(ctx context.Context, latest *Manifest) error {
 // that its commit's first attempt is not a certain conflict: a two-phase merge
 // commits after the merges of the workers before it, each of which took the next
 // version. It stops with ErrAlreadyCommitted when the newest version holds its
-// rows already. Nothing is committed; on an error the caller aborts.
-func (x *Txn) CatchUp(ctx context.Context) error {
+// rows already. Nothing is committed; on an error the caller aborts. known, if not
+// 0, is a version known to exist and likely the newest (Table.RefreshFrom).
+func (x *Txn) CatchUp(ctx context.Context, known uint64) error {
 	if x.finished {
 		return fmt.Errorf("catch up %s: transaction already finished", x.t.dir)
 	}
-	latest, err := x.t.Refresh(ctx)
+	latest, err := x.t.RefreshFrom(ctx, known)
 	if err != nil {
 		return fmt.Errorf("catch up %s: %w", x.t.dir, err)
 	}

@@ -123,3 +123,47 @@ func TestPruneKeepsTheLogDenseAndSearchesFindTheNewest(t *testing.T) {
 		t.Fatalf("Latest after a new version = %d, %v; want 11", v, err)
 	}
 }
+
+// A caller that knows the newest version (a writer of its own log) learns that it
+// is still the newest in one round of requests sent at once: the hint read and the
+// probe of known and known+1. Failure it guards: every WAL seal and drain, and
+// every table refresh by the handle that committed last, waited two round trips.
+// A known version that is stale, behind the hint, or pruned still finds the newest.
+func TestLatestFromAKnownVersionTakesOneRound(t *testing.T) {
+	ctx := context.Background()
+	f := objstore.NewFaults(nil)
+	b := objstore.WithFaults(objstoretest.Mem(t), f)
+	l := New(b, "t/_versions", "t/_latest_version")
+	for v := uint64(1); v <= 5; v++ {
+		if _, err := l.Create(ctx, v, []byte(fmt.Sprint(v))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.SetLatency(100*time.Millisecond, 0) // long enough that requests sent at once overlap
+	f.ResetCounters()
+	if v, err := l.Latest(ctx, 5); err != nil || v != 5 {
+		t.Fatalf("latest from 5 = %d, %v; want 5", v, err)
+	}
+	if n, peak := f.TotalRequests(), f.PeakInFlight(); n != 3 || peak != 3 {
+		t.Fatalf("latest from the newest: %d requests, %d at once; want 3, all at once", n, peak)
+	}
+	f.SetLatency(0, 0)
+
+	if v, err := l.Latest(ctx, 3); err != nil || v != 5 {
+		t.Fatalf("latest from stale 3 = %d, %v; want 5", v, err)
+	}
+	if err := b.Put(ctx, "t/_latest_version", []byte("2\n")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := l.Latest(ctx, 4); err != nil || v != 5 {
+		t.Fatalf("latest from 4 with a hint behind it = %d, %v; want 5", v, err)
+	}
+	for v := uint64(1); v <= 3; v++ {
+		if err := b.Delete(ctx, l.Key(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, err := l.Latest(ctx, 2); err != nil || v != 5 {
+		t.Fatalf("latest from pruned 2 with a stale hint = %d, %v; want 5", v, err)
+	}
+}

@@ -162,7 +162,7 @@ func (w *WorkerService) CommitMerge(ctx context.Context, req *tidemarkv1.CommitM
 	}
 	defer h.release()
 	start := time.Now()
-	r, err := h.p.Commit(ctx)
+	r, err := h.p.Commit(ctx, req.GetBaseVersion())
 	if err != nil {
 		err = storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err)
 	}
