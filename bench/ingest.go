@@ -1,0 +1,495 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/master"
+	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
+	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/pkg/worker"
+)
+
+// IngestConfig sizes the sustained-ingest scenario of issue 16: workers that seal a
+// generation every SealEvery while a real master (master.New, as cmd/master builds
+// it) scans, sweeps and runs merge_wal tasks, and whether pending generations stay
+// bounded.
+type IngestConfig struct {
+	// Workers each own one shard of one rollout store; every SealEvery each
+	// appends RowsPerGeneration rows and seals them into one generation.
+	Workers           int
+	RowsPerGeneration int
+	Row               RowShape
+	SealEvery         time.Duration
+	// Duration is the measured phase; pending generations are counted every
+	// SampleEvery.
+	Duration    time.Duration
+	SampleEvery time.Duration
+	// Latency (+ up to Jitter) is added to every object-store request from the
+	// start (ingest, scans and merges alike); at most MaxConcurrent are in flight
+	// and Throttle says what the others get.
+	Latency, Jitter time.Duration
+	MaxConcurrent   int
+	Throttle        objstore.ThrottleMode
+	// ScanInterval and SweepInterval are the master's STATS_SCAN_INTERVAL and
+	// MERGE_WAL_INTERVAL; zero means the master's defaults (scanner.DefaultScanInterval,
+	// scanner.DefaultSweepInterval), which is what the scenario is about. Every
+	// other master setting is its default.
+	ScanInterval, SweepInterval time.Duration
+}
+
+// DefaultIngestConfig is issue 16's sustained ingest for the given number of
+// workers: a generation of 50 small rows per worker every second for 3 minutes,
+// with the store latency of the merge-throughput runs (FanOutThroughputConfigs:
+// 20 ms + up to 5 ms per request, 64 in flight, the rest wait) and the master at
+// its defaults.
+func DefaultIngestConfig(workers int) IngestConfig {
+	return IngestConfig{
+		Workers: workers, RowsPerGeneration: 50, Row: SmallRow, SealEvery: time.Second,
+		Duration: 3 * time.Minute, SampleEvery: time.Second,
+		Latency: 20 * time.Millisecond, Jitter: 5 * time.Millisecond, MaxConcurrent: 64, Throttle: objstore.ThrottleWait,
+	}
+}
+
+// Short master intervals of the second set of ingest runs: at the defaults the
+// first scan that can see a pending generation comes 300 s after the start, so a
+// 3-minute run measures the scan interval and not the fan-out. With these, merges
+// are frequent enough that the fan-out is what bounds pending generations.
+const (
+	IngestShortScanInterval  = 10 * time.Second
+	IngestShortSweepInterval = 5 * time.Second
+)
+
+// IngestConfigs are the runs of the scenario, each for both fan-out shapes: 3 and
+// 20 workers with the master at its defaults, then the same with the short scan
+// and sweep intervals (short false leaves those out). d is each run's duration.
+func IngestConfigs(d time.Duration, short bool) []IngestConfig {
+	var out []IngestConfig
+	intervals := [][2]time.Duration{{0, 0}}
+	if short {
+		intervals = append(intervals, [2]time.Duration{IngestShortScanInterval, IngestShortSweepInterval})
+	}
+	for _, iv := range intervals {
+		for _, n := range []int{3, 20} {
+			c := DefaultIngestConfig(n)
+			c.Duration, c.ScanInterval, c.SweepInterval = d, iv[0], iv[1]
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Intervals returns the scan and sweep intervals the master runs with.
+func (c IngestConfig) Intervals() (scan, sweep time.Duration) {
+	scan, sweep = c.ScanInterval, c.SweepInterval
+	if scan <= 0 {
+		scan = scanner.DefaultScanInterval
+	}
+	if sweep <= 0 {
+		sweep = scanner.DefaultSweepInterval
+	}
+	return scan, sweep
+}
+
+// IngestSample is the number of pending generations At into the measured phase.
+type IngestSample struct {
+	At      time.Duration
+	Pending int
+}
+
+// IngestResult is one run of the scenario in one fan-out shape.
+type IngestResult struct {
+	// Mode is master.FanOutSerial or master.FanOutTwoPhase.
+	Mode string
+	// Samples are the pending generations over the run (every worker's shard, above
+	// its merged watermark, read from the bucket without the latency).
+	Samples []IngestSample
+	// MaxPending is the maximum over the run, SteadyP50 the median of the last
+	// third, FinalPending the count right after the ingest stopped. MiddleMax and
+	// LastMax are the maxima of the middle and the last third; Bounded is set when
+	// LastMax <= 1.1 x MiddleMax + Workers (a growing backlog fails it).
+	MaxPending, SteadyP50, FinalPending int
+	MiddleMax, LastMax                  int
+	Bounded                             bool
+	// Sealed counts the generations the workers sealed in the measured phase;
+	// Merged = Sealed - FinalPending, the ones merged by its end.
+	Sealed, Merged int
+	// AppendFailures and SealFailures count failed calls (a failed append's rows
+	// may be durable: they are allowed in the table, not required).
+	AppendFailures, SealFailures int
+	// Tasks counts the merge_wal tasks the master's sweep enqueued and ran;
+	// EmptyTasks merged nothing, FailedTasks failed. TaskTimes are their run times
+	// (claim to finish), MergedByTasks the generations their details report.
+	Tasks, EmptyTasks, FailedTasks int
+	TaskTimes                      Quantiles
+	MergedByTasks                  int64
+	FirstError                     string
+	// Requests are the object-store requests of the measured phase (ingest,
+	// scans, merges); PeakInFlight the most in flight at once.
+	Requests     int64
+	PeakInFlight int
+	// Versions is the number of base versions committed by the end of the drain.
+	Versions uint64
+	Elapsed  time.Duration
+	// LoadStart and LoadEnd are /proc/loadavg's 1, 5 and 15 minute averages.
+	LoadStart, LoadEnd string
+	// Rows is the number of rows in the base table after the drain and the check
+	// (every acknowledged row present once, nothing pending).
+	Rows int64
+}
+
+// MergedPerSecond is the rate of Merged over the measured phase.
+func (r IngestResult) MergedPerSecond() float64 { return float64(r.Merged) / r.Elapsed.Seconds() }
+
+// SealedPerSecond is the rate of Sealed over the measured phase.
+func (r IngestResult) SealedPerSecond() float64 { return float64(r.Sealed) / r.Elapsed.Seconds() }
+
+// IngestRun is one run with its configuration, as the report lists them.
+type IngestRun struct {
+	Config IngestConfig
+	Result IngestResult
+}
+
+const ingestStore = "ingest"
+
+// RunIngest runs the scenario once in fan-out mode (master.FanOutSerial or
+// master.FanOutTwoPhase): the workers serve their real gRPC WorkerService on
+// loopback, and a master built by master.New (static discovery of those workers,
+// its scanner, merge sweep, scheduler and FanOut) runs for Duration while the
+// workers seal. Afterwards whatever is pending is merged without faults and every
+// acknowledged row is checked.
+func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode string) (IngestResult, error) {
+	res := IngestResult{Mode: mode}
+	if cfg.Workers < 1 || cfg.SealEvery <= 0 || cfg.Duration <= 0 || cfg.SampleEvery <= 0 {
+		return res, fmt.Errorf("ingest: config %+v: workers, seal interval, duration and sample interval must be positive", cfg)
+	}
+	raw, faulty, faults, err := openMem(ctx, env.Seed)
+	if err != nil {
+		return res, err
+	}
+	var workers []*benchWorker
+	var stores []*store.Store
+	defer func() {
+		for _, wk := range workers {
+			wk.close()
+		}
+	}()
+	for i := range cfg.Workers {
+		workers = append(workers, newWorker(faulty, fmt.Sprintf("worker-%02d", i), store.Config{}, defaultMergeConfig()))
+	}
+	e, err := workers[0].stores.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: ingestStore})
+	if err != nil {
+		return res, fmt.Errorf("ingest: create the store: %w", err)
+	}
+	dir := e.URI
+	for _, wk := range workers {
+		s, rel, err := wk.stores.Open(ctx, registry.KindRollout, ingestStore)
+		if err != nil {
+			return res, fmt.Errorf("ingest: open the store on %s: %w", wk.id, err)
+		}
+		defer rel()
+		stores = append(stores, s)
+	}
+	discovery, stopWorkers, err := serveWorkers(workers)
+	if err != nil {
+		return res, err
+	}
+	defer stopWorkers()
+
+	caller := master.NewGRPCCaller(master.GRPCCallerConfig{})
+	defer caller.Close()
+	scan, sweep := cfg.Intervals()
+	m, err := master.New(master.Config{
+		Client: env.Etcd, Prefix: fmt.Sprintf("/bench/ingest-%d", time.Now().UnixNano()), Bucket: faulty,
+		Discovery: discovery, Caller: caller, FanOut: mode, ScanInterval: scan, SweepInterval: sweep,
+		Holder: "bench-master", Logger: quiet,
+	})
+	if err != nil {
+		return res, fmt.Errorf("ingest: master: %w", err)
+	}
+
+	faults.SetLatency(cfg.Latency, cfg.Jitter)
+	faults.SetMaxConcurrent(cfg.MaxConcurrent, cfg.Throttle)
+	faults.ResetCounters()
+	res.LoadStart = ThisMachine().LoadAvg
+	env.log().Info("ingest: start", "mode", mode, "workers", cfg.Workers, "duration", cfg.Duration,
+		"scan_interval", scan, "sweep_interval", sweep)
+
+	// The master outlives the ingest: stopping it lets a running task finish (its
+	// shutdown timeout) so that the drain below does not race a fan-out.
+	masterCtx, stopMaster := context.WithCancel(ctx)
+	masterDone := make(chan error, 1)
+	go func() { masterDone <- m.Run(masterCtx) }()
+	masterStopped := false
+	stopMasterNow := func() error {
+		if masterStopped {
+			return nil
+		}
+		masterStopped = true
+		stopMaster()
+		return <-masterDone
+	}
+	defer func() { _ = stopMasterNow() }()
+
+	in := &ingest{want: map[string]bool{}, maybe: map[string]bool{}}
+	start := time.Now()
+	ingestCtx, stopIngest := context.WithTimeout(ctx, cfg.Duration)
+	defer stopIngest()
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		gen := newRowGen(env.Seed+uint64(i)+1, cfg.Row)
+		// Workers seal at evenly spread phases of the interval, as independent
+		// processes would, not all in the same instant.
+		phase := cfg.SealEvery * time.Duration(i) / time.Duration(cfg.Workers)
+		wg.Go(func() { in.worker(ingestCtx, s, gen, cfg, phase) })
+	}
+	var samplerErr error
+	samplerDone := make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		samplerErr = sample(ingestCtx, raw, dir, start, cfg.SampleEvery, &res.Samples)
+	}()
+	wg.Wait()
+	<-samplerDone
+	res.Elapsed = time.Since(start)
+	if in.err != nil {
+		return res, in.err
+	}
+	if samplerErr != nil {
+		return res, samplerErr
+	}
+	if res.FinalPending, err = pendingGenerations(ctx, raw, dir); err != nil {
+		return res, fmt.Errorf("ingest: final pending count: %w", err)
+	}
+	res.LoadEnd = ThisMachine().LoadAvg
+	res.Requests, res.PeakInFlight = faults.TotalRequests(), faults.PeakInFlight()
+	res.Sealed, res.AppendFailures, res.SealFailures = in.sealed, in.appendFailures, in.sealFailures
+	res.Merged = res.Sealed - res.FinalPending
+	res.summarize(cfg)
+
+	if err := stopMasterNow(); err != nil {
+		return res, fmt.Errorf("ingest: master: %w", err)
+	}
+	if err := res.readTasks(ctx, m.Tasks()); err != nil {
+		return res, err
+	}
+	faults.Clear()
+
+	// Whatever is left (rows of a seal that failed, generations the master did not
+	// reach) is sealed and merged now, without faults, so every run is held to the
+	// same check: nothing acknowledged lost, nothing doubled, nothing pending.
+	for i, wk := range workers {
+		if _, err := stores[i].Seal(ctx); err != nil {
+			return res, fmt.Errorf("ingest: final seal of %s: %w", wk.id, err)
+		}
+		if _, err := wk.merger.Merge(ctx, stores[i], true); err != nil {
+			return res, fmt.Errorf("ingest: finishing the drain of %s: %w", wk.id, err)
+		}
+	}
+	if res.Rows, err = verifyBase(ctx, raw, dir, in.want, in.maybe); err != nil {
+		return res, fmt.Errorf("ingest (%s, %d workers): %w", mode, cfg.Workers, err)
+	}
+	_, bm, err := baseIDs(ctx, raw, dir)
+	if err != nil {
+		return res, err
+	}
+	res.Versions = bm.Version - 1 // version 1 is the create
+	env.log().Info("ingest: done", "mode", mode, "workers", cfg.Workers, "sealed", res.Sealed, "merged", res.Merged,
+		"max_pending", res.MaxPending, "steady_p50", res.SteadyP50, "final_pending", res.FinalPending, "bounded", res.Bounded,
+		"tasks", res.Tasks, "empty_tasks", res.EmptyTasks, "failed_tasks", res.FailedTasks, "requests", res.Requests)
+	return res, nil
+}
+
+// ingest is the workers' shared record of what was acknowledged.
+type ingest struct {
+	mu                           sync.Mutex
+	want, maybe                  map[string]bool
+	sealed                       int
+	appendFailures, sealFailures int
+	err                          error
+}
+
+// worker appends a generation's rows and seals them every cfg.SealEvery, starting
+// phase after the start, until ctx ends. A tick missed because the previous
+// append and seal took longer is dropped (time.Ticker), as a client that waits for
+// its adds would.
+func (in *ingest) worker(ctx context.Context, s *store.Store, gen *rowGen, cfg IngestConfig, phase time.Duration) {
+	if sleepCtx(ctx, phase) != nil {
+		return
+	}
+	t := time.NewTicker(cfg.SealEvery)
+	defer t.Stop()
+	for {
+		rec, ids, err := gen.batch(cfg.RowsPerGeneration)
+		if err != nil {
+			in.mu.Lock()
+			in.err = errors.Join(in.err, err)
+			in.mu.Unlock()
+			return
+		}
+		err = s.Append(ctx, rec)
+		rec.Release()
+		in.mu.Lock()
+		into := in.want
+		if err != nil {
+			// Not acknowledged, yet maybe durable (the WAL entry may have been
+			// written before the context ended).
+			into = in.maybe
+			if ctx.Err() == nil {
+				in.appendFailures++
+			}
+		}
+		for _, id := range ids {
+			into[id] = true
+		}
+		in.mu.Unlock()
+		if err == nil {
+			g, err := s.Seal(ctx)
+			in.mu.Lock()
+			switch {
+			case err != nil && ctx.Err() == nil:
+				in.sealFailures++ // the rows stay in the memtable for the next seal
+			case err == nil && g != nil:
+				in.sealed++
+			}
+			in.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sample counts the pending generations of the store at dir every interval until
+// ctx ends. It reads raw, the bucket without latency or counters, so the sampling
+// neither slows the run nor shows in its request counts.
+func sample(ctx context.Context, raw *objstore.Bucket, dir string, start time.Time, every time.Duration, out *[]IngestSample) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		n, err := pendingGenerations(ctx, raw, dir)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("ingest: count pending generations: %w", err)
+		}
+		*out = append(*out, IngestSample{At: time.Since(start), Pending: n})
+	}
+}
+
+// summarize derives the maxima, the steady-state median and Bounded from the
+// samples.
+func (r *IngestResult) summarize(cfg IngestConfig) {
+	var last []int
+	third := r.Elapsed / 3
+	for _, s := range r.Samples {
+		r.MaxPending = max(r.MaxPending, s.Pending)
+		switch {
+		case s.At >= 2*third:
+			r.LastMax = max(r.LastMax, s.Pending)
+			last = append(last, s.Pending)
+		case s.At >= third:
+			r.MiddleMax = max(r.MiddleMax, s.Pending)
+		}
+	}
+	r.MaxPending = max(r.MaxPending, r.FinalPending)
+	r.LastMax = max(r.LastMax, r.FinalPending)
+	last = append(last, r.FinalPending)
+	r.SteadyP50 = medianInt(last)
+	r.Bounded = float64(r.LastMax) <= 1.1*float64(r.MiddleMax)+float64(cfg.Workers)
+}
+
+func medianInt(v []int) int {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// readTasks counts the run's merge_wal tasks from the master's task store.
+func (r *IngestResult) readTasks(ctx context.Context, ts *tasks.Store) error {
+	var times durations
+	token := ""
+	for {
+		page, next, err := ts.List(ctx, tasks.ListFilter{Kind: tasks.KindMergeWAL, Limit: tasks.MaxListLimit, PageToken: token})
+		if err != nil {
+			return fmt.Errorf("ingest: list merge_wal tasks: %w", err)
+		}
+		for _, t := range page {
+			r.Tasks++
+			if t.State == tasks.StateFailed {
+				r.FailedTasks++
+				if r.FirstError == "" {
+					r.FirstError = t.Error
+				}
+			}
+			var n int64
+			if _, err := fmt.Sscanf(t.Detail, "merged %d", &n); err == nil {
+				r.MergedByTasks += n
+				if n == 0 {
+					r.EmptyTasks++
+				}
+			}
+			if t.State.Finished() && !t.StartedAt.IsZero() {
+				times = append(times, t.FinishedAt.Sub(t.StartedAt))
+			}
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	r.TaskTimes = times.quantiles()
+	return nil
+}
+
+// serveWorkers serves every worker's real gRPC WorkerService on a loopback port and
+// returns them as a static discovery list, and a func that stops the servers.
+func serveWorkers(workers []*benchWorker) (master.StaticDiscovery, func(), error) {
+	var discovery master.StaticDiscovery
+	var stops []func()
+	stop := func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	for _, wk := range workers {
+		svc, err := worker.NewWorkerService(worker.WorkerServiceConfig{InstanceID: wk.id, Stores: wk.stores, Merger: wk.merger})
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("worker service of %s: %w", wk.id, err)
+		}
+		gs, err := worker.NewGRPCServer(worker.GRPCConfig{Service: svc})
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("gRPC server of %s: %w", wk.id, err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("listen for %s: %w", wk.id, err)
+		}
+		go func() { _ = gs.Serve(ln) }()
+		stops = append(stops, gs.Stop)
+		discovery = append(discovery, master.Worker{InstanceID: wk.id, GRPCAddr: ln.Addr().String()})
+	}
+	return discovery, stop, nil
+}
