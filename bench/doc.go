@@ -11,6 +11,9 @@
 //     own shard at once) against NewShapeSerialFanOut (one merge_wal task in etcd,
 //     the master's Scheduler and FanOut calling the workers' gRPC WorkerService one
 //     after another).
+//   - RunIngest, sustained ingest: workers seal a generation every second while a
+//     real master (master.New) scans, sweeps and merges; do pending generations stay
+//     bounded, with the serial and the two-phase fan-out?
 //   - RunLock, the lock held across the read: adds and gets while one worker
 //     merges, and while two merge at once and their commits conflict.
 //     OldShapeLockAcrossRead (the exclusive lock from the first read to the end of

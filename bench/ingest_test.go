@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,5 +32,21 @@ func TestIngestMergesWhileWorkersSeal(t *testing.T) {
 		}
 		t.Logf("%s: sealed %d, merged %d, tasks %d (empty %d), pending max %d, steady p50 %d, final %d, bounded %v",
 			mode, res.Sealed, res.Merged, res.Tasks, res.EmptyTasks, res.MaxPending, res.SteadyP50, res.FinalPending, res.Bounded)
+	}
+}
+
+// The report's ingest subsection has its own heading, a row per run, and says when
+// pending generations were not bounded.
+func TestIngestSectionMarkdown(t *testing.T) {
+	cfg := DefaultIngestConfig(3)
+	r := &Report{IngestRuns: []IngestRun{
+		{Config: cfg, Result: IngestResult{Mode: master.FanOutSerial, Sealed: 540, Elapsed: 3 * time.Minute, MaxPending: 540, Bounded: false}},
+		{Config: cfg, Result: IngestResult{Mode: master.FanOutTwoPhase, Sealed: 540, Merged: 500, Elapsed: 3 * time.Minute, Bounded: true}},
+	}}
+	md := r.Markdown()
+	for _, want := range []string{"### 1b. Sustained ingest\n", "| 3 | 5m0s / 1m0s (defaults) | serial | 540 (3.0) | 0.0 |", "| **no** |", "| two-phase |"} {
+		if !strings.Contains(md, want) {
+			t.Fatalf("no %q in:\n%s", want, md)
+		}
 	}
 }

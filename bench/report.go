@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
 )
 
 // Report is one run of the scenarios, rendered as the "Incident reproductions"
@@ -24,6 +26,9 @@ type Report struct {
 	Storm       []StormResult // old shape first
 	// FanOutRuns are the fan-out shapes' merge throughput (FanOutThroughputConfigs).
 	FanOutRuns []FanOutThroughput
+	// IngestRuns are issue 16's sustained-ingest runs, both fan-out shapes of
+	// each configuration (IngestConfigs).
+	IngestRuns []IngestRun
 	LockConfig LockConfig
 	Lock       []LockResult // by Mergers, old shape first
 	FanoutCfg  FanoutConfig
@@ -71,6 +76,9 @@ func (r *Report) scenarioSections() []string {
 	}
 	if len(r.Storm) > 0 {
 		add(r.stormSection)
+	}
+	if len(r.IngestRuns) > 0 {
+		add(r.ingestSection)
 	}
 	if len(r.Lock) > 0 {
 		add(r.lockSection)
@@ -155,6 +163,69 @@ func (r *Report) stormSection(p printer) {
 			p("| %s generations of %s rows | %s | %s | %.0f | %.0f | %d | %d |\n", fmtCount(float64(c.Workers*c.GenerationsPerWorker)),
 				fmtCount(float64(c.RowsPerGeneration)), s.Shape, fmtDur(s.Elapsed), run.GenerationsPerSecond(), run.RowsPerSecond(),
 				s.Requests, s.Versions)
+		}
+	}
+	p("\n")
+}
+
+func (r *Report) ingestSection(p printer) {
+	c := r.IngestRuns[0].Config
+	var counts []string
+	for _, run := range r.IngestRuns {
+		if n := fmt.Sprint(run.Config.Workers); !slices.Contains(counts, n) {
+			counts = append(counts, n)
+		}
+	}
+	p("### 1b. Sustained ingest\n\n")
+	p("%s workers (goroutines of this process, each with its own store handles and merger and its real gRPC "+
+		"`WorkerService` on loopback) each append %d rows (%s) to one rollout store through `store.Store.Append` and "+
+		"seal them into a generation every %s, at phases spread over the interval, for %s per run. The bucket is "+
+		"`mem://` with %s (+ up to %s) per request and at most %d requests in flight (the rest wait), the latency of "+
+		"the merge-throughput runs above, from the start: appends, seals, scans and merges all pay their round trips. "+
+		"A master built by `master.New` as `cmd/master` builds it (static discovery of the workers, every setting at "+
+		"its default except MERGE_FANOUT and, where the table says so, STATS_SCAN_INTERVAL and MERGE_WAL_INTERVAL) runs "+
+		"its stats scanner, merge sweep (MERGE_WAL_MIN_GENERATIONS %d), scheduler and fan-out on embedded etcd; "+
+		"nothing else merges (the workers' own sweepers are not run: the cleanup timer's first merge would come after "+
+		"300 s, and the count trigger is off by default).\n\n",
+		strings.Join(counts, " and "), c.RowsPerGeneration, rowDesc(c.Row), fmtDur(c.SealEvery), fmtDur(c.Duration),
+		fmtDur(c.Latency), fmtDur(c.Jitter), c.MaxConcurrent, scanner.DefaultMinGenerations)
+	p("Pending generations (every shard's, above its merged watermark) are counted every %s from the bucket, "+
+		"outside the latency and the request counts. \"Steady p50\" is the median of the last third of the run; "+
+		"\"bounded\" means the last third's maximum is at most 1.1x the middle third's plus one generation per worker "+
+		"(one round of seals), which a backlog that keeps growing fails. Merged generations/s is (generations sealed "+
+		"- pending at the end) / run time. Tasks are the `merge_wal` tasks the sweep enqueued (empty: merged nothing), "+
+		"with their time from claim to finish. After each run whatever is pending is merged without latency and every "+
+		"acknowledged row is checked to be in the base table once. Load averages (1, 5, 15 min) are this shared "+
+		"2-core machine's at the start and end of each run: other agents' work ran alongside.\n\n", fmtDur(c.SampleEvery))
+	p("| workers | scan / sweep interval | fan-out | generations sealed (/s) | merged /s | merge_wal tasks (empty, failed) | task time p50 / max | pending: max | steady p50 | final | max: middle / last third | bounded | object-store requests | load average start / end |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, run := range r.IngestRuns {
+		c, s := run.Config, run.Result
+		scan, sweep := c.Intervals()
+		iv := fmt.Sprintf("%s / %s", fmtDur(scan), fmtDur(sweep))
+		if c.ScanInterval <= 0 && c.SweepInterval <= 0 {
+			iv += " (defaults)"
+		}
+		bounded := "yes"
+		if !s.Bounded {
+			bounded = "**no**"
+		}
+		taskTime := "-"
+		if s.TaskTimes.N > 0 {
+			taskTime = fmtDur(s.TaskTimes.P50) + " / " + fmtDur(s.TaskTimes.Max)
+		}
+		p("| %d | %s | %s | %d (%.1f) | %.1f | %d (%d, %d) | %s | %d | %d | %d | %d / %d | %s | %d | %s / %s |\n",
+			c.Workers, iv, s.Mode, s.Sealed, s.SealedPerSecond(), s.MergedPerSecond(), s.Tasks, s.EmptyTasks, s.FailedTasks,
+			taskTime, s.MaxPending, s.SteadyP50, s.FinalPending, s.MiddleMax, s.LastMax, bounded, s.Requests,
+			orUnknown(s.LoadStart), orUnknown(s.LoadEnd))
+	}
+	for _, run := range r.IngestRuns {
+		if s := run.Result; s.FirstError != "" {
+			p("\n%d workers, %s: first failed task: `%s`\n", run.Config.Workers, s.Mode, s.FirstError)
+		}
+		if s := run.Result; s.AppendFailures+s.SealFailures > 0 {
+			p("\n%d workers, %s: %d appends and %d seals failed during the run.\n", run.Config.Workers, s.Mode,
+				s.AppendFailures, s.SealFailures)
 		}
 	}
 	p("\n")

@@ -1,7 +1,7 @@
 // Command tidemark-bench runs the incident reproductions of package bench and
 // writes their table into BENCHMARKS.md. `make bench` runs it (scripts/bench.sh).
 //
-//	tidemark-bench run [--only storm,lock,fanout,throughput,memory,maintenance] [--write BENCHMARKS.md [--keep-others]]
+//	tidemark-bench run [--only storm,ingest,lock,fanout,throughput,memory,maintenance] [--write BENCHMARKS.md [--keep-others]]
 //
 // memory-build and memory-merge are the worker processes of the memory scenario;
 // run starts them itself.
@@ -22,9 +22,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tidemark-io/tidemark/bench"
+	"github.com/tidemark-io/tidemark/pkg/master"
 )
 
-var scenarios = []string{"storm", "lock", "fanout", "throughput", "memory", "maintenance"}
+var scenarios = []string{"storm", "ingest", "lock", "fanout", "throughput", "memory", "maintenance"}
 
 func main() {
 	// The production packages log through slog.Default where no logger is passed;
@@ -56,6 +57,10 @@ type runFlags struct {
 	// Sizes that may need adjusting to a slower machine.
 	stormScale  float64
 	memoryBytes int64
+	// ingestDuration is each sustained-ingest run's length; ingestShort adds the
+	// runs with short scan and sweep intervals to those at the master's defaults.
+	ingestDuration time.Duration
+	ingestShort    bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -74,6 +79,8 @@ func newRunCmd() *cobra.Command {
 	fs.StringVar(&f.dir, "dir", "", "scratch directory (default: a new temporary directory, removed at the end)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of every generator of rows, jitter and client choices")
 	fs.Float64Var(&f.stormScale, "storm-time-scale", 1, "commit storm: multiply the reference's 50 ms latency, 30 s retry timeout and 30 s timer by this (below 1: a shorter, less faithful run)")
+	fs.DurationVar(&f.ingestDuration, "ingest-duration", 3*time.Minute, "sustained ingest: length of each run (4 or 8 runs)")
+	fs.BoolVar(&f.ingestShort, "ingest-short-intervals", true, "sustained ingest: also run with a 10 s stats scan and a 5 s merge sweep, besides the master's defaults")
 	fs.Int64Var(&f.memoryBytes, "memory-backlog-bytes", 1<<30, "memory scenario: generation bytes of the backlog merged")
 	return cmd
 }
@@ -137,6 +144,17 @@ func run(ctx context.Context, f runFlags) error {
 					return fmt.Errorf("fan-out throughput: %w", err)
 				}
 				r.FanOutRuns = append(r.FanOutRuns, bench.FanOutThroughput{Config: cfg, Result: res})
+			}
+		}
+	}
+	if want("ingest") {
+		for _, cfg := range bench.IngestConfigs(f.ingestDuration, f.ingestShort) {
+			for _, mode := range []string{master.FanOutSerial, master.FanOutTwoPhase} {
+				res, err := bench.RunIngest(ctx, env, cfg, mode)
+				if err != nil {
+					return fmt.Errorf("sustained ingest: %w", err)
+				}
+				r.IngestRuns = append(r.IngestRuns, bench.IngestRun{Config: cfg, Result: res})
 			}
 		}
 	}
