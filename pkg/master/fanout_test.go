@@ -256,6 +256,55 @@ func TestTwoPhaseStoppedAtACommitAbortsThePreparesLeft(t *testing.T) {
 	}
 }
 
+// gatedPreparer prepares only once another worker has committed: a fan-out that
+// waited for every prepare before the first commit would wait for it forever
+// (until the worker timeout fails the prepare).
+type gatedPreparer struct {
+	countingWorker
+	committed <-chan struct{}
+}
+
+func (w *gatedPreparer) PrepareMerge(ctx context.Context, r *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
+	select {
+	case <-w.committed:
+		return w.countingWorker.PrepareMerge(ctx, r)
+	case <-ctx.Done():
+		return nil, status.Error(codes.DeadlineExceeded, "never saw a commit while preparing")
+	}
+}
+
+// The first worker commits while a later worker still prepares: the commits are
+// the serial part of a task, so they start as soon as the worker's own prepare
+// (and the commit before it) is done, not after the slowest prepare. The order
+// stays discovery's.
+func TestTwoPhaseCommitsWhileLaterWorkersStillPrepare(t *testing.T) {
+	var inFlight, maxSeen atomic.Int32
+	commits := &orderLog{}
+	committed := make(chan struct{})
+	var once sync.Once
+	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen, commits: commits}
+	w1 := &gatedPreparer{countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen, commits: commits}, committed}
+	caller := NewGRPCCaller(GRPCCallerConfig{})
+	defer caller.Close()
+	f := &FanOut{Discovery: StaticDiscovery{startWorker(t, w0), {InstanceID: "w1", GRPCAddr: startWorkerService(t, w1)}},
+		Caller: caller, WorkerTimeout: 30 * time.Second,
+		OnWorkerDone: func(w Worker, _ time.Duration, err error) {
+			if w.InstanceID == "w0" && err == nil {
+				once.Do(func() { close(committed) })
+			}
+		}}
+	detail, err := f.Run(context.Background(), claimFor("s", 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if detail != "merged 4 generations across 2/2 workers" {
+		t.Fatalf("detail %q", detail)
+	}
+	if got := fmt.Sprint(commits.get()); got != "[w0@0 w1@0]" {
+		t.Fatalf("commits %s, want [w0@0 w1@0]", got)
+	}
+}
+
 // failingPreparer fails its prepare; the others must still commit.
 type failingPreparer struct{ countingWorker }
 

@@ -19,58 +19,97 @@ import (
 const abortTimeout = 10 * time.Second
 
 // twoPhase has every worker prepare its merge at once (at most
-// PrepareConcurrency in flight), then commits them one after another in
-// discovery's order, so commits never overlap. Preparing reads the generations,
-// deduplicates and stages the fragment: the bulk of a merge, and it commits
-// nothing, so it needs no turn; each commit only rebases onto the commits before
-// it (fragments of other shards) and writes the manifest.
+// PrepareConcurrency in flight, started in discovery's order) and commits them
+// one after another in discovery's order, so commits never overlap. Preparing
+// reads the generations, deduplicates and stages the fragment: the bulk of a
+// merge, and it commits nothing, so it needs no turn; each commit only rebases
+// onto the commits before it (fragments of other shards) and writes the manifest.
+// A worker's commit starts as soon as its own prepare and the commit before it
+// are done, so the commits overlap the prepares still running instead of waiting
+// for the slowest of them.
 //
 // A worker whose prepare fails is skipped, with the failure reported, and the
 // others commit (a prepare changes nothing, so skipping it loses nothing: the
-// next task merges that shard). A store deleted skips the task. In the commit
-// phase the serial fan-out's rules apply (FanOut.call); when they stop it, the
-// prepares not committed are aborted.
+// next task merges that shard). A store deleted skips the rest of the task. In
+// the commit phase the serial fan-out's rules apply (FanOut.call); when they stop
+// it, the prepares not committed are aborted once they are done.
 func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller, workers []Worker, t *tally, log *slog.Logger) error {
 	target, token := c.Task.Target, c.FencingToken
 	type prepared struct {
-		r        MergeResult
 		err      error
 		timedOut bool
+		done     chan struct{} // closed once err and timedOut are set
 	}
 	res := make([]prepared, len(workers))
+	for i := range res {
+		res[i].done = make(chan struct{})
+	}
 	g := errgroup.Group{}
 	if f.PrepareConcurrency > 0 {
 		g.SetLimit(f.PrepareConcurrency)
 	}
-	for i, w := range workers {
-		g.Go(func() error {
-			r, timedOut, d, err := f.bounded(ctx, w, func(ctx context.Context) (MergeResult, error) {
-				return tp.PrepareMerge(ctx, w, target, token)
+	launched := make(chan struct{})
+	go func() {
+		defer close(launched)
+		for i, w := range workers {
+			g.Go(func() error { // blocks while PrepareConcurrency prepares run
+				defer close(res[i].done)
+				_, timedOut, d, err := f.bounded(ctx, w, func(ctx context.Context) (MergeResult, error) {
+					return tp.PrepareMerge(ctx, w, target, token)
+				})
+				// One observation per worker and task: its commit's, or a failed prepare's.
+				if err != nil && f.OnWorkerDone != nil {
+					f.OnWorkerDone(w, d, err)
+				}
+				res[i].err, res[i].timedOut = err, timedOut
+				return nil
 			})
-			// One observation per worker and task: its commit's, or a failed prepare's.
-			if err != nil && f.OnWorkerDone != nil {
-				f.OnWorkerDone(w, d, err)
+		}
+	}()
+	// stop aborts, once every prepare is done, those from..len(workers)-1 that
+	// succeeded and every one that timed out (it may still finish, and nothing
+	// would commit it).
+	var late []Worker
+	stop := func(from int) {
+		<-launched
+		_ = g.Wait()
+		abort := late
+		for i := from; i < len(workers); i++ {
+			if res[i].err == nil {
+				abort = append(abort, workers[i])
 			}
-			res[i] = prepared{r: r, err: err, timedOut: timedOut}
-			return nil
-		})
+		}
+		f.abort(ctx, tp, abort, target, token, log)
 	}
-	_ = g.Wait()
 
-	var commit, late []Worker
-	var gone error
+	// Each commit tells the next the version it created, so the next one reads it
+	// instead of searching for the newest version: the commits are the serial part
+	// of the task, and the search is several round trips of each.
+	var version uint64
 	for i, w := range workers {
-		err := res[i].err
-		switch {
+		<-res[i].done // every prepare ends: bounded by the worker timeout
+		switch err := res[i].err; {
 		case err == nil:
-			commit = append(commit, w)
-			continue
+			if err := ctx.Err(); err != nil {
+				stop(i)
+				return err
+			}
+			err := f.call(ctx, w, "merge", t, log, func(ctx context.Context) (MergeResult, error) {
+				r, err := tp.CommitMerge(ctx, w, target, token, version)
+				version = max(version, r.BaseVersion)
+				return r, err
+			})
+			if err != nil {
+				stop(i + 1)
+				return err
+			}
 		case errors.Is(err, ErrUnreachable):
 			log.Warn("merge_wal: worker unreachable, skipping it", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
 			t.unavailable = append(t.unavailable, w.InstanceID)
 		case errclass.Of(err) == errclass.Gone:
 			log.Info("merge_wal: the store is deleted; the task is skipped", "worker", w.InstanceID, "err", err)
-			gone = errclass.Wrap(errclass.Gone, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
+			stop(i + 1)
+			return errclass.Wrap(errclass.Gone, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
 		case errclass.Of(err) == errclass.Halt:
 			log.Error("merge_wal: worker found a corrupt object; an operator must look, the other workers go on",
 				"worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
@@ -86,31 +125,7 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 			t.failures = append(t.failures, fmt.Errorf("worker %s (%s): prepare: %w", w.InstanceID, w.GRPCAddr, err))
 		}
 	}
-	f.abort(ctx, tp, late, target, token, log)
-	if gone != nil {
-		f.abort(ctx, tp, commit, target, token, log)
-		return gone
-	}
-	if err := ctx.Err(); err != nil {
-		f.abort(ctx, tp, commit, target, token, log)
-		return err
-	}
-
-	// Each commit tells the next the version it created, so the next one reads it
-	// instead of searching for the newest version: the commits are the serial part
-	// of the task, and the search is several round trips of each.
-	var version uint64
-	for i, w := range commit {
-		err := f.call(ctx, w, "merge", t, log, func(ctx context.Context) (MergeResult, error) {
-			r, err := tp.CommitMerge(ctx, w, target, token, version)
-			version = max(version, r.BaseVersion)
-			return r, err
-		})
-		if err != nil {
-			f.abort(ctx, tp, commit[i+1:], target, token, log)
-			return err
-		}
-	}
+	stop(len(workers))
 	return nil
 }
 

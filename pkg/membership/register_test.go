@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testwait"
 )
 
 // registrationLiveness bounds every wait for etcd to show a change.
@@ -63,16 +65,15 @@ func runRegistration(t *testing.T, client *clientv3.Client, prefix string, opts 
 // and returns it.
 func waitRecord(t *testing.T, client *clientv3.Client, key string, not int64) (value []byte, lease int64) {
 	t.Helper()
-	deadline := time.Now().Add(registrationLiveness)
-	for time.Now().Before(deadline) {
+	testwait.For(t, registrationLiveness, fmt.Sprintf("a record at %s under a lease other than %x", key, not), func() (bool, string) {
 		resp, err := client.Get(context.Background(), key)
-		if err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0 && resp.Kvs[0].Lease != not {
-			return resp.Kvs[0].Value, resp.Kvs[0].Lease
+		if err != nil || len(resp.Kvs) != 1 {
+			return false, fmt.Sprintf("get: %v, %v", resp, err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no record at %s (under a lease other than %x) within %s", key, not, registrationLiveness)
-	return nil, 0
+		value, lease = resp.Kvs[0].Value, resp.Kvs[0].Lease
+		return lease != 0 && lease != not, fmt.Sprintf("lease %x", lease)
+	})
+	return value, lease
 }
 
 func TestRegistrationPutsTheRecordUnderALeaseAndRevokesItOnStop(t *testing.T) {
@@ -143,19 +144,17 @@ func TestRegistrationPutsBackARecordDeletedWhileItsLeaseLives(t *testing.T) {
 	if _, err := client.Delete(context.Background(), "/reg3/workers/w1"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(registrationLiveness)
-	for {
+	var back int64
+	testwait.For(t, registrationLiveness, "the deleted record put back", func() (bool, string) {
 		resp, err := client.Get(context.Background(), "/reg3/workers/w1")
-		if err == nil && len(resp.Kvs) == 1 {
-			if resp.Kvs[0].Lease != lease {
-				t.Fatalf("record back under lease %x, want the same lease %x", resp.Kvs[0].Lease, lease)
-			}
-			return
+		if err != nil || len(resp.Kvs) != 1 {
+			return false, fmt.Sprintf("get: %v, %v", resp, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("deleted record not put back")
-		}
-		time.Sleep(10 * time.Millisecond)
+		back = resp.Kvs[0].Lease
+		return true, ""
+	})
+	if back != lease {
+		t.Fatalf("record back under lease %x, want the same lease %x", back, lease)
 	}
 }
 
@@ -165,11 +164,17 @@ func TestRegistrationPutsBackARecordDeletedWhileItsLeaseLives(t *testing.T) {
 func TestRegistrationSurvivesAnEtcdOutageLongerThanItsLease(t *testing.T) {
 	srv := etcdtest.StartServer(t)
 	client := srv.Client(t)
-	runRegistration(t, client, "/reg4")
+	var log testwait.Log
+	runRegistration(t, client, "/reg4", WithLogger(log.Logger()))
 	_, lease := waitRecord(t, client, "/reg4/workers/w1", 0)
 
 	srv.Stop()
-	time.Sleep(4 * time.Second) // two TTLs: the client's keepalive deadline passes
+	// The keepalive gives up once its deadline (a TTL) passes without etcd; the
+	// registration says so and keeps trying.
+	const lost = "worker registration lost (lease expired or revoked); registering again"
+	testwait.For(t, registrationLiveness, "the registration to see its lease lost", func() (bool, string) {
+		return log.Count(lost) > 0, ""
+	})
 	srv.Restart(t)
 
 	// The old lease may have survived the restart (its TTL reset); either way the
@@ -204,13 +209,9 @@ func TestRegistrationRetriesSoonAfterAnAttemptEtcdDidNotAnswer(t *testing.T) {
 	// The first wait follows the lost lease, the second the first attempt that
 	// timed out (registrationOpWait), the third the second one.
 	for wait := 1; wait <= 3; wait++ {
-		deadline := time.Now().Add(registrationLiveness)
-		for !clk.HasWaiters() {
-			if time.Now().After(deadline) {
-				t.Fatalf("wait %d: the registration never waited for its next attempt", wait)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testwait.For(t, registrationLiveness, fmt.Sprintf("wait %d: the registration to wait for its next attempt", wait), func() (bool, string) {
+			return clk.HasWaiters(), ""
+		})
 		clk.Step(minDelay)
 		if clk.HasWaiters() {
 			t.Fatalf("wait %d is longer than the minimum backoff %s while etcd does not answer", wait, minDelay)
