@@ -220,6 +220,15 @@ func (r *Report) ingestSection(p printer) {
 			orUnknown(s.LoadStart), orUnknown(s.LoadEnd))
 	}
 	for _, run := range r.IngestRuns {
+		if scan, _ := run.Config.Intervals(); run.Config.ScanInterval <= 0 && scan >= run.Config.Duration {
+			p("\nAt the master's defaults the stats scan runs at the start, when nothing is pending yet, and then "+
+				"every %s, longer than these %s runs; the sweep enqueues merges only on what a scan counted, so no "+
+				"merge can start within a run, in either fan-out shape, and pending generations grow at the rate the "+
+				"workers seal.\n", fmtDur(scan), fmtDur(run.Config.Duration))
+			break
+		}
+	}
+	for _, run := range r.IngestRuns {
 		if s := run.Result; s.FirstError != "" {
 			p("\n%d workers, %s: first failed task: `%s`\n", run.Config.Workers, s.Mode, s.FirstError)
 		}
