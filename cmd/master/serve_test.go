@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/schema"
@@ -141,21 +142,17 @@ func liveMaster(t *testing.T) string {
 			t.Logf("master logs:\n%s", logs.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if addr := logField(logs.String(), "master starting", "grpc_addr"); addr != "" {
-			return addr
-		}
+	var addr string
+	testwait.For(t, 30*time.Second, "the master started", func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("serve returned early: %v\n%s", err, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("master not started after 30 s:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		addr = logField(logs.String(), "master starting", "grpc_addr")
+		return addr != "", logs.String()
+	})
+	return addr
 }
 
 // logField returns field of the first JSON log line whose msg is msg.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/membership"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -101,25 +103,21 @@ func TestServeRegistersServesGRPCAndHTTPAndDeregistersOnShutdown(t *testing.T) {
 	}()
 
 	var rec membership.Worker
-	deadline := time.Now().Add(30 * time.Second) // liveness bound
-	for {
-		resp, err := client.Get(context.Background(), "/e2e/workers/w1")
-		if err == nil && len(resp.Kvs) == 1 {
-			if rec, err = membership.Parse("/e2e/workers/w1", resp.Kvs[0].Value); err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
+	testwait.For(t, 30*time.Second, "the worker registered", func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("serve returned before registering: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker never registered")
+		resp, err := client.Get(context.Background(), "/e2e/workers/w1")
+		if err != nil || len(resp.Kvs) != 1 {
+			return false, fmt.Sprintf("get: %v, %v", resp, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if rec, err = membership.Parse("/e2e/workers/w1", resp.Kvs[0].Value); err != nil {
+			t.Fatal(err)
+		}
+		return true, ""
+	})
 	if rec.InstanceID != "w1" || strings.HasSuffix(rec.GRPCAddr, ":0") || strings.HasSuffix(rec.HTTPAddr, ":0") || rec.StartedAt.IsZero() {
 		t.Fatalf("record %+v: want the real listen ports and a start time", rec)
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -599,20 +600,15 @@ func TestACorruptObjectFailsTheMergeAndCoolsItsTargetDown(t *testing.T) {
 // waitFinished waits until task id is done or failed.
 func waitFinished(t *testing.T, ts *tasks.Store, id string) tasks.Task {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // liveness bound only
-	for {
-		task, err := ts.Get(context.Background(), id)
-		if err != nil {
+	var task tasks.Task
+	testwait.For(t, 30*time.Second, "task "+id+" finished", func() (bool, string) {
+		var err error
+		if task, err = ts.Get(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
-		if task.State.Finished() {
-			return task
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s is still %s", id, task.State)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return task.State.Finished(), "still " + string(task.State)
+	})
+	return task
 }
 
 // TestConnectionsOfWorkersThatLeftAreClosed runs a task with two workers, then one

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tidemark-io/tidemark/internal/testwait"
 )
 
 func openMem(t *testing.T, opts ...Option) *Bucket {
@@ -66,13 +68,7 @@ func newGatedBucket(t *testing.T) (*Bucket, *gateBackend) {
 // hanging it. It asserts states, not durations.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, 10*time.Second, what, func() (bool, string) { return cond(), "" })
 }
 
 func TestMaxConcurrentCapsRequestsInFlight(t *testing.T) {

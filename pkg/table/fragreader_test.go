@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 )
 
@@ -167,13 +168,10 @@ func TestCancellingAConflictCheckStopsItsReads(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("prepare returned %s after the cancel", took)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for f.InFlight() > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := f.InFlight(); n > 0 {
-		t.Fatalf("%d requests still in flight after the cancel", n)
-	}
+	testwait.For(t, 2*time.Second, "no request in flight after the cancel", func() (bool, string) {
+		n := f.InFlight()
+		return n == 0, fmt.Sprintf("%d in flight", n)
+	})
 }
 
 func TestAFragmentShorterThanItsManifestIsCorrupt(t *testing.T) {
