@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/utils/clock"
 
+	"github.com/tidemark-io/tidemark/internal/backoff"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
@@ -136,6 +137,15 @@ func (s *Scheduler) Running() []string {
 	return ids
 }
 
+// claimRetry spaces claim rounds that etcd did not answer: from 500 ms to 30 s, so
+// a long outage does not hammer etcd, reset by the first round that answers.
+// finishRetry spaces the attempts to record a task's result: 250 ms to 5 s, since
+// the target stays locked until it is recorded.
+var (
+	claimRetry  = backoff.Policy{Min: 500 * time.Millisecond, Max: 30 * time.Second}
+	finishRetry = backoff.Policy{Min: 250 * time.Millisecond, Max: 5 * time.Second}
+)
+
 // Run claims and runs tasks until ctx is done. Then it stops claiming and waits for
 // running tasks up to drain; tasks still running after that are released back to the
 // queue (their runs are cancelled). etcd errors pause claiming with backoff; the
@@ -146,7 +156,7 @@ func (s *Scheduler) Run(ctx context.Context, drain time.Duration) {
 	var wg sync.WaitGroup
 	ticker := s.cfg.Clock.NewTicker(s.cfg.PollInterval)
 	defer ticker.Stop()
-	backoff := time.Duration(0)
+	retry := claimRetry.Start()
 	for ctx.Err() == nil {
 		if s.unsure {
 			s.unsure = s.releaseStrays(ctx, nil) != nil
@@ -157,18 +167,15 @@ func (s *Scheduler) Run(ctx context.Context, drain time.Duration) {
 		}
 		switch {
 		case err != nil && ctx.Err() == nil:
-			backoff = min(max(2*backoff, 500*time.Millisecond), 30*time.Second)
-			s.log.Warn("scheduler: claiming paused (etcd unavailable?)", "err", err, "retry_in", backoff.String())
-			select {
-			case <-ctx.Done():
-			case <-s.cfg.Clock.After(backoff):
-			}
+			wait := retry.Next()
+			s.log.Warn("scheduler: claiming paused (etcd unavailable?)", "err", err, "retry_in", wait.String())
+			_ = backoff.Sleep(ctx, s.cfg.Clock, wait)
 			continue
 		case progressed:
-			backoff = 0
+			retry.Reset()
 			continue // claim more while there is work and capacity
 		}
-		backoff = 0
+		retry.Reset()
 		select {
 		case <-ctx.Done():
 		case <-ticker.C():
@@ -402,7 +409,7 @@ func taskResult(detail string, err error) (tasks.Result, string) {
 // finished early in a 30 s outage and their one 30 s attempt ran out before etcd
 // was back.
 func (s *Scheduler) finish(ctx context.Context, c *tasks.Claim, r tasks.Result, log *slog.Logger) error {
-	backoff := 250 * time.Millisecond
+	retry := finishRetry.Start()
 	for attempt := 1; ; attempt++ {
 		fctx, cancel := context.WithTimeout(ctx, s.cfg.FinishTimeout)
 		_, err := s.cfg.Tasks.Finish(fctx, c, r)
@@ -416,13 +423,11 @@ func (s *Scheduler) finish(ctx context.Context, c *tasks.Claim, r tasks.Result, 
 		if errors.Is(err, tasks.ErrClaimLost) || ctx.Err() != nil {
 			return err
 		}
+		wait := retry.Next()
 		log.Warn("recording the task result failed (etcd unavailable?); retrying", "err", err,
-			"attempt", attempt, "retry_in", backoff.String())
-		select {
-		case <-ctx.Done():
+			"attempt", attempt, "retry_in", wait.String())
+		if backoff.Sleep(ctx, s.cfg.Clock, wait) != nil {
 			return fmt.Errorf("%w (gave up at shutdown)", err)
-		case <-s.cfg.Clock.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }

@@ -8,9 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/backoff"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"k8s.io/utils/clock"
 )
 
 // sessionOpTimeout bounds each attempt to start a session (lease check, grant):
@@ -50,6 +52,10 @@ type sessionKeeper struct {
 	ctx    context.Context // every session's keepalive context; ended by close
 	cancel context.CancelFunc
 }
+
+// sessionRetry spaces the attempts to start a new session while etcd does not
+// answer: soon at first (a blip), at most every 2 s (the claims wait on it).
+var sessionRetry = backoff.Policy{Min: 250 * time.Millisecond, Max: 2 * time.Second}
 
 // start opens the first session.
 func (k *sessionKeeper) start(ctx context.Context) error {
@@ -151,7 +157,7 @@ func (k *sessionKeeper) run(ctx context.Context) {
 		}
 		k.log.Warn("etcd session ended: no keepalive answer within the lease TTL (etcd unreachable?) or the lease is gone; starting a new one",
 			"lease", leaseHex(old.Lease()))
-		backoff := 250 * time.Millisecond
+		retry := sessionRetry.Start()
 		for {
 			s, reused, err := k.open(ctx, old.Lease())
 			if err == nil {
@@ -170,13 +176,11 @@ func (k *sessionKeeper) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			k.log.Warn("etcd session not started; retrying", "err", err, "retry_in", backoff.String())
-			select {
-			case <-ctx.Done():
+			wait := retry.Next()
+			k.log.Warn("etcd session not started; retrying", "err", err, "retry_in", wait.String())
+			if backoff.Sleep(ctx, clock.RealClock{}, wait) != nil {
 				return
-			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, 2*time.Second)
 		}
 	}
 }

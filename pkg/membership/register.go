@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/utils/clock"
 
+	"github.com/tidemark-io/tidemark/internal/backoff"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 )
@@ -170,7 +170,9 @@ func (r *Registration) ttlSeconds() int64 {
 // the lease (deleting the record) and returns nil. Failures while ctx lives are
 // logged and retried, never returned: a worker keeps serving while etcd is away.
 func (r *Registration) Run(ctx context.Context) error {
-	delay := r.opts.backoffMin
+	// Jitter down to half a delay: workers that lost etcd together do not come
+	// back in lockstep.
+	retry := backoff.Policy{Min: r.opts.backoffMin, Max: r.opts.backoffMax, Jitter: 0.5}.Start()
 	for {
 		lease, rev, err := r.register(ctx)
 		if err == nil {
@@ -186,9 +188,13 @@ func (r *Registration) Run(ctx context.Context) error {
 			// Only a registration that lasted a TTL resets the backoff, so a lease
 			// that keeps being lost at once does not turn into a busy loop.
 			if r.opts.clock.Since(held) >= r.opts.ttl {
-				delay = r.opts.backoffMin
+				retry.Reset()
 			}
-			r.log.Warn("worker registration lost (lease expired or revoked); registering again", "retry_in", delay.String())
+			wait := retry.Next()
+			r.log.Warn("worker registration lost (lease expired or revoked); registering again", "retry_in", wait.String())
+			if backoff.Sleep(ctx, r.opts.clock, wait) != nil {
+				return nil
+			}
 		} else {
 			if ctx.Err() != nil {
 				return nil
@@ -199,19 +205,14 @@ func (r *Registration) Run(ctx context.Context) error {
 				// backoff that grew through the outage. A worker that is
 				// unregistered after etcd is back is skipped by every merge; the
 				// etcd outage campaign saw it come back 24 s after etcd did.
-				delay = r.opts.backoffMin
+				retry.Reset()
 			}
-			r.log.Warn("worker registration failed; retrying", "err", err, "retry_in", delay.String())
+			wait := retry.Next()
+			r.log.Warn("worker registration failed; retrying", "err", err, "retry_in", wait.String())
+			if backoff.Sleep(ctx, r.opts.clock, wait) != nil {
+				return nil
+			}
 		}
-		// Jitter in [delay/2, delay]: workers that lost etcd together do not come
-		// back in lockstep.
-		wait := delay/2 + rand.N(delay/2+1)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.opts.clock.After(wait):
-		}
-		delay = min(2*delay, r.opts.backoffMax)
 	}
 }
 

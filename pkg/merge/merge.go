@@ -39,6 +39,8 @@ type Config struct {
 	// charge exceeds the budget is charged the whole budget).
 	BudgetBytes int64
 	Logger      *slog.Logger
+	// Clock paces the resends of throttled requests (clock.RealClock if nil).
+	Clock clock.Clock
 }
 
 // PassCostFactor is a pass's peak memory per byte of the generations it reads.
@@ -61,8 +63,8 @@ const PassCostFactor = 4
 // timeout): as long as that timeout's default.
 const throttleRetry = 30 * time.Second
 
-func retryThrottled(ctx context.Context, op func() error) error {
-	return table.RetryThrottled(ctx, clock.RealClock{}, throttleRetry, op)
+func (m *Merger) retryThrottled(ctx context.Context, op func() error) error {
+	return table.RetryThrottled(ctx, m.cfg.Clock, throttleRetry, op)
 }
 
 // generationReads bounds the generation objects one pass reads at once.
@@ -86,6 +88,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
 	}
 }
 
@@ -196,7 +201,7 @@ func (m *Merger) Prepare(ctx context.Context, s *store.Store, wait bool) (*Prepa
 	// Merge what is pending now, not what appenders seal while we work: against a
 	// steady stream of seals "until nothing is pending" might never end.
 	var sm *wal.Manifest
-	err := retryThrottled(ctx, func() (err error) {
+	err := m.retryThrottled(ctx, func() (err error) {
 		sm, err = wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
 		return err
 	})
@@ -341,7 +346,7 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 	g, gctx := errgroup.WithContext(ctx)
 	if sm == nil {
 		g.Go(func() error {
-			return retryThrottled(gctx, func() (err error) {
+			return m.retryThrottled(gctx, func() (err error) {
 				sm, err = wal.LoadShard(gctx, s.Bucket(), s.Entry().URI, s.Shard())
 				return err
 			})
@@ -400,7 +405,7 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 	for i, gen := range pick {
 		g.Go(func() error {
 			var data *wal.GenerationData
-			err := retryThrottled(gctx, func() (err error) {
+			err := m.retryThrottled(gctx, func() (err error) {
 				data, err = m.reads.Read(gctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, gen))
 				return err
 			})
@@ -493,7 +498,7 @@ func (pp *preparedPass) abort(ctx context.Context) {
 
 func (m *Merger) drain(ctx context.Context, w *wal.Writer, s *store.Store, upTo uint64) (int, error) {
 	var d wal.DrainResult
-	err := retryThrottled(ctx, func() (err error) {
+	err := m.retryThrottled(ctx, func() (err error) {
 		d, err = w.Drain(ctx, upTo)
 		return err
 	})

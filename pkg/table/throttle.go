@@ -3,21 +3,18 @@ package table
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"k8s.io/utils/clock"
 
+	"github.com/tidemark-io/tidemark/internal/backoff"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 )
 
-// Backoff of a request the store throttled (objstore.ErrThrottled, a 503 SlowDown):
-// it was refused, not performed, so it is sent again, as object-store SDKs do, after
-// an exponentially growing pause with jitter.
-const (
-	throttleFirstBackoff = 50 * time.Millisecond
-	throttleMaxBackoff   = 2 * time.Second
-)
+// throttleRetry spaces the resends of a request the store throttled
+// (objstore.ErrThrottled, a 503 SlowDown): it was refused, not performed, so it is
+// sent again, as object-store SDKs do, after 50 ms doubling to 2 s, with jitter.
+var throttleRetry = backoff.Policy{Min: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
 
 // RetryThrottled runs op until it returns anything but an error wrapping
 // objstore.ErrThrottled, the context ends, or the next attempt would start more
@@ -25,22 +22,19 @@ const (
 // after a throttling error (a throttled request was not performed).
 func RetryThrottled(ctx context.Context, clk clock.Clock, limit time.Duration, op func() error) error {
 	deadline := clk.Now().Add(limit)
-	backoff := throttleFirstBackoff
+	b := throttleRetry.Start()
 	for {
 		err := op()
 		if !errors.Is(err, objstore.ErrThrottled) {
 			return err
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := b.Next()
 		if clk.Now().Add(wait).After(deadline) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, clk, wait) != nil {
 			return err
-		case <-clk.After(wait):
 		}
-		backoff = min(2*backoff, throttleMaxBackoff)
 	}
 }
 

@@ -264,7 +264,7 @@ func (w *Writer) claimOne(ctx context.Context, pos uint64, data []byte) (*entry,
 	var err error
 	for attempt := 1; attempt <= fenceAttempts; attempt++ {
 		if attempt > 1 {
-			if serr := sleepCtx(ctx, backoff(attempt)); serr != nil {
+			if serr := sleepCtx(ctx, raceRetry.Delay(attempt)); serr != nil {
 				return nil, serr
 			}
 		}

@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/backoff"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/versions"
+	"k8s.io/utils/clock"
 )
 
 // ErrNoShard means the shard has no manifest version: no writer ever opened it, or
@@ -183,28 +184,22 @@ func (s *shard) edit(ctx context.Context, known *Manifest, txnKind string, fn fu
 		if attempt >= maxEditAttempts {
 			return fail(fmt.Errorf("%s: gave up editing the manifest after %d attempts: %w", s, attempt, err))
 		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := sleepCtx(ctx, raceRetry.Delay(attempt)); err != nil {
 			return fail(err)
 		}
 		known = cur
 	}
 }
 
-// backoff is a jittered exponential delay: 1-2 ms doubling up to 64-128 ms.
-func backoff(attempt int) time.Duration {
-	d := time.Millisecond << min(attempt-1, 6)
-	return d + rand.N(d)
-}
+// raceRetry spaces the attempts of a manifest edit or fence claim that lost a race:
+// 1-2 ms doubling up to 64-128 ms. The other writer has just written, so the retry
+// is soon; the jitter keeps two losers from colliding again.
+var raceRetry = backoff.Policy{Min: 2 * time.Millisecond, Max: 128 * time.Millisecond, Jitter: 0.5}
 
+// sleepCtx waits in real time: the writer's clock (Options.Clock) stamps data and
+// tests move it at will, while a retry waits for the store.
 func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return backoff.Sleep(ctx, clock.RealClock{}, d)
 }
 
 // randomHex returns 2n random hex characters.
