@@ -87,7 +87,7 @@ func TestClusterWithTokenAndMutualTLSMergesAndRefusesCallersWithoutCredentials(t
 		t.Helper()
 		code, body, err := postWith(c.httpc, w.url()+"/api/v1/rollouts/"+store+"/records?flush=true", "",
 			fmt.Sprintf(`{"records":[{"id":%q,"rollout_id":"r"}]}`, id))
-		if err != nil || code != http.StatusOK {
+		if err != nil || code != http.StatusCreated {
 			t.Fatalf("add %s through %s: %d %s %v", id, w.id, code, body, err)
 		}
 	}
@@ -106,12 +106,10 @@ func TestClusterWithTokenAndMutualTLSMergesAndRefusesCallersWithoutCredentials(t
 		}
 	}
 	var st struct {
-		Stats struct {
-			PendingGenerations int `json:"pending_generations"`
-		} `json:"stats"`
+		PendingGenerations int `json:"pending_generations"`
 	}
 	code, body, err := c.get(w1.url() + "/api/v1/rollouts/" + store)
-	if err != nil || code != http.StatusOK || json.Unmarshal(body, &st) != nil || st.Stats.PendingGenerations != 1 {
+	if err != nil || code != http.StatusOK || json.Unmarshal(body, &st) != nil || st.PendingGenerations != 1 {
 		t.Fatalf("store after refused merges: %d %s %v, want 1 pending generation", code, body, err)
 	}
 

@@ -391,7 +391,7 @@ func (c *cluster) resend(t *testing.T, client *http.Client, batches []loadgen.Ba
 			if err == nil {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
+				if resp.StatusCode == http.StatusCreated {
 					break
 				}
 				err = fmt.Errorf("%d", resp.StatusCode)

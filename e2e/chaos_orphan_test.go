@@ -304,7 +304,7 @@ func (o *orphanLedger) record(w *workerProc, store string, ids []string, status 
 	lf := o.current[w.id]
 	o.mu.Unlock()
 	l.record(w, store, ids, status)
-	if status == http.StatusOK && lf != nil {
+	if status == http.StatusCreated && lf != nil {
 		lf.mu.Lock()
 		lf.acked[store] = append(lf.acked[store], ids...)
 		lf.mu.Unlock()

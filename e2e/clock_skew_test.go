@@ -83,7 +83,7 @@ func addWithToken(t *testing.T, u, body string, after uint64) uint64 {
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("POST %s: %d %s", u, resp.StatusCode, out)
 	}
 	seq, err := strconv.ParseUint(resp.Header.Get(worker.SeqHeader), 10, 64)

@@ -125,14 +125,14 @@ func TestDevRunsAClusterWhoseExampleCommandsWork(t *testing.T) {
 		t.Fatalf("example 3 %q does not export AUTH_TOKEN_FILE for master admin", requeue)
 	}
 	if _, err := exec.LookPath("curl"); err == nil {
-		if out := sh(addRows); !strings.Contains(out, `"added":2`) {
+		if out := sh(addRows); !strings.Contains(out, `"count":2`) {
 			t.Fatalf("%s\nanswered %q, want 2 rows added", addRows, out)
 		}
 	} else {
 		t.Log("no curl: adding the example rows through Go instead")
 		resp, err := http.Post(first.workers["w1"]+"/api/v1/rollouts/demo/records?flush=true", "application/json",
 			strings.NewReader(`{"records":[{"id":"r1-0","rollout_id":"r1"},{"id":"r1-1","rollout_id":"r1"}]}`))
-		if err != nil || resp.StatusCode != http.StatusOK {
+		if err != nil || resp.StatusCode != http.StatusCreated {
 			t.Fatalf("add rows: %v %v", resp, err)
 		}
 		resp.Body.Close()

@@ -166,12 +166,10 @@ func pendingOf(c *cluster, name string) (int, error) {
 		return 0, fmt.Errorf("stats of %s: %d %s %v", name, code, body, err)
 	}
 	var page struct {
-		Stats struct {
-			Pending int `json:"pending_generations"`
-		} `json:"stats"`
+		Pending int `json:"pending_generations"`
 	}
 	if err := json.Unmarshal(body, &page); err != nil {
 		return 0, fmt.Errorf("stats of %s: %v: %s", name, err, body)
 	}
-	return page.Stats.Pending, nil
+	return page.Pending, nil
 }

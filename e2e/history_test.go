@@ -204,7 +204,7 @@ func (hc *historyCampaign) client(ctx context.Context, n int, rng *rand.Rand, wo
 			switch {
 			case err != nil:
 				op.Outcome, op.Err = history.Unknown, err.Error()
-			case code != http.StatusOK:
+			case code != http.StatusCreated:
 				op.Outcome, op.Err = history.Failed, fmt.Sprintf("%d %s", code, strings.TrimSpace(body))
 			case json.Unmarshal([]byte(body), &ans) != nil || ans.Seq == 0:
 				op.Outcome, op.Err = history.Failed, "answer without seq: "+body

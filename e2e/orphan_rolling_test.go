@@ -212,7 +212,7 @@ func addThroughFleet(ctx context.Context, client *http.Client, f *fleet, g int, 
 	}
 }
 
-// rowLedger records the ids of adds by their answer: acknowledged (200) or maybe
+// rowLedger records the ids of adds by their answer: acknowledged (201) or maybe
 // (any other answer, or none: written or not, nobody knows).
 type rowLedger struct {
 	mu       sync.Mutex
@@ -229,7 +229,7 @@ func (l *rowLedger) record(_ *workerProc, _ string, ids []string, status int) {
 	}
 	l.byStatus[status]++
 	dst := l.maybe
-	if status == http.StatusOK {
+	if status == http.StatusCreated {
 		dst = l.acked
 	}
 	for _, id := range ids {

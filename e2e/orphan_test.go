@@ -39,7 +39,7 @@ func TestAShardWhoseWorkerNeverReturnsIsAdoptedAndItsRowsAppearOnce(t *testing.T
 		if flush {
 			path += "?flush=true"
 		}
-		mustSend(t, client, http.MethodPost, path, fmt.Sprintf(`{"rows":[{"id":%q,"n":1}]}`, id), http.StatusOK)
+		mustSend(t, client, http.MethodPost, path, fmt.Sprintf(`{"rows":[{"id":%q,"n":1}]}`, id), http.StatusCreated)
 		acked[id] = true
 	}
 	for i := range 20 {

@@ -249,10 +249,10 @@ type listedRecord struct {
 	Content string `json:"content"`
 }
 
-// listRecords lists a rollout store's records through a worker, in one page (one
-// snapshot), with the query's other parameters (?after=).
+// listRecords lists every record of a rollout store through a worker (no limit:
+// one streamed answer from one snapshot), with the query's other parameters
+// (?after=).
 func listRecords(httpc *http.Client, u string, q url.Values) ([]listedRecord, error) {
-	q.Set("limit", "10000")
 	code, body, err := httpGetWith(httpc, u+"?"+q.Encode())
 	if err != nil {
 		return nil, err

@@ -142,7 +142,7 @@ func newServeCmd() *cobra.Command {
 	fs.IntVar(&f.walManifest, "wal-manifest-retention-count", 10, "WAL shard manifest versions kept by cleanup (the newest ones), besides those younger than --gc-safety-window")
 	bind("wal-manifest-retention-count", "WAL_MANIFEST_RETENTION_COUNT")
 	f.auth.AddServerFlags(fs)
-	fs.BoolVar(&f.authDataRoutes, "auth-data-routes", false, "the data routes (stores, rows) need the credential too; the WorkerService, flush, merge-wal and internal routes always do")
+	fs.BoolVar(&f.authDataRoutes, "auth-data-routes", false, "the data routes (stores, rows, flush) need the credential too; the WorkerService, merge-wal, compact and internal routes always do")
 	bind("auth-data-routes", "AUTH_DATA_ROUTES")
 	return cmd
 }

@@ -402,7 +402,7 @@ func (g *generator) send(ctx context.Context, k int64) {
 			break
 		}
 	}
-	if err == nil && status != http.StatusOK {
+	if err == nil && status != http.StatusCreated {
 		err = fmt.Errorf("POST %s%s: %d %s", base, path, status, msg)
 	} else if err != nil {
 		err = fmt.Errorf("POST %s%s: %w", base, path, err)

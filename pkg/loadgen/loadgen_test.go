@@ -92,7 +92,8 @@ func (f *fakeWorker) serve(w http.ResponseWriter, r *http.Request) {
 				n++
 			}
 		}
-		_ = json.NewEncoder(w).Encode(map[string]int{"added": n})
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]int{"count": n})
 	}
 }
 

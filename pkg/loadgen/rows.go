@@ -9,16 +9,17 @@ import (
 
 // GenericSchema is the schema spec of the generic store the generator writes:
 // service events with most column types a generic store has.
+// Every "nullable" is spelled out: a create request reads a missing one as true.
 const GenericSchema = `{"columns":[` +
 	`["id",{"type":"string"}],` +
-	`["ts",{"type":"timestamp"}],` +
-	`["service",{"type":"string"}],` +
-	`["event",{"type":"string"}],` +
-	`["user_id",{"type":"int64"}],` +
+	`["ts",{"type":"timestamp","nullable":false}],` +
+	`["service",{"type":"string","nullable":false}],` +
+	`["event",{"type":"string","nullable":false}],` +
+	`["user_id",{"type":"int64","nullable":false}],` +
 	`["latency_ms",{"type":"float64","nullable":true}],` +
-	`["ok",{"type":"bool"}],` +
-	`["tags",{"type":"list","item":{"type":"string"}}],` +
-	`["embedding",{"type":"vector","dim":8}]` +
+	`["ok",{"type":"bool","nullable":false}],` +
+	`["tags",{"type":"list","item":{"type":"string","nullable":false},"nullable":false}],` +
+	`["embedding",{"type":"vector","dim":8,"nullable":false}]` +
 	`]}`
 
 // turnsPerRollout is how many records (turns) one rollout has.

@@ -179,7 +179,7 @@ type rowEncoder struct {
 	vals []slot
 }
 
-func newRowEncoder(s *arrow.Schema) (*rowEncoder, error) {
+func newRowEncoder(s *arrow.Schema, opts ...codecOption) (*rowEncoder, error) {
 	e := &rowEncoder{}
 	for i, f := range s.Fields() {
 		if strings.HasPrefix(f.Name, "_") {
@@ -189,11 +189,49 @@ func newRowEncoder(s *arrow.Schema) (*rowEncoder, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode column %q: %w", f.Name, err)
 		}
+		for _, o := range opts {
+			vc = o(f.Name, vc)
+		}
 		e.cols = append(e.cols, i)
 		e.keys = append(e.keys, append(appendString(nil, f.Name), ':'))
 		e.vals = append(e.vals, slot{codec: vc, nullable: true})
 	}
 	return e, nil
+}
+
+// RowEncoder writes rows of batches of one schema as EncodeRows does, without
+// building an encoder per row: what a list streaming many rows needs.
+type RowEncoder struct {
+	schema *arrow.Schema
+	e      *rowEncoder
+}
+
+// NewRowEncoder returns the encoder of rows of schema s. rollout makes the
+// rollout metadata column a JSON value, as RolloutCodec writes it.
+func NewRowEncoder(s *arrow.Schema, rollout bool) (*RowEncoder, error) {
+	var opts []codecOption
+	if rollout {
+		opts = append(opts, jsonTextColumns(MetadataColumn))
+	}
+	e, err := newRowEncoder(s, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &RowEncoder{schema: s, e: e}, nil
+}
+
+// WithSchema returns the encoder for s, a schema equal to r's.
+func (r *RowEncoder) WithSchema(s *arrow.Schema) *RowEncoder { return &RowEncoder{schema: s, e: r.e} }
+
+// AppendRow appends row i of rec, a batch of the encoder's schema, to dst.
+func (r *RowEncoder) AppendRow(dst []byte, rec arrow.RecordBatch, i int) ([]byte, error) {
+	if s := rec.Schema(); s != r.schema && !s.Equal(r.schema) {
+		return dst, fmt.Errorf("encode row: batch schema %s is not the encoder's %s", rec.Schema(), r.schema)
+	}
+	if i < 0 || int64(i) >= rec.NumRows() {
+		return dst, fmt.Errorf("encode row %d: batch has %d rows", i, rec.NumRows())
+	}
+	return r.e.appendRow(dst, rec, i), nil
 }
 
 func (e *rowEncoder) appendRow(dst []byte, rec arrow.RecordBatch, row int) []byte {

@@ -27,7 +27,8 @@
 //     prefix) left out, nulls as null, binary as standard base64, timestamps as
 //     RFC 3339 UTC with six fractional digits (TimestampLayout), floats in the
 //     shortest form that parses back to the same float32 or float64, lists and
-//     vectors as arrays, the rollout metadata column as its JSON text in a string.
+//     vectors as arrays, the rollout metadata column as its JSON text in a string
+//     (NewRowEncoder, for the HTTP API, writes it as the JSON value it holds).
 //   - One engine. Both store kinds use the same Codec, driven by the Arrow schema;
 //     each Arrow type's JSON form is defined once (value.go), for decoding and
 //     encoding side by side. The rollout kind adds only its defaults.

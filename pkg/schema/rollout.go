@@ -13,13 +13,15 @@ const (
 	RolloutIDColumn   = "rollout_id"
 	ProblemIDColumn   = "problem_id"
 	RoleColumn        = "role"
+	SequenceColumn    = "sequence_order"
 	CreatedAtColumn   = "created_at"
 	ContentTypeColumn = "content_type"
 	MetadataColumn    = "metadata"
 )
 
 // Rollout defaults, applied by DecodeRollouts when a record leaves the column out
-// or sets it to null.
+// or sets it to null. sequence_order defaults to 0, as in the reference API,
+// whose clients read it as a number that is never null.
 const (
 	DefaultRole        = "assistant"
 	DefaultContentType = "text/plain"
@@ -34,7 +36,9 @@ var (
 		{Name: RolloutIDColumn, Type: utf8Type, Nullable: true},
 		{Name: ProblemIDColumn, Type: utf8Type, Nullable: true},
 		{Name: "dataset", Type: utf8Type, Nullable: true},
-		{Name: "sequence_order", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+		// Nullable in the table (rows written before its default came may be
+		// null); DecodeRollouts writes 0 when a record leaves it out.
+		{Name: SequenceColumn, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 		// role, created_at and content_type always have a value (a default fills
 		// them), so the schema says so.
 		{Name: RoleColumn, Type: utf8Type},
@@ -100,18 +104,22 @@ func RolloutCodec() *Codec { return rolloutCodec }
 
 // DecodeRollouts decodes rollout records (the "records" array of an add request)
 // into one batch of the Rollout schema, filling defaults for columns a record
-// leaves out or sets to null: problem_id = the record's rollout_id, role =
-// DefaultRole, created_at = now (truncated to the microsecond), content_type =
-// DefaultContentType. Errors are as for Codec.Decode.
+// leaves out or sets to null: problem_id = the record's rollout_id, sequence_order
+// = 0, role = DefaultRole, created_at = now (truncated to the microsecond),
+// content_type = DefaultContentType. Errors are as for Codec.Decode.
 func DecodeRollouts(records []json.RawMessage, now time.Time) (arrow.RecordBatch, error) {
 	c := rolloutCodec
 	rollout, problem := c.index[RolloutIDColumn], c.index[ProblemIDColumn]
 	role, created, ctype := c.index[RoleColumn], c.index[CreatedAtColumn], c.index[ContentTypeColumn]
+	sequence := c.index[SequenceColumn]
 	nowJSON := strconv.AppendInt(nil, now.UnixMicro(), 10)
 	return c.decode(records, func(vals [][]byte) {
 		absent := func(v []byte) bool { return v == nil || isNull(v) }
 		if absent(vals[problem]) && !absent(vals[rollout]) {
 			vals[problem] = vals[rollout]
+		}
+		if absent(vals[sequence]) {
+			vals[sequence] = zeroJSON
 		}
 		if absent(vals[role]) {
 			vals[role] = defaultRoleJSON
@@ -126,6 +134,7 @@ func DecodeRollouts(records []json.RawMessage, now time.Time) (arrow.RecordBatch
 }
 
 var (
+	zeroJSON               = []byte("0")
 	defaultRoleJSON        = appendString(nil, DefaultRole)
 	defaultContentTypeJSON = appendString(nil, DefaultContentType)
 )

@@ -118,23 +118,23 @@ func TestRolloutDefaults(t *testing.T) {
 	rec := decodeRollouts(t,
 		`{"id":"a","rollout_id":"r1"}`,
 		`{"id":"b","rollout_id":"r2","problem_id":null,"role":null,"created_at":null,"content_type":null}`,
-		`{"id":"c","problem_id":"p","role":"system","created_at":0,"content_type":"application/json"}`,
-		`{"id":"d"}`,
+		`{"id":"c","problem_id":"p","role":"system","created_at":0,"content_type":"application/json","sequence_order":7}`,
+		`{"id":"d","sequence_order":null}`,
 	)
 	rows := encodeAll(t, rec)
-	type want struct{ problem, role, created, ctype any }
+	type want struct{ problem, sequence, role, created, ctype any }
 	nowText := "2025-01-02T03:04:05.678901Z" // now truncated to the microsecond
 	for i, w := range []want{
-		{"r1", "assistant", nowText, "text/plain"},
-		{"r2", "assistant", nowText, "text/plain"},
-		{"p", "system", "1970-01-01T00:00:00.000000Z", "application/json"},
-		{nil, "assistant", nowText, "text/plain"},
+		{"r1", 0.0, "assistant", nowText, "text/plain"},
+		{"r2", 0.0, "assistant", nowText, "text/plain"},
+		{"p", 7.0, "system", "1970-01-01T00:00:00.000000Z", "application/json"},
+		{nil, 0.0, "assistant", nowText, "text/plain"},
 	} {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(rows[i]), &m); err != nil {
 			t.Fatal(err)
 		}
-		got := want{m["problem_id"], m["role"], m["created_at"], m["content_type"]}
+		got := want{m["problem_id"], m["sequence_order"], m["role"], m["created_at"], m["content_type"]}
 		if got != w {
 			t.Errorf("row %d: got %+v, want %+v", i, got, w)
 		}
@@ -161,6 +161,24 @@ func TestRolloutMetadataIsJSONText(t *testing.T) {
 	} {
 		if !strings.HasSuffix(rows[i], want+"}") {
 			t.Errorf("row %d: %s does not end with %s", i, rows[i], want)
+		}
+	}
+	// The HTTP API's encoder writes the JSON value the text holds (the reference
+	// API's metadata is a JSON value), and text that is not JSON as a string.
+	enc, err := NewRowEncoder(rec.Schema(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{
+		`"metadata":{"b":[1,2.50],"a":"x"}`,
+		`"metadata":{"b":[1,2.50],"a":"x"}`,
+		`"metadata":"not json, just text"`,
+		`"metadata":12`,
+		`"metadata":null`,
+	} {
+		row, err := enc.AppendRow(nil, rec, i)
+		if err != nil || !strings.HasSuffix(string(row), want+"}") || !json.Valid(row) {
+			t.Errorf("row %d: %s, %v; want it to end with %s", i, row, err, want)
 		}
 	}
 }

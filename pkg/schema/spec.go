@@ -42,7 +42,7 @@ const (
 // Type is a column's (or a list item's) type in a spec.
 type Type struct {
 	Kind     Kind
-	Nullable bool  // null allowed (default false)
+	Nullable bool  // null allowed (see ParseSpec and ParseRequestSpec for the default)
 	Large    bool  // KindString only: large_utf8
 	Dim      int   // KindVector only: 1..MaxVectorDim
 	Item     *Type // KindList only: the element type
@@ -54,9 +54,11 @@ type Column struct {
 	Type Type
 }
 
-// Spec is a generic store's schema as the client wrote it, validated: IDColumn
-// first as a non-null string, then user columns. It is immutable after ParseSpec;
-// the registry persists its canonical JSON and a later create compares with Equal.
+// Spec is a generic store's schema as the client wrote it, validated: columns in
+// the declared order, IDColumn among them as a non-null string. Its Arrow schema
+// puts IDColumn first wherever it was declared (every table's key column leads).
+// It is immutable after ParseSpec; the registry persists its canonical JSON and a
+// later create compares with Equal.
 type Spec struct {
 	columns []Column
 	schema  *arrow.Schema
@@ -64,18 +66,33 @@ type Spec struct {
 	json    []byte // canonical form
 }
 
-// ParseSpec parses and validates a spec:
+// ParseSpec parses and validates a spec as the registry stores it:
 //
 //	{"columns": [["id", {"type":"string"}], ["score", {"type":"float64","nullable":true}], ...]}
 //
-// Each type object has "type" and, depending on it, "nullable" (any type), "large"
-// (string), "dim" (vector, required, 1..MaxVectorDim) and "item" (list, required,
-// a nested type object). The first column is "id" of {"type":"string"} exactly;
-// names are 1..MaxColumnNameLen bytes of UTF-8 without control characters, unique,
-// and do not start with "_" (reserved for hidden columns like _seq); there are at
-// most MaxColumns columns. Errors are *Error naming the column and match
-// ErrInvalid.
-func ParseSpec(data []byte) (*Spec, error) {
+// Each type object has "type" and, depending on it, "nullable" (any type; absent
+// means false here), "large" (string), "dim" (vector, required, 1..MaxVectorDim)
+// and "item" (list, required, a nested type object). "id" is one of the columns,
+// anywhere, of type string, non-null and not large; names are 1..MaxColumnNameLen
+// bytes of UTF-8 without control characters, unique, and do not start with "_"
+// (reserved for hidden columns like _seq); there are at most MaxColumns columns.
+// Errors are *Error naming the column and match ErrInvalid.
+//
+// Canonical JSON (MarshalJSON) spells every "nullable" out, so it reads the same
+// through ParseSpec and ParseRequestSpec; registry objects written before that
+// leave false out, which is why absent means false here.
+func ParseSpec(data []byte) (*Spec, error) { return parseSpec(data, false) }
+
+// ParseRequestSpec parses and validates the spec of a create request, in the
+// reference API's terms: a column or list item without "nullable" is nullable,
+// except "id", which is never null (declaring it nullable is an error). The
+// reference client's spelling of its own defaults, "blob": false on a binary
+// column and "metric": null on a vector, is accepted; their other values are
+// refused until Tidemark has blob columns and vector search. Otherwise it is
+// ParseSpec.
+func ParseRequestSpec(data []byte) (*Spec, error) { return parseSpec(data, true) }
+
+func parseSpec(data []byte, request bool) (*Spec, error) {
 	if !json.Valid(data) {
 		return nil, &Error{Row: -1, Reason: "schema spec is not valid JSON"}
 	}
@@ -106,7 +123,7 @@ func ParseSpec(data []byte) (*Spec, error) {
 		if i >= MaxColumns {
 			return &Error{Row: -1, Reason: fmt.Sprintf("schema spec has more than %d columns", MaxColumns)}
 		}
-		c, err := parseColumn(i, elem)
+		c, err := parseColumn(i, elem, request)
 		if err != nil {
 			return err
 		}
@@ -125,18 +142,28 @@ func ParseSpec(data []byte) (*Spec, error) {
 
 // NewSpec validates columns (as ParseSpec does) and builds a Spec.
 func NewSpec(columns []Column) (*Spec, error) {
-	if len(columns) == 0 || columns[0].Name != IDColumn {
-		return nil, &Error{Row: -1, Column: IDColumn, Reason: "required as the first column"}
-	}
 	if len(columns) > MaxColumns {
 		return nil, &Error{Row: -1, Reason: fmt.Sprintf("schema spec has %d columns, at most %d", len(columns), MaxColumns)}
 	}
-	if t := columns[0].Type; t != (Type{Kind: KindString}) {
+	id := -1
+	for i, c := range columns {
+		if c.Name == IDColumn {
+			id = i
+			break
+		}
+	}
+	if id < 0 {
+		return nil, &Error{Row: -1, Column: IDColumn, Reason: "required: it is the primary key"}
+	}
+	if t := columns[id].Type; t != (Type{Kind: KindString}) {
 		return nil, &Error{Row: -1, Column: IDColumn, Reason: `must be {"type":"string"}: non-null and not large`}
 	}
-	fields := make([]arrow.Field, len(columns))
+	// The Arrow schema leads with id wherever it was declared: the table format
+	// and the codecs key every row by the first column.
+	fields := make([]arrow.Field, 0, len(columns))
 	seen := make(map[string]bool, len(columns))
-	for i, c := range columns {
+	for _, i := range append([]int{id}, otherIndexes(len(columns), id)...) {
+		c := columns[i]
 		if err := checkName(c.Name); err != nil {
 			return nil, &Error{Row: -1, Column: c.Name, Reason: err.Error()}
 		}
@@ -148,7 +175,7 @@ func NewSpec(columns []Column) (*Spec, error) {
 		if err != nil {
 			return nil, locate(err, -1, c.Name)
 		}
-		fields[i] = arrow.Field{Name: c.Name, Type: at, Nullable: c.Type.Nullable}
+		fields = append(fields, arrow.Field{Name: c.Name, Type: at, Nullable: c.Type.Nullable})
 	}
 	s := &Spec{columns: append([]Column(nil), columns...), schema: arrow.NewSchema(fields, nil)}
 	for i := range s.columns {
@@ -164,6 +191,17 @@ func NewSpec(columns []Column) (*Spec, error) {
 		return nil, fmt.Errorf("schema spec: marshal: %w", err)
 	}
 	return s, nil
+}
+
+// otherIndexes is 0..n-1 without skip.
+func otherIndexes(n, skip int) []int {
+	out := make([]int, 0, n)
+	for i := range n {
+		if i != skip {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // checkName rejects names a client or an operator could not tell apart or type.
@@ -183,7 +221,7 @@ func checkName(name string) error {
 	return nil
 }
 
-func parseColumn(i int, elem []byte) (Column, error) {
+func parseColumn(i int, elem []byte, request bool) (Column, error) {
 	bad := func(reason string) error {
 		return &Error{Row: -1, Reason: fmt.Sprintf("schema spec columns[%d]: %s", i, reason)}
 	}
@@ -208,7 +246,9 @@ func parseColumn(i int, elem []byte) (Column, error) {
 		}
 		return Column{}, &Error{Row: -1, Column: name, Reason: err.Error()}
 	}
-	t, err := parseType(parts[1], 0)
+	// In a request a type without "nullable" is nullable, but the id never is:
+	// reading a bare {"type":"string"} id as nullable would only refuse it.
+	t, err := parseType(parts[1], 0, request && name != IDColumn, request)
 	if err != nil {
 		return Column{}, locate(err, -1, name)
 	}
@@ -216,13 +256,14 @@ func parseColumn(i int, elem []byte) (Column, error) {
 }
 
 // parseType parses a type object; errors are value errors whose path leads through
-// "item" keys.
-func parseType(b []byte, depth int) (Type, error) {
+// "item" keys. nullable is the default of "nullable"; request accepts the
+// reference client's "blob" and "metric" defaults (ParseRequestSpec).
+func parseType(b []byte, depth int, nullable, request bool) (Type, error) {
 	if b[0] != '{' {
 		return Type{}, wrongType(`a type object like {"type":"string"}`, b)
 	}
-	var t Type
-	var dim, item []byte
+	t := Type{Nullable: nullable}
+	var dim, item, blob, metric []byte
 	var large bool
 	err := eachMember(b, func(k string, v []byte) error {
 		switch k {
@@ -249,6 +290,15 @@ func parseType(b []byte, depth int) (Type, error) {
 			dim = v
 		case "item":
 			item = v
+		case "blob", "metric":
+			if !request {
+				return &valueError{reason: fmt.Sprintf("unknown option %q", k)}
+			}
+			if k == "blob" {
+				blob = v
+			} else {
+				metric = v
+			}
 		default:
 			return &valueError{reason: fmt.Sprintf("unknown option %q", k)}
 		}
@@ -263,10 +313,17 @@ func parseType(b []byte, depth int) (Type, error) {
 		}
 		return nil
 	}
-	for _, e := range []error{onlyFor("large", large, KindString), onlyFor("dim", dim != nil, KindVector), onlyFor("item", item != nil, KindList)} {
+	for _, e := range []error{onlyFor("large", large, KindString), onlyFor("dim", dim != nil, KindVector), onlyFor("item", item != nil, KindList),
+		onlyFor("blob", blob != nil, KindBinary), onlyFor("metric", metric != nil, KindVector)} {
 		if e != nil {
 			return Type{}, e
 		}
+	}
+	switch {
+	case blob != nil && string(blob) != "false":
+		return Type{}, &valueError{path: ".blob", reason: "only false is supported: Tidemark has no blob columns yet (every binary column is listed)"}
+	case metric != nil && string(metric) != "null":
+		return Type{}, &valueError{path: ".metric", reason: "only null is supported: Tidemark has no vector search, so a vector column takes no distance metric"}
 	}
 	switch t.Kind {
 	case KindString, KindInt32, KindInt64, KindFloat32, KindFloat64, KindBool, KindTimestamp, KindBinary:
@@ -286,7 +343,9 @@ func parseType(b []byte, depth int) (Type, error) {
 		if depth >= maxItemDepth {
 			return Type{}, invalidValue("lists nest deeper than %d levels", maxItemDepth)
 		}
-		it, err := parseType(item, depth+1)
+		// A list item of a request is nullable by default too, as the
+		// reference's list items always are.
+		it, err := parseType(item, depth+1, request, request)
 		if err != nil {
 			return Type{}, atPath(err, ".item")
 		}
@@ -364,7 +423,7 @@ func (t Type) clone() Type {
 	return t
 }
 
-// Columns returns a copy of the spec's columns, IDColumn first.
+// Columns returns a copy of the spec's columns in the declared order.
 func (s *Spec) Columns() []Column {
 	out := make([]Column, len(s.columns))
 	for i, c := range s.columns {
@@ -388,9 +447,11 @@ func (s *Spec) Equal(o *Spec) bool {
 	return bytes.Equal(s.json, o.json)
 }
 
-// MarshalJSON writes the canonical form: the columns in order, each type object
-// with "type" first and options that differ from their defaults only, e.g.
-// {"columns":[["id",{"type":"string"}],["v",{"type":"vector","dim":3,"nullable":true}]]}.
+// MarshalJSON writes the canonical form: the columns in the declared order, each
+// type object with "type" first, the options that differ from their defaults, and
+// "nullable" always, so that it means the same to ParseSpec, ParseRequestSpec and
+// a reference client, e.g.
+// {"columns":[["id",{"type":"string","nullable":false}],["v",{"type":"vector","dim":3,"nullable":true}]]}.
 func (s *Spec) MarshalJSON() ([]byte, error) { return bytes.Clone(s.json), nil }
 
 // UnmarshalJSON is ParseSpec, so a registry object that embeds a *Spec is
@@ -425,7 +486,7 @@ type typeJSON struct {
 	Large    bool      `json:"large,omitempty"`
 	Dim      int       `json:"dim,omitempty"`
 	Item     *typeJSON `json:"item,omitempty"`
-	Nullable bool      `json:"nullable,omitempty"`
+	Nullable bool      `json:"nullable"`
 }
 
 func toTypeJSON(t Type) *typeJSON {

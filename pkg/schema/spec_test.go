@@ -75,7 +75,7 @@ func TestSpecSchemaTypes(t *testing.T) {
 func TestSpecCanonicalJSONAndEqual(t *testing.T) {
 	a := mustSpec(t, `{"columns":[["id",{"type":"string"}],["v",{"nullable":true,"dim":3,"type":"vector"}],["s",{"type":"string","large":false,"nullable":false}]]}`)
 	b := mustSpec(t, "{ \"columns\" : [ [\"id\", {\"type\":\"string\",\"nullable\":false}], [\"v\", {\"type\":\"vector\",\"dim\":3,\"nullable\":true}],\n[\"s\",{\"type\":\"string\"}] ] }")
-	want := `{"columns":[["id",{"type":"string"}],["v",{"type":"vector","dim":3,"nullable":true}],["s",{"type":"string"}]]}`
+	want := `{"columns":[["id",{"type":"string","nullable":false}],["v",{"type":"vector","dim":3,"nullable":true}],["s",{"type":"string","nullable":false}]]}`
 	got, err := json.Marshal(a)
 	if err != nil {
 		t.Fatal(err)
@@ -133,9 +133,9 @@ func TestSpecValidation(t *testing.T) {
 		{"unknown top-level key", `{"columns":[["id",{"type":"string"}]],"seal_on_add":true}`, "", `unknown key "seal_on_add"`},
 		{"no columns", `{}`, "", `needs "columns"`},
 		{"columns twice", `{"columns":[["id",{"type":"string"}]],"columns":[]}`, "", "given twice"},
-		{"empty columns", `{"columns":[]}`, "id", "first column"},
-		{"missing id", `{"columns":[["score",{"type":"float64"}]]}`, "id", "first column"},
-		{"id not first", `{"columns":[["score",{"type":"float64"}],["id",{"type":"string"}]]}`, "id", "first column"},
+		{"empty columns", `{"columns":[]}`, "id", "required"},
+		{"missing id", `{"columns":[["score",{"type":"float64"}]]}`, "id", "required"},
+		{"blob outside a request", cols(`["a",{"type":"binary","blob":false}]`), "a", `unknown option "blob"`},
 		{"id nullable", `{"columns":[["id",{"type":"string","nullable":true}]]}`, "id", "non-null"},
 		{"id large", `{"columns":[["id",{"type":"string","large":true}]]}`, "id", "not large"},
 		{"id int", `{"columns":[["id",{"type":"int64"}]]}`, "id", `{"type":"string"}`},
@@ -214,5 +214,73 @@ func TestSpecErrorsAreInvalid(t *testing.T) {
 	err := json.Unmarshal([]byte(`{"columns":[["id",{"type":"string"}],["x",{"type":"nope"}]]}`), &s)
 	if !errors.Is(err, ErrInvalid) {
 		t.Fatalf("UnmarshalJSON error %v is not ErrInvalid", err)
+	}
+}
+
+// The id may be declared anywhere, as in the reference: the canonical form keeps
+// the declared order, the Arrow schema (what the table and the codecs key rows
+// by) leads with the id.
+func TestSpecIDAnywhere(t *testing.T) {
+	s := mustSpec(t, `{"columns":[["score",{"type":"float32","nullable":true}],["id",{"type":"string"}],["tags",{"type":"list","item":{"type":"string"}}]]}`)
+	var names []string
+	for _, f := range s.Schema().Fields() {
+		names = append(names, f.Name)
+	}
+	if strings.Join(names, ",") != "id,score,tags" {
+		t.Errorf("arrow schema columns %v, want id first", names)
+	}
+	want := `{"columns":[["score",{"type":"float32","nullable":true}],["id",{"type":"string","nullable":false}],["tags",{"type":"list","item":{"type":"string","nullable":false},"nullable":false}]]}`
+	if got := s.String(); got != want {
+		t.Errorf("canonical form\n got %s\nwant %s", got, want)
+	}
+	again := mustSpec(t, s.String())
+	if !again.Equal(s) {
+		t.Error("the canonical form does not parse back to an equal spec")
+	}
+	if cols := s.Columns(); cols[0].Name != "score" || cols[1].Name != "id" {
+		t.Errorf("Columns() = %v, want the declared order", cols)
+	}
+	rec, err := s.Codec().Decode([]json.RawMessage{[]byte(`{"score":1.5,"id":"a","tags":["x"]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+}
+
+// A create request reads specs as the reference does: no "nullable" means
+// nullable, except for the id; the reference client's default spellings of its
+// blob and metric options are accepted, other values refused.
+func TestParseRequestSpec(t *testing.T) {
+	s, err := ParseRequestSpec([]byte(`{"columns":[["n",{"type":"int64"}],["id",{"type":"string"}],` +
+		`["l",{"type":"list","item":{"type":"int32"}}],["r",{"type":"int64","nullable":false}],` +
+		`["b",{"type":"binary","blob":false,"nullable":true}],["v",{"type":"vector","dim":2,"metric":null,"nullable":true}],` +
+		`["s",{"type":"string","large":false,"nullable":true}]]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]arrow.Field{}
+	for _, f := range s.Schema().Fields() {
+		fields[f.Name] = f
+	}
+	for name, want := range map[string]bool{"id": false, "n": true, "l": true, "r": false, "b": true, "v": true, "s": true} {
+		if fields[name].Nullable != want {
+			t.Errorf("%s: nullable=%v, want %v", name, fields[name].Nullable, want)
+		}
+	}
+	if item := fields["l"].Type.(*arrow.ListType).ElemField(); !item.Nullable {
+		t.Error("a list item without nullable is not nullable in a request")
+	}
+	// Its canonical form reads the same through the registry's parser.
+	if back := mustSpec(t, s.String()); !back.Equal(s) || !back.Schema().Equal(s.Schema()) {
+		t.Errorf("canonical %s reads back differently", s)
+	}
+	for _, tc := range []struct{ spec, column, reason string }{
+		{`{"columns":[["id",{"type":"string","nullable":true}]]}`, "id", "non-null"},
+		{`{"columns":[["id",{"type":"string"}],["b",{"type":"binary","blob":true}]]}`, "b", "only false"},
+		{`{"columns":[["id",{"type":"string"}],["v",{"type":"vector","dim":2,"metric":"cosine"}]]}`, "v", "only null"},
+		{`{"columns":[["id",{"type":"string"}],["x",{"type":"int64","blob":false}]]}`, "x", `"blob" applies only`},
+	} {
+		_, err := ParseRequestSpec([]byte(tc.spec))
+		checkInputError(t, err, -1, tc.column, tc.reason)
 	}
 }

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -159,10 +160,19 @@ func (c stringCodec) decode(b array.Builder, raw []byte) error {
 }
 
 func (c stringCodec) encode(dst []byte, a arrow.Array, i int) []byte {
+	var s string
 	if c.large {
-		return appendString(dst, a.(*array.LargeString).Value(i))
+		s = a.(*array.LargeString).Value(i)
+	} else {
+		s = a.(*array.String).Value(i)
 	}
-	return appendString(dst, a.(*array.String).Value(i))
+	// JSON text goes out as the JSON value it holds (the reference API's
+	// metadata is a JSON value). Text that is not JSON - a string a client sent
+	// as plain text - goes out as that string.
+	if c.jsonText && json.Valid([]byte(s)) {
+		return append(dst, s...)
+	}
+	return appendString(dst, s)
 }
 
 // intCodec: a JSON number written as an integer (no fraction, no exponent) that

@@ -25,9 +25,10 @@ var (
 
 // registerDataRoutes adds the /api/v1 data routes (stores, rows, flush, merge-wal).
 //
-// The control routes (flush, merge-wal, internal) always require the credential
-// (Config.Auth); the others do when Config.AuthDataRoutes is set. The check runs
-// before the route reads its body.
+// The control routes (merge-wal, internal, compact) always require the credential
+// (Config.Auth); the others, flush included (a data route in the reference API),
+// do when Config.AuthDataRoutes is set. The check runs before the route reads its
+// body.
 //
 // Writes (create, delete, add, seal, merge) run under a context detached from the
 // client's: once a write is accepted, a client that disconnects cannot abandon it
@@ -48,7 +49,7 @@ func (s *Server) registerDataRoutes(mux *http.ServeMux) {
 		mux.Handle("POST "+base+"/{name}/compact", s.control(s.api(s.compactStore(k))))
 		mux.Handle("GET "+base+"/{name}/compact/stats", s.data(s.api(s.compactStatsOf(k))))
 	}
-	mux.Handle("POST /api/v1/generic/{name}/flush", s.control(s.api(s.flushStore(genericAPI))))
+	mux.Handle("POST /api/v1/generic/{name}/flush", s.data(s.api(s.flushStore(genericAPI))))
 	mux.Handle("POST /api/v1/generic/{name}/merge-wal", s.control(s.api(s.mergeStore)))
 	mux.Handle("POST /api/v1/internal/merge-wal/{name}", s.control(s.api(s.mergeTarget)))
 }

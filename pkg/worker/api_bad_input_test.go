@@ -34,11 +34,11 @@ func TestBadRequestsAreRefusedAndLeaveTheStoreUnchanged(t *testing.T) {
 	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.MaxBodyBytes = badBodyLimit })
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"r"}`, nil)
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"g","schema":`+apiSpec+`}`, nil)
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/r/records?flush=true", `{"records":[{"id":"r1","rollout_id":"x"}]}`, nil)
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/generic/g/rows?flush=true", `{"rows":[{"id":"g1","n":1}]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/r/records?flush=true", `{"records":[{"id":"r1","rollout_id":"x"}]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic/g/rows?flush=true", `{"rows":[{"id":"g1","n":1}]}`, nil)
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"gone","schema":`+apiSpec+`}`, nil)
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/generic/gone/rows?flush=true", `{"rows":[{"id":"g1","n":1}]}`, nil)
-	e.ok(http.StatusOK, http.MethodDelete, "/api/v1/generic/gone", nil, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic/gone/rows?flush=true", `{"rows":[{"id":"g1","n":1}]}`, nil)
+	e.ok(http.StatusNoContent, http.MethodDelete, "/api/v1/generic/gone", nil, nil)
 	beforeR, beforeG := e.state("rollouts", "r"), e.state("generic", "g")
 	appended := e.count(e.series.AppendedRows, "rollout") + e.count(e.series.AppendedRows, "generic")
 
@@ -143,20 +143,20 @@ func TestBadRequestsAreRefusedAndLeaveTheStoreUnchanged(t *testing.T) {
 		{"create name not a string", "POST", rollouts, `{"name":5}`, 400, CodeInvalidRequest, `"name": expected a string, got number`},
 		{"seal_on_add not a bool", "POST", generic, `{"name":"g2","schema":` + apiSpec + `,"seal_on_add":"yes"}`, 400, CodeInvalidRequest, `"seal_on_add": expected a boolean, got string`},
 		{"create unknown field", "POST", rollouts, `{"name":"r2","nmae":"x"}`, 400, CodeInvalidRequest, `"nmae"`},
-		{"duplicate create", "POST", rollouts, `{"name":"r"}`, 409, CodeAlreadyExists, `"r"`},
+		{"duplicate create", "POST", rollouts, `{"name":"r"}`, 409, CodeAlreadyExists, `Rollout store 'r' already exists`},
 
 		// Body size.
 		{"body over the limit", "POST", rows, huge, 413, CodePayloadTooLarge, "4096"},
 		{"chunked body over the limit", "POST", rows, io.MultiReader(strings.NewReader(huge)), 413, CodePayloadTooLarge, "4096"},
 
 		// Stores that do not exist (any more).
-		{"add to a deleted store", "POST", "/api/v1/generic/gone/rows", `{"rows":[{"id":"n1","n":1}]}`, 404, CodeNotFound, `"gone"`},
-		{"flush a deleted store", "POST", "/api/v1/generic/gone/flush", nil, 404, CodeNotFound, `"gone"`},
-		{"merge a deleted store", "POST", "/api/v1/generic/gone/merge-wal", nil, 404, CodeNotFound, `"gone"`},
-		{"list a deleted store", "GET", "/api/v1/generic/gone/rows", nil, 404, CodeNotFound, `"gone"`},
-		{"add to an unknown store", "POST", "/api/v1/rollouts/nope/records", `{"records":[{"id":"n1"}]}`, 404, CodeNotFound, `"nope"`},
+		{"add to a deleted store", "POST", "/api/v1/generic/gone/rows", `{"rows":[{"id":"n1","n":1}]}`, 404, CodeNotFound, `Generic store 'gone' does not exist`},
+		{"flush a deleted store", "POST", "/api/v1/generic/gone/flush", nil, 404, CodeNotFound, `Generic store 'gone' does not exist`},
+		{"merge a deleted store", "POST", "/api/v1/generic/gone/merge-wal", nil, 404, CodeNotFound, `Generic store 'gone' does not exist`},
+		{"list a deleted store", "GET", "/api/v1/generic/gone/rows", nil, 404, CodeNotFound, `Generic store 'gone' does not exist`},
+		{"add to an unknown store", "POST", "/api/v1/rollouts/nope/records", `{"records":[{"id":"n1"}]}`, 404, CodeNotFound, `Rollout store 'nope' does not exist`},
 		{"rollout name as generic target", "POST", "/api/v1/internal/merge-wal/generic:r", nil, 404, CodeNotFound, `"r"`},
-		{"get a missing generic row", "GET", rows + "/nope", nil, 404, CodeNotFound, `"nope"`},
+		{"get a missing generic row", "GET", rows + "/nope", nil, 404, CodeNotFound, `Row 'nope' does not exist`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := e.fails(tc.status, tc.code, tc.method, tc.path, tc.body)
@@ -209,13 +209,13 @@ func TestStoreDeletedByAnotherWorkerIsNotFoundThroughAStaleHandle(t *testing.T) 
 	b := objstoretest.Mem(t)
 	w1, w2 := newAPIEnv(t, b, "w1", nil), newAPIEnv(t, b, "w2", nil)
 	w1.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"g","schema":`+apiSpec+`}`, nil)
-	w1.ok(http.StatusOK, http.MethodPost, "/api/v1/generic/g/rows?flush=true", `{"rows":[{"id":"a","n":1}]}`, nil)
-	w2.ok(http.StatusOK, http.MethodDelete, "/api/v1/generic/g", nil, nil)
+	w1.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic/g/rows?flush=true", `{"rows":[{"id":"a","n":1}]}`, nil)
+	w2.ok(http.StatusNoContent, http.MethodDelete, "/api/v1/generic/g", nil, nil)
 
 	w1.fails(http.StatusNotFound, CodeNotFound, http.MethodGet, "/api/v1/generic/g/rows", nil)
 	msg := w1.fails(http.StatusNotFound, CodeNotFound, http.MethodPost, "/api/v1/generic/g/rows", `{"rows":[{"id":"b","n":1}]}`)
-	if !strings.Contains(msg, `"g"`) || !(strings.Contains(msg, "deleted") || strings.Contains(msg, "not found")) {
-		t.Errorf("message %q does not say store \"g\" is gone", msg)
+	if msg != "Generic store 'g' does not exist" {
+		t.Errorf("message %q does not say store g is gone", msg)
 	}
 	if objs, err := b.List(context.Background(), "generic/g@"); err != nil || len(objs) != 0 {
 		t.Errorf("objects under the deleted store: %v, %v", objs, err)
@@ -247,7 +247,7 @@ func TestDistinctInvalidIDsAreNotStoredAsOneRow(t *testing.T) {
 		t.Fatalf("refused adds left rows: %s / %s", r, g)
 	}
 
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/r/records?flush=true", `{"records":[{"id":"\ud83d\ude00-\u00e9"},{"id":"😀-e\u0301"}]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/r/records?flush=true", `{"records":[{"id":"\ud83d\ude00-\u00e9"},{"id":"😀-e\u0301"}]}`, nil)
 	if r := e.rows("rollouts", "r"); len(r) != 2 {
 		t.Fatalf("two distinct ids stored as %d rows: %s", len(r), r)
 	}
@@ -308,8 +308,8 @@ func TestBodiesNotLabelledJSONAre415(t *testing.T) {
 	}{
 		{"/api/v1/rollouts", func(n int) string { return fmt.Sprintf(`{"name":"r%d"}`, n) }, http.StatusCreated},
 		{"/api/v1/generic", func(n int) string { return fmt.Sprintf(`{"name":"g%d","schema":%s}`, n, apiSpec) }, http.StatusCreated},
-		{"/api/v1/rollouts/r/records?flush=true", func(n int) string { return fmt.Sprintf(`{"records":[{"id":"a%d"}]}`, n) }, http.StatusOK},
-		{"/api/v1/generic/g/rows?flush=true", func(n int) string { return fmt.Sprintf(`{"rows":[{"id":"a%d","n":1}]}`, n) }, http.StatusOK},
+		{"/api/v1/rollouts/r/records?flush=true", func(n int) string { return fmt.Sprintf(`{"records":[{"id":"a%d"}]}`, n) }, http.StatusCreated},
+		{"/api/v1/generic/g/rows?flush=true", func(n int) string { return fmt.Sprintf(`{"rows":[{"id":"a%d","n":1}]}`, n) }, http.StatusCreated},
 	}
 	for _, ctype := range []string{
 		"application/x-www-form-urlencoded", "text/plain", "text/plain; charset=utf-8", "multipart/form-data; boundary=x",

@@ -79,11 +79,8 @@ func add(t *testing.T, e *apiEnv, n int, after uint64) uint64 {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var ans struct {
-		Added int    `json:"added"`
-		Seq   uint64 `json:"seq"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil || resp.StatusCode != http.StatusOK || ans.Added != 1 {
+	var ans addAnswer
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil || resp.StatusCode != http.StatusCreated || ans.Count != 1 {
 		t.Fatalf("add x=%d: %d %+v %v", n, resp.StatusCode, ans, err)
 	}
 	if h := resp.Header.Get(SeqHeader); h != strconv.FormatUint(ans.Seq, 10) || ans.Seq == 0 {
@@ -95,13 +92,11 @@ func add(t *testing.T, e *apiEnv, n int, after uint64) uint64 {
 // wantN reads x through e with query and wants its n to be n.
 func wantN(t *testing.T, e *apiEnv, n int64, query string) {
 	t.Helper()
-	var ans struct {
-		Row struct {
-			N int64 `json:"n"`
-		} `json:"row"`
+	var row struct {
+		N int64 `json:"n"`
 	}
-	e.ok(http.StatusOK, http.MethodGet, "/api/v1/generic/c/rows/x"+query, nil, &ans)
-	if ans.Row.N != n {
-		t.Fatalf("x through %s: n=%d, want %d", e.srv.cfg.InstanceID, ans.Row.N, n)
+	e.ok(http.StatusOK, http.MethodGet, "/api/v1/generic/c/rows/x"+query, nil, &row)
+	if row.N != n {
+		t.Fatalf("x through %s: n=%d, want %d", e.srv.cfg.InstanceID, row.N, n)
 	}
 }

@@ -80,6 +80,7 @@ func (s *Server) api(h apiHandler) http.Handler {
 		var ae *apiError
 		if kind, name, ok := routeStore(r); ok && (!errors.As(err, &ae) || ae.status >= http.StatusInternalServerError) {
 			err = storeGone(r.Context(), s.cfg.Stores.Registry(), kind, name, err)
+			err = referenceWording(kind, name, err)
 		}
 		s.writeFailure(w, r, err)
 	})
@@ -96,6 +97,25 @@ func routeStore(r *http.Request) (registry.Kind, string, bool) {
 		return registry.KindGeneric, r.PathValue("name"), true
 	}
 	return "", "", false
+}
+
+// referenceWording gives a store that does not exist, or exists already, the
+// reference API's message ("Rollout store 'x' does not exist"), which its
+// clients may match on; the cause, already classified, stays wrapped.
+func referenceWording(kind registry.Kind, name string, err error) error {
+	title := "Rollout"
+	if kind == registry.KindGeneric {
+		title = "Generic"
+	}
+	switch errclass.Of(err) {
+	case errclass.Gone:
+		return &apiError{status: http.StatusNotFound, code: CodeNotFound,
+			message: fmt.Sprintf("%s store '%s' does not exist", title, name), cause: err}
+	case errclass.Exists:
+		return &apiError{status: http.StatusConflict, code: CodeAlreadyExists,
+			message: fmt.Sprintf("%s store '%s' already exists", title, name), cause: err}
+	}
+	return err
 }
 
 // storeCheckTimeout bounds storeGone's registry read.

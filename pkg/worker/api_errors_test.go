@@ -80,7 +80,7 @@ func newVanishingEnv(t *testing.T) *vanishingEnv {
 		w1: newAPIEnv(t, objstore.WithFaults(bucket, f), "w1", nil),
 		w2: newAPIEnv(t, bucket, "w2", nil)}
 	e.w2.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"s","schema":`+apiSpec+`}`, nil)
-	e.w2.ok(http.StatusOK, http.MethodPost, "/api/v1/generic/s/rows?flush=true", `{"rows":[{"id":"a","n":1}]}`, nil)
+	e.w2.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic/s/rows?flush=true", `{"rows":[{"id":"a","n":1}]}`, nil)
 	return e
 }
 

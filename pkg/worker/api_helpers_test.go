@@ -24,7 +24,7 @@ import (
 )
 
 // apiSpec is the generic schema most API tests use.
-const apiSpec = `{"columns":[["id",{"type":"string"}],["score",{"type":"float64","nullable":true}],["n",{"type":"int64"}],["tags",{"type":"list","item":{"type":"string"},"nullable":true}]]}`
+const apiSpec = `{"columns":[["id",{"type":"string"}],["score",{"type":"float64","nullable":true}],["n",{"type":"int64","nullable":false}],["tags",{"type":"list","item":{"type":"string"},"nullable":true}]]}`
 
 // apiEnv is one worker's HTTP API over real stores and a real merger, served by
 // httptest so requests go through net/http (body limits, contexts, connections).
@@ -101,8 +101,11 @@ func (e *apiEnv) do(method, path string, body any) (int, []byte) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusNoContent && ct != "application/json" {
 		e.t.Errorf("%s %s: Content-Type %q", method, path, ct)
+	}
+	if resp.StatusCode == http.StatusNoContent && len(out) != 0 {
+		e.t.Errorf("%s %s: 204 with a body %q", method, path, out)
 	}
 	return resp.StatusCode, out
 }
@@ -158,7 +161,7 @@ func (e *apiEnv) rows(kind, name string) []json.RawMessage {
 		key = "records"
 	}
 	var ans map[string]json.RawMessage
-	e.ok(http.StatusOK, http.MethodGet, "/api/v1/"+kind+"/"+name+"/"+key+"?limit=10000", nil, &ans)
+	e.ok(http.StatusOK, http.MethodGet, "/api/v1/"+kind+"/"+name+"/"+key, nil, &ans)
 	var rows []json.RawMessage
 	if err := json.Unmarshal(ans[key], &rows); err != nil {
 		e.t.Fatal(err)
@@ -170,15 +173,27 @@ func (e *apiEnv) rows(kind, name string) []json.RawMessage {
 	return rows
 }
 
+// storeGot is GET /<kind>/{name}'s one flat object, read as its two halves.
+type storeGot struct {
+	Store storeInfo
+	Stats storeStats
+}
+
 // stats is GET /<kind>/{name}.
-func (e *apiEnv) stats(kind, name string) storeAnswer {
+func (e *apiEnv) stats(kind, name string) storeGot {
 	e.t.Helper()
-	var ans storeAnswer
-	e.ok(http.StatusOK, http.MethodGet, "/api/v1/"+kind+"/"+name, nil, &ans)
-	if ans.Stats == nil {
-		e.t.Fatalf("GET %s/%s: no stats", kind, name)
+	_, out := e.do(http.MethodGet, "/api/v1/"+kind+"/"+name, nil)
+	var got storeGot
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(out, &got.Store) != nil || json.Unmarshal(out, &got.Stats) != nil || json.Unmarshal(out, &keys) != nil {
+		e.t.Fatalf("GET %s/%s: %s", kind, name, out)
 	}
-	return ans
+	for _, k := range []string{"name", "uri", "version", "row_count", "pending_generations"} {
+		if _, ok := keys[k]; !ok {
+			e.t.Fatalf("GET %s/%s: no %q in %s", kind, name, k, out)
+		}
+	}
+	return got
 }
 
 func (e *apiEnv) count(c *prometheus.CounterVec, labels ...string) int {

@@ -7,15 +7,8 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
-// flushAnswer is the body of POST /generic/{name}/flush. Sealed is false when this
-// worker had nothing unsealed in the store; Generation and Rows then are 0.
-type flushAnswer struct {
-	Sealed     bool   `json:"sealed"`
-	Generation uint64 `json:"generation"`
-	Rows       int64  `json:"rows"`
-}
-
-// flushStore seals this worker's memtable of the store into a generation.
+// flushStore seals this worker's memtable of the store into a generation, and
+// answers 204 as the reference does (whether there was anything to seal or not).
 func (s *Server) flushStore(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		name, err := pathName(r)
@@ -29,15 +22,10 @@ func (s *Server) flushStore(k kindAPI) apiHandler {
 		defer release()
 		ctx, cancel := detached(r)
 		defer cancel()
-		g, err := s.seal(ctx, st)
-		if err != nil {
+		if _, err := s.seal(ctx, st); err != nil {
 			return err
 		}
-		var ans flushAnswer
-		if g != nil {
-			ans = flushAnswer{Sealed: true, Generation: g.Generation, Rows: g.Rows}
-		}
-		httpjson.WriteJSON(w, http.StatusOK, ans)
+		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
 }

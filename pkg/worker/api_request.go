@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -14,12 +15,9 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
-// List paging: a list answers at most maxListLimit rows, defaultListLimit when the
-// client does not say.
-const (
-	defaultListLimit = 100
-	maxListLimit     = 10000
-)
+// maxListLimit bounds ?limit=: a page is held in memory whole, in id order. A list
+// without a limit is every row, streamed (listAll).
+const maxListLimit = 10000
 
 // CodeUnsupportedMediaType (415): a body whose Content-Type says it is not JSON.
 const CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
@@ -139,14 +137,15 @@ func pathID(r *http.Request) (string, error) {
 	return id, nil
 }
 
-// listPage parses ?limit= (default 100, 0..10000) and ?offset= (default 0, >= 0).
+// listPage parses ?limit= (absent: -1, every row; else 0..maxListLimit) and
+// ?offset= (default 0, >= 0).
 func listPage(r *http.Request) (limit, offset int, err error) {
 	q := r.URL.Query()
-	if limit, err = intParam(q.Get("limit"), "limit", defaultListLimit); err != nil {
+	if limit, err = intParam(q.Get("limit"), "limit", -1); err != nil {
 		return 0, 0, err
 	}
 	if limit > maxListLimit {
-		return 0, 0, badRequest("limit %d is over the maximum of %d", limit, maxListLimit)
+		return 0, 0, badRequest("limit %d is over the maximum of %d; leave limit out to stream every row", limit, maxListLimit)
 	}
 	if offset, err = intParam(q.Get("offset"), "offset", 0); err != nil {
 		return 0, 0, err
@@ -166,17 +165,31 @@ func intParam(text, name string, def int) (int, error) {
 	return n, nil
 }
 
-// flushParam parses ?flush= (absent: false).
+// flushParam parses ?flush=: a bare ?flush, true (any case) and 1 mean true, as
+// in the reference; false (any case), 0 and no flush at all mean false. Anything
+// else is a 400 (the reference reads it as false: a typo there silently skips the
+// seal the client asked for).
 func flushParam(r *http.Request) (bool, error) {
-	text := r.URL.Query().Get("flush")
-	if text == "" {
-		return false, nil
+	// The raw query, because url.Values cannot tell a bare ?flush from ?flush=.
+	flush := false
+	for _, pair := range strings.Split(r.URL.RawQuery, "&") {
+		k, v, hasValue := strings.Cut(pair, "=")
+		if key, err := url.QueryUnescape(k); err != nil || key != "flush" {
+			continue
+		}
+		text, err := url.QueryUnescape(v)
+		switch {
+		case err != nil:
+			return false, badRequest("flush: %v", err)
+		case !hasValue || text == "1" || strings.EqualFold(text, "true"):
+			flush = true
+		case text == "" || text == "0" || strings.EqualFold(text, "false"):
+			// false; another flush pair that says true still wins, as in the reference
+		default:
+			return false, badRequest("flush must be true, 1, false or 0 (or a bare ?flush), got %q", text)
+		}
 	}
-	b, err := strconv.ParseBool(text)
-	if err != nil {
-		return false, badRequest("flush must be true or false, got %q", text)
-	}
-	return b, nil
+	return flush, nil
 }
 
 // Causal tokens (wal.Writer.AppendAfter): every add answers with the highest _seq it

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -65,7 +67,21 @@ func decodeRows(st *store.Store, rows []json.RawMessage) (arrow.RecordBatch, err
 	return spec.Codec().Decode(rows)
 }
 
-// addRows appends rows durably to this worker's shard; with ?flush=true it also
+// addAnswer is the body of a 201 to POST .../records and POST .../rows: the
+// reference's {version, ids, count} (ids for rollout stores only, as there) and
+// Tidemark's causal token.
+type addAnswer struct {
+	// Version is the base table's version when the add was acknowledged. Adds go
+	// to the WAL and do not advance it: it names the table, not the rows.
+	Version uint64   `json:"version"`
+	IDs     []string `json:"ids,omitempty"`
+	Count   int      `json:"count"`
+	// Seq is the causal token of this add (see AfterHeader). It exceeds 2^53: a
+	// JavaScript client should take the header's text instead.
+	Seq uint64 `json:"seq"`
+}
+
+// addRows appends rows durably to this worker's shard; with ?flush it also
 // seals, so the rows are visible to reads when it answers.
 func (s *Server) addRows(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
@@ -84,6 +100,11 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 		rows, err := s.decodeRowsBody(w, r, k)
 		if err != nil {
 			return err
+		}
+		// The reference refuses an empty rollout append (an empty generic one is
+		// a no-op there, answered 201 with count 0).
+		if len(rows) == 0 && k.kind == registry.KindRollout {
+			return badRequest("records array must not be empty")
 		}
 		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
 		if err != nil {
@@ -115,13 +136,16 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 				return internalError(err, "%d rows were added durably but the seal failed; they become visible at the next seal", added)
 			}
 		}
+		ans := addAnswer{Version: st.Snapshot().Base.Version, Count: added, Seq: seq}
+		if k.kind == registry.KindRollout {
+			ids := rec.Column(0).(*array.String)
+			ans.IDs = make([]string, ids.Len())
+			for i := range ans.IDs {
+				ans.IDs[i] = ids.Value(i)
+			}
+		}
 		w.Header().Set(SeqHeader, strconv.FormatUint(seq, 10))
-		httpjson.WriteJSON(w, http.StatusOK, struct {
-			Added int `json:"added"`
-			// Seq is the causal token of this add (see AfterHeader). It exceeds
-			// 2^53: a JavaScript client should take the header's text instead.
-			Seq uint64 `json:"seq"`
-		}{added, seq})
+		httpjson.WriteJSON(w, http.StatusCreated, ans)
 		return nil
 	}
 }
@@ -141,8 +165,9 @@ func (s *Server) seal(ctx context.Context, st *store.Store) (*wal.Generation, er
 	return g, nil
 }
 
-// listRows answers {"<rows>": [...], "count": n}: live rows in the store's stable
-// order, after offset, at most limit, filtered (rollout stores only).
+// listRows answers {"<rows>": [...], "count": n}: the live rows, filtered
+// (rollout stores only). With ?limit= it is a page in the store's stable id
+// order, after ?offset=; without, it is every row, streamed (listAll).
 func (s *Server) listRows(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		name, err := pathName(r)
@@ -175,13 +200,16 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		if err := syncTo(r, st); err != nil {
 			return err
 		}
+		if limit < 0 {
+			return s.listAll(w, r, k, st, opts)
+		}
 		out := []json.RawMessage{}
 		if limit > 0 { // store.ListOptions reads Limit 0 as "no limit"
 			recs, err := st.List(r.Context(), opts)
 			if err != nil {
 				return err
 			}
-			out, err = encodeRows(recs)
+			out, err = encodeRows(k, recs)
 			if err != nil {
 				return err
 			}
@@ -189,6 +217,96 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		httpjson.WriteJSON(w, http.StatusOK, map[string]any{k.rows: out, "count": len(out)})
 		return nil
 	}
+}
+
+// listChunkBytes is how much of a streamed list is encoded before it is written
+// to the client: what a list holds in memory besides the batch being read.
+const listChunkBytes = 64 << 10
+
+// listAll streams every row of st matching opts.Filter, after opts.Offset of
+// them, in storage order (store.Store.Stream), as one JSON answer written chunk
+// by chunk. Nothing is written before the first chunk fills, so a read that
+// fails early (a deleted store, too many pending generations) still gets its
+// error answer. One that fails once rows went out cannot change the status any
+// more: the connection is cut, so the client sees a truncated answer instead of
+// a shorter list that looks whole.
+func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st *store.Store, opts store.ListOptions) error {
+	rc := http.NewResponseController(w)
+	started := false
+	buf := make([]byte, 0, listChunkBytes+4096)
+	buf = append(buf, `{"`+k.rows+`":[`...)
+	flush := func() error {
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+		}
+		// Each chunk gets the whole write timeout: a list of millions of rows
+		// takes longer than one request may.
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err := w.Write(buf)
+		buf = buf[:0]
+		return err
+	}
+	enc := &rowEncoders{rollout: k.kind == registry.KindRollout}
+	count, skipped := 0, 0
+	err := st.Stream(r.Context(), opts.Filter, func(rec arrow.RecordBatch, i int) error {
+		if skipped < opts.Offset {
+			skipped++
+			return nil
+		}
+		if count > 0 {
+			buf = append(buf, ',')
+		}
+		var err error
+		if buf, err = enc.appendRow(buf, rec, i); err != nil {
+			return err
+		}
+		count++
+		if len(buf) >= listChunkBytes {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		if !started {
+			return err
+		}
+		s.cfg.Logger.Warn("streamed list cut off", "route", r.Pattern, "path", r.URL.Path, "rows_sent", count, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	buf = append(buf, `],"count":`...)
+	buf = strconv.AppendInt(buf, int64(count), 10)
+	buf = append(buf, "}\n"...)
+	if err := flush(); err != nil {
+		s.cfg.Logger.Debug("streamed list: client went away", "path", r.URL.Path, "err", err)
+	}
+	return nil
+}
+
+// rowEncoders encodes rows of batches whose schema may change from one batch to
+// the next (the base table's and the generations' are built apart).
+type rowEncoders struct {
+	rollout bool
+	schema  *arrow.Schema
+	enc     *schema.RowEncoder
+}
+
+func (e *rowEncoders) appendRow(dst []byte, rec arrow.RecordBatch, i int) ([]byte, error) {
+	switch s := rec.Schema(); {
+	case s == e.schema:
+	case e.enc != nil && s.Equal(e.schema):
+		// The same schema in another object: compare pointers from now on.
+		e.schema = s
+		e.enc = e.enc.WithSchema(s)
+	default:
+		enc, err := schema.NewRowEncoder(s, e.rollout)
+		if err != nil {
+			return dst, err
+		}
+		e.schema, e.enc = s, enc
+	}
+	return e.enc.AppendRow(dst, rec, i)
 }
 
 // syncTo makes a read that carries a causal token see every write acknowledged
@@ -202,15 +320,16 @@ func syncTo(r *http.Request, st *store.Store) error {
 }
 
 // encodeRows encodes the one-row batches of a List and releases them.
-func encodeRows(recs []arrow.RecordBatch) ([]json.RawMessage, error) {
+func encodeRows(k kindAPI, recs []arrow.RecordBatch) ([]json.RawMessage, error) {
 	defer func() {
 		for _, rec := range recs {
 			rec.Release()
 		}
 	}()
+	enc := &rowEncoders{rollout: k.kind == registry.KindRollout}
 	out := make([]json.RawMessage, 0, len(recs))
 	for _, rec := range recs {
-		row, err := schema.EncodeRow(rec, 0)
+		row, err := enc.appendRow(nil, rec, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -219,8 +338,10 @@ func encodeRows(recs []arrow.RecordBatch) ([]json.RawMessage, error) {
 	return out, nil
 }
 
-// getRow answers {"<row>": {...}}. A missing id is {"record": null} on rollout
-// stores and a 404 naming it on generic stores.
+// getRow answers a rollout record as {"record": {...}}, or {"record": null} when
+// there is none, and a generic row as the bare row object, or a 404 "Row 'x' does
+// not exist" - the reference's answers. ?columns= (generic stores) names the
+// columns to return, comma-separated; id is always among them.
 func (s *Server) getRow(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		name, err := pathName(r)
@@ -230,6 +351,10 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 		id, err := pathID(r)
 		if err != nil {
 			return err
+		}
+		columns, hasColumns := r.URL.Query()["columns"]
+		if hasColumns && k.kind == registry.KindRollout {
+			return badRequest("columns is supported on generic stores only")
 		}
 		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
 		if err != nil {
@@ -243,16 +368,58 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
-		var row json.RawMessage // nil encodes as null
-		if rec != nil {
-			defer rec.Release()
-			if row, err = schema.EncodeRow(rec, 0); err != nil {
+		if rec == nil {
+			if k.missingRowIsNull {
+				httpjson.WriteJSON(w, http.StatusOK, map[string]json.RawMessage{k.row: nil})
+				return nil
+			}
+			return notFound("Row '%s' does not exist", id)
+		}
+		defer rec.Release()
+		if hasColumns {
+			proj, err := projectColumns(rec, columns[0])
+			if err != nil {
 				return err
 			}
-		} else if !k.missingRowIsNull {
-			return notFound("row %q not found in %s store %q", id, k.kind, name)
+			defer proj.Release()
+			rec = proj
 		}
-		httpjson.WriteJSON(w, http.StatusOK, map[string]json.RawMessage{k.row: row})
+		row, err := (&rowEncoders{rollout: k.kind == registry.KindRollout}).appendRow(nil, rec, 0)
+		if err != nil {
+			return err
+		}
+		if k.missingRowIsNull {
+			httpjson.WriteJSON(w, http.StatusOK, map[string]json.RawMessage{k.row: row})
+		} else {
+			httpjson.WriteJSON(w, http.StatusOK, json.RawMessage(row))
+		}
 		return nil
 	}
+}
+
+// projectColumns returns the columns of rec that text (comma-separated names,
+// blanks ignored) names, and id, in schema order. No name at all selects every
+// column. A name the schema lacks is a 400 naming it.
+func projectColumns(rec arrow.RecordBatch, text string) (arrow.RecordBatch, error) {
+	want := map[string]bool{schema.IDColumn: true}
+	named := false
+	for c := range strings.SplitSeq(text, ",") {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		if strings.HasPrefix(c, "_") || len(rec.Schema().FieldIndices(c)) == 0 {
+			return nil, badRequest("columns: no column %q in this store's schema", c)
+		}
+		want[c], named = true, true
+	}
+	var fields []arrow.Field
+	var cols []arrow.Array
+	for i, f := range rec.Schema().Fields() {
+		if !named || want[f.Name] {
+			fields = append(fields, f)
+			cols = append(cols, rec.Column(i))
+		}
+	}
+	return array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, rec.NumRows()), nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,18 +53,17 @@ func TestRolloutRoundTripAddFlushMergeGet(t *testing.T) {
 			e := newAPIEnv(t, b.open(t), "w1", nil)
 			e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"rt"}`, nil)
 			before := time.Now().Truncate(time.Microsecond)
-			var added struct{ Added int }
-			e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/rt/records?flush=true",
+			var added addAnswer
+			e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/rt/records?flush=true",
 				`{"records":[`+fullRollout+`,{"id":"rec-min","rollout_id":"ro-1"}]}`, &added)
 			after := time.Now()
-			if added.Added != 2 {
-				t.Fatalf("added %d, want 2", added.Added)
+			if added.Count != 2 || !slices.Equal(added.IDs, []string{"rec-full", "rec-min"}) || added.Version != 1 || added.Seq == 0 {
+				t.Fatalf("added %+v, want 2 records rec-full, rec-min at version 1", added)
 			}
 
-			// What the API must give back: the full record as written (metadata as its
-			// JSON text), the minimal one with its defaults and nulls elsewhere.
+			// What the API must give back: the full record as written (metadata as the
+			// JSON value it was), the minimal one with its defaults and nulls elsewhere.
 			wantFull := exact(t, []byte(fullRollout)).(map[string]any)
-			wantFull["metadata"] = `{"k":[1,2],"s":"t"}`
 			check := func(stage string, got map[string]any) {
 				t.Helper()
 				switch got["id"] {
@@ -80,7 +80,7 @@ func TestRolloutRoundTripAddFlushMergeGet(t *testing.T) {
 						t.Errorf("%s: created_at %v not the time of the add (%v..%v)", stage, got["created_at"], before, after)
 					}
 					for k, v := range got {
-						want := map[string]any{"id": "rec-min", "rollout_id": "ro-1", "problem_id": "ro-1",
+						want := map[string]any{"id": "rec-min", "rollout_id": "ro-1", "problem_id": "ro-1", "sequence_order": json.Number("0"),
 							"role": schema.DefaultRole, "content_type": schema.DefaultContentType}[k]
 						if k != "created_at" && v != want {
 							t.Errorf("%s: minimal record %s = %v, want %v", stage, k, v, want)
@@ -118,8 +118,8 @@ func TestRolloutRoundTripAddFlushMergeGet(t *testing.T) {
 				t.Errorf("merge = %+v", merged)
 			}
 			verify("merged")
-			if st := e.stats("rollouts", "rt").Stats; st.PendingGenerations != 0 || st.RowCount != 2 || st.Version != merged.Version {
-				t.Errorf("stats after merge = %+v", st)
+			if got := e.stats("rollouts", "rt"); got.Stats.PendingGenerations != 0 || got.Stats.RowCount != 2 || *got.Store.Version != merged.Version {
+				t.Errorf("stats after merge = %+v, version %d", got.Stats, *got.Store.Version)
 			}
 
 			m := e.series
@@ -145,23 +145,20 @@ func TestGenericRoundTripAddFlushMergeGet(t *testing.T) {
 			e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"gt","schema":`+apiSpec+`}`, nil)
 			// 2^53+1 is not a float64: the int64 must survive exactly.
 			first := []string{`{"id":"a","score":1.5,"n":9007199254740993,"tags":["x","y"]}`, `{"id":"b","n":-1}`}
-			var added struct{ Added int }
-			e.ok(http.StatusOK, http.MethodPost, "/api/v1/generic/gt/rows", `{"rows":[`+strings.Join(first, ",")+`]}`, &added)
-			if added.Added != 2 {
-				t.Fatalf("added %d", added.Added)
+			var added addAnswer
+			e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic/gt/rows", `{"rows":[`+strings.Join(first, ",")+`]}`, &added)
+			if added.Count != 2 || added.IDs != nil {
+				t.Fatalf("added %+v", added)
 			}
 			if rows := e.rows("generic", "gt"); len(rows) != 0 {
 				t.Errorf("unsealed rows are visible: %s", rows)
 			}
-			var fl flushAnswer
-			e.ok(http.StatusOK, http.MethodPost, "/api/v1/generic/gt/flush", nil, &fl)
-			if fl != (flushAnswer{Sealed: true, Generation: 1, Rows: 2}) {
-				t.Errorf("flush = %+v", fl)
+			e.ok(http.StatusNoContent, http.MethodPost, "/api/v1/generic/gt/flush", nil, nil)
+			if got := e.stats("generic", "gt").Stats; got.PendingGenerations != 1 || got.PendingRows != 2 {
+				t.Errorf("after a flush: %+v, want one generation of 2 rows", got)
 			}
-			e.ok(http.StatusOK, http.MethodPost, "/api/v1/generic/gt/flush", nil, &fl)
-			if fl.Sealed {
-				t.Errorf("a flush with nothing to seal answered %+v", fl)
-			}
+			// Nothing left to seal: still 204.
+			e.ok(http.StatusNoContent, http.MethodPost, "/api/v1/generic/gt/flush", nil, nil)
 
 			want := map[string]any{
 				"a": exact(t, []byte(`{"id":"a","score":1.5,"n":9007199254740993,"tags":["x","y"]}`)),
@@ -179,14 +176,14 @@ func TestGenericRoundTripAddFlushMergeGet(t *testing.T) {
 					t.Errorf("%s: list\n got %v\nwant %v", stage, got, want)
 				}
 				for id, w := range want {
-					var ans map[string]json.RawMessage
+					var ans json.RawMessage
 					env.ok(http.StatusOK, http.MethodGet, "/api/v1/generic/gt/rows/"+id, nil, &ans)
-					if g := exact(t, ans["row"]); !reflect.DeepEqual(g, w) {
+					if g := exact(t, ans); !reflect.DeepEqual(g, w) {
 						t.Errorf("%s: get %s = %v, want %v", stage, id, g, w)
 					}
 				}
 				msg := env.fails(http.StatusNotFound, CodeNotFound, http.MethodGet, "/api/v1/generic/gt/rows/missing-id", nil)
-				if !strings.Contains(msg, "missing-id") {
+				if msg != "Row 'missing-id' does not exist" {
 					t.Errorf("%s: 404 message %q does not name the id", stage, msg)
 				}
 			}
@@ -195,7 +192,7 @@ func TestGenericRoundTripAddFlushMergeGet(t *testing.T) {
 			verify("flushed, other worker", newAPIEnv(t, bucket, "w2", nil))
 
 			// Last write wins, visible at once with ?flush=true.
-			e.ok(http.StatusOK, http.MethodPost, "/api/v1/generic/gt/rows?flush=true", `{"rows":[{"id":"a","n":1}]}`, nil)
+			e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic/gt/rows?flush=true", `{"rows":[{"id":"a","n":1}]}`, nil)
 			want["a"] = exact(t, []byte(`{"id":"a","score":null,"n":1,"tags":null}`))
 			verify("overwritten", e)
 
@@ -229,7 +226,7 @@ func TestGenericRoundTripAddFlushMergeGet(t *testing.T) {
 func TestSealOnAddMakesRowsVisibleWithoutFlush(t *testing.T) {
 	e := newAPIEnv(t, objstoretest.Mem(t), "w1", nil)
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"soa","seal_on_add":true,"schema":`+apiSpec+`}`, nil)
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/generic/soa/rows", `{"rows":[{"id":"a","n":1}]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic/soa/rows", `{"rows":[{"id":"a","n":1}]}`, nil)
 	if rows := e.rows("generic", "soa"); len(rows) != 1 {
 		t.Errorf("listed %d rows after a seal-on-add, want 1", len(rows))
 	}
@@ -245,9 +242,9 @@ func TestListPagesAndFiltersRollouts(t *testing.T) {
 	}
 	// Two generations, so pages cross a generation boundary; merge one of them so
 	// they cross from the base table into the pending rows too.
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/pg/records?flush=true", `{"records":[`+strings.Join(recs[:70], ",")+`]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/pg/records?flush=true", `{"records":[`+strings.Join(recs[:70], ",")+`]}`, nil)
 	e.ok(http.StatusOK, http.MethodPost, "/api/v1/internal/merge-wal/pg", nil, nil)
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/pg/records?flush=true", `{"records":[`+strings.Join(recs[70:], ",")+`]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/pg/records?flush=true", `{"records":[`+strings.Join(recs[70:], ",")+`]}`, nil)
 
 	ids := func(query string) []string {
 		t.Helper()
@@ -269,8 +266,9 @@ func TestListPagesAndFiltersRollouts(t *testing.T) {
 	if len(all) != 120 {
 		t.Fatalf("listed %d records, want 120", len(all))
 	}
-	if got := ids(""); !reflect.DeepEqual(got, all[:100]) {
-		t.Errorf("default page has %d records, want the first 100", len(got))
+	// Without a limit: every record, in storage order.
+	if got := ids(""); !reflect.DeepEqual(sorted(got), all) {
+		t.Errorf("a list without a limit has %d records, want all 120", len(got))
 	}
 	for _, p := range []struct{ limit, offset int }{{3, 0}, {3, 2}, {10, 65}, {50, 100}, {5, 118}, {5, 120}, {5, 500}} {
 		got := ids(fmt.Sprintf("?limit=%d&offset=%d", p.limit, p.offset))
@@ -311,7 +309,7 @@ func TestClientDisconnectDoesNotAbandonAnAcceptedAdd(t *testing.T) {
 	faults := &objstore.Faults{}
 	e := newAPIEnv(t, objstore.WithFaults(objstoretest.Mem(t), faults), "w1", nil)
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"r"}`, nil)
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/r/records", `{"records":[{"id":"warm"}]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/r/records", `{"records":[{"id":"warm"}]}`, nil)
 
 	faults.SetLatency(300*time.Millisecond, 0)
 	impatient := &http.Client{Timeout: 50 * time.Millisecond}
@@ -347,9 +345,15 @@ func TestAddFailedByTheStoreAnswers503AndTheRetrySucceeds(t *testing.T) {
 		t.Errorf("message %q does not tell the client to retry", msg)
 	}
 	faults.SetErrorRate(0)
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/r/records", `{"records":[{"id":"a"}]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/r/records", `{"records":[{"id":"a"}]}`, nil)
 	e.seal("rollout", "r")
 	if got := len(e.rows("rollouts", "r")); got != 1 {
 		t.Errorf("%d rows after the retry, want 1", got)
 	}
+}
+
+func sorted(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return out
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
@@ -25,32 +27,59 @@ func detached(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(r.Context()), writeOpTimeout)
 }
 
-// storeInfo describes a store in answers.
+// storeInfo describes a store in answers: the reference API's fields (name, uri,
+// version) and Tidemark's own, side by side at the top level of the object.
 type storeInfo struct {
-	Name      string        `json:"name"`
+	Name string `json:"name"`
+	// URI is where the store's table lives: its directory under DATA_URL.
+	URI string `json:"uri"`
+	// Version is the base table's version. Lists leave it out, as the reference
+	// does: they are served from the registry without opening each store.
+	Version   *uint64       `json:"version,omitempty"`
 	Kind      registry.Kind `json:"kind"`
 	Target    string        `json:"target"`
 	CreatedAt time.Time     `json:"created_at"`
-	// Schema is a generic store's canonical schema spec.
+	// Schema is a generic store's schema spec, every column's "nullable" spelled
+	// out (a reference client reads a missing one as true).
 	Schema    json.RawMessage `json:"schema,omitempty"`
 	SealOnAdd *bool           `json:"seal_on_add,omitempty"` // generic stores only
 }
 
-func infoOf(e registry.Entry) storeInfo {
-	info := storeInfo{Name: e.Name, Kind: e.Kind, Target: e.Target(), CreatedAt: e.CreatedAt}
+// infoOf describes e; a generic store's registered schema that does not parse is
+// an internal error (the registry holds only specs that did).
+func (s *Server) infoOf(e registry.Entry) (storeInfo, error) {
+	info := storeInfo{Name: e.Name, URI: s.storeURI(e), Kind: e.Kind, Target: e.Target(), CreatedAt: e.CreatedAt}
 	if e.Kind == registry.KindGeneric {
-		info.Schema = e.Schema
+		spec, err := schema.ParseSpec(e.Schema)
+		if err != nil {
+			return storeInfo{}, internalError(err, "generic store %q has an unreadable registered schema", e.Name)
+		}
+		if info.Schema, err = spec.MarshalJSON(); err != nil {
+			return storeInfo{}, err
+		}
 		info.SealOnAdd = &e.SealOnAdd
 	}
-	return info
+	return info, nil
+}
+
+// storeURI is the URL of e's table directory: DATA_URL (without credentials)
+// joined with the directory, or the bare directory if DATA_URL is not known.
+func (s *Server) storeURI(e registry.Entry) string {
+	base := s.cfg.Stores.BucketName()
+	u, err := url.Parse(base)
+	if base == "" || err != nil || u.Scheme == "" {
+		return e.URI
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/" + e.URI
+	u.RawPath = ""
+	return u.String()
 }
 
 // storeStats is what GET /<kind>/{name} reports besides the store's entry, from
-// one fresh snapshot. RowCount counts the live rows of the base table (merged);
-// rows still in pending generations are counted by PendingRows, where an id
-// written more than once counts each time.
+// one fresh snapshot (its version is storeInfo.Version). RowCount counts the live
+// rows of the base table (merged); rows still in pending generations are counted
+// by PendingRows, where an id written more than once counts each time.
 type storeStats struct {
-	Version            uint64    `json:"version"`
 	RowCount           int64     `json:"row_count"`
 	FragmentCount      int       `json:"fragment_count"`
 	Bytes              int64     `json:"bytes"`
@@ -60,16 +89,25 @@ type storeStats struct {
 	UpdatedAt          time.Time `json:"updated_at"`
 }
 
+// storeAnswer is the body of GET /<kind>/{name}: one flat object, as the
+// reference's {name, uri, version[, schema]}, with the stats beside them.
 type storeAnswer struct {
-	Store storeInfo   `json:"store"`
-	Stats *storeStats `json:"stats,omitempty"`
+	storeInfo
+	*storeStats
 }
+
+// newBaseVersion is the version of the base table a create makes (table.Create).
+const newBaseVersion uint64 = 1
 
 // createStoreRequest is the body of POST /rollouts and POST /generic.
 type createStoreRequest struct {
 	Name      string          `json:"name"`
 	Schema    json.RawMessage `json:"schema"`
 	SealOnAdd *bool           `json:"seal_on_add"`
+	// StorageOptions are per-store object-store settings in the reference API,
+	// whose clients send null. Every Tidemark store lives under DATA_URL, with the
+	// worker's credentials, so only null or {} can be honoured.
+	StorageOptions map[string]string `json:"storage_options"`
 }
 
 func (s *Server) createStore(k kindAPI) apiHandler {
@@ -81,17 +119,20 @@ func (s *Server) createStore(k kindAPI) apiHandler {
 		if err := registry.ValidateName(req.Name); err != nil {
 			return err
 		}
+		if len(req.StorageOptions) > 0 {
+			return badRequest("storage_options are not supported: every store lives under the worker's DATA_URL, with its credentials; send null or leave the field out")
+		}
 		e := registry.Entry{Kind: k.kind, Name: req.Name}
 		switch k.kind {
 		case registry.KindRollout:
 			if req.Schema != nil || req.SealOnAdd != nil {
-				return badRequest("rollout stores have a fixed schema and take only \"name\"")
+				return badRequest("rollout stores have a fixed schema and take only \"name\" (and \"storage_options\": null)")
 			}
 		case registry.KindGeneric:
 			if len(req.Schema) == 0 || string(req.Schema) == "null" {
 				return badRequest("missing \"schema\": a generic store needs a schema spec")
 			}
-			spec, err := schema.ParseSpec(req.Schema)
+			spec, err := schema.ParseRequestSpec(req.Schema)
 			if err != nil {
 				return fmt.Errorf("schema: %w", err)
 			}
@@ -110,11 +151,19 @@ func (s *Server) createStore(k kindAPI) apiHandler {
 			// table of another create of the name running at the same time (or of
 			// one a delete is removing). Not "gone": the client asked to create.
 			return errclass.Wrap(errclass.Conflict, fmt.Errorf("%s store %q: created or deleted at the same time by another request: %w", k.kind, req.Name, err))
+		case errclass.Exists:
+			return referenceWording(k.kind, req.Name, err)
 		}
 		if err != nil {
 			return err
 		}
-		httpjson.WriteJSON(w, http.StatusCreated, storeAnswer{Store: infoOf(created)})
+		info, err := s.infoOf(created)
+		if err != nil {
+			return err
+		}
+		v := newBaseVersion
+		info.Version = &v
+		httpjson.WriteJSON(w, http.StatusCreated, info)
 		return nil
 	}
 }
@@ -127,7 +176,11 @@ func (s *Server) listStores(k kindAPI) apiHandler {
 		}
 		infos := make([]storeInfo, 0, len(entries))
 		for _, e := range entries {
-			infos = append(infos, infoOf(e))
+			info, err := s.infoOf(e)
+			if err != nil {
+				return err
+			}
+			infos = append(infos, info)
 		}
 		httpjson.WriteJSON(w, http.StatusOK, struct {
 			Stores []storeInfo `json:"stores"`
@@ -164,13 +217,18 @@ func (s *Server) getStore(k kindAPI) apiHandler {
 		}
 		defer release()
 		base := snap.Base.Stats()
-		stats := &storeStats{Version: base.Version, RowCount: base.Rows, FragmentCount: base.Fragments,
+		stats := &storeStats{RowCount: base.Rows, FragmentCount: base.Fragments,
 			Bytes: base.Bytes, DeletedRows: base.DeletedRows, UpdatedAt: base.UpdatedAt}
 		for _, g := range snap.Pending() {
 			stats.PendingGenerations++
 			stats.PendingRows += g.Rows
 		}
-		httpjson.WriteJSON(w, http.StatusOK, storeAnswer{Store: infoOf(st.Entry()), Stats: stats})
+		info, err := s.infoOf(st.Entry())
+		if err != nil {
+			return err
+		}
+		info.Version = &base.Version
+		httpjson.WriteJSON(w, http.StatusOK, storeAnswer{storeInfo: info, storeStats: stats})
 		return nil
 	}
 }
@@ -188,9 +246,7 @@ func (s *Server) deleteStore(k kindAPI) apiHandler {
 		}
 		s.cfg.Series.PendingGenerations.DeleteLabelValues(string(k.kind), name)
 		s.cfg.Logger.Info("store deleted", "store", name, "kind", k.kind)
-		httpjson.WriteJSON(w, http.StatusOK, struct {
-			Deleted string `json:"deleted"`
-		}{name})
+		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
 }

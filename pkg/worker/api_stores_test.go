@@ -3,6 +3,7 @@ package worker
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,10 +25,10 @@ func TestStoreRoutesCreateListGetDeleteBothKinds(t *testing.T) {
 		t.Run(tc.path, func(t *testing.T) {
 			name := tc.create["name"].(string)
 			before := time.Now().Add(-time.Second)
-			var created storeAnswer
-			e.ok(http.StatusCreated, http.MethodPost, "/api/v1/"+tc.path, tc.create, &created)
-			got := created.Store
-			if got.Name != name || got.Kind != tc.kind || got.Target != tc.target || got.CreatedAt.Before(before) {
+			var got storeInfo
+			e.ok(http.StatusCreated, http.MethodPost, "/api/v1/"+tc.path, tc.create, &got)
+			if got.Name != name || got.Kind != tc.kind || got.Target != tc.target || got.CreatedAt.Before(before) ||
+				got.Version == nil || *got.Version != 1 || !strings.HasPrefix(got.URI, "mem://") || !strings.Contains(got.URI, "/"+string(tc.kind)+"/"+name+"@") {
 				t.Errorf("created %+v", got)
 			}
 			if tc.kind == registry.KindGeneric {
@@ -40,22 +41,23 @@ func TestStoreRoutesCreateListGetDeleteBothKinds(t *testing.T) {
 
 			var list struct{ Stores []storeInfo }
 			e.ok(http.StatusOK, http.MethodGet, "/api/v1/"+tc.path, nil, &list)
-			if len(list.Stores) != 1 || list.Stores[0].Name != name || !list.Stores[0].CreatedAt.Equal(got.CreatedAt) {
+			if len(list.Stores) != 1 || list.Stores[0].Name != name || !list.Stores[0].CreatedAt.Equal(got.CreatedAt) ||
+				list.Stores[0].URI != got.URI || list.Stores[0].Version != nil {
 				t.Errorf("list = %+v", list.Stores)
 			}
 
 			ans := e.stats(tc.path, name)
-			if ans.Store.Target != tc.target || ans.Stats.RowCount != 0 || ans.Stats.PendingGenerations != 0 {
+			if ans.Store.Target != tc.target || ans.Store.URI != got.URI || *ans.Store.Version != 1 || ans.Stats.RowCount != 0 || ans.Stats.PendingGenerations != 0 {
 				t.Errorf("get = %+v %+v", ans.Store, ans.Stats)
 			}
 
-			var del struct{ Deleted string }
-			e.ok(http.StatusOK, http.MethodDelete, "/api/v1/"+tc.path+"/"+name, nil, &del)
-			if del.Deleted != name {
-				t.Errorf("delete answered %+v", del)
+			e.ok(http.StatusNoContent, http.MethodDelete, "/api/v1/"+tc.path+"/"+name, nil, nil)
+			gone := map[registry.Kind]string{registry.KindRollout: "Rollout", registry.KindGeneric: "Generic"}[tc.kind] + " store '" + name + "' does not exist"
+			for _, method := range []string{http.MethodGet, http.MethodDelete} {
+				if msg := e.fails(http.StatusNotFound, CodeNotFound, method, "/api/v1/"+tc.path+"/"+name, nil); msg != gone {
+					t.Errorf("%s after delete: %q, want %q", method, msg, gone)
+				}
 			}
-			e.fails(http.StatusNotFound, CodeNotFound, http.MethodGet, "/api/v1/"+tc.path+"/"+name, nil)
-			e.fails(http.StatusNotFound, CodeNotFound, http.MethodDelete, "/api/v1/"+tc.path+"/"+name, nil)
 			e.ok(http.StatusOK, http.MethodGet, "/api/v1/"+tc.path, nil, &list)
 			if len(list.Stores) != 0 {
 				t.Errorf("list after delete = %+v", list.Stores)
@@ -78,8 +80,8 @@ func TestListStoresAnswersAnEmptyArrayNotNull(t *testing.T) {
 func TestGenericStoreAnswersItsCanonicalSchema(t *testing.T) {
 	e := newAPIEnv(t, objstoretest.Mem(t), "w1", nil)
 	// The same spec spelled with defaults and another key order.
-	spelled := `{"columns":[["id",{"type":"string","nullable":false}],["v",{"nullable":true,"type":"vector","dim":2}]]}`
-	canonical := `{"columns":[["id",{"type":"string"}],["v",{"type":"vector","dim":2,"nullable":true}]]}`
+	spelled := `{"columns":[["id",{"type":"string","nullable":false}],["v",{"type":"vector","dim":2}]]}`
+	canonical := `{"columns":[["id",{"type":"string","nullable":false}],["v",{"type":"vector","dim":2,"nullable":true}]]}`
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"vec","schema":`+spelled+`}`, nil)
 	ans := e.stats("generic", "vec")
 	if string(ans.Store.Schema) != canonical {
@@ -93,7 +95,9 @@ func TestGenericStoreAnswersItsCanonicalSchema(t *testing.T) {
 func TestDuplicateCreateIsAlreadyExists(t *testing.T) {
 	e := newAPIEnv(t, objstoretest.Mem(t), "w1", nil)
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"dup"}`, nil)
-	e.fails(http.StatusConflict, CodeAlreadyExists, http.MethodPost, "/api/v1/rollouts", `{"name":"dup"}`)
+	if msg := e.fails(http.StatusConflict, CodeAlreadyExists, http.MethodPost, "/api/v1/rollouts", `{"name":"dup"}`); msg != "Rollout store 'dup' already exists" {
+		t.Errorf("message %q", msg)
+	}
 	// Each kind has its own names: a generic store may be called "dup" too.
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"dup","schema":`+apiSpec+`}`, nil)
 	// A generic create of an existing name conflicts whatever the schema says.

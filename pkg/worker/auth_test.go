@@ -53,19 +53,23 @@ func (e *apiEnv) send(method, path, token string, body string) (int, string) {
 }
 
 // The guarded failure: anyone who could reach a worker's HTTP port could make it
-// merge or seal. Without the token the control routes answer 401 and the store is
+// merge. Without the token the control routes answer 401 and the store is
 // untouched (its pending generations are still pending); with it they merge.
-// Health and metrics stay open, and so do data routes unless configured.
+// Health and metrics stay open, and so do data routes (flush among them, as in
+// the reference API) unless configured.
 func TestControlRoutesWithoutTokenAre401AndMergeNothing(t *testing.T) {
 	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.Auth = testGuard(t) })
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"sec"}`, nil)
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"a","rollout_id":"r"}]}`, nil)
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"b","rollout_id":"r"}]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"a","rollout_id":"r"}]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"b","rollout_id":"r"}]}`, nil)
 	before := e.stats("rollouts", "sec").Stats
 	if before.PendingGenerations != 2 {
 		t.Fatalf("pending generations %d, want 2 before the merge attempts", before.PendingGenerations)
 	}
-	for _, path := range []string{"/api/v1/internal/merge-wal/sec", "/api/v1/generic/sec/merge-wal", "/api/v1/generic/sec/flush"} {
+	if code, body := e.send(http.MethodPost, "/api/v1/generic/sec/flush", "", ""); code != http.StatusNotFound {
+		t.Errorf("flush without a token: %d %s, want the data route's own answer (404: no generic store sec)", code, body)
+	}
+	for _, path := range []string{"/api/v1/internal/merge-wal/sec", "/api/v1/generic/sec/merge-wal"} {
 		for _, token := range []string{"", "wrong-token-0123456789abcdef"} {
 			code, body := e.send(http.MethodPost, path, token, "")
 			if code != http.StatusUnauthorized || !strings.Contains(body, auth.CodeUnauthenticated) {
@@ -73,10 +77,10 @@ func TestControlRoutesWithoutTokenAre401AndMergeNothing(t *testing.T) {
 			}
 		}
 	}
-	after := e.stats("rollouts", "sec").Stats
-	if after.PendingGenerations != 2 || after.Version != before.Version {
-		t.Fatalf("after refused merges: %d pending generations, version %d; want 2 and version %d (nothing merged)",
-			after.PendingGenerations, after.Version, before.Version)
+	after := e.stats("rollouts", "sec")
+	if after.Stats.PendingGenerations != 2 || *after.Store.Version != 1 {
+		t.Fatalf("after refused merges: %d pending generations, version %d; want 2 and version 1 (nothing merged)",
+			after.Stats.PendingGenerations, *after.Store.Version)
 	}
 	if n := e.count(e.series.Requests, "POST /api/v1/internal/merge-wal/{name}", "POST", "401"); n != 2 {
 		t.Errorf("requests counted as 401: %d, want 2", n)
@@ -136,7 +140,7 @@ func TestGRPCMergeWalWithoutTokenIsUnauthenticatedAndMergesNothing(t *testing.T)
 	}
 	// The same service's pending generation, through the HTTP API's add route.
 	e := newAPIEnv(t, nil, "w1", func(c *Config) { c.Stores, c.Service = ss, svc })
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"a","rollout_id":"r"}]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"a","rollout_id":"r"}]}`, nil)
 
 	gs, err := NewGRPCServer(GRPCConfig{Service: svc, Logger: quiet, Auth: testGuard(t)})
 	if err != nil {
@@ -157,9 +161,7 @@ func TestGRPCMergeWalWithoutTokenIsUnauthenticatedAndMergesNothing(t *testing.T)
 		return tidemarkv1.NewWorkerServiceClient(cc)
 	}
 	pending := func() int {
-		var ans storeAnswer
-		e.ok(http.StatusOK, http.MethodGet, "/api/v1/rollouts/sec", nil, &ans)
-		return ans.Stats.PendingGenerations
+		return e.stats("rollouts", "sec").Stats.PendingGenerations
 	}
 	if n := pending(); n != 1 {
 		t.Fatalf("pending generations %d, want 1", n)

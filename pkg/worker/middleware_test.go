@@ -67,7 +67,7 @@ func TestServeDrainsAndFinishesAnAcceptedAdd(t *testing.T) {
 	faults := &objstore.Faults{}
 	e := newAPIEnv(t, objstore.WithFaults(objstoretest.Mem(t), faults), "w1", nil)
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"r"}`, nil)
-	e.ok(http.StatusOK, http.MethodPost, "/api/v1/rollouts/r/records", `{"records":[{"id":"warm"}]}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/r/records", `{"records":[{"id":"warm"}]}`, nil)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -105,7 +105,7 @@ func TestServeDrainsAndFinishesAnAcceptedAdd(t *testing.T) {
 		t.Errorf("new request while draining: %d %s", rec.Code, rec.Body)
 	}
 
-	if a := <-added; a.err != nil || a.status != http.StatusOK {
+	if a := <-added; a.err != nil || a.status != http.StatusCreated {
 		t.Fatalf("accepted add during shutdown: %d, %v", a.status, a.err)
 	}
 	if err := <-served; err != nil {

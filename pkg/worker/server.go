@@ -64,9 +64,9 @@ type Config struct {
 	// store in etcd); without it that route answers 503.
 	Tasks TaskQueue
 
-	// Auth guards the control routes (POST /api/v1/internal/*, the flush and
-	// merge-wal routes) always, and every data route too when AuthDataRoutes is
-	// set; health and metrics are never guarded. nil: no authentication
+	// Auth guards the control routes (POST /api/v1/internal/*, the merge-wal and
+	// compact routes) always, and every data route (flush included) too when
+	// AuthDataRoutes is set; health and metrics are never guarded. nil: no authentication
 	// (--auth-disabled).
 	Auth           *auth.Guard
 	AuthDataRoutes bool
