@@ -27,13 +27,18 @@ package worker
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 )
 
@@ -318,4 +323,56 @@ func TestConformanceListWithoutLimitStreamsEveryRow(t *testing.T) {
 	if page.Count != n-10000 {
 		t.Errorf("offset 10000: %d rows, want %d", page.Count, n-10000)
 	}
+}
+
+// A streamed list whose read fails once rows went out cannot change its status
+// any more: the connection is cut, so the client sees a broken answer, never a
+// shorter list that parses, and the request is still counted.
+func TestListWithoutLimitIsCutOffNotTruncatedWhenTheReadFails(t *testing.T) {
+	bucket := objstoretest.Mem(t)
+	faults := objstore.NewFaults(nil)
+	writer := newAPIEnv(t, bucket, "w2", nil)
+	reader := newAPIEnv(t, objstore.WithFaults(bucket, faults), "w1", nil)
+	writer.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"cut"}`, nil)
+	// Two merges: two fragments, each more than a chunk of answer.
+	content := strings.Repeat("y", 200)
+	for f := range 2 {
+		var recs []string
+		for i := range 1000 {
+			recs = append(recs, fmt.Sprintf(`{"id":"f%d-%04d","rollout_id":"ro","content":%q}`, f, i, content))
+		}
+		writer.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/cut/records?flush", `{"records":[`+strings.Join(recs, ",")+`]}`, nil)
+		writer.ok(http.StatusOK, http.MethodPost, "/api/v1/internal/merge-wal/cut", nil, nil)
+	}
+	// The first fragment read lets the read go on and fails every other
+	// fragment's.
+	var once sync.Once
+	var before atomic.Pointer[objstore.RuleHandle]
+	before.Store(faults.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet, objstore.OpGetRange}, KeyPrefix: "rollout/cut@", KeyContains: "/data/",
+		Before: func(ctx context.Context, _ objstore.Op, key string) {
+			once.Do(func() {
+				objs, err := bucket.List(ctx, key[:strings.Index(key, "/data/")+len("/data/")])
+				if err != nil {
+					t.Error(err)
+				}
+				for _, o := range objs {
+					if o.Key != key {
+						faults.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet, objstore.OpGetRange}, KeyPrefix: o.Key, Err: objstore.ErrUnavailable})
+					}
+				}
+				before.Load().Remove() // the first matching rule is the one that applies
+			})
+		}}))
+	resp, err := http.Get(reader.url + "/api/v1/rollouts/cut/records")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, readErr := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || readErr == nil || json.Valid(body) || len(body) < listChunkBytes {
+		t.Fatalf("status %d, %d bytes, read error %v, valid JSON %v: want a 200 cut off after its first chunk", resp.StatusCode, len(body), readErr, json.Valid(body))
+	}
+	waitFor(t, "the cut-off request to be counted", func() bool {
+		return reader.count(reader.series.Requests, "GET /api/v1/rollouts/{name}/records", "GET", "200") == 1
+	})
 }

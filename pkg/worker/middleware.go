@@ -33,17 +33,28 @@ func (s *Server) admit(mux *http.ServeMux, next http.Handler) http.Handler {
 			route = unmatchedRoute
 		}
 		rec := &statusRecorder{ResponseWriter: w}
+		// Deferred, so that a request whose handler cut its answer off (a streamed
+		// list whose read failed midway panics with http.ErrAbortHandler) is
+		// counted too, under the status it had sent.
+		defer func() {
+			if p := recover(); p != nil {
+				if rec.status == 0 {
+					rec.status = http.StatusInternalServerError // what the client gets: no answer
+				}
+				defer panic(p) // net/http's to handle, once the request is counted
+			}
+			if rec.status == 0 {
+				rec.status = http.StatusOK // the handler wrote nothing: net/http answers 200
+			}
+			s.cfg.Series.Requests.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(rec.status)).Inc()
+			s.cfg.Series.RequestDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		}()
 		if s.draining.Load() && !exempt {
 			rec.Header().Set("Connection", "close")
 			httpjson.WriteError(rec, http.StatusServiceUnavailable, CodeOverloaded, "worker is shutting down")
-		} else {
-			next.ServeHTTP(rec, r)
+			return
 		}
-		if rec.status == 0 {
-			rec.status = http.StatusOK // the handler wrote nothing: net/http answers 200
-		}
-		s.cfg.Series.Requests.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(rec.status)).Inc()
-		s.cfg.Series.RequestDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		next.ServeHTTP(rec, r)
 	})
 }
 
