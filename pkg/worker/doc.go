@@ -8,6 +8,12 @@
 //   - Every error answer, including an unknown route or a wrong method, is JSON of the
 //     shape {"error":{"code":"NOT_FOUND","message":"..."}}; clients never have to parse
 //     plain text.
+//   - The data routes answer as the reference system's (lance-context) do - statuses,
+//     field names and types, the wording of its 404s - so its clients work unchanged;
+//     Tidemark's own fields sit beside the reference's, never instead of them
+//     (conformance_test.go names the reference source it follows).
+//   - A list without a limit is every row or a cut-off answer, never a shorter list
+//     that parses: once rows went out, a failed read closes the connection.
 //   - Metrics come from the registry the server is given, never from the process-wide
 //     default registry, so two servers in one test process do not share counters.
 //   - Serve returns only after the listener is closed and in-flight requests have
