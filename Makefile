@@ -30,7 +30,7 @@ BENCHCOUNT ?= 1
 # scripts/fuzz.sh (about 10 s each); a count (50000x) or a duration (5m) for all.
 FUZZTIME ?=
 
-.PHONY: help build test run bench lint proto proto-check etcdctl clean fuzz chaos
+.PHONY: help build test run bench lint proto proto-check etcdctl clean fuzz chaos screenshots
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -90,6 +90,14 @@ fuzz: ## run every Go fuzz target for its execution budget, ~10s each (scripts/f
 # CHAOS_RUN chooses campaigns by test name (a go test -run regexp).
 chaos: ## run the reliability campaigns (about 10 min) and write their figures into RELIABILITY.md, output in chaos.out
 	GO='$(GO)' CHAOS_RUN='$(CHAOS_RUN)' bash scripts/chaos.sh
+
+# The dashboard's screenshots in docs/ (shown in the README) are taken by its browser
+# test (e2e/dashboard_test.go) on a real dev cluster, after SCREENSHOT_ROUNDS rounds of
+# writes, each observed by a scan (more rounds: fuller charts). Needs chromium.
+SCREENSHOT_ROUNDS ?= 12
+screenshots: ## regenerate the dashboard screenshots in docs/ (headless chromium, a few minutes)
+	TIDEMARK_SCREENSHOTS='$(CURDIR)/docs' TIDEMARK_SCREENSHOT_ROUNDS='$(SCREENSHOT_ROUNDS)' \
+		$(GO) test -count=1 -timeout 20m -run '^TestDashboardInABrowser$$' ./e2e
 
 lint: ## gofmt, go vet, staticcheck
 	@unformatted=$$(gofmt -l .); \

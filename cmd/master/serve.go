@@ -44,6 +44,7 @@ type serveFlags struct {
 	cleanupVersions             int
 	deletedRatio                float64
 	auth                        auth.Flags
+	dashboard                   bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -117,6 +118,8 @@ func newServeCmd() *cobra.Command {
 	bind("object-store-timeout", "OBJECT_STORE_TIMEOUT")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	bind("log-level", "LOG_LEVEL")
+	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the operator dashboard under /ui/ of --http-addr (log in with the bearer token)")
+	bind("dashboard", "DASHBOARD")
 	f.auth.AddServerFlags(fs)
 	return cmd
 }
@@ -264,6 +267,11 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		Logger:             log,
 		Auth:               authn.Guard,
 		TLS:                authn.TLS,
+		Dashboard: master.DashboardConfig{
+			Disabled:    !f.dashboard,
+			WorkerToken: authn.Client.Token,
+			WorkerTLS:   authn.Client.TLS,
+		},
 	})
 	if err != nil {
 		_ = gln.Close()

@@ -9,7 +9,7 @@ import (
 )
 
 // Banner is what the cluster prints once it is up: where everything listens, the
-// dev token, and commands to try (add rows, watch tasks, requeue a merge with the
+// dashboard's URL and login token, the dev token, and commands to try (add rows, watch tasks, requeue a merge with the
 // token, merge through a worker's internal route with the token), plus the load
 // generator.
 func Banner(ep Endpoints, cfg Config) string {
@@ -19,6 +19,11 @@ func Banner(ep Endpoints, cfg Config) string {
 	p("  etcd    %s  (keys under %s/)\n", ep.Etcd, ep.Prefix)
 	if ep.MasterGRPC != "" {
 		p("  master  admin gRPC %s  HTTP http://%s  (/api/v1/tasks, /api/v1/stats, /metrics)\n", ep.MasterGRPC, ep.MasterHTTP)
+		if ep.Token != "" {
+			p("  dashboard  http://%s/ui/  log in with the token %s\n", ep.MasterHTTP, ep.Token)
+		} else {
+			p("  dashboard  http://%s/ui/  (open: authentication is disabled)\n", ep.MasterHTTP)
+		}
 	} else {
 		credential := "AUTH_DISABLED=true"
 		if ep.TokenFile != "" {

@@ -118,6 +118,9 @@ type Endpoints struct {
 	// TokenFile is the dev cluster's bearer token (<dir>/auth-token, 0600): every
 	// child accepts it (AUTH_TOKEN_FILE), and `master admin` and curl send it.
 	TokenFile string
+	// Token is the token in TokenFile: the banner prints it for the dashboard's
+	// login form.
+	Token string
 }
 
 // Run runs the cluster until ctx is done (then shuts it down in order and
@@ -211,9 +214,11 @@ func (c *cluster) run(ctx context.Context) (err error) {
 		if _, err := auth.EnsureTokenFile(c.ep.TokenFile); err != nil {
 			return err
 		}
-		if _, err := auth.LoadTokenFile("dev token", c.ep.TokenFile); err != nil {
+		tokens, err := auth.LoadTokenFile("dev token", c.ep.TokenFile)
+		if err != nil {
 			return fmt.Errorf("%w (delete it and run again: a new token is made)", err)
 		}
+		c.ep.Token = tokens.Outgoing()
 	}
 
 	c.etcd, err = StartEtcd(EtcdConfig{

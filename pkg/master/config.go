@@ -122,6 +122,18 @@ type Config struct {
 	Auth *auth.Guard
 	// TLS, if set, serves the AdminService and the HTTP API over TLS with it.
 	TLS *tls.Config
+	// Dashboard configures the operator dashboard under /ui/ of the HTTP API.
+	Dashboard DashboardConfig
+}
+
+// DashboardConfig configures the operator dashboard (package dashboard).
+type DashboardConfig struct {
+	// Disabled serves no dashboard (DASHBOARD=false).
+	Disabled bool
+	// WorkerToken and WorkerTLS are the credential the dashboard reads records
+	// with through a worker's HTTP data API: the master's outgoing one.
+	WorkerToken string
+	WorkerTLS   *tls.Config
 }
 
 func setDefault[T int | time.Duration](v *T, def T) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/pkg/dashboard"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
@@ -63,6 +64,9 @@ type HTTPConfig struct {
 	// Auth guards the task, stats and workers routes (health and metrics stay
 	// open); nil: no authentication (--auth-disabled).
 	Auth *auth.Guard
+	// Dashboard, if set, is served under /ui/ (it checks its own sessions), and
+	// GET / redirects to it.
+	Dashboard http.Handler
 }
 
 // ErrorBody is the JSON body of every error answer.
@@ -106,6 +110,7 @@ type httpAPI struct {
 //	GET /api/v1/tasks/{id}       one task
 //	GET /api/v1/stats            ?limit=&page_token=
 //	GET /api/v1/workers          the workers the master calls
+//	GET /ui/…                    the operator dashboard (cfg.Dashboard), GET / redirects there
 //
 // The tasks, stats and workers routes require the credential cfg.Auth checks
 // (401 UNAUTHENTICATED without it). Errors are {"error":{"code","message"}} with
@@ -139,6 +144,10 @@ func NewHTTPHandler(cfg HTTPConfig) (http.Handler, error) {
 	mux.Handle("GET /api/v1/tasks/{id}", guard(a.route(a.getTask)))
 	mux.Handle("GET /api/v1/stats", guard(a.route(a.listStats)))
 	mux.Handle("GET /api/v1/workers", guard(a.route(a.listWorkers)))
+	if cfg.Dashboard != nil {
+		mux.Handle(dashboard.Root, cfg.Dashboard)
+		mux.Handle("GET /{$}", http.RedirectHandler(dashboard.Root, http.StatusFound))
+	}
 	return httpjson.RouteErrors(mux), nil
 }
 

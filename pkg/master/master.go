@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/grpcserver"
+	"github.com/tidemark-io/tidemark/pkg/dashboard"
 	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
@@ -44,6 +45,7 @@ type Master struct {
 	health  *health.Server
 	grpc    *grpc.Server
 	http    http.Handler
+	ui      *dashboard.Dashboard // nil when disabled
 }
 
 // New checks cfg and builds a master; Run runs it.
@@ -171,10 +173,22 @@ func New(cfg Config) (*Master, error) {
 	m.health = health.NewServer()
 	m.grpc = NewGRPCServer(admin, m.health, log.With("component", "grpc"),
 		append(auth.ServerCredentials(cfg.TLS), cfg.Auth.ServerOptions()...)...)
+	var ui http.Handler
+	if !cfg.Dashboard.Disabled {
+		m.ui, err = dashboard.New(dashboard.Config{
+			Admin: admin, Client: cfg.Client, Prefix: cfg.Prefix, Guard: cfg.Auth, Secure: cfg.TLS != nil,
+			WorkerToken: cfg.Dashboard.WorkerToken, WorkerTLS: cfg.Dashboard.WorkerTLS,
+			Logger: log.With("component", "dashboard"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		ui = m.ui
+	}
 	m.http, err = NewHTTPHandler(HTTPConfig{
 		Tasks: m.tasks, Scanner: m.scanner, Discovery: cfg.Discovery,
 		EtcdCheck: m.checkEtcd, Metrics: cfg.Metrics, Logger: log.With("component", "http"),
-		Auth: cfg.Auth,
+		Auth: cfg.Auth, Dashboard: ui,
 	})
 	if err != nil {
 		return nil, err
@@ -257,6 +271,9 @@ func (m *Master) Run(ctx context.Context) error {
 	wg.Go(func() { m.compact.Run(runCtx) })
 	wg.Go(func() { m.pruneLoop(runCtx) })
 	wg.Go(func() { m.probeLoop(runCtx) })
+	if m.ui != nil {
+		wg.Go(func() { m.ui.Run(runCtx) })
+	}
 	if d, ok := m.cfg.Discovery.(*membership.Discovery); ok {
 		if r, ok := m.cfg.Caller.(connRetainer); ok {
 			// A worker's connection is closed when it deregisters (lease revoked
