@@ -271,6 +271,37 @@ func (c *dashCluster) seed(rounds int) {
 	})
 }
 
+// backlog piles n single-row generations onto a new store through both
+// workers, faster than the merge sweep drains them: a store behind, for the
+// screenshots.
+func (c *dashCluster) backlog(store string, n int) {
+	c.t.Helper()
+	c.post(c.workers[0], "/api/v1/rollouts", fmt.Sprintf(`{"name":%q}`, store))
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			var err error
+			for i := g; i < n && err == nil; i += 4 {
+				body := fmt.Sprintf(`{"records":[{"id":"b%05d","rollout_id":"backfill","dataset":"math","content":"backfilled step %d"}]}`, i, i)
+				var resp *http.Response
+				resp, err = http.Post(c.workers[i%len(c.workers)]+"/api/v1/rollouts/"+store+"/records?flush=true", "application/json", strings.NewReader(body))
+				if err == nil {
+					resp.Body.Close()
+					if resp.StatusCode/100 != 2 {
+						err = fmt.Errorf("add to %s: %s", store, resp.Status)
+					}
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
 // TestDashboardInABrowser drives the dashboard of a real `master dev` cluster
 // in headless Chromium as an operator would: a wrong token is refused, the
 // right one logs in, a store is found by search and opened, its records paged,
@@ -291,6 +322,14 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	c := startDashCluster(t)
 	c.seed(rounds)
+	if shots != "" {
+		c.backlog("backfill-2026", 400)
+		waitFor(t, time.Minute, "a scan sees the backlog", func() (bool, string) {
+			row := c.stats()["backfill-2026"]
+			n, _ := row["pending_wal_generations"].(float64)
+			return n >= 256, fmt.Sprint(row)
+		})
+	}
 	b := tab{t: t, ctx: newBrowser(t, 1440, 1000)}
 
 	// A wrong token is refused and leaves the browser logged out.

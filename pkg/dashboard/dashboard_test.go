@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -539,5 +540,70 @@ func TestSafeNextStaysOnTheDashboard(t *testing.T) {
 		if got := safeNext(in); got != want {
 			t.Errorf("safeNext(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestRecordsAreReadThroughAWorkerWithFiltersPagesAndBlobDownload: the record
+// browser asks a registered worker, with the master's token, for one page more
+// than it shows (to know whether a next page exists), passes the rollout filters
+// as the worker's filters parameter, and serves binary_payload as a download.
+func TestRecordsAreReadThroughAWorkerWithFiltersPagesAndBlobDownload(t *testing.T) {
+	var mu sync.Mutex
+	var asked []url.Values
+	worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer worker-token" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/api/v1/rollouts/demo/records/r-blob" {
+			fmt.Fprint(w, `{"record":{"id":"r-blob","binary_payload":"aGVsbG8gYmxvYg=="}}`)
+			return
+		}
+		mu.Lock()
+		asked = append(asked, r.URL.Query())
+		mu.Unlock()
+		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+		offset, _ := strconv.Atoi(r.URL.Query().Get("offset"))
+		var recs []string
+		for i := offset; i < min(offset+limit, 30); i++ { // 30 records in all
+			recs = append(recs, fmt.Sprintf(`{"id":"r%02d","created_at":"2026-12-01T10:00:00.123456Z","binary_payload":%q}`, i, map[bool]string{true: "aGk=", false: ""}[i == 0]))
+		}
+		fmt.Fprintf(w, `{"records":[%s],"count":%d}`, strings.Join(recs, ","), len(recs))
+	}))
+	defer worker.Close()
+	e := newEnv(t, func(c *Config) { c.WorkerToken = "worker-token" })
+	e.admin.workers[0].HttpAddr = strings.TrimPrefix(worker.URL, "http://")
+	c := e.browser(t)
+	e.login(t, c)
+
+	_, body := get(t, c, e.srv.URL+"/ui/stores/demo?f.dataset=gsm8k&f.include_in_training=true")
+	if n := strings.Count(body, `<tr data-id="r`); n != recordsPerPage {
+		t.Errorf("first page shows %d records, want %d", n, recordsPerPage)
+	}
+	if !strings.Contains(body, `id="records-next" href="?offset=25&amp;f.dataset=gsm8k&amp;f.include_in_training=true#records"`) || strings.Contains(body, `id="records-prev"`) {
+		t.Errorf("first page: want a next link keeping the filters and no previous link")
+	}
+	if !strings.Contains(body, "2026-12-01 10:00:00Z") || !strings.Contains(body, `href="/ui/stores/demo/records/r00/blob"`) {
+		t.Errorf("first page: want timestamps to the second and the blob link of r00")
+	}
+	mu.Lock()
+	q := asked[0]
+	mu.Unlock()
+	var filters map[string]any
+	if err := json.Unmarshal([]byte(q.Get("filters")), &filters); err != nil || filters["dataset"] != "gsm8k" || filters["include_in_training"] != true || q.Get("limit") != "26" {
+		t.Errorf("worker asked %v, want limit 26 and the filters as JSON", q)
+	}
+	_, body = get(t, c, e.srv.URL+"/ui/stores/demo?offset=25")
+	if n := strings.Count(body, `<tr data-id="r`); n != 5 || strings.Contains(body, `id="records-next"`) || !strings.Contains(body, `id="records-prev"`) {
+		t.Errorf("last page: %d records, want 5, a previous link and no next link", n)
+	}
+
+	resp, blob := get(t, c, e.srv.URL+"/ui/stores/demo/records/r-blob/blob")
+	if resp.StatusCode != http.StatusOK || blob != "hello blob" || resp.Header.Get("Content-Disposition") != `attachment; filename="r-blob.bin"` {
+		t.Errorf("blob: %s %q %q", resp.Status, blob, resp.Header.Get("Content-Disposition"))
+	}
+	if resp, _ := get(t, c, e.srv.URL+"/ui/stores/generic:events/records/x/blob"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("blob of a generic store: %s, want 400", resp.Status)
 	}
 }

@@ -53,7 +53,7 @@ func workerClient(token string, tlsCfg *tls.Config) *http.Client {
 
 type recordRow struct {
 	ID    string
-	Cells []string
+	Cells []cell
 	JSON  string
 	Blob  bool
 }
@@ -73,6 +73,12 @@ type recordsPage struct {
 }
 
 type filterInput struct{ Key, Value string }
+
+// cell is one value of the record table; a timestamp is kept on one line.
+type cell struct {
+	Text string
+	Time bool
+}
 
 // records reads one page of target's records through a worker.
 func (d *Dashboard) records(ctx context.Context, r *http.Request, target string) recordsPage {
@@ -139,7 +145,8 @@ func (d *Dashboard) records(ctx context.Context, r *http.Request, target string)
 		}
 		row := recordRow{}
 		for _, c := range p.Columns {
-			row.Cells = append(row.Cells, truncate(80, cellText(values[c])))
+			text, isTime := cellText(values[c])
+			row.Cells = append(row.Cells, cell{Text: truncate(80, text), Time: isTime})
 		}
 		row.ID, _ = values["id"].(string)
 		if b, ok := values[blobColumn].(string); ok && b != "" && kind == registry.KindRollout {
@@ -234,23 +241,24 @@ func orderedObject(raw []byte) ([]string, map[string]any, error) {
 	return keys, values, nil
 }
 
-// cellText is a value as one table cell shows it: timestamps to the second.
-func cellText(v any) string {
+// cellText is a value as one table cell shows it, and whether it is a
+// timestamp (shown to the second).
+func cellText(v any) (string, bool) {
 	switch x := v.(type) {
 	case nil:
-		return ""
+		return "", false
 	case string:
 		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
-			return formatTime(t)
+			return formatTime(t), true
 		}
-		return x
+		return x, false
 	case json.Number:
-		return x.String()
+		return x.String(), false
 	case bool:
-		return strconv.FormatBool(x)
+		return strconv.FormatBool(x), false
 	}
 	b, _ := json.Marshal(v)
-	return string(b)
+	return string(b), false
 }
 
 // blob serves a rollout record's binary_payload as a download.
