@@ -101,7 +101,9 @@ func New(cfg Config) (*Master, error) {
 		scanner.WithMaxEnqueues(cfg.MaxEnqueues),
 	}
 	m.scanner = scanner.New(cfg.Client, m.tasks, cfg.Bucket, m.session.scannerLease, scanOpts...)
-	sweepOpts := scanOpts
+	// The sweep rescans a target it merged since its row was scanned, so a busy
+	// store is merged every sweep rather than every scan.
+	sweepOpts := append(scanOpts, scanner.WithRescan(m.scanner.Rescan))
 	// A static worker list (WORKER_ENDPOINTS) names workers by address unless told
 	// their instance ids, and a worker missing from it is not gone: only workers
 	// registered in etcd say which shards have an owner. Without them, nothing is

@@ -1,6 +1,6 @@
 // Package scanner is the master's stats scanner and merge sweep.
 //
-// The Scanner, every STATS_SCAN_INTERVAL (300 s; the first round at once), lists
+// The Scanner, every STATS_SCAN_INTERVAL (60 s; the first round at once), lists
 // both store registries (a rollout store's target is its bare name, a generic
 // store's is "generic:<name>"), observes every store with bounded concurrency and a
 // timeout per store, and keeps one stats row per target in etcd:
@@ -9,7 +9,7 @@
 //	                   shards, pending_wal_generations, pending_wal_rows,
 //	                   pending_wal_bytes, pending_by_shard, last_updated, scanned_at}
 //
-// The MergeSweeper, every MERGE_WAL_INTERVAL (60 s), reads those rows and enqueues a
+// The MergeSweeper, every MERGE_WAL_INTERVAL (10 s), reads those rows and enqueues a
 // merge_wal task (pkg/tasks) for every target with at least MERGE_WAL_MIN_GENERATIONS
 // (8) pending generations, most pending first, at most 256 new tasks per sweep.
 //
@@ -46,8 +46,9 @@
 //     at most one live merge_wal task however many sweeps or replicas run, and
 //     deduplicated enqueues do not count against the per-sweep cap.
 //   - A row scanned before the target's last merge finished is not merged on: that
-//     merge took the generations the row counts. The sweep waits for the next scan's
-//     row, at most two scan intervals after the merge, unless the target has
-//     orphaned shards to adopt. The last merge is the one the sweep enqueued or
-//     found live.
+//     merge took the generations the row counts. The sweep rescans the target (with
+//     WithRescan; the master's does) and merges on the fresh row if still due, or
+//     else waits for the next scan's row, at most two scan intervals after the
+//     merge, unless the target has orphaned shards to adopt. The last merge is the
+//     one the sweep enqueued or found live.
 package scanner

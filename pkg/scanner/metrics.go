@@ -66,7 +66,8 @@ type sweepMetrics struct {
 	rounds *prometheus.CounterVec
 	// targets counts targets over the threshold by outcome: enqueued,
 	// deduplicated, capped (left for the next sweep), merged_since_scan (a merge
-	// finished after their stats row was scanned: left for the next scan), error.
+	// finished after their stats row was scanned), rescanned (of those, observed
+	// again and still due), error.
 	targets *prometheus.CounterVec
 }
 
@@ -76,7 +77,7 @@ func newSweepMetrics(reg prometheus.Registerer) *sweepMetrics {
 			Name: "master_merge_sweep_rounds_total", Help: "Merge sweeps, by result (done, skipped, failed).",
 		}, []string{"result"})),
 		targets: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "master_merge_sweep_targets_total", Help: "Targets at or above MERGE_WAL_MIN_GENERATIONS, by outcome (enqueued, deduplicated, capped, merged_since_scan: a merge finished after their stats row was scanned, error).",
+			Name: "master_merge_sweep_targets_total", Help: "Targets at or above MERGE_WAL_MIN_GENERATIONS, by outcome (enqueued, deduplicated, capped, merged_since_scan: a merge finished after their stats row was scanned, rescanned: of those, observed again and still due, error).",
 		}, []string{"outcome"})),
 	}
 }

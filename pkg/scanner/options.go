@@ -13,12 +13,17 @@ import (
 // Defaults (STATS_SCAN_INTERVAL, MERGE_WAL_INTERVAL, MERGE_WAL_MIN_GENERATIONS and
 // the knobs without an environment variable).
 const (
-	DefaultScanInterval     = 300 * time.Second
+	// Merges are enqueued on what a scan counted, so a store that became busy just
+	// after a scan waits up to a scan interval plus a sweep interval for its first
+	// merge: at 20 workers sealing a generation a second each, 300 s and 60 s let
+	// 7,000 generations pile up, past the read refusal limit (BENCHMARKS.md,
+	// sustained ingest). A scan of an unchanged store is a few probes.
+	DefaultScanInterval     = 60 * time.Second
 	DefaultConcurrency      = 16
 	DefaultStoreTimeout     = 30 * time.Second
 	DefaultMaxCachedStores  = 10000
 	DefaultFullObserveAfter = time.Hour
-	DefaultSweepInterval    = 60 * time.Second
+	DefaultSweepInterval    = 10 * time.Second
 	DefaultMinGenerations   = 8
 	DefaultMaxEnqueues      = 256
 
@@ -64,6 +69,7 @@ type options struct {
 	minGenerations int
 	maxEnqueues    int
 	orphans        OrphanCheck
+	rescan         Rescan
 
 	// CompactionSweeper.
 	compactionInterval    time.Duration
@@ -106,7 +112,7 @@ func WithRegisterer(r prometheus.Registerer) Option {
 	return func(o *options) { o.registerer = r }
 }
 
-// WithScanInterval sets the Scanner's period, STATS_SCAN_INTERVAL (300 s).
+// WithScanInterval sets the Scanner's period, STATS_SCAN_INTERVAL (60 s).
 func WithScanInterval(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
@@ -138,7 +144,7 @@ func WithFullObserveAfter(d time.Duration) Option {
 	}
 }
 
-// WithSweepInterval sets the MergeSweeper's period, MERGE_WAL_INTERVAL (60 s).
+// WithSweepInterval sets the MergeSweeper's period, MERGE_WAL_INTERVAL (10 s).
 func WithSweepInterval(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
@@ -225,6 +231,17 @@ func WithMaxCompactionEnqueues(n int) Option {
 // grace period); the sweep enqueues merge_wal for a target that has any, whatever
 // its pending count, and the task has them adopted.
 type OrphanCheck func(ctx context.Context) (func(Row) []string, error)
+
+// Rescan observes one target now and returns its fresh stats row
+// (Scanner.Rescan).
+type Rescan func(ctx context.Context, target string) (Row, error)
+
+// WithRescan lets the sweep rescan a target whose row predates the target's last
+// merge, instead of waiting for the next scan (none: it waits). A busy store is
+// then merged every sweep, not every scan.
+func WithRescan(r Rescan) Option {
+	return func(o *options) { o.rescan = r }
+}
 
 // WithOrphans sets the sweep's OrphanCheck (none: orphaned shards are not swept).
 func WithOrphans(c OrphanCheck) Option {

@@ -29,10 +29,13 @@ type SweepSummary struct {
 	// SkippedByCap counts eligible targets not tried because the cap of new
 	// tasks was reached; being the least pending, they wait for the next sweep.
 	SkippedByCap int `json:"skipped_by_cap"`
-	// MergedSinceScan counts eligible targets left alone because a merge_wal of
-	// theirs finished after their stats row was scanned: the row still counts the
-	// generations that merge took, and a merge now would find none of them.
+	// MergedSinceScan counts eligible targets whose merge_wal finished after their
+	// stats row was scanned: the row still counts the generations that merge took,
+	// and a merge now would find none of them. With a Rescan the sweep observes
+	// such a target again (Rescanned of them) and merges on the fresh row; without
+	// one, or when the rescan fails, the target waits for the next scan.
 	MergedSinceScan int `json:"merged_since_scan"`
+	Rescanned       int `json:"rescanned"`
 	// Errors counts enqueues that failed (logged; tried again next sweep).
 	Errors   int           `json:"errors"`
 	Duration time.Duration `json:"duration"`
@@ -104,6 +107,7 @@ func (sw *MergeSweeper) Sweep(ctx context.Context) (SweepSummary, error) {
 	sw.metrics.targets.WithLabelValues("capped").Add(float64(sum.SkippedByCap))
 	sw.metrics.targets.WithLabelValues("error").Add(float64(sum.Errors))
 	sw.metrics.targets.WithLabelValues("merged_since_scan").Add(float64(sum.MergedSinceScan))
+	sw.metrics.targets.WithLabelValues("rescanned").Add(float64(sum.Rescanned))
 	switch {
 	case err != nil && ctx.Err() != nil:
 		sw.metrics.rounds.WithLabelValues("failed").Inc()
@@ -122,7 +126,7 @@ func (sw *MergeSweeper) Sweep(ctx context.Context) (SweepSummary, error) {
 		}
 		sw.log.Log(ctx, level, "merge sweep done", "eligible", sum.Eligible, "enqueued", sum.Enqueued,
 			"deduplicated", sum.Deduplicated, "skipped_by_cap", sum.SkippedByCap,
-			"merged_since_scan", sum.MergedSinceScan, "errors", sum.Errors, "duration", sum.Duration.String())
+			"merged_since_scan", sum.MergedSinceScan, "rescanned", sum.Rescanned, "errors", sum.Errors, "duration", sum.Duration.String())
 	}
 	return sum, err
 }
@@ -169,11 +173,17 @@ func (sw *MergeSweeper) sweep(ctx context.Context) (SweepSummary, error) {
 			continue
 		}
 		sum.Eligible++
+		pending := r.row.PendingWALGenerations
 		if !orphans && sw.mergedSinceScan(ctx, target, r.row) {
 			sum.MergedSinceScan++
-			continue
+			fresh, ok := sw.rescan(ctx, target)
+			if !ok || fresh.PendingWALGenerations < sw.opts.minGenerations {
+				continue
+			}
+			sum.Rescanned++
+			pending = fresh.PendingWALGenerations
 		}
-		eligible = append(eligible, eligibleTarget{target: target, pending: r.row.PendingWALGenerations})
+		eligible = append(eligible, eligibleTarget{target: target, pending: pending})
 	}
 	// Worst first: the most pending generations make the slowest reads.
 	sort.Slice(eligible, func(i, j int) bool {
@@ -205,6 +215,20 @@ func (sw *MergeSweeper) sweep(ctx context.Context) (SweepSummary, error) {
 		}
 	}
 	return sum, nil
+}
+
+// rescan observes target again, if the sweep has a Rescan; ok is false without one
+// or when it fails (logged: the target waits for the next scan, as without one).
+func (sw *MergeSweeper) rescan(ctx context.Context, target string) (Row, bool) {
+	if sw.opts.rescan == nil {
+		return Row{}, false
+	}
+	row, err := sw.opts.rescan(ctx, target)
+	if err != nil {
+		sw.log.Warn("merge sweep: rescan of a target merged since its row failed; it waits for the next scan", "target", target, "err", err)
+		return Row{}, false
+	}
+	return row, true
 }
 
 // mergedSinceScan reports whether the stats row r of target predates the end of
@@ -245,7 +269,7 @@ func (sw *MergeSweeper) mergedSinceScan(ctx context.Context, target string, r Ro
 		delete(sw.lastMerge, target)
 		return false
 	}
-	sw.log.Debug("merge sweep: the stats row predates the last merge; waiting for the next scan", "target", target,
+	sw.log.Debug("merge sweep: the stats row predates the last merge", "target", target,
 		"task", id, "finished_at", task.FinishedAt, "scanned_at", r.ScannedAt,
 		"pending_wal_generations", r.PendingWALGenerations)
 	return true
