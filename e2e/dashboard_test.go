@@ -400,6 +400,13 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	b.screenshot(shots, "dashboard-store.png")
 
+	// The task list filtered by the store has the task, and its record opens.
+	b.do("open the tasks of demo", chromedp.Navigate(c.ui+"tasks?target=demo"))
+	b.until("the merge in the task list", `!!document.querySelector('#tasks-table tr[data-id="`+id+`"]')`, 30*time.Second)
+	b.screenshot(shots, "dashboard-tasks.png")
+	b.do("open the task", chromedp.Click(chromedp.CSS(`#tasks-table tr[data-id="`+id+`"] a`)))
+	b.until("the task's record", `document.querySelector("#task-record") && document.querySelector("#task-record").dataset.id === "`+id+`"`, 30*time.Second)
+
 	// A store name with markup (written into etcd directly: no registered name can
 	// carry it) is text too. The scanner deletes the row of an unregistered target
 	// at its next round, so write it until a page has shown it.

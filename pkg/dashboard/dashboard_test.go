@@ -428,7 +428,11 @@ func TestEventsStreamTaskChangesFromTheEtcdWatch(t *testing.T) {
 		})
 	}()
 
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/ui/events?target=demo", nil)
+	// The stream's own context: it must end because the feed stops, not because
+	// the client hangs up.
+	reqCtx, reqCancel := context.WithCancel(context.Background())
+	defer reqCancel()
+	req, _ := http.NewRequestWithContext(reqCtx, http.MethodGet, e.srv.URL+"/ui/events?target=demo", nil)
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -483,7 +487,19 @@ func TestEventsStreamTaskChangesFromTheEtcdWatch(t *testing.T) {
 			if len(snap.Recent) == 0 || mergedGenerations(snap.Recent[0]) != 7 {
 				t.Fatalf("feed recent %+v: want the merge of 7 generations", snap.Recent)
 			}
-			return
+			// A master shutting down stops the feed: open streams end, so the
+			// server's graceful shutdown does not wait for the browsers.
+			cancel()
+			for {
+				select {
+				case _, ok := <-got:
+					if !ok {
+						return
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("the event stream outlived the feed by 10s")
+				}
+			}
 		case <-time.After(200 * time.Millisecond):
 		case <-deadline:
 			t.Fatal("no task event within 20s")

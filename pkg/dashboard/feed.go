@@ -99,6 +99,8 @@ type Feed struct {
 	last   map[string]map[tasks.Kind]tasks.Task
 	recent map[string]tasks.Task
 	subs   map[chan taskEvent]struct{}
+	// stopped is set when Run returns.
+	stopped bool
 }
 
 // NewFeed returns a feed of the keys under keys.Prefix().
@@ -123,7 +125,12 @@ func NewFeed(client *clientv3.Client, keys tasks.Keys, now func() time.Time, log
 // Run loads the rows and tasks, then follows their changes until ctx is done. A
 // watch that fails (etcd away, or its revision compacted) is restarted by a
 // fresh load after a backoff, so nothing is missed for long.
+//
+// When Run returns, every subscriber's channel is closed and later ones get a
+// closed channel: event streams end, so the server's graceful shutdown does not
+// wait for browsers to go away.
 func (f *Feed) Run(ctx context.Context) {
+	defer f.stop()
 	backoff := time.Second
 	for ctx.Err() == nil {
 		rev, err := f.load(ctx)
@@ -339,11 +346,27 @@ func (f *Feed) pruneRecent(now time.Time) {
 	}
 }
 
-// subscribe returns a channel of task changes; cancel releases it.
+// stop closes every subscriber's channel and refuses new subscribers.
+func (f *Feed) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	for ch := range f.subs {
+		delete(f.subs, ch)
+		close(ch)
+	}
+}
+
+// subscribe returns a channel of task changes; cancel releases it. The channel
+// is closed when the subscriber falls behind or the feed stops.
 func (f *Feed) subscribe() (<-chan taskEvent, func()) {
 	ch := make(chan taskEvent, subscriberBuffer)
 	f.mu.Lock()
-	f.subs[ch] = struct{}{}
+	if f.stopped {
+		close(ch)
+	} else {
+		f.subs[ch] = struct{}{}
+	}
 	f.mu.Unlock()
 	return ch, func() {
 		f.mu.Lock()
