@@ -623,3 +623,20 @@ func TestRecordsAreReadThroughAWorkerWithFiltersPagesAndBlobDownload(t *testing.
 		t.Errorf("blob of a generic store: %s, want 400", resp.Status)
 	}
 }
+
+func TestTaskDetailsGiveMergedGenerationsAndAdoptions(t *testing.T) {
+	done := tasks.Task{Kind: tasks.KindMergeWAL, State: tasks.StateDone, Detail: "merged 12 generations across 3/3 workers; adopted 2 orphaned shards"}
+	if n := mergedGenerations(done); n != 12 {
+		t.Errorf("merged %d, want 12", n)
+	}
+	if n := adoptedShards(done); n != 2 {
+		t.Errorf("adopted %d, want 2", n)
+	}
+	one := tasks.Task{Kind: tasks.KindMergeWAL, State: tasks.StateDone, Detail: "merged 1 generation across 1/1 workers"}
+	if mergedGenerations(one) != 1 || adoptedShards(one) != 0 {
+		t.Errorf("%q: merged %d adopted %d, want 1 and 0", one.Detail, mergedGenerations(one), adoptedShards(one))
+	}
+	if failed := (tasks.Task{Kind: tasks.KindMergeWAL, State: tasks.StateFailed, Detail: done.Detail}); mergedGenerations(failed) != 0 {
+		t.Error("a failed merge counts as merged")
+	}
+}

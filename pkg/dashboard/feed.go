@@ -436,3 +436,20 @@ func mergedGenerations(t tasks.Task) int {
 	n, _ := strconv.Atoi(m[1])
 	return n
 }
+
+// adoptedDetail reads the adoptions out of a merge_wal task's detail ("…;
+// adopted 2 orphaned shards").
+var adoptedDetail = regexp.MustCompile(`adopted (\d+) orphaned shards?\b`)
+
+// adoptedShards is the number of orphaned shards a merge_wal task had adopted.
+func adoptedShards(t tasks.Task) int {
+	if t.Kind != tasks.KindMergeWAL {
+		return 0
+	}
+	m := adoptedDetail.FindStringSubmatch(t.Detail)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}

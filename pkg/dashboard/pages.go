@@ -145,7 +145,7 @@ type overviewData struct {
 	Pending                       int64
 	Missing, Orphaned             int
 	Queued, Running, Done, Failed int
-	MergedHour                    int
+	MergedHour, AdoptedHour       int
 	Worst                         []storeView
 	Failures                      []tasks.Task
 	PendingChart, MergedChart     any
@@ -222,6 +222,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, sess sessio
 				data.Failures = append(data.Failures, t)
 			}
 		}
+		data.AdoptedHour += adoptedShards(t)
 		if n := mergedGenerations(t); n > 0 {
 			data.MergedHour += n
 			if i := int(t.FinishedAt.Sub(win.Start) / step); i >= 0 && i < len(merged) {
