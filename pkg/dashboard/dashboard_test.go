@@ -3,6 +3,7 @@ package dashboard
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testcerts"
 	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
@@ -638,5 +640,49 @@ func TestTaskDetailsGiveMergedGenerationsAndAdoptions(t *testing.T) {
 	}
 	if failed := (tasks.Task{Kind: tasks.KindMergeWAL, State: tasks.StateFailed, Detail: done.Detail}); mergedGenerations(failed) != 0 {
 		t.Error("a failed merge counts as merged")
+	}
+}
+
+// Under mutual TLS without tokens the client certificate is the credential: a
+// browser presenting one gets a Secure session without a login form, one
+// without is sent to the login.
+func TestMutualTLSCertificateStartsASessionWithoutTheForm(t *testing.T) {
+	certs := testcerts.New(t, t.TempDir())
+	e := newEnv(t, func(c *Config) {
+		c.Guard = auth.NewGuard(auth.GuardConfig{RequireClientCert: true})
+		c.Secure = true
+	})
+	serverTLS, err := auth.ServerTLS(certs.ServerCert, certs.ServerKey, certs.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(e.dash)
+	srv.TLS = serverTLS
+	srv.StartTLS()
+	defer srv.Close()
+	client := func(cert bool) *http.Client {
+		t.Helper()
+		var cfg *tls.Config
+		if cert {
+			cfg, err = auth.ClientTLS(certs.CA, certs.ClientCert, certs.ClientKey)
+		} else {
+			cfg, err = auth.ClientTLS(certs.CA, "", "")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	resp, _ := get(t, client(true), srv.URL+"/ui/stores")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("with a client certificate: %s, want 200", resp.Status)
+	}
+	if ck := resp.Cookies(); len(ck) != 1 || !ck[0].Secure || !ck[0].HttpOnly || ck[0].SameSite != http.SameSiteStrictMode {
+		t.Fatalf("session cookie %v: want one Secure, HttpOnly, SameSite=Strict cookie", ck)
+	}
+	resp, _ = get(t, client(false), srv.URL+"/ui/stores")
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("without a client certificate: %s, want a redirect to the login", resp.Status)
 	}
 }

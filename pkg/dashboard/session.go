@@ -164,11 +164,20 @@ func (w *discardWriter) WriteHeader(int)             {}
 // requireSession serves next to a request with a live session. Without one, a
 // page is redirected to the login form and anything else is answered 401. With
 // authentication disabled a session is started on the first request, so the
-// CSRF check still protects the buttons.
+// CSRF check still protects the buttons; so it is for a request whose verified
+// client certificate alone satisfies the guard (mutual TLS without tokens).
 func (d *Dashboard) requireSession(next func(w http.ResponseWriter, r *http.Request, s session)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, sess, ok := d.sessionOf(r)
 		if !ok && d.cfg.Guard == nil {
+			var id string
+			id, sess = d.sessions.create()
+			d.setCookie(w, id, int(d.cfg.SessionTTL/time.Second))
+			ok = true
+		}
+		if !ok && clientCertified(r) && d.credentialOK(r, "") {
+			// Mutual TLS with no token configured: the verified certificate is
+			// the credential, so there is nothing to type into a form.
 			var id string
 			id, sess = d.sessions.create()
 			d.setCookie(w, id, int(d.cfg.SessionTTL/time.Second))
@@ -190,6 +199,12 @@ func (d *Dashboard) requireSession(next func(w http.ResponseWriter, r *http.Requ
 		}
 		next(w, r, sess)
 	})
+}
+
+// clientCertified reports whether the request came with a client certificate
+// that verified against the master's client CA.
+func clientCertified(r *http.Request) bool {
+	return r.TLS != nil && len(r.TLS.VerifiedChains) > 0
 }
 
 // checkPost refuses a POST from another origin or without the session's CSRF
