@@ -12,6 +12,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/chaos"
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
+	"github.com/tidemark-io/tidemark/pkg/dashboard"
 	"github.com/tidemark-io/tidemark/pkg/master"
 	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
@@ -282,7 +283,15 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if f.workerEndpoints != "" {
 		source = "static"
 	}
+	dashboardURL := "off"
+	if f.dashboard {
+		scheme := "http"
+		if authn.TLS != nil {
+			scheme = "https"
+		}
+		dashboardURL = scheme + "://" + hln.Addr().String() + dashboard.Root
+	}
 	log.Info("master starting", "version", cli.Version(), "data_url", bucket.String(), "etcd_prefix", prefix,
-		"workers", source, "grpc_addr", gln.Addr().String(), "http_addr", hln.Addr().String())
+		"workers", source, "grpc_addr", gln.Addr().String(), "http_addr", hln.Addr().String(), "dashboard", dashboardURL)
 	return m.Run(ctx)
 }
