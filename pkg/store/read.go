@@ -34,6 +34,26 @@ type rowRef struct {
 	v             rowkey.Version
 }
 
+// baseRowLive reports whether a base-table row of id at version v is the live one:
+// no pending row of id is newer. A pending row it beats is forgotten, so it is not
+// listed as well.
+func (p *pendingRows) baseRowLive(id string, v rowkey.Version) bool {
+	if ref, ok := p.best[id]; ok {
+		if !v.Newer(ref.v) {
+			return false // the pending row is the live one
+		}
+		delete(p.best, id) // the base row is newer than the pending one
+	}
+	return true
+}
+
+// liveAt returns the pending row of id at generation gi, record ri, row i, if it is
+// the live version of id (the newest pending one, not beaten by the base).
+func (p *pendingRows) liveAt(id string, gi, ri, i int) (rowRef, bool) {
+	ref, ok := p.best[id]
+	return ref, ok && ref.gen == gi && ref.rec == ri && ref.row == i
+}
+
 // loadPending reads (through the cache) every generation above the watermarks and
 // indexes the newest row per id across them.
 func (s *Store) loadPending(ctx context.Context, snap *Snapshot) (*pendingRows, error) {
@@ -157,11 +177,8 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch
 		}
 		for i := 0; i < ids.Len(); i++ {
 			id := ids.Value(i)
-			if ref, ok := p.best[id]; ok {
-				if !(rowkey.Version{Seq: seqs.Value(i), Shard: shard}).Newer(ref.v) {
-					continue // the pending row is the live one
-				}
-				delete(p.best, id) // the base row is newer than the pending one
+			if !p.baseRowLive(id, rowkey.Version{Seq: seqs.Value(i), Shard: shard}) {
+				continue
 			}
 			if match == nil || match[i] {
 				if sel.add(id) {
@@ -183,8 +200,8 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch
 			}
 			var match []bool
 			for i := 0; i < ids.Len(); i++ {
-				ref, ok := p.best[ids.Value(i)]
-				if !ok || ref.gen != gi || ref.rec != ri || ref.row != i {
+				ref, ok := p.liveAt(ids.Value(i), gi, ri, i)
+				if !ok {
 					continue
 				}
 				if match == nil && opts.Filter != nil {

@@ -43,11 +43,8 @@ func (s *Store) Stream(ctx context.Context, filter func(arrow.RecordBatch) ([]bo
 		}
 		for i := 0; i < ids.Len(); i++ {
 			id := ids.Value(i)
-			if ref, ok := p.best[id]; ok {
-				if !(rowkey.Version{Seq: seqs.Value(i), Shard: shard}).Newer(ref.v) {
-					continue // the pending row is the live one
-				}
-				delete(p.best, id) // the base row is newer than the pending one
+			if !p.baseRowLive(id, rowkey.Version{Seq: seqs.Value(i), Shard: shard}) {
+				continue
 			}
 			if match == nil || match[i] {
 				if err := fn(rec, i); err != nil {
@@ -68,8 +65,7 @@ func (s *Store) Stream(ctx context.Context, filter func(arrow.RecordBatch) ([]bo
 			}
 			var match []bool
 			for i := 0; i < ids.Len(); i++ {
-				ref, ok := p.best[ids.Value(i)]
-				if !ok || ref.gen != gi || ref.rec != ri || ref.row != i {
+				if _, ok := p.liveAt(ids.Value(i), gi, ri, i); !ok {
 					continue
 				}
 				if match == nil && filter != nil {
