@@ -3,13 +3,17 @@ package wal_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/tidemark-io/tidemark/internal/testwait"
+	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 )
@@ -160,5 +164,58 @@ func TestDrainedFilesAreDeletedLater(t *testing.T) {
 	}
 	if got := res.Manifest.DeferredDeletes; len(got) != 1 || got[0].Path != g2.Path {
 		t.Errorf("deferred deletes %+v, want generation 2's file", got)
+	}
+}
+
+// A writer's drain deletes the files that came due after it releases the seal lock:
+// a seal goes on while those deletes are still in flight. Failure it guards: a
+// drain deleted them one by one under the lock, inside a merge's serialized
+// commit, and once the delete delay first expired a 20-worker cluster's backlog
+// stepped up (BENCHMARKS.md, sustained ingest).
+func TestAWritersDrainDeletesDueFilesOutsideTheSealLock(t *testing.T) {
+	ctx := context.Background()
+	f := objstore.NewFaults(nil)
+	b := objstore.WithFaults(objstoretest.Mem(t), f)
+	clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	w := openWriter(t, b, testShard, wal.WithClock(clk), wal.WithDeleteDelay(time.Minute))
+	var gens []*wal.Generation
+	for i := range 3 {
+		mustAppend(t, w, fmt.Sprint("g", i))
+		gens = append(gens, mustSeal(t, w))
+	}
+	if _, err := w.Drain(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(clk.Now().Add(2 * time.Minute))
+
+	release := make(chan struct{})
+	var inDelete atomic.Int32
+	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpDelete}, KeyContains: "/gen/",
+		Before: func(context.Context, objstore.Op, string) {
+			inDelete.Add(1)
+			<-release
+		}})
+	done := make(chan wal.DrainResult, 1)
+	go func() {
+		res, err := w.Drain(ctx, 3) // nothing to drain; the 3 files are due
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	testwait.For(t, 10*time.Second, "the drain's deletes in flight", func() (bool, string) {
+		n := inDelete.Load()
+		return n == 3, fmt.Sprintf("%d of 3 deletes started", n)
+	})
+	mustAppend(t, w, "during")
+	mustSeal(t, w) // would wait for the deletes if the drain still held the lock
+	close(release)
+	if res := <-done; res.Deleted != 3 {
+		t.Fatalf("deleted %d files, want 3", res.Deleted)
+	}
+	for _, g := range gens {
+		if ok, err := b.Exists(ctx, wal.GenerationKey(testDir, *g)); err != nil || ok {
+			t.Fatalf("generation %d: exists %v, %v; want deleted", g.Generation, ok, err)
+		}
 	}
 }
