@@ -145,7 +145,7 @@ func TestReadsCompleteWhileACommitIsInFlight(t *testing.T) {
 
 // TestReadLatencyIsUnchangedByARebasingCommit makes one worker's commit lose its
 // manifest write to another worker's merge several times (each loss a rebase and a
-// backoff, on a store with 50 ms per request) while readers run on the committing
+// backoff, on a store with 200 ms per request) while readers run on the committing
 // worker. The bound is the invariant "no reader waits for a commit": a read may make
 // a few requests of its own (a refresh, a fragment the merges just wrote), but one
 // lost attempt costs the commit the other worker's whole merge pass (over ten
