@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
-	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/table"
@@ -39,8 +37,6 @@ type Config struct {
 	// charge exceeds the budget is charged the whole budget).
 	BudgetBytes int64
 	Logger      *slog.Logger
-	// Clock paces the resends of throttled requests (clock.RealClock if nil).
-	Clock clock.Clock
 }
 
 // PassCostFactor is a pass's peak memory per byte of the generations it reads.
@@ -57,15 +53,6 @@ type Config struct {
 // help (it raised the peak: the dictionary-encoded pages are smaller).
 // BENCHMARKS.md has the figures.
 const PassCostFactor = 4
-
-// throttleRetry bounds how long a merge re-sends a WAL request the store throttled
-// (a 503 SlowDown; the base table retries its own requests within its retry
-// timeout): as long as that timeout's default.
-const throttleRetry = 30 * time.Second
-
-func (m *Merger) retryThrottled(ctx context.Context, op func() error) error {
-	return table.RetryThrottled(ctx, m.cfg.Clock, throttleRetry, op)
-}
 
 // generationReads bounds the generation objects one pass reads at once.
 const generationReads = 4
@@ -88,9 +75,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
 	}
 }
 
@@ -200,11 +184,7 @@ func (m *Merger) Prepare(ctx context.Context, s *store.Store, wait bool) (*Prepa
 	p := &Prepared{m: m, s: s, wait: wait, release: func() { m.slots.Release(1) }}
 	// Merge what is pending now, not what appenders seal while we work: against a
 	// steady stream of seals "until nothing is pending" might never end.
-	var sm *wal.Manifest
-	err := m.retryThrottled(ctx, func() (err error) {
-		sm, err = wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
-		return err
-	})
+	sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
 	if err == nil {
 		p.limit = sm.CurrentGeneration
 	} else if !errors.Is(err, wal.ErrNoShard) {
@@ -345,11 +325,9 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 	var base *table.Manifest
 	g, gctx := errgroup.WithContext(ctx)
 	if sm == nil {
-		g.Go(func() error {
-			return m.retryThrottled(gctx, func() (err error) {
-				sm, err = wal.LoadShard(gctx, s.Bucket(), s.Entry().URI, s.Shard())
-				return err
-			})
+		g.Go(func() (err error) {
+			sm, err = wal.LoadShard(gctx, s.Bucket(), s.Entry().URI, s.Shard())
+			return err
 		})
 	}
 	g.Go(func() (err error) {
@@ -404,11 +382,7 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 	g.SetLimit(generationReads)
 	for i, gen := range pick {
 		g.Go(func() error {
-			var data *wal.GenerationData
-			err := m.retryThrottled(gctx, func() (err error) {
-				data, err = m.reads.Read(gctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, gen))
-				return err
-			})
+			data, err := m.reads.Read(gctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, gen))
 			if err != nil {
 				return err
 			}
@@ -497,11 +471,7 @@ func (pp *preparedPass) abort(ctx context.Context) {
 }
 
 func (m *Merger) drain(ctx context.Context, w *wal.Writer, s *store.Store, upTo uint64) (int, error) {
-	var d wal.DrainResult
-	err := m.retryThrottled(ctx, func() (err error) {
-		d, err = w.Drain(ctx, upTo)
-		return err
-	})
+	d, err := w.Drain(ctx, upTo)
 	if err != nil {
 		return 0, fmt.Errorf("merge %s: drain: %w", s.Target(), err)
 	}

@@ -13,7 +13,7 @@ import (
 // throttled reports whether err is a store's way of saying "too many requests": S3's
 // 503 SlowDown, GCS's 429 (gocloud's ResourceExhausted), Azure's 503 ServerBusy. The
 // SDKs retry these a few times themselves, so what reaches here has outlasted them;
-// callers back off further (table.RetryThrottled) or answer 503.
+// WithRetry backs off further, or callers answer 503.
 func throttled(err error) bool {
 	if gcerrors.Code(err) == gcerrors.ResourceExhausted {
 		return true

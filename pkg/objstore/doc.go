@@ -22,6 +22,9 @@
 //   - GetMax never holds more than its limit of an object in memory: an object over
 //     it is refused from its size before the body is read. Metadata readers use it.
 //
+// WithRetry resends the requests a store throttles (refused for its rate, so not
+// performed), within the caller's deadline; it is the one place that does.
+//
 // WithFaults wraps a Bucket with injected latency, transient errors, throttling and
 // per-key failures, so tests and benchmarks exercise the production code path against
 // a misbehaving store instead of a mock.

@@ -44,8 +44,12 @@ type Config struct {
 	SnapshotTTL  time.Duration
 	TableOptions []table.Option
 	WALOptions   []wal.Option
-	Clock        clock.Clock
-	Logger       *slog.Logger
+	// ThrottleRetry is how long a request the store throttled (refused for its
+	// rate, not performed) is resent before its error is returned (30 s; negative:
+	// never resent).
+	ThrottleRetry time.Duration
+	Clock         clock.Clock
+	Logger        *slog.Logger
 	// OnSlowRead, if set, is told the pending-generation count of a read above
 	// WarnGenerations (for a metric).
 	OnSlowRead func(target string, pending int)
@@ -72,6 +76,14 @@ func (c *Config) setDefaults() {
 	}
 	if c.Generations == nil {
 		c.Generations = wal.NewGenerationCache(256 << 20)
+	}
+	if c.ThrottleRetry == 0 {
+		c.ThrottleRetry = 30 * time.Second
+	}
+	// Every request of the store's WAL, table and merges is resent while the store
+	// throttles it, within the caller's deadline: one policy for all of them.
+	if c.Bucket != nil {
+		c.Bucket = objstore.WithRetry(c.Bucket, objstore.ThrottleBackoff, c.Clock, c.ThrottleRetry)
 	}
 }
 

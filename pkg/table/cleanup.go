@@ -161,7 +161,7 @@ func (t *Table) Cleanup(ctx context.Context, r Retention) (CleanupResult, error)
 	g.SetLimit(cleanupReads)
 	for _, o := range garbage {
 		g.Go(func() error {
-			err := t.retryThrottled(gctx, func() error { return t.bucket.Delete(gctx, o.Key) })
+			err := t.bucket.Delete(gctx, o.Key)
 			if err != nil {
 				return err
 			}
@@ -203,13 +203,7 @@ func (t *Table) pruneVersions(ctx context.Context, r Retention, now time.Time) (
 	if k < 1 || len(objs) <= r.KeepVersions {
 		return nil, nil
 	}
-	var pruned []uint64
-	err = t.retryThrottled(ctx, func() error {
-		got, err := t.versions.Prune(ctx, r.KeepVersions, objs[k].mod)
-		pruned = append(pruned, got...)
-		return err
-	})
-	return pruned, err
+	return t.versions.Prune(ctx, r.KeepVersions, objs[k].mod)
 }
 
 type versionObject struct {
@@ -221,15 +215,12 @@ type versionObject struct {
 // version order.
 func (t *Table) versionObjects(ctx context.Context) ([]versionObject, error) {
 	var out []versionObject
-	err := t.retryThrottled(ctx, func() error {
-		out = out[:0]
-		return t.bucket.Walk(ctx, t.key(versionsDir)+"/", "", func(o objstore.Object) error {
-			name := strings.TrimSuffix(path.Base(o.Key), ".json")
-			if v, err := strconv.ParseUint(name, 10, 64); err == nil {
-				out = append(out, versionObject{v: v, mod: o.ModTime})
-			}
-			return nil
-		})
+	err := t.bucket.Walk(ctx, t.key(versionsDir)+"/", "", func(o objstore.Object) error {
+		name := strings.TrimSuffix(path.Base(o.Key), ".json")
+		if v, err := strconv.ParseUint(name, 10, 64); err == nil {
+			out = append(out, versionObject{v: v, mod: o.ModTime})
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list versions: %w", err)
@@ -241,11 +232,7 @@ func (t *Table) versionObjects(ctx context.Context) ([]versionObject, error) {
 // Versions lists the manifest versions present, oldest first: after retention, a
 // dense run ending at the newest.
 func (t *Table) Versions(ctx context.Context) ([]uint64, error) {
-	var out []uint64
-	err := t.retryThrottled(ctx, func() (err error) {
-		out, err = t.versions.List(ctx)
-		return err
-	})
+	out, err := t.versions.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list versions of %s: %w", t.dir, err)
 	}
@@ -305,23 +292,18 @@ func (t *Table) oldFiles(ctx context.Context, cutoff time.Time) ([]objstore.Obje
 		suffixes []string
 	}{{dataDir, []string{".parquet", ".bloom"}}, {deletesDir, []string{".bin"}}} {
 		prefix := t.key(dir.name) + "/"
-		var found []objstore.Object
-		err := t.retryThrottled(ctx, func() error {
-			found = found[:0]
-			return t.bucket.Walk(ctx, prefix, "", func(o objstore.Object) error {
-				name := strings.TrimPrefix(o.Key, prefix)
-				ours := !o.IsDir && !strings.Contains(name, "/") &&
-					slices.ContainsFunc(dir.suffixes, func(s string) bool { return len(name) > len(s) && strings.HasSuffix(name, s) })
-				if ours && o.ModTime.Before(cutoff) {
-					found = append(found, o)
-				}
-				return nil
-			})
+		err := t.bucket.Walk(ctx, prefix, "", func(o objstore.Object) error {
+			name := strings.TrimPrefix(o.Key, prefix)
+			ours := !o.IsDir && !strings.Contains(name, "/") &&
+				slices.ContainsFunc(dir.suffixes, func(s string) bool { return len(name) > len(s) && strings.HasSuffix(name, s) })
+			if ours && o.ModTime.Before(cutoff) {
+				out = append(out, o)
+			}
+			return nil
 		})
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", prefix, err)
 		}
-		out = append(out, found...)
 	}
 	return out, nil
 }

@@ -33,9 +33,9 @@
 // if the watermark shows the work already landed), backs off in proportion to how long
 // the attempt took, and gives up after RetryTimeout with an error that says "too many
 // concurrent writers" and the attempt count. A request the store refuses as throttled
-// (objstore.ErrThrottled, a 503 SlowDown: not performed) is sent again after an
-// exponential backoff within RetryTimeout; a manifest write refused that way is a lost
-// attempt like a conflict.
+// (objstore.ErrThrottled, a 503 SlowDown: not performed) is sent again by the bucket
+// (objstore.WithRetry) within RetryTimeout; a manifest write still refused after that
+// is a lost attempt like a conflict.
 //
 // Reads cost as few round trips as the format allows: a fragment is opened without a
 // Stat (the manifest has its size), its footer and, if it is small, the whole fragment

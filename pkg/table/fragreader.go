@@ -132,11 +132,7 @@ func (r *fragmentReader) spanLocked(br byteRange) *span {
 
 // get fetches one range with one request.
 func (r *fragmentReader) get(ctx context.Context, br byteRange) ([]byte, error) {
-	var data []byte
-	err := r.t.retryThrottled(ctx, func() (err error) {
-		data, err = r.t.bucket.GetRange(ctx, r.key, br.off, br.n)
-		return err
-	})
+	data, err := r.t.bucket.GetRange(ctx, r.key, br.off, br.n)
 	if err == nil && int64(len(data)) != br.n {
 		err = fmt.Errorf("fragment %s: %w: object ends before byte %d, manifest says %d bytes",
 			r.key, ErrCorrupt, br.off+br.n, r.size)

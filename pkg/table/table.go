@@ -116,6 +116,11 @@ func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 	o := buildOptions(opts)
 	// Key indexes dominate; blooms, deletion vectors and footers are small.
 	dir = strings.TrimSuffix(dir, "/")
+	// Requests the store throttles (refused, not performed) are resent within
+	// RetryTimeout; a bucket that already resends (a store's) keeps its own policy.
+	// A manifest put-if-absent throttled past that time reaches the commit loop,
+	// which counts it as a lost attempt.
+	bucket = objstore.WithRetry(bucket, objstore.ThrottleBackoff, o.Clock, o.RetryTimeout)
 	return &Table{
 		bucket:   bucket,
 		dir:      dir,
@@ -262,7 +267,7 @@ func (t *Table) RefreshFrom(ctx context.Context, v uint64) (*Manifest, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) { m, err = t.Load(gctx, v); return err })
 	g.Go(func() error {
-		nextE = t.retryThrottled(gctx, func() (err error) { next, err = t.versions.Exists(gctx, v+1); return err })
+		next, nextE = t.versions.Exists(gctx, v+1)
 		return nil
 	})
 	if err := g.Wait(); err != nil || nextE != nil || next {
@@ -280,11 +285,7 @@ func (t *Table) RefreshFrom(ctx context.Context, v uint64) (*Manifest, error) {
 // exists (retention pruned v: Cleanup).
 func (t *Table) Load(ctx context.Context, v uint64) (*Manifest, error) {
 	key := t.versionKey(v)
-	var data []byte
-	err := t.retryThrottled(ctx, func() (err error) {
-		data, err = t.versions.Get(ctx, v) // at most versions.MaxVersionBytes
-		return err
-	})
+	data, err := t.versions.Get(ctx, v) // at most versions.MaxVersionBytes
 	if errors.Is(err, objstore.ErrNotFound) {
 		return nil, t.missingVersion(ctx, v, err)
 	}
@@ -328,11 +329,7 @@ func (t *Table) LatestVersion(ctx context.Context) (uint64, error) {
 	if m := t.Latest(); m != nil {
 		known = m.Version
 	}
-	var v uint64
-	err := t.retryThrottled(ctx, func() (err error) {
-		v, err = t.versions.Latest(ctx, known)
-		return err
-	})
+	v, err := t.versions.Latest(ctx, known)
 	if errors.Is(err, versions.ErrEmpty) {
 		return 0, fmt.Errorf("table %s: %w", t.dir, ErrNotFound)
 	}
@@ -361,11 +358,7 @@ func (t *Table) bloom(ctx context.Context, f Fragment) (*bloom.BloomFilter, erro
 		return b, nil
 	}
 	key := t.key(f.Bloom)
-	var data []byte
-	err := t.retryThrottled(ctx, func() (err error) {
-		data, err = t.bucket.Get(ctx, key)
-		return err
-	})
+	data, err := t.bucket.Get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("bloom filter: %w", err)
 	}
@@ -387,11 +380,7 @@ func (t *Table) deletions(ctx context.Context, f Fragment) (*roaring.Bitmap, err
 		return bm, nil
 	}
 	key := t.key(f.Deletions.Path)
-	var data []byte
-	err := t.retryThrottled(ctx, func() (err error) {
-		data, err = t.bucket.Get(ctx, key)
-		return err
-	})
+	data, err := t.bucket.Get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("deletion vector: %w", err)
 	}

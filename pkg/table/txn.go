@@ -161,7 +161,7 @@ func (st *staged) put(ctx context.Context, rel string, data []byte) error {
 	st.mu.Lock()
 	st.files = append(st.files, rel)
 	st.mu.Unlock()
-	return st.t.retryThrottled(ctx, func() error { return st.t.bucket.Put(ctx, st.t.key(rel), data) })
+	return st.t.bucket.Put(ctx, st.t.key(rel), data)
 }
 
 // writeFragment writes recs, of schema s and at most one row per id, as one

@@ -94,11 +94,7 @@ func (t *Table) checkFragment(ctx context.Context, s *arrow.Schema, f Fragment, 
 	}
 
 	objects++
-	var o objstore.Object
-	err := t.retryThrottled(ctx, func() (err error) {
-		o, err = t.bucket.Stat(ctx, t.key(f.Path))
-		return err
-	})
+	o, err := t.bucket.Stat(ctx, t.key(f.Path))
 	switch {
 	case err == nil && o.Size != f.Bytes:
 		out = append(out, VerifyProblem{Path: f.Path, Fragment: f.Path, Problem: fmt.Sprintf("size %d, manifest says %d", o.Size, f.Bytes)})
@@ -140,16 +136,10 @@ func (t *Table) checkFragment(ctx context.Context, s *arrow.Schema, f Fragment, 
 func (t *Table) checkSidecar(ctx context.Context, rel string, checksums bool, decode func(key string, data []byte) error) error {
 	key := t.key(rel)
 	if !checksums {
-		return t.retryThrottled(ctx, func() error {
-			_, err := t.bucket.Stat(ctx, key)
-			return err
-		})
-	}
-	var data []byte
-	err := t.retryThrottled(ctx, func() (err error) {
-		data, err = t.bucket.Get(ctx, key)
+		_, err := t.bucket.Stat(ctx, key)
 		return err
-	})
+	}
+	data, err := t.bucket.Get(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -356,7 +346,7 @@ func (t *Table) rebuildBloom(ctx context.Context, s *arrow.Schema, f Fragment) e
 	if err != nil {
 		return err
 	}
-	if err := t.retryThrottled(ctx, func() error { return t.bucket.Put(ctx, t.key(f.Bloom), data) }); err != nil {
+	if err := t.bucket.Put(ctx, t.key(f.Bloom), data); err != nil {
 		return err
 	}
 	t.blooms.Add(f.Bloom, bf, int64(len(data)))

@@ -1,0 +1,125 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/tidemark-io/tidemark/internal/backoff"
+)
+
+// ThrottleBackoff spaces the resends of a throttled request as object-store SDKs
+// do: 50 ms doubling to 2 s, with jitter so the processes a store throttled at one
+// moment do not come back in lockstep.
+var ThrottleBackoff = backoff.Policy{Min: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
+
+// WithRetry returns a Bucket that sends a request the store throttled
+// (ErrThrottled: refused for its rate, so not performed) again after the delays of
+// p, waiting on clk, until it is answered otherwise, the caller's context (or the
+// per-operation timeout) ends, or the next resend would start more than limit after
+// the first attempt; it then returns the last error, still wrapping ErrThrottled.
+// Any other error is returned at once: the store's own failures were already
+// retried by its SDK, and a lost put-if-absent is an answer.
+//
+// What is resent is the request, never a part of an answer: a ranged read resends
+// the open, not a read of its body, and a listing throttled part way (one of its
+// pages) is resent from the start with the objects already delivered skipped, so
+// the caller sees every object once.
+//
+// A Bucket that already retries is returned as it is, so a layer that needs resends
+// (a table, a merger) can ask for them on whatever Bucket it is given without
+// multiplying its caller's. Both Buckets share b's storage; closing the result
+// closes b.
+func WithRetry(b *Bucket, p backoff.Policy, clk clock.Clock, limit time.Duration) *Bucket {
+	if _, ok := b.be.(*retryBackend); ok {
+		return b
+	}
+	return &Bucket{
+		be:        &retryBackend{inner: b.be, p: p, clk: clk, limit: limit},
+		name:      b.name,
+		opTimeout: b.opTimeout,
+	}
+}
+
+type retryBackend struct {
+	inner backend
+	p     backoff.Policy
+	clk   clock.Clock
+	limit time.Duration
+}
+
+// do runs op until it returns anything but a throttling error or the resends end
+// (see WithRetry).
+func (r *retryBackend) do(ctx context.Context, op func() error) error {
+	deadline := r.clk.Now().Add(r.limit)
+	b := r.p.Start()
+	for {
+		err := op()
+		if !errors.Is(err, ErrThrottled) {
+			return err
+		}
+		wait := b.Next()
+		if r.clk.Now().Add(wait).After(deadline) || backoff.Sleep(ctx, r.clk, wait) != nil {
+			return err
+		}
+	}
+}
+
+func (r *retryBackend) get(ctx context.Context, key string, limit int64) (data []byte, err error) {
+	err = r.do(ctx, func() error { data, err = r.inner.get(ctx, key, limit); return err })
+	return data, err
+}
+
+func (r *retryBackend) getRange(ctx context.Context, key string, offset, length int64) (rc io.ReadCloser, err error) {
+	err = r.do(ctx, func() error { rc, err = r.inner.getRange(ctx, key, offset, length); return err })
+	return rc, err
+}
+
+func (r *retryBackend) stat(ctx context.Context, key string) (o Object, err error) {
+	err = r.do(ctx, func() error { o, err = r.inner.stat(ctx, key); return err })
+	return o, err
+}
+
+func (r *retryBackend) put(ctx context.Context, key string, data []byte) error {
+	return r.do(ctx, func() error { return r.inner.put(ctx, key, data) })
+}
+
+func (r *retryBackend) putIfAbsent(ctx context.Context, key string, data []byte) error {
+	return r.do(ctx, func() error { return r.inner.putIfAbsent(ctx, key, data) })
+}
+
+func (r *retryBackend) delete(ctx context.Context, key string) error {
+	return r.do(ctx, func() error { return r.inner.delete(ctx, key) })
+}
+
+// list resends a throttled listing from the start and skips what it already
+// delivered: listings come in key order, so everything up to the last key handed
+// to fn was seen.
+func (r *retryBackend) list(ctx context.Context, prefix, delimiter string, fn func(Object) error) error {
+	var last string
+	delivered := false
+	var fnErr error
+	err := r.do(ctx, func() error {
+		err := r.inner.list(ctx, prefix, delimiter, func(o Object) error {
+			if delivered && o.Key <= last {
+				return nil
+			}
+			last, delivered = o.Key, true
+			fnErr = fn(o)
+			return fnErr
+		})
+		if fnErr != nil {
+			return nil // the caller stopped the walk: nothing to resend
+		}
+		return err
+	})
+	if fnErr != nil {
+		return fnErr // the caller's own error, even one wrapping ErrThrottled
+	}
+	return err
+}
+
+func (r *retryBackend) close() error { return r.inner.close() }
