@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/mdreport"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 )
@@ -204,7 +205,7 @@ func TestUpdateSectionsReplacesOnlyItsScenarios(t *testing.T) {
 
 // The report renders every section from results, with ratios.
 func TestReportMarkdown(t *testing.T) {
-	r := &Report{Date: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), Command: "make bench", Machine: ThisMachine(), Seed: 1,
+	r := &Report{Date: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), Command: "make bench", Machine: mdreport.ThisMachine(), Seed: 1,
 		StormConfig: DefaultStormConfig(),
 		Storm: []StormResult{{Shape: OldShapePerWorkerTimers, MergesOK: 20, MergesFailed: 4, TooManyWriters: 4, Drained: true,
 			Elapsed: time.Minute, Requests: 5000, PutIfAbsent: 170, FirstError: "too many concurrent writers"},

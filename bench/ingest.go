@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/mdreport"
 	"github.com/tidemark-io/tidemark/pkg/master"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -219,7 +220,7 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode string) (In
 	faults.SetLatency(cfg.Latency, cfg.Jitter)
 	faults.SetMaxConcurrent(cfg.MaxConcurrent, cfg.Throttle)
 	faults.ResetCounters()
-	res.LoadStart = ThisMachine().LoadAvg
+	res.LoadStart = mdreport.ThisMachine().LoadAvg
 	env.log().Info("ingest: start", "mode", mode, "workers", cfg.Workers, "duration", cfg.Duration,
 		"scan_interval", scan, "sweep_interval", sweep)
 
@@ -269,7 +270,7 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode string) (In
 	if res.FinalPending, err = pendingGenerations(ctx, raw, dir); err != nil {
 		return res, fmt.Errorf("ingest: final pending count: %w", err)
 	}
-	res.LoadEnd = ThisMachine().LoadAvg
+	res.LoadEnd = mdreport.ThisMachine().LoadAvg
 	res.Requests, res.PeakInFlight = faults.TotalRequests(), faults.PeakInFlight()
 	res.Sealed, res.AppendFailures, res.SealFailures = in.sealed, in.appendFailures, in.sealFailures
 	res.Merged = res.Sealed - res.FinalPending

@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 
+	"github.com/tidemark-io/tidemark/internal/mdreport"
 	"github.com/tidemark-io/tidemark/internal/storetest"
 	"github.com/tidemark-io/tidemark/pkg/maintain"
 	"github.com/tidemark-io/tidemark/pkg/merge"
@@ -165,7 +166,7 @@ type MaintenanceRun struct {
 type MaintenanceResult struct {
 	Date     time.Time
 	Command  string
-	Machine  Machine
+	Machine  mdreport.Machine
 	Seed     uint64
 	Duration time.Duration
 	Config   MaintenanceConfig
@@ -651,7 +652,7 @@ func RunMaintenanceSection(ctx context.Context, env *Env, out io.Writer, command
 	if err != nil {
 		return err
 	}
-	res.Command, res.Machine = command, ThisMachine()
+	res.Command, res.Machine = command, mdreport.ThisMachine()
 	section := res.Markdown()
 	if _, err := io.WriteString(out, section); err != nil {
 		return err
@@ -672,19 +673,13 @@ func WriteMaintenanceSection(path, section string) error {
 		return err
 	}
 	doc := string(data)
-	section = strings.TrimRight(section, "\n") + "\n"
-	if i := strings.Index(doc, "\n"+MaintenanceHeading); i >= 0 {
-		rest := doc[i+1:]
-		after := ""
-		if j := strings.Index(rest, "\n## "); j >= 0 {
-			after = "\n" + rest[j+1:]
-		}
-		return replaceFile(path, doc[:i+1]+section+after)
+	if s, ok := mdreport.Find(doc, mdreport.All(doc), MaintenanceHeading); ok {
+		return mdreport.WriteFile(path, mdreport.Replace(doc, s, section))
 	}
-	if i := strings.Index(doc, "\n"+SectionHeading); i >= 0 {
-		return replaceFile(path, doc[:i+1]+section+"\n"+doc[i+1:])
+	if s, ok := mdreport.Find(doc, mdreport.All(doc), SectionHeading); ok {
+		return mdreport.WriteFile(path, mdreport.Replace(doc, mdreport.Span{Start: s.Start, End: s.Start}, section))
 	}
-	return replaceFile(path, strings.TrimRight(doc, "\n")+"\n\n"+section)
+	return mdreport.WriteFile(path, mdreport.Append(doc, section))
 }
 
 // Markdown renders the result as a BENCHMARKS.md section.

@@ -1,13 +1,14 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/mdreport"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
@@ -18,7 +19,7 @@ import (
 type Report struct {
 	Date     time.Time
 	Command  string
-	Machine  Machine
+	Machine  mdreport.Machine
 	Seed     uint64
 	Duration time.Duration
 
@@ -217,7 +218,7 @@ func (r *Report) ingestSection(p printer) {
 		p("| %d | %s | %s | %d (%.1f) | %.1f | %d (%d, %d) | %s | %d | %d | %d | %d / %d | %s | %d | %s / %s |\n",
 			c.Workers, iv, s.Mode, s.Sealed, s.SealedPerSecond(), s.MergedPerSecond(), s.Tasks, s.EmptyTasks, s.FailedTasks,
 			taskTime, s.MaxPending, s.SteadyP50, s.FinalPending, s.MiddleMax, s.LastMax, bounded, s.Requests,
-			orUnknown(s.LoadStart), orUnknown(s.LoadEnd))
+			cmp.Or(s.LoadStart, "unknown"), cmp.Or(s.LoadEnd, "unknown"))
 	}
 	for _, run := range r.IngestRuns {
 		if scan, _ := run.Config.Intervals(); run.Config.ScanInterval <= 0 && scan >= run.Config.Duration {
@@ -496,16 +497,10 @@ func WriteSection(path, section string) error {
 		return err
 	}
 	doc := string(data)
-	if i := strings.Index(doc, "\n"+SectionHeading); i >= 0 {
-		rest := doc[i+1+len(SectionHeading):]
-		after := ""
-		if j := strings.Index(rest, "\n## "); j >= 0 {
-			after = rest[j:]
-		}
-		doc = doc[:i] + after
+	if s, ok := mdreport.Find(doc, mdreport.All(doc), SectionHeading); ok {
+		doc = doc[:s.Start] + doc[s.End:]
 	}
-	doc = strings.TrimRight(doc, "\n") + "\n\n" + strings.TrimRight(section, "\n") + "\n"
-	return replaceFile(path, doc)
+	return mdreport.WriteFile(path, mdreport.Append(doc, section))
 }
 
 // UpdateSections replaces, inside the SectionHeading section of the Markdown file
@@ -521,58 +516,19 @@ func (r *Report) UpdateSections(path string) error {
 		return err
 	}
 	doc := string(data)
-	i := strings.Index(doc, "\n"+SectionHeading)
-	if i < 0 {
+	if _, ok := mdreport.Find(doc, mdreport.All(doc), SectionHeading); !ok {
 		return fmt.Errorf("%s has no %q section", path, SectionHeading)
 	}
-	i++
-	end := len(doc)
-	if j := strings.Index(doc[i:], "\n## "); j >= 0 {
-		end = i + j + 1
-	}
-	sec := doc[i:end]
 	note := fmt.Sprintf("Rerun alone on %s, after the run above: `%s`. Machine: %s. Seed %d; it took %s.\n\n",
 		r.Date.Format("2006-01-02"), r.Command, r.Machine, r.Seed, fmtDur(r.Duration))
 	for _, s := range r.scenarioSections() {
 		heading, body, _ := strings.Cut(s, "\n")
-		k := strings.Index(sec, "\n"+heading+"\n")
-		if k < 0 {
+		sec, _ := mdreport.Find(doc, mdreport.All(doc), SectionHeading)
+		sub, ok := mdreport.Find(doc, sec, heading+"\n")
+		if !ok {
 			return fmt.Errorf("%s: no %q subsection to replace", path, heading)
 		}
-		k++
-		stop := len(sec)
-		if j := strings.Index(sec[k+len(heading):], "\n### "); j >= 0 {
-			stop = k + len(heading) + j + 1
-		}
-		text := heading + "\n\n" + note + strings.Trim(body, "\n") + "\n"
-		if stop < len(sec) || end < len(doc) {
-			text += "\n" // the blank line before the next heading
-		}
-		sec = sec[:k] + text + sec[stop:]
+		doc = mdreport.Replace(doc, sub, heading+"\n\n"+note+strings.Trim(body, "\n")+"\n")
 	}
-	return replaceFile(path, doc[:i]+sec+doc[end:])
-}
-
-// replaceFile writes doc to path atomically, keeping the file's permissions.
-func replaceFile(path, doc string) error {
-	info, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".bench-*.md")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(doc); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), info.Mode().Perm()); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return mdreport.WriteFile(path, doc)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tidemark-io/tidemark/bench"
+	"github.com/tidemark-io/tidemark/internal/mdreport"
 	"github.com/tidemark-io/tidemark/pkg/master"
 )
 
@@ -124,7 +125,7 @@ func run(ctx context.Context, f runFlags) error {
 			return nil
 		}
 	}
-	r := &bench.Report{Date: time.Now(), Command: f.command, Machine: bench.ThisMachine(), Seed: f.seed}
+	r := &bench.Report{Date: time.Now(), Command: f.command, Machine: mdreport.ThisMachine(), Seed: f.seed}
 	start := time.Now()
 	want := func(s string) bool { return slices.Contains(f.only, s) }
 

@@ -2,9 +2,10 @@
 // the e2e campaigns append them to TIDEMARK_CHAOS_REPORT) into the results section
 // of RELIABILITY.md.
 //
-// Invariants: only the text between BeginMarker and EndMarker is ever rewritten;
-// inside it, each campaign has its own block, and a run replaces the blocks of the
-// campaigns it ran and keeps the others, so `CHAOS_RUN=stuck make chaos` does not
+// Invariants: only the text between BeginMarker and EndMarker is ever rewritten
+// (through internal/mdreport, as bench/ rewrites BENCHMARKS.md); inside it, each
+// campaign has its own "### campaign: outcome" block, and a run replaces the blocks
+// of the campaigns it ran and keeps the others, so `CHAOS_RUN=stuck make chaos` does not
 // erase the figures of the campaigns it skipped.
 package report
 
@@ -14,9 +15,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/tidemark-io/tidemark/internal/mdreport"
 )
 
 // The markers around the generated section.
@@ -74,62 +76,34 @@ func Parse(data []byte) ([]Record, error) {
 	return out, sc.Err()
 }
 
-// blockStart opens one campaign's block inside the section.
-var blockStart = regexp.MustCompile(`(?m)^<!-- chaos-campaign: (.+) -->$`)
-
-// Update returns doc with the blocks of recs' campaigns replaced (or added, in
-// the order of recs) and every other block kept.
+// Update returns doc with the blocks of recs' campaigns (each a "### campaign:"
+// section between the markers) replaced, or added in the order of recs, and every
+// other block kept.
 func Update(doc []byte, recs []Record, run Run) ([]byte, error) {
 	s := string(doc)
-	b := strings.Index(s, BeginMarker)
-	e := strings.Index(s, EndMarker)
-	if b < 0 || e < b {
+	if b, e := strings.Index(s, BeginMarker), strings.Index(s, EndMarker); b < 0 || e < b {
 		return nil, fmt.Errorf("%w: want %q ... %q", ErrNoMarkers, BeginMarker, EndMarker)
 	}
-	inner := s[b+len(BeginMarker) : e]
-	names, blocks := splitBlocks(inner)
 	for _, name := range campaigns(recs) {
+		b, e := strings.Index(s, BeginMarker), strings.Index(s, EndMarker)
 		var mine []Record
 		for _, r := range recs {
 			if r.Campaign == name {
 				mine = append(mine, r)
 			}
 		}
-		if _, ok := blocks[name]; !ok {
-			names = append(names, name)
+		block := renderBlock(name, mine, run)
+		if at, ok := mdreport.Find(s, mdreport.Span{Start: b, End: e}, blockHeading(name)); ok {
+			s = mdreport.Replace(s, at, block)
+		} else {
+			s = s[:e] + block + "\n" + s[e:]
 		}
-		blocks[name] = renderBlock(name, mine, run)
 	}
-	var out strings.Builder
-	out.WriteString(s[:b+len(BeginMarker)])
-	out.WriteString("\n")
-	for _, name := range names {
-		out.WriteString("\n")
-		out.WriteString(strings.TrimSpace(blocks[name]))
-		out.WriteString("\n")
-	}
-	out.WriteString("\n")
-	out.WriteString(s[e:])
-	return []byte(out.String()), nil
+	return []byte(s), nil
 }
 
-// splitBlocks cuts the section into campaign blocks, in order.
-func splitBlocks(inner string) (names []string, blocks map[string]string) {
-	blocks = map[string]string{}
-	locs := blockStart.FindAllStringSubmatchIndex(inner, -1)
-	for i, loc := range locs {
-		end := len(inner)
-		if i+1 < len(locs) {
-			end = locs[i+1][0]
-		}
-		name := inner[loc[2]:loc[3]]
-		if _, dup := blocks[name]; !dup {
-			names = append(names, name)
-		}
-		blocks[name] = inner[loc[0]:end]
-	}
-	return names, blocks
-}
+// blockHeading starts a campaign's block; the outcome follows it.
+func blockHeading(campaign string) string { return "### " + campaign + ": " }
 
 func campaigns(recs []Record) []string {
 	var names []string
@@ -147,14 +121,13 @@ func campaigns(recs []Record) []string {
 // provenance, and a table of figures per test.
 func renderBlock(name string, recs []Record, run Run) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "<!-- chaos-campaign: %s -->\n", name)
 	outcome := "passed"
 	for _, r := range recs {
 		if !r.Passed {
 			outcome = "FAILED"
 		}
 	}
-	fmt.Fprintf(&b, "### %s: %s\n\n", name, outcome)
+	fmt.Fprintf(&b, "%s%s\n\n", blockHeading(name), outcome)
 	fmt.Fprintf(&b, "`%s` on %s, %s", run.Command, run.Date.UTC().Format("2006-01-02 15:04 UTC"), run.Machine)
 	if run.Commit != "" {
 		fmt.Fprintf(&b, ", commit %s", run.Commit)
@@ -167,14 +140,8 @@ func renderBlock(name string, recs []Record, run Run) string {
 		}
 		fmt.Fprintf(&b, "\n%s: %s in %s.\n\n| figure | value |\n|---|---|\n", r.Test, result, r.Duration)
 		for _, f := range r.Figures {
-			fmt.Fprintf(&b, "| %s | %s |\n", cell(f.Name), cell(f.Value))
+			fmt.Fprintf(&b, "| %s | %s |\n", mdreport.Cell(f.Name), mdreport.Cell(f.Value))
 		}
 	}
 	return b.String()
-}
-
-// cell keeps a value inside its table cell.
-func cell(s string) string {
-	s = strings.ReplaceAll(s, "|", `\|`)
-	return strings.ReplaceAll(strings.TrimSpace(s), "\n", " ")
 }

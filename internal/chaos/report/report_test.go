@@ -63,7 +63,7 @@ func TestUpdateReplacesOnlyTheCampaignsOfTheRun(t *testing.T) {
 	if strings.Index(s, "### faults") > strings.Index(s, "### stuck worker") {
 		t.Error("blocks changed order")
 	}
-	if strings.Count(s, "<!-- chaos-campaign:") != 2 {
+	if strings.Count(s, "\n### ") != 2 {
 		t.Errorf("want 2 blocks:\n%s", s)
 	}
 	if twice, _ := Update(again, nil, later); string(twice) != s {

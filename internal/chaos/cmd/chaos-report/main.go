@@ -5,15 +5,13 @@
 package main
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
 	"os"
-	"runtime"
-	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/chaos/report"
+	"github.com/tidemark-io/tidemark/internal/mdreport"
 )
 
 func main() {
@@ -22,7 +20,7 @@ func main() {
 	command := flag.String("command", "make chaos", "command that produced the records, as shown in the document")
 	commit := flag.String("commit", "", "commit the campaigns ran at")
 	flag.Parse()
-	if err := run(*records, *doc, report.Run{Command: *command, Commit: *commit, Machine: machine(), Date: time.Now()}); err != nil {
+	if err := run(*records, *doc, report.Run{Command: *command, Commit: *commit, Machine: mdreport.ThisMachine().String(), Date: time.Now()}); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos-report:", err)
 		os.Exit(1)
 	}
@@ -51,27 +49,11 @@ func run(records, doc string, r report.Run) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", doc, err)
 	}
-	if err := os.WriteFile(doc, out, 0o644); err != nil {
+	if err := mdreport.WriteFile(doc, string(out)); err != nil {
 		return err
 	}
 	for _, rec := range recs {
 		fmt.Printf("%s (%s): passed=%v in %s\n", rec.Campaign, rec.Test, rec.Passed, rec.Duration)
 	}
 	return nil
-}
-
-// machine describes where the campaigns ran: figures from a 2-core CI box and a
-// workstation are not comparable.
-func machine() string {
-	desc := fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				return strings.TrimSpace(v) + ", " + desc
-			}
-		}
-	}
-	return desc
 }

@@ -1,7 +1,8 @@
-package bench
+package mdreport
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"os"
 	"runtime"
@@ -9,7 +10,8 @@ import (
 	"strings"
 )
 
-// Machine describes where a run happened.
+// Machine describes where a run happened: figures from a 2-core CI box and a
+// workstation are not comparable, so every generated section names its machine.
 type Machine struct {
 	CPUs     int
 	Model    string
@@ -41,15 +43,18 @@ func ThisMachine() Machine {
 
 func (m Machine) String() string {
 	return fmt.Sprintf("%d CPUs (%s), %s memory, %s, %s; load average %s at the start",
-		m.CPUs, orUnknown(m.Model), fmtBytes(m.MemBytes), orUnknown(m.Kernel), m.Go, orUnknown(m.LoadAvg))
+		m.CPUs, orUnknown(m.Model), gib(m.MemBytes), orUnknown(m.Kernel), m.Go, orUnknown(m.LoadAvg))
 }
 
-func orUnknown(s string) string {
-	if s == "" {
+// gib prints a machine's memory.
+func gib(n int64) string {
+	if n <= 0 {
 		return "unknown"
 	}
-	return s
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 }
+
+func orUnknown(s string) string { return cmp.Or(s, "unknown") }
 
 // procField returns the value of the first "key<sep> value" line of a /proc file.
 func procField(path, key, sep string) string {
