@@ -178,7 +178,9 @@ func Of(err error) Class {
 		errors.Is(err, table.ErrUnsupportedFormat), errors.Is(err, wal.ErrUnsupportedFormat):
 		return Halt
 	case errors.Is(err, schema.ErrInvalid), errors.Is(err, registry.ErrInvalidName),
-		errors.Is(err, tasks.ErrInvalidArgument), errors.As(err, &tooLarge):
+		errors.Is(err, tasks.ErrInvalidArgument), errors.As(err, &tooLarge),
+		// A read at a version retention pruned, or one never written.
+		errors.Is(err, store.ErrVersionNotFound):
 		return Invalid
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, store.ErrDeleted),
 		// A table's versions are deleted only with its store (table.Refresh).

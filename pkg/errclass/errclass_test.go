@@ -40,6 +40,7 @@ func TestEverySentinelHasTheClassItsRemedyNeeds(t *testing.T) {
 		{wrap(registry.ErrInvalidName), errclass.Invalid},
 		{wrap(tasks.ErrInvalidArgument), errclass.Invalid},
 		{wrap(&http.MaxBytesError{Limit: 1}), errclass.Invalid},
+		{wrap(&store.VersionError{Version: 3, Pruned: true}), errclass.Invalid},
 		{wrap(registry.ErrNotFound), errclass.Gone},
 		{wrap(store.ErrDeleted), errclass.Gone},
 		{wrap(table.ErrNotFound), errclass.Gone},

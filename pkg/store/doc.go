@@ -26,6 +26,14 @@
 //     (a refresh keeps the newer of what it read and what the handle already had),
 //     and drained generation files outlive a snapshot (wal.Options.DeleteDelay,
 //     5 min, against SnapshotTTL, 1 s).
+//   - A store's version is its base table's manifest version, and a read at
+//     version v (Store.At) is the base table's state at v: the rows merges had
+//     committed by v, deletion vectors applied, without any row still in a WAL
+//     generation (those are newer than every merge and belong to no version yet).
+//     It returns the same rows every time while v is retained, whatever merges,
+//     compactions and retention do meanwhile; a version no longer retained, or
+//     never written, fails with ErrVersionNotFound naming the readable range
+//     (version.go).
 //   - Above RefuseGenerations pending generations a read fails with ErrOverloaded
 //     instead of fanning out over all of them (the reference system ran out of memory
 //     at 12.6k); above WarnGenerations it logs.

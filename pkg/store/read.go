@@ -109,6 +109,11 @@ func (s *Store) Get(ctx context.Context, id string) (arrow.RecordBatch, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.getIn(ctx, snap, id)
+}
+
+// getIn is Get over snap.
+func (s *Store) getIn(ctx context.Context, snap *Snapshot, id string) (arrow.RecordBatch, error) {
 	p, err := s.loadPending(ctx, snap)
 	if err != nil {
 		return nil, err
@@ -151,6 +156,11 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch
 	if err != nil {
 		return nil, err
 	}
+	return s.listIn(ctx, snap, opts)
+}
+
+// listIn is List over snap.
+func (s *Store) listIn(ctx context.Context, snap *Snapshot, opts ListOptions) ([]arrow.RecordBatch, error) {
 	p, err := s.loadPending(ctx, snap)
 	if err != nil {
 		return nil, err

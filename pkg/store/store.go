@@ -117,6 +117,11 @@ type Store struct {
 
 	refreshMu sync.Mutex // one snapshot refresh at a time
 
+	// pinned is the manifest the last read at a version loaded (version.go), so
+	// the pages of a list at one version read it once; one manifest per handle,
+	// whatever versions clients ask for.
+	pinned atomic.Pointer[table.Manifest]
+
 	// maxSeq is the highest _seq this handle has seen: causal tokens of requests
 	// and the shard manifests of its snapshots. The WAL writer is kept past it.
 	maxSeq atomic.Uint64

@@ -28,6 +28,11 @@ func (s *Store) Stream(ctx context.Context, filter func(arrow.RecordBatch) ([]bo
 	if err != nil {
 		return err
 	}
+	return s.streamIn(ctx, snap, filter, fn)
+}
+
+// streamIn is Stream over snap.
+func (s *Store) streamIn(ctx context.Context, snap *Snapshot, filter func(arrow.RecordBatch) ([]bool, error), fn func(rec arrow.RecordBatch, row int) error) error {
 	p, err := s.loadPending(ctx, snap)
 	if err != nil {
 		return err

@@ -49,6 +49,8 @@ func (s *Server) registerDataRoutes(mux *http.ServeMux) {
 		mux.Handle("POST "+base+"/{name}/compact", s.control(s.api(s.compactStore(k))))
 		mux.Handle("GET "+base+"/{name}/compact/stats", s.data(s.api(s.compactStatsOf(k))))
 	}
+	// Checkout exists on rollout stores only, as in the reference.
+	mux.Handle("POST /api/v1/rollouts/{name}/checkout", s.data(s.api(s.checkout(rolloutAPI))))
 	mux.Handle("POST /api/v1/generic/{name}/flush", s.data(s.api(s.flushStore(genericAPI))))
 	mux.Handle("POST /api/v1/generic/{name}/merge-wal", s.control(s.api(s.mergeStore)))
 	mux.Handle("POST /api/v1/internal/merge-wal/{name}", s.control(s.api(s.mergeTarget)))

@@ -167,7 +167,8 @@ func (s *Server) seal(ctx context.Context, st *store.Store) (*wal.Generation, er
 
 // listRows answers {"<rows>": [...], "count": n}: the live rows, filtered
 // (rollout stores only). With ?limit= it is a page in the store's stable id
-// order, after ?offset=; without, it is every row, streamed (listAll).
+// order, after ?offset=; without, it is every row, streamed (listAll). With
+// ?version= it reads the store as of that table version (api_version.go).
 func (s *Server) listRows(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		name, err := pathName(r)
@@ -175,6 +176,10 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 			return err
 		}
 		limit, offset, err := listPage(r)
+		if err != nil {
+			return err
+		}
+		version, err := versionParam(r)
 		if err != nil {
 			return err
 		}
@@ -197,15 +202,16 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 			return err
 		}
 		defer release()
-		if err := syncTo(r, st); err != nil {
+		src, err := rowsAt(r, st, version)
+		if err != nil {
 			return err
 		}
 		if limit < 0 {
-			return s.listAll(w, r, k, st, opts)
+			return s.listAll(w, r, k, src, opts)
 		}
 		out := []json.RawMessage{}
 		if limit > 0 { // store.ListOptions reads Limit 0 as "no limit"
-			recs, err := st.List(r.Context(), opts)
+			recs, err := src.List(r.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -230,7 +236,7 @@ const listChunkBytes = 64 << 10
 // error answer. One that fails once rows went out cannot change the status any
 // more: the connection is cut, so the client sees a truncated answer instead of
 // a shorter list that looks whole.
-func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st *store.Store, opts store.ListOptions) error {
+func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st rowSource, opts store.ListOptions) error {
 	rc := http.NewResponseController(w)
 	started := false
 	buf := make([]byte, 0, listChunkBytes+4096)
@@ -341,7 +347,8 @@ func encodeRows(k kindAPI, recs []arrow.RecordBatch) ([]json.RawMessage, error) 
 // getRow answers a rollout record as {"record": {...}}, or {"record": null} when
 // there is none, and a generic row as the bare row object, or a 404 "Row 'x' does
 // not exist" - the reference's answers. ?columns= (generic stores) names the
-// columns to return, comma-separated; id is always among them.
+// columns to return, comma-separated; id is always among them. ?version= reads
+// the row as of that table version (api_version.go).
 func (s *Server) getRow(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		name, err := pathName(r)
@@ -356,15 +363,20 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 		if hasColumns && k.kind == registry.KindRollout {
 			return badRequest("columns is supported on generic stores only")
 		}
+		version, err := versionParam(r)
+		if err != nil {
+			return err
+		}
 		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
 		if err != nil {
 			return err
 		}
 		defer release()
-		if err := syncTo(r, st); err != nil {
+		src, err := rowsAt(r, st, version)
+		if err != nil {
 			return err
 		}
-		rec, err := st.Get(r.Context(), id)
+		rec, err := src.Get(r.Context(), id)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,85 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/store"
+)
+
+// Reads at a version: ?version=<v> on a list or a get of rows reads the store as
+// of base-table version v (store.View: the rows merges had committed by v, without
+// the rows still in WAL generations), the version a store's info, an add's answer
+// and POST /rollouts/{name}/checkout report. Such a read answers the same rows
+// every time while v is retained; a version retention pruned, or one never
+// written, is a 404 naming the readable range.
+
+// rowSource is what the row routes read: the store now (base and pending rows) or
+// a store.View at a version.
+type rowSource interface {
+	Get(ctx context.Context, id string) (arrow.RecordBatch, error)
+	List(ctx context.Context, opts store.ListOptions) ([]arrow.RecordBatch, error)
+	Stream(ctx context.Context, filter func(arrow.RecordBatch) ([]bool, error), fn func(rec arrow.RecordBatch, row int) error) error
+}
+
+// versionParam parses ?version= (0 when absent): a positive integer. A version
+// read is fixed, so a causal token (?after=, AfterHeader) beside it asks for
+// something it cannot mean and is refused.
+func versionParam(r *http.Request) (uint64, error) {
+	q := r.URL.Query()
+	text, ok := q["version"]
+	if !ok {
+		return 0, nil
+	}
+	v, err := strconv.ParseUint(text[0], 10, 64)
+	if err != nil || v == 0 {
+		return 0, badRequest("version must be a table version (a positive integer), got %q", text[0])
+	}
+	if q.Get("after") != "" || r.Header.Get(AfterHeader) != "" {
+		return 0, badRequest("version and a causal token (after) cannot be combined: a read at a version does not change")
+	}
+	return v, nil
+}
+
+// rowsAt returns what a row route reads: st as of version v, or, for v = 0, st
+// now, brought up to the request's causal token (syncTo).
+func rowsAt(r *http.Request, st *store.Store, v uint64) (rowSource, error) {
+	if v == 0 {
+		if err := syncTo(r, st); err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+	view, err := st.At(r.Context(), v)
+	if err != nil {
+		return nil, versionFailure(st.Entry(), err)
+	}
+	return view, nil
+}
+
+// versionFailure answers a version the store cannot be read at with a 404 that
+// says why and which versions can be read; other failures stay as they are.
+func versionFailure(e registry.Entry, err error) error {
+	var ve *store.VersionError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	title := "Rollout"
+	if e.Kind == registry.KindGeneric {
+		title = "Generic"
+	}
+	msg := fmt.Sprintf("Version %d of %s store '%s' does not exist", ve.Version, title, e.Name)
+	if ve.Pruned {
+		msg = fmt.Sprintf("Version %d of %s store '%s' is no longer retained", ve.Version, title, e.Name)
+	}
+	if ve.Oldest != 0 {
+		msg += fmt.Sprintf("; the oldest readable version is %d, the newest %d", ve.Oldest, ve.Newest)
+	}
+	return &apiError{status: http.StatusNotFound, code: CodeNotFound, message: msg, cause: err}
+}
