@@ -47,7 +47,7 @@ type CompactionSweeper struct {
 	rows    rowStore
 	opts    options
 	log     *slog.Logger
-	leader  *leader
+	coord   *roundLock
 	rounds  *prometheus.CounterVec
 	targets *prometheus.CounterVec
 
@@ -66,7 +66,7 @@ func NewCompactionSweeper(client *clientv3.Client, ts *tasks.Store, lease Lease,
 	log := o.logger.With("component", "compaction-sweep")
 	return &CompactionSweeper{
 		ts: ts, rows: newRowStore(client, ts), opts: o, log: log,
-		leader: &leader{ts: ts, name: CompactionSweepLock, lease: lease, log: log},
+		coord: &roundLock{ts: ts, name: CompactionSweepLock, lease: lease, log: log},
 		rounds: register(o.registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "master_compaction_sweep_rounds_total", Help: "Compaction sweeps, by result (done, skipped, failed).",
 		}, []string{"result"})),
@@ -80,7 +80,7 @@ func NewCompactionSweeper(client *clientv3.Client, ts *tasks.Store, lease Lease,
 
 // Run sweeps every compaction interval until ctx is done, then gives up the lock.
 func (sw *CompactionSweeper) Run(ctx context.Context) {
-	defer sw.leader.release(ctx)
+	defer sw.coord.release(ctx)
 	every(ctx, sw.opts.clock, sw.opts.compactionInterval, func(ctx context.Context) { _, _ = sw.Sweep(ctx) })
 }
 
@@ -140,7 +140,7 @@ func (sw *CompactionSweeper) needsCompaction(r Row) string {
 
 func (sw *CompactionSweeper) sweep(ctx context.Context) (CompactionSummary, error) {
 	var sum CompactionSummary
-	if _, err := sw.leader.hold(ctx); errors.Is(err, tasks.ErrCoordinationHeld) {
+	if _, err := sw.coord.hold(ctx); errors.Is(err, tasks.ErrCoordinationHeld) {
 		return CompactionSummary{Skipped: true, SkipReason: err.Error()}, nil
 	} else if err != nil {
 		return sum, fmt.Errorf("compaction sweep: %w", err)

@@ -56,7 +56,7 @@ type Scanner struct {
 	opts      options
 	log       *slog.Logger
 	metrics   *scanMetrics
-	leader    *leader
+	coord     *roundLock
 	cache     *observations
 	tableOpts []table.Option
 
@@ -76,7 +76,7 @@ func New(client *clientv3.Client, ts *tasks.Store, bucket *objstore.Bucket, leas
 		opts:    o,
 		log:     log,
 		metrics: newScanMetrics(o.registerer),
-		leader:  &leader{ts: ts, name: ScannerLock, lease: lease, log: log},
+		coord:   &roundLock{ts: ts, name: ScannerLock, lease: lease, log: log},
 		cache:   &observations{max: o.maxCachedStores, m: map[string]*observation{}},
 		// The scanner reads manifests only: no fragment cache.
 		tableOpts: []table.Option{table.WithCacheBytes(0), table.WithClock(o.clock), table.WithLogger(o.logger)},
@@ -88,7 +88,7 @@ func New(client *clientv3.Client, ts *tasks.Store, bucket *objstore.Bucket, leas
 // up the scanner lock. A round that overruns the interval is followed by the next
 // one at once.
 func (s *Scanner) Run(ctx context.Context) {
-	defer s.leader.release(ctx)
+	defer s.coord.release(ctx)
 	every(ctx, s.opts.clock, s.opts.scanInterval, func(ctx context.Context) { _, _ = s.Scan(ctx) })
 }
 
@@ -161,7 +161,7 @@ type rowWrite struct {
 
 func (s *Scanner) scan(ctx context.Context) (Summary, error) {
 	var sum Summary
-	lock, err := s.leader.hold(ctx)
+	lock, err := s.coord.hold(ctx)
 	if errors.Is(err, tasks.ErrCoordinationHeld) {
 		return Summary{Skipped: true, SkipReason: err.Error()}, nil
 	}
@@ -223,7 +223,7 @@ func (s *Scanner) scan(ctx context.Context) (Summary, error) {
 	}
 	if err := s.apply(ctx, lock, writes, &sum); err != nil {
 		if errors.Is(err, tasks.ErrCoordinationLost) {
-			s.leader.lost(lock)
+			s.coord.lost(lock)
 		}
 		return sum, fmt.Errorf("stats scan: %w", err)
 	}

@@ -50,7 +50,7 @@ type MergeSweeper struct {
 	opts    options
 	log     *slog.Logger
 	metrics *sweepMetrics
-	leader  *leader
+	coord   *roundLock
 
 	round chan struct{}
 
@@ -70,7 +70,7 @@ func NewMergeSweeper(client *clientv3.Client, ts *tasks.Store, lease Lease, opts
 		opts:      o,
 		log:       log,
 		metrics:   newSweepMetrics(o.registerer),
-		leader:    &leader{ts: ts, name: MergeSweepLock, lease: lease, log: log},
+		coord:     &roundLock{ts: ts, name: MergeSweepLock, lease: lease, log: log},
 		round:     make(chan struct{}, 1),
 		lastMerge: map[string]string{},
 	}
@@ -79,7 +79,7 @@ func NewMergeSweeper(client *clientv3.Client, ts *tasks.Store, lease Lease, opts
 // Run sweeps at once and then every sweep interval until ctx is done, then gives
 // up the merge-sweep lock.
 func (sw *MergeSweeper) Run(ctx context.Context) {
-	defer sw.leader.release(ctx)
+	defer sw.coord.release(ctx)
 	every(ctx, sw.opts.clock, sw.opts.sweepInterval, func(ctx context.Context) { _, _ = sw.Sweep(ctx) })
 }
 
@@ -138,7 +138,7 @@ type eligibleTarget struct {
 
 func (sw *MergeSweeper) sweep(ctx context.Context) (SweepSummary, error) {
 	var sum SweepSummary
-	if _, err := sw.leader.hold(ctx); errors.Is(err, tasks.ErrCoordinationHeld) {
+	if _, err := sw.coord.hold(ctx); errors.Is(err, tasks.ErrCoordinationHeld) {
 		return SweepSummary{Skipped: true, SkipReason: err.Error()}, nil
 	} else if err != nil {
 		return sum, fmt.Errorf("merge sweep: %w", err)

@@ -14,11 +14,11 @@ import (
 // releaseTimeout bounds the release of a coordination lock at shutdown.
 const releaseTimeout = 5 * time.Second
 
-// leader keeps one coordination lock between rounds. A replica that took the lock
+// roundLock keeps one coordination lock between rounds. A replica that took the lock
 // keeps it for as long as its lease lives, so the other replicas skip their rounds
 // instead of repeating the work right after it; when the holder dies or stops, its
 // key goes away with its lease (or by release) and the next replica to try takes it.
-type leader struct {
+type roundLock struct {
 	ts    *tasks.Store
 	name  string
 	lease Lease
@@ -34,7 +34,7 @@ type leader struct {
 //
 // Holding the lock here proves nothing later: every write that needs ownership
 // still goes through CoordinationLock.Do.
-func (l *leader) hold(ctx context.Context) (*tasks.CoordinationLock, error) {
+func (l *roundLock) hold(ctx context.Context) (*tasks.CoordinationLock, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lease, err := l.lease(ctx)
@@ -67,7 +67,7 @@ func (l *leader) hold(ctx context.Context) (*tasks.CoordinationLock, error) {
 }
 
 // lost forgets lock after a guarded write found it lost.
-func (l *leader) lost(lock *tasks.CoordinationLock) {
+func (l *roundLock) lost(lock *tasks.CoordinationLock) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lock == lock {
@@ -77,13 +77,13 @@ func (l *leader) lost(lock *tasks.CoordinationLock) {
 
 // release gives the lock up (at shutdown), so another replica need not wait for
 // this replica's lease to expire.
-func (l *leader) release(ctx context.Context) {
+func (l *roundLock) release(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.releaseLocked(ctx)
 }
 
-func (l *leader) releaseLocked(ctx context.Context) {
+func (l *roundLock) releaseLocked(ctx context.Context) {
 	if l.lock == nil {
 		return
 	}
