@@ -39,19 +39,10 @@ type Config struct {
 	Logger      *slog.Logger
 }
 
-// PassCostFactor is a pass's peak memory per byte of the generations it reads.
-//
-// Measured with bench/'s memory scenario (`tidemark-bench memory-merge
-// --heap-profile`, and GODEBUG=gctrace=1 for the live heap after each collection)
-// on rollout generations of 64 MiB: the live heap of a pass peaks at about 1.85x its
-// generation bytes (the generation objects, read whole, which the decoded batches
-// point into; the Parquet fragment being encoded, with its page buffers; the key
-// index), and Go's collector, at the default GOGC=100, lets the heap grow to twice
-// the live heap before it collects: peak heap 3.7x. What RSS adds on top does not
-// grow with the pass: charged 4x, a worker's peak RSS stayed within its budget plus
-// 400 MiB from 64 MiB to 510 MiB passes. Turning Parquet dictionaries off did not
-// help (it raised the peak: the dictionary-encoded pages are smaller).
-// BENCHMARKS.md has the figures.
+// PassCostFactor is a pass's peak memory per byte of the generations it reads:
+// its live heap peaks near twice those bytes, and the collector (GOGC=100) lets the
+// heap grow to twice that. BENCHMARKS.md ("Merge memory: what a pass really costs")
+// has the measurement.
 const PassCostFactor = 4
 
 // generationReads bounds the generation objects one pass reads at once.
