@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -46,10 +46,14 @@ const (
 	CodeUnavailable        = "UNAVAILABLE"                 // 503: etcd or the object store does not answer
 	CodeDataLoss           = "DATA_LOSS"                   // 500: a stored object is corrupt; the message names it
 	CodeUnauthenticated    = auth.CodeUnauthenticated      // 401: no valid credential
+	CodeBadGateway         = "BAD_GATEWAY"                 // 502: a worker answered what the master cannot pass on
 )
 
 // HTTPConfig is what the master's HTTP API needs.
 type HTTPConfig struct {
+	// Admin enqueues the tasks of POST /api/v1/tasks (target check, dedupe, wake)
+	// and reads the store registry for the experiment routes.
+	Admin     *AdminService
 	Tasks     *tasks.Store
 	Scanner   *scanner.Scanner
 	Discovery Discovery
@@ -64,6 +68,13 @@ type HTTPConfig struct {
 	// Auth guards the task, stats and workers routes (health and metrics stay
 	// open); nil: no authentication (--auth-disabled).
 	Auth *auth.Guard
+	// DataURL is the bucket's URL without credentials (objstore.Bucket.String()):
+	// experiments' uri is their table directory under it.
+	DataURL string
+	// WorkerToken and WorkerTLS are the master's outgoing credential, used to read
+	// records through a worker's HTTP data API (WorkerTLS nil: plain HTTP).
+	WorkerToken string
+	WorkerTLS   *tls.Config
 	// Dashboard, if set, is served under /ui/ (it checks its own sessions), and
 	// GET / redirects to it.
 	Dashboard http.Handler
@@ -81,12 +92,6 @@ type HealthBody struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// TaskPage is the body of GET /api/v1/tasks.
-type TaskPage struct {
-	Tasks         []tasks.Task `json:"tasks"`
-	NextPageToken string       `json:"next_page_token,omitempty"`
-}
-
 // StatsPage is the body of GET /api/v1/stats.
 type StatsPage struct {
 	Stats         []scanner.Row `json:"stats"`
@@ -99,24 +104,35 @@ type WorkerList struct {
 }
 
 type httpAPI struct {
-	cfg HTTPConfig
+	cfg     HTTPConfig
+	workers *http.Client // the workers' data API, for records
 }
 
-// NewHTTPHandler returns the master's HTTP routes:
+// NewHTTPHandler returns the master's HTTP routes, the reference system's
+// (lance-context master's routes.rs) and Tidemark's own:
 //
-//	GET /metrics                 Prometheus metrics
-//	GET /api/v1/health           {"status":"ok"}, or 503 {"status":"etcd unreachable"}
-//	GET /api/v1/tasks            ?state=&kind=&target=&limit=&page_token=&newest_first=
-//	GET /api/v1/tasks/{id}       one task
-//	GET /api/v1/stats            ?limit=&page_token=
-//	GET /api/v1/workers          the workers the master calls
-//	GET /ui/…                    the operator dashboard (cfg.Dashboard), GET / redirects there
+//	GET  /metrics                            Prometheus metrics
+//	GET  /api/v1/health                      {"status":"ok"}, or 503 {"status":"etcd unreachable"}
+//	GET  /api/v1/tasks                       {tasks,total,limit,offset,next_page_token}: ?limit=&offset= or
+//	                                         ?page_token=, &state=&kind=&target=&newest_first= (default true)
+//	POST /api/v1/tasks                       {kind,target,depends_on}: enqueue, 202 with the task
+//	GET  /api/v1/tasks/{id}                  one task
+//	POST /api/v1/rescan                      observe every store now: {scanned,...}
+//	GET  /api/v1/experiments                 {experiments,total,limit,offset}: ?search=&limit=&offset=
+//	GET  /api/v1/experiments/{name}          one store's summary; ?fresh=true observes it first
+//	GET  /api/v1/experiments/{name}/records  {records,has_more,limit,offset,source}, read through a worker
+//	GET  /api/v1/stats                       ?limit=&page_token=
+//	GET  /api/v1/workers                     the workers the master calls
+//	GET  /ui/…                               the operator dashboard (cfg.Dashboard), GET / redirects there
 //
-// The tasks, stats and workers routes require the credential cfg.Auth checks
-// (401 UNAUTHENTICATED without it). Errors are {"error":{"code","message"}} with
-// 400, 401, 404, 405, 503 or 500.
+// Every /api/v1 route but health requires the credential cfg.Auth checks (401
+// UNAUTHENTICATED without it). Tasks' and experiments' timestamps are Unix
+// milliseconds, as in the reference. Errors are {"error":{"code","message"}}
+// with 400, 401, 404, 405, 409, 502, 503 or 500.
 func NewHTTPHandler(cfg HTTPConfig) (http.Handler, error) {
 	switch {
+	case cfg.Admin == nil:
+		return nil, errors.New("master http: Admin is required")
 	case cfg.Tasks == nil:
 		return nil, errors.New("master http: Tasks is required")
 	case cfg.Scanner == nil:
@@ -135,13 +151,18 @@ func NewHTTPHandler(cfg HTTPConfig) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &httpAPI{cfg: cfg}
+	a := &httpAPI{cfg: cfg, workers: workerHTTPClient(cfg.WorkerToken, cfg.WorkerTLS)}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics}))
 	mux.HandleFunc("GET /api/v1/health", a.health)
 	guard := cfg.Auth.Require
 	mux.Handle("GET /api/v1/tasks", guard(a.route(a.listTasks)))
+	mux.Handle("POST /api/v1/tasks", guard(a.route(a.enqueueTask)))
 	mux.Handle("GET /api/v1/tasks/{id}", guard(a.route(a.getTask)))
+	mux.Handle("POST /api/v1/rescan", guard(a.routeWithin(RescanTimeout, a.rescan)))
+	mux.Handle("GET /api/v1/experiments", guard(a.route(a.listExperiments)))
+	mux.Handle("GET /api/v1/experiments/{name}", guard(a.route(a.getExperiment)))
+	mux.Handle("GET /api/v1/experiments/{name}/records", guard(a.routeWithin(RecordsTimeout, a.listRecords)))
 	mux.Handle("GET /api/v1/stats", guard(a.route(a.listStats)))
 	mux.Handle("GET /api/v1/workers", guard(a.route(a.listWorkers)))
 	if cfg.Dashboard != nil {
@@ -167,22 +188,31 @@ func (a *httpAPI) health(w http.ResponseWriter, r *http.Request) {
 // turns into the JSON error shape in one place.
 type routeFunc func(ctx context.Context, r *http.Request) (any, error)
 
-func (a *httpAPI) route(h routeFunc) http.Handler {
+// route runs h under the call timeout.
+func (a *httpAPI) route(h routeFunc) http.Handler { return a.routeWithin(a.cfg.CallTimeout, h) }
+
+// routeWithin runs h under timeout.
+func (a *httpAPI) routeWithin(timeout time.Duration, h routeFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), a.cfg.CallTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		body, err := h(ctx, r)
 		if err != nil {
 			a.writeFailure(w, r, err)
 			return
 		}
-		httpjson.WriteJSON(w, http.StatusOK, body)
+		writeAnswer(w, body)
 	})
 }
 
 // writeFailure answers err with the status its code maps to. Internal errors are
 // logged and answered without their details, as the worker does.
 func (a *httpAPI) writeFailure(w http.ResponseWriter, r *http.Request, err error) {
+	if answered, ok := errors.AsType[*workerAnswerError](err); ok {
+		a.cfg.Logger.Warn("master API request failed on a worker's answer", "method", r.Method, "route", r.Pattern, "path", r.URL.Path, "err", err)
+		httpjson.WriteError(w, answered.status, answered.code, answered.message)
+		return
+	}
 	code, msg := classify(r.Context(), err)
 	var status int
 	var name string
@@ -207,51 +237,12 @@ func (a *httpAPI) writeFailure(w http.ResponseWriter, r *http.Request, err error
 	httpjson.WriteError(w, status, name, msg)
 }
 
-func (a *httpAPI) listTasks(ctx context.Context, r *http.Request) (any, error) {
-	q := r.URL.Query()
-	if err := onlyParams(q, "state", "kind", "target", "limit", "page_token", "newest_first"); err != nil {
-		return nil, err
-	}
-	limit, err := intParam(q, "limit")
-	if err != nil {
-		return nil, err
-	}
-	newest := false
-	if v := q.Get("newest_first"); v != "" {
-		if newest, err = strconv.ParseBool(v); err != nil {
-			return nil, fmt.Errorf("%w: newest_first %q is not a boolean", tasks.ErrInvalidArgument, v)
-		}
-	}
-	list, next, err := a.cfg.Tasks.List(ctx, tasks.ListFilter{
-		State:       tasks.State(q.Get("state")),
-		Kind:        tasks.Kind(q.Get("kind")),
-		Target:      q.Get("target"),
-		Limit:       limit,
-		PageToken:   q.Get("page_token"),
-		NewestFirst: newest,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if list == nil {
-		list = []tasks.Task{}
-	}
-	return TaskPage{Tasks: list, NextPageToken: next}, nil
-}
-
-func (a *httpAPI) getTask(ctx context.Context, r *http.Request) (any, error) {
-	if err := onlyParams(r.URL.Query()); err != nil {
-		return nil, err
-	}
-	return a.cfg.Tasks.Get(ctx, r.PathValue("id"))
-}
-
 func (a *httpAPI) listStats(ctx context.Context, r *http.Request) (any, error) {
 	q := r.URL.Query()
 	if err := onlyParams(q, "limit", "page_token"); err != nil {
 		return nil, err
 	}
-	limit, err := intParam(q, "limit")
+	limit, err := pageParam(q.Get("limit"), "limit", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -294,18 +285,6 @@ func onlyParams(q url.Values, known ...string) error {
 		want = strings.Join(known, ", ")
 	}
 	return fmt.Errorf("%w: unknown query parameter %s (known: %s)", tasks.ErrInvalidArgument, strings.Join(unknown, ", "), want)
-}
-
-func intParam(q url.Values, name string) (int, error) {
-	v := q.Get(name)
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s %q is not an integer", tasks.ErrInvalidArgument, name, v)
-	}
-	return n, nil
 }
 
 // serveHTTP answers requests on ln until ctx is done, then shuts down gracefully:

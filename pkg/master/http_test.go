@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
@@ -47,7 +48,7 @@ func TestHTTPRoutesAnswerJSON(t *testing.T) {
 	m := NewMetrics(reg)
 	m.EtcdUp.Set(1)
 	var etcdErr error
-	h, err := NewHTTPHandler(HTTPConfig{Tasks: e.ts, Scanner: e.scanner, Discovery: e.svc.cfg.Discovery,
+	h, err := NewHTTPHandler(HTTPConfig{Admin: e.svc, Tasks: e.ts, Scanner: e.scanner, Discovery: e.svc.cfg.Discovery,
 		EtcdCheck: func(context.Context) error { return etcdErr }, Metrics: reg, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -80,12 +81,12 @@ func TestHTTPRoutesAnswerJSON(t *testing.T) {
 	if err := json.Unmarshal(body, &page); err != nil || status != 200 || len(page.Tasks) != 1 || page.Tasks[0].ID != enq.Task.Id {
 		t.Errorf("filtered tasks = %d %s", status, body)
 	}
-	status, _, body = get(t, h, "GET", "/api/v1/tasks?limit=1")
+	status, _, body = get(t, h, "GET", "/api/v1/tasks?limit=1&newest_first=false")
 	page = TaskPage{}
-	if err := json.Unmarshal(body, &page); err != nil || status != 200 || len(page.Tasks) != 1 || page.NextPageToken != enq.Task.Id {
+	if err := json.Unmarshal(body, &page); err != nil || status != 200 || len(page.Tasks) != 1 || page.NextPageToken != enq.Task.Id || page.Total != 2 {
 		t.Errorf("first page of 1 = %d %s", status, body)
 	}
-	status, _, body = get(t, h, "GET", "/api/v1/tasks?limit=1&page_token="+page.NextPageToken)
+	status, _, body = get(t, h, "GET", "/api/v1/tasks?limit=1&newest_first=false&page_token="+page.NextPageToken)
 	page = TaskPage{}
 	if err := json.Unmarshal(body, &page); err != nil || status != 200 || len(page.Tasks) != 1 || page.Tasks[0].Kind != tasks.KindCompact {
 		t.Errorf("second page of 1 = %d %s", status, body)
@@ -95,7 +96,7 @@ func TestHTTPRoutesAnswerJSON(t *testing.T) {
 		t.Errorf("empty list = %d %s, want an empty array", status, body)
 	}
 
-	var task tasks.Task
+	var task TaskRecord
 	status, _, body = get(t, h, "GET", "/api/v1/tasks/"+enq.Task.Id)
 	if err := json.Unmarshal(body, &task); err != nil || status != 200 || task.Target != "generic:g1" {
 		t.Errorf("task = %d %s", status, body)
@@ -129,7 +130,7 @@ func TestHTTPRoutesAnswerJSON(t *testing.T) {
 	wantError(t, h, "GET", "/api/v1/tasks/"+missing, 404, CodeNotFound, missing)
 	wantError(t, h, "GET", "/api/v1/stats?page_token=../x", 400, CodeInvalidRequest, "../x")
 	wantError(t, h, "GET", "/api/v1/nope", 404, CodeNotFound, "/api/v1/nope")
-	wantError(t, h, "POST", "/api/v1/tasks", 405, CodeMethodNotAllowed, "POST")
+	wantError(t, h, "DELETE", "/api/v1/tasks", 405, CodeMethodNotAllowed, "DELETE")
 }
 
 // A master whose etcd is gone answers 503 with the JSON error shape, not a hang
@@ -138,8 +139,13 @@ func TestHTTPAnswersUnavailableWhileEtcdIsAway(t *testing.T) {
 	srv := etcdtest.StartServer(t)
 	client := srv.Client(t)
 	ts := tasks.New(client, "/http")
-	sc := scanner.New(client, ts, objstoretest.Mem(t), scanner.StaticLease(1))
-	h, err := NewHTTPHandler(HTTPConfig{Tasks: ts, Scanner: sc, Discovery: StaticDiscovery{},
+	b := objstoretest.Mem(t)
+	sc := scanner.New(client, ts, b, scanner.StaticLease(1))
+	admin, err := NewAdminService(AdminConfig{Tasks: ts, Scanner: sc, Registry: registry.New(b), Discovery: StaticDiscovery{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewHTTPHandler(HTTPConfig{Admin: admin, Tasks: ts, Scanner: sc, Discovery: StaticDiscovery{},
 		EtcdCheck:   func(ctx context.Context) error { _, err := client.Get(ctx, "/http/health"); return err },
 		CallTimeout: 300 * time.Millisecond, Logger: testLogger(t)})
 	if err != nil {
@@ -148,6 +154,7 @@ func TestHTTPAnswersUnavailableWhileEtcdIsAway(t *testing.T) {
 	srv.Stop()
 	wantError(t, h, "GET", "/api/v1/tasks", 503, CodeUnavailable, "etcd")
 	wantError(t, h, "GET", "/api/v1/stats", 503, CodeUnavailable, "etcd")
+	wantError(t, h, "GET", "/api/v1/experiments", 503, CodeUnavailable, "etcd")
 	status, _, body := get(t, h, "GET", "/api/v1/health")
 	if status != 503 || !strings.Contains(string(body), `"status":"etcd unreachable"`) {
 		t.Errorf("health = %d %s", status, body)

@@ -188,7 +188,8 @@ func New(cfg Config) (*Master, error) {
 		ui = m.ui
 	}
 	m.http, err = NewHTTPHandler(HTTPConfig{
-		Tasks: m.tasks, Scanner: m.scanner, Discovery: cfg.Discovery,
+		Admin: admin, Tasks: m.tasks, Scanner: m.scanner, Discovery: cfg.Discovery, DataURL: cfg.Bucket.String(),
+		WorkerToken: cfg.Dashboard.WorkerToken, WorkerTLS: cfg.Dashboard.WorkerTLS,
 		EtcdCheck: m.checkEtcd, Metrics: cfg.Metrics, Logger: log.With("component", "http"),
 		Auth: cfg.Auth, Dashboard: ui,
 	})

@@ -260,7 +260,7 @@ func TestMasterServesAdminGRPCAndHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var task tasks.Task
+	var task TaskRecord
 	err = json.NewDecoder(resp.Body).Decode(&task)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != 200 || task.State != tasks.StateDone {

@@ -1,0 +1,329 @@
+package master
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidemark-io/tidemark/internal/auth"
+	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/schema"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+)
+
+// Record browsing through the master (GET /api/v1/experiments/{name}/records).
+const (
+	// DefaultRecordPage and MaxRecordPage: the default page, and the largest one
+	// answer holds (a larger limit is lowered, and the answer's limit says so).
+	DefaultRecordPage = 50
+	MaxRecordPage     = 1000
+	// RecordsTimeout bounds the whole request; WorkerReadTimeout one worker's
+	// answer, so a hung worker leaves time to ask the next.
+	RecordsTimeout    = 30 * time.Second
+	WorkerReadTimeout = 10 * time.Second
+	// maxWorkerAnswer bounds the bytes of one worker answer the master holds.
+	maxWorkerAnswer = 64 << 20
+)
+
+// Record sources of ?source=: the reference's names.
+const (
+	SourceFragments = "fragments" // the base table only (merged rows)
+	SourceWAL       = "wal"       // the pending WAL generations only
+	SourceAll       = "all"       // both, newest row per id
+)
+
+// errNoWorkerHTTP refuses a record read when no worker can serve it: records are
+// read through a worker's data API, and only workers registered in etcd publish
+// an HTTP address (a static WORKER_ENDPOINTS list has none).
+var errNoWorkerHTTP = errclass.New(errclass.Unavailable,
+	"no worker with an HTTP address is registered: records are read through a worker's data API")
+
+// errAnswerTooLarge refuses a page of records larger than the master holds.
+var errAnswerTooLarge = errclass.New(errclass.Invalid, "the worker's answer is too large")
+
+// ExperimentRecords is the body of GET /api/v1/experiments/{name}/records: the
+// reference's ExperimentRecordsResponse, and the worker that answered. Records
+// are the worker's rows, as its data API encodes them.
+type ExperimentRecords struct {
+	Records []json.RawMessage `json:"records"`
+	HasMore bool              `json:"has_more"`
+	Limit   int               `json:"limit"`
+	Offset  int               `json:"offset"`
+	Source  string            `json:"source"`
+	Worker  string            `json:"worker"`
+}
+
+// workerAnswerError is a worker's error answer, passed on with its status and
+// code; the message names the worker.
+type workerAnswerError struct {
+	status        int
+	code, message string
+}
+
+func (e *workerAnswerError) Error() string { return e.message }
+
+// workerHTTPClient calls the workers' data API with the master's credential.
+func workerHTTPClient(token string, tlsCfg *tls.Config) *http.Client {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	if tlsCfg != nil {
+		base.TLSClientConfig = tlsCfg.Clone()
+	}
+	return &http.Client{Transport: &auth.Transport{Token: token, Base: base}}
+}
+
+// recordQuery is a parsed records request.
+type recordQuery struct {
+	kind          registry.Kind
+	name          string
+	limit, offset int
+	source        string
+	id            string         // ?id=: one record
+	filters       map[string]any // the rollout filters, as the worker's filters= takes them
+}
+
+// listRecords answers a page of a store's records, read through a live worker.
+//
+// The workers serve one snapshot of a store: its base table and its pending
+// generations, newest row per id. That is the reference's source=all, the
+// default here; fragments and wal, which read one half of it, are refused
+// with a 400 that says so rather than answered with rows of the other half.
+func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error) {
+	rq, err := parseRecordQuery(r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.cfg.Admin.cfg.Registry.Get(ctx, rq.kind, rq.name); err != nil {
+		if errors.Is(err, registry.ErrNotFound) {
+			return nil, reworded{fmt.Sprintf("experiment '%s' does not exist", r.PathValue("name")), err}
+		}
+		return nil, err
+	}
+	out := ExperimentRecords{Records: []json.RawMessage{}, Limit: rq.limit, Offset: rq.offset, Source: rq.source}
+	if rq.id != "" {
+		var got struct {
+			Record json.RawMessage `json:"record"`
+		}
+		if out.Worker, err = a.callWorker(ctx, rowsPath(rq.kind, rq.name)+"/"+url.PathEscape(rq.id), &got); err != nil {
+			return nil, err
+		}
+		if rq.offset == 0 && rq.limit > 0 && len(got.Record) > 0 && string(got.Record) != "null" {
+			match, err := matches(got.Record, rq.filters)
+			if err != nil {
+				return nil, fmt.Errorf("worker %s: record %q: %w", out.Worker, rq.id, err)
+			}
+			if match {
+				out.Records = append(out.Records, got.Record)
+			}
+		}
+		return out, nil
+	}
+	if rq.limit == 0 {
+		return out, nil // the worker reads limit=0 as every row
+	}
+	params := url.Values{"limit": {strconv.Itoa(rq.limit + 1)}, "offset": {strconv.Itoa(rq.offset)}}
+	if len(rq.filters) > 0 {
+		text, err := json.Marshal(rq.filters)
+		if err != nil {
+			return nil, err
+		}
+		params.Set("filters", string(text))
+	}
+	var got struct {
+		Records []json.RawMessage `json:"records"`
+		Rows    []json.RawMessage `json:"rows"`
+	}
+	if out.Worker, err = a.callWorker(ctx, rowsPath(rq.kind, rq.name)+"?"+params.Encode(), &got); err != nil {
+		return nil, err
+	}
+	rows := got.Records
+	if rq.kind == registry.KindGeneric {
+		rows = got.Rows
+	}
+	if len(rows) > rq.limit {
+		rows, out.HasMore = rows[:rq.limit], true
+	}
+	out.Records = append(out.Records, rows...)
+	return out, nil
+}
+
+// parseRecordQuery checks the name and the query parameters of a records request.
+func parseRecordQuery(r *http.Request) (recordQuery, error) {
+	q := r.URL.Query()
+	filterKeys := schema.RolloutFilterKeys()
+	if err := onlyParams(q, append([]string{"limit", "offset", "source", "id"}, filterKeys...)...); err != nil {
+		return recordQuery{}, err
+	}
+	var rq recordQuery
+	var err error
+	if rq.kind, rq.name, err = registry.ParseTarget(r.PathValue("name")); err != nil {
+		return recordQuery{}, fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
+	}
+	if rq.limit, err = pageParam(q.Get("limit"), "limit", DefaultRecordPage); err != nil {
+		return recordQuery{}, err
+	}
+	rq.limit = min(rq.limit, MaxRecordPage)
+	if rq.offset, err = pageParam(q.Get("offset"), "offset", 0); err != nil {
+		return recordQuery{}, err
+	}
+	switch rq.source = cmpOr(q.Get("source"), SourceAll); rq.source {
+	case SourceAll:
+	case SourceFragments, SourceWAL:
+		return recordQuery{}, fmt.Errorf("%w: source %q is not served: records are read through a worker, which reads "+
+			"the base table and the pending WAL generations as one snapshot; use source=all", tasks.ErrInvalidArgument, rq.source)
+	default:
+		return recordQuery{}, fmt.Errorf("%w: source %q is not one of fragments, wal, all", tasks.ErrInvalidArgument, rq.source)
+	}
+	rq.id = q.Get("id")
+	if q.Has("id") && rq.id == "" {
+		return recordQuery{}, fmt.Errorf("%w: id is empty", tasks.ErrInvalidArgument)
+	}
+	for _, k := range filterKeys {
+		v := q.Get(k)
+		if v == "" {
+			continue
+		}
+		if rq.kind != registry.KindRollout {
+			return recordQuery{}, fmt.Errorf("%w: filter %s: filters are supported on rollout stores only", tasks.ErrInvalidArgument, k)
+		}
+		if rq.filters == nil {
+			rq.filters = map[string]any{}
+		}
+		if k != "include_in_training" {
+			rq.filters[k] = v
+			continue
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return recordQuery{}, fmt.Errorf("%w: filter include_in_training: %q is not true or false", tasks.ErrInvalidArgument, v)
+		}
+		rq.filters[k] = b
+	}
+	if rq.id != "" && rq.kind != registry.KindRollout {
+		return recordQuery{}, fmt.Errorf("%w: id: filters are supported on rollout stores only; read a row by id on a worker", tasks.ErrInvalidArgument)
+	}
+	return rq, nil
+}
+
+func cmpOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// matches reports whether record's values equal every filter's.
+func matches(record json.RawMessage, filters map[string]any) (bool, error) {
+	if len(filters) == 0 {
+		return true, nil
+	}
+	var values map[string]any
+	if err := json.Unmarshal(record, &values); err != nil {
+		return false, err
+	}
+	for k, want := range filters {
+		if values[k] != want {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func rowsPath(kind registry.Kind, name string) string {
+	if kind == registry.KindRollout {
+		return "/api/v1/rollouts/" + url.PathEscape(name) + "/records"
+	}
+	return "/api/v1/generic/" + url.PathEscape(name) + "/rows"
+}
+
+// callWorker GETs path from a live worker with an HTTP address (in instance
+// order; one that cannot be reached is passed over for the next) and decodes its
+// 200 answer into v. It returns the worker that answered. A worker's error answer
+// is returned as a *workerAnswerError.
+func (a *httpAPI) callWorker(ctx context.Context, path string, v any) (string, error) {
+	ws, err := a.cfg.Discovery.Workers(ctx)
+	if err != nil {
+		return "", fmt.Errorf("discover workers: %w", err)
+	}
+	ws = slices.DeleteFunc(slices.Clone(ws), func(w Worker) bool { return w.HTTPAddr == "" })
+	if len(ws) == 0 {
+		return "", errNoWorkerHTTP
+	}
+	slices.SortFunc(ws, func(x, y Worker) int { return strings.Compare(x.InstanceID, y.InstanceID) })
+	scheme := "http"
+	if a.cfg.WorkerTLS != nil {
+		scheme = "https"
+	}
+	var unreachable []string
+	for _, w := range ws {
+		err := a.askWorker(ctx, scheme+"://"+w.HTTPAddr+path, w.InstanceID, v)
+		var answered *workerAnswerError
+		switch {
+		case err == nil:
+			return w.InstanceID, nil
+		case errors.As(err, &answered), errors.Is(err, errAnswerTooLarge), ctx.Err() != nil:
+			return w.InstanceID, err
+		}
+		a.cfg.Logger.Warn("records: worker not reachable; asking the next", "worker", w.InstanceID, "addr", w.HTTPAddr, "err", err)
+		unreachable = append(unreachable, err.Error())
+	}
+	return "", fmt.Errorf("%w: no worker answered: %s", errWorkersUnreachable, strings.Join(unreachable, "; "))
+}
+
+// errWorkersUnreachable means every worker asked failed before answering.
+var errWorkersUnreachable = errclass.New(errclass.Unavailable, "workers unreachable")
+
+// askWorker GETs u from one worker within WorkerReadTimeout.
+func (a *httpAPI) askWorker(ctx context.Context, u, worker string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, WorkerReadTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := a.workers.Do(req)
+	if err != nil {
+		return fmt.Errorf("worker %s: %w", worker, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxWorkerAnswer+1))
+	if err != nil {
+		return fmt.Errorf("worker %s: %w", worker, err)
+	}
+	if len(body) > maxWorkerAnswer {
+		return fmt.Errorf("worker %s: %w: over %d MiB; ask for fewer records (limit)", worker, errAnswerTooLarge, maxWorkerAnswer>>20)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		_ = json.Unmarshal(body, &e)
+		if e.Error.Message == "" {
+			e.Error.Message = strings.TrimSpace(string(body))
+		}
+		status, code := resp.StatusCode, e.Error.Code
+		if status >= 500 && status != http.StatusServiceUnavailable {
+			status, code = http.StatusBadGateway, "BAD_GATEWAY"
+		}
+		if code == "" {
+			code = http.StatusText(status)
+		}
+		return &workerAnswerError{status: status, code: code, message: fmt.Sprintf("worker %s answered %s: %s", worker, resp.Status, e.Error.Message)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return &workerAnswerError{status: http.StatusBadGateway, code: "BAD_GATEWAY",
+			message: fmt.Sprintf("worker %s: answer does not decode: %v", worker, err)}
+	}
+	return nil
+}
