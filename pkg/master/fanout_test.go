@@ -40,9 +40,14 @@ type countingWorker struct {
 	// the master passed); versions, when set, numbers the base versions the
 	// commits create.
 	prepInFlight, prepMax *atomic.Int32
-	prepares, aborts      atomic.Int32
-	commits               *orderLog
-	versions              *atomic.Uint64
+	// overlap, when set, holds each prepare until that many have been in flight
+	// at once (for at most 10 s): a sleep would not make prepares that may overlap
+	// overlap on a loaded machine, and a fan-out that runs fewer at once still
+	// shows as a lower prepMax after the 10 s.
+	overlap          int32
+	prepares, aborts atomic.Int32
+	commits          *orderLog
+	versions         *atomic.Uint64
 }
 
 // orderLog records names in call order, safely across goroutines.
@@ -73,8 +78,8 @@ func raiseMax(max *atomic.Int32, n int32) {
 	}
 }
 
-// PrepareMerge succeeds after a pause, long enough for prepares that overlap to
-// overlap; it records how many ran at once.
+// PrepareMerge succeeds after a pause (see overlap); it records how many ran at
+// once.
 func (w *countingWorker) PrepareMerge(_ context.Context, r *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
 	w.prepares.Add(1)
 	if w.prepInFlight != nil {
@@ -82,6 +87,9 @@ func (w *countingWorker) PrepareMerge(_ context.Context, r *tidemarkv1.PrepareMe
 		defer w.prepInFlight.Add(-1)
 	}
 	time.Sleep(20 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); w.overlap > 0 && w.prepMax.Load() < w.overlap && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	return &tidemarkv1.PrepareMergeResponse{Generations: 2, Rows: 10, InstanceId: w.name}, nil
 }
 
@@ -155,6 +163,39 @@ func claimFor(target string, token int64) *tasks.Claim {
 	return &tasks.Claim{Task: tasks.Task{ID: "t1", Kind: tasks.KindMergeWAL, Target: target}, FencingToken: token}
 }
 
+// trio is the world of the tests of one misbehaving worker: counting workers w0
+// and w2 around the middle one under test, all sharing the in-flight counters (so
+// overlapping commits across them show), and one caller.
+type trio struct {
+	inFlight, maxSeen atomic.Int32
+	w0, w2            *countingWorker
+	caller            *GRPCCaller
+}
+
+func newTrio(t *testing.T, cfg GRPCCallerConfig) *trio {
+	tr := &trio{caller: NewGRPCCaller(cfg)}
+	t.Cleanup(func() { tr.caller.Close() })
+	tr.w0, tr.w2 = tr.worker("w0"), tr.worker("w2")
+	return tr
+}
+
+// worker is a counting worker sharing the trio's counters, not yet serving.
+func (tr *trio) worker(name string) *countingWorker {
+	return &countingWorker{name: name, inFlight: &tr.inFlight, maxSeen: &tr.maxSeen}
+}
+
+// run fans claimFor("s", 7) out over w0, middle and w2 with f's settings.
+func (tr *trio) run(t *testing.T, middle Worker, f *FanOut) (string, error) {
+	f.Discovery = StaticDiscovery{startWorker(t, tr.w0), middle, startWorker(t, tr.w2)}
+	f.Caller = tr.caller
+	return f.Run(context.Background(), claimFor("s", 7))
+}
+
+// serve runs srv as the worker named name.
+func serve(t *testing.T, name string, srv tidemarkv1.WorkerServiceServer) Worker {
+	return Worker{InstanceID: name, GRPCAddr: startWorkerService(t, srv)}
+}
+
 // The commit storm: workers merging into one base table at once. In both shapes
 // the commits must run strictly one after another, in discovery's order, under
 // the claim's token; in the two-phase shape the prepares all run at once.
@@ -169,7 +210,7 @@ func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
 			var ws []*countingWorker
 			for i := 0; i < 3; i++ {
 				w := &countingWorker{name: fmt.Sprint("w", i), inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 1),
-					prepInFlight: &prepInFlight, prepMax: &prepMax, commits: commits, versions: &versions}
+					prepInFlight: &prepInFlight, prepMax: &prepMax, overlap: 3, commits: commits, versions: &versions}
 				ws = append(ws, w)
 				workers = append(workers, startWorker(t, w))
 			}
@@ -218,7 +259,7 @@ func TestTwoPhasePreparesAtMostPrepareConcurrencyAtOnce(t *testing.T) {
 	var workers StaticDiscovery
 	for i := 0; i < 4; i++ {
 		workers = append(workers, startWorker(t, &countingWorker{name: fmt.Sprint("w", i), inFlight: &inFlight, maxSeen: &maxSeen,
-			prepInFlight: &prepInFlight, prepMax: &prepMax}))
+			prepInFlight: &prepInFlight, prepMax: &prepMax, overlap: 2}))
 	}
 	caller := NewGRPCCaller(GRPCCallerConfig{})
 	defer caller.Close()
@@ -233,14 +274,10 @@ func TestTwoPhasePreparesAtMostPrepareConcurrencyAtOnce(t *testing.T) {
 // A commit that fails stops the fan-out as in the serial shape, and the workers
 // that prepared and will not commit are told to abort (their staged files go).
 func TestTwoPhaseStoppedAtACommitAbortsThePreparesLeft(t *testing.T) {
-	var inFlight, maxSeen atomic.Int32
-	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen}
-	w1 := &countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen, fail: status.Error(codes.Internal, "disk on fire")}
-	w2 := &countingWorker{name: "w2", inFlight: &inFlight, maxSeen: &maxSeen}
-	workers := StaticDiscovery{startWorker(t, w0), startWorker(t, w1), startWorker(t, w2)}
-	caller := NewGRPCCaller(GRPCCallerConfig{})
-	defer caller.Close()
-	_, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
+	tr := newTrio(t, GRPCCallerConfig{})
+	w0, w1, w2 := tr.w0, tr.worker("w1"), tr.w2
+	w1.fail = status.Error(codes.Internal, "disk on fire")
+	_, err := tr.run(t, startWorker(t, w1), &FanOut{})
 	if err == nil || !strings.Contains(err.Error(), "worker w1") {
 		t.Fatalf("got %v, want an error naming w1", err)
 	}
@@ -307,7 +344,7 @@ func TestTwoPhaseCommitsWhileLaterWorkersStillPrepare(t *testing.T) {
 }
 
 // failingPreparer fails its prepare; the others must still commit.
-type failingPreparer struct{ countingWorker }
+type failingPreparer struct{ *countingWorker }
 
 func (w *failingPreparer) PrepareMerge(context.Context, *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
 	return nil, status.Error(codes.ResourceExhausted, "merge budget gone")
@@ -316,14 +353,9 @@ func (w *failingPreparer) PrepareMerge(context.Context, *tidemarkv1.PrepareMerge
 // A worker that fails to prepare is skipped (a prepare changes nothing, so its
 // shard just waits for the next task) and the others commit; the task reports it.
 func TestTwoPhaseSkipsAWorkerThatFailedToPrepare(t *testing.T) {
-	var inFlight, maxSeen atomic.Int32
-	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen}
-	w1 := &failingPreparer{countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen}}
-	w2 := &countingWorker{name: "w2", inFlight: &inFlight, maxSeen: &maxSeen}
-	workers := StaticDiscovery{startWorker(t, w0), {InstanceID: "w1", GRPCAddr: startWorkerService(t, w1)}, startWorker(t, w2)}
-	caller := NewGRPCCaller(GRPCCallerConfig{})
-	defer caller.Close()
-	detail, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
+	tr := newTrio(t, GRPCCallerConfig{})
+	w0, w1, w2 := tr.w0, &failingPreparer{tr.worker("w1")}, tr.w2
+	detail, err := tr.run(t, serve(t, "w1", w1), &FanOut{})
 	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "merge budget gone") {
 		t.Fatalf("got %v, want the task failed naming w1's prepare", err)
 	}
@@ -336,14 +368,10 @@ func TestTwoPhaseSkipsAWorkerThatFailedToPrepare(t *testing.T) {
 }
 
 func TestErroringWorkerStopsTheFanOutAndFailsTheTask(t *testing.T) {
-	var inFlight, maxSeen atomic.Int32
-	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen}
-	w1 := &countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen, fail: status.Error(codes.Internal, "disk on fire")}
-	w2 := &countingWorker{name: "w2", inFlight: &inFlight, maxSeen: &maxSeen}
-	workers := StaticDiscovery{startWorker(t, w0), startWorker(t, w1), startWorker(t, w2)}
-	caller := NewGRPCCaller(GRPCCallerConfig{})
-	defer caller.Close()
-	_, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
+	tr := newTrio(t, GRPCCallerConfig{})
+	w1, w2 := tr.worker("w1"), tr.w2
+	w1.fail = status.Error(codes.Internal, "disk on fire")
+	_, err := tr.run(t, startWorker(t, w1), &FanOut{})
 	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "disk on fire") {
 		t.Fatalf("got %v, want an error naming w1 and its message", err)
 	}
@@ -353,13 +381,9 @@ func TestErroringWorkerStopsTheFanOutAndFailsTheTask(t *testing.T) {
 }
 
 func TestUnreachableWorkerIsSkippedAndNamed(t *testing.T) {
-	var inFlight, maxSeen atomic.Int32
-	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen}
-	w2 := &countingWorker{name: "w2", inFlight: &inFlight, maxSeen: &maxSeen}
-	workers := StaticDiscovery{startWorker(t, w0), {InstanceID: "w1", GRPCAddr: deadAddr(t)}, startWorker(t, w2)}
-	caller := NewGRPCCaller(GRPCCallerConfig{DialTimeout: 500 * time.Millisecond})
-	defer caller.Close()
-	detail, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
+	tr := newTrio(t, GRPCCallerConfig{DialTimeout: 500 * time.Millisecond})
+	w2 := tr.w2
+	detail, err := tr.run(t, Worker{InstanceID: "w1", GRPCAddr: deadAddr(t)}, &FanOut{})
 	if err == nil || !strings.Contains(err.Error(), "unavailable: w1") {
 		t.Fatalf("got %v, want the task failed naming the unavailable w1", err)
 	}
@@ -642,7 +666,7 @@ func TestConnectionsOfWorkersThatLeftAreClosed(t *testing.T) {
 }
 
 // slowPreparer's prepare answers only when the call's context ends.
-type slowPreparer struct{ countingWorker }
+type slowPreparer struct{ *countingWorker }
 
 func (w *slowPreparer) PrepareMerge(ctx context.Context, _ *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
 	<-ctx.Done()
@@ -653,14 +677,9 @@ func (w *slowPreparer) PrepareMerge(ctx context.Context, _ *tidemarkv1.PrepareMe
 // task fails naming the worker and its timeout; the others commit), and the worker
 // is told to abort: its prepare may still finish, and nothing will commit it.
 func TestTwoPhaseAbortsAPrepareThatTimedOut(t *testing.T) {
-	var inFlight, maxSeen atomic.Int32
-	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen}
-	w1 := &slowPreparer{countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen}}
-	w2 := &countingWorker{name: "w2", inFlight: &inFlight, maxSeen: &maxSeen}
-	workers := StaticDiscovery{startWorker(t, w0), {InstanceID: "w1", GRPCAddr: startWorkerService(t, w1)}, startWorker(t, w2)}
-	caller := NewGRPCCaller(GRPCCallerConfig{})
-	defer caller.Close()
-	detail, err := (&FanOut{Discovery: workers, Caller: caller, WorkerTimeout: 300 * time.Millisecond}).Run(context.Background(), claimFor("s", 7))
+	tr := newTrio(t, GRPCCallerConfig{})
+	w0, w1, w2 := tr.w0, &slowPreparer{tr.worker("w1")}, tr.w2
+	detail, err := tr.run(t, serve(t, "w1", w1), &FanOut{WorkerTimeout: 300 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "worker timeout of 300ms") {
 		t.Fatalf("got %v, want the task failed naming w1 and its timeout", err)
 	}
