@@ -46,6 +46,7 @@ type serveFlags struct {
 	pendingWarn, pendingMax                     int
 	maxOpenStores                               int
 	generationCache, tableCache, maxBodyBytes   int64
+	maxInflightBlobBytes                        int64
 	sealAfterBytes                              int64
 	opTimeout, snapshotTTL                      time.Duration
 	preparedTTL                                 time.Duration
@@ -125,6 +126,9 @@ func newServeCmd() *cobra.Command {
 	bind("snapshot-ttl", "SNAPSHOT_TTL")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", worker.DefaultMaxBodyBytes, "largest request body accepted (413 above)")
 	bind("max-body-bytes", "MAX_BODY_BYTES")
+	fs.Int64Var(&f.maxInflightBlobBytes, "rollout-max-inflight-blob-bytes", worker.DefaultMaxInflightBlobBytes,
+		"bytes that adds and blob downloads may hold in memory at once (503 above; a lone larger request is admitted); 0 disables the budget")
+	bind("rollout-max-inflight-blob-bytes", "ROLLOUT_MAX_INFLIGHT_BLOB_BYTES")
 	fs.DurationVar(&f.opTimeout, "object-store-timeout", objstore.DefaultOpTimeout, "bound on every object-store request")
 	bind("object-store-timeout", "OBJECT_STORE_TIMEOUT")
 	fs.Int64Var(&f.targetRows, "target-rows-per-fragment", 65536, "compaction writes fragments of at most this many rows, and rewrites fragments with fewer than half as many live rows")
@@ -196,6 +200,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			return fmt.Errorf("--merge-prepared-ttl (MERGE_PREPARED_TTL) %s: must be > 0", f.preparedTTL)
 		}
 		return fmt.Errorf("merge settings must not be negative (0 disables or uncaps)")
+	}
+	if f.maxInflightBlobBytes < 0 {
+		return fmt.Errorf("--rollout-max-inflight-blob-bytes (ROLLOUT_MAX_INFLIGHT_BLOB_BYTES) %d: must not be negative (0 disables the budget)", f.maxInflightBlobBytes)
 	}
 	if err := f.checkMaintenance(); err != nil {
 		return err
@@ -333,6 +340,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		TLS:             authn.TLS,
 		Service:         svc, // one record of fencing tokens for HTTP and gRPC merges
 		Tasks:           queue,
+
+		// The flag's 0 (no budget) is a negative here.
+		MaxInflightBlobBytes: inflightBlobBytes(f.maxInflightBlobBytes),
 	})
 	if err != nil {
 		return err
@@ -379,4 +389,14 @@ func kindOf(target string) string {
 		return "unknown"
 	}
 	return string(k)
+}
+
+// inflightBlobBytes maps the flag, whose 0 disables the budget (the reference's
+// meaning of ROLLOUT_MAX_INFLIGHT_BLOB_BYTES=0), to worker.Config's terms (zero
+// is the default there, negative disables).
+func inflightBlobBytes(flag int64) int64 {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

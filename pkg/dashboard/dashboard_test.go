@@ -573,11 +573,18 @@ func TestRecordsAreReadThroughAWorkerWithFiltersPagesAndBlobDownload(t *testing.
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		if r.URL.Path == "/api/v1/rollouts/demo/records/r-blob" {
-			fmt.Fprint(w, `{"record":{"id":"r-blob","binary_payload":"aGVsbG8gYmxvYg=="}}`)
+		switch r.URL.Path {
+		case "/api/v1/rollouts/demo/records/r-blob/blob":
+			w.Header().Set("Content-Type", "application/octet-stream")
+			fmt.Fprint(w, "hello blob")
+			return
+		case "/api/v1/rollouts/demo/records/r-none/blob":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"error":{"code":"NOT_FOUND","message":"Rollout 'r-none' has no payload"}}`)
 			return
 		}
+		w.Header().Set("Content-Type", "application/json")
 		mu.Lock()
 		asked = append(asked, r.URL.Query())
 		mu.Unlock()
@@ -585,7 +592,8 @@ func TestRecordsAreReadThroughAWorkerWithFiltersPagesAndBlobDownload(t *testing.
 		offset, _ := strconv.Atoi(r.URL.Query().Get("offset"))
 		var recs []string
 		for i := offset; i < min(offset+limit, 30); i++ { // 30 records in all
-			recs = append(recs, fmt.Sprintf(`{"id":"r%02d","created_at":"2026-12-01T10:00:00.123456Z","binary_payload":%q}`, i, map[bool]string{true: "aGk=", false: ""}[i == 0]))
+			// Lists leave binary_payload out: payload_size marks a record with one.
+			recs = append(recs, fmt.Sprintf(`{"id":"r%02d","created_at":"2026-12-01T10:00:00.123456Z","payload_size":%s}`, i, map[bool]string{true: "2", false: "null"}[i == 0]))
 		}
 		fmt.Fprintf(w, `{"records":[%s],"count":%d}`, strings.Join(recs, ","), len(recs))
 	}))
@@ -602,8 +610,9 @@ func TestRecordsAreReadThroughAWorkerWithFiltersPagesAndBlobDownload(t *testing.
 	if !strings.Contains(body, `id="records-next" href="?offset=25&amp;f.dataset=gsm8k&amp;f.include_in_training=true#records"`) || strings.Contains(body, `id="records-prev"`) {
 		t.Errorf("first page: want a next link keeping the filters and no previous link")
 	}
-	if !strings.Contains(body, "2026-12-01 10:00:00Z") || !strings.Contains(body, `href="/ui/stores/demo/records/r00/blob"`) {
-		t.Errorf("first page: want timestamps to the second and the blob link of r00")
+	if !strings.Contains(body, "2026-12-01 10:00:00Z") || !strings.Contains(body, `href="/ui/stores/demo/records/r00/blob"`) ||
+		strings.Contains(body, `href="/ui/stores/demo/records/r01/blob"`) {
+		t.Errorf("first page: want timestamps to the second and the blob link of r00 only")
 	}
 	mu.Lock()
 	q := asked[0]
@@ -620,6 +629,9 @@ func TestRecordsAreReadThroughAWorkerWithFiltersPagesAndBlobDownload(t *testing.
 	resp, blob := get(t, c, e.srv.URL+"/ui/stores/demo/records/r-blob/blob")
 	if resp.StatusCode != http.StatusOK || blob != "hello blob" || resp.Header.Get("Content-Disposition") != `attachment; filename="r-blob.bin"` {
 		t.Errorf("blob: %s %q %q", resp.Status, blob, resp.Header.Get("Content-Disposition"))
+	}
+	if resp, _ := get(t, c, e.srv.URL+"/ui/stores/demo/records/r-none/blob"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("blob of a record without one: %s, want 404", resp.Status)
 	}
 	if resp, _ := get(t, c, e.srv.URL+"/ui/stores/generic:events/records/x/blob"); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("blob of a generic store: %s, want 400", resp.Status)

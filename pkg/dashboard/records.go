@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +27,9 @@ const (
 	// maxWorkerAnswer bounds what one worker answer may cost the master's memory.
 	maxWorkerAnswer = 64 << 20
 	// blobColumn is the rollout column the download link serves.
-	blobColumn = "binary_payload"
+	blobColumn = schema.BinaryPayloadColumn
+	// payloadSizeColumn, when set, marks a record with a blob to download.
+	payloadSizeColumn = schema.PayloadSizeColumn
 )
 
 // ErrNoWorker means no registered worker has an HTTP address to read records
@@ -149,7 +150,11 @@ func (d *Dashboard) records(ctx context.Context, r *http.Request, target string)
 			row.Cells = append(row.Cells, cell{Text: truncate(80, text), Time: isTime})
 		}
 		row.ID, _ = values["id"].(string)
-		if b, ok := values[blobColumn].(string); ok && b != "" && kind == registry.KindRollout {
+		// Lists leave binary_payload out; payload_size says a record has one
+		// (a worker from before blobs listed the bytes themselves).
+		if _, sized := values[payloadSizeColumn].(json.Number); kind == registry.KindRollout && sized {
+			row.Blob = true
+		} else if b, ok := values[blobColumn].(string); ok && b != "" && kind == registry.KindRollout {
 			row.Blob = true
 		}
 		var pretty bytes.Buffer
@@ -177,6 +182,26 @@ func rowsField(kind registry.Kind) string {
 // callWorker GETs path from the first registered worker (by instance id) that
 // has an HTTP address, and returns the body of a 200 answer and the worker's id.
 func (d *Dashboard) callWorker(ctx context.Context, path string) ([]byte, string, error) {
+	hresp, id, err := d.openWorker(ctx, path)
+	if err != nil {
+		return nil, id, err
+	}
+	defer hresp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(hresp.Body, maxWorkerAnswer))
+	if err != nil {
+		return nil, id, fmt.Errorf("worker %s: %w", id, err)
+	}
+	return body, id, nil
+}
+
+// errWorkerNotFound marks a worker's 404 answer (no such store or row).
+var errWorkerNotFound = errors.New("not found")
+
+// openWorker GETs path from the first registered worker (by instance id) that
+// has an HTTP address, and returns its 200 answer, whose body the caller closes,
+// and the worker's id. Any other answer is an error carrying the worker's
+// message (matching errWorkerNotFound for a 404).
+func (d *Dashboard) openWorker(ctx context.Context, path string) (*http.Response, string, error) {
 	resp, err := d.cfg.Admin.ListWorkers(ctx, &tidemarkv1.ListWorkersRequest{})
 	if err != nil {
 		_, err = statusOf(err)
@@ -200,19 +225,20 @@ func (d *Dashboard) callWorker(ctx context.Context, path string) ([]byte, string
 	if err != nil {
 		return nil, w.GetInstanceId(), fmt.Errorf("worker %s: %w", w.GetInstanceId(), err)
 	}
-	defer hresp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(hresp.Body, maxWorkerAnswer))
-	if err != nil {
-		return nil, w.GetInstanceId(), fmt.Errorf("worker %s: %w", w.GetInstanceId(), err)
-	}
 	if hresp.StatusCode != http.StatusOK {
+		defer hresp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(hresp.Body, maxWorkerAnswer))
 		var e struct {
 			Error struct{ Message string } `json:"error"`
 		}
 		_ = json.Unmarshal(body, &e)
-		return nil, w.GetInstanceId(), fmt.Errorf("worker %s answered %s: %s", w.GetInstanceId(), hresp.Status, e.Error.Message)
+		err := fmt.Errorf("worker %s answered %s: %s", w.GetInstanceId(), hresp.Status, e.Error.Message)
+		if hresp.StatusCode == http.StatusNotFound {
+			err = fmt.Errorf("%w (%w)", err, errWorkerNotFound)
+		}
+		return nil, w.GetInstanceId(), err
 	}
-	return body, w.GetInstanceId(), nil
+	return hresp, w.GetInstanceId(), nil
 }
 
 // orderedObject decodes a JSON object, keeping its key order (a generic store's
@@ -261,7 +287,8 @@ func cellText(v any) (string, bool) {
 	return string(b), false
 }
 
-// blob serves a rollout record's binary_payload as a download.
+// blob serves a rollout record's binary_payload as a download, streamed from
+// the worker's blob route (lists leave the bytes out).
 func (d *Dashboard) blob(w http.ResponseWriter, r *http.Request, sess session) {
 	target, id := r.PathValue("target"), r.PathValue("id")
 	kind, name, err := registry.ParseTarget(target)
@@ -271,28 +298,22 @@ func (d *Dashboard) blob(w http.ResponseWriter, r *http.Request, sess session) {
 	}
 	ctx, cancel := d.callCtx(r)
 	defer cancel()
-	body, _, err := d.callWorker(ctx, rowsPath(kind, name)+"/"+url.PathEscape(id))
-	if err != nil {
+	resp, _, err := d.openWorker(ctx, rowsPath(kind, name)+"/"+url.PathEscape(id)+"/blob")
+	switch {
+	case errors.Is(err, errWorkerNotFound):
+		d.fail(w, r, sess, http.StatusNotFound, fmt.Errorf("record %q of %s has no %s", id, target, blobColumn))
+		return
+	case err != nil:
 		d.fail(w, r, sess, http.StatusBadGateway, err)
 		return
 	}
-	var answer struct {
-		Record map[string]any `json:"record"`
-	}
-	if err := json.Unmarshal(body, &answer); err != nil || answer.Record == nil {
-		d.fail(w, r, sess, http.StatusNotFound, fmt.Errorf("record %q not found in %s", id, target))
-		return
-	}
-	text, _ := answer.Record[blobColumn].(string)
-	data, err := base64.StdEncoding.DecodeString(text)
-	if err != nil || text == "" {
-		d.fail(w, r, sess, http.StatusNotFound, fmt.Errorf("record %q has no %s", id, blobColumn))
-		return
-	}
+	defer resp.Body.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", safeFilename(id)+".bin"))
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	_, _ = w.Write(data)
+	if n := resp.Header.Get("Content-Length"); n != "" {
+		w.Header().Set("Content-Length", n)
+	}
+	_, _ = io.Copy(w, resp.Body)
 }
 
 // safeFilename keeps a record id's letters, digits and ._- for a download name.

@@ -3,6 +3,7 @@ package schema
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -207,8 +208,9 @@ type RowEncoder struct {
 }
 
 // NewRowEncoder returns the encoder of rows of schema s. rollout makes the
-// rollout metadata column a JSON value, as RolloutCodec writes it.
-func NewRowEncoder(s *arrow.Schema, rollout bool) (*RowEncoder, error) {
+// rollout metadata column a JSON value, as RolloutCodec writes it. The columns
+// named in omit are left out of every row (a list leaves blob columns out).
+func NewRowEncoder(s *arrow.Schema, rollout bool, omit ...string) (*RowEncoder, error) {
 	var opts []codecOption
 	if rollout {
 		opts = append(opts, jsonTextColumns(MetadataColumn))
@@ -217,7 +219,23 @@ func NewRowEncoder(s *arrow.Schema, rollout bool) (*RowEncoder, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(omit) > 0 {
+		e = e.without(func(col int) bool { return slices.Contains(omit, s.Field(col).Name) })
+	}
 	return &RowEncoder{schema: s, e: e}, nil
+}
+
+// without returns e without the output columns whose schema index omit reports.
+func (e *rowEncoder) without(omit func(col int) bool) *rowEncoder {
+	out := &rowEncoder{}
+	for j, col := range e.cols {
+		if !omit(col) {
+			out.cols = append(out.cols, col)
+			out.keys = append(out.keys, e.keys[j])
+			out.vals = append(out.vals, e.vals[j])
+		}
+	}
+	return out
 }
 
 // WithSchema returns the encoder for s, a schema equal to r's.

@@ -17,6 +17,10 @@ const (
 	CreatedAtColumn   = "created_at"
 	ContentTypeColumn = "content_type"
 	MetadataColumn    = "metadata"
+	// BinaryPayloadColumn holds a record's artifact bytes (its blob);
+	// PayloadSizeColumn is the size the client declared for them.
+	BinaryPayloadColumn = "binary_payload"
+	PayloadSizeColumn   = "payload_size"
 )
 
 // Rollout defaults, applied by DecodeRollouts when a record leaves the column out
@@ -75,8 +79,8 @@ var (
 			arrow.Field{Name: "relation", Type: utf8Type},
 			arrow.Field{Name: "weight", Type: arrow.PrimitiveTypes.Float32, Nullable: true},
 		)), Nullable: true},
-		{Name: "binary_payload", Type: arrow.BinaryTypes.Binary, Nullable: true},
-		{Name: "payload_size", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+		{Name: BinaryPayloadColumn, Type: arrow.BinaryTypes.Binary, Nullable: true},
+		{Name: PayloadSizeColumn, Type: arrow.PrimitiveTypes.Int64, Nullable: true},
 		{Name: "payload_checksum", Type: utf8Type, Nullable: true},
 		{Name: "artifact_type", Type: utf8Type, Nullable: true},
 		// metadata is JSON text: any JSON value is accepted and stored compacted; a

@@ -46,6 +46,10 @@ type Type struct {
 	Large    bool  // KindString only: large_utf8
 	Dim      int   // KindVector only: 1..MaxVectorDim
 	Item     *Type // KindList only: the element type
+	// Blob (KindBinary only) marks a column whose values are large: lists and
+	// point reads leave it out unless asked for by name (Spec.BlobColumns). It
+	// does not change where the bytes live: inline, in the row, as every column.
+	Blob bool
 }
 
 // Column is one column of a spec.
@@ -71,8 +75,9 @@ type Spec struct {
 //	{"columns": [["id", {"type":"string"}], ["score", {"type":"float64","nullable":true}], ...]}
 //
 // Each type object has "type" and, depending on it, "nullable" (any type; absent
-// means false here), "large" (string), "dim" (vector, required, 1..MaxVectorDim)
-// and "item" (list, required, a nested type object). "id" is one of the columns,
+// means false here), "large" (string), "blob" (binary: a boolean, see Type.Blob),
+// "dim" (vector, required, 1..MaxVectorDim) and "item" (list, required, a nested
+// type object). "id" is one of the columns,
 // anywhere, of type string, non-null and not large; names are 1..MaxColumnNameLen
 // bytes of UTF-8 without control characters, unique, and do not start with "_"
 // (reserved for hidden columns like _seq); there are at most MaxColumns columns.
@@ -86,10 +91,9 @@ func ParseSpec(data []byte) (*Spec, error) { return parseSpec(data, false) }
 // ParseRequestSpec parses and validates the spec of a create request, in the
 // reference API's terms: a column or list item without "nullable" is nullable,
 // except "id", which is never null (declaring it nullable is an error). The
-// reference client's spelling of its own defaults, "blob": false on a binary
-// column and "metric": null on a vector, is accepted; their other values are
-// refused until Tidemark has blob columns and vector search. Otherwise it is
-// ParseSpec.
+// reference client's spelling of its own default "metric": null on a vector is
+// accepted; other metrics are refused until Tidemark has vector search.
+// Otherwise it is ParseSpec.
 func ParseRequestSpec(data []byte) (*Spec, error) { return parseSpec(data, true) }
 
 func parseSpec(data []byte, request bool) (*Spec, error) {
@@ -257,14 +261,14 @@ func parseColumn(i int, elem []byte, request bool) (Column, error) {
 
 // parseType parses a type object; errors are value errors whose path leads through
 // "item" keys. nullable is the default of "nullable"; request accepts the
-// reference client's "blob" and "metric" defaults (ParseRequestSpec).
+// reference client's "metric" default (ParseRequestSpec).
 func parseType(b []byte, depth int, nullable, request bool) (Type, error) {
 	if b[0] != '{' {
 		return Type{}, wrongType(`a type object like {"type":"string"}`, b)
 	}
 	t := Type{Nullable: nullable}
-	var dim, item, blob, metric []byte
-	var large bool
+	var dim, item, metric []byte
+	var large, blob bool
 	err := eachMember(b, func(k string, v []byte) error {
 		switch k {
 		case "type":
@@ -276,29 +280,29 @@ func parseType(b []byte, depth int, nullable, request bool) (Type, error) {
 				return atPath(err, ".type")
 			}
 			t.Kind = Kind(kind)
-		case "nullable", "large":
+		case "nullable", "large", "blob":
 			if v[0] != 't' && v[0] != 'f' {
 				return &valueError{path: "." + k, reason: "expected a boolean, got " + describe(v)}
 			}
-			if k == "nullable" {
+			switch k {
+			case "nullable":
 				t.Nullable = v[0] == 't'
-			} else {
+			case "large":
 				large = true
 				t.Large = v[0] == 't'
+			default:
+				blob = true
+				t.Blob = v[0] == 't'
 			}
 		case "dim":
 			dim = v
 		case "item":
 			item = v
-		case "blob", "metric":
+		case "metric":
 			if !request {
 				return &valueError{reason: fmt.Sprintf("unknown option %q", k)}
 			}
-			if k == "blob" {
-				blob = v
-			} else {
-				metric = v
-			}
+			metric = v
 		default:
 			return &valueError{reason: fmt.Sprintf("unknown option %q", k)}
 		}
@@ -314,15 +318,12 @@ func parseType(b []byte, depth int, nullable, request bool) (Type, error) {
 		return nil
 	}
 	for _, e := range []error{onlyFor("large", large, KindString), onlyFor("dim", dim != nil, KindVector), onlyFor("item", item != nil, KindList),
-		onlyFor("blob", blob != nil, KindBinary), onlyFor("metric", metric != nil, KindVector)} {
+		onlyFor("blob", blob, KindBinary), onlyFor("metric", metric != nil, KindVector)} {
 		if e != nil {
 			return Type{}, e
 		}
 	}
-	switch {
-	case blob != nil && string(blob) != "false":
-		return Type{}, &valueError{path: ".blob", reason: "only false is supported: Tidemark has no blob columns yet (every binary column is listed)"}
-	case metric != nil && string(metric) != "null":
+	if metric != nil && string(metric) != "null" {
 		return Type{}, &valueError{path: ".metric", reason: "only null is supported: Tidemark has no vector search, so a vector column takes no distance metric"}
 	}
 	switch t.Kind {
@@ -369,6 +370,9 @@ func (t Type) arrowType(depth int) (arrow.DataType, error) {
 	}
 	if t.Item != nil && t.Kind != KindList {
 		return nil, invalidValue(`option "item" applies only to type "list"`)
+	}
+	if t.Blob && t.Kind != KindBinary {
+		return nil, invalidValue(`option "blob" applies only to type "binary"`)
 	}
 	switch t.Kind {
 	case KindString:
@@ -432,6 +436,19 @@ func (s *Spec) Columns() []Column {
 	return out
 }
 
+// BlobColumns returns the names of the columns declared "blob": true, in the
+// declared order: the columns lists and point reads leave out unless a read
+// names them (the reference API's projection).
+func (s *Spec) BlobColumns() []string {
+	var out []string
+	for _, c := range s.columns {
+		if c.Type.Blob {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
 // Schema returns the Arrow schema of the spec's rows, without _seq.
 func (s *Spec) Schema() *arrow.Schema { return s.schema }
 
@@ -486,11 +503,12 @@ type typeJSON struct {
 	Large    bool      `json:"large,omitempty"`
 	Dim      int       `json:"dim,omitempty"`
 	Item     *typeJSON `json:"item,omitempty"`
+	Blob     bool      `json:"blob,omitempty"`
 	Nullable bool      `json:"nullable"`
 }
 
 func toTypeJSON(t Type) *typeJSON {
-	j := &typeJSON{Type: t.Kind, Large: t.Large, Dim: t.Dim, Nullable: t.Nullable}
+	j := &typeJSON{Type: t.Kind, Large: t.Large, Dim: t.Dim, Blob: t.Blob, Nullable: t.Nullable}
 	if t.Item != nil {
 		j.Item = toTypeJSON(*t.Item)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -135,7 +136,8 @@ func TestSpecValidation(t *testing.T) {
 		{"columns twice", `{"columns":[["id",{"type":"string"}]],"columns":[]}`, "", "given twice"},
 		{"empty columns", `{"columns":[]}`, "id", "required"},
 		{"missing id", `{"columns":[["score",{"type":"float64"}]]}`, "id", "required"},
-		{"blob outside a request", cols(`["a",{"type":"binary","blob":false}]`), "a", `unknown option "blob"`},
+		{"metric outside a request", cols(`["a",{"type":"vector","dim":2,"metric":null}]`), "a", `unknown option "metric"`},
+		{"blob not a boolean", cols(`["a",{"type":"binary","blob":1}]`), "a", "expected a boolean"},
 		{"id nullable", `{"columns":[["id",{"type":"string","nullable":true}]]}`, "id", "non-null"},
 		{"id large", `{"columns":[["id",{"type":"string","large":true}]]}`, "id", "not large"},
 		{"id int", `{"columns":[["id",{"type":"int64"}]]}`, "id", `{"type":"string"}`},
@@ -248,8 +250,8 @@ func TestSpecIDAnywhere(t *testing.T) {
 }
 
 // A create request reads specs as the reference does: no "nullable" means
-// nullable, except for the id; the reference client's default spellings of its
-// blob and metric options are accepted, other values refused.
+// nullable, except for the id; the reference client's default spelling of its
+// metric option is accepted, other values refused.
 func TestParseRequestSpec(t *testing.T) {
 	s, err := ParseRequestSpec([]byte(`{"columns":[["n",{"type":"int64"}],["id",{"type":"string"}],` +
 		`["l",{"type":"list","item":{"type":"int32"}}],["r",{"type":"int64","nullable":false}],` +
@@ -276,11 +278,35 @@ func TestParseRequestSpec(t *testing.T) {
 	}
 	for _, tc := range []struct{ spec, column, reason string }{
 		{`{"columns":[["id",{"type":"string","nullable":true}]]}`, "id", "non-null"},
-		{`{"columns":[["id",{"type":"string"}],["b",{"type":"binary","blob":true}]]}`, "b", "only false"},
 		{`{"columns":[["id",{"type":"string"}],["v",{"type":"vector","dim":2,"metric":"cosine"}]]}`, "v", "only null"},
 		{`{"columns":[["id",{"type":"string"}],["x",{"type":"int64","blob":false}]]}`, "x", `"blob" applies only`},
 	} {
 		_, err := ParseRequestSpec([]byte(tc.spec))
 		checkInputError(t, err, -1, tc.column, tc.reason)
+	}
+}
+
+// A binary column declared "blob": true is one a list leaves out; the option
+// survives the registry's canonical JSON, and a spec without it is spelled as
+// before (registry objects written earlier compare Equal).
+func TestSpecBlobColumns(t *testing.T) {
+	s, err := ParseRequestSpec([]byte(`{"columns":[["id",{"type":"string"}],["img",{"type":"binary","blob":true}],` +
+		`["raw",{"type":"binary","blob":false}],["thumb",{"type":"binary"}],["big",{"type":"binary","blob":true,"nullable":false}]]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.BlobColumns(); !slices.Equal(got, []string{"img", "big"}) {
+		t.Errorf("BlobColumns %v, want [img big]", got)
+	}
+	want := `{"columns":[["id",{"type":"string","nullable":false}],["img",{"type":"binary","blob":true,"nullable":true}],` +
+		`["raw",{"type":"binary","nullable":true}],["thumb",{"type":"binary","nullable":true}],["big",{"type":"binary","blob":true,"nullable":false}]]}`
+	if s.String() != want {
+		t.Errorf("canonical\n%s\nwant\n%s", s, want)
+	}
+	if back := mustSpec(t, s.String()); !back.Equal(s) || !slices.Equal(back.BlobColumns(), s.BlobColumns()) {
+		t.Errorf("canonical %s reads back differently", s)
+	}
+	if _, err := NewSpec([]Column{{Name: "id", Type: Type{Kind: KindString}}, {Name: "n", Type: Type{Kind: KindInt64, Blob: true}}}); err == nil {
+		t.Error("NewSpec accepted blob on an int64 column")
 	}
 }

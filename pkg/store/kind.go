@@ -11,16 +11,17 @@ import (
 
 // inputSchema is what clients append to a store of entry's kind: the store's
 // columns, without _seq (the WAL adds it; wal.StoreSchema is the table's schema).
-func inputSchema(e registry.Entry) (*arrow.Schema, error) {
+// blobs are its blob columns (see Store.BlobColumns).
+func inputSchema(e registry.Entry) (input *arrow.Schema, blobs []string, err error) {
 	switch e.Kind {
 	case registry.KindRollout:
-		return schema.Rollout(), nil
+		return schema.Rollout(), []string{schema.BinaryPayloadColumn}, nil
 	case registry.KindGeneric:
 		spec, err := schema.ParseSpec(e.Schema)
 		if err != nil {
-			return nil, fmt.Errorf("generic store %q: registered schema: %w", e.Name, err)
+			return nil, nil, fmt.Errorf("generic store %q: registered schema: %w", e.Name, err)
 		}
-		return spec.Schema(), nil
+		return spec.Schema(), spec.BlobColumns(), nil
 	}
-	return nil, fmt.Errorf("store %q: unknown kind %q", e.Name, e.Kind)
+	return nil, nil, fmt.Errorf("store %q: unknown kind %q", e.Name, e.Kind)
 }

@@ -106,6 +106,7 @@ type Store struct {
 	cfg   *Config
 	entry registry.Entry
 	input *arrow.Schema
+	blobs []string // BlobColumns
 	table *table.Table
 	log   *slog.Logger
 
@@ -142,11 +143,11 @@ type Store struct {
 }
 
 func newStore(ctx context.Context, cfg *Config, e registry.Entry, tb *table.Table) (*Store, error) {
-	input, err := inputSchema(e)
+	input, blobs, err := inputSchema(e)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, entry: e, input: input, table: tb, log: cfg.Logger.With("store", e.Name, "kind", e.Kind)}
+	s := &Store{cfg: cfg, entry: e, input: input, blobs: blobs, table: tb, log: cfg.Logger.With("store", e.Name, "kind", e.Kind)}
 	ws, err := wal.LoadSnapshot(ctx, cfg.Bucket, e.URI)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", e.Target(), err)
@@ -157,6 +158,12 @@ func newStore(ctx context.Context, cfg *Config, e registry.Entry, tb *table.Tabl
 
 // Entry is the store's registry entry.
 func (s *Store) Entry() registry.Entry { return s.entry }
+
+// BlobColumns are the store's blob columns: a rollout store's binary_payload, a
+// generic store's binary columns declared "blob": true. Their bytes are stored
+// in the row like any column's; lists leave them out, and a client reads them
+// one row at a time. The caller must not modify the slice.
+func (s *Store) BlobColumns() []string { return s.blobs }
 
 // Target is the store's target string.
 func (s *Store) Target() string { return s.entry.Target() }

@@ -87,7 +87,7 @@ type Release func()
 func (ss *Stores) Create(ctx context.Context, e registry.Entry) (registry.Entry, error) {
 	unlock := ss.lockName(e.Target())
 	defer unlock()
-	input, err := inputSchema(e)
+	input, _, err := inputSchema(e)
 	if err != nil {
 		return registry.Entry{}, err
 	}

@@ -316,6 +316,9 @@ func TestBodiesNotLabelledJSONAre415(t *testing.T) {
 		"application/xml", "application/jsonx", "application/json; charset=latin1", "application/json; charset=utf-16", "not a type;;",
 	} {
 		for _, rt := range routes {
+			if strings.HasPrefix(ctype, "multipart/form-data") && strings.HasPrefix(rt.path, "/api/v1/rollouts/r/records") {
+				continue // a multipart add, as in the reference (conformance_blob_test.go)
+			}
 			status, ans := e.sendAs(rt.path, ctype, rt.body(0))
 			if status != http.StatusUnsupportedMediaType || ans.Code != CodeUnsupportedMediaType || !strings.Contains(ans.Message, "application/json") {
 				t.Errorf("POST %s as %q: %d %+v; want 415 %s naming application/json", rt.path, ctype, status, ans, CodeUnsupportedMediaType)

@@ -97,25 +97,44 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
-		rows, err := s.decodeRowsBody(w, r, k)
+		// The body's bytes are reserved before it is read (503 when the blob
+		// budget is full) and held until the add is answered.
+		res, err := s.reserveBlobBytes(s.addReservation(r))
 		if err != nil {
 			return err
 		}
+		defer res.release()
+		body, err := s.readAddBody(w, r, k)
+		if err != nil {
+			return err
+		}
+		rows := body.rows
 		// The reference refuses an empty rollout append (an empty generic one is
 		// a no-op there, answered 201 with count 0).
 		if len(rows) == 0 && k.kind == registry.KindRollout {
 			return badRequest("records array must not be empty")
+		}
+		var rec arrow.RecordBatch
+		if body.multipart { // checked before the store is opened, as there
+			if rec, err = decodeMultipartRollouts(rows, body.blobs, time.Now()); err != nil {
+				return err
+			}
+			defer rec.Release()
 		}
 		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
 		if err != nil {
 			return err
 		}
 		defer release()
-		rec, err := decodeRows(st, rows)
-		if err != nil {
-			return err
+		if rec == nil {
+			if rec, err = decodeRows(st, rows); err != nil {
+				return err
+			}
+			defer rec.Release()
 		}
-		defer rec.Release()
+		if k.kind == registry.KindRollout {
+			s.observeBlobSizes(rec)
+		}
 
 		// Accepted: from here on the client cannot cancel the write.
 		ctx, cancel := detached(r)
@@ -165,10 +184,11 @@ func (s *Server) seal(ctx context.Context, st *store.Store) (*wal.Generation, er
 	return g, nil
 }
 
-// listRows answers {"<rows>": [...], "count": n}: the live rows, filtered
-// (rollout stores only). With ?limit= it is a page in the store's stable id
-// order, after ?offset=; without, it is every row, streamed (listAll). With
-// ?version= it reads the store as of that table version (api_version.go).
+// listRows answers {"<rows>": [...], "count": n}: the live rows without their
+// blob columns, filtered (rollout stores only). With ?limit= it is a page in the
+// store's stable id order, after ?offset=; without, it is every row, streamed
+// (listAll). With ?version= it reads the store as of that table version
+// (api_version.go).
 func (s *Server) listRows(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		name, err := pathName(r)
@@ -207,7 +227,7 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 			return err
 		}
 		if limit < 0 {
-			return s.listAll(w, r, k, src, opts)
+			return s.listAll(w, r, k, src, opts, st.BlobColumns())
 		}
 		out := []json.RawMessage{}
 		if limit > 0 { // store.ListOptions reads Limit 0 as "no limit"
@@ -215,7 +235,7 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 			if err != nil {
 				return err
 			}
-			out, err = encodeRows(k, recs)
+			out, err = encodeRows(k, recs, st.BlobColumns())
 			if err != nil {
 				return err
 			}
@@ -230,13 +250,13 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 const listChunkBytes = 64 << 10
 
 // listAll streams every row of st matching opts.Filter, after opts.Offset of
-// them, in storage order (store.Store.Stream), as one JSON answer written chunk
-// by chunk. Nothing is written before the first chunk fills, so a read that
+// them, without the columns in omit, in storage order (store.Store.Stream), as
+// one JSON answer written chunk by chunk. Nothing is written before the first chunk fills, so a read that
 // fails early (a deleted store, too many pending generations) still gets its
 // error answer. One that fails once rows went out cannot change the status any
 // more: the connection is cut, so the client sees a truncated answer instead of
 // a shorter list that looks whole.
-func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st rowSource, opts store.ListOptions) error {
+func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st rowSource, opts store.ListOptions, omit []string) error {
 	rc := http.NewResponseController(w)
 	started := false
 	buf := make([]byte, 0, listChunkBytes+4096)
@@ -254,7 +274,7 @@ func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st r
 		buf = buf[:0]
 		return err
 	}
-	enc := &rowEncoders{rollout: k.kind == registry.KindRollout}
+	enc := &rowEncoders{rollout: k.kind == registry.KindRollout, omit: omit}
 	count, skipped := 0, 0
 	err := st.Stream(r.Context(), opts.Filter, func(rec arrow.RecordBatch, i int) error {
 		if skipped < opts.Offset {
@@ -291,9 +311,11 @@ func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st r
 }
 
 // rowEncoders encodes rows of batches whose schema may change from one batch to
-// the next (the base table's and the generations' are built apart).
+// the next (the base table's and the generations' are built apart), leaving the
+// columns in omit out (blob columns).
 type rowEncoders struct {
 	rollout bool
+	omit    []string
 	schema  *arrow.Schema
 	enc     *schema.RowEncoder
 }
@@ -306,7 +328,7 @@ func (e *rowEncoders) appendRow(dst []byte, rec arrow.RecordBatch, i int) ([]byt
 		e.schema = s
 		e.enc = e.enc.WithSchema(s)
 	default:
-		enc, err := schema.NewRowEncoder(s, e.rollout)
+		enc, err := schema.NewRowEncoder(s, e.rollout, e.omit...)
 		if err != nil {
 			return dst, err
 		}
@@ -325,14 +347,15 @@ func syncTo(r *http.Request, st *store.Store) error {
 	return st.Sync(r.Context(), after)
 }
 
-// encodeRows encodes the one-row batches of a List and releases them.
-func encodeRows(k kindAPI, recs []arrow.RecordBatch) ([]json.RawMessage, error) {
+// encodeRows encodes the one-row batches of a List, without the columns in
+// omit, and releases them.
+func encodeRows(k kindAPI, recs []arrow.RecordBatch, omit []string) ([]json.RawMessage, error) {
 	defer func() {
 		for _, rec := range recs {
 			rec.Release()
 		}
 	}()
-	enc := &rowEncoders{rollout: k.kind == registry.KindRollout}
+	enc := &rowEncoders{rollout: k.kind == registry.KindRollout, omit: omit}
 	out := make([]json.RawMessage, 0, len(recs))
 	for _, rec := range recs {
 		row, err := enc.appendRow(nil, rec, 0)
@@ -347,8 +370,10 @@ func encodeRows(k kindAPI, recs []arrow.RecordBatch) ([]json.RawMessage, error) 
 // getRow answers a rollout record as {"record": {...}}, or {"record": null} when
 // there is none, and a generic row as the bare row object, or a 404 "Row 'x' does
 // not exist" - the reference's answers. ?columns= (generic stores) names the
-// columns to return, comma-separated; id is always among them. ?version= reads
-// the row as of that table version (api_version.go).
+// columns to return, comma-separated; id is always among them. Blob columns
+// (a record's binary_payload, a generic store's "blob" columns) are left out
+// unless ?columns= names them (api_blob.go). ?version= reads the row as of that
+// table version (api_version.go).
 func (s *Server) getRow(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		name, err := pathName(r)
@@ -388,6 +413,7 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 			return notFound("Row '%s' does not exist", id)
 		}
 		defer rec.Release()
+		omit := st.BlobColumns() // unless named: a blob is read on request only
 		if hasColumns {
 			proj, err := projectColumns(rec, columns[0])
 			if err != nil {
@@ -395,8 +421,9 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 			}
 			defer proj.Release()
 			rec = proj
+			omit = unnamedColumns(omit, columns[0])
 		}
-		row, err := (&rowEncoders{rollout: k.kind == registry.KindRollout}).appendRow(nil, rec, 0)
+		row, err := (&rowEncoders{rollout: k.kind == registry.KindRollout, omit: omit}).appendRow(nil, rec, 0)
 		if err != nil {
 			return err
 		}

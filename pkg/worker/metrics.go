@@ -56,6 +56,11 @@ type Metrics struct {
 	// human: data is missing or damaged.
 	VerifyProblems         *prometheus.CounterVec
 	RepairDroppedFragments *prometheus.CounterVec
+	// BlobBudgetRejections counts adds and blob downloads refused (503) by the
+	// in-flight blob budget; BlobBytes observes the size of every rollout
+	// record's binary_payload added (the reference's names).
+	BlobBudgetRejections prometheus.Counter
+	BlobBytes            prometheus.Histogram
 }
 
 // NewMetrics creates the worker's series and registers them with reg.
@@ -120,7 +125,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		RepairDroppedFragments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_repair_dropped_fragments_total", Help: "Fragments removed by repair tasks (an operator's --drop-missing), by store kind.",
 		}, []string{"kind"}),
+		BlobBudgetRejections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rollout_blob_budget_rejections_total", Help: "Adds and blob downloads refused with 503 by the in-flight blob budget.",
+		}),
+		BlobBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "rollout_blob_bytes", Help: "Size of each rollout record's binary_payload added, in bytes.",
+			Buckets: prometheus.ExponentialBuckets(1024, 4, 10),
+		}),
 	}
+	reg.MustRegister(m.BlobBudgetRejections, m.BlobBytes)
 	reg.MustRegister(m.Compactions, m.CompactedFragments, m.CompactionBytes, m.CleanupObjects, m.CleanupBytes,
 		m.VerifyProblems, m.RepairDroppedFragments)
 	reg.MustRegister(m.ShardsAdopted, m.FencingRefusals, m.Flushes, m.Cleanups, m.Merges, m.MergeDuration, m.MergedGenerations,

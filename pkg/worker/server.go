@@ -54,8 +54,13 @@ type Config struct {
 	Merger *merge.Merger
 	// Series are the worker's metrics, registered in Metrics; nil creates them.
 	Series *Metrics
-	// MaxBodyBytes limits request bodies (DefaultMaxBodyBytes).
+	// MaxBodyBytes limits request bodies (DefaultMaxBodyBytes), and so the size
+	// of one blob.
 	MaxBodyBytes int64
+	// MaxInflightBlobBytes is the in-flight blob budget: the bytes adds and blob
+	// downloads may hold in memory at once (blobBudget); 503 above it. Zero means
+	// DefaultMaxInflightBlobBytes, negative no budget.
+	MaxInflightBlobBytes int64
 	// Service runs the merge routes through WorkerService.MergeTarget, the one merge
 	// path of the worker (HTTP triggers carry no fencing token); nil builds one from
 	// Stores, Merger and Series.
@@ -86,6 +91,8 @@ type Server struct {
 	// draining is set once Serve's context is done: new requests are refused with
 	// 503 while accepted ones finish (see admit).
 	draining atomic.Bool
+	// blobs is the in-flight blob budget (Config.MaxInflightBlobBytes).
+	blobs *blobBudget
 }
 
 // NewRegistry returns a Prometheus registry holding the Go runtime and process
@@ -131,7 +138,10 @@ func NewServer(cfg Config) (*Server, error) {
 		}
 		cfg.Service = svc
 	}
-	s := &Server{cfg: cfg}
+	if cfg.MaxInflightBlobBytes == 0 {
+		cfg.MaxInflightBlobBytes = DefaultMaxInflightBlobBytes
+	}
+	s := &Server{cfg: cfg, blobs: newBlobBudget(cfg.MaxInflightBlobBytes)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/health", s.health)
 	if cfg.Stores != nil {
