@@ -27,7 +27,8 @@ package master
 // Deliberate differences: errors are {"error":{"code","message"}} as on the
 // worker (the reference master answers {"error":"message"}); a malformed body or
 // an unknown kind is a 400 (axum answers 422); records are read through a worker,
-// which serves source=all only (fragments and wal are a 400 naming why). Where
+// which serves source=fragments (a read at the store's version) and source=all,
+// but not the pending rows alone (wal is a 400 naming why). Where
 // Tidemark answers more, the extra fields sit beside the reference's; these tests
 // check the reference's fields, their JSON types and the keys it leaves out. The
 // e2e suite's TestConformanceOfAMasterProcess drives real processes.
@@ -392,6 +393,14 @@ func TestConformanceRecordsAreReadThroughAWorker(t *testing.T) {
 		`{"id":"c","rollout_id":"y","sequence_order":0,"content":"three"}]}`, true); got/100 != 2 {
 		t.Fatalf("add through the worker = %d %s", got, out)
 	}
+	// a, b, c merged into the base table; d pending in a generation.
+	if got, out := e.do(e.worker, http.MethodPost, "/api/v1/internal/merge-wal/r1", "", true); got != http.StatusOK {
+		t.Fatalf("merge through the worker = %d %s", got, out)
+	}
+	if got, out := e.do(e.worker, http.MethodPost, "/api/v1/rollouts/r1/records?flush=true",
+		`{"records":[{"id":"d","rollout_id":"y","sequence_order":1,"content":"four"}]}`, true); got/100 != 2 {
+		t.Fatalf("add through the worker = %d %s", got, out)
+	}
 	refRecords := map[string]string{"records": "array", "has_more": "bool", "limit": "number", "offset": "number", "source": "string"}
 	records := func(path string) ExperimentRecords {
 		t.Helper()
@@ -417,10 +426,20 @@ func TestConformanceRecordsAreReadThroughAWorker(t *testing.T) {
 		r.Limit != 2 || r.Offset != 0 || r.Source != "all" || r.Worker != "w2" {
 		t.Errorf("first page of 2 = %+v", r)
 	}
-	if r := records("/api/v1/experiments/r1/records?limit=2&offset=2"); len(r.Records) != 1 || r.HasMore || r.Source != "all" {
-		t.Errorf("second page of 2 = %+v", r)
+	if r := records("/api/v1/experiments/r1/records?limit=2&offset=2&source=all"); ids(r) != "c,d" || r.HasMore {
+		t.Errorf("second page of 2 = %s %+v", ids(r), r)
 	}
-	if r := records("/api/v1/experiments/r1/records?rollout_id=x"); ids(r) != "a,b" || r.HasMore || r.Limit != DefaultRecordPage {
+	// The default source is the base table alone, as in the reference.
+	if r := records("/api/v1/experiments/r1/records"); ids(r) != "a,b,c" || r.HasMore || r.Source != "fragments" || r.Limit != DefaultRecordPage {
+		t.Errorf("fragments = %s %+v, want the merged records", ids(r), r)
+	}
+	if r := records("/api/v1/experiments/r1/records?source=fragments&id=d"); ids(r) != "" {
+		t.Errorf("fragments, id=d = %s, want none: d is not merged", ids(r))
+	}
+	if r := records("/api/v1/experiments/r1/records?source=all&id=d"); ids(r) != "d" {
+		t.Errorf("all, id=d = %s", ids(r))
+	}
+	if r := records("/api/v1/experiments/r1/records?rollout_id=x"); ids(r) != "a,b" || r.HasMore {
 		t.Errorf("rollout_id=x = %s", ids(r))
 	}
 	if r := records("/api/v1/experiments/r1/records?include_in_training=true"); ids(r) != "b" {
@@ -435,10 +454,11 @@ func TestConformanceRecordsAreReadThroughAWorker(t *testing.T) {
 	if r := records("/api/v1/experiments/r1/records?id=nope"); ids(r) != "" {
 		t.Errorf("id=nope = %s, want none", ids(r))
 	}
-	if r := records("/api/v1/experiments/generic:g1/records"); len(r.Records) != 0 || r.HasMore {
-		t.Errorf("generic:g1 = %+v, want no rows", r)
+	for _, source := range []string{"fragments", "all"} {
+		if r := records("/api/v1/experiments/generic:g1/records?source=" + source); len(r.Records) != 0 || r.HasMore {
+			t.Errorf("generic:g1 (%s) = %+v, want no rows", source, r)
+		}
 	}
-	e.refError(http.MethodGet, "/api/v1/experiments/r1/records?source=fragments", "", 400, CodeInvalidRequest, "source=all")
 	e.refError(http.MethodGet, "/api/v1/experiments/r1/records?source=wal", "", 400, CodeInvalidRequest, "source=all")
 	e.refError(http.MethodGet, "/api/v1/experiments/r1/records?source=disk", "", 400, CodeInvalidRequest, `"disk"`)
 	e.refError(http.MethodGet, "/api/v1/experiments/r1/records?include_in_training=maybe", "", 400, CodeInvalidRequest, "include_in_training")

@@ -94,10 +94,13 @@ type recordQuery struct {
 
 // listRecords answers a page of a store's records, read through a live worker.
 //
-// The workers serve one snapshot of a store: its base table and its pending
-// generations, newest row per id. That is the reference's source=all, the
-// default here; fragments and wal, which read one half of it, are refused
-// with a 400 that says so rather than answered with rows of the other half.
+// source=all reads what a worker serves without a version: the base table and
+// the pending WAL generations, newest row per id. source=fragments (the
+// default, as in the reference) reads the base table alone: the store's version
+// is asked first, then the page is read at that version, which leaves the
+// pending rows out and stays the same while the version is retained. wal, the
+// pending rows alone, is a 400 that says so: a worker reads them only together
+// with the base table.
 func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error) {
 	rq, err := parseRecordQuery(r)
 	if err != nil {
@@ -110,11 +113,32 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 		return nil, err
 	}
 	out := ExperimentRecords{Records: []json.RawMessage{}, Limit: rq.limit, Offset: rq.offset, Source: rq.source}
+	params := url.Values{}
+	if rq.source == SourceFragments {
+		var info struct {
+			Version *uint64 `json:"version"`
+		}
+		if out.Worker, err = a.callWorker(ctx, storePath(rq.kind, rq.name), &info); err != nil {
+			return nil, err
+		}
+		if info.Version == nil {
+			return nil, &workerAnswerError{status: http.StatusBadGateway, code: CodeBadGateway,
+				message: fmt.Sprintf("worker %s: its answer about %s has no version", out.Worker, r.PathValue("name"))}
+		}
+		if *info.Version == 0 {
+			return out, nil // nothing merged yet
+		}
+		params.Set("version", strconv.FormatUint(*info.Version, 10))
+	}
 	if rq.id != "" {
 		var got struct {
 			Record json.RawMessage `json:"record"`
 		}
-		if out.Worker, err = a.callWorker(ctx, rowsPath(rq.kind, rq.name)+"/"+url.PathEscape(rq.id), &got); err != nil {
+		path := rowsPath(rq.kind, rq.name) + "/" + url.PathEscape(rq.id)
+		if len(params) > 0 {
+			path += "?" + params.Encode()
+		}
+		if out.Worker, err = a.callWorker(ctx, path, &got); err != nil {
 			return nil, err
 		}
 		if rq.offset == 0 && rq.limit > 0 && len(got.Record) > 0 && string(got.Record) != "null" {
@@ -131,7 +155,8 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 	if rq.limit == 0 {
 		return out, nil // the worker reads limit=0 as every row
 	}
-	params := url.Values{"limit": {strconv.Itoa(rq.limit + 1)}, "offset": {strconv.Itoa(rq.offset)}}
+	params.Set("limit", strconv.Itoa(rq.limit+1))
+	params.Set("offset", strconv.Itoa(rq.offset))
 	if len(rq.filters) > 0 {
 		text, err := json.Marshal(rq.filters)
 		if err != nil {
@@ -176,11 +201,11 @@ func parseRecordQuery(r *http.Request) (recordQuery, error) {
 	if rq.offset, err = pageParam(q.Get("offset"), "offset", 0); err != nil {
 		return recordQuery{}, err
 	}
-	switch rq.source = cmpOr(q.Get("source"), SourceAll); rq.source {
-	case SourceAll:
-	case SourceFragments, SourceWAL:
-		return recordQuery{}, fmt.Errorf("%w: source %q is not served: records are read through a worker, which reads "+
-			"the base table and the pending WAL generations as one snapshot; use source=all", tasks.ErrInvalidArgument, rq.source)
+	switch rq.source = cmpOr(q.Get("source"), SourceFragments); rq.source {
+	case SourceAll, SourceFragments:
+	case SourceWAL:
+		return recordQuery{}, fmt.Errorf("%w: source %q is not served: a worker reads the pending WAL generations only "+
+			"together with the base table; use source=all (both) or source=fragments (the base table)", tasks.ErrInvalidArgument, rq.source)
 	default:
 		return recordQuery{}, fmt.Errorf("%w: source %q is not one of fragments, wal, all", tasks.ErrInvalidArgument, rq.source)
 	}
@@ -239,11 +264,19 @@ func matches(record json.RawMessage, filters map[string]any) (bool, error) {
 	return true, nil
 }
 
+// storePath is a store's route on a worker; rowsPath its rows'.
+func storePath(kind registry.Kind, name string) string {
+	if kind == registry.KindRollout {
+		return "/api/v1/rollouts/" + url.PathEscape(name)
+	}
+	return "/api/v1/generic/" + url.PathEscape(name)
+}
+
 func rowsPath(kind registry.Kind, name string) string {
 	if kind == registry.KindRollout {
-		return "/api/v1/rollouts/" + url.PathEscape(name) + "/records"
+		return storePath(kind, name) + "/records"
 	}
-	return "/api/v1/generic/" + url.PathEscape(name) + "/rows"
+	return storePath(kind, name) + "/rows"
 }
 
 // callWorker GETs path from a live worker with an HTTP address (in instance
@@ -313,7 +346,7 @@ func (a *httpAPI) askWorker(ctx context.Context, u, worker string, v any) error 
 		}
 		status, code := resp.StatusCode, e.Error.Code
 		if status >= 500 && status != http.StatusServiceUnavailable {
-			status, code = http.StatusBadGateway, "BAD_GATEWAY"
+			status, code = http.StatusBadGateway, CodeBadGateway
 		}
 		if code == "" {
 			code = http.StatusText(status)
@@ -322,7 +355,7 @@ func (a *httpAPI) askWorker(ctx context.Context, u, worker string, v any) error 
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
-		return &workerAnswerError{status: http.StatusBadGateway, code: "BAD_GATEWAY",
+		return &workerAnswerError{status: http.StatusBadGateway, code: CodeBadGateway,
 			message: fmt.Sprintf("worker %s: answer does not decode: %v", worker, err)}
 	}
 	return nil
