@@ -60,6 +60,7 @@ budget() {
   case $1 in
     FuzzCheck) echo 60000x ;;                            # ~3,900 execs/s; cheap inputs
     FuzzParseSpec | FuzzDecodeRows | FuzzStoreNames) echo 6000x ;; # slow start-up (seeds)
+    FuzzFilter) echo 10000x ;;                           # ~1,100 execs/s (3 compiles each)
     *) echo 8000x ;;                                     # ~1,000-1,600 execs/s
   esac
 }

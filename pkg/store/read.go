@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/errgroup"
@@ -20,6 +21,10 @@ type ListOptions struct {
 	Limit, Offset int
 	// Filter, if set, returns for each row of a batch whether it matches.
 	Filter func(rec arrow.RecordBatch) ([]bool, error)
+	// FilterColumns, if set, are the only columns Filter reads: List's first
+	// pass over the base table then reads them (with id and _seq) instead of
+	// every column.
+	FilterColumns []string
 }
 
 // pendingRows is the newest version of every id found in a snapshot's pending
@@ -174,6 +179,9 @@ func (s *Store) listIn(ctx context.Context, snap *Snapshot, opts ListOptions) ([
 	scan := table.ScanOptions{Columns: []string{rowkey.IDColumn, rowkey.SeqColumn}}
 	if opts.Filter != nil {
 		scan.Columns = nil
+		if opts.FilterColumns != nil {
+			scan.Columns = filterScanColumns(opts.FilterColumns)
+		}
 	}
 	fromBase := map[string]bool{}
 	err = s.table.Scan(ctx, snap.Base, scan, func(rec arrow.RecordBatch, shard string) error {
@@ -280,6 +288,18 @@ func (s *Store) listIn(ctx context.Context, snap *Snapshot, opts ListOptions) ([
 		return nil, fmt.Errorf("store %s: %d of %d listed rows vanished from snapshot version %d", s.Target(), len(page)-len(out), len(page), snap.Base.Version)
 	}
 	return out, nil
+}
+
+// filterScanColumns is the projection of a filtered List's first pass: id,
+// _seq and the filter's columns, each once.
+func filterScanColumns(filterCols []string) []string {
+	cols := []string{rowkey.IDColumn, rowkey.SeqColumn}
+	for _, c := range filterCols {
+		if !slices.Contains(cols, c) {
+			cols = append(cols, c)
+		}
+	}
+	return cols
 }
 
 // filterRows evaluates filter on rec; nil filter: nil (every row matches).

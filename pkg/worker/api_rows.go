@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/rowfilter"
 	"github.com/tidemark-io/tidemark/pkg/schema"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/wal"
@@ -185,8 +186,10 @@ func (s *Server) seal(ctx context.Context, st *store.Store) (*wal.Generation, er
 }
 
 // listRows answers {"<rows>": [...], "count": n}: the live rows without their
-// blob columns, filtered (rollout stores only). With ?limit= it is a page in the
-// store's stable id order, after ?offset=; without, it is every row, streamed
+// blob columns, filtered by ?filters= (rollout stores: a JSON object of
+// equalities) or ?filter= (generic stores: a SQL predicate, package rowfilter),
+// the filter applied before paging. With ?limit= it is a page in the store's
+// stable id order, after ?offset=; without, it is every row, streamed
 // (listAll). With ?version= it reads the store as of that table version
 // (api_version.go).
 func (s *Server) listRows(k kindAPI) apiHandler {
@@ -217,11 +220,20 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		case hasFilters:
 			return badRequest("filters are supported on rollout stores only")
 		}
+		predicate, hasFilter := r.URL.Query()["filter"]
+		if hasFilter && k.kind == registry.KindRollout {
+			return badRequest("filter is supported on generic stores only (rollout lists take filters=)")
+		}
 		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
 		if err != nil {
 			return err
 		}
 		defer release()
+		if hasFilter {
+			if err := applyRowFilter(st, predicate[0], &opts); err != nil {
+				return err
+			}
+		}
 		src, err := rowsAt(r, st, version)
 		if err != nil {
 			return err
@@ -243,6 +255,24 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		httpjson.WriteJSON(w, http.StatusOK, map[string]any{k.rows: out, "count": len(out)})
 		return nil
 	}
+}
+
+// applyRowFilter compiles the SQL predicate of a generic list's ?filter=
+// against st's schema into opts, so that paging counts matching rows only. A
+// predicate that does not parse, names a column the schema lacks or compares
+// mismatched types is a 400 saying which (rowfilter.Error).
+func applyRowFilter(st *store.Store, predicate string, opts *store.ListOptions) error {
+	e := st.Entry()
+	spec, err := schema.ParseSpec(e.Schema)
+	if err != nil {
+		return internalError(err, "generic store %q has an unreadable registered schema", e.Name)
+	}
+	f, err := rowfilter.Compile(predicate, spec.Schema())
+	if err != nil {
+		return badRequest("%v", err)
+	}
+	opts.Filter, opts.FilterColumns = f.Mask, f.Columns()
+	return nil
 }
 
 // listChunkBytes is how much of a streamed list is encoded before it is written
