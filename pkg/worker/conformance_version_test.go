@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"testing"
 	"time"
@@ -111,6 +112,12 @@ func TestConformanceCheckoutAndReadsAtAVersion(t *testing.T) {
 	}
 	if got := e.recordsAt(fmt.Sprintf("%s?version=%d&limit=1&offset=1", base, v2)); !maps.Equal(got, map[string]string{"b": "b1"}) {
 		t.Errorf("second page at version %d: %v, want b", v2, got)
+	}
+	if got := e.recordsAt(fmt.Sprintf("%s?version=%d&filters=%s", base, v2, url.QueryEscape(`{"rollout_id":"a1"}`))); !maps.Equal(got, map[string]string{"a": "a1"}) {
+		t.Errorf("filtered records at version %d: %v, want a", v2, got)
+	}
+	if got := e.recordsAt(fmt.Sprintf("%s?version=%d&filters=%s", base, v3, url.QueryEscape(`{"rollout_id":"a1"}`))); len(got) != 0 {
+		t.Errorf("filtered records at version %d: %v, want none (a was overwritten)", v3, got)
 	}
 	// GET records/{id}: the record as of the version, {"record": null} where it
 	// did not exist yet.
