@@ -246,6 +246,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		OnSlowRead: func(target string, _ int) {
 			series.ReadFanoutWarnings.WithLabelValues(kindOf(target)).Inc()
 		},
+		OnRead: func(_ string, pending int) { series.ReadPendingGenerations.Observe(float64(pending)) },
 	}, f.maxOpenStores)
 	merger := merge.New(merge.Config{
 		MaxGenerations: f.mergeMaxGenerations,

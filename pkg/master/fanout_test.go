@@ -545,7 +545,7 @@ func TestMergeOfADeletedStoreIsSkippedNotFailed(t *testing.T) {
 	if w1.calls.Load() != 0 {
 		t.Error("the fan-out went on to another worker after the store was found deleted")
 	}
-	for result, want := range map[string]float64{"skipped": 1, "failed": 0, "done": 0} {
+	for result, want := range map[string]float64{"skipped": 1, "failed": 0, "success": 0} {
 		if n := testutil.ToFloat64(metrics.Tasks.WithLabelValues("merge_wal", result)); n != want {
 			t.Errorf("master_tasks_total{kind=merge_wal,result=%s} = %v, want %v", result, n, want)
 		}

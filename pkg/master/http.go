@@ -19,6 +19,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/dashboard"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
@@ -78,6 +79,8 @@ type HTTPConfig struct {
 	// Dashboard, if set, is served under /ui/ (it checks its own sessions), and
 	// GET / redirects to it.
 	Dashboard http.Handler
+	// Requests, if set, counts and times every request (http_requests_total).
+	Requests *refmetrics.HTTP
 }
 
 // ErrorBody is the JSON body of every error answer.
@@ -168,6 +171,9 @@ func NewHTTPHandler(cfg HTTPConfig) (http.Handler, error) {
 	if cfg.Dashboard != nil {
 		mux.Handle(dashboard.Root, cfg.Dashboard)
 		mux.Handle("GET /{$}", http.RedirectHandler(dashboard.Root, http.StatusFound))
+	}
+	if cfg.Requests != nil {
+		return cfg.Requests.Wrap(mux, httpjson.RouteErrors(mux)), nil
 	}
 	return httpjson.RouteErrors(mux), nil
 }

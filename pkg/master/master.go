@@ -91,7 +91,8 @@ func New(cfg Config) (*Master, error) {
 
 	m := &Master{cfg: cfg, log: log, metrics: NewMetrics(cfg.Metrics)}
 	m.session = &sessionKeeper{client: cfg.Client, ttl: ttl, log: log.With("component", "session")}
-	m.tasks = tasks.New(cfg.Client, cfg.Prefix, tasks.WithLogger(log), tasks.WithHolder(cfg.Holder))
+	m.tasks = tasks.New(cfg.Client, cfg.Prefix, tasks.WithLogger(log), tasks.WithHolder(cfg.Holder),
+		tasks.WithOnEnqueue(m.metrics.ObserveEnqueue))
 	scanOpts := []scanner.Option{
 		scanner.WithLogger(log),
 		scanner.WithRegisterer(cfg.Metrics),
@@ -160,6 +161,7 @@ func New(cfg Config) (*Master, error) {
 		PollInterval: cfg.PollInterval,
 		TaskTimeout:  cfg.TaskTimeout,
 		OnFinish:     m.metrics.ObserveTask,
+		OnPhase:      m.metrics.ObservePhase,
 		Logger:       log.With("component", "scheduler"),
 	})
 	m.session.lost = m.sched.AbandonLease
@@ -191,7 +193,7 @@ func New(cfg Config) (*Master, error) {
 		Admin: admin, Tasks: m.tasks, Scanner: m.scanner, Discovery: cfg.Discovery, DataURL: cfg.Bucket.String(),
 		WorkerToken: cfg.Dashboard.WorkerToken, WorkerTLS: cfg.Dashboard.WorkerTLS,
 		EtcdCheck: m.checkEtcd, Metrics: cfg.Metrics, Logger: log.With("component", "http"),
-		Auth: cfg.Auth, Dashboard: ui,
+		Auth: cfg.Auth, Dashboard: ui, Requests: m.metrics.HTTP,
 	})
 	if err != nil {
 		return nil, err

@@ -267,7 +267,7 @@ func TestMasterServesAdminGRPCAndHTTP(t *testing.T) {
 		t.Fatalf("GET task = %d %+v %v", resp.StatusCode, task, err)
 	}
 	// The probe loop publishes master_etcd_up within its interval.
-	testwait.For(t, 10*time.Second, "master_etcd_up 1, master_tasks_total{merge_wal,done} 1 and the scanner's series", func() (bool, string) {
+	testwait.For(t, 10*time.Second, "master_etcd_up 1, master_tasks_total{merge_wal,success} 1 and the scanner's series", func() (bool, string) {
 		resp, err := http.Get(base + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -276,7 +276,8 @@ func TestMasterServesAdminGRPCAndHTTP(t *testing.T) {
 		resp.Body.Close()
 		text := string(body)
 		return strings.Contains(text, "master_etcd_up 1") &&
-			strings.Contains(text, `master_tasks_total{kind="merge_wal",result="done"} 1`) &&
+			strings.Contains(text, `master_tasks_total{kind="merge_wal",result="success"} 1`) &&
+			strings.Contains(text, `http_requests_total{method="GET",path="/api/v1/tasks/{id}",status="200"} 1`) &&
 			strings.Contains(text, "master_stats_scan_rounds_total"), "metrics:\n" + text
 	})
 	if err := m.stop(); err != nil {
@@ -423,9 +424,12 @@ func TestMasterRunsMergeWALThroughTheFanOut(t *testing.T) {
 	}
 	_, _, body := get(t, m.Handler(), "GET", "/metrics")
 	for _, line := range []string{
-		`master_merge_wal_worker_duration_seconds_count{result="ok"} 3`,
-		`master_merge_wal_worker_duration_seconds_count{result="unreachable"} 1`,
-		`master_tasks_total{kind="merge_wal",result="done"} 1`,
+		`master_merge_wal_workers_total{result="ok"} 3`,
+		`master_merge_wal_workers_total{result="unreachable"} 1`,
+		`master_merge_wal_worker_duration_seconds_count 4`,
+		`master_tasks_total{kind="merge_wal",result="success"} 1`,
+		`master_task_enqueued_total{kind="merge_wal"} 2`,
+		`master_task_phase_duration_seconds_count{kind="merge_wal",phase="work"} 2`,
 	} {
 		if !strings.Contains(string(body), line) {
 			t.Errorf("metrics lack %s:\n%s", line, body)
@@ -433,5 +437,9 @@ func TestMasterRunsMergeWALThroughTheFanOut(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.metrics.Tasks.WithLabelValues("merge_wal", "failed")); got != 1 {
 		t.Errorf("master_tasks_total{merge_wal,failed} = %v", got)
+	}
+	// 7 by the first task, 1 by the failed one before it stopped: progress counts.
+	if got := testutil.ToFloat64(m.metrics.GenerationsReclaimed); got != 8 {
+		t.Errorf("master_merge_wal_generations_reclaimed_total = %v, want 8", got)
 	}
 }

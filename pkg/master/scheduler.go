@@ -59,8 +59,11 @@ type SchedulerConfig struct {
 	// error, and the outcome it made of the task (OutcomeDone, OutcomeSkipped,
 	// OutcomeFailed).
 	OnFinish func(kind tasks.Kind, outcome, detail string, err error, d time.Duration)
-	Clock    clock.WithTicker
-	Logger   *slog.Logger
+	// OnPhase, if set, observes how long each phase of a task's life took
+	// (metrics): PhaseClaim, PhasePermitWait, PhaseWork, PhaseCommit.
+	OnPhase func(kind tasks.Kind, phase string, d time.Duration)
+	Clock   clock.WithTicker
+	Logger  *slog.Logger
 }
 
 // Scheduler claims tasks and runs them.
@@ -261,7 +264,14 @@ func (s *Scheduler) claimRound(ctx, runCtx context.Context, wg *sync.WaitGroup) 
 			<-slots
 			continue
 		}
+		claimStart := s.cfg.Clock.Now()
 		c, err := s.cfg.Tasks.Claim(ctx, s.cfg.Lease(), tasks.ClaimFilter{Kinds: []tasks.Kind{kind}})
+		if err == nil {
+			s.phase(kind, PhaseClaim, s.cfg.Clock.Since(claimStart))
+			// The slot was reserved before the claim, so a claimed task never waits
+			// for one; the phase is kept so the reference's series is complete.
+			s.phase(kind, PhasePermitWait, 0)
+		}
 		if err != nil {
 			<-slots
 			if errors.Is(err, tasks.ErrNoTask) {
@@ -350,11 +360,15 @@ func (s *Scheduler) run(ctx, claimCtx context.Context, kind tasks.Kind, r *run) 
 		return
 	}
 	d := s.cfg.Clock.Since(start)
+	s.phase(kind, PhaseWork, d)
 	result, outcome := taskResult(detail, err)
 	if s.cfg.OnFinish != nil {
 		s.cfg.OnFinish(kind, outcome, detail, err, d)
 	}
-	if ferr := s.finish(ctx, c, result, log); ferr != nil {
+	commitStart := s.cfg.Clock.Now()
+	ferr := s.finish(ctx, c, result, log)
+	s.phase(kind, PhaseCommit, s.cfg.Clock.Since(commitStart))
+	if ferr != nil {
 		log.Warn("task finished but its result was not recorded", "err", ferr, "task_err", err)
 		return
 	}
@@ -371,9 +385,27 @@ func (s *Scheduler) run(ctx, claimCtx context.Context, kind tasks.Kind, r *run) 
 	}
 }
 
-// Task outcomes, as master_tasks_total's result label says them.
+// phase tells OnPhase, if set, that kind's phase took d.
+func (s *Scheduler) phase(kind tasks.Kind, phase string, d time.Duration) {
+	if s.cfg.OnPhase != nil {
+		s.cfg.OnPhase(kind, phase, d)
+	}
+}
+
+// Phases of a task's life, as master_task_phase_duration_seconds's phase label
+// says them (the reference's words): the claim transaction, the wait for a
+// concurrency slot once claimed, the runner's work, and recording the result.
 const (
-	OutcomeDone    = "done"
+	PhaseClaim      = "claim"
+	PhasePermitWait = "permit_wait"
+	PhaseWork       = "work"
+	PhaseCommit     = "commit"
+)
+
+// Task outcomes, as master_tasks_total's result label says them (success and
+// failed in the reference's words; skipped is Tidemark's own).
+const (
+	OutcomeDone    = "success"
 	OutcomeSkipped = "skipped"
 	OutcomeFailed  = "failed"
 )

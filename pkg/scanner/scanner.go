@@ -189,9 +189,15 @@ func (s *Scanner) scan(ctx context.Context) (Summary, error) {
 
 	registered := make(map[string]bool, len(stores))
 	var writes []rowWrite
+	current := make(map[string]Row, len(results))
+	kinds := make(map[string]registry.Kind, len(results))
 	for _, r := range results {
 		registered[r.target] = true
+		kinds[r.target] = r.kind
 		if r.err != nil {
+			if cur, found := stored[r.target]; found && cur.err == nil {
+				current[r.target] = cur.row
+			}
 			sum.Errors++
 			s.metrics.errors.Inc()
 			s.log.Warn("stats scan: store not observed; its row keeps its previous value",
@@ -204,6 +210,7 @@ func (s *Scanner) scan(ctx context.Context) (Summary, error) {
 			sum.Observed++
 		}
 		s.metrics.observed.WithLabelValues(string(r.mode)).Inc()
+		current[r.target] = r.row
 		cur, found := stored[r.target]
 		if found && cur.err == nil && cur.row.SameObservation(r.row) {
 			continue
@@ -227,6 +234,7 @@ func (s *Scanner) scan(ctx context.Context) (Summary, error) {
 		}
 		return sum, fmt.Errorf("stats scan: %w", err)
 	}
+	s.metrics.observeRound(current, kinds, sum.Probed, sum.Observed)
 	return sum, nil
 }
 

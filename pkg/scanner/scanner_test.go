@@ -171,8 +171,12 @@ func TestStoreErrorIsCountedAndDoesNotAbortTheRound(t *testing.T) {
 	if n := testutil.ToFloat64(s.metrics.written.WithLabelValues("put")); n != 3 {
 		t.Fatalf("rows written metric = %v, want 3", n)
 	}
-	if n, err := testutil.GatherAndCount(reg, "master_stats_scan_duration_seconds"); err != nil || n != 1 {
+	if n, err := testutil.GatherAndCount(reg, "master_scan_duration_seconds"); err != nil || n != 1 {
 		t.Fatalf("duration histogram: %d series, %v", n, err)
+	}
+	// The failing store counts with the row it had: 2 pending in a, 1 in b.
+	if total, most := testutil.ToFloat64(s.metrics.pendingTotal), testutil.ToFloat64(s.metrics.pendingMax); total != 3 || most != 2 {
+		t.Fatalf("master_wal_pending_generations_total %v, _max %v; want 3 and 2", total, most)
 	}
 
 	e.faults.Clear()

@@ -108,6 +108,9 @@ func (sw *MergeSweeper) Sweep(ctx context.Context) (SweepSummary, error) {
 	sw.metrics.targets.WithLabelValues("error").Add(float64(sum.Errors))
 	sw.metrics.targets.WithLabelValues("merged_since_scan").Add(float64(sum.MergedSinceScan))
 	sw.metrics.targets.WithLabelValues("rescanned").Add(float64(sum.Rescanned))
+	if err == nil && !sum.Skipped {
+		sw.metrics.deduped.Set(float64(sum.Deduplicated))
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		sw.metrics.rounds.WithLabelValues("failed").Inc()

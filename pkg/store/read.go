@@ -63,6 +63,9 @@ func (p *pendingRows) liveAt(id string, gi, ri, i int) (rowRef, bool) {
 // indexes the newest row per id across them.
 func (s *Store) loadPending(ctx context.Context, snap *Snapshot) (*pendingRows, error) {
 	pending := snap.Pending()
+	if s.cfg.OnRead != nil {
+		s.cfg.OnRead(s.Target(), len(pending))
+	}
 	if n := len(pending); n > s.cfg.RefuseGenerations {
 		return nil, fmt.Errorf("store %s: %w: %d pending, refusing reads above %d until merges catch up",
 			s.Target(), ErrOverloaded, n, s.cfg.RefuseGenerations)

@@ -53,6 +53,9 @@ type Config struct {
 	// OnSlowRead, if set, is told the pending-generation count of a read above
 	// WarnGenerations (for a metric).
 	OnSlowRead func(target string, pending int)
+	// OnRead, if set, is told the pending-generation count of every read (for
+	// the rollout_wal_pending_generations histogram).
+	OnRead func(target string, pending int)
 }
 
 func (c *Config) setDefaults() {

@@ -43,6 +43,7 @@ type options struct {
 	cooldownMax  time.Duration
 	logger       *slog.Logger
 	holder       string
+	onEnqueue    func(kind Kind, deduplicated bool)
 }
 
 // Option configures a Store.
@@ -90,6 +91,13 @@ func WithHolder(name string) Option {
 			o.holder = name
 		}
 	}
+}
+
+// WithOnEnqueue sets a function told of every successful Enqueue (for the
+// master_task_enqueued_total metric): the task's kind, and whether it returned
+// the live task of its kind and target instead of adding one.
+func WithOnEnqueue(f func(kind Kind, deduplicated bool)) Option {
+	return func(o *options) { o.onEnqueue = f }
 }
 
 // New returns the task store under prefix ("" means DefaultPrefix).

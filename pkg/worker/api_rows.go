@@ -110,6 +110,7 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 			return err
 		}
 		rows := body.rows
+		parsed := time.Now() // rollout_add_request_duration_seconds leaves body parsing out
 		// The reference refuses an empty rollout append (an empty generic one is
 		// a no-op there, answered 201 with count 0).
 		if len(rows) == 0 && k.kind == registry.KindRollout {
@@ -143,12 +144,15 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 		added := int(rec.NumRows())
 		seq := after
 		if added > 0 {
-			if seq, err = st.AppendAfter(ctx, rec, after); err != nil {
+			appendStart := time.Now()
+			seq, err = st.AppendAfter(ctx, rec, after)
+			s.cfg.Series.ObserveAdd(k.kind, time.Since(appendStart), err)
+			if err != nil {
 				return err
 			}
 			s.cfg.Series.AppendedRows.WithLabelValues(string(k.kind)).Add(float64(added))
 			if st.Entry().SealOnAdd {
-				s.cfg.Series.Flushes.WithLabelValues("success", string(k.kind)).Inc()
+				s.cfg.Series.Flushes.WithLabelValues(ResultOK, string(k.kind)).Inc()
 			}
 		}
 		if flush {
@@ -165,6 +169,9 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 			}
 		}
 		w.Header().Set(SeqHeader, strconv.FormatUint(seq, 10))
+		if k.kind == registry.KindRollout {
+			s.cfg.Series.AddRequestDuration.WithLabelValues(strconv.FormatBool(flush)).Observe(time.Since(parsed).Seconds())
+		}
 		httpjson.WriteJSON(w, http.StatusCreated, ans)
 		return nil
 	}
@@ -173,14 +180,11 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 // seal seals st's memtable and counts the seal (a seal that found nothing to seal
 // is not counted, as in the flush sweeper). It returns nil, nil then.
 func (s *Server) seal(ctx context.Context, st *store.Store) (*wal.Generation, error) {
-	kind := string(st.Entry().Kind)
+	start := time.Now()
 	g, err := st.Seal(ctx)
-	switch {
-	case err != nil:
-		s.cfg.Series.Flushes.WithLabelValues("failure", kind).Inc()
+	s.cfg.Series.ObserveSeal(string(st.Entry().Kind), g != nil, err, time.Since(start))
+	if err != nil {
 		return nil, err
-	case g != nil:
-		s.cfg.Series.Flushes.WithLabelValues("success", kind).Inc()
 	}
 	return g, nil
 }

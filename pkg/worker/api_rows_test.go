@@ -131,7 +131,7 @@ func TestRolloutRoundTripAddFlushMergeGet(t *testing.T) {
 			m := e.series
 			for name, c := range map[string]struct{ got, want int }{
 				"appended rows":      {e.count(m.AppendedRows, "rollout"), 2},
-				"flushes":            {e.count(m.Flushes, "success", "rollout"), 1},
+				"flushes":            {e.count(m.Flushes, ResultOK, "rollout"), 1},
 				"request merges":     {e.count(m.Merges, "request", "success"), 1},
 				"merged generations": {e.count(m.MergedGenerations, "rollout"), 1},
 			} {
@@ -222,7 +222,7 @@ func TestGenericRoundTripAddFlushMergeGet(t *testing.T) {
 			if got := e.count(e.series.MergedGenerations, "generic"); got != 2 {
 				t.Errorf("merged generations counted %d, want 2", got)
 			}
-			if got := e.count(e.series.Flushes, "success", "generic"); got != 2 {
+			if got := e.count(e.series.Flushes, ResultOK, "generic"); got != 2 {
 				t.Errorf("flushes counted %d, want 2 (the empty flush is not a seal)", got)
 			}
 		})

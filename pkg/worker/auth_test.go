@@ -82,7 +82,7 @@ func TestControlRoutesWithoutTokenAre401AndMergeNothing(t *testing.T) {
 		t.Fatalf("after refused merges: %d pending generations, version %d; want 2 and version 1 (nothing merged)",
 			after.Stats.PendingGenerations, *after.Store.Version)
 	}
-	if n := e.count(e.series.Requests, "POST /api/v1/internal/merge-wal/{name}", "POST", "401"); n != 2 {
+	if n := e.count(e.series.Requests, "POST", "/api/v1/internal/merge-wal/{name}", "401"); n != 2 {
 		t.Errorf("requests counted as 401: %d, want 2", n)
 	}
 

@@ -373,6 +373,6 @@ func TestListWithoutLimitIsCutOffNotTruncatedWhenTheReadFails(t *testing.T) {
 		t.Fatalf("status %d, %d bytes, read error %v, valid JSON %v: want a 200 cut off after its first chunk", resp.StatusCode, len(body), readErr, json.Valid(body))
 	}
 	waitFor(t, "the cut-off request to be counted", func() bool {
-		return reader.count(reader.series.Requests, "GET /api/v1/rollouts/{name}/records", "GET", "200") == 1
+		return reader.count(reader.series.Requests, "GET", "/api/v1/rollouts/{name}/records", "200") == 1
 	})
 }

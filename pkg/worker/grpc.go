@@ -345,16 +345,16 @@ func (w *WorkerService) flushResident(ctx context.Context) (int64, error) {
 // seal seals s and counts it under the flush metrics.
 func (w *WorkerService) seal(ctx context.Context, s *store.Store) (int64, error) {
 	kind := string(s.Entry().Kind)
+	start := time.Now()
 	g, err := s.Seal(ctx)
+	w.cfg.Metrics.ObserveSeal(kind, g != nil, err, time.Since(start))
 	if err != nil {
-		w.cfg.Metrics.Flushes.WithLabelValues("failure", kind).Inc()
 		w.log.Warn("flush: seal failed", "target", s.Target(), "store", s.Entry().Name, "kind", kind, "err", err)
 		return 0, err
 	}
 	if g == nil {
 		return 0, nil
 	}
-	w.cfg.Metrics.Flushes.WithLabelValues("success", kind).Inc()
 	return 1, nil
 }
 

@@ -219,6 +219,9 @@ func (w *WorkerService) observeMerge(kind registry.Kind, trigger string, start t
 	m.Merges.WithLabelValues(trigger, result).Inc()
 	m.MergeDuration.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
 	m.MergedGenerations.WithLabelValues(string(kind)).Add(float64(r.Generations))
+	if trigger == TriggerMaster && err == nil {
+		m.MergeRequestDuration.Observe(time.Since(start).Seconds())
+	}
 	if err != nil {
 		log.Warn("merge failed", "err", err, "duration", time.Since(start).String())
 		return

@@ -375,7 +375,7 @@ func TestFlushSealsOneTargetOrEveryResidentStore(t *testing.T) {
 	if n := flush(""); n != 0 {
 		t.Fatalf("Flush(all) with nothing unsealed sealed %d", n)
 	}
-	if n := testutil.ToFloat64(e.metrics.Flushes.WithLabelValues("success", "rollout")); n != 1 {
+	if n := testutil.ToFloat64(e.metrics.Flushes.WithLabelValues(ResultOK, "rollout")); n != 1 {
 		t.Errorf("rollout flush successes %v, want 1", n)
 	}
 }

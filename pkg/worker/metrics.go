@@ -1,19 +1,34 @@
 package worker
 
 import (
+	"context"
+	"errors"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tidemark-io/tidemark/internal/refmetrics"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/wal"
 )
 
-// Metrics are the worker's Prometheus series. Names follow the reference system
-// where it had them (rollout_wal_*), so existing dashboards keep working. Seals and
-// merges are counted separately: a failed merge is never a failed flush.
+// Metrics are the worker's Prometheus series. Where the reference system
+// (lance-context) measures the same thing, the series has its name, type, labels
+// and label values, so its dashboards and alerts keep working against Tidemark;
+// tidemark_* names are for what it does not measure. Seals and merges are counted
+// separately: a failed merge is never a failed flush.
 type Metrics struct {
 	// Flushes counts seals by the flush sweeper, shutdown and ?flush=true:
-	// result=success|failure, kind=rollout|generic.
+	// result=ok|failed|timeout, kind=rollout|generic.
 	Flushes *prometheus.CounterVec
-	// Cleanups counts merges run by the sweepers (count and time triggers):
-	// result=success|failure|busy|timeout.
+	// Cleanups counts merges run by the sweepers (count and time triggers) that
+	// did something: result=merged|failed|timeout, and busy (no merge slot was
+	// free, nothing ran; Tidemark's own value). A merge that found nothing to
+	// merge is not counted, as in the reference.
 	Cleanups *prometheus.CounterVec
+	// GenerationsReclaimed counts generations the sweepers' merges folded into
+	// base tables, by kind (the master's merges are in MergedGenerations).
+	GenerationsReclaimed *prometheus.CounterVec
 	// Merges counts every merge by trigger=master|request|count|time and result.
 	Merges *prometheus.CounterVec
 	// MergeDuration times merges by trigger.
@@ -21,15 +36,34 @@ type Metrics struct {
 	// MergedGenerations counts generations merged into base tables, by kind.
 	MergedGenerations *prometheus.CounterVec
 	// PendingGenerations is, per resident store, the generations above the merged
-	// watermarks that a read fans out over.
+	// watermarks that a read fans out over (tidemark_wal_pending_generations).
 	PendingGenerations *prometheus.GaugeVec
+	// ReadPendingGenerations samples, on every read, the pending generations it
+	// fans out over (rollout_wal_pending_generations, the reference's unlabelled
+	// histogram).
+	ReadPendingGenerations prometheus.Histogram
 	// ReadFanoutWarnings counts reads over more pending generations than the warn
 	// threshold.
 	ReadFanoutWarnings *prometheus.CounterVec
-	// Requests counts HTTP requests by route pattern, method and status code.
-	Requests *prometheus.CounterVec
-	// RequestDuration times HTTP requests by route pattern.
+	// HTTP counts and times HTTP requests by method, path (the route pattern
+	// without its method, e.g. /api/v1/rollouts/{name}; "unknown" when none
+	// matched) and status code; Requests and RequestDuration are its series.
+	HTTP            *refmetrics.HTTP
+	Requests        *prometheus.CounterVec
 	RequestDuration *prometheus.HistogramVec
+	// AddDuration times the durable WAL append of a successful rollout add;
+	// AddErrors counts failed ones. AddRequestDuration times a successful add
+	// request past its body parsing (append plus ?flush), by flush=true|false.
+	AddDuration        prometheus.Histogram
+	AddErrors          prometheus.Counter
+	AddRequestDuration *prometheus.HistogramVec
+	// FlushDuration times seals of rollout stores by outcome: sealed (a memtable
+	// became a generation), noop (nothing to seal), fenced (the writer's epoch
+	// was superseded); FlushErrors counts the other failures.
+	FlushDuration *prometheus.HistogramVec
+	FlushErrors   prometheus.Counter
+	// MergeRequestDuration times the worker's handling of a master-driven merge.
+	MergeRequestDuration prometheus.Histogram
 	// AppendedRows counts rows acknowledged by adds, by kind.
 	AppendedRows *prometheus.CounterVec
 	// FencingRefusals counts merge calls refused for a stale fencing token, by
@@ -65,13 +99,18 @@ type Metrics struct {
 
 // NewMetrics creates the worker's series and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	h := refmetrics.NewHTTP(nil)
 	m := &Metrics{
+		HTTP: h, Requests: h.Requests, RequestDuration: h.Duration,
 		Flushes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rollout_wal_flush_total", Help: "WAL seals (memtable to generation), by result and store kind.",
+			Name: "rollout_wal_flush_total", Help: "WAL seals (memtable to generation), by result (ok, failed, timeout) and store kind.",
 		}, []string{"result", "kind"}),
 		Cleanups: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rollout_wal_cleanup_total", Help: "Sweeper-driven WAL merges, by result (success, failure, busy, timeout) and store kind.",
+			Name: "rollout_wal_cleanup_total", Help: "Sweeper-driven WAL merges that merged or failed, by result (merged, failed, timeout, busy) and store kind.",
 		}, []string{"result", "kind"}),
+		GenerationsReclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rollout_wal_generations_reclaimed_total", Help: "WAL generations folded into base tables by the sweepers' merges, by store kind.",
+		}, []string{"kind"}),
 		Merges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_merge_total", Help: "Merges of this worker's WAL shard into base tables, by trigger and result.",
 		}, []string{"trigger", "result"}),
@@ -83,18 +122,37 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "tidemark_merged_generations_total", Help: "WAL generations merged into base tables, by store kind.",
 		}, []string{"kind"}),
 		PendingGenerations: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "rollout_wal_pending_generations", Help: "Pending WAL generations (all shards, above the merged watermarks) of each resident store.",
+			Name: "tidemark_wal_pending_generations", Help: "Pending WAL generations (all shards, above the merged watermarks) of each resident store.",
 		}, []string{"kind", "store"}),
+		ReadPendingGenerations: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "rollout_wal_pending_generations", Help: "Pending WAL generations a read fanned out over, sampled on every read.",
+			Buckets: []float64{0, 1, 4, 16, 64, 256, 1024, 4096},
+		}),
 		ReadFanoutWarnings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rollout_wal_read_fanout_warnings_total", Help: "Reads that fanned out over more pending generations than the warn threshold.",
 		}, []string{"kind"}),
-		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tidemark_http_requests_total", Help: "HTTP requests by route, method and status code.",
-		}, []string{"route", "method", "code"}),
-		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "tidemark_http_request_duration_seconds", Help: "HTTP request latency by route.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"route"}),
+		AddDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "rollout_add_duration_seconds", Help: "The durable WAL append of a successful rollout add.",
+			Buckets: refmetrics.RequestBuckets,
+		}),
+		AddErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rollout_add_errors_total", Help: "Failed rollout adds (WAL appends).",
+		}),
+		AddRequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "rollout_add_request_duration_seconds", Help: "A successful rollout add request past body parsing (append plus optional flush), by flush (true, false).",
+			Buckets: refmetrics.RequestBuckets,
+		}, []string{"flush"}),
+		FlushDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "rollout_flush_duration_seconds", Help: "Seals of rollout stores, by outcome (sealed, noop, fenced).",
+			Buckets: refmetrics.RequestBuckets,
+		}, []string{"outcome"}),
+		FlushErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rollout_flush_errors_total", Help: "Failed seals of rollout stores (a fenced writer is not counted: its outcome is fenced).",
+		}),
+		MergeRequestDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "rollout_wal_merge_request_duration_seconds", Help: "The worker's handling of a master-driven WAL merge.",
+			Buckets: refmetrics.JobBuckets,
+		}),
 		AppendedRows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_appended_rows_total", Help: "Rows acknowledged durable by adds, by store kind.",
 		}, []string{"kind"}),
@@ -138,5 +196,70 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.VerifyProblems, m.RepairDroppedFragments)
 	reg.MustRegister(m.ShardsAdopted, m.FencingRefusals, m.Flushes, m.Cleanups, m.Merges, m.MergeDuration, m.MergedGenerations,
 		m.PendingGenerations, m.ReadFanoutWarnings, m.Requests, m.RequestDuration, m.AppendedRows)
+	reg.MustRegister(m.GenerationsReclaimed, m.ReadPendingGenerations, m.AddDuration, m.AddErrors, m.AddRequestDuration,
+		m.FlushDuration, m.FlushErrors, m.MergeRequestDuration)
+	// Every label value shows from the start, so a rate() has a zero to start from.
+	for _, f := range []string{"true", "false"} {
+		m.AddRequestDuration.WithLabelValues(f)
+	}
+	for _, o := range []string{FlushSealed, FlushNoop, FlushFenced} {
+		m.FlushDuration.WithLabelValues(o)
+	}
 	return m
+}
+
+// Label values of the reference's series, as it spells them.
+const (
+	// rollout_wal_flush_total{result}, rollout_wal_cleanup_total{result}.
+	ResultOK      = "ok"
+	ResultFailed  = "failed"
+	ResultTimeout = "timeout"
+	ResultMerged  = "merged"
+	// ResultBusy is Tidemark's own: a sweeper merge that found no free merge slot.
+	ResultBusy = "busy"
+	// rollout_flush_duration_seconds{outcome}.
+	FlushSealed = "sealed"
+	FlushNoop   = "noop"
+	FlushFenced = "fenced"
+)
+
+// ObserveAdd records a rollout store's durable append that took d (the
+// reference measures adds of rollout stores only).
+func (m *Metrics) ObserveAdd(kind registry.Kind, d time.Duration, err error) {
+	switch {
+	case kind != registry.KindRollout:
+	case err != nil:
+		m.AddErrors.Inc()
+	default:
+		m.AddDuration.Observe(d.Seconds())
+	}
+}
+
+// ObserveSeal records a seal of a store of kind that took d: sealed says it made
+// a generation (false: nothing to seal). It counts rollout_wal_flush_total for
+// every kind, and for rollout stores the reference's per-outcome duration and
+// error count (a writer refused with wal.ErrFenced is the outcome fenced).
+func (m *Metrics) ObserveSeal(kind string, sealed bool, err error, d time.Duration) {
+	fenced := errors.Is(err, wal.ErrFenced)
+	switch {
+	case err != nil && errors.Is(err, context.DeadlineExceeded):
+		m.Flushes.WithLabelValues(ResultTimeout, kind).Inc()
+	case err != nil:
+		m.Flushes.WithLabelValues(ResultFailed, kind).Inc()
+	case sealed:
+		m.Flushes.WithLabelValues(ResultOK, kind).Inc()
+	}
+	if kind != string(registry.KindRollout) {
+		return
+	}
+	switch {
+	case err != nil && fenced:
+		m.FlushDuration.WithLabelValues(FlushFenced).Observe(d.Seconds())
+	case err != nil:
+		m.FlushErrors.Inc()
+	case sealed:
+		m.FlushDuration.WithLabelValues(FlushSealed).Observe(d.Seconds())
+	default:
+		m.FlushDuration.WithLabelValues(FlushNoop).Observe(d.Seconds())
+	}
 }

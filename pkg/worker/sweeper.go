@@ -98,14 +98,12 @@ func (sw *Sweeper) every(ctx context.Context, d time.Duration, pass func(context
 func (sw *Sweeper) FlushPass(ctx context.Context) {
 	sw.perStore(ctx, "flush", func(ctx context.Context, s *store.Store) {
 		kind := string(s.Entry().Kind)
+		start := sw.cfg.Clock.Now()
 		g, err := s.Seal(ctx)
-		switch {
-		case err != nil:
-			sw.cfg.Metrics.Flushes.WithLabelValues("failure", kind).Inc()
+		sw.cfg.Metrics.ObserveSeal(kind, g != nil, err, sw.cfg.Clock.Since(start))
+		if err != nil {
 			sw.log.Warn("flush sweeper: seal failed", "store", s.Entry().Name, "kind", kind, "err", err)
 			return // a failed seal says nothing about merging; try again next round
-		case g != nil:
-			sw.cfg.Metrics.Flushes.WithLabelValues("success", kind).Inc()
 		}
 		if n := sw.cfg.MergeAfterGenerations; n > 0 && merge.PendingOwn(s) >= n {
 			sw.merge(ctx, s, "count", func(ctx context.Context) (merge.Result, error) {
@@ -120,8 +118,10 @@ func (sw *Sweeper) FlushPass(ctx context.Context) {
 func (sw *Sweeper) CleanupPass(ctx context.Context) {
 	sw.perStore(ctx, "cleanup", func(ctx context.Context, s *store.Store) {
 		kind := string(s.Entry().Kind)
-		if _, err := s.Seal(ctx); err != nil {
-			sw.cfg.Metrics.Flushes.WithLabelValues("failure", kind).Inc()
+		start := sw.cfg.Clock.Now()
+		g, err := s.Seal(ctx)
+		sw.cfg.Metrics.ObserveSeal(kind, g != nil, err, sw.cfg.Clock.Since(start))
+		if err != nil {
 			sw.log.Warn("cleanup sweeper: seal failed", "store", s.Entry().Name, "kind", kind, "err", err)
 		}
 		if merge.PendingOwn(s) > 0 {
@@ -137,19 +137,23 @@ func (sw *Sweeper) merge(ctx context.Context, s *store.Store, trigger string, ru
 	kind := string(s.Entry().Kind)
 	start := sw.cfg.Clock.Now()
 	r, err := run(ctx)
-	result := "success"
+	// rollout_wal_cleanup_total in the reference's words; tidemark_merge_total
+	// keeps its own (success, failure, timeout).
+	result, cleanup := "success", ResultMerged
 	switch {
 	case errors.Is(err, merge.ErrBusy):
-		result = "busy"
-	case errors.Is(err, context.DeadlineExceeded):
-		result = "timeout"
-	case err != nil:
-		result = "failure"
-	}
-	sw.cfg.Metrics.Cleanups.WithLabelValues(result, kind).Inc()
-	if result == "busy" {
+		sw.cfg.Metrics.Cleanups.WithLabelValues(ResultBusy, kind).Inc()
 		return // not a merge: nothing ran
+	case errors.Is(err, context.DeadlineExceeded):
+		result, cleanup = "timeout", ResultTimeout
+	case err != nil:
+		result, cleanup = "failure", ResultFailed
 	}
+	// A merge that found nothing to merge is not a cleanup, as in the reference.
+	if err != nil || r.Generations > 0 {
+		sw.cfg.Metrics.Cleanups.WithLabelValues(cleanup, kind).Inc()
+	}
+	sw.cfg.Metrics.GenerationsReclaimed.WithLabelValues(kind).Add(float64(r.Generations))
 	sw.cfg.Metrics.Merges.WithLabelValues(trigger, result).Inc()
 	sw.cfg.Metrics.MergeDuration.WithLabelValues(trigger).Observe(sw.cfg.Clock.Since(start).Seconds())
 	sw.cfg.Metrics.MergedGenerations.WithLabelValues(kind).Add(float64(r.Generations))

@@ -72,17 +72,17 @@ func TestCountTriggerMergesAtItsThresholdAndNotBelow(t *testing.T) {
 	if n := merge.PendingOwn(f.s); n != 2 {
 		t.Fatalf("below the threshold: %d pending, want 2 (no merge)", n)
 	}
-	if n := f.count(f.metrics.Cleanups, "success", "rollout"); n != 0 {
+	if n := f.count(f.metrics.Cleanups, ResultMerged, "rollout"); n != 0 {
 		t.Fatalf("%d merges below the threshold", n)
 	}
 	f.addAndFlush(t, "c")
 	if n := merge.PendingOwn(f.s); n != 0 {
 		t.Fatalf("at the threshold: %d pending after the flush pass, want 0", n)
 	}
-	if n := f.count(f.metrics.Flushes, "success", "rollout"); n != 3 {
+	if n := f.count(f.metrics.Flushes, ResultOK, "rollout"); n != 3 {
 		t.Fatalf("flush successes %d, want 3", n)
 	}
-	if n := f.count(f.metrics.Cleanups, "success", "rollout"); n != 1 {
+	if n := f.count(f.metrics.Cleanups, ResultMerged, "rollout"); n != 1 {
 		t.Fatalf("merge reported %d times under cleanup, want 1", n)
 	}
 }
@@ -126,10 +126,10 @@ func TestFlushPassNeverWaitsOnABusyMergeSlot(t *testing.T) {
 		t.Fatal("the flush pass waited for a merge slot")
 	}
 	release()
-	if n := f.count(f.metrics.Cleanups, "busy", "rollout"); n != 1 {
+	if n := f.count(f.metrics.Cleanups, ResultBusy, "rollout"); n != 1 {
 		t.Fatalf("busy count %d, want 1", n)
 	}
-	if n := f.count(f.metrics.Flushes, "success", "rollout"); n != 1 {
+	if n := f.count(f.metrics.Flushes, ResultOK, "rollout"); n != 1 {
 		t.Fatalf("the seal was not done while the slot was busy (%d)", n)
 	}
 	if n := merge.PendingOwn(f.s); n != 1 {
