@@ -26,7 +26,10 @@ func TestIngestMergesWhileWorkersSeal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", mode, err)
 		}
-		if res.Sealed == 0 || res.Merged == 0 || res.Tasks == 0 || res.FailedTasks > 0 || len(res.Samples) == 0 ||
+		// MergedByTasks, not Merged: Merged counts what was merged by the end of the
+		// 4 s run, and under a loaded -race run one task took 9.6 s; what this test
+		// guards is that the master's tasks merge what the workers sealed, not how fast.
+		if res.Sealed == 0 || res.MergedByTasks == 0 || res.Tasks == 0 || res.FailedTasks > 0 || len(res.Samples) == 0 ||
 			res.Rows < int64(res.Sealed*5) || res.MaxPending < res.SteadyP50 {
 			t.Fatalf("%s: %+v", mode, res)
 		}
