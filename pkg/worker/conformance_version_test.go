@@ -205,6 +205,11 @@ func TestConformanceGenericReadsAtAVersion(t *testing.T) {
 	if !slices.Equal(got, []string{"a=1", "b=1"}) || ans.Count != 2 {
 		t.Errorf("rows at version %d: %v (count %d), want a=1 b=1", v, got, ans.Count)
 	}
+	// ?filter= (a SQL predicate) at a version: over the rows of that version.
+	e.ok(http.StatusOK, http.MethodGet, fmt.Sprintf("/api/v1/generic/gv/rows?version=%d&filter=%s", v, url.QueryEscape("n = 1 AND id <> 'b'")), nil, &ans)
+	if len(ans.Rows) != 1 || ans.Rows[0].ID != "a" {
+		t.Errorf("filtered rows at version %d: %+v, want a", v, ans.Rows)
+	}
 	_, body := e.do(http.MethodGet, fmt.Sprintf("/api/v1/generic/gv/rows/a?version=%d&columns=n", v), nil)
 	if row := shape(t, "row at a version", body, map[string]string{"id": "string", "n": "number"}, "score"); string(row["n"]) != "1" {
 		t.Errorf("row a at version %d: %s, want n 1", v, body)
