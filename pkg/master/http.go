@@ -66,8 +66,8 @@ type HTTPConfig struct {
 	// CallTimeout bounds one request's etcd work (DefaultCallTimeout).
 	CallTimeout time.Duration
 	Logger      *slog.Logger
-	// Auth guards the task, stats and workers routes (health and metrics stay
-	// open); nil: no authentication (--auth-disabled).
+	// Auth guards every /api/v1 route but health (health and metrics stay open);
+	// nil: no authentication (--auth-disabled).
 	Auth *auth.Guard
 	// DataURL is the bucket's URL without credentials (objstore.Bucket.String()):
 	// experiments' uri is their table directory under it.
