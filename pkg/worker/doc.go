@@ -14,6 +14,10 @@
 //     (conformance_test.go names the reference source it follows).
 //   - A list without a limit is every row or a cut-off answer, never a shorter list
 //     that parses: once rows went out, a failed read closes the connection.
+//   - Blob columns never travel in lists: a record's binary_payload is read from
+//     its blob route, a generic blob column by naming it (api_blob.go). The bytes
+//     of adds and blob downloads in memory at once stay within the in-flight blob
+//     budget, but for one request admitted alone (blobBudget); the rest are 503s.
 //   - Metrics come from the registry the server is given, never from the process-wide
 //     default registry, so two servers in one test process do not share counters.
 //   - Serve returns only after the listener is closed and in-flight requests have
