@@ -178,6 +178,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	cli.LogEnvWarnings(ctx, log) // reference aliases used, unknown settings
 	if err := f.check(); err != nil {
 		return err
 	}

@@ -321,3 +321,24 @@ func fieldOf(out, field string) string {
 	}
 	return ""
 }
+
+// The reference's WORKER_ENDPOINTS are the workers' HTTP URLs; Tidemark calls
+// workers over gRPC, so that form is refused at startup saying what to give,
+// after the warnings for the reference's variables used (its interval in
+// seconds here).
+func TestServeRefusesTheReferencesWorkerURLsAndWarnsAboutItsVariables(t *testing.T) {
+	t.Setenv("WORKER_ENDPOINTS", "http://rollout-0:3000,http://rollout-1:3000")
+	t.Setenv("MERGE_WAL_INTERVAL_SECS", "600")
+	t.Setenv("MERGE_WAL_INTERVL", "1m")
+	_, stderr, err := run(t, "serve", "--etcd-endpoints", "http://127.0.0.1:1", "--auth-disabled",
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
+	if err == nil || !strings.Contains(err.Error(), "http://rollout-0:3000") || !strings.Contains(err.Error(), "host:port") {
+		t.Fatalf("err = %v, want the URL refused, saying to give host:port", err)
+	}
+	for _, want := range []string{`"variable":"MERGE_WAL_INTERVAL_SECS","use":"MERGE_WAL_INTERVAL"`,
+		`"variable":"MERGE_WAL_INTERVL","use":"MERGE_WAL_INTERVAL"`} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("log lacks the warning %s:\n%s", want, stderr)
+		}
+	}
+}

@@ -107,3 +107,21 @@ func TestEveryCommandRefusesAStrayArgument(t *testing.T) {
 	}
 	walk(newRootCmd())
 }
+
+// A deployment written for the reference system keeps its settings: its
+// variable, in its unit, sets the Tidemark setting (here to a value the worker
+// refuses, which shows it was applied), with a warning naming the variable to
+// use.
+func TestServeAppliesTheReferenceSystemsVariables(t *testing.T) {
+	t.Setenv("ROLLOUT_MERGE_MAX_GENERATIONS", "-1")
+	_, err := run(t, "serve", "--data-url", "mem://", "--instance-id", "w1", "--http-addr", "127.0.0.1:0", "--auth-disabled")
+	if err == nil || !strings.Contains(err.Error(), "must not be negative") {
+		t.Fatalf("err = %v, want ROLLOUT_MERGE_MAX_GENERATIONS=-1 applied as --merge-max-generations and refused", err)
+	}
+	t.Setenv("ROLLOUT_MERGE_MAX_GENERATIONS", "8")
+	t.Setenv("ROLLOUT_FLUSH_INTERVAL_SECS", "x")
+	_, err = run(t, "serve", "--data-url", "mem://", "--instance-id", "w1", "--auth-disabled")
+	if err == nil || !strings.Contains(err.Error(), "ROLLOUT_FLUSH_INTERVAL_SECS") || !strings.Contains(err.Error(), "FLUSH_INTERVAL") {
+		t.Fatalf("err = %v, want a bad reference value refused naming it and FLUSH_INTERVAL", err)
+	}
+}

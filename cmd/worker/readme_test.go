@@ -17,3 +17,12 @@ func TestReadmeDocumentsEveryEnvironmentVariable(t *testing.T) {
 		t.Errorf("README.md does not mention %s", m)
 	}
 }
+
+// The list of every binary's variables, which keeps a setting of the other
+// binary in a shared environment from being warned about as unknown, has each of
+// this binary's.
+func TestSettingsListHasEveryEnvironmentVariable(t *testing.T) {
+	for _, m := range cli.UnlistedEnv(newRootCmd()) {
+		t.Errorf("internal/cli's tidemarkSettings lacks %s", m)
+	}
+}

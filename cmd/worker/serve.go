@@ -186,6 +186,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	cli.LogEnvWarnings(ctx, log) // reference aliases used, unknown settings
 	instanceID := f.instanceID
 	if instanceID == "" {
 		if instanceID, err = os.Hostname(); err != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -47,7 +48,20 @@ func ApplyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
 }
 
 // LoadEnv is a cobra PersistentPreRunE that applies the process environment to the
-// flags of the command being run, including those inherited from its parents.
+// flags of the command being run, including those inherited from its parents,
+// accepting the reference system's variables of the binary (the root command's
+// name) as aliases (ApplyEnvAliases). What it has to warn about is kept in the
+// command's context for the command to log once its logger exists
+// (LogEnvWarnings).
 func LoadEnv(cmd *cobra.Command, _ []string) error {
-	return ApplyEnv(cmd.Flags(), os.LookupEnv)
+	warnings, err := ApplyEnvAliases(cmd.Flags(), cmd.Root().Name(), os.Environ(), os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	cmd.SetContext(context.WithValue(ctx, envWarningsKey{}, warnings))
+	return nil
 }

@@ -26,6 +26,11 @@ func ParseEndpoints(s string) (StaticDiscovery, error) {
 		if !named {
 			name, addr = part, part
 		}
+		if strings.Contains(addr, "://") {
+			// The reference's form: the worker's HTTP base URL. The master calls
+			// workers over gRPC, on another port, which a URL cannot tell.
+			return nil, fmt.Errorf("worker endpoint %q is a URL (the reference system's form, a worker's HTTP address): give the worker's gRPC address as host:port or instance=host:port (its --grpc-addr, GRPC_ADDR; port 9090 by default), or leave WORKER_ENDPOINTS empty to find the workers registered in etcd", part)
+		}
 		if !strings.Contains(addr, ":") {
 			return nil, fmt.Errorf("worker endpoint %q: want host:port or instance=host:port", part)
 		}
