@@ -497,7 +497,7 @@ func (c *compiler) comparison(e *sqlparser.ComparisonExpr) (node, error) {
 	if cls == clNull && op != opNullSafeEq {
 		return constNode{unknown}, nil
 	}
-	return cmpNode{op: op, cls: cls, l: l, r: r}, nil
+	return &cmpNode{op: op, cls: cls, l: l, r: r}, nil
 }
 
 func (c *compiler) between(e *sqlparser.BetweenExpr) (node, error) {
@@ -523,7 +523,7 @@ func (c *compiler) between(e *sqlparser.BetweenExpr) (node, error) {
 		if cls == clNull {
 			sides[i] = constNode{unknown}
 		} else {
-			sides[i] = cmpNode{op: op, cls: cls, l: x, r: b}
+			sides[i] = &cmpNode{op: op, cls: cls, l: x, r: b}
 		}
 	}
 	var n node = andNode{sides[0], sides[1]}

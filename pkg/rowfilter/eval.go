@@ -229,7 +229,7 @@ type cmpNode struct {
 	l, r scalar
 }
 
-func (n cmpNode) side(b batch, s *scalar, row int) value {
+func (n *cmpNode) side(b batch, s *scalar, row int) value {
 	if s.col < 0 {
 		return s.k
 	}
@@ -240,7 +240,7 @@ func (n cmpNode) side(b batch, s *scalar, row int) value {
 	return v
 }
 
-func (n cmpNode) eval(b batch, row int) tri {
+func (n *cmpNode) eval(b batch, row int) tri {
 	l, r := n.side(b, &n.l, row), n.side(b, &n.r, row)
 	if l.null || r.null {
 		if n.op == opNullSafeEq {
