@@ -14,7 +14,7 @@ import (
 
 // Etcd is the embedded single-node etcd of `master dev` (devcluster.StartEtcd) on a
 // kernel-chosen loopback port, with its data under a scratch directory and fsync off,
-// plus a client. The master's task store measured against it is therefore measured
+// plus a client. The master's task queue measured against it is therefore measured
 // without disk syncs, like the task-store benchmark of pkg/tasks.
 type Etcd struct {
 	Client    *clientv3.Client

@@ -425,8 +425,8 @@ func medianInt(v []int) int {
 	return s[len(s)/2]
 }
 
-// readTasks counts the run's merge_wal tasks from the master's task store.
-func (r *IngestResult) readTasks(ctx context.Context, ts *tasks.Store) error {
+// readTasks counts the run's merge_wal tasks from the master's task queue.
+func (r *IngestResult) readTasks(ctx context.Context, ts *tasks.Queue) error {
 	var times durations
 	token := ""
 	for {

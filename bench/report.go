@@ -383,7 +383,7 @@ func (r *Report) throughputSection(p printer) {
 		p("| %s | %s | %s | %d / %d |\n", fmtCount(float64(s.Stores)), fmtDur(s.First), fmtDur(s.Second), s.FirstRequests, s.SecondReqs)
 	}
 	tps, pps := float64(t.TaskCycles)/t.TaskTime.Seconds(), float64(t.Puts)/t.PutTime.Seconds()
-	p("\n**Master task store** against the embedded etcd (no fsync), %s each, one after another: `Enqueue` + `Claim` + "+
+	p("\n**Master task queue** against the embedded etcd (no fsync), %s each, one after another: `Enqueue` + `Claim` + "+
 		"`Finish` of a `merge_wal` task (100 targets in turn) next to plain `Put`s of a 2-byte value.\n\n", fmtDur(c.EtcdDuration))
 	p("| loop | per second | plain puts per task |\n|---|---|---|\n")
 	p("| task cycles (enqueue + claim + finish) | %s | %.1f |\n", fmtCount(tps), pps/tps)

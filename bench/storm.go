@@ -431,7 +431,7 @@ func (w *stormWorld) runFanOut(ctx context.Context, env *Env, cfg StormConfig, m
 }
 
 // waitFinished polls the task until it is done or failed.
-func waitFinished(ctx context.Context, ts *tasks.Store, id string) (tasks.Task, error) {
+func waitFinished(ctx context.Context, ts *tasks.Queue, id string) (tasks.Task, error) {
 	for {
 		t, err := ts.Get(ctx, id)
 		if err != nil {

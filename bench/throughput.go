@@ -119,7 +119,7 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (Through
 		res.Scans = append(res.Scans, p)
 	}
 	if err := runTaskCycles(ctx, env, cfg, &res); err != nil {
-		return res, fmt.Errorf("task store: %w", err)
+		return res, fmt.Errorf("task queue: %w", err)
 	}
 	return res, nil
 }

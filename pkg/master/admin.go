@@ -32,7 +32,7 @@ const DefaultCallTimeout = 10 * time.Second
 
 // AdminConfig is what the AdminService needs.
 type AdminConfig struct {
-	Tasks     *tasks.Store
+	Tasks     *tasks.Queue
 	Scanner   *scanner.Scanner
 	Registry  *registry.Registry
 	Discovery Discovery
@@ -57,7 +57,7 @@ var errWorkerRegistered = errclass.New(errclass.Precondition, "its worker is reg
 // as active: the fan-out adopts only those, so the task would adopt nothing.
 var errShardNotActive = errclass.New(errclass.Gone, "not an active shard of the store")
 
-// AdminService implements tidemark.v1.AdminService over the task store, the stats
+// AdminService implements tidemark.v1.AdminService over the task queue, the stats
 // scanner, the store registries and worker discovery.
 //
 // Errors are mapped to status codes in one place (statusOf, by errclass): bad input

@@ -47,7 +47,7 @@ const adminTestSpec = `{"columns":[["id",{"type":"string"}],["v",{"type":"int64"
 type adminEnv struct {
 	ctx     context.Context
 	etcd    *clientv3.Client
-	ts      *tasks.Store
+	ts      *tasks.Queue
 	bucket  *objstore.Bucket
 	scanner *scanner.Scanner
 	svc     *AdminService

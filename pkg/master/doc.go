@@ -1,5 +1,5 @@
 // Package master is the control plane's behaviour: the scheduler that claims tasks
-// from the etcd task store and runs them, the merge_wal fan-out to workers,
+// from the etcd task queue and runs them, the merge_wal fan-out to workers,
 // worker discovery, and (in sibling files) the admin gRPC service and HTTP API.
 //
 // Invariants:
@@ -23,6 +23,6 @@
 //     failing the same way at every sweep.
 //   - Capacity is reserved before a claim: a claimed task never waits for a slot while
 //     holding its target lock.
-//   - Retry policy lives in one place (the task store's cooldown and the merge sweep),
+//   - Retry policy lives in one place (the task queue's cooldown and the merge sweep),
 //     never in a runner.
 package master

@@ -399,7 +399,7 @@ func TestUnreachableWorkerIsSkippedAndNamed(t *testing.T) {
 // over gRPC with the claim's fencing token; the task record says what happened.
 // runMergeScheduler runs a scheduler of merge_wal tasks through fan until the test
 // ends.
-func runMergeScheduler(t *testing.T, client *clientv3.Client, ts *tasks.Store, fan *FanOut) *Scheduler {
+func runMergeScheduler(t *testing.T, client *clientv3.Client, ts *tasks.Queue, fan *FanOut) *Scheduler {
 	t.Helper()
 	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: 10 * time.Millisecond,
 		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: fan}})
@@ -510,7 +510,7 @@ func TestACorruptObjectOnOneWorkerDoesNotStopTheFanOut(t *testing.T) {
 
 // runScheduler runs a scheduler of merge_wal tasks through fan, counting finished
 // tasks in metrics, until the test ends.
-func runScheduler(t *testing.T, client *clientv3.Client, ts *tasks.Store, fan *FanOut, metrics *Metrics) {
+func runScheduler(t *testing.T, client *clientv3.Client, ts *tasks.Queue, fan *FanOut, metrics *Metrics) {
 	t.Helper()
 	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: 10 * time.Millisecond,
 		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: fan}, OnFinish: metrics.ObserveTask})
@@ -622,7 +622,7 @@ func TestACorruptObjectFailsTheMergeAndCoolsItsTargetDown(t *testing.T) {
 }
 
 // waitFinished waits until task id is done or failed.
-func waitFinished(t *testing.T, ts *tasks.Store, id string) tasks.Task {
+func waitFinished(t *testing.T, ts *tasks.Queue, id string) tasks.Task {
 	t.Helper()
 	var task tasks.Task
 	testwait.For(t, 30*time.Second, "task "+id+" finished", func() (bool, string) {

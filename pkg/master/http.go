@@ -55,7 +55,7 @@ type HTTPConfig struct {
 	// Admin enqueues the tasks of POST /api/v1/tasks (target check, dedupe, wake)
 	// and reads the store registry for the experiment routes.
 	Admin     *AdminService
-	Tasks     *tasks.Store
+	Tasks     *tasks.Queue
 	Scanner   *scanner.Scanner
 	Discovery Discovery
 	// EtcdCheck reports whether etcd answers; health is 503 while it does not.

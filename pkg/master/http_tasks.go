@@ -154,7 +154,7 @@ type window struct {
 // first offset of those that come after the task id token ("" : from the start).
 // Counting the total is what costs the full walk; task history is bounded by
 // pruning (TASK_HISTORY_*).
-func taskWindow(ctx context.Context, ts *tasks.Store, f tasks.ListFilter, token string, offset, limit int) (window, error) {
+func taskWindow(ctx context.Context, ts *tasks.Queue, f tasks.ListFilter, token string, offset, limit int) (window, error) {
 	var w window
 	skipped := 0
 	f.Limit = tasks.MaxListLimit

@@ -34,7 +34,7 @@ type Master struct {
 	cfg     Config
 	log     *slog.Logger
 	session *sessionKeeper
-	tasks   *tasks.Store
+	tasks   *tasks.Queue
 	scanner *scanner.Scanner
 	sweeper *scanner.MergeSweeper
 	compact *scanner.CompactionSweeper
@@ -201,8 +201,8 @@ func New(cfg Config) (*Master, error) {
 	return m, nil
 }
 
-// Tasks is the master's task store.
-func (m *Master) Tasks() *tasks.Store { return m.tasks }
+// Tasks is the master's task queue.
+func (m *Master) Tasks() *tasks.Queue { return m.tasks }
 
 // Handler is the master's HTTP API.
 func (m *Master) Handler() http.Handler { return m.http }

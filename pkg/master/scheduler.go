@@ -39,14 +39,14 @@ func (f RunnerFunc) Run(ctx context.Context, c *tasks.Claim) (string, error) { r
 
 // SchedulerConfig configures a Scheduler.
 type SchedulerConfig struct {
-	Tasks *tasks.Store
+	Tasks *tasks.Queue
 	// Lease returns the lease claims are made under (the master's session lease);
 	// claims die with it.
 	Lease func() clientv3.LeaseID
 	// Runners by kind; kinds without a runner are never claimed.
 	Runners map[tasks.Kind]Runner
 	// Concurrency per kind (default 1). merge_wal tasks of different targets may run
-	// at once; one target never has two (the task store's target lock).
+	// at once; one target never has two (the task queue's target lock).
 	Concurrency map[tasks.Kind]int
 	// PollInterval is how often the scheduler looks for work when idle (1 s).
 	PollInterval time.Duration

@@ -48,9 +48,9 @@ func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 	return resp, err
 }
 
-// lossyStore is a task store whose client loses the answer of the first claim
+// lossyStore is a task queue whose client loses the answer of the first claim
 // once kv is armed.
-func lossyStore(t *testing.T) (*tasks.Store, *lossyKV, *clientv3.Client) {
+func lossyStore(t *testing.T) (*tasks.Queue, *lossyKV, *clientv3.Client) {
 	srv := etcdtest.StartServer(t)
 	client, lossy := srv.Client(t), srv.Client(t)
 	kv := &lossyKV{KV: lossy.KV}

@@ -27,7 +27,7 @@ func session(t *testing.T, c *clientv3.Client, ttl int) *concurrency.Session {
 	return s
 }
 
-func waitState(t *testing.T, ts *tasks.Store, id string, want tasks.State) tasks.Task {
+func waitState(t *testing.T, ts *tasks.Queue, id string, want tasks.State) tasks.Task {
 	t.Helper()
 	var task tasks.Task
 	testwait.For(t, 30*time.Second, fmt.Sprintf("task %s to be %s", id, want), func() (bool, string) {

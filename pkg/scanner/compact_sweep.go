@@ -41,9 +41,9 @@ type CompactionSummary struct {
 // compactions cool down after failures.
 //
 // Like the merge sweep, it only reads stats rows and enqueues (deduplicated by the
-// task store); one replica at a time sweeps, under the compaction-sweep lock.
+// task queue); one replica at a time sweeps, under the compaction-sweep lock.
 type CompactionSweeper struct {
-	ts      *tasks.Store
+	ts      *tasks.Queue
 	rows    rowStore
 	opts    options
 	log     *slog.Logger
@@ -60,8 +60,8 @@ type CompactionSweeper struct {
 }
 
 // NewCompactionSweeper returns a CompactionSweeper reading the stats rows under the
-// task store's prefix and taking the "compaction-sweep" lock under lease.
-func NewCompactionSweeper(client *clientv3.Client, ts *tasks.Store, lease Lease, opts ...Option) *CompactionSweeper {
+// task queue's prefix and taking the "compaction-sweep" lock under lease.
+func NewCompactionSweeper(client *clientv3.Client, ts *tasks.Queue, lease Lease, opts ...Option) *CompactionSweeper {
 	o := buildOptions(opts)
 	log := o.logger.With("component", "compaction-sweep")
 	return &CompactionSweeper{

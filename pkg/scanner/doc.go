@@ -42,7 +42,7 @@
 //     keeps its previous value. A failed registry listing aborts the round before any
 //     write, so a store missing from a partial listing is never taken as deleted.
 //   - Rows of stores no longer registered are deleted by the next round.
-//   - The sweep enqueues through the task store's deduplicated Enqueue: a target has
+//   - The sweep enqueues through the task queue's deduplicated Enqueue: a target has
 //     at most one live merge_wal task however many sweeps or replicas run, and
 //     deduplicated enqueues do not count against the per-sweep cap.
 //   - A row scanned before the target's last merge finished is not merged on: that

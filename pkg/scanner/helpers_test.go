@@ -24,7 +24,7 @@ import (
 
 const testSpec = `{"columns":[["id",{"type":"string"}],["v",{"type":"int64","nullable":true}]]}`
 
-// env is one test's world: an embedded etcd, a task store under the test's own
+// env is one test's world: an embedded etcd, a task queue under the test's own
 // prefix, a bucket, a worker's stores on it (shard "w1") writing through the plain
 // bucket, and a fault wrapper on the same bucket that the scanners read through
 // (its counters see only the scanner's requests).
@@ -32,7 +32,7 @@ type env struct {
 	t      *testing.T
 	ctx    context.Context
 	client *clientv3.Client
-	ts     *tasks.Store
+	ts     *tasks.Queue
 	bucket *objstore.Bucket // what the workers write through
 	faults *objstore.Faults
 	seen   *objstore.Bucket // what the scanners read through
@@ -73,8 +73,8 @@ func (e *env) grant() clientv3.LeaseID {
 	return resp.ID
 }
 
-// replica returns a task store of another master replica on the same prefix.
-func (e *env) replica(holder string) *tasks.Store {
+// replica returns a task queue of another master replica on the same prefix.
+func (e *env) replica(holder string) *tasks.Queue {
 	return tasks.New(e.client, e.ts.Prefix(), tasks.WithHolder(holder), tasks.WithLogger(e.log))
 }
 
@@ -82,7 +82,7 @@ func (e *env) scanner(lease clientv3.LeaseID, opts ...Option) *Scanner {
 	return e.scannerOn(e.ts, lease, opts...)
 }
 
-func (e *env) scannerOn(ts *tasks.Store, lease clientv3.LeaseID, opts ...Option) *Scanner {
+func (e *env) scannerOn(ts *tasks.Queue, lease clientv3.LeaseID, opts ...Option) *Scanner {
 	opts = append([]Option{WithLogger(e.log)}, opts...)
 	return New(e.client, ts, e.seen, StaticLease(lease), opts...)
 }

@@ -19,7 +19,7 @@ const releaseTimeout = 5 * time.Second
 // instead of repeating the work right after it; when the holder dies or stops, its
 // key goes away with its lease (or by release) and the next replica to try takes it.
 type roundLock struct {
-	ts    *tasks.Store
+	ts    *tasks.Queue
 	name  string
 	lease Lease
 	log   *slog.Logger

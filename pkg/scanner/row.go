@@ -108,7 +108,7 @@ type rowStore struct {
 	prefix string // P/stats/
 }
 
-func newRowStore(client *clientv3.Client, ts *tasks.Store) rowStore {
+func newRowStore(client *clientv3.Client, ts *tasks.Queue) rowStore {
 	return rowStore{client: client, prefix: ts.Keys().StatsPrefix()}
 }
 

@@ -64,9 +64,9 @@ type Scanner struct {
 }
 
 // New returns a Scanner of the stores registered in bucket, writing stats rows
-// under the task store's prefix and taking the "scanner" coordination lock under
+// under the task queue's prefix and taking the "scanner" coordination lock under
 // lease. Call Run to scan periodically, or Scan for one round.
-func New(client *clientv3.Client, ts *tasks.Store, bucket *objstore.Bucket, lease Lease, opts ...Option) *Scanner {
+func New(client *clientv3.Client, ts *tasks.Queue, bucket *objstore.Bucket, lease Lease, opts ...Option) *Scanner {
 	o := buildOptions(opts)
 	log := o.logger.With("component", "scanner")
 	return &Scanner{

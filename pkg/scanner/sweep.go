@@ -45,7 +45,7 @@ type SweepSummary struct {
 // many pending WAL generations. It is safe for concurrent use; sweeps run one at a
 // time.
 type MergeSweeper struct {
-	ts      *tasks.Store
+	ts      *tasks.Queue
 	rows    rowStore
 	opts    options
 	log     *slog.Logger
@@ -61,7 +61,7 @@ type MergeSweeper struct {
 
 // NewMergeSweeper returns a MergeSweeper reading the stats rows under the task
 // store's prefix and taking the "merge-sweep" coordination lock under lease.
-func NewMergeSweeper(client *clientv3.Client, ts *tasks.Store, lease Lease, opts ...Option) *MergeSweeper {
+func NewMergeSweeper(client *clientv3.Client, ts *tasks.Queue, lease Lease, opts ...Option) *MergeSweeper {
 	o := buildOptions(opts)
 	log := o.logger.With("component", "merge-sweep")
 	return &MergeSweeper{
@@ -88,7 +88,7 @@ func (sw *MergeSweeper) Run(ctx context.Context) {
 // MERGE_WAL_MIN_GENERATIONS pending generations, most pending first, until the
 // cap of new tasks is reached.
 //
-// Enqueues are deduplicated by the task store, so the lock only keeps replicas
+// Enqueues are deduplicated by the task queue, so the lock only keeps replicas
 // from doubling the work: a sweep that races another (its lock lost mid-sweep)
 // adds no second task for a target.
 func (sw *MergeSweeper) Sweep(ctx context.Context) (SweepSummary, error) {

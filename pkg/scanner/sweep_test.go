@@ -113,12 +113,12 @@ func TestOnlyOneReplicaSweeps(t *testing.T) {
 	}
 }
 
-// mergeWorld is a scanner, a sweeper and a task store on one fake clock, with
+// mergeWorld is a scanner, a sweeper and a task queue on one fake clock, with
 // rollout store r (3 pending generations, threshold 2) scanned once.
 type mergeWorld struct {
 	*env
 	clk   *clocktesting.FakeClock
-	ts    *tasks.Store // e.ts on the fake clock: FinishedAt and ScannedAt compare
+	ts    *tasks.Queue // e.ts on the fake clock: FinishedAt and ScannedAt compare
 	store *store.Store
 	stats *Scanner
 	sw    *MergeSweeper

@@ -15,7 +15,7 @@ var ErrNotCancellable = errors.New("task is not queued")
 // Cancel fails a queued task with error "cancelled" and frees its kind+target for
 // a new enqueue. A running or finished task gives ErrNotCancellable, a missing one
 // ErrTaskNotFound.
-func (s *Store) Cancel(ctx context.Context, id string) (Task, error) {
+func (s *Queue) Cancel(ctx context.Context, id string) (Task, error) {
 	if err := validateID("task id", id); err != nil {
 		return Task{}, err
 	}
@@ -46,7 +46,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (Task, error) {
 // failQueued moves a queued task, read at mod revision rev, to its failed state t.
 // It reports false when the task changed since it was read (claimed, cancelled or
 // failed by someone else), in which case nothing was written.
-func (s *Store) failQueued(ctx context.Context, t Task, rev int64) (bool, error) {
+func (s *Queue) failQueued(ctx context.Context, t Task, rev int64) (bool, error) {
 	// Fail-queued transaction (cancel, and a failed dependency):
 	//   if   mod_revision(P/tasks/<id>) == r                    still queued as read (not claimed since)
 	//   then put P/tasks/<id> = failed task

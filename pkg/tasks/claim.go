@@ -53,7 +53,7 @@ type Claim struct {
 // fails queued tasks whose dependency failed ("dependency <id> did not complete").
 // It returns ErrNoTask when nothing is claimable, and the etcd error (e.g.
 // rpctypes.ErrLeaseNotFound) when the lease is already gone.
-func (s *Store) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimFilter) (*Claim, error) {
+func (s *Queue) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimFilter) (*Claim, error) {
 	if lease == clientv3.NoLease {
 		return nil, fmt.Errorf("%w: claims need a lease, so that they die with their holder", ErrInvalidArgument)
 	}
@@ -121,7 +121,7 @@ func (s *Store) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimF
 
 // tryClaim claims task id if it is still queued and claimable. It returns nil
 // without an error when another claimer or a cancel got there first.
-func (s *Store) tryClaim(ctx context.Context, id string, lease clientv3.LeaseID, cooldownRev int64) (*Claim, error) {
+func (s *Queue) tryClaim(ctx context.Context, id string, lease clientv3.LeaseID, cooldownRev int64) (*Claim, error) {
 	t, rev, err := s.getTask(ctx, id)
 	if errors.Is(err, ErrTaskNotFound) {
 		return nil, nil
@@ -179,7 +179,7 @@ func (s *Store) tryClaim(ctx context.Context, id string, lease clientv3.LeaseID,
 // dependenciesDone reports whether every dependency of t is done. If one failed
 // (or is gone), it fails t and reports false. seen caches the dependencies read
 // during one Claim call: a dependency that finishes meanwhile is seen by the next.
-func (s *Store) dependenciesDone(ctx context.Context, t Task, seen map[string]Task) (bool, error) {
+func (s *Queue) dependenciesDone(ctx context.Context, t Task, seen map[string]Task) (bool, error) {
 	var unread []string
 	for _, dep := range t.DependsOn {
 		if _, ok := seen[dep]; !ok {
@@ -222,7 +222,7 @@ func (s *Store) dependenciesDone(ctx context.Context, t Task, seen map[string]Ta
 }
 
 // failDependent fails queued task id because its dependency dep failed.
-func (s *Store) failDependent(ctx context.Context, id string, dep Task) error {
+func (s *Queue) failDependent(ctx context.Context, id string, dep Task) error {
 	t, rev, err := s.getTask(ctx, id)
 	if errors.Is(err, ErrTaskNotFound) {
 		return nil
@@ -250,7 +250,7 @@ func (s *Store) failDependent(ctx context.Context, id string, dep Task) error {
 }
 
 // dropDedupe deletes t's dedupe key only if it still names t (a nested txn).
-func (s *Store) dropDedupe(t Task) clientv3.Op {
+func (s *Queue) dropDedupe(t Task) clientv3.Op {
 	key := s.keys.Dedupe(t.Kind, t.Target)
 	return clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", t.ID)},
@@ -275,7 +275,7 @@ type cooldownAt struct {
 	rev int64
 }
 
-func (s *Store) readSnapshot(ctx context.Context) (*snapshot, error) {
+func (s *Queue) readSnapshot(ctx context.Context) (*snapshot, error) {
 	// A transaction of reads only: every range sees the same revision.
 	resp, err := s.client.Txn(ctx).Then(
 		clientv3.OpGet(s.keys.QueuePrefix(), clientv3.WithPrefix(), clientv3.WithLimit(queuePage)),
@@ -285,7 +285,7 @@ func (s *Store) readSnapshot(ctx context.Context) (*snapshot, error) {
 		clientv3.OpGet(s.keys.CooldownPrefix(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("read task store %s: %w", s.keys.Prefix(), err)
+		return nil, fmt.Errorf("read task queue %s: %w", s.keys.Prefix(), err)
 	}
 	queue := resp.Responses[0].GetResponseRange()
 	snap := &snapshot{

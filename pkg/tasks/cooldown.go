@@ -59,7 +59,7 @@ func encodeCooldown(cd Cooldown) string {
 // Cooldown returns the cooldown record of kind on target, and false if there is
 // none. A record whose Until has passed no longer blocks claims but still counts
 // the failures in a row.
-func (s *Store) Cooldown(ctx context.Context, kind Kind, target string) (Cooldown, bool, error) {
+func (s *Queue) Cooldown(ctx context.Context, kind Kind, target string) (Cooldown, bool, error) {
 	if err := validateKind(kind); err != nil {
 		return Cooldown{}, false, err
 	}
@@ -70,7 +70,7 @@ func (s *Store) Cooldown(ctx context.Context, kind Kind, target string) (Cooldow
 	return cd, ok, err
 }
 
-func (s *Store) getCooldown(ctx context.Context, kind Kind, target string) (Cooldown, int64, bool, error) {
+func (s *Queue) getCooldown(ctx context.Context, kind Kind, target string) (Cooldown, int64, bool, error) {
 	key := s.keys.Cooldown(kind, target)
 	resp, err := s.client.Get(ctx, key)
 	if err != nil {
@@ -87,7 +87,7 @@ func (s *Store) getCooldown(ctx context.Context, kind Kind, target string) (Cool
 // failure that cools (see cools) counts one more in a row against the record read at
 // rev (0: none), a success deletes the record, any other failure (a merge's) has
 // none.
-func (s *Store) cooldownOps(t Task, r Result, cd Cooldown, rev int64) ([]clientv3.Cmp, []clientv3.Op) {
+func (s *Queue) cooldownOps(t Task, r Result, cd Cooldown, rev int64) ([]clientv3.Cmp, []clientv3.Op) {
 	key := s.keys.Cooldown(t.Kind, t.Target)
 	if r.Err == nil {
 		return nil, []clientv3.Op{clientv3.OpDelete(key)}

@@ -41,7 +41,7 @@ type CoordinationLock struct {
 // It is deliberately not re-entrant: two jobs of one replica on one lease must
 // not both believe they hold the lock (as two concurrency.Mutex on one Session
 // do, sharing a key).
-func (s *Store) AcquireCoordination(ctx context.Context, name string, lease clientv3.LeaseID) (*CoordinationLock, error) {
+func (s *Queue) AcquireCoordination(ctx context.Context, name string, lease clientv3.LeaseID) (*CoordinationLock, error) {
 	if name == "" || strings.ContainsAny(name, "/\x00") {
 		return nil, fmt.Errorf("%w: coordination lock name %q (non-empty, no '/')", ErrInvalidArgument, name)
 	}

@@ -1,4 +1,4 @@
-// Package tasks is the master's task store in etcd: deduplicated enqueue, claims
+// Package tasks is the master's task queue in etcd: deduplicated enqueue, claims
 // under the claimer's lease with a per-target lock whose revision is the fencing
 // token sent to workers, finish guarded by the claim token, orphan recovery,
 // dependencies, cooldown of failing tasks, pruning, and coordination locks that

@@ -20,7 +20,7 @@ const maxTxnAttempts = 16
 //
 // A bad kind or target is an ErrInvalidArgument (a malformed target also wraps
 // registry.ErrInvalidName); a dependency that does not exist is ErrTaskNotFound.
-func (s *Store) Enqueue(ctx context.Context, kind Kind, target string, dependsOn ...string) (Task, bool, error) {
+func (s *Queue) Enqueue(ctx context.Context, kind Kind, target string, dependsOn ...string) (Task, bool, error) {
 	t, deduplicated, err := s.enqueue(ctx, kind, target, dependsOn...)
 	if err == nil && s.opts.onEnqueue != nil {
 		s.opts.onEnqueue(kind, deduplicated)
@@ -28,7 +28,7 @@ func (s *Store) Enqueue(ctx context.Context, kind Kind, target string, dependsOn
 	return t, deduplicated, err
 }
 
-func (s *Store) enqueue(ctx context.Context, kind Kind, target string, dependsOn ...string) (Task, bool, error) {
+func (s *Queue) enqueue(ctx context.Context, kind Kind, target string, dependsOn ...string) (Task, bool, error) {
 	if err := validateKind(kind); err != nil {
 		return Task{}, false, err
 	}

@@ -32,7 +32,7 @@ type Result struct {
 //
 // Only the claim's holder can finish it: if the claim was lost, Finish returns
 // ErrClaimLost and changes nothing.
-func (s *Store) Finish(ctx context.Context, c *Claim, r Result) (Task, error) {
+func (s *Queue) Finish(ctx context.Context, c *Claim, r Result) (Task, error) {
 	t := c.Task
 	t.State = StateDone
 	t.Error = ""
@@ -125,7 +125,7 @@ func holds(resp *clientv3.TxnResponse, token string) bool {
 // master that shuts down gracefully before running it to the end. Attempts keep
 // counting. Like Finish, it returns ErrClaimLost and changes nothing if the claim
 // was lost.
-func (s *Store) Release(ctx context.Context, c *Claim) (Task, error) {
+func (s *Queue) Release(ctx context.Context, c *Claim) (Task, error) {
 	t := c.Task
 	t.State = StateQueued
 	t.StartedAt = time.Time{}

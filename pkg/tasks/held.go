@@ -17,7 +17,7 @@ import (
 // running it. No orphan recovery frees it while the lease lives, and a master's
 // lease lives as long as the master, so the claimer must find such claims itself
 // and give them back (Release).
-func (s *Store) Held(ctx context.Context, lease clientv3.LeaseID) ([]*Claim, error) {
+func (s *Queue) Held(ctx context.Context, lease clientv3.LeaseID) ([]*Claim, error) {
 	resp, err := s.client.Get(ctx, s.keys.ClaimsPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", s.keys.ClaimsPrefix(), err)

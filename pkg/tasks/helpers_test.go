@@ -37,7 +37,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 // newStore starts an embedded etcd for the test and returns a store on it, under a
 // prefix of its own, logging to the test's output.
-func newStore(t *testing.T, opts ...Option) (*Store, *clientv3.Client) {
+func newStore(t *testing.T, opts ...Option) (*Queue, *clientv3.Client) {
 	t.Helper()
 	client, _ := etcdtest.Start(t)
 	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -62,7 +62,7 @@ func revoke(t *testing.T, client *clientv3.Client, lease clientv3.LeaseID) {
 	}
 }
 
-func enqueue(t *testing.T, s *Store, kind Kind, target string, deps ...string) Task {
+func enqueue(t *testing.T, s *Queue, kind Kind, target string, deps ...string) Task {
 	t.Helper()
 	task, dedup, err := s.Enqueue(context.Background(), kind, target, deps...)
 	if err != nil {
@@ -74,7 +74,7 @@ func enqueue(t *testing.T, s *Store, kind Kind, target string, deps ...string) T
 	return task
 }
 
-func claim(t *testing.T, s *Store, lease clientv3.LeaseID, kinds ...Kind) *Claim {
+func claim(t *testing.T, s *Queue, lease clientv3.LeaseID, kinds ...Kind) *Claim {
 	t.Helper()
 	c, err := s.Claim(context.Background(), lease, ClaimFilter{Kinds: kinds})
 	if err != nil {
@@ -83,7 +83,7 @@ func claim(t *testing.T, s *Store, lease clientv3.LeaseID, kinds ...Kind) *Claim
 	return c
 }
 
-func noClaim(t *testing.T, s *Store, lease clientv3.LeaseID) {
+func noClaim(t *testing.T, s *Queue, lease clientv3.LeaseID) {
 	t.Helper()
 	c, err := s.Claim(context.Background(), lease, ClaimFilter{})
 	if !errors.Is(err, ErrNoTask) {
@@ -94,7 +94,7 @@ func noClaim(t *testing.T, s *Store, lease clientv3.LeaseID) {
 	}
 }
 
-func finish(t *testing.T, s *Store, c *Claim, runErr error) Task {
+func finish(t *testing.T, s *Queue, c *Claim, runErr error) Task {
 	t.Helper()
 	done, err := s.Finish(context.Background(), c, Result{Err: runErr})
 	if err != nil {
@@ -103,7 +103,7 @@ func finish(t *testing.T, s *Store, c *Claim, runErr error) Task {
 	return done
 }
 
-func get(t *testing.T, s *Store, id string) Task {
+func get(t *testing.T, s *Queue, id string) Task {
 	t.Helper()
 	task, err := s.Get(context.Background(), id)
 	if err != nil {

@@ -33,7 +33,7 @@ type ListFilter struct {
 //
 // Queued and running tasks are read from their indexes, so listing the queue
 // never scans finished tasks.
-func (s *Store) List(ctx context.Context, f ListFilter) ([]Task, string, error) {
+func (s *Queue) List(ctx context.Context, f ListFilter) ([]Task, string, error) {
 	if f.State != "" {
 		if _, err := ParseState(string(f.State)); err != nil {
 			return nil, "", err

@@ -13,7 +13,7 @@ import (
 // or was revoked) back in the queue at its original place, and returns how many it
 // recovered. This is the only way, besides Release, that a task goes from running
 // back to queued. Claim does it too before it picks; call it at startup as well.
-func (s *Store) RecoverOrphans(ctx context.Context) (int, error) {
+func (s *Queue) RecoverOrphans(ctx context.Context) (int, error) {
 	// Running records and claims read at one revision: a task whose running key
 	// is there but claim key is not was orphaned at that revision.
 	resp, err := s.client.Txn(ctx).Then(
@@ -30,7 +30,7 @@ func (s *Store) RecoverOrphans(ctx context.Context) (int, error) {
 	return s.recoverOrphansIn(ctx, snap)
 }
 
-func (s *Store) recoverOrphansIn(ctx context.Context, snap *snapshot) (int, error) {
+func (s *Queue) recoverOrphansIn(ctx context.Context, snap *snapshot) (int, error) {
 	n := 0
 	for _, kv := range snap.running {
 		id := string(kv.Key[len(s.keys.RunningPrefix()):])
@@ -50,7 +50,7 @@ func (s *Store) recoverOrphansIn(ctx context.Context, snap *snapshot) (int, erro
 
 // recoverOrphan requeues running task id if its claim is gone. It reports
 // false when the task finished, was released or recovered meanwhile.
-func (s *Store) recoverOrphan(ctx context.Context, id string) (bool, error) {
+func (s *Queue) recoverOrphan(ctx context.Context, id string) (bool, error) {
 	t, rev, err := s.getTask(ctx, id)
 	if errors.Is(err, ErrTaskNotFound) {
 		return false, nil

@@ -27,7 +27,7 @@ const pruneRead = 1000
 // A batch that races with a new enqueue (which may name a victim as dependency)
 // is retried from a fresh read; Prune gives up quietly after a few such races, and
 // the next Prune goes on.
-func (s *Store) Prune(ctx context.Context, keep int, maxAge time.Duration) (int, error) {
+func (s *Queue) Prune(ctx context.Context, keep int, maxAge time.Duration) (int, error) {
 	if keep <= 0 && maxAge <= 0 {
 		return 0, nil
 	}
@@ -88,7 +88,7 @@ type taskAt struct {
 
 // pruneVictims reads every task at one revision and returns the finished tasks to
 // delete, with that revision.
-func (s *Store) pruneVictims(ctx context.Context, keep int, maxAge time.Duration, now time.Time) ([]taskAt, int64, error) {
+func (s *Queue) pruneVictims(ctx context.Context, keep int, maxAge time.Duration, now time.Time) ([]taskAt, int64, error) {
 	var (
 		finished  []taskAt
 		protected = map[string]bool{}
@@ -145,7 +145,7 @@ func (s *Store) pruneVictims(ctx context.Context, keep int, maxAge time.Duration
 }
 
 // pruneCooldowns deletes cooldown records whose Until is before cutoff.
-func (s *Store) pruneCooldowns(ctx context.Context, cutoff time.Time) error {
+func (s *Queue) pruneCooldowns(ctx context.Context, cutoff time.Time) error {
 	resp, err := s.client.Get(ctx, s.keys.CooldownPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return fmt.Errorf("prune: read %s: %w", s.keys.CooldownPrefix(), err)

@@ -10,7 +10,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
-// TaskQueue enqueues master tasks: the task store in etcd (tasks.Store). The
+// TaskQueue enqueues master tasks: the task queue in etcd (tasks.Queue). The
 // worker only enqueues; the master's scheduler claims and runs them.
 type TaskQueue interface {
 	Enqueue(ctx context.Context, kind tasks.Kind, target string, dependsOn ...string) (tasks.Task, bool, error)

@@ -29,9 +29,9 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
-// Store is the master's task store in etcd. It keeps no state of its own besides
-// its options: every replica may use its own Store on the same prefix at once.
-type Store struct {
+// Queue is the master's task queue in etcd. It keeps no state of its own besides
+// its options: every replica may use its own Queue on the same prefix at once.
+type Queue struct {
 	client *clientv3.Client
 	keys   Keys
 	opts   options
@@ -46,7 +46,7 @@ type options struct {
 	onEnqueue    func(kind Kind, deduplicated bool)
 }
 
-// Option configures a Store.
+// Option configures a Queue.
 type Option func(*options)
 
 // WithClock sets the clock used for timestamps and cooldowns (tests inject one).
@@ -100,8 +100,8 @@ func WithOnEnqueue(f func(kind Kind, deduplicated bool)) Option {
 	return func(o *options) { o.onEnqueue = f }
 }
 
-// New returns the task store under prefix ("" means DefaultPrefix).
-func New(client *clientv3.Client, prefix string, opts ...Option) *Store {
+// New returns the task queue under prefix ("" means DefaultPrefix).
+func New(client *clientv3.Client, prefix string, opts ...Option) *Queue {
 	host, _ := os.Hostname()
 	o := options{
 		clock:        realClock{},
@@ -116,16 +116,16 @@ func New(client *clientv3.Client, prefix string, opts ...Option) *Store {
 	if o.cooldownMax < o.cooldownBase {
 		o.cooldownMax = o.cooldownBase
 	}
-	return &Store{client: client, keys: KeysUnder(prefix), opts: o}
+	return &Queue{client: client, keys: KeysUnder(prefix), opts: o}
 }
 
 // Prefix is the store's key prefix, without a trailing slash.
-func (s *Store) Prefix() string { return s.keys.Prefix() }
+func (s *Queue) Prefix() string { return s.keys.Prefix() }
 
 // Keys is the key schema under the store's prefix.
-func (s *Store) Keys() Keys { return s.keys }
+func (s *Queue) Keys() Keys { return s.keys }
 
-func (s *Store) now() time.Time { return s.opts.clock.Now().UTC() }
+func (s *Queue) now() time.Time { return s.opts.clock.Now().UTC() }
 
 func encodeTask(t Task) string {
 	data, err := json.Marshal(t)
@@ -144,7 +144,7 @@ func decodeTask(key string, value []byte) (Task, error) {
 }
 
 // getTask reads a task with the mod revision its record has.
-func (s *Store) getTask(ctx context.Context, id string) (Task, int64, error) {
+func (s *Queue) getTask(ctx context.Context, id string) (Task, int64, error) {
 	key := s.keys.Task(id)
 	resp, err := s.client.Get(ctx, key)
 	if err != nil {
@@ -158,7 +158,7 @@ func (s *Store) getTask(ctx context.Context, id string) (Task, int64, error) {
 }
 
 // Get returns the task with the id, or ErrTaskNotFound.
-func (s *Store) Get(ctx context.Context, id string) (Task, error) {
+func (s *Queue) Get(ctx context.Context, id string) (Task, error) {
 	if err := validateID("task id", id); err != nil {
 		return Task{}, err
 	}
@@ -167,7 +167,7 @@ func (s *Store) Get(ctx context.Context, id string) (Task, error) {
 }
 
 // QueueDepth is the number of queued tasks (for metrics).
-func (s *Store) QueueDepth(ctx context.Context) (int64, error) {
+func (s *Queue) QueueDepth(ctx context.Context) (int64, error) {
 	resp, err := s.client.Get(ctx, s.keys.QueuePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, fmt.Errorf("count %s: %w", s.keys.QueuePrefix(), err)
