@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/tls"
 	"net/http"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
@@ -40,6 +41,17 @@ func (g *Guard) Require(next http.Handler) http.Handler {
 type Transport struct {
 	Token string
 	Base  http.RoundTripper
+}
+
+// HTTPClient is an HTTP client that sends token on every request (none when empty)
+// and, with tlsCfg, speaks TLS as it says: how the master and its dashboard call
+// the workers' data API with the cluster's credential.
+func HTTPClient(token string, tlsCfg *tls.Config) *http.Client {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	if tlsCfg != nil {
+		base.TLSClientConfig = tlsCfg.Clone()
+	}
+	return &http.Client{Transport: &Transport{Token: token, Base: base}}
 }
 
 // RoundTrip implements http.RoundTripper.

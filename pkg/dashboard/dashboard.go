@@ -117,7 +117,7 @@ func New(cfg Config) (*Dashboard, error) {
 		sessions: newSessions(cfg.SessionTTL, cfg.Now),
 		pages:    pages,
 		static:   http.StripPrefix(Root+"static/", http.FileServerFS(static)),
-		workers:  workerClient(cfg.WorkerToken, cfg.WorkerTLS),
+		workers:  auth.HTTPClient(cfg.WorkerToken, cfg.WorkerTLS),
 	}
 	d.routes()
 	return d, nil

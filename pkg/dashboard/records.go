@@ -3,7 +3,6 @@ package dashboard
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/schema"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
@@ -42,15 +40,6 @@ var rolloutColumns = []string{"id", "rollout_id", "dataset", "sequence_order", "
 
 // maxGenericColumns bounds the columns the table shows for a generic store.
 const maxGenericColumns = 8
-
-// workerClient calls the workers' data API with the master's credential.
-func workerClient(token string, tlsCfg *tls.Config) *http.Client {
-	base := http.DefaultTransport.(*http.Transport).Clone()
-	if tlsCfg != nil {
-		base.TLSClientConfig = tlsCfg.Clone()
-	}
-	return &http.Client{Transport: &auth.Transport{Token: token, Base: base}}
-}
 
 type recordRow struct {
 	ID    string

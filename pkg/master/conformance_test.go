@@ -34,7 +34,6 @@ package master
 // e2e suite's TestConformanceOfAMasterProcess drives real processes.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -51,6 +50,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
+	"github.com/tidemark-io/tidemark/internal/jsonshape"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
@@ -59,49 +59,6 @@ import (
 )
 
 const conformanceToken = "conformance-token-0123456789abcdef"
-
-// confJSONType is the JSON type of a raw value: string, number, bool, null,
-// array, object or missing.
-func confJSONType(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return "missing"
-	}
-	switch raw[0] {
-	case '"':
-		return "string"
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case 't', 'f':
-		return "bool"
-	case 'n':
-		return "null"
-	}
-	return "number"
-}
-
-// confShape checks that body is a JSON object whose keys in want have those JSON
-// types, and that it has none of absent; it returns the object.
-func confShape(t *testing.T, what string, body []byte, want map[string]string, absent ...string) map[string]json.RawMessage {
-	t.Helper()
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(body, &obj); err != nil {
-		t.Fatalf("%s: answer %q is not a JSON object: %v", what, body, err)
-	}
-	for k, typ := range want {
-		if got := confJSONType(obj[k]); got != typ {
-			t.Errorf("%s: %q is %s, want %s (answer %s)", what, k, got, typ, body)
-		}
-	}
-	for _, k := range absent {
-		if _, ok := obj[k]; ok {
-			t.Errorf("%s: has %q, which the reference leaves out here (answer %s)", what, k, body)
-		}
-	}
-	return obj
-}
 
 // The reference's TaskRecord fields and ExperimentSummary fields, with their JSON
 // types.
@@ -213,7 +170,7 @@ func (e *confEnv) refError(method, path, body string, status int, code, part str
 // queued task leaves out, and an enqueued_at in Unix milliseconds.
 func checkTask(t *testing.T, what string, raw []byte) TaskRecord {
 	t.Helper()
-	confShape(t, what, raw, refTask, "started_at", "finished_at", "error", "detail", "depends_on")
+	jsonshape.Check(t, what, raw, refTask, "started_at", "finished_at", "error", "detail", "depends_on")
 	var task TaskRecord
 	if err := json.Unmarshal(raw, &task); err != nil {
 		t.Fatal(err)
@@ -257,7 +214,7 @@ func TestConformanceTaskRoutesAnswerAsTheReference(t *testing.T) {
 
 	// GET /api/v1/tasks: {tasks,total,limit,offset}, newest first, default limit 50.
 	out = e.ok(http.StatusOK, http.MethodGet, "/api/v1/tasks", "")
-	page := confShape(t, "tasks", out, map[string]string{"tasks": "array", "total": "number", "limit": "number", "offset": "number"}, "next_page_token")
+	page := jsonshape.Check(t, "tasks", out, map[string]string{"tasks": "array", "total": "number", "limit": "number", "offset": "number"}, "next_page_token")
 	var list TaskPage
 	if err := json.Unmarshal(out, &list); err != nil {
 		t.Fatal(err)
@@ -306,7 +263,7 @@ func TestConformanceTaskRoutesAnswerAsTheReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	out = e.ok(http.StatusOK, http.MethodGet, "/api/v1/tasks/"+first.ID, "")
-	obj := confShape(t, "cancelled task", out, map[string]string{"finished_at": "number", "error": "string", "state": "string"})
+	obj := jsonshape.Check(t, "cancelled task", out, map[string]string{"finished_at": "number", "error": "string", "state": "string"})
 	if string(obj["state"]) != `"failed"` {
 		t.Errorf("cancelled task = %s", out)
 	}
@@ -317,7 +274,7 @@ func TestConformanceExperimentRoutesAnswerAsTheReference(t *testing.T) {
 
 	// POST /api/v1/rescan: {"scanned":n}.
 	out := e.ok(http.StatusOK, http.MethodPost, "/api/v1/rescan", "")
-	confShape(t, "rescan", out, map[string]string{"scanned": "number"})
+	jsonshape.Check(t, "rescan", out, map[string]string{"scanned": "number"})
 	if !strings.Contains(string(out), `"scanned":2`) {
 		t.Errorf("rescan = %s, want both stores scanned", out)
 	}
@@ -327,7 +284,7 @@ func TestConformanceExperimentRoutesAnswerAsTheReference(t *testing.T) {
 
 	// GET /api/v1/experiments: {experiments,total}, name order, default limit 50.
 	out = e.ok(http.StatusOK, http.MethodGet, "/api/v1/experiments", "")
-	obj := confShape(t, "experiments", out, map[string]string{"experiments": "array", "total": "number"})
+	obj := jsonshape.Check(t, "experiments", out, map[string]string{"experiments": "array", "total": "number"})
 	var list ExperimentList
 	if err := json.Unmarshal(out, &list); err != nil {
 		t.Fatal(err)
@@ -338,7 +295,7 @@ func TestConformanceExperimentRoutesAnswerAsTheReference(t *testing.T) {
 	var raws []json.RawMessage
 	_ = json.Unmarshal(obj["experiments"], &raws)
 	for _, raw := range raws {
-		confShape(t, "experiment", raw, refExperiment, "last_compaction")
+		jsonshape.Check(t, "experiment", raw, refExperiment, "last_compaction")
 	}
 	if want := "mem://conformance/rollout/r1"; !strings.HasPrefix(list.Experiments[1].URI, want) {
 		t.Errorf("uri %q, want the table directory under DATA_URL (%s…)", list.Experiments[1].URI, want)
@@ -375,11 +332,11 @@ func TestConformanceExperimentRoutesAnswerAsTheReference(t *testing.T) {
 	for k, v := range refExperiment {
 		want[k] = v
 	}
-	confShape(t, "experiment r1", out, want, "summary")
+	jsonshape.Check(t, "experiment r1", out, want, "summary")
 	if !strings.Contains(string(out), `"total_compactions":1`) {
 		t.Errorf("experiment r1 = %s, want its one compaction", out)
 	}
-	confShape(t, "fresh experiment", e.ok(http.StatusOK, http.MethodGet, "/api/v1/experiments/generic:g1?fresh=true", ""), refExperiment)
+	jsonshape.Check(t, "fresh experiment", e.ok(http.StatusOK, http.MethodGet, "/api/v1/experiments/generic:g1?fresh=true", ""), refExperiment)
 	e.refError(http.MethodGet, "/api/v1/experiments/nope", "", 404, CodeNotFound, "experiment 'nope' not found in stats")
 	e.refError(http.MethodGet, "/api/v1/experiments/nope?fresh=true", "", 404, CodeNotFound, "experiment 'nope' does not exist")
 	e.refError(http.MethodGet, "/api/v1/experiments/r1?fresh=maybe", "", 400, CodeInvalidRequest, "fresh")
@@ -405,7 +362,7 @@ func TestConformanceRecordsAreReadThroughAWorker(t *testing.T) {
 	records := func(path string) ExperimentRecords {
 		t.Helper()
 		out := e.ok(http.StatusOK, http.MethodGet, path, "")
-		confShape(t, path, out, refRecords)
+		jsonshape.Check(t, path, out, refRecords)
 		var got ExperimentRecords
 		if err := json.Unmarshal(out, &got); err != nil {
 			t.Fatal(err)

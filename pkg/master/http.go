@@ -154,7 +154,7 @@ func NewHTTPHandler(cfg HTTPConfig) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &httpAPI{cfg: cfg, workers: workerHTTPClient(cfg.WorkerToken, cfg.WorkerTLS)}
+	a := &httpAPI{cfg: cfg, workers: auth.HTTPClient(cfg.WorkerToken, cfg.WorkerTLS)}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics}))
 	mux.HandleFunc("GET /api/v1/health", a.health)

@@ -3,7 +3,6 @@ package master
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/schema"
@@ -72,15 +70,6 @@ type workerAnswerError struct {
 }
 
 func (e *workerAnswerError) Error() string { return e.message }
-
-// workerHTTPClient calls the workers' data API with the master's credential.
-func workerHTTPClient(token string, tlsCfg *tls.Config) *http.Client {
-	base := http.DefaultTransport.(*http.Transport).Clone()
-	if tlsCfg != nil {
-		base.TLSClientConfig = tlsCfg.Clone()
-	}
-	return &http.Client{Transport: &auth.Transport{Token: token, Base: base}}
-}
 
 // recordQuery is a parsed records request.
 type recordQuery struct {

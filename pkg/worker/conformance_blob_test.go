@@ -57,6 +57,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tidemark-io/tidemark/internal/jsonshape"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/schema"
 )
@@ -184,7 +185,7 @@ func TestConformanceMultipartAddAndBlobRoute(t *testing.T) {
 	if status != http.StatusCreated {
 		t.Fatalf("multipart add: %d %s", status, out)
 	}
-	ans := shape(t, "multipart add", out, map[string]string{"version": "number", "ids": "array", "count": "number"})
+	ans := jsonshape.Check(t, "multipart add", out, map[string]string{"version": "number", "ids": "array", "count": "number"})
 	if string(ans["ids"]) != `["a0","a1","a2","a3","a4"]` || string(ans["count"]) != "5" {
 		t.Errorf("multipart add: %s", out)
 	}
@@ -198,12 +199,12 @@ func TestConformanceMultipartAddAndBlobRoute(t *testing.T) {
 			t.Fatalf("%s: %s %v", path, out, err)
 		}
 		for _, r := range list.Records {
-			shape(t, path, r, rolloutRecordDto, schema.BinaryPayloadColumn)
+			jsonshape.Check(t, path, r, rolloutRecordDto, schema.BinaryPayloadColumn)
 		}
 	}
 	_, out = e.do(http.MethodGet, "/api/v1/rollouts/art/records/a0", nil)
-	rec := shape(t, "get record", out, map[string]string{"record": "object"})
-	if got := shape(t, "get record", rec["record"], rolloutRecordDto, schema.BinaryPayloadColumn); string(got["payload_size"]) != fmt.Sprint(len(big)) {
+	rec := jsonshape.Check(t, "get record", out, map[string]string{"record": "object"})
+	if got := jsonshape.Check(t, "get record", rec["record"], rolloutRecordDto, schema.BinaryPayloadColumn); string(got["payload_size"]) != fmt.Sprint(len(big)) {
 		t.Errorf("get record: payload_size %s, want %d", got["payload_size"], len(big))
 	}
 
@@ -498,17 +499,17 @@ func TestConformanceGenericBlobColumns(t *testing.T) {
 			t.Fatalf("%s: %s", path, out)
 		}
 		for _, r := range list.Rows {
-			shape(t, path, r, map[string]string{"id": "string", "user": "string", "thumb": "string|null"}, "img")
+			jsonshape.Check(t, path, r, map[string]string{"id": "string", "user": "string", "thumb": "string|null"}, "img")
 		}
 	}
 	_, out = e.do(http.MethodGet, "/api/v1/generic/g/rows/r1", nil)
-	shape(t, "get", out, map[string]string{"id": "string", "user": "string", "thumb": "string"}, "img")
+	jsonshape.Check(t, "get", out, map[string]string{"id": "string", "user": "string", "thumb": "string"}, "img")
 	_, out = e.do(http.MethodGet, "/api/v1/generic/g/rows/r1?columns=img", nil)
-	if got := shape(t, "get img", out, map[string]string{"id": "string", "img": "string"}, "user", "thumb"); string(got["img"]) != `"AQID"` {
+	if got := jsonshape.Check(t, "get img", out, map[string]string{"id": "string", "img": "string"}, "user", "thumb"); string(got["img"]) != `"AQID"` {
 		t.Errorf("get img: %s", out)
 	}
 	_, out = e.do(http.MethodGet, "/api/v1/generic/g/rows/r1?columns=user", nil)
-	shape(t, "get user", out, map[string]string{"id": "string", "user": "string"}, "img", "thumb")
+	jsonshape.Check(t, "get user", out, map[string]string{"id": "string", "user": "string"}, "img", "thumb")
 	refError(t, e, http.MethodPost, "/api/v1/generic", `{"name":"g2","schema":{"columns":[["id",{"type":"string","nullable":false}],["n",{"type":"int64","blob":true}]]}}`,
 		400, CodeInvalidRequest, "")
 }

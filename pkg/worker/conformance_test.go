@@ -26,65 +26,20 @@ package worker
 // worker process through the same checks for a few routes.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/tidemark-io/tidemark/internal/jsonshape"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 )
-
-// jsonType is the JSON type of a raw value: string, number, bool, null, array or
-// object.
-func jsonType(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return "missing"
-	}
-	switch raw[0] {
-	case '"':
-		return "string"
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case 't', 'f':
-		return "bool"
-	case 'n':
-		return "null"
-	}
-	return "number"
-}
-
-// shape checks that body is a JSON object whose keys in want have those JSON
-// types ("string|null": either), and that it has none of absent. It returns the
-// object.
-func shape(t *testing.T, what string, body []byte, want map[string]string, absent ...string) map[string]json.RawMessage {
-	t.Helper()
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(body, &obj); err != nil {
-		t.Fatalf("%s: answer %q is not a JSON object: %v", what, body, err)
-	}
-	for k, types := range want {
-		if got := jsonType(obj[k]); !slices.Contains(strings.Split(types, "|"), got) {
-			t.Errorf("%s: %q is %s, want %s (answer %s)", what, k, got, types, body)
-		}
-	}
-	for _, k := range absent {
-		if _, ok := obj[k]; ok {
-			t.Errorf("%s: has %q, which the reference leaves out (answer %s)", what, k, body)
-		}
-	}
-	return obj
-}
 
 // refError checks a reference error answer: status, code and the exact message
 // (empty: any).
@@ -112,7 +67,7 @@ func TestConformanceRolloutRoutes(t *testing.T) {
 	if status != http.StatusCreated {
 		t.Fatalf("create: %d %s", status, body)
 	}
-	created := shape(t, "create", body, map[string]string{"name": "string", "uri": "string", "version": "number"})
+	created := jsonshape.Check(t, "create", body, map[string]string{"name": "string", "uri": "string", "version": "number"})
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"conf-empty-options","storage_options":{}}`, nil)
 	refError(t, e, http.MethodPost, "/api/v1/rollouts", `{"name":"conf2","storage_options":{"aws_region":"x"}}`, 400, CodeInvalidRequest, "")
 	refError(t, e, http.MethodPost, "/api/v1/rollouts", `{"name":"conf"}`, 409, CodeAlreadyExists, "Rollout store 'conf' already exists")
@@ -124,12 +79,12 @@ func TestConformanceRolloutRoutes(t *testing.T) {
 		t.Fatalf("list: %s %v", body, err)
 	}
 	for _, s := range list.Stores {
-		shape(t, "list entry", s, map[string]string{"name": "string", "uri": "string"}, "version")
+		jsonshape.Check(t, "list entry", s, map[string]string{"name": "string", "uri": "string"}, "version")
 	}
 
 	// GET /rollouts/{name}: RolloutStoreInfo, flat.
 	_, body = e.do(http.MethodGet, "/api/v1/rollouts/conf", nil)
-	got := shape(t, "get store", body, map[string]string{"name": "string", "uri": "string", "version": "number"}, "store", "stats")
+	got := jsonshape.Check(t, "get store", body, map[string]string{"name": "string", "uri": "string", "version": "number"}, "store", "stats")
 	if string(got["uri"]) != string(created["uri"]) || string(got["version"]) != string(created["version"]) {
 		t.Errorf("get store %s disagrees with create %v", body, created)
 	}
@@ -146,7 +101,7 @@ func TestConformanceRolloutRoutes(t *testing.T) {
 		if status != http.StatusCreated {
 			t.Fatalf("add%s: %d %s", q, status, body)
 		}
-		ans := shape(t, "add"+q, body, map[string]string{"version": "number", "ids": "array", "count": "number"})
+		ans := jsonshape.Check(t, "add"+q, body, map[string]string{"version": "number", "ids": "array", "count": "number"})
 		if want := fmt.Sprintf(`["q%d-a","q%d-b"]`, i, i); string(ans["ids"]) != want || string(ans["count"]) != "2" {
 			t.Errorf("add%s: ids %s count %s, want %s and 2", q, ans["ids"], ans["count"], want)
 		}
@@ -169,16 +124,16 @@ func TestConformanceRolloutRoutes(t *testing.T) {
 		t.Fatalf("list records: %d of %d, %v", len(recs.Records), visible, err)
 	}
 	for _, r := range recs.Records {
-		rec := shape(t, "listed record", r, rolloutRecordDto)
-		if m := rec["metadata"]; jsonType(m) != "null" && string(m) != `{"k":[1,"x"]}` {
+		rec := jsonshape.Check(t, "listed record", r, rolloutRecordDto)
+		if m := rec["metadata"]; jsonshape.Type(m) != "null" && string(m) != `{"k":[1,"x"]}` {
 			t.Errorf("metadata %s, want the object sent", m)
 		}
 	}
 
 	// GET .../records/{id}: {record: RolloutRecordDto} or {record: null}.
 	_, body = e.do(http.MethodGet, "/api/v1/rollouts/conf/records/q3-b", nil)
-	rec := shape(t, "get record", body, map[string]string{"record": "object"})
-	inner := shape(t, "get record", rec["record"], rolloutRecordDto)
+	rec := jsonshape.Check(t, "get record", body, map[string]string{"record": "object"})
+	inner := jsonshape.Check(t, "get record", rec["record"], rolloutRecordDto)
 	if string(inner["metadata"]) != `{"k":[1,"x"]}` {
 		t.Errorf("metadata %s, want the object sent", inner["metadata"])
 	}
@@ -206,7 +161,7 @@ func TestConformanceGenericRoutes(t *testing.T) {
 	if status != http.StatusCreated {
 		t.Fatalf("create: %d %s", status, body)
 	}
-	created := shape(t, "create", body, map[string]string{"name": "string", "uri": "string", "version": "number", "schema": "object"})
+	created := jsonshape.Check(t, "create", body, map[string]string{"name": "string", "uri": "string", "version": "number", "schema": "object"})
 	// The schema comes back with every nullable spelled out: a reference client
 	// reads a missing one as true.
 	var echoed struct{ Columns [][2]json.RawMessage }
@@ -232,19 +187,19 @@ func TestConformanceGenericRoutes(t *testing.T) {
 	if err := json.Unmarshal(body, &list); err != nil || len(list.Stores) != 1 {
 		t.Fatalf("list: %s %v", body, err)
 	}
-	shape(t, "list entry", list.Stores[0], map[string]string{"name": "string", "uri": "string"}, "version")
+	jsonshape.Check(t, "list entry", list.Stores[0], map[string]string{"name": "string", "uri": "string"}, "version")
 	_, body = e.do(http.MethodGet, "/api/v1/generic/gc", nil)
-	shape(t, "get store", body, map[string]string{"name": "string", "uri": "string", "version": "number", "schema": "object"}, "store", "stats")
+	jsonshape.Check(t, "get store", body, map[string]string{"name": "string", "uri": "string", "version": "number", "schema": "object"}, "store", "stats")
 	refError(t, e, http.MethodGet, "/api/v1/generic/absent", nil, 404, CodeNotFound, "Generic store 'absent' does not exist")
 
 	// POST rows: 201 {version, count}; an empty array is a no-op, as there; a
 	// column left out is null when nullable.
 	status, body = e.do(http.MethodPost, "/api/v1/generic/gc/rows", `{"rows":[]}`)
-	if ans := shape(t, "empty add", body, map[string]string{"version": "number", "count": "number"}); status != http.StatusCreated || string(ans["count"]) != "0" {
+	if ans := jsonshape.Check(t, "empty add", body, map[string]string{"version": "number", "count": "number"}); status != http.StatusCreated || string(ans["count"]) != "0" {
 		t.Errorf("empty add: %d %s", status, body)
 	}
 	status, body = e.do(http.MethodPost, "/api/v1/generic/gc/rows", `{"rows":[{"id":"a","n":1,"score":0.5,"tags":["x"]},{"n":2,"id":"b"}]}`)
-	if ans := shape(t, "add", body, map[string]string{"version": "number", "count": "number"}); status != http.StatusCreated || string(ans["count"]) != "2" {
+	if ans := jsonshape.Check(t, "add", body, map[string]string{"version": "number", "count": "number"}); status != http.StatusCreated || string(ans["count"]) != "2" {
 		t.Errorf("add: %d %s", status, body)
 	}
 	refError(t, e, http.MethodPost, "/api/v1/generic/gc/rows", `{"rows":[{"id":"c"}]}`, 400, CodeInvalidRequest, "")
@@ -261,12 +216,12 @@ func TestConformanceGenericRoutes(t *testing.T) {
 	// GET rows/{id}: the bare row; ?columns= projects (id always in); a missing id
 	// is the reference's 404.
 	_, body = e.do(http.MethodGet, "/api/v1/generic/gc/rows/a", nil)
-	row := shape(t, "get row", body, map[string]string{"id": "string", "n": "number", "score": "number", "tags": "array", "raw": "null"}, "row")
+	row := jsonshape.Check(t, "get row", body, map[string]string{"id": "string", "n": "number", "score": "number", "tags": "array", "raw": "null"}, "row")
 	if string(row["id"]) != `"a"` {
 		t.Errorf("get row: %s", body)
 	}
 	_, body = e.do(http.MethodGet, "/api/v1/generic/gc/rows/a?columns=score,%20tags", nil)
-	if proj := shape(t, "projected row", body, map[string]string{"id": "string", "score": "number", "tags": "array"}, "n", "raw", "v"); len(proj) != 3 {
+	if proj := jsonshape.Check(t, "projected row", body, map[string]string{"id": "string", "score": "number", "tags": "array"}, "n", "raw", "v"); len(proj) != 3 {
 		t.Errorf("projected row: %s", body)
 	}
 	refError(t, e, http.MethodGet, "/api/v1/generic/gc/rows/a?columns=nope", nil, 400, CodeInvalidRequest, "")

@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/jsonshape"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/table"
@@ -140,7 +141,7 @@ func TestConformanceCheckoutAndReadsAtAVersion(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("checkout: %d %s", status, body)
 	}
-	if ans := shape(t, "checkout", body, map[string]string{"version": "number"}); len(ans) != 1 || string(ans["version"]) != fmt.Sprint(v2) {
+	if ans := jsonshape.Check(t, "checkout", body, map[string]string{"version": "number"}); len(ans) != 1 || string(ans["version"]) != fmt.Sprint(v2) {
 		t.Errorf("checkout: %s, want {\"version\":%d}", body, v2)
 	}
 	if got := e.recordsAt(base); len(got) != 3 {
@@ -211,7 +212,7 @@ func TestConformanceGenericReadsAtAVersion(t *testing.T) {
 		t.Errorf("filtered rows at version %d: %+v, want a", v, ans.Rows)
 	}
 	_, body := e.do(http.MethodGet, fmt.Sprintf("/api/v1/generic/gv/rows/a?version=%d&columns=n", v), nil)
-	if row := shape(t, "row at a version", body, map[string]string{"id": "string", "n": "number"}, "score"); string(row["n"]) != "1" {
+	if row := jsonshape.Check(t, "row at a version", body, map[string]string{"id": "string", "n": "number"}, "score"); string(row["n"]) != "1" {
 		t.Errorf("row a at version %d: %s, want n 1", v, body)
 	}
 	refError(t, e, http.MethodGet, fmt.Sprintf("/api/v1/generic/gv/rows/c?version=%d", v), nil, 404, CodeNotFound, "Row 'c' does not exist")
