@@ -12,6 +12,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/chaos"
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
+	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/dashboard"
 	"github.com/tidemark-io/tidemark/pkg/master"
 	"github.com/tidemark-io/tidemark/pkg/membership"
@@ -182,7 +183,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	reg := master.NewRegistry()
+	reg := refmetrics.NewProcessRegistry()
 	// Checked before anything is opened: a master that would serve its
 	// AdminService to anyone refuses to start. The same token (and --tls-ca with
 	// the certificate as client certificate) goes on the calls to the workers.

@@ -15,6 +15,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/chaos"
 	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
+	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/maintain"
 	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/merge"
@@ -208,7 +209,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err := f.checkMaintenance(); err != nil {
 		return err
 	}
-	reg := worker.NewRegistry()
+	reg := refmetrics.NewProcessRegistry()
 	// Credentials are checked before anything is opened: a worker that would
 	// serve its control surface to anyone refuses to start.
 	authn, err := f.auth.Server(log, reg)

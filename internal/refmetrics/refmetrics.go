@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // RequestBuckets are the reference's upper bounds (seconds) of request-scale
@@ -131,4 +132,16 @@ func (w *StatusRecorder) StatusOr200() int {
 		return http.StatusOK
 	}
 	return w.Status
+}
+
+// NewProcessRegistry returns a Prometheus registry holding the Go runtime and
+// process collectors (go_*, process_*), which every Tidemark process exports
+// beside its own series, as the reference's do.
+func NewProcessRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
 }

@@ -112,7 +112,7 @@ type Config struct {
 	// Holder names this replica in claim tokens and coordination keys (default
 	// "<hostname>:<pid>").
 	Holder string
-	// Metrics is the registry /metrics serves (NewRegistry() when nil).
+	// Metrics is the registry /metrics serves (refmetrics.NewProcessRegistry() when nil).
 	Metrics *prometheus.Registry
 	Logger  *slog.Logger
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/grpcserver"
+	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/dashboard"
 	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -70,7 +71,7 @@ func New(cfg Config) (*Master, error) {
 		cfg.Discovery = &membership.Discovery{Client: cfg.Client, Prefix: cfg.Prefix}
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = NewRegistry()
+		cfg.Metrics = refmetrics.NewProcessRegistry()
 	}
 	setDefault(&cfg.TaskConcurrency, DefaultTaskConcurrency)
 	setDefault(&cfg.MergeConcurrency, DefaultMergeConcurrency)

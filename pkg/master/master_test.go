@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
@@ -396,7 +397,7 @@ func (f *fakeCaller) MergeWal(_ context.Context, w Worker, target string, token 
 func TestMasterRunsMergeWALThroughTheFanOut(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	caller := &fakeCaller{known: map[string]int64{"w1": 3, "w2": 4}}
-	reg := NewRegistry()
+	reg := refmetrics.NewProcessRegistry()
 	m := runMaster(t, client, Config{Caller: caller, Runners: map[tasks.Kind]Runner{}, Metrics: reg,
 		Discovery: StaticDiscovery{{InstanceID: "w1", GRPCAddr: "127.0.0.1:1"}, {InstanceID: "w2", GRPCAddr: "127.0.0.1:2"}}})
 	ok, _, err := m.Tasks().Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
@@ -50,17 +49,6 @@ type Metrics struct {
 	EtcdUp prometheus.Gauge
 	// HTTP counts and times the HTTP API's requests (http_requests_total).
 	HTTP *refmetrics.HTTP
-}
-
-// NewRegistry returns a Prometheus registry holding the Go runtime and process
-// collectors, for Config.Metrics.
-func NewRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
-	return reg
 }
 
 // NewMetrics creates the master's series and registers them with reg (none is

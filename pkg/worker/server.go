@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/wal"
@@ -42,7 +42,7 @@ type Config struct {
 	InstanceID string
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
-	// Metrics is the registry /metrics serves; nil means NewRegistry().
+	// Metrics is the registry /metrics serves; nil means refmetrics.NewProcessRegistry().
 	Metrics *prometheus.Registry
 	// ShutdownTimeout bounds how long Serve waits for in-flight requests once its
 	// context is done; zero means DefaultShutdownTimeout.
@@ -95,17 +95,6 @@ type Server struct {
 	blobs *blobBudget
 }
 
-// NewRegistry returns a Prometheus registry holding the Go runtime and process
-// collectors, for a Server's Config.Metrics.
-func NewRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
-	return reg
-}
-
 // NewServer returns a server for cfg.
 func NewServer(cfg Config) (*Server, error) {
 	// The instance id is this worker's shard name in every store.
@@ -116,7 +105,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = NewRegistry()
+		cfg.Metrics = refmetrics.NewProcessRegistry()
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout

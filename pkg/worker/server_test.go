@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidemark-io/tidemark/internal/refmetrics"
 )
 
 // startServer serves cfg on a loopback port and returns its base URL. Cleanup stops
@@ -79,7 +80,7 @@ func TestHealthReportsOKAndInstanceID(t *testing.T) {
 }
 
 func TestMetricsServesTheGivenRegistryNotTheGlobalOne(t *testing.T) {
-	reg := NewRegistry()
+	reg := refmetrics.NewProcessRegistry()
 	probe := prometheus.NewCounter(prometheus.CounterOpts{Name: "tidemark_test_probe_total", Help: "test"})
 	reg.MustRegister(probe)
 	probe.Add(3)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/store"
@@ -25,7 +26,7 @@ func TestProcessSealsWhatItAcknowledgedOnTheWayOut(t *testing.T) {
 	ss := store.NewStores(store.Config{Bucket: bucket, Shard: "w1", Logger: quiet, SnapshotTTL: -1,
 		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
 	merger := merge.New(merge.Config{Logger: quiet})
-	series := NewMetrics(NewRegistry())
+	series := NewMetrics(refmetrics.NewProcessRegistry())
 	svc, err := NewWorkerService(WorkerServiceConfig{InstanceID: "w1", Stores: ss, Merger: merger, Metrics: series, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
