@@ -40,6 +40,7 @@ var workerRefSeries = map[string]refSeries{
 	"rollout_flush_duration_seconds":             {"histogram", []string{"outcome"}},
 	"rollout_flush_errors_total":                 {"counter", nil},
 	"rollout_wal_merge_request_duration_seconds": {"histogram", nil},
+	"rollout_wal_merge_errors_total":             {"counter", []string{"phase"}},
 }
 
 var masterRefSeries = map[string]refSeries{

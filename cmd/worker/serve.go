@@ -256,6 +256,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		Concurrency:    f.mergeConcurrency,
 		BudgetBytes:    f.mergeBudget,
 		Logger:         log,
+		OnPhase:        series.ObserveMergePhase,
 	})
 	sweeper := worker.NewSweeper(worker.SweeperConfig{
 		Stores:                stores,

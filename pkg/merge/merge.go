@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/errgroup"
@@ -37,6 +38,33 @@ type Config struct {
 	// charge exceeds the budget is charged the whole budget).
 	BudgetBytes int64
 	Logger      *slog.Logger
+	// OnPhase, if set, is told how long each phase of a pass took and how it
+	// ended (err nil: it succeeded), for the worker's per-phase metrics.
+	OnPhase func(phase Phase, took time.Duration, err error)
+}
+
+// Phase names a step of a merge pass, in the reference system's words where it
+// has the step (rollout_wal_merge_duration_seconds{phase}).
+type Phase string
+
+const (
+	PhaseRead   Phase = "read"   // reading the pass's generation objects
+	PhaseAppend Phase = "append" // writing the fragment the rows go into (staged)
+	PhaseCommit Phase = "commit" // the manifest commit that publishes it (Tidemark's own)
+	PhaseDrain  Phase = "drain"  // dropping the merged generations from the shard, with due deletes
+)
+
+// Phases lists every Phase, for metrics that show each from the start.
+func Phases() []Phase { return []Phase{PhaseRead, PhaseAppend, PhaseCommit, PhaseDrain} }
+
+// timed runs fn as phase p and tells OnPhase.
+func (m *Merger) timed(p Phase, fn func() error) error {
+	start := time.Now()
+	err := fn()
+	if m.cfg.OnPhase != nil {
+		m.cfg.OnPhase(p, time.Since(start), err)
+	}
+	return err
 }
 
 // PassCostFactor is a pass's peak memory per byte of the generations it reads:
@@ -369,19 +397,22 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 	// The generations are read generationReads at a time: one after another, a pass
 	// of 8 would wait 8 round trips for them.
 	parts := make([][]arrow.RecordBatch, len(pick))
-	g, gctx = errgroup.WithContext(ctx)
-	g.SetLimit(generationReads)
-	for i, gen := range pick {
-		g.Go(func() error {
-			data, err := m.reads.Read(gctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, gen))
-			if err != nil {
-				return err
-			}
-			parts[i] = data.Records
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err = m.timed(PhaseRead, func() error {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(generationReads)
+		for i, gen := range pick {
+			g.Go(func() error {
+				data, err := m.reads.Read(gctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, gen))
+				if err != nil {
+					return err
+				}
+				parts[i] = data.Records
+				return nil
+			})
+		}
+		return g.Wait()
+	})
+	if err != nil {
 		pp.abort(ctx)
 		return pp, fmt.Errorf("merge %s: %w", s.Target(), err)
 	}
@@ -390,7 +421,13 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 		recs = append(recs, parts[i]...)
 		pp.rows += gen.Rows
 	}
-	pp.txn, err = s.Table().Prepare(ctx, base, table.Append{Records: recs, Shard: s.Shard(), Generation: pp.upTo})
+	_ = m.timed(PhaseAppend, func() error {
+		pp.txn, err = s.Table().Prepare(ctx, base, table.Append{Records: recs, Shard: s.Shard(), Generation: pp.upTo})
+		if errors.Is(err, table.ErrAlreadyCommitted) {
+			return nil // found, not failed: the phase did its job
+		}
+		return err
+	})
 	if errors.Is(err, table.ErrAlreadyCommitted) {
 		pp.done, err = err, nil
 	}
@@ -427,11 +464,13 @@ func (pp *preparedPass) commit(ctx context.Context, catchUp bool, known uint64) 
 		}
 	}
 	if err == nil {
-		var committed *table.Manifest
-		committed, err = pp.s.Commit(ctx, txn)
-		if err == nil {
-			res.Version = committed.Version
-		}
+		err = pp.m.timed(PhaseCommit, func() error {
+			committed, err := pp.s.Commit(ctx, txn)
+			if err == nil {
+				res.Version = committed.Version
+			}
+			return err
+		})
 	}
 	res.Rows = pp.rows
 	switch {
@@ -462,7 +501,8 @@ func (pp *preparedPass) abort(ctx context.Context) {
 }
 
 func (m *Merger) drain(ctx context.Context, w *wal.Writer, s *store.Store, upTo uint64) (int, error) {
-	d, err := w.Drain(ctx, upTo)
+	var d wal.DrainResult
+	err := m.timed(PhaseDrain, func() (err error) { d, err = w.Drain(ctx, upTo); return err })
 	if err != nil {
 		return 0, fmt.Errorf("merge %s: drain: %w", s.Target(), err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
+	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 )
@@ -64,6 +65,11 @@ type Metrics struct {
 	FlushErrors   prometheus.Counter
 	// MergeRequestDuration times the worker's handling of a master-driven merge.
 	MergeRequestDuration prometheus.Histogram
+	// MergePhaseDuration times each phase of a merge pass (merge.Phase) by
+	// result ok|error; MergePhaseErrors counts the failed ones by phase: where
+	// merges die.
+	MergePhaseDuration *prometheus.HistogramVec
+	MergePhaseErrors   *prometheus.CounterVec
 	// AppendedRows counts rows acknowledged by adds, by kind.
 	AppendedRows *prometheus.CounterVec
 	// FencingRefusals counts merge calls refused for a stale fencing token, by
@@ -153,6 +159,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "rollout_wal_merge_request_duration_seconds", Help: "The worker's handling of a master-driven WAL merge.",
 			Buckets: refmetrics.JobBuckets,
 		}),
+		MergePhaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "rollout_wal_merge_duration_seconds", Help: "Each phase of a WAL merge pass (read, append, commit, drain), by result.",
+			Buckets: refmetrics.JobBuckets,
+		}, []string{"phase", "result"}),
+		MergePhaseErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rollout_wal_merge_errors_total", Help: "WAL merge phases that failed, by phase: a pass stops at its first failing phase.",
+		}, []string{"phase"}),
 		AppendedRows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_appended_rows_total", Help: "Rows acknowledged durable by adds, by store kind.",
 		}, []string{"kind"}),
@@ -197,7 +210,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.ShardsAdopted, m.FencingRefusals, m.Flushes, m.Cleanups, m.Merges, m.MergeDuration, m.MergedGenerations,
 		m.PendingGenerations, m.ReadFanoutWarnings, m.Requests, m.RequestDuration, m.AppendedRows)
 	reg.MustRegister(m.GenerationsReclaimed, m.ReadPendingGenerations, m.AddDuration, m.AddErrors, m.AddRequestDuration,
-		m.FlushDuration, m.FlushErrors, m.MergeRequestDuration)
+		m.FlushDuration, m.FlushErrors, m.MergeRequestDuration, m.MergePhaseDuration, m.MergePhaseErrors)
+	for _, p := range merge.Phases() {
+		m.MergePhaseErrors.WithLabelValues(string(p))
+	}
 	// Every label value shows from the start, so a rate() has a zero to start from.
 	for _, f := range []string{"true", "false"} {
 		m.AddRequestDuration.WithLabelValues(f)
@@ -262,4 +278,14 @@ func (m *Metrics) ObserveSeal(kind string, sealed bool, err error, d time.Durati
 	default:
 		m.FlushDuration.WithLabelValues(FlushNoop).Observe(d.Seconds())
 	}
+}
+
+// ObserveMergePhase records one phase of a merge pass: merge.Config.OnPhase.
+func (m *Metrics) ObserveMergePhase(p merge.Phase, took time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+		m.MergePhaseErrors.WithLabelValues(string(p)).Inc()
+	}
+	m.MergePhaseDuration.WithLabelValues(string(p), result).Observe(took.Seconds())
 }
