@@ -411,12 +411,18 @@ func TestConformanceRecordsAreReadThroughAWorker(t *testing.T) {
 	if r := records("/api/v1/experiments/r1/records?id=nope"); ids(r) != "" {
 		t.Errorf("id=nope = %s, want none", ids(r))
 	}
-	for _, source := range []string{"fragments", "all"} {
+	for _, source := range []string{"fragments", "all", "wal"} {
 		if r := records("/api/v1/experiments/generic:g1/records?source=" + source); len(r.Records) != 0 || r.HasMore {
 			t.Errorf("generic:g1 (%s) = %+v, want no rows", source, r)
 		}
 	}
-	e.refError(http.MethodGet, "/api/v1/experiments/r1/records?source=wal", "", 400, CodeInvalidRequest, "source=all")
+	// wal is the pending rows alone: d, not yet merged.
+	if r := records("/api/v1/experiments/r1/records?source=wal"); ids(r) != "d" || r.HasMore || r.Source != "wal" {
+		t.Errorf("wal = %s %+v, want the pending record d alone", ids(r), r)
+	}
+	if r := records("/api/v1/experiments/r1/records?source=wal&id=a"); ids(r) != "" {
+		t.Errorf("wal, id=a = %s, want none: a is merged", ids(r))
+	}
 	e.refError(http.MethodGet, "/api/v1/experiments/r1/records?source=disk", "", 400, CodeInvalidRequest, `"disk"`)
 	e.refError(http.MethodGet, "/api/v1/experiments/r1/records?include_in_training=maybe", "", 400, CodeInvalidRequest, "include_in_training")
 	e.refError(http.MethodGet, "/api/v1/experiments/r1/records?colour=red", "", 400, CodeInvalidRequest, "colour")

@@ -87,9 +87,9 @@ type recordQuery struct {
 // the pending WAL generations, newest row per id. source=fragments (the
 // default, as in the reference) reads the base table alone: the store's version
 // is asked first, then the page is read at that version, which leaves the
-// pending rows out and stays the same while the version is retained. wal, the
-// pending rows alone, is a 400 that says so: a worker reads them only together
-// with the base table.
+// pending rows out and stays the same while the version is retained. wal reads
+// the pending rows alone (the worker's ?source=wal): rows not yet merged into any
+// version.
 func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error) {
 	rq, err := parseRecordQuery(r)
 	if err != nil {
@@ -118,6 +118,9 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 			return out, nil // nothing merged yet
 		}
 		params.Set("version", strconv.FormatUint(*info.Version, 10))
+	}
+	if rq.source == SourceWAL {
+		params.Set("source", SourceWAL) // the worker's pending rows alone
 	}
 	if rq.id != "" {
 		var got struct {
@@ -191,10 +194,7 @@ func parseRecordQuery(r *http.Request) (recordQuery, error) {
 		return recordQuery{}, err
 	}
 	switch rq.source = cmpOr(q.Get("source"), SourceFragments); rq.source {
-	case SourceAll, SourceFragments:
-	case SourceWAL:
-		return recordQuery{}, fmt.Errorf("%w: source %q is not served: a worker reads the pending WAL generations only "+
-			"together with the base table; use source=all (both) or source=fragments (the base table)", tasks.ErrInvalidArgument, rq.source)
+	case SourceAll, SourceFragments, SourceWAL:
 	default:
 		return recordQuery{}, fmt.Errorf("%w: source %q is not one of fragments, wal, all", tasks.ErrInvalidArgument, rq.source)
 	}

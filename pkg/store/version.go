@@ -173,3 +173,17 @@ func (s *Store) versionError(ctx context.Context, v uint64, pruned bool) error {
 	}
 	return e
 }
+
+// Pending returns the store's pending rows alone: the rows of a fresh snapshot
+// (as a read takes) still in WAL generations, newest per id, without the base
+// table's (the reference's source=wal). Its Version is the base version whose
+// watermarks the rows are above.
+func (s *Store) Pending(ctx context.Context) (*View, error) {
+	snap, err := s.Fresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+	base := *snap.Base
+	base.Fragments = nil // the same watermarks, no merged rows
+	return &View{s: s, snap: &Snapshot{Base: &base, WAL: snap.WAL, taken: snap.taken}}, nil
+}

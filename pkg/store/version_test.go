@@ -243,3 +243,38 @@ func TestReadAtAPrunedVersionNamesTheOldestReadable(t *testing.T) {
 		t.Fatalf("read at the newest version %d: %v %v", newest, got, err)
 	}
 }
+
+// Pending reads the rows not yet merged, newest per id, and none of the base
+// table's; what a merge takes in leaves it.
+func TestPendingReadsTheUnmergedRowsAlone(t *testing.T) {
+	ctx := context.Background()
+	b := objstoretest.Mem(t)
+	w1 := storetest.Open(t, b, "w1", true)
+	w2 := storetest.Open(t, b, "w2", false)
+	mg := merge.New(merge.Config{Logger: storetest.Quiet()})
+	storetest.AppendAndSeal(t, w1, "merged", 1, "both", 2)
+	if _, err := mg.Merge(ctx, w1, true); err != nil {
+		t.Fatal(err)
+	}
+	storetest.AppendAndSeal(t, w2, "both", 20, "pending", 3)
+	pending, err := w1.Pending(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := viewValues(ctx, pending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["both"] != 20 || got["pending"] != 3 {
+		t.Fatalf("pending rows %v, want both=20 and pending=3 (w2's unmerged rows), not merged=1", got)
+	}
+	if _, err := mg.Merge(ctx, w2, true); err != nil {
+		t.Fatal(err)
+	}
+	if pending, err = w1.Pending(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := viewValues(ctx, pending); err != nil || len(got) != 0 {
+		t.Fatalf("after merging them: pending rows %v, %v; want none", got, err)
+	}
+}

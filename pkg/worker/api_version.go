@@ -49,7 +49,22 @@ func versionParam(r *http.Request) (uint64, error) {
 
 // rowsAt returns what a row route reads: st as of version v, or, for v = 0, st
 // now, brought up to the request's causal token (syncTo).
+//
+// ?source=wal (Tidemark's, for the master's records route) reads the pending rows
+// alone, not yet merged into any version; source=all, the default, reads both.
 func rowsAt(r *http.Request, st *store.Store, v uint64) (rowSource, error) {
+	switch source := r.URL.Query().Get("source"); {
+	case source == "" || source == "all":
+	case source == "wal" && v != 0:
+		return nil, badRequest("source=wal and version cannot be combined: a version holds merged rows only")
+	case source == "wal":
+		if err := syncTo(r, st); err != nil {
+			return nil, err
+		}
+		return st.Pending(r.Context())
+	default:
+		return nil, badRequest("source must be all or wal, got %q", source)
+	}
 	if v == 0 {
 		if err := syncTo(r, st); err != nil {
 			return nil, err

@@ -100,6 +100,13 @@ func TestConformanceCheckoutAndReadsAtAVersion(t *testing.T) {
 	if got, want := e.recordsAt(base), map[string]string{"a": "a2", "b": "b1", "c": "c1"}; !maps.Equal(got, want) {
 		t.Errorf("records now: %v, want %v with the pending rows", got, want)
 	}
+	// ?source=wal (Tidemark's, for the master's records route): the pending rows
+	// alone, newest per id.
+	if got, want := e.recordsAt(base+"?source=wal"), map[string]string{"a": "a2", "c": "c1"}; !maps.Equal(got, want) {
+		t.Errorf("records of source=wal: %v, want the pending rows %v", got, want)
+	}
+	e.fails(http.StatusBadRequest, "INVALID_REQUEST", http.MethodGet, base+"?source=disk", nil)
+	e.fails(http.StatusBadRequest, "INVALID_REQUEST", http.MethodGet, fmt.Sprintf("%s?source=wal&version=%d", base, v2), nil)
 	if got := e.recordsAt(fmt.Sprintf("%s?version=%d", base, created.Version)); len(got) != 0 {
 		t.Errorf("records at the created version %d: %v, want none", created.Version, got)
 	}
