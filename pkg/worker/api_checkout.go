@@ -27,8 +27,9 @@ type checkoutAnswer struct {
 // workers behind one address that pin is a property of whichever worker took the
 // request, and a stopped merge is the pending-generation pile-up Tidemark exists to
 // prevent. Here checkout changes nothing: it checks v and answers it, and the
-// client reads at v by passing ?version=v to its lists and gets (the reference
-// client keeps the answered version as its own).
+// client reads at v by passing ?version=v to its lists and gets. A reference
+// client that checks out and then lists without a version reads the newest rows
+// here, not v's: the one answer that differs from the reference's.
 func (s *Server) checkout(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		name, err := pathName(r)
