@@ -2,7 +2,9 @@ package worker
 
 import (
 	"net/http"
-	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/semaphore"
 )
 
 // DefaultMaxInflightBlobBytes is the in-flight blob budget when Config leaves it
@@ -31,20 +33,31 @@ var errBlobBudget = &apiError{status: http.StatusServiceUnavailable, code: CodeO
 //     download keeps its bytes accounted for) and released exactly once.
 //
 // A nil *blobBudget admits everything (--rollout-max-inflight-blob-bytes 0).
+//
+// The admission is a semaphore.Weighted of limit bytes, tried and never waited
+// on. A request holds min(n, limit) of it: a lone request larger than the limit
+// takes all of it, which admits it when nothing else is in flight and refuses
+// every other request until it ends. Beside the semaphore, used counts the bytes
+// the requests asked for (a lone large one counts whole), for tests and metrics.
 type blobBudget struct {
 	limit int64
-
-	mu   sync.Mutex
-	used int64
+	sem   *semaphore.Weighted
+	used  atomic.Int64
 }
 
 // newBlobBudget returns a budget of limit bytes; limit < 0 disables it (nil).
+// A zero limit admits one request at a time, as a limit smaller than every
+// request does.
 func newBlobBudget(limit int64) *blobBudget {
 	if limit < 0 {
 		return nil
 	}
-	return &blobBudget{limit: limit}
+	limit = max(limit, 1)
+	return &blobBudget{limit: limit, sem: semaphore.NewWeighted(limit)}
 }
+
+// weight is what n reserved bytes hold of the semaphore.
+func (b *blobBudget) weight(n int64) int64 { return min(n, b.limit) }
 
 // tryAcquire reserves n bytes, or returns nil if they do not fit beside what is
 // in flight. A nil budget returns a reservation that holds nothing.
@@ -53,12 +66,12 @@ func (b *blobBudget) tryAcquire(n int64) *blobReservation {
 		return &blobReservation{}
 	}
 	n = max(n, 0)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used > 0 && b.used+n > b.limit {
+	if !b.sem.TryAcquire(b.weight(n)) {
 		return nil
 	}
-	b.used += n
+	// Counted after the semaphore admits and uncounted before it is given back,
+	// so used never shows more than the semaphore lets in.
+	b.used.Add(n)
 	return &blobReservation{budget: b, bytes: n}
 }
 
@@ -67,9 +80,7 @@ func (b *blobBudget) inUse() int64 {
 	if b == nil {
 		return 0
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
+	return b.used.Load()
 }
 
 // blobReservation is bytes held in a blobBudget. Its methods are for the one
@@ -85,9 +96,11 @@ func (r *blobReservation) shrinkTo(n int64) {
 		return
 	}
 	n = max(n, 0)
-	r.budget.mu.Lock()
-	r.budget.used -= r.bytes - n
-	r.budget.mu.Unlock()
+	b := r.budget
+	b.used.Add(n - r.bytes)
+	if give := b.weight(r.bytes) - b.weight(n); give > 0 {
+		b.sem.Release(give)
+	}
 	r.bytes = n
 }
 

@@ -471,6 +471,11 @@ func TestBlobBudgetAdmission(t *testing.T) {
 	if len(over) > 0 || b.inUse() != 0 {
 		t.Errorf("reserved beyond the limit: %v; %d left in use", over, b.inUse())
 	}
+	zero := newBlobBudget(0) // smaller than every request: one at a time
+	one := zero.tryAcquire(10)
+	if one == nil || zero.tryAcquire(1) != nil {
+		t.Errorf("a zero budget: first request admitted %v, then a second refused", one != nil)
+	}
 	var none *blobBudget
 	if r := none.tryAcquire(1 << 40); r == nil {
 		t.Error("no budget refused a request")
