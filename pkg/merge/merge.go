@@ -421,16 +421,16 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 		recs = append(recs, parts[i]...)
 		pp.rows += gen.Rows
 	}
-	_ = m.timed(PhaseAppend, func() error {
+	err = m.timed(PhaseAppend, func() error {
+		var err error
 		pp.txn, err = s.Table().Prepare(ctx, base, table.Append{Records: recs, Shard: s.Shard(), Generation: pp.upTo})
 		if errors.Is(err, table.ErrAlreadyCommitted) {
-			return nil // found, not failed: the phase did its job
+			// Found, not failed: the phase did its job, and commit drains them.
+			pp.done = err
+			return nil
 		}
 		return err
 	})
-	if errors.Is(err, table.ErrAlreadyCommitted) {
-		pp.done, err = err, nil
-	}
 	if err != nil {
 		pp.abort(ctx)
 		return pp, fmt.Errorf("merge %s: %w", s.Target(), err)

@@ -58,4 +58,18 @@ func TestAMergeReportsEachPhaseAndWhereItFailed(t *testing.T) {
 	if !slices.Equal(bad.phases, []Phase{PhaseRead}) || !slices.Equal(bad.failed, []Phase{PhaseRead}) {
 		t.Fatalf("phases %v (failed %v), want only a failed read", bad.phases, bad.failed)
 	}
+
+	// The fragment cannot be written: the read succeeded, the append failed.
+	var noAppend phaseLog
+	faults = objstore.NewFaults(nil)
+	f = newFixture(t, objstore.WithFaults(objstoretest.Mem(t), faults), Config{OnPhase: noAppend.observe})
+	f.add(t, 1, "c")
+	f.seal(t)
+	faults.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, KeyContains: "/data/", Err: errors.New("disk full")})
+	if _, err := f.m.Merge(context.Background(), f.s, true); err == nil {
+		t.Fatal("a merge whose fragment write fails succeeded")
+	}
+	if want := []Phase{PhaseRead, PhaseAppend}; !slices.Equal(noAppend.phases, want) || !slices.Equal(noAppend.failed, []Phase{PhaseAppend}) {
+		t.Fatalf("phases %v (failed %v), want %v with the append failed", noAppend.phases, noAppend.failed, want)
+	}
 }
