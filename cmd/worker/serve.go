@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"time"
@@ -20,10 +19,8 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/table"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker"
 )
@@ -233,42 +230,15 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return err
 	}
 
-	series := worker.NewMetrics(reg)
-	stores := store.NewStores(store.Config{
-		Bucket:            bucket,
-		Shard:             instanceID,
-		Generations:       wal.NewGenerationCache(f.generationCache),
-		SealAfterBytes:    f.sealAfterBytes,
-		SnapshotTTL:       f.snapshotTTL,
-		WarnGenerations:   f.pendingWarn,
-		RefuseGenerations: f.pendingMax,
-		TableOptions:      []table.Option{table.WithLogger(log), table.WithCacheBytes(f.tableCache)},
-		WALOptions:        []wal.Option{wal.WithLogger(log), wal.WithClock(seqClock)},
-		Logger:            log,
-		OnSlowRead: func(target string, _ int) {
-			series.ReadFanoutWarnings.WithLabelValues(kindOf(target)).Inc()
-		},
-		OnRead: func(_ string, pending int) { series.ReadPendingGenerations.Observe(float64(pending)) },
-	}, f.maxOpenStores)
-	merger := merge.New(merge.Config{
-		MaxGenerations: f.mergeMaxGenerations,
-		MaxBytes:       f.mergeMaxBytes,
-		Concurrency:    f.mergeConcurrency,
-		BudgetBytes:    f.mergeBudget,
-		Logger:         log,
-		OnPhase:        series.ObserveMergePhase,
-	})
-	sweeper := worker.NewSweeper(worker.SweeperConfig{
-		Stores:                stores,
-		Merger:                merger,
-		Metrics:               series,
-		FlushInterval:         f.flushInterval,
-		CleanupInterval:       f.cleanupInterval,
-		MergeAfterGenerations: f.mergeAfterGenerations,
-		StepTimeout:           f.stepTimeout,
-		Logger:                log,
-	})
-
+	// etcd is checked before anything is served: a worker that cannot register
+	// should fail at startup with the endpoints it tried, not run unseen.
+	var client *clientv3.Client
+	if f.etcd.Enabled() {
+		if client, err = etcdcli.New(ctx, f.etcd); err != nil {
+			return err
+		}
+		defer client.Close()
+	}
 	ln, err := net.Listen("tcp", f.httpAddr)
 	if err != nil {
 		return fmt.Errorf("http addr (--http-addr, HTTP_ADDR): %w", err)
@@ -279,124 +249,63 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return fmt.Errorf("grpc addr (--grpc-addr, GRPC_ADDR): %w", err)
 	}
 	defer gln.Close()
-	advHTTP, advGRPC := f.advertiseHTTP, f.advertiseGRPC
-	if advHTTP == "" {
-		if advHTTP, err = membership.AdvertiseAddr(ln.Addr()); err != nil {
-			return err
-		}
-	}
-	if advGRPC == "" {
-		if advGRPC, err = membership.AdvertiseAddr(gln.Addr()); err != nil {
-			return err
-		}
-	}
-	svc, err := worker.NewWorkerService(worker.WorkerServiceConfig{
-		InstanceID:  instanceID,
-		Version:     cli.Version(),
-		GRPCAddr:    advGRPC,
-		HTTPAddr:    advHTTP,
-		Stores:      stores,
-		Merger:      merger,
-		PreparedTTL: f.preparedTTL,
-		Maintainer: maintain.New(maintain.Config{
-			Compact:    table.CompactOptions{TargetRows: f.targetRows, MaxSources: f.compactMaxSources, DeletedRatio: f.compactDeletedRatio},
-			Retention:  table.Retention{KeepVersions: f.versionRetention, KeepAge: f.versionAge, SafetyWindow: f.gcWindow},
-			WAL:        wal.Retention{KeepManifests: f.walManifest, SafetyWindow: f.gcWindow},
-			Reserver:   merger,
-			CostFactor: merge.PassCostFactor,
-			Logger:     log.With("component", "maintain"),
-		}),
-		Metrics: series,
-		Logger:  log,
-	})
-	if err != nil {
-		return err
-	}
-	// etcd is checked before anything is served: a worker that cannot register
-	// should fail at startup with the endpoints it tried, not run unseen.
-	var registration *membership.Registration
-	var queue worker.TaskQueue // compact routes enqueue here; none without etcd
-	if f.etcd.Enabled() {
-		client, err := etcdcli.New(ctx, f.etcd)
-		if err != nil {
-			return err
-		}
-		defer client.Close()
-		registration, err = newRegistration(client, f, instanceID, advGRPC, advHTTP, log)
-		if err != nil {
-			return err
-		}
-		queue = tasks.New(client, f.etcd.NormalizedPrefix(), tasks.WithLogger(log), tasks.WithHolder(instanceID))
-	} else {
-		log.Info("no etcd endpoints: not registering (the master needs this worker in WORKER_ENDPOINTS)")
-	}
-	srv, err := worker.NewServer(worker.Config{
-		InstanceID:      instanceID,
-		Logger:          log,
-		Metrics:         reg,
-		Series:          series,
-		ShutdownTimeout: f.shutdown,
-		Stores:          stores,
-		Merger:          merger,
-		MaxBodyBytes:    f.maxBodyBytes,
-		Auth:            authn.Guard,
-		AuthDataRoutes:  f.authDataRoutes,
-		TLS:             authn.TLS,
-		Service:         svc, // one record of fencing tokens for HTTP and gRPC merges
-		Tasks:           queue,
-
+	w, err := worker.New(worker.Config{
+		InstanceID:    instanceID,
+		Version:       cli.Version(),
+		HTTPListener:  ln,
+		GRPCListener:  gln,
+		AdvertiseHTTP: f.advertiseHTTP,
+		AdvertiseGRPC: f.advertiseGRPC,
+		Etcd:          client,
+		Prefix:        f.etcd.NormalizedPrefix(),
+		LeaseTTL:      f.leaseTTL,
+		Store: store.Config{
+			Bucket:            bucket,
+			Generations:       wal.NewGenerationCache(f.generationCache),
+			SealAfterBytes:    f.sealAfterBytes,
+			SnapshotTTL:       f.snapshotTTL,
+			WarnGenerations:   f.pendingWarn,
+			RefuseGenerations: f.pendingMax,
+			TableOptions:      []table.Option{table.WithLogger(log), table.WithCacheBytes(f.tableCache)},
+			WALOptions:        []wal.Option{wal.WithLogger(log), wal.WithClock(seqClock)},
+		},
+		MaxOpenStores: f.maxOpenStores,
+		Merge: merge.Config{
+			MaxGenerations: f.mergeMaxGenerations,
+			MaxBytes:       f.mergeMaxBytes,
+			Concurrency:    f.mergeConcurrency,
+			BudgetBytes:    f.mergeBudget,
+		},
+		Sweep: worker.SweeperConfig{
+			FlushInterval:         f.flushInterval,
+			CleanupInterval:       f.cleanupInterval,
+			MergeAfterGenerations: f.mergeAfterGenerations,
+			StepTimeout:           f.stepTimeout,
+		},
+		Maintain: maintain.Config{
+			Compact:   table.CompactOptions{TargetRows: f.targetRows, MaxSources: f.compactMaxSources, DeletedRatio: f.compactDeletedRatio},
+			Retention: table.Retention{KeepVersions: f.versionRetention, KeepAge: f.versionAge, SafetyWindow: f.gcWindow},
+			WAL:       wal.Retention{KeepManifests: f.walManifest, SafetyWindow: f.gcWindow},
+		},
+		PreparedTTL:  f.preparedTTL,
+		MaxBodyBytes: f.maxBodyBytes,
 		// The flag's 0 (no budget) is a negative here.
 		MaxInflightBlobBytes: inflightBlobBytes(f.maxInflightBlobBytes),
+		Auth:                 authn.Guard,
+		AuthDataRoutes:       f.authDataRoutes,
+		TLS:                  authn.TLS,
+		ShutdownTimeout:      f.shutdown,
+		Metrics:              reg,
+		Logger:               log,
 	})
 	if err != nil {
 		return err
 	}
-	gs, err := worker.NewGRPCServer(worker.GRPCConfig{Service: svc, Logger: log, Auth: authn.Guard, TLS: authn.TLS})
-	if err != nil {
-		return err
-	}
-
-	log.Info("worker starting", "instance_id", instanceID, "data_url", bucket.String(), "version", cli.Version(),
-		"grpc_addr", advGRPC, "http_addr", advHTTP)
-
-	proc := &worker.Process{
-		HTTP: srv, HTTPListener: ln, GRPC: gs, GRPCListener: gln, Service: svc,
-		Sweeper: sweeper, Registration: registration, Stores: stores,
-		ShutdownTimeout: f.shutdown, Logger: log,
-	}
-	if err := proc.Run(ctx); err != nil {
-		return err
-	}
-	log.Info("worker stopped", "instance_id", instanceID)
-	return nil
-}
-
-// newRegistration is the worker's record in etcd, P/workers/<instance>.
-func newRegistration(client *clientv3.Client, f serveFlags, instanceID, grpcAddr, httpAddr string, log *slog.Logger) (*membership.Registration, error) {
-	reg, err := membership.NewRegistration(client, membership.Worker{
-		InstanceID: instanceID,
-		GRPCAddr:   grpcAddr,
-		HTTPAddr:   httpAddr,
-		StartedAt:  time.Now(),
-		Version:    cli.Version(),
-	}, membership.WithPrefix(f.etcd.NormalizedPrefix()), membership.WithLeaseTTL(f.leaseTTL), membership.WithLogger(log))
-	if err != nil {
-		return nil, fmt.Errorf("worker registration (--worker-lease-ttl, WORKER_LEASE_TTL): %w", err)
-	}
-	return reg, nil
-}
-
-// kindOf is the store kind of a target, for metric labels.
-func kindOf(target string) string {
-	k, _, err := registry.ParseTarget(target)
-	if err != nil {
-		return "unknown"
-	}
-	return string(k)
+	return w.Run(ctx)
 }
 
 // inflightBlobBytes maps the flag, whose 0 disables the budget (the reference's
-// meaning of ROLLOUT_MAX_INFLIGHT_BLOB_BYTES=0), to worker.Config's terms (zero
+// meaning of ROLLOUT_MAX_INFLIGHT_BLOB_BYTES=0), to worker.ServerConfig's terms (zero
 // is the default there, negative disables).
 func inflightBlobBytes(flag int64) int64 {
 	if flag == 0 {

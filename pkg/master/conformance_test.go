@@ -88,7 +88,7 @@ func newConfEnv(t *testing.T) *confEnv {
 		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
 	t.Cleanup(func() { _ = ss.Close(context.Background()) })
 	reg := prometheus.NewRegistry()
-	ws, err := worker.NewServer(worker.Config{InstanceID: "w2", Logger: quiet, Metrics: reg, Stores: ss,
+	ws, err := worker.NewServer(worker.ServerConfig{InstanceID: "w2", Logger: quiet, Metrics: reg, Stores: ss,
 		Merger: merge.New(merge.Config{Logger: quiet}), Series: worker.NewMetrics(reg)})
 	if err != nil {
 		t.Fatal(err)

@@ -26,8 +26,8 @@ var (
 // registerDataRoutes adds the /api/v1 data routes (stores, rows, flush, merge-wal).
 //
 // The control routes (merge-wal, internal, compact) always require the credential
-// (Config.Auth); the others, flush included (a data route in the reference API),
-// do when Config.AuthDataRoutes is set. The check runs before the route reads its
+// (ServerConfig.Auth); the others, flush included (a data route in the reference API),
+// do when ServerConfig.AuthDataRoutes is set. The check runs before the route reads its
 // body.
 //
 // Writes (create, delete, add, seal, merge) run under a context detached from the

@@ -31,7 +31,7 @@ func (e *apiEnv) state(kind, name string) storeState {
 }
 
 func TestBadRequestsAreRefusedAndLeaveTheStoreUnchanged(t *testing.T) {
-	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.MaxBodyBytes = badBodyLimit })
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *ServerConfig) { c.MaxBodyBytes = badBodyLimit })
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"r"}`, nil)
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"g","schema":`+apiSpec+`}`, nil)
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/r/records?flush=true", `{"records":[{"id":"r1","rollout_id":"x"}]}`, nil)

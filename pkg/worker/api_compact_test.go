@@ -19,7 +19,7 @@ import (
 func TestCompactRouteEnqueuesATaskAndStatsDescribeTheTable(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	queue := tasks.New(client, "/tidemark")
-	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.Tasks = queue })
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *ServerConfig) { c.Tasks = queue })
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"r"}`, nil)
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"g","schema":{"columns":[["id",{"type":"string"}]]}}`, nil)
 

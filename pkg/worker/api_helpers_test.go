@@ -39,14 +39,14 @@ type apiEnv struct {
 
 // newAPIEnv serves a worker with instance id shard on bucket. edit, if given,
 // adjusts the config before NewServer.
-func newAPIEnv(t *testing.T, bucket *objstore.Bucket, shard string, edit func(*Config)) *apiEnv {
+func newAPIEnv(t *testing.T, bucket *objstore.Bucket, shard string, edit func(*ServerConfig)) *apiEnv {
 	t.Helper()
 	return newAPIEnvWith(t, bucket, shard, nil, edit)
 }
 
 // newAPIEnvWith is newAPIEnv whose store config (every read refreshes, by default)
 // editStores adjusts first.
-func newAPIEnvWith(t *testing.T, bucket *objstore.Bucket, shard string, editStores func(*store.Config), edit func(*Config)) *apiEnv {
+func newAPIEnvWith(t *testing.T, bucket *objstore.Bucket, shard string, editStores func(*store.Config), edit func(*ServerConfig)) *apiEnv {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	sc := store.Config{Bucket: bucket, Shard: shard, Logger: quiet, SnapshotTTL: -1,
@@ -57,7 +57,7 @@ func newAPIEnvWith(t *testing.T, bucket *objstore.Bucket, shard string, editStor
 	ss := store.NewStores(sc, 0)
 	t.Cleanup(func() { _ = ss.Close(context.Background()) })
 	reg := prometheus.NewRegistry()
-	cfg := Config{InstanceID: shard, Logger: quiet, Metrics: reg, Stores: ss,
+	cfg := ServerConfig{InstanceID: shard, Logger: quiet, Metrics: reg, Stores: ss,
 		Merger: merge.New(merge.Config{Logger: quiet}), Series: NewMetrics(reg)}
 	if edit != nil {
 		edit(&cfg)

@@ -58,7 +58,7 @@ func (e *apiEnv) send(method, path, token string, body string) (int, string) {
 // Health and metrics stay open, and so do data routes (flush among them, as in
 // the reference API) unless configured.
 func TestControlRoutesWithoutTokenAre401AndMergeNothing(t *testing.T) {
-	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.Auth = testGuard(t) })
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *ServerConfig) { c.Auth = testGuard(t) })
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"sec"}`, nil)
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"a","rollout_id":"r"}]}`, nil)
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"b","rollout_id":"r"}]}`, nil)
@@ -101,7 +101,7 @@ func TestControlRoutesWithoutTokenAre401AndMergeNothing(t *testing.T) {
 }
 
 func TestDataRoutesNeedTheTokenWhenConfigured(t *testing.T) {
-	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.Auth = testGuard(t); c.AuthDataRoutes = true })
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *ServerConfig) { c.Auth = testGuard(t); c.AuthDataRoutes = true })
 	for _, r := range []struct{ method, path, body string }{
 		{http.MethodPost, "/api/v1/rollouts", `{"name":"sec"}`},
 		{http.MethodGet, "/api/v1/rollouts", ""},
@@ -139,7 +139,7 @@ func TestGRPCMergeWalWithoutTokenIsUnauthenticatedAndMergesNothing(t *testing.T)
 		t.Fatal(err)
 	}
 	// The same service's pending generation, through the HTTP API's add route.
-	e := newAPIEnv(t, nil, "w1", func(c *Config) { c.Stores, c.Service = ss, svc })
+	e := newAPIEnv(t, nil, "w1", func(c *ServerConfig) { c.Stores, c.Service = ss, svc })
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/sec/records?flush=true", `{"records":[{"id":"a","rollout_id":"r"}]}`, nil)
 
 	gs, err := NewGRPCServer(GRPCConfig{Service: svc, Logger: quiet, Auth: testGuard(t)})

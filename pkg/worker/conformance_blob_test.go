@@ -297,7 +297,7 @@ func TestConformanceMultipartRefusals(t *testing.T) {
 // A blob larger than the body limit is a 413 before it is held in memory, and
 // the body limit is what bounds a blob: as a multipart part and inline alike.
 func TestMultipartBlobOverBodyLimitIs413(t *testing.T) {
-	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.MaxBodyBytes = 4 << 10 })
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *ServerConfig) { c.MaxBodyBytes = 4 << 10 })
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"art"}`, nil)
 	body, ctype := multipartBody(t, metadata(`{"id":"a","rollout_id":"r"}`), blobPart{"0", randomBytes(t, 8<<10)})
 	for _, chunked := range []bool{false, true} {
@@ -376,7 +376,7 @@ func TestBlobRoundTripThroughMerge(t *testing.T) {
 // blob, and counts the refusals; once the bytes in flight are released the
 // same requests succeed.
 func TestBlobBudgetRefusesWith503(t *testing.T) {
-	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.MaxInflightBlobBytes = 1 << 10 })
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *ServerConfig) { c.MaxInflightBlobBytes = 1 << 10 })
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"art"}`, nil)
 	body, ctype := multipartBody(t, metadata(`{"id":"a","rollout_id":"r"}`), blobPart{"0", []byte("bytes")})
 	if status, out := e.post("/api/v1/rollouts/art/records?flush=true", ctype, body, false); status != http.StatusCreated {
@@ -415,7 +415,7 @@ func TestBlobBudgetRefusesWith503(t *testing.T) {
 // A negative MaxInflightBlobBytes (--rollout-max-inflight-blob-bytes 0) is no
 // budget at all.
 func TestBlobBudgetDisabled(t *testing.T) {
-	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.MaxInflightBlobBytes = -1 })
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *ServerConfig) { c.MaxInflightBlobBytes = -1 })
 	if e.srv.blobs != nil {
 		t.Fatal("a negative budget built a budget")
 	}
@@ -629,7 +629,7 @@ func rawBytes(rows []json.RawMessage) [][]byte {
 // client is slow to take the bytes the blob stays accounted for, and another
 // download that does not fit beside it is refused meanwhile.
 func TestBlobDownloadHoldsItsReservationWhileWriting(t *testing.T) {
-	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.MaxInflightBlobBytes = 64 << 20 })
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *ServerConfig) { c.MaxInflightBlobBytes = 64 << 20 })
 	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"art"}`, nil)
 	data := randomBytes(t, 3*blobChunkBytes)
 	body, ctype := multipartBody(t, metadata(`{"id":"a","rollout_id":"r"}`), blobPart{"0", data})

@@ -149,7 +149,7 @@ func TestConformanceRolloutRoutes(t *testing.T) {
 
 func TestConformanceGenericRoutes(t *testing.T) {
 	// The credential guards the control routes only: flush is a data route.
-	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *Config) { c.Auth = testGuard(t) })
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *ServerConfig) { c.Auth = testGuard(t) })
 
 	// The reference client's serialization of a SchemaSpec: id anywhere and
 	// explicitly non-null, other columns nullable unless they say otherwise,

@@ -1,7 +1,9 @@
 // Package worker is the worker process's server: the HTTP data API (/api/v1/...), the
 // Prometheus endpoint, the internal gRPC WorkerService the master calls (grpc.go,
-// grpc_server.go), the shard WAL sweepers and the etcd registration (register.go),
-// and Process (worker.go), which runs them and stops them in order.
+// grpc_server.go) and the shard WAL sweepers (sweeper.go); and Worker (worker.go),
+// which builds them from one Config, over one set of store handles, one merger and
+// one WorkerService, registers the worker in etcd (pkg/membership), runs them and
+// stops them in order.
 //
 // Invariants:
 //
@@ -27,7 +29,7 @@
 //     seen for its target is refused before it touches the store; HTTP and gRPC
 //     merges go through one WorkerService, so they share that record.
 //   - A stopping worker deregisters before its servers stop, and seals every open
-//     store after they did (Process.Run): nothing it acknowledged waits for it to
+//     store after they did (Worker.Run): nothing it acknowledged waits for it to
 //     come back.
 //   - A worker is listed under P/workers/<instance> in etcd only while it runs: the
 //     record lives under a lease kept alive by the worker, is put back if the lease

@@ -8,7 +8,7 @@ const (
 	CodeNotFound         = httpjson.CodeNotFound         // 404: no such route, store or row
 	CodeMethodNotAllowed = httpjson.CodeMethodNotAllowed // 405
 	CodeAlreadyExists    = "ALREADY_EXISTS"              // 409: a store of that kind and name exists
-	CodePayloadTooLarge  = "PAYLOAD_TOO_LARGE"           // 413: body over Config.MaxBodyBytes
+	CodePayloadTooLarge  = "PAYLOAD_TOO_LARGE"           // 413: body over ServerConfig.MaxBodyBytes
 	CodeInternal         = httpjson.CodeInternal         // 500: details are logged, not returned
 	CodeOverloaded       = "OVERLOADED"                  // 503: too many pending generations, or draining
 	CodeStoreUnavailable = "STORE_UNAVAILABLE"           // 503: object storage failed the request; retry

@@ -33,11 +33,11 @@ const (
 	maxHeaderBytes    = 1 << 20
 )
 
-// DefaultShutdownTimeout bounds graceful shutdown when Config leaves it zero.
+// DefaultShutdownTimeout bounds graceful shutdown when ServerConfig leaves it zero.
 const DefaultShutdownTimeout = 20 * time.Second
 
-// Config is what a Server needs.
-type Config struct {
+// ServerConfig is what a Server needs.
+type ServerConfig struct {
 	// InstanceID names this worker, and its shard in every store. Required.
 	InstanceID string
 	// Logger receives structured logs; nil discards them.
@@ -86,17 +86,17 @@ const DefaultMaxBodyBytes = 64 << 20
 
 // Server is the worker's HTTP server.
 type Server struct {
-	cfg     Config
+	cfg     ServerConfig
 	handler http.Handler
 	// draining is set once Serve's context is done: new requests are refused with
 	// 503 while accepted ones finish (see admit).
 	draining atomic.Bool
-	// blobs is the in-flight blob budget (Config.MaxInflightBlobBytes).
+	// blobs is the in-flight blob budget (ServerConfig.MaxInflightBlobBytes).
 	blobs *blobBudget
 }
 
 // NewServer returns a server for cfg.
-func NewServer(cfg Config) (*Server, error) {
+func NewServer(cfg ServerConfig) (*Server, error) {
 	// The instance id is this worker's shard name in every store.
 	if err := wal.ValidateShard(cfg.InstanceID); err != nil {
 		return nil, fmt.Errorf("instance id: %w", err)

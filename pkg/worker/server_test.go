@@ -16,7 +16,7 @@ import (
 
 // startServer serves cfg on a loopback port and returns its base URL. Cleanup stops
 // the server and fails the test if the shutdown was not clean.
-func startServer(t *testing.T, cfg Config) string {
+func startServer(t *testing.T, cfg ServerConfig) string {
 	t.Helper()
 	srv, err := NewServer(cfg)
 	if err != nil {
@@ -62,7 +62,7 @@ func get(t *testing.T, method, url string) (*http.Response, []byte) {
 }
 
 func TestHealthReportsOKAndInstanceID(t *testing.T) {
-	base := startServer(t, Config{InstanceID: "worker-7"})
+	base := startServer(t, ServerConfig{InstanceID: "worker-7"})
 	resp, body := get(t, http.MethodGet, base+"/api/v1/health")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d, body %s", resp.StatusCode, body)
@@ -85,7 +85,7 @@ func TestMetricsServesTheGivenRegistryNotTheGlobalOne(t *testing.T) {
 	reg.MustRegister(probe)
 	probe.Add(3)
 
-	base := startServer(t, Config{InstanceID: "w", Metrics: reg})
+	base := startServer(t, ServerConfig{InstanceID: "w", Metrics: reg})
 	resp, body := get(t, http.MethodGet, base+"/metrics")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d, body %s", resp.StatusCode, body)
@@ -96,14 +96,14 @@ func TestMetricsServesTheGivenRegistryNotTheGlobalOne(t *testing.T) {
 		}
 	}
 	// A second server in the same process has its own counters.
-	other := startServer(t, Config{InstanceID: "w2"})
+	other := startServer(t, ServerConfig{InstanceID: "w2"})
 	if _, body := get(t, http.MethodGet, other+"/metrics"); strings.Contains(string(body), "tidemark_test_probe_total") {
 		t.Error("a server with its own registry shows another server's metric")
 	}
 }
 
 func TestUnknownRouteAndWrongMethodAnswerJSONErrors(t *testing.T) {
-	base := startServer(t, Config{InstanceID: "w"})
+	base := startServer(t, ServerConfig{InstanceID: "w"})
 	for _, tc := range []struct {
 		method, path string
 		status       int
@@ -132,7 +132,7 @@ func TestUnknownRouteAndWrongMethodAnswerJSONErrors(t *testing.T) {
 }
 
 func TestServeReturnsErrorWhenInFlightRequestOutlivesShutdownTimeout(t *testing.T) {
-	srv, err := NewServer(Config{InstanceID: "w", ShutdownTimeout: 50 * time.Millisecond})
+	srv, err := NewServer(ServerConfig{InstanceID: "w", ShutdownTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestServeReturnsErrorWhenInFlightRequestOutlivesShutdownTimeout(t *testing.
 
 func TestNewServerRejectsBadInstanceID(t *testing.T) {
 	for _, id := range []string{"", "a/b", "../x", "-x", strings.Repeat("a", 129)} {
-		if _, err := NewServer(Config{InstanceID: id}); err == nil {
+		if _, err := NewServer(ServerConfig{InstanceID: id}); err == nil {
 			t.Errorf("instance id %q accepted", id)
 		}
 	}

@@ -2,39 +2,221 @@ package worker
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/tidemark-io/tidemark/internal/auth"
+	"github.com/tidemark-io/tidemark/internal/refmetrics"
+	"github.com/tidemark-io/tidemark/pkg/maintain"
 	"github.com/tidemark-io/tidemark/pkg/membership"
+	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
-// Process is the parts of one worker process, built by the caller (cmd/worker wires
-// them from flags) and run by Run.
-type Process struct {
-	// HTTP serves the data API on HTTPListener; GRPC serves Service on GRPCListener.
-	HTTP         *Server
-	HTTPListener net.Listener
-	GRPC         *grpc.Server
-	GRPCListener net.Listener
-	Service      *WorkerService
-	// Sweeper seals and merges on timers.
-	Sweeper *Sweeper
-	// Registration keeps the worker listed in etcd; nil: not registered (the master
-	// then calls it through WORKER_ENDPOINTS).
-	Registration *membership.Registration
-	// Stores are sealed and closed on the way out.
-	Stores *store.Stores
-	// ShutdownTimeout bounds the gRPC server's graceful stop and the final seal
-	// (DefaultShutdownTimeout).
+// Config is what a Worker needs. The parts' own configurations are taken whole;
+// New sets the fields that tie the parts together (the shard, the logger, the
+// metric hooks, the merge slots compaction reserves), so a caller cannot wire
+// them inconsistently.
+type Config struct {
+	// InstanceID names this worker, and its shard in every store. Required.
+	InstanceID string
+	// Version is the build version registered in etcd and reported by GetInfo.
+	Version string
+
+	// HTTPListener serves the HTTP API and /metrics, GRPCListener the
+	// WorkerService (with health and reflection). Required; Run closes them.
+	HTTPListener, GRPCListener net.Listener
+	// AdvertiseHTTP and AdvertiseGRPC are the addresses registered in etcd and
+	// reported by GetInfo (membership.AdvertiseAddr of the listeners when empty).
+	AdvertiseHTTP, AdvertiseGRPC string
+
+	// Etcd, if set, lists the worker under Prefix/workers/ for the life of Run
+	// (a lease of LeaseTTL, membership.DefaultLeaseTTL when zero), and is the
+	// task queue the compact routes enqueue to. nil: the worker is not
+	// registered (the master then calls it through WORKER_ENDPOINTS) and the
+	// compact routes answer 503.
+	Etcd     *clientv3.Client
+	Prefix   string
+	LeaseTTL time.Duration
+
+	// Store configures every store handle (Store.Bucket is required); New sets
+	// its Shard, Logger and read hooks. MaxOpenStores bounds the handles kept
+	// open (store.NewStores).
+	Store         store.Config
+	MaxOpenStores int
+	// Merge configures the merger; New sets its Logger and OnPhase.
+	Merge merge.Config
+	// Sweep configures the flush and cleanup sweepers; New sets their Stores,
+	// Merger, Metrics and Logger.
+	Sweep SweeperConfig
+	// Maintain configures compaction and cleanup; New sets its Reserver (the
+	// merger: compactions take merge slots and budget), CostFactor and Logger.
+	Maintain maintain.Config
+	// PreparedTTL bounds how long a prepared merge waits for its commit
+	// (DefaultPreparedTTL when zero).
+	PreparedTTL time.Duration
+
+	// MaxBodyBytes and MaxInflightBlobBytes are ServerConfig's.
+	MaxBodyBytes, MaxInflightBlobBytes int64
+	// Auth guards the control surface (and the data routes too with
+	// AuthDataRoutes); TLS, if set, serves both servers with it.
+	Auth           *auth.Guard
+	AuthDataRoutes bool
+	TLS            *tls.Config
+	// ShutdownTimeout bounds the servers' graceful stop and, separately, the
+	// final seal (DefaultShutdownTimeout when zero).
 	ShutdownTimeout time.Duration
-	Logger          *slog.Logger
+
+	// Metrics is the registry /metrics serves (refmetrics.NewProcessRegistry()
+	// when nil).
+	Metrics *prometheus.Registry
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
 }
+
+// Worker is one worker process: the HTTP data API, the gRPC WorkerService the
+// master calls, the sweepers, and the etcd registration, over one set of store
+// handles, one merger and one WorkerService (so HTTP and gRPC merges share one
+// record of fencing tokens).
+type Worker struct {
+	cfg          Config
+	log          *slog.Logger
+	stores       *store.Stores
+	service      *WorkerService
+	http         *Server
+	grpc         *grpc.Server
+	sweeper      *Sweeper
+	registration *membership.Registration // nil: not registered
+}
+
+// New builds the worker of cfg; Run starts it. Nothing is served, registered or
+// swept before Run.
+func New(cfg Config) (*Worker, error) {
+	if cfg.HTTPListener == nil || cfg.GRPCListener == nil {
+		return nil, errors.New("worker: HTTPListener and GRPCListener are required")
+	}
+	if cfg.Store.Bucket == nil {
+		return nil, errors.New("worker: Store.Bucket is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = refmetrics.NewProcessRegistry()
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	log := cfg.Logger
+	var err error
+	if cfg.AdvertiseHTTP == "" {
+		if cfg.AdvertiseHTTP, err = membership.AdvertiseAddr(cfg.HTTPListener.Addr()); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.AdvertiseGRPC == "" {
+		if cfg.AdvertiseGRPC, err = membership.AdvertiseAddr(cfg.GRPCListener.Addr()); err != nil {
+			return nil, err
+		}
+	}
+	series := NewMetrics(cfg.Metrics)
+
+	sc := cfg.Store
+	sc.Shard, sc.Logger = cfg.InstanceID, log
+	sc.OnSlowRead = func(target string, _ int) { series.ReadFanoutWarnings.WithLabelValues(kindOf(target)).Inc() }
+	sc.OnRead = func(_ string, pending int) { series.ReadPendingGenerations.Observe(float64(pending)) }
+	stores := store.NewStores(sc, cfg.MaxOpenStores)
+
+	mc := cfg.Merge
+	mc.Logger, mc.OnPhase = log, series.ObserveMergePhase
+	merger := merge.New(mc)
+
+	wc := cfg.Sweep
+	wc.Stores, wc.Merger, wc.Metrics, wc.Logger = stores, merger, series, log
+	sweeper := NewSweeper(wc)
+
+	ac := cfg.Maintain
+	ac.Reserver, ac.CostFactor, ac.Logger = merger, merge.PassCostFactor, log.With("component", "maintain")
+	svc, err := NewWorkerService(WorkerServiceConfig{
+		InstanceID:  cfg.InstanceID,
+		Version:     cfg.Version,
+		GRPCAddr:    cfg.AdvertiseGRPC,
+		HTTPAddr:    cfg.AdvertiseHTTP,
+		Stores:      stores,
+		Merger:      merger,
+		PreparedTTL: cfg.PreparedTTL,
+		Maintainer:  maintain.New(ac),
+		Metrics:     series,
+		Logger:      log,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	var registration *membership.Registration
+	var queue TaskQueue
+	if cfg.Etcd != nil {
+		ttl := cfg.LeaseTTL
+		if ttl == 0 {
+			ttl = membership.DefaultLeaseTTL
+		}
+		registration, err = membership.NewRegistration(cfg.Etcd, membership.Worker{
+			InstanceID: cfg.InstanceID,
+			GRPCAddr:   cfg.AdvertiseGRPC,
+			HTTPAddr:   cfg.AdvertiseHTTP,
+			Version:    cfg.Version,
+		}, membership.WithPrefix(cfg.Prefix), membership.WithLeaseTTL(ttl), membership.WithLogger(log))
+		if err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+		queue = tasks.New(cfg.Etcd, cfg.Prefix, tasks.WithLogger(log), tasks.WithHolder(cfg.InstanceID))
+	}
+
+	srv, err := NewServer(ServerConfig{
+		InstanceID:           cfg.InstanceID,
+		Logger:               log,
+		Metrics:              cfg.Metrics,
+		Series:               series,
+		ShutdownTimeout:      cfg.ShutdownTimeout,
+		Stores:               stores,
+		Merger:               merger,
+		MaxBodyBytes:         cfg.MaxBodyBytes,
+		MaxInflightBlobBytes: cfg.MaxInflightBlobBytes,
+		Service:              svc,
+		Tasks:                queue,
+		Auth:                 cfg.Auth,
+		AuthDataRoutes:       cfg.AuthDataRoutes,
+		TLS:                  cfg.TLS,
+	})
+	if err != nil {
+		return nil, err
+	}
+	gs, err := NewGRPCServer(GRPCConfig{Service: svc, Logger: log, Auth: cfg.Auth, TLS: cfg.TLS})
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{cfg: cfg, log: log, stores: stores, service: svc, http: srv, grpc: gs,
+		sweeper: sweeper, registration: registration}, nil
+}
+
+// Handler returns the worker's HTTP routes, for tests that need no listener.
+func (w *Worker) Handler() http.Handler { return w.http.Handler() }
+
+// Stores returns the worker's store handles.
+func (w *Worker) Stores() *store.Stores { return w.stores }
 
 // Run serves until ctx is done or a server fails, then stops in the order that loses
 // nothing and strands nothing:
@@ -46,23 +228,19 @@ type Process struct {
 //  4. seal every open store, so rows acknowledged here (durable in WAL entries
 //     already) are visible to every worker without waiting for this one to return.
 //
-// A server that fails starts the same shutdown; its error is returned.
-func (p *Process) Run(ctx context.Context) error {
-	log := p.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	timeout := p.ShutdownTimeout
-	if timeout <= 0 {
-		timeout = DefaultShutdownTimeout
-	}
+// A server that fails starts the same shutdown; its error is returned. Run is
+// called once.
+func (w *Worker) Run(ctx context.Context) error {
+	log, timeout := w.log, w.cfg.ShutdownTimeout
+	log.Info("worker starting", "instance_id", w.cfg.InstanceID, "version", w.cfg.Version, "data_url", w.cfg.Store.Bucket.String(),
+		"grpc_addr", w.cfg.AdvertiseGRPC, "http_addr", w.cfg.AdvertiseHTTP, "registered", w.registration != nil)
 	sweepCtx, stopSweeps := context.WithCancel(context.WithoutCancel(ctx))
 	var sweeps sync.WaitGroup
-	sweeps.Go(func() { p.Sweeper.Run(sweepCtx) })
+	sweeps.Go(func() { w.sweeper.Run(sweepCtx) })
 	sweeps.Go(func() {
 		// Rows acknowledged before a crash and never sealed are durable but read by
 		// no one until sealed; do not wait for a write to the store to find them.
-		stores, rows, err := p.Stores.SealLeftovers(sweepCtx)
+		stores, rows, err := w.stores.SealLeftovers(sweepCtx)
 		if err != nil && sweepCtx.Err() == nil {
 			log.Warn("sealing rows left unsealed by an earlier run failed for some stores; their next write or merge seals them", "err", err)
 		}
@@ -74,9 +252,10 @@ func (p *Process) Run(ctx context.Context) error {
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	registered := make(chan struct{})
-	if p.Registration != nil {
-		go func() { defer close(registered); _ = p.Registration.Run(runCtx) }()
+	if w.registration != nil {
+		go func() { defer close(registered); _ = w.registration.Run(runCtx) }()
 	} else {
+		log.Info("no etcd client: not registering (the master needs this worker in WORKER_ENDPOINTS)")
 		close(registered)
 	}
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
@@ -88,13 +267,13 @@ func (p *Process) Run(ctx context.Context) error {
 	}()
 	var servers errgroup.Group
 	servers.Go(func() error {
-		err := p.HTTP.Serve(serveCtx, p.HTTPListener) // returns after in-flight requests finished
+		err := w.http.Serve(serveCtx, w.cfg.HTTPListener) // returns after in-flight requests finished
 		stopRun()
 		return err
 	})
 	servers.Go(func() error {
-		err := ServeGRPC(serveCtx, p.GRPC, p.GRPCListener, GRPCServeOptions{
-			ShutdownTimeout: timeout, Health: p.Service.Health(), Logger: log,
+		err := ServeGRPC(serveCtx, w.grpc, w.cfg.GRPCListener, GRPCServeOptions{
+			ShutdownTimeout: timeout, Health: w.service.Health(), Logger: log,
 		})
 		stopRun()
 		return err
@@ -103,13 +282,25 @@ func (p *Process) Run(ctx context.Context) error {
 	<-registered
 	// Prepared merges no master can commit any more: delete what they staged now
 	// rather than leaving it for garbage collection.
-	p.Service.AbortPrepared()
+	w.service.AbortPrepared()
 	stopSweeps()
 	sweeps.Wait()
 	sealCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if err := p.Stores.Close(sealCtx); err != nil {
+	if err := w.stores.Close(sealCtx); err != nil {
 		log.Warn("sealing stores at shutdown", "err", err)
 	}
+	if serveErr == nil {
+		log.Info("worker stopped", "instance_id", w.cfg.InstanceID)
+	}
 	return serveErr
+}
+
+// kindOf is the store kind of a target, for metric labels.
+func kindOf(target string) string {
+	k, _, err := registry.ParseTarget(target)
+	if err != nil {
+		return "unknown"
+	}
+	return string(k)
 }
