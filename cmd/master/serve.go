@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/chaos"
@@ -210,6 +211,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if bucket, err = chaos.WrapBucket(bucket, log); err != nil { // faults only in -tags chaos builds
 		return err
 	}
+	bucket = resendThrottled(bucket)
 	// etcd is checked before anything listens: a master that cannot reach it fails
 	// at startup with the endpoints it tried.
 	client, err := etcdcli.New(ctx, f.etcd)
@@ -296,4 +298,12 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	log.Info("master starting", "version", cli.Version(), "data_url", bucket.String(), "etcd_prefix", prefix,
 		"workers", source, "grpc_addr", gln.Addr().String(), "http_addr", hln.Addr().String(), "dashboard", dashboardURL)
 	return m.Run(ctx)
+}
+
+// resendThrottled makes b resend the requests the store throttles, with the
+// stores' policy (objstore.ThrottleBackoff within objstore.DefaultThrottleRetry),
+// so the master's registry reads and scans ride out throttling as a worker's
+// reads do instead of failing a scan or an admin call at the first 503.
+func resendThrottled(b *objstore.Bucket) *objstore.Bucket {
+	return objstore.WithRetry(b, objstore.ThrottleBackoff, clock.RealClock{}, objstore.DefaultThrottleRetry)
 }

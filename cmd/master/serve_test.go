@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
 	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/schema"
 	"github.com/tidemark-io/tidemark/pkg/store"
@@ -340,5 +342,34 @@ func TestServeRefusesTheReferencesWorkerURLsAndWarnsAboutItsVariables(t *testing
 		if !strings.Contains(stderr, want) {
 			t.Errorf("log lacks the warning %s:\n%s", want, stderr)
 		}
+	}
+}
+
+// The master reads the registries and scans the stores through a bucket that
+// resends what the store throttles, as a worker's stores do: without it the
+// first 503 of a throttled account failed the scan or the admin call.
+func TestTheMastersBucketResendsThrottledRequests(t *testing.T) {
+	ctx := context.Background()
+	faults := objstore.NewFaults(nil)
+	b := objstore.WithFaults(objstoretest.Mem(t), faults)
+	if _, err := registry.New(b).Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	throttle := objstore.Rule{Ops: []objstore.Op{objstore.OpList, objstore.OpGet}, KeyContains: "_registry/",
+		Times: 2, Err: objstore.ErrThrottled}
+
+	rule := faults.AddRule(throttle)
+	if _, err := registry.New(b).List(ctx, registry.KindRollout); !errors.Is(err, objstore.ErrThrottled) {
+		t.Fatalf("the bare bucket's listing: %v, want the throttling error (the test throttles nothing)", err)
+	}
+	rule.Remove()
+
+	rule = faults.AddRule(throttle)
+	entries, err := registry.New(resendThrottled(b)).List(ctx, registry.KindRollout)
+	if err != nil || len(entries) != 1 || entries[0].Name != "r1" {
+		t.Fatalf("listing through the master's bucket: %v, %v; want r1", entries, err)
+	}
+	if n := rule.Fired(); n != 2 {
+		t.Errorf("%d requests throttled, want 2 (each resent)", n)
 	}
 }

@@ -16,6 +16,10 @@ import (
 // moment do not come back in lockstep.
 var ThrottleBackoff = backoff.Policy{Min: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
 
+// DefaultThrottleRetry is how long a throttled request is resent (WithRetry's
+// limit) by a process that sets no other: the stores' and the master's bucket.
+const DefaultThrottleRetry = 30 * time.Second
+
 // WithRetry returns a Bucket that sends a request the store throttled
 // (ErrThrottled: refused for its rate, so not performed) again after the delays of
 // p, waiting on clk, until it is answered otherwise, the caller's context (or the

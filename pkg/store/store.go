@@ -81,7 +81,7 @@ func (c *Config) setDefaults() {
 		c.Generations = wal.NewGenerationCache(256 << 20)
 	}
 	if c.ThrottleRetry == 0 {
-		c.ThrottleRetry = 30 * time.Second
+		c.ThrottleRetry = objstore.DefaultThrottleRetry
 	}
 	// Every request of the store's WAL, table and merges is resent while the store
 	// throttles it, within the caller's deadline: one policy for all of them.
