@@ -91,6 +91,10 @@ AUTH_TOKEN_FILE=<dir>/auth-token for "master admin", and send
 
 func runDev(cmd *cobra.Command, f devFlags) error {
 	cfg := f.cfg
+	cfg.Console = devcluster.NewConsole(cmd.OutOrStdout())
+	// Once, before anything starts, as master serve and worker serve do: settings
+	// of the reference system without an equivalent, and misspelled ones.
+	cli.LogEnvWarnings(cmd.Context(), cfg.Console.Logger("dev"))
 	cfg.NoMaster = !f.master
 	if err := cfg.EchoLevel.UnmarshalText([]byte(f.echoLevel)); err != nil {
 		return fmt.Errorf("--echo-level (DEV_ECHO_LEVEL) %q: want debug, info, warn or error", f.echoLevel)
@@ -120,7 +124,6 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 	cfg.MasterCommand = displayPath(cfg.MasterBinary)
 	cfg.WorkerCommand = displayPath(cfg.WorkerBinary)
 	cfg.Environ = os.Environ()
-	cfg.Console = devcluster.NewConsole(cmd.OutOrStdout())
 	return devcluster.Run(cmd.Context(), cfg)
 }
 

@@ -330,3 +330,29 @@ func TestRunRefusesBusyPortsBeforeStartingAnything(t *testing.T) {
 		t.Errorf("etcd's directory exists (%v): etcd was started before the ports were checked", err)
 	}
 }
+
+// master dev's own log lines (its settings warnings) read like the children's
+// echoed ones, under its own name; a child that warns the same (every process
+// reads the same environment) is not echoed again, so the console says it once,
+// and its log still has it.
+func TestConsoleLoggerSaysMasterDevsWarningsOnce(t *testing.T) {
+	var out syncBuffer
+	console := NewConsole(&out)
+	console.Logger("dev").Warn("environment: X is ignored", "variable", "X", "use", "Y")
+	log := filepath.Join(t.TempDir(), "w1.log")
+	p, err := startProcess(processConfig{
+		name: "w1", path: script(t, `echo '{"time":"2026-01-01T00:00:00Z","level":"WARN","msg":"environment: X is ignored","variable":"X","use":"Y"}'; echo '{"level":"WARN","msg":"its own"}'`),
+		args: []string{"serve"}, logPath: log, echo: console, filter: LineFilter{Level: slog.LevelWarn},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	want := "dev    | WARN environment: X is ignored variable=X use=Y\nw1     | WARN its own\n"
+	if out.String() != want {
+		t.Errorf("console:\n%s\nwant:\n%s", out.String(), want)
+	}
+	if data, _ := os.ReadFile(log); !strings.Contains(string(data), "X is ignored") {
+		t.Errorf("the child's log lacks its warning: %q", data)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"sync"
@@ -146,7 +147,7 @@ func (w *lineWriter) line(l []byte) {
 	if w.echo == nil {
 		return
 	}
-	if text, ok := w.filter.Render(l); ok {
+	if text, ok := w.filter.Render(l); ok && !w.echo.said(text) {
 		w.echo.Line(w.name, text)
 	}
 }
@@ -156,6 +157,10 @@ func (w *lineWriter) line(l []byte) {
 type Console struct {
 	mu  sync.Mutex
 	out io.Writer
+	// own are the texts master dev logged itself (Logger): a child's line that
+	// says the same (every process warns about the same environment) is not
+	// echoed again.
+	own map[string]bool
 }
 
 // NewConsole returns a console writing to out.
@@ -166,6 +171,42 @@ func (c *Console) Line(name, text string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fmt.Fprintf(c.out, "%-6s | %s\n", name, text)
+}
+
+// Logger returns a logger whose records are console lines of name, rendered as
+// the children's echoed log lines are (LineFilter): master dev's own warnings
+// read like the children's, and a child's line that repeats one is not echoed
+// (it stays in the child's log).
+func (c *Console) Logger(name string) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(&ownLines{c: c, name: name}, nil))
+}
+
+// ownLines writes master dev's own log records to the console and remembers
+// them. slog's handler writes one whole record at a time.
+type ownLines struct {
+	c    *Console
+	name string
+}
+
+func (o *ownLines) Write(b []byte) (int, error) {
+	text, ok := LineFilter{Level: slog.LevelDebug}.Render(bytes.TrimRight(b, "\n"))
+	if ok {
+		o.c.mu.Lock()
+		if o.c.own == nil {
+			o.c.own = map[string]bool{}
+		}
+		o.c.own[text] = true
+		o.c.mu.Unlock()
+		o.c.Line(o.name, text)
+	}
+	return len(b), nil
+}
+
+// said reports whether master dev logged text itself.
+func (c *Console) said(text string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.own[text]
 }
 
 // Printf writes text as it is.
