@@ -84,43 +84,27 @@ func unnamedColumns(cols []string, text string) []string {
 // and is held until the last byte is written. ?version= reads the record as of
 // that table version, as the other row routes do.
 func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) error {
-	name, err := pathName(r)
+	rd, err := s.openRowRead(r, registry.KindRollout)
 	if err != nil {
 		return err
 	}
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	version, err := versionParam(r)
-	if err != nil {
-		return err
-	}
-	st, release, err := s.cfg.Stores.Open(r.Context(), registry.KindRollout, name)
-	if err != nil {
-		return err
-	}
-	defer release()
-	src, err := rowsAt(r, st, version)
-	if err != nil {
-		return err
-	}
+	defer rd.release()
 	res, err := s.reserveBlobBytes(s.cfg.MaxBodyBytes)
 	if err != nil {
 		return err
 	}
 	defer res.release()
-	rec, err := src.Get(r.Context(), id)
+	rec, err := rd.src.Get(r.Context(), rd.id)
 	if err != nil {
 		return err
 	}
 	if rec == nil {
-		return notFound("Rollout '%s' has no payload", id)
+		return notFound("Rollout '%s' has no payload", rd.id)
 	}
 	defer rec.Release()
 	col := rec.Schema().FieldIndices(schema.BinaryPayloadColumn)
 	if len(col) != 1 || rec.Column(col[0]).IsNull(0) {
-		return notFound("Rollout '%s' has no payload", id)
+		return notFound("Rollout '%s' has no payload", rd.id)
 	}
 	data := rec.Column(col[0]).(*array.Binary).Value(0)
 	res.shrinkTo(int64(len(data)))

@@ -410,32 +410,16 @@ func encodeRows(k kindAPI, recs []arrow.RecordBatch, omit []string) ([]json.RawM
 // table version (api_version.go).
 func (s *Server) getRow(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		name, err := pathName(r)
-		if err != nil {
-			return err
-		}
-		id, err := pathID(r)
-		if err != nil {
-			return err
-		}
 		columns, hasColumns := r.URL.Query()["columns"]
 		if hasColumns && k.kind == registry.KindRollout {
 			return badRequest("columns is supported on generic stores only")
 		}
-		version, err := versionParam(r)
+		rd, err := s.openRowRead(r, k.kind)
 		if err != nil {
 			return err
 		}
-		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
-		if err != nil {
-			return err
-		}
-		defer release()
-		src, err := rowsAt(r, st, version)
-		if err != nil {
-			return err
-		}
-		rec, err := src.Get(r.Context(), id)
+		defer rd.release()
+		rec, err := rd.src.Get(r.Context(), rd.id)
 		if err != nil {
 			return err
 		}
@@ -444,10 +428,10 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 				httpjson.WriteJSON(w, http.StatusOK, map[string]json.RawMessage{k.row: nil})
 				return nil
 			}
-			return notFound("Row '%s' does not exist", id)
+			return notFound("Row '%s' does not exist", rd.id)
 		}
 		defer rec.Release()
-		omit := st.BlobColumns() // unless named: a blob is read on request only
+		omit := rd.st.BlobColumns() // unless named: a blob is read on request only
 		if hasColumns {
 			proj, err := projectColumns(rec, columns[0])
 			if err != nil {

@@ -47,6 +47,45 @@ func versionParam(r *http.Request) (uint64, error) {
 	return v, nil
 }
 
+// rowRead is what a read of one row (GET .../{name}/<rows>/{id}, or its blob)
+// opened: the row's id, the store's handle and what to read the row from.
+type rowRead struct {
+	id  string
+	st  *store.Store
+	src rowSource
+	// release gives the handle back, once the read has answered.
+	release func()
+}
+
+// openRowRead opens the read of one row of a store of kind: the path's name and
+// id and ?version= parsed, the store opened, and read at that version or now
+// (rowsAt, which answers a version it cannot read with a 404). The one opening
+// path of the row get and the blob get, so a fix to either lands in both.
+func (s *Server) openRowRead(r *http.Request, kind registry.Kind) (rowRead, error) {
+	name, err := pathName(r)
+	if err != nil {
+		return rowRead{}, err
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return rowRead{}, err
+	}
+	version, err := versionParam(r)
+	if err != nil {
+		return rowRead{}, err
+	}
+	st, release, err := s.cfg.Stores.Open(r.Context(), kind, name)
+	if err != nil {
+		return rowRead{}, err
+	}
+	src, err := rowsAt(r, st, version)
+	if err != nil {
+		release()
+		return rowRead{}, err
+	}
+	return rowRead{id: id, st: st, src: src, release: release}, nil
+}
+
 // rowsAt returns what a row route reads: st as of version v, or, for v = 0, st
 // now, brought up to the request's causal token (syncTo).
 //
