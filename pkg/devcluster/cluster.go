@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
+	"github.com/tidemark-io/tidemark/internal/cli"
 	"github.com/tidemark-io/tidemark/pkg/membership"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
@@ -320,7 +321,7 @@ func (c *cluster) startChildren(logs string) error {
 			return fmt.Errorf("master HTTP address: %w", err)
 		}
 		c.ep.MasterGRPC, c.ep.MasterHTTP = grpcAddr, httpAddr
-		env := ChildEnv(cfg.Environ, MasterDefaults, append(common, "GRPC_ADDR="+grpcAddr, "HTTP_ADDR="+httpAddr))
+		env := ChildEnv("master", cfg.Environ, MasterDefaults, append(common, "GRPC_ADDR="+grpcAddr, "HTTP_ADDR="+httpAddr))
 		c.master, err = startProcess(processConfig{
 			name: "master", path: cfg.MasterBinary, args: []string{"serve"}, env: env,
 			logPath: filepath.Join(logs, "master.log"), echo: c.console, filter: filter,
@@ -337,7 +338,7 @@ func (c *cluster) startChildren(logs string) error {
 			}
 			return net.JoinHostPort("127.0.0.1", strconv.Itoa(first+i-1))
 		}
-		env := ChildEnv(cfg.Environ, WorkerDefaults, append(common,
+		env := ChildEnv("worker", cfg.Environ, WorkerDefaults, append(common,
 			"INSTANCE_ID="+id,
 			"HTTP_ADDR="+port(cfg.WorkerHTTPPort),
 			"GRPC_ADDR="+port(cfg.WorkerGRPCPort),
@@ -392,9 +393,24 @@ func (c *cluster) preflight() error {
 	return errors.Join(errs...)
 }
 
-// ChildEnv is a child's environment: defaults, overridden by environ, overridden
-// by forced. Each is a list of KEY=VALUE; later lists win.
-func ChildEnv(environ, defaults, forced []string) []string {
+// ChildEnv is the environment of a child running binary ("master" or "worker"):
+// defaults, overridden by environ, overridden by forced. Each is a list of
+// KEY=VALUE; later lists win. A default is left out when environ sets one of the
+// reference's aliases of it for binary (cli.Aliases): the child would otherwise
+// see the default as the Tidemark variable, which wins over the alias, and the
+// user's ROLLOUT_FLUSH_INTERVAL_SECS would lose to a default they never set.
+func ChildEnv(binary string, environ, defaults, forced []string) []string {
+	aliased := map[string]bool{}
+	for _, a := range cli.Aliases() {
+		if a.Binary != binary {
+			continue
+		}
+		for _, kv := range environ {
+			if k, _, _ := strings.Cut(kv, "="); k == a.Name {
+				aliased[a.Env] = true
+			}
+		}
+	}
 	var out []string
 	seen := map[string]int{}
 	add := func(kv string) {
@@ -406,7 +422,12 @@ func ChildEnv(environ, defaults, forced []string) []string {
 		seen[k] = len(out)
 		out = append(out, kv)
 	}
-	for _, list := range [][]string{defaults, environ, forced} {
+	for _, kv := range defaults {
+		if k, _, _ := strings.Cut(kv, "="); !aliased[k] {
+			add(kv)
+		}
+	}
+	for _, list := range [][]string{environ, forced} {
 		for _, kv := range list {
 			add(kv)
 		}

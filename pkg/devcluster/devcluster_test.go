@@ -22,7 +22,7 @@ import (
 )
 
 func TestChildEnvIsDefaultsUnderTheEnvironmentUnderTheCluster(t *testing.T) {
-	got := ChildEnv(
+	got := ChildEnv("worker",
 		[]string{"FLUSH_INTERVAL=1s", "HTTP_ADDR=0.0.0.0:1", "HOME=/root"},
 		[]string{"FLUSH_INTERVAL=5s", "MERGE_AFTER_GENERATIONS=0"},
 		[]string{"HTTP_ADDR=127.0.0.1:8081", "INSTANCE_ID=w1"},
@@ -30,6 +30,24 @@ func TestChildEnvIsDefaultsUnderTheEnvironmentUnderTheCluster(t *testing.T) {
 	want := []string{"FLUSH_INTERVAL=1s", "MERGE_AFTER_GENERATIONS=0", "HTTP_ADDR=127.0.0.1:8081", "HOME=/root", "INSTANCE_ID=w1"}
 	if !slices.Equal(got, want) {
 		t.Errorf("ChildEnv = %q, want %q", got, want)
+	}
+}
+
+// A reference alias in the environment overrides a dev default as its Tidemark
+// variable would: the default is left out, so the child applies the alias
+// (README: any variable in the environment overrides the dev defaults). An alias
+// of the other binary leaves the default in place.
+func TestChildEnvLeavesOutADefaultTheEnvironmentSetsThroughAnAlias(t *testing.T) {
+	environ := []string{"ROLLOUT_FLUSH_INTERVAL_SECS=1", "MASTER_PORT=9000"}
+	got := ChildEnv("worker", environ, WorkerDefaults, nil)
+	want := []string{"MERGE_AFTER_GENERATIONS=0", "ROLLOUT_FLUSH_INTERVAL_SECS=1", "MASTER_PORT=9000"}
+	if !slices.Equal(got, want) {
+		t.Errorf("worker ChildEnv = %q, want %q", got, want)
+	}
+	got = ChildEnv("master", environ, []string{"FLUSH_INTERVAL=5s", "HTTP_ADDR=127.0.0.1:7080"}, nil)
+	want = []string{"FLUSH_INTERVAL=5s", "ROLLOUT_FLUSH_INTERVAL_SECS=1", "MASTER_PORT=9000"}
+	if !slices.Equal(got, want) {
+		t.Errorf("master ChildEnv = %q, want %q", got, want)
 	}
 }
 
