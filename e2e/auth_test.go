@@ -63,6 +63,7 @@ func tlsClient(t *testing.T, ca, cert, key string) *http.Client {
 // refusal; a worker's internal route refuses a caller without a certificate or
 // without the token, and nothing is merged by such a call.
 func TestClusterWithTokenAndMutualTLSMergesAndRefusesCallersWithoutCredentials(t *testing.T) {
+	t.Parallel()
 	skipShort(t)
 	certs := testcerts.New(t, t.TempDir())
 	env := map[string]string{

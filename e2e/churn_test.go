@@ -72,6 +72,7 @@ const churnSpec = `{"columns":[["id",{"type":"string"}],["n",{"type":"int64"}]]}
 // … _wal/w2/_manifests/…", "WAL writer closed"). Then the name is created again and
 // must hold none of the rows of its earlier lives, through either worker.
 func TestChurnOfOneStoreNameAcrossTwoWorkers(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, nil, nil)
 	c.startMaster("m1", nil)
 	workers := []*workerProc{c.startWorker("w1"), c.startWorker("w2")}

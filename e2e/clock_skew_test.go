@@ -20,6 +20,7 @@ import (
 // reports how many writes were reordered (and needs some, or its clocks are not
 // skewed and it proves nothing).
 func TestCausalTokensOrderWritesThroughSkewedWorkers(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, nil, nil)
 	bin := chaosWorker(t)
 	ahead := c.startWorkerWith("ahead", bin, map[string]string{chaos.ClockOffsetEnv: "2s"})

@@ -58,6 +58,7 @@ import (
 //   - the files the killed compaction staged and never committed are deleted by the
 //     cleanup once GC_SAFETY_WINDOW has passed.
 func TestCompactionKilledMidwayConverges(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)

@@ -126,6 +126,7 @@ func dockerfileEnv(t *testing.T, dockerfile string) map[string]string {
 // volume. The guarded failure: a renamed flag or variable that leaves the
 // compose file silently running on defaults.
 func TestComposeFileMatchesTheBinaries(t *testing.T) {
+	t.Parallel()
 	b := build(t)
 	root, err := filepath.Abs("..")
 	if err != nil {

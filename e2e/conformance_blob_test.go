@@ -29,6 +29,7 @@ import (
 // conformance_blob_test.go checks every wording and the blob budget's 503 at the
 // handler level.
 func TestConformanceBlobsOfAWorkerProcess(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, nil, nil)
 	w1 := c.startWorkerWith("w1", c.bin.worker, map[string]string{"MAX_BODY_BYTES": "4194304"})
 	w2 := c.startWorker("w2")

@@ -24,6 +24,7 @@ import (
 // every row's live version only, pages count matching rows, and a bad filter is
 // a 400 INVALID_REQUEST naming the column.
 func TestFilteredGenericListsThroughWorkerProcesses(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, nil, nil)
 	w1, w2 := c.startWorker("w1"), c.startWorker("w2")
 	r1 := refClient{t: t, base: w1.url() + "/api/v1"}

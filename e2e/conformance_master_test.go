@@ -22,6 +22,7 @@ import (
 // 0b03cbb3bf17f1a5e37754385d5d9a8d7f2e1112 (the query parameters the UI sends).
 // pkg/master's TestConformance* check every route at the handler level.
 func TestConformanceOfAMasterProcessWithTheReferenceAPI(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, nil, nil)
 	w := c.startWorker("w1")
 	m := c.startMaster("m1", map[string]string{"MERGE_WAL_MIN_GENERATIONS": "1000"})

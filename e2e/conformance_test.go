@@ -20,6 +20,7 @@ import (
 // RolloutRecordDto, GenericStoreInfo, AddRowsResponse). pkg/worker's
 // TestConformance* check every route at the handler level.
 func TestConformanceOfAWorkerProcessWithTheReferenceAPI(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, nil, nil)
 	w := c.startWorker("w1")
 	ref := refClient{t: t, base: w.url() + "/api/v1"}

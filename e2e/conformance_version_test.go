@@ -26,6 +26,7 @@ import (
 // without the rows still in WAL generations; once the master's compact task has
 // its cleanup prune v, a read at v is a 404 naming the oldest readable version.
 func TestReadsAtAVersionThroughWorkerProcesses(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, map[string]string{
 		"VERSION_RETENTION_COUNT": "1",
 		"VERSION_RETENTION_AGE":   "1ms",

@@ -62,6 +62,7 @@ type claimedTask struct {
 // lost because it was only in memory, or a WAL replay after the crash that
 // re-adds rows a merge had already committed.
 func TestWorkerKilledDuringMergesLosesNoAcknowledgedRow(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "500ms"}, map[string]string{"MERGE_WAL_MIN_GENERATIONS": "1"})
 	m := c.startMaster("m1", nil)
 	for _, id := range []string{"w1", "w2", "w3"} {
@@ -117,6 +118,7 @@ func TestWorkerKilledDuringMergesLosesNoAcknowledgedRow(t *testing.T) {
 // 3s), the second recovers the orphaned task, runs it again and finishes it; the
 // rows end up merged exactly once.
 func TestSecondMasterFinishesTheTaskOfAKilledMaster(t *testing.T) {
+	t.Parallel()
 	etcdctl := etcdctlPath(t)
 	// Only the requeued task runs: the sweep never finds enough generations.
 	c := newCluster(t, nil, map[string]string{"MERGE_WAL_MIN_GENERATIONS": "1000000"})

@@ -309,6 +309,7 @@ func (c *dashCluster) backlog(store string, n int) {
 // server-sent events of the etcd watch), and markup in a row value and in a
 // store name is shown as text and never run.
 func TestDashboardInABrowser(t *testing.T) {
+	t.Parallel()
 	skipShort(t)
 	chromiumPath(t) // skip (or fail under CI) before building a cluster
 	shots := os.Getenv(screenshotsEnv)

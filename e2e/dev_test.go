@@ -75,6 +75,7 @@ func exampleCommands(banner string) map[string][]string {
 // route with curl and the token), stops everything on SIGINT, and a second run
 // reuses the data: the rows and the task are still there.
 func TestDevRunsAClusterWhoseExampleCommandsWork(t *testing.T) {
+	t.Parallel()
 	skipShort(t)
 	b := build(t)
 	dir := t.TempDir()

@@ -84,6 +84,7 @@ func grantPrefix(t *testing.T, root *clientv3.Client, user, password, prefix str
 // merges after the processes idled past that expiry. A third merges after an etcd
 // restart, which forgets every token it issued.
 func TestClusterRunsAgainstEtcdWithClientCertificatesAndAuthentication(t *testing.T) {
+	t.Parallel()
 	c, srv := newSecuredCluster(t)
 	if !strings.HasPrefix(c.etcdURL, "https://") {
 		t.Fatalf("etcd at %s: want https", c.etcdURL)

@@ -32,6 +32,7 @@ import (
 //   - verify finds the table whole (what the killed prepare staged is referenced by
 //     no version and harms no reader).
 func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
+	t.Parallel()
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 16))

@@ -57,6 +57,7 @@ const (
 // TestChaosHistory; a violation writes the history and porcupine's visualization
 // to a directory the failure names.
 func TestHistoryOfRandomTrafficUnderOneFaultIsConsistent(t *testing.T) {
+	t.Parallel()
 	seed := historySeed(t)
 	rng := rand.New(rand.NewPCG(seed, 21))
 	fault := historyFaults[rng.IntN(len(historyFaults))]

@@ -28,6 +28,7 @@ import (
 //   - verify finds a deleted fragment and fails, naming it; verify --drop-missing
 //     commits without it, and every other row still reads.
 func TestMaintenanceBoundsATableAndKeepsEveryRow(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, map[string]string{
 		"TARGET_ROWS_PER_FRAGMENT":     "1000",
 		"VERSION_RETENTION_COUNT":      "3",

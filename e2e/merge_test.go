@@ -28,6 +28,7 @@ func (c *cluster) workerURLs() []string {
 // `master admin requeue-merge` runs to done and merges a generation the sweep
 // would have left alone.
 func TestMasterMergesRowsAddedThroughEveryWorker(t *testing.T) {
+	t.Parallel()
 	etcdctl := etcdctlPath(t)
 	c := newCluster(t, nil, nil)
 	m := c.startMaster("m1", nil)

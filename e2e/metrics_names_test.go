@@ -83,6 +83,7 @@ var masterRefSamples = []string{
 }
 
 func TestMetricsCarryTheReferenceSystemsNames(t *testing.T) {
+	t.Parallel()
 	// The worker's cleanup sweeper merges (rollout_wal_cleanup_total); the master's
 	// sweep never does, so the merge it runs is the one requeued below.
 	c := newCluster(t, nil, nil)

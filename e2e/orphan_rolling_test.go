@@ -36,6 +36,7 @@ const (
 // live worker (a row whose add failed, at most once), nothing is pending, and the
 // active shards are live workers' only: none of the ten replaced ids is left.
 func TestRollingRestartUnderNewIDsStrandsNothing(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, nil, map[string]string{
 		"ORPHAN_GRACE": orphanGrace,
 		// A last generation of a shard must not wait for a second one: after the

@@ -26,6 +26,7 @@ const orphanGrace = "3s"
 // does come back later, it writes on under a new epoch and every row is still
 // listed exactly once.
 func TestAShardWhoseWorkerNeverReturnsIsAdoptedAndItsRowsAppearOnce(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, nil, map[string]string{"ORPHAN_GRACE": orphanGrace})
 	m := c.startMaster("m1", nil)
 	w1, w2, w3 := c.startWorker("w1"), c.startWorker("w2"), c.startWorker("w3")

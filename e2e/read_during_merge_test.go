@@ -27,6 +27,7 @@ import (
 // before a merge's commit and the shard manifests after its drain answered
 // {"record": null} or the previous value for acked, visible rows.
 func TestReadsDuringAnotherWorkersMergeNeverGoBack(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
