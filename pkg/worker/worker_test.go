@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,20 +24,8 @@ import (
 // worker afterwards. Production failure it guards: a worker that stopped without
 // sealing left acknowledged rows visible to no one until it came back.
 func TestWorkerSealsWhatItAcknowledgedOnTheWayOut(t *testing.T) {
-	quiet := slog.New(slog.DiscardHandler)
 	bucket := objstoretest.Mem(t)
-	ln, gln := listen(t), listen(t)
-	w, err := New(Config{InstanceID: "w1", HTTPListener: ln, GRPCListener: gln, Logger: quiet,
-		Store: store.Config{Bucket: bucket, SnapshotTTL: -1, WALOptions: []wal.Option{wal.WithLogger(quiet)}},
-		Sweep: SweeperConfig{FlushInterval: time.Hour, CleanupInterval: time.Hour}, ShutdownTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-
-	base := "http://" + ln.Addr().String()
+	base, stop := runWorker(t, Config{InstanceID: "w1", Store: store.Config{Bucket: bucket}})
 	post := func(path, body string) {
 		t.Helper()
 		var code int
@@ -53,14 +42,6 @@ func TestWorkerSealsWhatItAcknowledgedOnTheWayOut(t *testing.T) {
 	post("/api/v1/generic", `{"name":"g","schema":`+apiSpec+`}`)
 	post("/api/v1/generic/g/rows", `{"rows":[{"id":"a","n":1},{"id":"b","n":2}]}`)
 	stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after its context ended")
-	}
 
 	other := newAPIEnv(t, bucket, "w2", nil)
 	var list struct {
@@ -70,6 +51,53 @@ func TestWorkerSealsWhatItAcknowledgedOnTheWayOut(t *testing.T) {
 	if len(list.Rows) != 2 {
 		t.Fatalf("another worker reads %d rows after the process stopped, want the 2 it acknowledged", len(list.Rows))
 	}
+}
+
+// runWorker builds the worker of cfg and runs it, with loopback listeners, quiet
+// logs, no snapshot reuse and hour-long sweeps where cfg leaves them unset; stop
+// ends Run and fails the test unless Run returns cleanly within 30 s.
+func runWorker(t *testing.T, cfg Config) (base string, stop func()) {
+	t.Helper()
+	if cfg.HTTPListener == nil {
+		cfg.HTTPListener, cfg.GRPCListener = listen(t), listen(t)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Store.SnapshotTTL == 0 {
+		cfg.Store.SnapshotTTL = -1
+	}
+	cfg.Store.WALOptions = append(cfg.Store.WALOptions, wal.WithLogger(cfg.Logger))
+	if cfg.Sweep.FlushInterval == 0 {
+		cfg.Sweep.FlushInterval, cfg.Sweep.CleanupInterval = time.Hour, time.Hour
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 5 * time.Second
+	}
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		t.Helper()
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run did not return after its context ended")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return "http://" + cfg.HTTPListener.Addr().String(), stop
 }
 
 func listen(t *testing.T) net.Listener {
@@ -98,21 +126,11 @@ func postJSON(t *testing.T, u, body string) int {
 // prefix, and Run revoking the lease on the way out (a dead worker the master
 // keeps calling until its lease expires).
 func TestWorkerIsListedInEtcdOnlyWhileItRuns(t *testing.T) {
-	quiet := slog.New(slog.DiscardHandler)
 	client, _ := etcdtest.Start(t)
 	const prefix = "/wk"
 	ln, gln := listen(t), listen(t)
-	w, err := New(Config{InstanceID: "w1", HTTPListener: ln, GRPCListener: gln, Logger: quiet,
-		Etcd: client, Prefix: prefix, LeaseTTL: 5 * time.Second,
-		Store: store.Config{Bucket: objstoretest.Mem(t), SnapshotTTL: -1, WALOptions: []wal.Option{wal.WithLogger(quiet)}},
-		Sweep: SweeperConfig{FlushInterval: time.Hour, CleanupInterval: time.Hour}, ShutdownTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	base, stop := runWorker(t, Config{InstanceID: "w1", HTTPListener: ln, GRPCListener: gln,
+		Etcd: client, Prefix: prefix, LeaseTTL: 5 * time.Second, Store: store.Config{Bucket: objstoretest.Mem(t)}})
 
 	disc := &membership.Discovery{Client: client, Prefix: prefix}
 	listed := func() []membership.Worker {
@@ -126,7 +144,6 @@ func TestWorkerIsListedInEtcdOnlyWhileItRuns(t *testing.T) {
 	if got := listed()[0]; got.InstanceID != "w1" || got.GRPCAddr != gln.Addr().String() || got.HTTPAddr != ln.Addr().String() {
 		t.Fatalf("listed as %+v; want w1 at grpc %s, http %s", got, gln.Addr(), ln.Addr())
 	}
-	base := "http://" + ln.Addr().String()
 	if code := postJSON(t, base+"/api/v1/generic", `{"name":"g","schema":`+apiSpec+`}`); code/100 != 2 {
 		t.Fatalf("create store: %d", code)
 	}
@@ -142,14 +159,6 @@ func TestWorkerIsListedInEtcdOnlyWhileItRuns(t *testing.T) {
 	}
 
 	stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after its context ended")
-	}
 	if ws := listed(); len(ws) != 0 {
 		t.Fatalf("still listed after Run returned: %+v", ws)
 	}
