@@ -126,6 +126,12 @@ func (s *Store) getIn(ctx context.Context, snap *Snapshot, id string) (arrow.Rec
 	if err != nil {
 		return nil, err
 	}
+	return s.newestIn(ctx, snap, p, id)
+}
+
+// newestIn is getIn with snap's pending rows already loaded: the newer of id's
+// base row and its newest pending row, or nil.
+func (s *Store) newestIn(ctx context.Context, snap *Snapshot, p *pendingRows, id string) (arrow.RecordBatch, error) {
 	base, baseV, err := s.table.Get(ctx, snap.Base, id)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", s.Target(), err)

@@ -52,6 +52,7 @@ func (s *Server) registerDataRoutes(mux *http.ServeMux) {
 	// Checkout exists on rollout stores only, as in the reference.
 	mux.Handle("POST /api/v1/rollouts/{name}/checkout", s.data(s.api(s.checkout(rolloutAPI))))
 	mux.Handle("GET /api/v1/rollouts/{name}/records/{id}/blob", s.data(s.api(s.getBlob)))
+	mux.Handle("POST /api/v1/generic/{name}/get-rows", s.data(s.api(s.getRows(genericAPI))))
 	mux.Handle("POST /api/v1/generic/{name}/flush", s.data(s.api(s.flushStore(genericAPI))))
 	mux.Handle("POST /api/v1/generic/{name}/merge-wal", s.control(s.api(s.mergeStore)))
 	mux.Handle("POST /api/v1/internal/merge-wal/{name}", s.control(s.api(s.mergeTarget)))

@@ -285,12 +285,30 @@ const listChunkBytes = 64 << 10
 
 // listAll streams every row of st matching opts.Filter, after opts.Offset of
 // them, without the columns in omit, in storage order (store.Store.Stream), as
-// one JSON answer written chunk by chunk. Nothing is written before the first chunk fills, so a read that
-// fails early (a deleted store, too many pending generations) still gets its
-// error answer. One that fails once rows went out cannot change the status any
-// more: the connection is cut, so the client sees a truncated answer instead of
-// a shorter list that looks whole.
+// one JSON answer {"<rows>":[...],"count":n} (streamRows).
 func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st rowSource, opts store.ListOptions, omit []string) error {
+	read := func(each func(rec arrow.RecordBatch, i int) error) error {
+		skipped := 0
+		return st.Stream(r.Context(), opts.Filter, func(rec arrow.RecordBatch, i int) error {
+			if skipped < opts.Offset {
+				skipped++
+				return nil
+			}
+			return each(rec, i)
+		})
+	}
+	return s.streamRows(w, r, k, omit, true, read)
+}
+
+// streamRows writes the rows read hands to each, without the columns in omit,
+// as one JSON answer {"<rows>":[...]} (with "count":n after the array if
+// withCount) written chunk by chunk, so memory holds a chunk, not the answer.
+// Nothing is written before the first chunk fills, so a read that fails early
+// (a deleted store, too many pending generations) still gets its error answer.
+// One that fails once rows went out cannot change the status any more: the
+// connection is cut, so the client sees a truncated answer instead of a shorter
+// list that looks whole.
+func (s *Server) streamRows(w http.ResponseWriter, r *http.Request, k kindAPI, omit []string, withCount bool, read func(each func(rec arrow.RecordBatch, i int) error) error) error {
 	rc := http.NewResponseController(w)
 	started := false
 	buf := make([]byte, 0, listChunkBytes+4096)
@@ -309,12 +327,8 @@ func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st r
 		return err
 	}
 	enc := &rowEncoders{rollout: k.kind == registry.KindRollout, omit: omit}
-	count, skipped := 0, 0
-	err := st.Stream(r.Context(), opts.Filter, func(rec arrow.RecordBatch, i int) error {
-		if skipped < opts.Offset {
-			skipped++
-			return nil
-		}
+	count := 0
+	err := read(func(rec arrow.RecordBatch, i int) error {
 		if count > 0 {
 			buf = append(buf, ',')
 		}
@@ -335,8 +349,11 @@ func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st r
 		s.cfg.Logger.Warn("streamed list cut off", "route", r.Pattern, "path", r.URL.Path, "rows_sent", count, "err", err)
 		panic(http.ErrAbortHandler)
 	}
-	buf = append(buf, `],"count":`...)
-	buf = strconv.AppendInt(buf, int64(count), 10)
+	buf = append(buf, ']')
+	if withCount {
+		buf = append(buf, `,"count":`...)
+		buf = strconv.AppendInt(buf, int64(count), 10)
+	}
 	buf = append(buf, "}\n"...)
 	if err := flush(); err != nil {
 		s.cfg.Logger.Debug("streamed list: client went away", "path", r.URL.Path, "err", err)

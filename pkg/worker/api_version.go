@@ -26,6 +26,7 @@ type rowSource interface {
 	Get(ctx context.Context, id string) (arrow.RecordBatch, error)
 	List(ctx context.Context, opts store.ListOptions) ([]arrow.RecordBatch, error)
 	Stream(ctx context.Context, filter func(arrow.RecordBatch) ([]bool, error), fn func(rec arrow.RecordBatch, row int) error) error
+	GetMany(ctx context.Context, ids []string, fn func(rec arrow.RecordBatch) error) error
 }
 
 // versionParam parses ?version= (0 when absent): a positive integer. A version
@@ -48,7 +49,8 @@ func versionParam(r *http.Request) (uint64, error) {
 }
 
 // rowRead is what a read of one row (GET .../{name}/<rows>/{id}, or its blob)
-// opened: the row's id, the store's handle and what to read the row from.
+// or of several (the batch get) opened: the row's id (empty for the batch get),
+// the store's handle and what to read rows from.
 type rowRead struct {
 	id  string
 	st  *store.Store
@@ -60,7 +62,8 @@ type rowRead struct {
 // openRowRead opens the read of one row of a store of kind: the path's name and
 // id and ?version= parsed, the store opened, and read at that version or now
 // (rowsAt, which answers a version it cannot read with a 404). The one opening
-// path of the row get and the blob get, so a fix to either lands in both.
+// path of the row get, the blob get and (through openStoreRead) the batch get,
+// so a fix to one lands in all.
 func (s *Server) openRowRead(r *http.Request, kind registry.Kind) (rowRead, error) {
 	name, err := pathName(r)
 	if err != nil {
@@ -70,6 +73,15 @@ func (s *Server) openRowRead(r *http.Request, kind registry.Kind) (rowRead, erro
 	if err != nil {
 		return rowRead{}, err
 	}
+	rd, err := s.openStoreRead(r, kind, name)
+	rd.id = id
+	return rd, err
+}
+
+// openStoreRead is openRowRead for a route that reads rows of store name
+// without an {id} in its path (the batch get): ?version= parsed, the store
+// opened and read at that version or now.
+func (s *Server) openStoreRead(r *http.Request, kind registry.Kind, name string) (rowRead, error) {
 	version, err := versionParam(r)
 	if err != nil {
 		return rowRead{}, err
@@ -83,7 +95,7 @@ func (s *Server) openRowRead(r *http.Request, kind registry.Kind) (rowRead, erro
 		release()
 		return rowRead{}, err
 	}
-	return rowRead{id: id, st: st, src: src, release: release}, nil
+	return rowRead{st: st, src: src, release: release}, nil
 }
 
 // rowsAt returns what a row route reads: st as of version v, or, for v = 0, st
