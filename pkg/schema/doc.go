@@ -15,13 +15,15 @@
 //     schema does not declare, a key given twice, a null or missing value in a
 //     non-null column, a JSON value of the wrong kind, an integer with a fraction
 //     or exponent or outside its width, a float outside its width or a nonzero
-//     one that would round to zero in it, invalid base64, a vector of the wrong
-//     length, a timestamp that is not integer microseconds or RFC 3339 within
-//     years 0001-9999, and a string or key that is not UTF-8 (raw bytes, or an
-//     escaped UTF-16 surrogate without its pair, which encoding/json would turn
-//     into U+FFFD) are all errors; nothing is coerced, repaired or silently
-//     dropped. Integers are parsed from their JSON literal, so int64 values are
-//     exact.
+//     one that would round to zero in it, invalid base64 (a generic store's
+//     binary value may also be an array of bytes, as the reference takes it: an
+//     element that is not an integer 0-255 is an error at its index), a vector
+//     of the wrong length, a timestamp that is not integer microseconds or RFC
+//     3339 within years 0001-9999, and a string or key that is not UTF-8 (raw
+//     bytes, or an escaped UTF-16 surrogate without its pair, which
+//     encoding/json would turn into U+FFFD) are all errors; nothing is coerced,
+//     repaired or silently dropped. Integers are parsed from their JSON literal,
+//     so int64 values are exact.
 //   - Encoding round-trips. EncodeRows writes, for each row, a JSON object that
 //     decodes to the same values: columns in schema order, hidden columns ("_"
 //     prefix) left out, nulls as null, binary as standard base64, timestamps as

@@ -66,6 +66,7 @@ func FuzzDecodeRows(f *testing.F) {
 	f.Add(false, []byte(everyTypeSpec), []byte(`[{"id":"a","n64":1.5}]`))
 	f.Add(false, []byte(everyTypeSpec), []byte(`[{"id":"a","n64":1,"at":"2024-01-01T00:00:00.999999999+14:00"}]`))
 	f.Add(false, []byte(everyTypeSpec), []byte(`[{"id":"a","n64":1,"blob":"AA=="},{"id":"b","n64":2,"blob":"A"}]`))
+	f.Add(false, []byte(everyTypeSpec), []byte(`[{"id":"a","n64":1,"blob":[0,1,255]},{"id":"b","n64":2,"blob":[256]},{"id":"c","n64":3,"blob":[1.0,-0]}]`))
 	f.Add(false, []byte(`{"columns":[["id",{"type":"string"}],["s",{"type":"string","large":true,"nullable":true}]]}`), []byte(`[{"id":"\u00e9","s":"\ud83d\ude00"}]`))
 	f.Add(false, []byte(`not a spec`), []byte(`{"id":"x","n64":1} trailing`))
 	f.Add(true, []byte(nil), []byte(`[`+fullRollout+`,{"id":"b"}]`))

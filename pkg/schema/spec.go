@@ -185,7 +185,7 @@ func NewSpec(columns []Column) (*Spec, error) {
 	for i := range s.columns {
 		s.columns[i].Type = s.columns[i].Type.clone()
 	}
-	codec, err := newCodec(s.schema)
+	codec, err := newCodec(s.schema, byteArrayBinaries)
 	if err != nil {
 		return nil, &Error{Row: -1, Reason: err.Error()}
 	}

@@ -299,11 +299,20 @@ func (boolCodec) encode(dst []byte, a arrow.Array, i int) []byte {
 }
 
 // binaryCodec: standard base64 with padding (what encoding/json does for []byte
-// and Python's base64.b64encode produces).
-type binaryCodec struct{}
+// and Python's base64.b64encode produces). With byteArrays (generic stores, see
+// byteArrayBinaries) a JSON array of integers 0-255 is taken too, as the
+// reference's generic codec takes it. Output is always base64.
+type binaryCodec struct{ byteArrays bool }
 
-func (binaryCodec) decode(b array.Builder, raw []byte) error {
-	if raw[0] != '"' {
+func (c binaryCodec) decode(b array.Builder, raw []byte) error {
+	switch {
+	case raw[0] == '[' && c.byteArrays:
+		return decodeByteArray(b.(*array.BinaryBuilder), raw)
+	case raw[0] == '[':
+		return wrongType("a base64 string", raw)
+	case raw[0] != '"' && c.byteArrays:
+		return wrongType("a base64 string or an array of bytes (integers 0-255)", raw)
+	case raw[0] != '"':
 		return wrongType("a base64 string", raw)
 	}
 	s, err := unquote(raw)
@@ -316,6 +325,52 @@ func (binaryCodec) decode(b array.Builder, raw []byte) error {
 	}
 	b.(*array.BinaryBuilder).Append(v)
 	return nil
+}
+
+// decodeByteArray appends the bytes of raw, a JSON array of integers 0-255. An
+// element that is not one is an error at its index ("[3]").
+func decodeByteArray(b *array.BinaryBuilder, raw []byte) error {
+	// Each element takes at least two bytes of text ("0,"), so this never
+	// reserves more than half the value's text.
+	v := make([]byte, 0, len(raw)/2)
+	err := eachElement(raw, func(i int, elem []byte) error {
+		n, err := strconv.ParseUint(string(elem), 10, 8)
+		if err != nil {
+			return atPath(invalidValue("expected a byte (an integer 0-255), got %s", describe(elem)), "["+strconv.Itoa(i)+"]")
+		}
+		v = append(v, byte(n))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b.Append(v)
+	return nil
+}
+
+// byteArrayBinaries is the codecOption of generic stores: their binary values,
+// in a column or inside its lists, take an array of bytes beside base64.
+func byteArrayBinaries(_ string, c valueCodec) valueCodec {
+	switch c := c.(type) {
+	case binaryCodec:
+		c.byteArrays = true
+		return c
+	case listCodec:
+		c.item.codec = byteArrayBinaries("", c.item.codec)
+		return c
+	case fixedListCodec:
+		c.item.codec = byteArrayBinaries("", c.item.codec)
+		return c
+	case structCodec:
+		fields := make([]slot, len(c.fields))
+		for i, f := range c.fields {
+			f.codec = byteArrayBinaries("", f.codec)
+			fields[i] = f
+		}
+		c.fields = fields
+		return c
+	}
+	return c
 }
 
 func (binaryCodec) encode(dst []byte, a arrow.Array, i int) []byte {

@@ -21,6 +21,14 @@ package worker
 //     projection always includes id, Some([]) answers {"id"} alone, an unknown
 //     column is an error, one consistent read of the base and the WAL).
 //
+// And generic binary values given as arrays of bytes, from
+// crates/lance-context-core/src/generic_codec.rs at commit
+// 4f34bd9e1ea6bf3149fb6de731d5bedac812ac7a (as_bytes: a base64 string or an
+// array of byte values, each an integer 0-255, in a column or a list element;
+// base64 on the way out) and crates/lance-context-server/src/routes/generic.rs
+// at commit 0e66d79e22ef1561dcc399df9f602fb285a8c4f3
+// (create_list_add_and_read_round_trip adds "blob": [1, 2, 3], reads "AQID").
+//
 // The e2e suite's TestConformanceBatchGet drives a real worker process through
 // the same route.
 
@@ -214,4 +222,27 @@ func TestBatchGetStreamsLargeAnswers(t *testing.T) {
 	if want := fmt.Sprintf("r%04d", MaxBatchGetIDs-1); rowIDs(t, got)[MaxBatchGetIDs-1] != want {
 		t.Errorf("last row %s, want %s", got[MaxBatchGetIDs-1], want)
 	}
+}
+
+// A generic binary value given as an array of bytes is stored as the bytes
+// (the reference's create_list_add_and_read_round_trip adds "blob": [1, 2, 3]
+// and reads "AQID" back); an element that is not a byte is a 400 naming the
+// row, the column and the index.
+func TestConformanceGenericByteArrays(t *testing.T) {
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"g","schema":`+batchSpec+`}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic/g/rows?flush=true",
+		`{"rows":[{"id":"r1","user":"u1","img":[1,2,3],"thumb":[4]},{"id":"r2","img":"AQID"}]}`, nil)
+	for _, id := range []string{"r1", "r2"} {
+		_, out := e.do(http.MethodGet, "/api/v1/generic/g/rows/"+id+"?columns=img", nil)
+		if got := jsonshape.Check(t, "get "+id, out, map[string]string{"id": "string", "img": "string"}); string(got["img"]) != `"AQID"` {
+			t.Errorf("%s: %s, want img \"AQID\"", id, out)
+		}
+	}
+	rows := e.getRows("/api/v1/generic/g/get-rows", `{"ids":["r1"],"columns":["thumb"]}`)
+	if got, want := string(rows[0]), `{"id":"r1","thumb":"BA=="}`; got != want {
+		t.Errorf("thumb: %s, want %s", got, want)
+	}
+	refError(t, e, http.MethodPost, "/api/v1/generic/g/rows", `{"rows":[{"id":"r3"},{"id":"r4","img":[1,256]}]}`,
+		400, CodeInvalidRequest, `row 1, column "img" at [1]: expected a byte (an integer 0-255), got number 256`)
 }
