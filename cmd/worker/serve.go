@@ -45,6 +45,7 @@ type serveFlags struct {
 	maxOpenStores                               int
 	generationCache, tableCache, maxBodyBytes   int64
 	maxInflightBlobBytes                        int64
+	largeBlobLogBytes                           int64
 	sealAfterBytes                              int64
 	opTimeout, snapshotTTL                      time.Duration
 	preparedTTL                                 time.Duration
@@ -127,6 +128,9 @@ func newServeCmd() *cobra.Command {
 	fs.Int64Var(&f.maxInflightBlobBytes, "rollout-max-inflight-blob-bytes", worker.DefaultMaxInflightBlobBytes,
 		"bytes that adds and blob downloads may hold in memory at once (503 above; a lone larger request is admitted); 0 disables the budget")
 	bind("rollout-max-inflight-blob-bytes", "ROLLOUT_MAX_INFLIGHT_BLOB_BYTES")
+	fs.Int64Var(&f.largeBlobLogBytes, "rollout-large-blob-log-bytes", worker.DefaultLargeBlobLogBytes,
+		"an added rollout blob of at least this many bytes is logged at warn level with its store and record id; 0 disables the log")
+	bind("rollout-large-blob-log-bytes", "ROLLOUT_LARGE_BLOB_LOG_BYTES")
 	fs.DurationVar(&f.opTimeout, "object-store-timeout", objstore.DefaultOpTimeout, "bound on every object-store request")
 	bind("object-store-timeout", "OBJECT_STORE_TIMEOUT")
 	fs.Int64Var(&f.targetRows, "target-rows-per-fragment", 65536, "compaction writes fragments of at most this many rows, and rewrites fragments with fewer than half as many live rows")
@@ -202,6 +206,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	if f.maxInflightBlobBytes < 0 {
 		return fmt.Errorf("--rollout-max-inflight-blob-bytes (ROLLOUT_MAX_INFLIGHT_BLOB_BYTES) %d: must not be negative (0 disables the budget)", f.maxInflightBlobBytes)
+	}
+	if f.largeBlobLogBytes < 0 {
+		return fmt.Errorf("--rollout-large-blob-log-bytes (ROLLOUT_LARGE_BLOB_LOG_BYTES) %d: must not be negative (0 disables the log)", f.largeBlobLogBytes)
 	}
 	if err := f.checkMaintenance(); err != nil {
 		return err
@@ -289,8 +296,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		},
 		PreparedTTL:  f.preparedTTL,
 		MaxBodyBytes: f.maxBodyBytes,
-		// The flag's 0 (no budget) is a negative here.
-		MaxInflightBlobBytes: inflightBlobBytes(f.maxInflightBlobBytes),
+		// The flags' 0 (no budget, no log) is a negative here.
+		MaxInflightBlobBytes: zeroDisables(f.maxInflightBlobBytes),
+		LargeBlobLogBytes:    zeroDisables(f.largeBlobLogBytes),
 		Auth:                 authn.Guard,
 		AuthDataRoutes:       f.authDataRoutes,
 		TLS:                  authn.TLS,
@@ -304,10 +312,10 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	return w.Run(ctx)
 }
 
-// inflightBlobBytes maps the flag, whose 0 disables the budget (the reference's
-// meaning of ROLLOUT_MAX_INFLIGHT_BLOB_BYTES=0), to worker.ServerConfig's terms (zero
-// is the default there, negative disables).
-func inflightBlobBytes(flag int64) int64 {
+// zeroDisables maps a flag whose 0 disables what it sets (the reference's
+// meaning of ROLLOUT_MAX_INFLIGHT_BLOB_BYTES=0 and ROLLOUT_LARGE_BLOB_LOG_BYTES=0)
+// to worker.Config's terms (zero is the default there, negative disables).
+func zeroDisables(flag int64) int64 {
 	if flag == 0 {
 		return -1
 	}

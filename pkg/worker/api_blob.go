@@ -42,18 +42,37 @@ func (s *Server) addReservation(r *http.Request) int64 {
 	return r.ContentLength
 }
 
+// DefaultLargeBlobLogBytes is the size at or above which an added blob is
+// logged (ServerConfig.LargeBlobLogBytes): the reference's
+// ROLLOUT_LARGE_BLOB_LOG_BYTES default, 16 MiB.
+const DefaultLargeBlobLogBytes = 16 << 20
+
 // observeBlobSizes records the size of each binary_payload of rec, a batch of
-// rollout records, in rollout_blob_bytes.
-func (s *Server) observeBlobSizes(rec arrow.RecordBatch) {
+// rollout records added to store name, in rollout_blob_bytes, and logs each one
+// of at least ServerConfig.LargeBlobLogBytes at warn level, once, with the
+// store, the record's id and its size, as the reference does: the histogram
+// says a large blob was written, the log says who wrote it (a label per store
+// would be a series per store).
+func (s *Server) observeBlobSizes(name string, rec arrow.RecordBatch) {
 	idx := rec.Schema().FieldIndices(schema.BinaryPayloadColumn)
 	if len(idx) != 1 {
 		return
 	}
 	payload := rec.Column(idx[0]).(*array.Binary)
+	var ids *array.String
 	for i := range payload.Len() {
-		if payload.IsValid(i) {
-			s.cfg.Series.BlobBytes.Observe(float64(len(payload.Value(i))))
+		if !payload.IsValid(i) {
+			continue
 		}
+		n := len(payload.Value(i))
+		s.cfg.Series.BlobBytes.Observe(float64(n))
+		if limit := s.cfg.LargeBlobLogBytes; limit <= 0 || int64(n) < limit {
+			continue
+		}
+		if ids == nil {
+			ids = rec.Column(rec.Schema().FieldIndices(schema.IDColumn)[0]).(*array.String)
+		}
+		s.cfg.Logger.Warn("large inline blob written", "store", name, "record_id", ids.Value(i), "blob_bytes", n)
 	}
 }
 

@@ -135,7 +135,7 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 			defer rec.Release()
 		}
 		if k.kind == registry.KindRollout {
-			s.observeBlobSizes(rec)
+			s.observeBlobSizes(name, rec)
 		}
 
 		// Accepted: from here on the client cannot cancel the write.

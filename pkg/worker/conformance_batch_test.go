@@ -29,14 +29,26 @@ package worker
 // at commit 0e66d79e22ef1561dcc399df9f602fb285a8c4f3
 // (create_list_add_and_read_round_trip adds "blob": [1, 2, 3], reads "AQID").
 //
+// And the large-blob warning, from crates/lance-context-server/src/routes/rollouts.rs
+// and src/config.rs at commit 02969b33db66f06b13201a0d2164eb98fe6a3231
+// (observe_blob_sizes, should_log_large_blob: every inline binary_payload of an
+// add, JSON or multipart, of at least ROLLOUT_LARGE_BLOB_LOG_BYTES, default
+// 16777216, 0 disabling, is logged once at WARN "large inline blob written" with
+// experiment, record_id and blob_bytes; no counter, only the rollout_blob_bytes
+// histogram).
+//
 // The e2e suite's TestConformanceBatchGet drives a real worker process through
 // the same route.
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/tidemark-io/tidemark/internal/jsonshape"
@@ -245,4 +257,86 @@ func TestConformanceGenericByteArrays(t *testing.T) {
 	}
 	refError(t, e, http.MethodPost, "/api/v1/generic/g/rows", `{"rows":[{"id":"r3"},{"id":"r4","img":[1,256]}]}`,
 		400, CodeInvalidRequest, `row 1, column "img" at [1]: expected a byte (an integer 0-255), got number 256`)
+}
+
+// lockedBuffer is a log destination tests read while the server writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// records returns the logged records whose message is msg.
+func (b *lockedBuffer) records(t *testing.T, msg string) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for line := range strings.Lines(b.buf.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec[slog.MessageKey] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// Every rollout blob of at least the threshold (inclusive), given inline as
+// base64 or as a multipart part, is logged once at warn level with its store,
+// record id and size; smaller ones are not, and a negative threshold (the
+// flag's 0) logs none.
+func TestConformanceLargeBlobWarning(t *testing.T) {
+	const limit = 1024
+	payload := func(n int) string { return base64.StdEncoding.EncodeToString(make([]byte, n)) }
+	for _, tc := range []struct {
+		name      string
+		threshold int64
+		want      []string // "record_id=blob_bytes" of the warnings
+	}{
+		{"at the threshold", limit, []string{"big=1024", "bigger=5000", "part=2048"}},
+		{"disabled", -1, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs lockedBuffer
+			e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *ServerConfig) {
+				c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+				c.LargeBlobLogBytes = tc.threshold
+			})
+			e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts", `{"name":"r"}`, nil)
+			e.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/r/records", fmt.Sprintf(`{"records":[`+
+				`{"id":"small","rollout_id":"t","binary_payload":%q},{"id":"big","rollout_id":"t","binary_payload":%q},`+
+				`{"id":"none","rollout_id":"t"},{"id":"bigger","rollout_id":"t","binary_payload":%q}]}`,
+				payload(limit-1), payload(limit), payload(5000)), nil)
+			body, ctype := multipartBody(t, metadata(`{"id":"part","rollout_id":"t"}`), blobPart{"0", make([]byte, 2*limit)})
+			if status, out := e.post("/api/v1/rollouts/r/records", ctype, body, false); status != http.StatusCreated {
+				t.Fatalf("multipart add: %d %s", status, out)
+			}
+			var got []string
+			for _, rec := range logs.records(t, "large inline blob written") {
+				if rec[slog.LevelKey] != "WARN" || rec["store"] != "r" {
+					t.Errorf("warning %v: want level WARN and store r", rec)
+				}
+				got = append(got, fmt.Sprintf("%v=%v", rec["record_id"], rec["blob_bytes"]))
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("warnings %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// The threshold defaults to the reference's 16 MiB.
+func TestLargeBlobThresholdDefault(t *testing.T) {
+	e := newAPIEnv(t, objstoretest.Mem(t), "w1", nil)
+	if got := e.srv.cfg.LargeBlobLogBytes; got != 16777216 {
+		t.Errorf("default threshold %d, want 16777216", got)
+	}
 }

@@ -61,6 +61,10 @@ type ServerConfig struct {
 	// downloads may hold in memory at once (blobBudget); 503 above it. Zero means
 	// DefaultMaxInflightBlobBytes, negative no budget.
 	MaxInflightBlobBytes int64
+	// LargeBlobLogBytes is the size at or above which an added rollout blob is
+	// logged at warn level with its store and record id (observeBlobSizes).
+	// Zero means DefaultLargeBlobLogBytes, negative never.
+	LargeBlobLogBytes int64
 	// Service runs the merge routes through WorkerService.MergeTarget, the one merge
 	// path of the worker (HTTP triggers carry no fencing token); nil builds one from
 	// Stores, Merger and Series.
@@ -129,6 +133,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.MaxInflightBlobBytes == 0 {
 		cfg.MaxInflightBlobBytes = DefaultMaxInflightBlobBytes
+	}
+	if cfg.LargeBlobLogBytes == 0 {
+		cfg.LargeBlobLogBytes = DefaultLargeBlobLogBytes
 	}
 	s := &Server{cfg: cfg, blobs: newBlobBudget(cfg.MaxInflightBlobBytes)}
 	mux := http.NewServeMux()

@@ -69,8 +69,9 @@ type Config struct {
 	// (DefaultPreparedTTL when zero).
 	PreparedTTL time.Duration
 
-	// MaxBodyBytes and MaxInflightBlobBytes are ServerConfig's.
-	MaxBodyBytes, MaxInflightBlobBytes int64
+	// MaxBodyBytes, MaxInflightBlobBytes and LargeBlobLogBytes are
+	// ServerConfig's.
+	MaxBodyBytes, MaxInflightBlobBytes, LargeBlobLogBytes int64
 	// Auth guards the control surface (and the data routes too with
 	// AuthDataRoutes); TLS, if set, serves both servers with it.
 	Auth           *auth.Guard
@@ -195,6 +196,7 @@ func New(cfg Config) (*Worker, error) {
 		Merger:               merger,
 		MaxBodyBytes:         cfg.MaxBodyBytes,
 		MaxInflightBlobBytes: cfg.MaxInflightBlobBytes,
+		LargeBlobLogBytes:    cfg.LargeBlobLogBytes,
 		Service:              svc,
 		Tasks:                queue,
 		Auth:                 cfg.Auth,
