@@ -112,6 +112,30 @@ func TestConformanceOfAWorkerProcessWithTheReferenceAPI(t *testing.T) {
 		t.Errorf("get row answered %v", row)
 	}
 	ref.refError(http.MethodGet, "/generic/gref/rows/zz", http.StatusNotFound, "NOT_FOUND", "Row 'zz' does not exist")
+	// The batch get of newer reference clients (RemoteGenericStore::get_many;
+	// routes/generic.rs get_rows at commit 84f5be071644f268caed7de78ff97ac8b42a980a):
+	// missing ids left out, duplicates once, in first-asked order.
+	var batch struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	ref.call(http.MethodPost, "/generic/gref/get-rows", `{"ids":["y","zz","x","y"]}`, http.StatusOK, &batch)
+	if len(batch.Rows) != 2 || batch.Rows[0]["id"] != "y" || batch.Rows[0]["score"] != 0.5 || batch.Rows[1]["text"] != "hi" {
+		t.Errorf("batch get answered %v", batch.Rows)
+	}
+	var idsOnly struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	ref.call(http.MethodPost, "/generic/gref/get-rows", `{"ids":["x"],"columns":["id"]}`, http.StatusOK, &idsOnly)
+	if len(idsOnly.Rows) != 1 || len(idsOnly.Rows[0]) != 1 || idsOnly.Rows[0]["id"] != "x" {
+		t.Errorf("batch get of ids alone answered %v", idsOnly.Rows)
+	}
+	var tooMany struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	ref.call(http.MethodPost, "/generic/gref/get-rows", `{"ids":[`+strings.Repeat(`"x",`, 1024)+`"x"]}`, http.StatusBadRequest, &tooMany)
+	if tooMany.Error.Code != "INVALID_REQUEST" || tooMany.Error.Message != "batch get accepts at most 1024 IDs" {
+		t.Errorf("1025 ids answered %+v", tooMany.Error)
+	}
 	ref.call(http.MethodDelete, "/generic/gref", "", http.StatusNoContent, nil)
 	ref.refError(http.MethodGet, "/generic/gref", http.StatusNotFound, "NOT_FOUND", "Generic store 'gref' does not exist")
 }

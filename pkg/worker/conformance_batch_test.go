@@ -37,8 +37,8 @@ package worker
 // experiment, record_id and blob_bytes; no counter, only the rollout_blob_bytes
 // histogram).
 //
-// The e2e suite's TestConformanceBatchGet drives a real worker process through
-// the same route.
+// The e2e suite's TestConformanceOfAWorkerProcessWithTheReferenceAPI drives a
+// real worker process through the batch get.
 
 import (
 	"bytes"
