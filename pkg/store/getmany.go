@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"golang.org/x/sync/errgroup"
 )
 
 // GetMany calls fn with the newest row of each id of ids that has one, in the
@@ -11,9 +12,10 @@ import (
 // read from one snapshot (one refresh, one load of the pending generations), so
 // a merge committing meanwhile cannot show one id before it and another after.
 //
-// Rows are read and handed over one at a time, each a one-row batch released
-// when fn returns (fn must not keep it), so memory holds one row, not the batch.
-// An id given twice is read twice: callers deduplicate.
+// Rows are handed over one at a time, each a one-row batch released when fn
+// returns (fn must not keep it); at most getManyWindow rows are held at once,
+// whatever the number of ids. An id given twice is read twice: callers
+// deduplicate.
 func (s *Store) GetMany(ctx context.Context, ids []string, fn func(rec arrow.RecordBatch) error) error {
 	snap, err := s.Fresh(ctx)
 	if err != nil {
@@ -27,25 +29,39 @@ func (v *View) GetMany(ctx context.Context, ids []string, fn func(rec arrow.Reco
 	return v.failure(ctx, v.s.getManyIn(ctx, v.snap, ids, fn))
 }
 
-// getManyIn is GetMany over snap.
+// getManyWindow is how many ids of a GetMany are read at once: their base-table
+// reads (one object-store request each, the pending rows are in memory) overlap,
+// and at most this many rows are held before fn takes them in order.
+const getManyWindow = 16
+
+// getManyIn is GetMany over snap: ids are read a window at a time, the window's
+// reads concurrently, and handed to fn in the order of ids.
 func (s *Store) getManyIn(ctx context.Context, snap *Snapshot, ids []string, fn func(rec arrow.RecordBatch) error) error {
 	p, err := s.loadPending(ctx, snap)
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
-		if err := ctx.Err(); err != nil {
-			return err
+	rows := make([]arrow.RecordBatch, getManyWindow)
+	for start := 0; start < len(ids); start += getManyWindow {
+		window := ids[start:min(start+getManyWindow, len(ids))]
+		g, gctx := errgroup.WithContext(ctx)
+		for i, id := range window {
+			g.Go(func() error {
+				var err error
+				rows[i], err = s.newestIn(gctx, snap, p, id)
+				return err
+			})
 		}
-		rec, err := s.newestIn(ctx, snap, p, id)
-		if err != nil {
-			return err
+		err := g.Wait()
+		for i := range window {
+			if err == nil && rows[i] != nil {
+				err = fn(rows[i])
+			}
+			if rows[i] != nil {
+				rows[i].Release()
+				rows[i] = nil
+			}
 		}
-		if rec == nil {
-			continue
-		}
-		err = fn(rec)
-		rec.Release()
 		if err != nil {
 			return err
 		}
