@@ -10,13 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testlog"
 	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
@@ -26,24 +26,6 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/wal"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // testToken is the bearer token the tests' masters accept.
 const testToken = "cmd-master-test-token-0123456789"
@@ -122,7 +104,7 @@ func liveMaster(t *testing.T) string {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	root := newRootCmd()
-	var logs syncBuffer
+	var logs testlog.Buffer
 	root.SetOut(&logs)
 	root.SetErr(&logs)
 	root.SetArgs([]string{"serve", "--data-url", dataURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,28 +17,11 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testlog"
 	"github.com/tidemark-io/tidemark/internal/testwait"
 	"github.com/tidemark-io/tidemark/pkg/membership"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // testToken is the bearer token the tests' workers accept.
 const testToken = "cmd-worker-test-token-0123456789"
@@ -87,7 +68,7 @@ func TestServeRegistersServesGRPCAndHTTPAndDeregistersOnShutdown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root := newRootCmd()
-	var logs syncBuffer
+	var logs testlog.Buffer
 	root.SetOut(&logs)
 	root.SetErr(&logs)
 	root.SetArgs([]string{"serve", "--data-url", "mem://", "--instance-id", "w1",

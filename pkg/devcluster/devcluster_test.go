@@ -1,7 +1,6 @@
 package devcluster
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/tidemark-io/tidemark/internal/testlog"
 	"github.com/tidemark-io/tidemark/pkg/membership"
 )
 
@@ -147,24 +146,6 @@ func TestEtcdOnABusyPortSaysSo(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the console's writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // script writes an executable shell script.
 func script(t *testing.T, body string) string {
 	t.Helper()
@@ -176,7 +157,7 @@ func script(t *testing.T, body string) string {
 }
 
 func TestProcessOutputGoesToItsLogAndFilteredToTheConsole(t *testing.T) {
-	var out syncBuffer
+	var out testlog.Buffer
 	log := filepath.Join(t.TempDir(), "w1.log")
 	p, err := startProcess(processConfig{
 		name: "w1", path: script(t, `echo '{"level":"INFO","msg":"quiet"}'; echo '{"level":"WARN","msg":"loud"}' >&2; printf 'no newline'; exit 3`),
@@ -221,7 +202,7 @@ func TestProcessStopKillsAChildThatIgnoresSIGTERM(t *testing.T) {
 }
 
 func TestRunWithoutProcessesServesEtcdUntilCancelled(t *testing.T) {
-	var out syncBuffer
+	var out testlog.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Endpoints, 1)
 	done := make(chan error, 1)
@@ -267,7 +248,7 @@ func TestRunWithoutProcessesServesEtcdUntilCancelled(t *testing.T) {
 }
 
 func TestRunFailsNamingAChildThatExitsWhileStarting(t *testing.T) {
-	var out syncBuffer
+	var out testlog.Buffer
 	err := Run(context.Background(), Config{
 		Dir: t.TempDir(), MasterBinary: script(t, `echo "Error: --etcd-endpoints: bad" >&2; exit 1`),
 		EtcdAddr: "127.0.0.1:0", MasterGRPCAddr: "127.0.0.1:0", MasterHTTPAddr: "127.0.0.1:0",
@@ -354,7 +335,7 @@ func TestRunRefusesBusyPortsBeforeStartingAnything(t *testing.T) {
 // reads the same environment) is not echoed again, so the console says it once,
 // and its log still has it.
 func TestConsoleLoggerSaysMasterDevsWarningsOnce(t *testing.T) {
-	var out syncBuffer
+	var out testlog.Buffer
 	console := NewConsole(&out)
 	console.Logger("dev").Warn("environment: X is ignored", "variable", "X", "use", "Y")
 	log := filepath.Join(t.TempDir(), "w1.log")

@@ -13,9 +13,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/storetest"
 	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
@@ -75,31 +73,7 @@ func TestGetManyAnswersEachIDAsGetDoes(t *testing.T) {
 // default snapshot TTL (1 s).
 func BenchmarkGetMany(b *testing.B) {
 	ctx := context.Background()
-	faults := objstore.NewFaults(nil)
-	w := storetest.Open(b, objstore.WithFaults(objstoretest.Mem(b), faults), "w1", true)
-	mg := merge.New(merge.Config{Logger: storetest.Quiet()})
-	for m := range 5 {
-		ids := make([]string, 1000)
-		for i := range ids {
-			ids[i] = fmt.Sprintf("m%d-%04d", m, i)
-		}
-		if err := storetest.Append(ctx, w, int64(m), ids...); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := w.Seal(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := mg.Merge(ctx, w, true); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ss := store.NewStores(store.Config{Bucket: w.Bucket(), Shard: "r", Logger: storetest.Quiet()}, 0)
-	b.Cleanup(func() { _ = ss.Close(context.Background()) })
-	cached, release, err := ss.Open(ctx, registry.KindGeneric, "g")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(release)
+	w, cached, faults, _ := benchStore(b)
 	faults.SetLatency(2*time.Millisecond, 0)
 	for _, h := range []struct {
 		name string

@@ -24,37 +24,8 @@ import (
 // table holds 5 merges of 1,000 rows; nothing is pending.
 func BenchmarkReadAtVersion(b *testing.B) {
 	ctx := context.Background()
-	faults := objstore.NewFaults(nil)
-	w := storetest.Open(b, objstore.WithFaults(objstoretest.Mem(b), faults), "w1", true)
-	mg := merge.New(merge.Config{Logger: storetest.Quiet()})
-	var versions []uint64
-	for m := range 5 {
-		ids := make([]string, 1000)
-		for i := range ids {
-			ids[i] = fmt.Sprintf("m%d-%04d", m, i)
-		}
-		if err := storetest.Append(ctx, w, int64(m), ids...); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := w.Seal(ctx); err != nil {
-			b.Fatal(err)
-		}
-		res, err := mg.Merge(ctx, w, true)
-		if err != nil {
-			b.Fatal(err)
-		}
-		versions = append(versions, res.Version)
-	}
+	w, cached, faults, versions := benchStore(b)
 	newest, older := versions[len(versions)-1], versions[1]
-	// A handle with the default snapshot TTL (1 s): reads now mostly cost no
-	// metadata request.
-	ss := store.NewStores(store.Config{Bucket: w.Bucket(), Shard: "r", Logger: storetest.Quiet()}, 0)
-	b.Cleanup(func() { _ = ss.Close(context.Background()) })
-	cached, release, err := ss.Open(ctx, registry.KindGeneric, "g")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(release)
 	type source interface {
 		List(context.Context, store.ListOptions) ([]arrow.RecordBatch, error)
 		Get(context.Context, string) (arrow.RecordBatch, error)
@@ -99,4 +70,42 @@ func BenchmarkReadAtVersion(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchStore is the store the read benchmarks read: a generic store whose base
+// table holds 5 merges of 1,000 rows (ids m<merge>-<0000..0999>, v = merge),
+// nothing pending, on a bucket whose faults the benchmark sets. It returns the
+// handle that wrote it (refreshing at every read), a handle of another worker
+// with the default snapshot TTL (1 s: reads now mostly cost no metadata
+// request), and the version each merge committed.
+func benchStore(b *testing.B) (w, cached *store.Store, faults *objstore.Faults, versions []uint64) {
+	ctx := context.Background()
+	faults = objstore.NewFaults(nil)
+	w = storetest.Open(b, objstore.WithFaults(objstoretest.Mem(b), faults), "w1", true)
+	mg := merge.New(merge.Config{Logger: storetest.Quiet()})
+	for m := range 5 {
+		ids := make([]string, 1000)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("m%d-%04d", m, i)
+		}
+		if err := storetest.Append(ctx, w, int64(m), ids...); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := w.Seal(ctx); err != nil {
+			b.Fatal(err)
+		}
+		res, err := mg.Merge(ctx, w, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		versions = append(versions, res.Version)
+	}
+	ss := store.NewStores(store.Config{Bucket: w.Bucket(), Shard: "r", Logger: storetest.Quiet()}, 0)
+	b.Cleanup(func() { _ = ss.Close(context.Background()) })
+	cached, release, err := ss.Open(ctx, registry.KindGeneric, "g")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(release)
+	return w, cached, faults, versions
 }

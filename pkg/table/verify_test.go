@@ -1,38 +1,19 @@
 package table
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/tidemark-io/tidemark/internal/testlog"
 	"github.com/tidemark-io/tidemark/pkg/objstore"
 )
-
-// lockedBuffer is a log sink safe for concurrent writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // damagedTable builds six fragments and damages four of them:
 //
@@ -157,7 +138,7 @@ func TestDropMissingDropsOnlyBrokenFragmentsAndRebuildsBlooms(t *testing.T) {
 	b := memBucket(t)
 	_, m := damagedTable(t, b)
 	fr := m.Fragments
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	tb, err := Open(ctx, b, "rollout/t", WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)

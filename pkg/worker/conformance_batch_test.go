@@ -41,17 +41,16 @@ package worker
 // real worker process through the batch get.
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/tidemark-io/tidemark/internal/jsonshape"
+	"github.com/tidemark-io/tidemark/internal/testlog"
 	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 )
@@ -259,36 +258,6 @@ func TestConformanceGenericByteArrays(t *testing.T) {
 		400, CodeInvalidRequest, `row 1, column "img" at [1]: expected a byte (an integer 0-255), got number 256`)
 }
 
-// lockedBuffer is a log destination tests read while the server writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// records returns the logged records whose message is msg.
-func (b *lockedBuffer) records(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.Lines(b.buf.String()) {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if rec[slog.MessageKey] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
 // Every rollout blob of at least the threshold (inclusive), given inline as
 // base64 or as a multipart part, is logged once at warn level with its store,
 // record id and size; smaller ones are not, and a negative threshold (the
@@ -305,7 +274,7 @@ func TestConformanceLargeBlobWarning(t *testing.T) {
 		{"disabled", -1, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs lockedBuffer
+			var logs testlog.Buffer
 			e := newAPIEnv(t, objstoretest.Mem(t), "w1", func(c *ServerConfig) {
 				c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 				c.LargeBlobLogBytes = tc.threshold
@@ -320,7 +289,7 @@ func TestConformanceLargeBlobWarning(t *testing.T) {
 				t.Fatalf("multipart add: %d %s", status, out)
 			}
 			var got []string
-			for _, rec := range logs.records(t, "large inline blob written") {
+			for _, rec := range logs.Records(t, "large inline blob written") {
 				if rec[slog.LevelKey] != "WARN" || rec["store"] != "r" {
 					t.Errorf("warning %v: want level WARN and store r", rec)
 				}
