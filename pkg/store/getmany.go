@@ -12,21 +12,26 @@ import (
 // read from one snapshot (one refresh, one load of the pending generations), so
 // a merge committing meanwhile cannot show one id before it and another after.
 //
+// cols, if not nil, names the columns the caller wants: a row from the base
+// table is read with those alone (a blob not asked for is never read), one from
+// a pending generation, already in memory, comes with every column, so the
+// caller still leaves out what it did not ask for.
+//
 // Rows are handed over one at a time, each a one-row batch released when fn
 // returns (fn must not keep it); at most getManyWindow rows are held at once,
 // whatever the number of ids. An id given twice is read twice: callers
 // deduplicate.
-func (s *Store) GetMany(ctx context.Context, ids []string, fn func(rec arrow.RecordBatch) error) error {
+func (s *Store) GetMany(ctx context.Context, ids, cols []string, fn func(rec arrow.RecordBatch) error) error {
 	snap, err := s.Fresh(ctx)
 	if err != nil {
 		return err
 	}
-	return s.getManyIn(ctx, snap, ids, fn)
+	return s.getManyIn(ctx, snap, ids, cols, fn)
 }
 
 // GetMany is Store.GetMany as of the view's version.
-func (v *View) GetMany(ctx context.Context, ids []string, fn func(rec arrow.RecordBatch) error) error {
-	return v.failure(ctx, v.s.getManyIn(ctx, v.snap, ids, fn))
+func (v *View) GetMany(ctx context.Context, ids, cols []string, fn func(rec arrow.RecordBatch) error) error {
+	return v.failure(ctx, v.s.getManyIn(ctx, v.snap, ids, cols, fn))
 }
 
 // getManyWindow is how many ids of a GetMany are read at once: their base-table
@@ -36,7 +41,7 @@ const getManyWindow = 16
 
 // getManyIn is GetMany over snap: ids are read a window at a time, the window's
 // reads concurrently, and handed to fn in the order of ids.
-func (s *Store) getManyIn(ctx context.Context, snap *Snapshot, ids []string, fn func(rec arrow.RecordBatch) error) error {
+func (s *Store) getManyIn(ctx context.Context, snap *Snapshot, ids, cols []string, fn func(rec arrow.RecordBatch) error) error {
 	p, err := s.loadPending(ctx, snap)
 	if err != nil {
 		return err
@@ -48,7 +53,7 @@ func (s *Store) getManyIn(ctx context.Context, snap *Snapshot, ids []string, fn 
 		for i, id := range window {
 			g.Go(func() error {
 				var err error
-				rows[i], err = s.newestIn(gctx, snap, p, id)
+				rows[i], err = s.newestIn(gctx, snap, p, id, cols)
 				return err
 			})
 		}

@@ -19,11 +19,11 @@ import (
 
 // getMany returns "id=v" of each row GetMany hands over, in order.
 func getMany(t testing.TB, src interface {
-	GetMany(context.Context, []string, func(arrow.RecordBatch) error) error
+	GetMany(context.Context, []string, []string, func(arrow.RecordBatch) error) error
 }, ids ...string) string {
 	t.Helper()
 	var out []string
-	err := src.GetMany(context.Background(), ids, func(rec arrow.RecordBatch) error {
+	err := src.GetMany(context.Background(), ids, nil, func(rec arrow.RecordBatch) error {
 		out = append(out, fmt.Sprintf("%s=%d", rec.Column(0).(*array.String).Value(0), rec.Column(1).(*array.Int64).Value(0)))
 		return nil
 	})
@@ -59,9 +59,19 @@ func TestGetManyAnswersEachIDAsGetDoes(t *testing.T) {
 	if got := getMany(t, w); got != "" {
 		t.Errorf("no ids: %s", got)
 	}
+	// With cols, a base row is read with those columns alone; a pending one,
+	// in memory already, comes whole.
+	var shapes []string
+	err = w.GetMany(ctx, []string{"a", "d"}, []string{"id"}, func(rec arrow.RecordBatch) error {
+		shapes = append(shapes, fmt.Sprintf("%s:%d", rec.Column(0).(*array.String).Value(0), rec.NumCols()))
+		return nil
+	})
+	if err != nil || strings.Join(shapes, ",") != "a:1,d:3" {
+		t.Errorf("projected to id: %v %v, want a:1 (base, id alone) and d:3 (pending: id, v, _seq)", shapes, err)
+	}
 	stop := errors.New("stop")
 	calls := 0
-	err = w.GetMany(ctx, []string{"a", "b", "c"}, func(arrow.RecordBatch) error { calls++; return stop })
+	err = w.GetMany(ctx, []string{"a", "b", "c"}, nil, func(arrow.RecordBatch) error { calls++; return stop })
 	if !errors.Is(err, stop) || calls != 1 {
 		t.Errorf("fn's error: %v after %d calls, want it after 1", err, calls)
 	}
@@ -88,7 +98,7 @@ func BenchmarkGetMany(b *testing.B) {
 				faults.ResetCounters()
 				for b.Loop() {
 					rows := 0
-					if err := h.s.GetMany(ctx, ids, func(arrow.RecordBatch) error { rows++; return nil }); err != nil || rows != n {
+					if err := h.s.GetMany(ctx, ids, nil, func(arrow.RecordBatch) error { rows++; return nil }); err != nil || rows != n {
 						b.Fatalf("%d rows, %v", rows, err)
 					}
 				}

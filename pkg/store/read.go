@@ -126,13 +126,14 @@ func (s *Store) getIn(ctx context.Context, snap *Snapshot, id string) (arrow.Rec
 	if err != nil {
 		return nil, err
 	}
-	return s.newestIn(ctx, snap, p, id)
+	return s.newestIn(ctx, snap, p, id, nil)
 }
 
 // newestIn is getIn with snap's pending rows already loaded: the newer of id's
-// base row and its newest pending row, or nil.
-func (s *Store) newestIn(ctx context.Context, snap *Snapshot, p *pendingRows, id string) (arrow.RecordBatch, error) {
-	base, baseV, err := s.table.Get(ctx, snap.Base, id)
+// base row (its columns cols names, nil: all) and its newest pending row (every
+// column: it is in memory already), or nil.
+func (s *Store) newestIn(ctx context.Context, snap *Snapshot, p *pendingRows, id string, cols []string) (arrow.RecordBatch, error) {
+	base, baseV, err := s.table.GetColumns(ctx, snap.Base, id, cols)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", s.Target(), err)
 	}

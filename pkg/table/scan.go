@@ -3,6 +3,7 @@ package table
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -169,6 +170,13 @@ func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, r
 // column, and its version, or nil when the table has no live row for id. The
 // caller releases it.
 func (t *Table) Get(ctx context.Context, m *Manifest, id string) (arrow.RecordBatch, rowkey.Version, error) {
+	return t.GetColumns(ctx, m, id, nil)
+}
+
+// GetColumns is Get reading only the columns of m's schema that cols names, in
+// schema order (nil: every column): a row's columns a reader leaves out (a blob
+// it was not asked for) are not read from storage at all.
+func (t *Table) GetColumns(ctx context.Context, m *Manifest, id string, cols []string) (arrow.RecordBatch, rowkey.Version, error) {
 	var best *Fragment
 	var bestOff uint32
 	var bestV rowkey.Version
@@ -203,12 +211,13 @@ func (t *Table) Get(ctx context.Context, m *Manifest, id string) (arrow.RecordBa
 	if best == nil {
 		return nil, rowkey.Version{}, nil
 	}
-	row, err := t.readRow(ctx, m, *best, int64(bestOff))
+	row, err := t.readRow(ctx, m, *best, int64(bestOff), cols)
 	return row, bestV, err
 }
 
-// readRow reads the row group holding offset and slices out that row.
-func (t *Table) readRow(ctx context.Context, m *Manifest, f Fragment, offset int64) (arrow.RecordBatch, error) {
+// readRow reads the columns of the row group holding offset that cols names (nil:
+// every one) and slices out that row.
+func (t *Table) readRow(ctx context.Context, m *Manifest, f Fragment, offset int64, cols []string) (arrow.RecordBatch, error) {
 	ff, err := t.openFragment(ctx, m.ArrowSchema(), f)
 	if err != nil {
 		return nil, err
@@ -218,12 +227,14 @@ func (t *Table) readRow(ctx context.Context, m *Manifest, f Fragment, offset int
 	if group < 0 {
 		return nil, fmt.Errorf("fragment %s: %w: row %d past the end", ff.key, ErrCorrupt, offset)
 	}
-	var cols []string
+	var read []string
 	for _, fld := range m.ArrowSchema().Fields() {
-		cols = append(cols, fld.Name)
+		if cols == nil || slices.Contains(cols, fld.Name) {
+			read = append(read, fld.Name)
+		}
 	}
 	var row arrow.RecordBatch
-	err = ff.read(ctx, cols, []int{group}, func(rec arrow.RecordBatch, start int64) error {
+	err = ff.read(ctx, read, []int{group}, func(rec arrow.RecordBatch, start int64) error {
 		if offset >= start && offset < start+rec.NumRows() {
 			row = rec.NewSlice(offset-start, offset-start+1)
 		}

@@ -12,19 +12,21 @@ package worker
 //
 // Bounds: at most MaxBatchGetIDs ids (duplicates counted, as the reference
 // counts them), a 400 saying so before the store is opened; a body of at most
-// maxBatchGetBodyBytes (413 above). Rows are read one at a time from one
-// snapshot (store.Store.GetMany) and written out chunk by chunk (streamRows),
-// so memory holds one row and one chunk, whatever the rows weigh.
+// maxBatchGetBodyBytes (413 above). Rows are read from one snapshot, a few at
+// a time, with only the columns answered (store.Store.GetMany: a blob not asked
+// for is not read from the base table), and written out chunk by chunk
+// (streamRows), so memory holds those few rows and one chunk, however many ids.
 
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/schema"
+	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
 // MaxBatchGetIDs is the most ids one batch get takes, duplicates included: the
@@ -65,14 +67,12 @@ func (s *Server) getRows(k kindAPI) apiHandler {
 			return err
 		}
 		defer rd.release()
-		omit := rd.st.BlobColumns() // unless named: a blob is read on request only
-		if req.Columns != nil {
-			if omit, err = unprojected(rd.st.Entry(), *req.Columns); err != nil {
-				return err
-			}
+		read, omit, err := batchColumns(rd.st, req.Columns)
+		if err != nil {
+			return err
 		}
 		return s.streamRows(w, r, k, omit, false, func(each func(rec arrow.RecordBatch, i int) error) error {
-			return rd.src.GetMany(r.Context(), ids, func(rec arrow.RecordBatch) error { return each(rec, 0) })
+			return rd.src.GetMany(r.Context(), ids, read, func(rec arrow.RecordBatch) error { return each(rec, 0) })
 		})
 	}
 }
@@ -105,31 +105,37 @@ func batchIDs(raw *[]json.RawMessage) ([]string, error) {
 	return ids, nil
 }
 
-// unprojected returns the columns of a generic store a batch get with "columns"
-// leaves out: every declared column the list does not name, except id, which
-// is always returned. A name the schema lacks (or a hidden one, "_seq") is a
-// 400 naming it, whether or not any row is found.
-func unprojected(e registry.Entry, named []string) ([]string, error) {
+// batchColumns returns the columns of generic store st a batch get reads and
+// those it leaves out of its answer. Without "columns" (named nil), every column
+// but the blob ones, which are not even read from the base table; with it, the
+// named columns and id, which is always returned. A name the schema lacks (or a
+// hidden one, "_seq") is a 400 naming it, whether or not any row is found.
+func batchColumns(st *store.Store, named *[]string) (read, omit []string, err error) {
+	e := st.Entry()
 	spec, err := schema.ParseSpec(e.Schema)
 	if err != nil {
-		return nil, internalError(err, "generic store %q has an unreadable registered schema", e.Name)
+		return nil, nil, internalError(err, "generic store %q has an unreadable registered schema", e.Name)
 	}
 	cols := spec.Columns()
 	want := make(map[string]bool, len(cols))
 	for _, c := range cols {
-		want[c.Name] = false
+		want[c.Name] = named == nil && !slices.Contains(st.BlobColumns(), c.Name)
 	}
-	for _, c := range named {
-		if _, ok := want[c]; !ok {
-			return nil, badRequest("columns: no column %q in this store's schema", c)
+	want[schema.IDColumn] = true
+	if named != nil {
+		for _, c := range *named {
+			if _, ok := want[c]; !ok {
+				return nil, nil, badRequest("columns: no column %q in this store's schema", c)
+			}
+			want[c] = true
 		}
-		want[c] = true
 	}
-	var omit []string
 	for _, c := range cols {
-		if !want[c.Name] && c.Name != schema.IDColumn {
+		if want[c.Name] {
+			read = append(read, c.Name)
+		} else {
 			omit = append(omit, c.Name)
 		}
 	}
-	return omit, nil
+	return read, omit, nil
 }

@@ -26,7 +26,7 @@ type rowSource interface {
 	Get(ctx context.Context, id string) (arrow.RecordBatch, error)
 	List(ctx context.Context, opts store.ListOptions) ([]arrow.RecordBatch, error)
 	Stream(ctx context.Context, filter func(arrow.RecordBatch) ([]bool, error), fn func(rec arrow.RecordBatch, row int) error) error
-	GetMany(ctx context.Context, ids []string, fn func(rec arrow.RecordBatch) error) error
+	GetMany(ctx context.Context, ids, cols []string, fn func(rec arrow.RecordBatch) error) error
 }
 
 // versionParam parses ?version= (0 when absent): a positive integer. A version
