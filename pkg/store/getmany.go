@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/errgroup"
@@ -19,7 +20,9 @@ import (
 //
 // Rows are handed over one at a time, each a one-row batch released when fn
 // returns (fn must not keep it); at most getManyWindow rows are held at once,
-// whatever the number of ids. An id given twice is read twice: callers
+// whatever the number of ids, and one when the columns read include a blob
+// column (a blob may be as large as a request body: a batch holds one, as a
+// single get does). An id given twice is read twice: callers
 // deduplicate.
 func (s *Store) GetMany(ctx context.Context, ids, cols []string, fn func(rec arrow.RecordBatch) error) error {
 	snap, err := s.Fresh(ctx)
@@ -46,9 +49,13 @@ func (s *Store) getManyIn(ctx context.Context, snap *Snapshot, ids, cols []strin
 	if err != nil {
 		return err
 	}
-	rows := make([]arrow.RecordBatch, getManyWindow)
-	for start := 0; start < len(ids); start += getManyWindow {
-		window := ids[start:min(start+getManyWindow, len(ids))]
+	size := getManyWindow
+	if s.readsBlob(cols) {
+		size = 1
+	}
+	rows := make([]arrow.RecordBatch, size)
+	for start := 0; start < len(ids); start += size {
+		window := ids[start:min(start+size, len(ids))]
 		g, gctx := errgroup.WithContext(ctx)
 		for i, id := range window {
 			g.Go(func() error {
@@ -72,4 +79,18 @@ func (s *Store) getManyIn(ctx context.Context, snap *Snapshot, ids, cols []strin
 		}
 	}
 	return nil
+}
+
+// readsBlob reports whether a read of cols (nil: every column) reads a blob
+// column.
+func (s *Store) readsBlob(cols []string) bool {
+	if cols == nil {
+		return len(s.blobs) > 0
+	}
+	for _, c := range cols {
+		if slices.Contains(s.blobs, c) {
+			return true
+		}
+	}
+	return false
 }
