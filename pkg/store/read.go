@@ -25,6 +25,11 @@ type ListOptions struct {
 	// pass over the base table then reads them (with id and _seq) instead of
 	// every column.
 	FilterColumns []string
+	// Columns, if not nil, are the columns List reads of the rows it returns from
+	// the base table (id and _seq are always read), so that a blob the caller
+	// leaves out of its answer is never read; rows from pending generations, in
+	// memory already, come with every column and the caller leaves out the rest.
+	Columns []string
 }
 
 // pendingRows is the newest version of every id found in a snapshot's pending
@@ -268,7 +273,11 @@ func (s *Store) listIn(ctx context.Context, snap *Snapshot, opts ListOptions) ([
 		for _, id := range baseIDs {
 			want[id] = true
 		}
-		err = s.table.Scan(ctx, snap.Base, table.ScanOptions{IDs: baseIDs}, func(rec arrow.RecordBatch, _ string) error {
+		scan := table.ScanOptions{IDs: baseIDs}
+		if opts.Columns != nil {
+			scan.Columns = keyedColumns(snap.Base.ArrowSchema(), opts.Columns)
+		}
+		err = s.table.Scan(ctx, snap.Base, scan, func(rec arrow.RecordBatch, _ string) error {
 			ids, _, err := rowkey.Columns(rec)
 			if err != nil {
 				return err
@@ -298,6 +307,18 @@ func (s *Store) listIn(ctx context.Context, snap *Snapshot, opts ListOptions) ([
 		return nil, fmt.Errorf("store %s: %d of %d listed rows vanished from snapshot version %d", s.Target(), len(page)-len(out), len(page), snap.Base.Version)
 	}
 	return out, nil
+}
+
+// keyedColumns is the columns of table schema ts, in its order, that cols names,
+// with the row key columns (id, _seq) whether named or not.
+func keyedColumns(ts *arrow.Schema, cols []string) []string {
+	var out []string
+	for _, f := range ts.Fields() {
+		if f.Name == rowkey.IDColumn || f.Name == rowkey.SeqColumn || slices.Contains(cols, f.Name) {
+			out = append(out, f.Name)
+		}
+	}
+	return out
 }
 
 // filterScanColumns is the projection of a filtered List's first pass: id,

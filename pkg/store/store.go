@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,6 +168,20 @@ func (s *Store) Entry() registry.Entry { return s.entry }
 // in the row like any column's; lists leave them out, and a client reads them
 // one row at a time. The caller must not modify the slice.
 func (s *Store) BlobColumns() []string { return s.blobs }
+
+// ColumnsExcept returns the store's columns, in schema order, but those omit
+// names: what a read that leaves omit out of its answer asks the base table for
+// (ListOptions.Columns, GetMany's cols), so that a blob it does not answer is not
+// read from storage at all.
+func (s *Store) ColumnsExcept(omit []string) []string {
+	out := make([]string, 0, len(s.input.Fields()))
+	for _, f := range s.input.Fields() {
+		if !slices.Contains(omit, f.Name) {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
 
 // Target is the store's target string.
 func (s *Store) Target() string { return s.entry.Target() }

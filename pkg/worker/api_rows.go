@@ -245,6 +245,9 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		if limit < 0 {
 			return s.listAll(w, r, k, src, opts, st.BlobColumns())
 		}
+		if blobs := st.BlobColumns(); len(blobs) > 0 {
+			opts.Columns = st.ColumnsExcept(blobs) // a blob the list leaves out is not read
+		}
 		out := []json.RawMessage{}
 		if limit > 0 { // store.ListOptions reads Limit 0 as "no limit"
 			recs, err := src.List(r.Context(), opts)
@@ -436,7 +439,11 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 			return err
 		}
 		defer rd.release()
-		rec, err := rd.src.Get(r.Context(), rd.id)
+		omit := rd.st.BlobColumns() // unless named: a blob is read on request only
+		if hasColumns {
+			omit = unnamedColumns(omit, columns[0])
+		}
+		rec, err := rd.readRow(r.Context(), omit)
 		if err != nil {
 			return err
 		}
@@ -448,7 +455,6 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 			return notFound("Row '%s' does not exist", rd.id)
 		}
 		defer rec.Release()
-		omit := rd.st.BlobColumns() // unless named: a blob is read on request only
 		if hasColumns {
 			proj, err := projectColumns(rec, columns[0])
 			if err != nil {
@@ -456,7 +462,6 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 			}
 			defer proj.Release()
 			rec = proj
-			omit = unnamedColumns(omit, columns[0])
 		}
 		row, err := (&rowEncoders{rollout: k.kind == registry.KindRollout, omit: omit}).appendRow(nil, rec, 0)
 		if err != nil {

@@ -78,6 +78,20 @@ func (s *Server) openRowRead(r *http.Request, kind registry.Kind) (rowRead, erro
 	return rd, err
 }
 
+// readRow is the newest row of rd.id, nil when it has none, read without the
+// columns omit names where they are not in memory already (the base table's
+// rows: store.Store.ColumnsExcept), so a blob left out of the answer is not read
+// from storage. The caller releases the row.
+func (rd rowRead) readRow(ctx context.Context, omit []string) (arrow.RecordBatch, error) {
+	var row arrow.RecordBatch
+	err := rd.src.GetMany(ctx, []string{rd.id}, rd.st.ColumnsExcept(omit), func(rec arrow.RecordBatch) error {
+		rec.Retain()
+		row = rec
+		return nil
+	})
+	return row, err
+}
+
 // openStoreRead is openRowRead for a route that reads rows of store name
 // without an {id} in its path (the batch get): ?version= parsed, the store
 // opened and read at that version or now.
