@@ -3,6 +3,7 @@ package schema
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -98,6 +99,18 @@ func isRolloutFilter(k string) bool {
 
 // Empty reports whether f matches every row.
 func (f Filters) Empty() bool { return len(f.terms) == 0 }
+
+// Columns are the columns Mask reads, each once, in term order: a list reads
+// these (with the row key) to filter, not every column of every row.
+func (f Filters) Columns() []string {
+	var cols []string
+	for _, t := range f.terms {
+		if !slices.Contains(cols, t.column) {
+			cols = append(cols, t.column)
+		}
+	}
+	return cols
+}
 
 // String describes f for logs, e.g. `dataset="gsm8k" include_in_training=true`.
 func (f Filters) String() string {

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -103,5 +104,20 @@ func TestRolloutFilterKeysAreRolloutColumns(t *testing.T) {
 	f, _ := ParseRolloutFilters(`{"role":"user","include_in_training":true}`)
 	if got := f.String(); got != `include_in_training=true role="user"` {
 		t.Errorf("String() = %s", got)
+	}
+}
+
+// Columns names what Mask reads, each once: a list reads those columns to
+// filter, so one Mask needs beyond them would fail on the projected batch.
+func TestRolloutFiltersColumnsAreWhatMaskReads(t *testing.T) {
+	f, err := ParseRolloutFilters(`{"dataset":"gsm8k","include_in_training":true}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.Columns(), []string{"dataset", "include_in_training"}; !slices.Equal(got, want) {
+		t.Errorf("Columns() = %q, want %q", got, want)
+	}
+	if got := (Filters{}).Columns(); got != nil {
+		t.Errorf("no filters: Columns() = %q, want none", got)
 	}
 }

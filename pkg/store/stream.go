@@ -23,21 +23,29 @@ func (ss *Stores) BucketName() string { return ss.cfg.Bucket.String() }
 // price is the order, which is storage order rather than List's id order: an id
 // order needs every id at once. An error from fn stops the stream and is
 // returned.
-func (s *Store) Stream(ctx context.Context, filter func(arrow.RecordBatch) ([]bool, error), fn func(rec arrow.RecordBatch, row int) error) error {
+//
+// cols, if not nil, are the columns read of the base table's rows (id and _seq
+// always), as ListOptions.Columns: they must include every column filter reads.
+// Rows from pending generations come with every column.
+func (s *Store) Stream(ctx context.Context, filter func(arrow.RecordBatch) ([]bool, error), cols []string, fn func(rec arrow.RecordBatch, row int) error) error {
 	snap, err := s.Fresh(ctx)
 	if err != nil {
 		return err
 	}
-	return s.streamIn(ctx, snap, filter, fn)
+	return s.streamIn(ctx, snap, filter, cols, fn)
 }
 
 // streamIn is Stream over snap.
-func (s *Store) streamIn(ctx context.Context, snap *Snapshot, filter func(arrow.RecordBatch) ([]bool, error), fn func(rec arrow.RecordBatch, row int) error) error {
+func (s *Store) streamIn(ctx context.Context, snap *Snapshot, filter func(arrow.RecordBatch) ([]bool, error), cols []string, fn func(rec arrow.RecordBatch, row int) error) error {
 	p, err := s.loadPending(ctx, snap)
 	if err != nil {
 		return err
 	}
-	err = s.table.Scan(ctx, snap.Base, table.ScanOptions{}, func(rec arrow.RecordBatch, shard string) error {
+	var scan table.ScanOptions
+	if cols != nil {
+		scan.Columns = keyedColumns(snap.Base.ArrowSchema(), cols)
+	}
+	err = s.table.Scan(ctx, snap.Base, scan, func(rec arrow.RecordBatch, shard string) error {
 		ids, seqs, err := rowkey.Columns(rec)
 		if err != nil {
 			return err

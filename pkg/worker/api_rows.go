@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -219,7 +220,7 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 				return fmt.Errorf("filters: %w", err)
 			}
 			if !f.Empty() {
-				opts.Filter = f.Mask
+				opts.Filter, opts.FilterColumns = f.Mask, f.Columns()
 			}
 		case hasFilters:
 			return badRequest("filters are supported on rollout stores only")
@@ -242,11 +243,11 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
-		if limit < 0 {
-			return s.listAll(w, r, k, src, opts, st.BlobColumns())
-		}
 		if blobs := st.BlobColumns(); len(blobs) > 0 {
 			opts.Columns = st.ColumnsExcept(blobs) // a blob the list leaves out is not read
+		}
+		if limit < 0 {
+			return s.listAll(w, r, k, src, opts, st.BlobColumns())
 		}
 		out := []json.RawMessage{}
 		if limit > 0 { // store.ListOptions reads Limit 0 as "no limit"
@@ -282,6 +283,25 @@ func applyRowFilter(st *store.Store, predicate string, opts *store.ListOptions) 
 	return nil
 }
 
+// streamColumns are the columns a streamed list reads of the base table's rows:
+// opts.Columns and the columns its filter reads, or every column (nil) when it
+// has a filter whose columns are not known (a rollout list's filters=).
+func streamColumns(opts store.ListOptions) []string {
+	switch {
+	case opts.Columns == nil || opts.Filter == nil:
+		return opts.Columns
+	case opts.FilterColumns == nil:
+		return nil
+	}
+	cols := slices.Clone(opts.Columns)
+	for _, c := range opts.FilterColumns {
+		if !slices.Contains(cols, c) {
+			cols = append(cols, c)
+		}
+	}
+	return cols
+}
+
 // listChunkBytes is how much of a streamed list is encoded before it is written
 // to the client: what a list holds in memory besides the batch being read.
 const listChunkBytes = 64 << 10
@@ -292,7 +312,7 @@ const listChunkBytes = 64 << 10
 func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st rowSource, opts store.ListOptions, omit []string) error {
 	read := func(each func(rec arrow.RecordBatch, i int) error) error {
 		skipped := 0
-		return st.Stream(r.Context(), opts.Filter, func(rec arrow.RecordBatch, i int) error {
+		return st.Stream(r.Context(), opts.Filter, streamColumns(opts), func(rec arrow.RecordBatch, i int) error {
 			if skipped < opts.Offset {
 				skipped++
 				return nil
