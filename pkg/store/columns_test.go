@@ -124,3 +124,58 @@ func TestReadsLeavingABlobOutDoNotReadItFromTheBaseTable(t *testing.T) {
 		rec.Release()
 	}
 }
+
+// BenchmarkListLeavingBlobsOut lists a page of 100 rollout records whose 256 KiB
+// payloads are all in the base table, reading every column (what a list did) and
+// reading every column but the payload (Columns: what a list does). B/op is the
+// memory a list allocates: the payloads read only to be dropped, or not.
+func BenchmarkListLeavingBlobsOut(b *testing.B) {
+	ctx := context.Background()
+	ss := store.NewStores(store.Config{Bucket: objstoretest.Mem(b), Shard: "w1", Logger: storetest.Quiet(),
+		WALOptions: []wal.Option{wal.WithLogger(storetest.Quiet())}}, 0)
+	b.Cleanup(func() { _ = ss.Close(context.Background()) })
+	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "r"}); err != nil {
+		b.Fatal(err)
+	}
+	s, release, err := ss.Open(ctx, registry.KindRollout, "r")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer release()
+	payload := base64.StdEncoding.EncodeToString(make([]byte, 256<<10))
+	var raw []json.RawMessage
+	for i := range 100 {
+		raw = append(raw, json.RawMessage(fmt.Sprintf(`{"id":"r%03d","rollout_id":"r1","binary_payload":%q}`, i, payload)))
+	}
+	rec, err := schema.DecodeRollouts(raw, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Append(ctx, rec); err != nil {
+		b.Fatal(err)
+	}
+	rec.Release()
+	if _, err := s.Seal(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := merge.New(merge.Config{Logger: storetest.Quiet()}).Merge(ctx, s, true); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		cols []string
+	}{{"every-column", nil}, {"without-payload", s.ColumnsExcept(s.BlobColumns())}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				recs, err := s.List(ctx, store.ListOptions{Limit: 100, Columns: c.cols})
+				if err != nil || len(recs) != 100 {
+					b.Fatalf("%d rows, %v", len(recs), err)
+				}
+				for _, r := range recs {
+					r.Release()
+				}
+			}
+		})
+	}
+}
