@@ -20,43 +20,19 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/wal"
 )
 
-// A list (paged or streamed) or a get that leaves a store's blob column out of its answer does not
-// read it from the base table: the rows it returns from there come without it
-// (what is not in a row batch was not read), while a row still in a pending
+// A list (paged or streamed) or a get that leaves a store's blob column out of
+// its answer does not read it from the base table: the rows it returns from
+// there come without it (what is not in a row batch was not read), while a row
+// still in a pending
 // generation, in memory already, comes with every column. What it guards: a
 // list of rollout records read every record's binary_payload (up to a request
 // body each) from storage only to drop it.
 func TestReadsLeavingABlobOutDoNotReadItFromTheBaseTable(t *testing.T) {
 	ctx := context.Background()
-	ss := store.NewStores(store.Config{Bucket: objstoretest.Mem(t), Shard: "w1", Logger: storetest.Quiet(), SnapshotTTL: -1,
-		WALOptions: []wal.Option{wal.WithLogger(storetest.Quiet())}}, 0)
-	t.Cleanup(func() { _ = ss.Close(context.Background()) })
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "r"}); err != nil {
-		t.Fatal(err)
-	}
-	s, release, err := ss.Open(ctx, registry.KindRollout, "r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
+	s := rolloutStore(t, -1)
 	add := func(ids ...string) {
 		t.Helper()
-		var raw []json.RawMessage
-		for _, id := range ids {
-			raw = append(raw, json.RawMessage(fmt.Sprintf(`{"id":%q,"rollout_id":"r1","binary_payload":%q}`,
-				id, base64.StdEncoding.EncodeToString([]byte("payload of "+id)))))
-		}
-		rec, err := schema.DecodeRollouts(raw, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rec.Release()
-		if err := s.Append(ctx, rec); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Seal(ctx); err != nil {
-			t.Fatal(err)
-		}
+		addRollouts(t, s, func(id string) []byte { return []byte("payload of " + id) }, ids...)
 	}
 	add("a", "b")
 	if _, err := merge.New(merge.Config{Logger: storetest.Quiet()}).Merge(ctx, s, true); err != nil {
@@ -131,33 +107,13 @@ func TestReadsLeavingABlobOutDoNotReadItFromTheBaseTable(t *testing.T) {
 // memory a list allocates: the payloads read only to be dropped, or not.
 func BenchmarkListLeavingBlobsOut(b *testing.B) {
 	ctx := context.Background()
-	ss := store.NewStores(store.Config{Bucket: objstoretest.Mem(b), Shard: "w1", Logger: storetest.Quiet(),
-		WALOptions: []wal.Option{wal.WithLogger(storetest.Quiet())}}, 0)
-	b.Cleanup(func() { _ = ss.Close(context.Background()) })
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "r"}); err != nil {
-		b.Fatal(err)
+	s := rolloutStore(b, 0)
+	ids := make([]string, 100)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("r%03d", i)
 	}
-	s, release, err := ss.Open(ctx, registry.KindRollout, "r")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer release()
-	payload := base64.StdEncoding.EncodeToString(make([]byte, 256<<10))
-	var raw []json.RawMessage
-	for i := range 100 {
-		raw = append(raw, json.RawMessage(fmt.Sprintf(`{"id":"r%03d","rollout_id":"r1","binary_payload":%q}`, i, payload)))
-	}
-	rec, err := schema.DecodeRollouts(raw, time.Now())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Append(ctx, rec); err != nil {
-		b.Fatal(err)
-	}
-	rec.Release()
-	if _, err := s.Seal(ctx); err != nil {
-		b.Fatal(err)
-	}
+	payload := make([]byte, 256<<10)
+	addRollouts(b, s, func(string) []byte { return payload }, ids...)
 	if _, err := merge.New(merge.Config{Logger: storetest.Quiet()}).Merge(ctx, s, true); err != nil {
 		b.Fatal(err)
 	}
@@ -177,5 +133,47 @@ func BenchmarkListLeavingBlobsOut(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// rolloutStore opens a new rollout store on a memory bucket, whose handle's
+// snapshots live snapshotTTL (store.Config.SnapshotTTL).
+func rolloutStore(t testing.TB, snapshotTTL time.Duration) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	ss := store.NewStores(store.Config{Bucket: objstoretest.Mem(t), Shard: "w1", Logger: storetest.Quiet(), SnapshotTTL: snapshotTTL,
+		WALOptions: []wal.Option{wal.WithLogger(storetest.Quiet())}}, 0)
+	t.Cleanup(func() { _ = ss.Close(context.Background()) })
+	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	s, release, err := ss.Open(ctx, registry.KindRollout, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	return s
+}
+
+// addRollouts adds one record per id, with payload(id) as its binary_payload,
+// and seals them into one generation.
+func addRollouts(t testing.TB, s *store.Store, payload func(id string) []byte, ids ...string) {
+	t.Helper()
+	ctx := context.Background()
+	var raw []json.RawMessage
+	for _, id := range ids {
+		raw = append(raw, json.RawMessage(fmt.Sprintf(`{"id":%q,"rollout_id":"r1","binary_payload":%q}`,
+			id, base64.StdEncoding.EncodeToString(payload(id)))))
+	}
+	rec, err := schema.DecodeRollouts(raw, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	if err := s.Append(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Seal(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
