@@ -23,10 +23,9 @@ import (
 // A list (paged or streamed) or a get that leaves a store's blob column out of
 // its answer does not read it from the base table: the rows it returns from
 // there come without it (what is not in a row batch was not read), while a row
-// still in a pending
-// generation, in memory already, comes with every column. What it guards: a
-// list of rollout records read every record's binary_payload (up to a request
-// body each) from storage only to drop it.
+// still in a pending generation, in memory already, comes with every column.
+// What it guards: a list of rollout records read every record's binary_payload
+// (up to a request body each) from storage only to drop it.
 func TestReadsLeavingABlobOutDoNotReadItFromTheBaseTable(t *testing.T) {
 	ctx := context.Background()
 	s := rolloutStore(t, -1)
