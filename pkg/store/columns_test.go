@@ -60,7 +60,7 @@ func TestReadsLeavingABlobOutDoNotReadItFromTheBaseTable(t *testing.T) {
 		t.Errorf("list: rows with their payload %v, want %v (base rows without it, the pending row with it)", got, want)
 	}
 	got = map[string]bool{}
-	err = s.Stream(ctx, nil, cols, func(rec arrow.RecordBatch, i int) error {
+	err = s.Stream(ctx, store.ListOptions{Columns: cols}, func(rec arrow.RecordBatch, i int) error {
 		ids, _, err := rowkey.Columns(rec)
 		if err != nil {
 			return err

@@ -195,7 +195,7 @@ func (s *Store) listIn(ctx context.Context, snap *Snapshot, opts ListOptions) ([
 	if opts.Filter != nil {
 		scan.Columns = nil
 		if opts.FilterColumns != nil {
-			scan.Columns = filterScanColumns(opts.FilterColumns)
+			scan.Columns = keyedColumns(snap.Base.ArrowSchema(), opts.FilterColumns)
 		}
 	}
 	fromBase := map[string]bool{}
@@ -319,18 +319,6 @@ func keyedColumns(ts *arrow.Schema, cols []string) []string {
 		}
 	}
 	return out
-}
-
-// filterScanColumns is the projection of a filtered List's first pass: id,
-// _seq and the filter's columns, each once.
-func filterScanColumns(filterCols []string) []string {
-	cols := []string{rowkey.IDColumn, rowkey.SeqColumn}
-	for _, c := range filterCols {
-		if !slices.Contains(cols, c) {
-			cols = append(cols, c)
-		}
-	}
-	return cols
 }
 
 // filterRows evaluates filter on rec; nil filter: nil (every row matches).

@@ -95,8 +95,8 @@ func (v *View) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch,
 }
 
 // Stream is Store.Stream as of the view's version.
-func (v *View) Stream(ctx context.Context, filter func(arrow.RecordBatch) ([]bool, error), cols []string, fn func(rec arrow.RecordBatch, row int) error) error {
-	return v.failure(ctx, v.s.streamIn(ctx, v.snap, filter, cols, fn))
+func (v *View) Stream(ctx context.Context, opts ListOptions, fn func(rec arrow.RecordBatch, row int) error) error {
+	return v.failure(ctx, v.s.streamIn(ctx, v.snap, opts, fn))
 }
 
 // failure explains a read of the view that found one of its files gone: if

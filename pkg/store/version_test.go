@@ -33,7 +33,7 @@ func viewValues(ctx context.Context, view *store.View) (map[string]int64, error)
 		r.Release()
 	}
 	streamed := map[string]int64{}
-	err = view.Stream(ctx, nil, nil, func(rec arrow.RecordBatch, i int) error {
+	err = view.Stream(ctx, store.ListOptions{}, func(rec arrow.RecordBatch, i int) error {
 		id := rec.Column(0).(*array.String).Value(i)
 		if _, dup := streamed[id]; dup {
 			return fmt.Errorf("stream: id %s twice", id)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -283,25 +282,6 @@ func applyRowFilter(st *store.Store, predicate string, opts *store.ListOptions) 
 	return nil
 }
 
-// streamColumns are the columns a streamed list reads of the base table's rows:
-// opts.Columns and the columns its filter reads, or every column (nil) when it
-// has a filter whose columns are not known (a rollout list's filters=).
-func streamColumns(opts store.ListOptions) []string {
-	switch {
-	case opts.Columns == nil || opts.Filter == nil:
-		return opts.Columns
-	case opts.FilterColumns == nil:
-		return nil
-	}
-	cols := slices.Clone(opts.Columns)
-	for _, c := range opts.FilterColumns {
-		if !slices.Contains(cols, c) {
-			cols = append(cols, c)
-		}
-	}
-	return cols
-}
-
 // listChunkBytes is how much of a streamed list is encoded before it is written
 // to the client: what a list holds in memory besides the batch being read.
 const listChunkBytes = 64 << 10
@@ -311,14 +291,7 @@ const listChunkBytes = 64 << 10
 // one JSON answer {"<rows>":[...],"count":n} (streamRows).
 func (s *Server) listAll(w http.ResponseWriter, r *http.Request, k kindAPI, st rowSource, opts store.ListOptions, omit []string) error {
 	read := func(each func(rec arrow.RecordBatch, i int) error) error {
-		skipped := 0
-		return st.Stream(r.Context(), opts.Filter, streamColumns(opts), func(rec arrow.RecordBatch, i int) error {
-			if skipped < opts.Offset {
-				skipped++
-				return nil
-			}
-			return each(rec, i)
-		})
+		return st.Stream(r.Context(), opts, each)
 	}
 	return s.streamRows(w, r, k, omit, true, read)
 }

@@ -25,7 +25,7 @@ import (
 type rowSource interface {
 	Get(ctx context.Context, id string) (arrow.RecordBatch, error)
 	List(ctx context.Context, opts store.ListOptions) ([]arrow.RecordBatch, error)
-	Stream(ctx context.Context, filter func(arrow.RecordBatch) ([]bool, error), cols []string, fn func(rec arrow.RecordBatch, row int) error) error
+	Stream(ctx context.Context, opts store.ListOptions, fn func(rec arrow.RecordBatch, row int) error) error
 	GetMany(ctx context.Context, ids, cols []string, fn func(rec arrow.RecordBatch) error) error
 }
 
