@@ -111,30 +111,22 @@ func batchIDs(raw *[]json.RawMessage) ([]string, error) {
 // named columns and id, which is always returned. A name the schema lacks (or a
 // hidden one, "_seq") is a 400 naming it, whether or not any row is found.
 func batchColumns(st *store.Store, named *[]string) (read, omit []string, err error) {
-	e := st.Entry()
-	spec, err := schema.ParseSpec(e.Schema)
-	if err != nil {
-		return nil, nil, internalError(err, "generic store %q has an unreadable registered schema", e.Name)
+	if named == nil {
+		return st.ColumnsExcept(st.BlobColumns()), st.BlobColumns(), nil
 	}
-	cols := spec.Columns()
-	want := make(map[string]bool, len(cols))
-	for _, c := range cols {
-		want[c.Name] = named == nil && !slices.Contains(st.BlobColumns(), c.Name)
-	}
-	want[schema.IDColumn] = true
-	if named != nil {
-		for _, c := range *named {
-			if _, ok := want[c]; !ok {
-				return nil, nil, badRequest("columns: no column %q in this store's schema", c)
-			}
-			want[c] = true
+	cols := st.ColumnsExcept(nil)
+	want := map[string]bool{schema.IDColumn: true}
+	for _, c := range *named {
+		if !slices.Contains(cols, c) {
+			return nil, nil, badRequest("columns: no column %q in this store's schema", c)
 		}
+		want[c] = true
 	}
 	for _, c := range cols {
-		if want[c.Name] {
-			read = append(read, c.Name)
+		if want[c] {
+			read = append(read, c)
 		} else {
-			omit = append(omit, c.Name)
+			omit = append(omit, c)
 		}
 	}
 	return read, omit, nil
