@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/mdreport"
-	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 )
 
 func testEnv(t *testing.T) *Env {

@@ -15,12 +15,12 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/rowkey"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/table"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
+	"github.com/tidemark-io/tidemark/pkg/storage/table"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // Env is what the scenarios share: scratch space, an embedded etcd, a progress log

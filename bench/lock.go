@@ -11,11 +11,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/rowkey"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/table"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
+	"github.com/tidemark-io/tidemark/pkg/storage/table"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // LockShape is how a merge uses the store lock in the lock-across-read scenario.
@@ -99,7 +99,7 @@ type LockResult struct {
 	// RebasedOver sums the base versions other workers committed between a commit's
 	// prepare and its success. Here, where the only other writer commits once a
 	// round and the bucket refuses nothing, each such version is one lost attempt
-	// followed by one rebase: pkg/table reports no attempt count for a commit that
+	// followed by one rebase: pkg/storage/table reports no attempt count for a commit that
 	// succeeds.
 	Conflicted, RebasedOver int
 	// LongestHold is the longest time the old shape's exclusive lock was held. The

@@ -16,18 +16,18 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 
-	"github.com/tidemark-io/tidemark/internal/mdreport"
-	"github.com/tidemark-io/tidemark/internal/storetest"
-	"github.com/tidemark-io/tidemark/pkg/maintain"
-	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/rowkey"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
-	"github.com/tidemark-io/tidemark/pkg/schema"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/table"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
+	"github.com/tidemark-io/tidemark/internal/testutil/storetest"
+	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
+	"github.com/tidemark-io/tidemark/pkg/storage/table"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/maintain"
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // Table maintenance over a long run (issue 15): one store merged many times in
@@ -643,7 +643,7 @@ func coldLookup(ctx context.Context, b *objstore.Bucket, dir, id string, model m
 }
 
 // MaintenanceHeading starts the section WriteMaintenanceSection replaces.
-const MaintenanceHeading = "## Table maintenance over a long run (`pkg/table`, `pkg/maintain`)"
+const MaintenanceHeading = "## Table maintenance over a long run (`pkg/storage/table`, `pkg/worker/maintain`)"
 
 // RunMaintenanceSection runs the scenario with DefaultMaintenanceConfig, prints its
 // section to out and, if path is not empty, writes it into that Markdown file.
@@ -690,7 +690,7 @@ func (r MaintenanceResult) Markdown() string {
 	p("%s, %s\n\n", MaintenanceHeading, r.Date.Format("2006-01-02"))
 	p("Command: `%s`. Machine: %s. Seed %d; the run took %s (merges and tasks: %s without maintenance, %s with).\n\n",
 		r.Command, r.Machine, r.Seed, fmtDur(r.Duration), fmtDur(r.Off.Elapsed), fmtDur(r.On.Elapsed))
-	p("One generic store (`id`, `v int64`: the schema of `internal/storetest`) on `file://`, merged %s times by "+
+	p("One generic store (`id`, `v int64`: the schema of `internal/testutil/storetest`) on `file://`, merged %s times by "+
 		"`merge.Merger` through `store.Store` as a worker does: each merge appends %d rows (%.0f%% of them overwrite "+
 		"ids written earlier, chosen uniformly, the rest are new random 16-hex-digit ids), seals them into one "+
 		"generation and merges it, so every merge adds one fragment and the overwrites add deletion vectors. Two "+
@@ -903,7 +903,7 @@ func (r MaintenanceResult) goals(p printer, maxRatio float64, worst MaintenanceT
 			fmtCount(float64(a.Merges)), fmtCount(float64(a.LiveRows)), perK(a.Scan.P50, a.LiveRows), perK(z.Scan.P50, z.LiveRows)))
 		flat("lookup", a.Lookup, z.Lookup, oa.Lookup, oz.Lookup, fmt.Sprintf("A cold `Get` builds the key index of "+
 			"every fragment whose bloom filter admits the id, reading that fragment's whole id and `_seq` columns "+
-			"(`pkg/table` keyIndex). With maintenance most rows sit in one compacted fragment (the largest: %s rows at "+
+			"(`pkg/storage/table` keyIndex). With maintenance most rows sit in one compacted fragment (the largest: %s rows at "+
 			"merge %s, %s at merge %s), so a cold lookup costs about as much as reading its ids, which grows with the "+
 			"table up to TARGET_ROWS_PER_FRAGMENT (%s) rows.", fmtCount(float64(a.LargestFragment)), fmtCount(float64(a.Merges)),
 			fmtCount(float64(z.LargestFragment)), fmtCount(float64(z.Merges)), fmtCount(float64(c.Compact.TargetRows))))

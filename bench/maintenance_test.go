@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/table"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/pkg/storage/table"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 )
 
 // The maintenance scenario at a tiny size: both runs keep every row (the scenario

@@ -17,12 +17,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/table"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/table"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // MemoryRun is one merge configuration of the memory scenario: the merge caps

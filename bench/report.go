@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/mdreport"
-	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
+	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
+	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 )
 
 // Report is one run of the scenarios, rendered as the "Incident reproductions"
@@ -118,7 +118,7 @@ func (r *Report) stormSection(p printer) {
 			"by %.2f, keeping their ratios.", scale)
 	}
 	p("\n\nOld: every worker calls `Merger.Merge` on its own shard at the same moment. New: one `merge_wal` task in "+
-		"`pkg/tasks` on embedded etcd; the master's `Scheduler` claims it and `FanOut` calls the %d workers' real gRPC "+
+		"`pkg/coord/tasks` on embedded etcd; the master's `Scheduler` claims it and `FanOut` calls the %d workers' real gRPC "+
 		"`WorkerService` (over loopback): serial, `MergeWal` on one worker after another (each prepares and commits in "+
 		"turn); two-phase (the default), `PrepareMerge` on every worker at once, then `CommitMerge` on one after "+
 		"another, each commit rebasing onto the ones before it.\n\n", c.Workers)

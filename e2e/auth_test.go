@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/internal/testcerts"
+	"github.com/tidemark-io/tidemark/internal/testutil/testcerts"
 )
 
 // postWith POSTs body to u through client, with token when not empty.

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/chaos"
-	"github.com/tidemark-io/tidemark/pkg/loadgen"
+	"github.com/tidemark-io/tidemark/internal/dev/chaos"
+	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
 )
 
 // TestChaosWorkerCrashPointsLoseNoAcknowledgedRow is the crash-point campaign:

@@ -19,8 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/tidemark-io/tidemark/pkg/loadgen"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 )
 
 // TestChaosEtcdOutageKeepsDataServedAndSchedulingResumes is the etcd outage

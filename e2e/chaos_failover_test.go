@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/chaos"
-	"github.com/tidemark-io/tidemark/pkg/loadgen"
+	"github.com/tidemark-io/tidemark/internal/dev/chaos"
+	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
 )
 
 // TestChaosStandbyMasterTakesOverARunningMerge is the master failover campaign:

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/chaos"
-	"github.com/tidemark-io/tidemark/pkg/loadgen"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
+	"github.com/tidemark-io/tidemark/internal/dev/chaos"
+	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 )
 
 // faultsClientTimeout bounds one client request in the fault campaigns: an answer

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/loadgen"
+	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
 )
 
 // The orphan campaign's kill schedule: a SIGKILL every orphanKillMin plus up to

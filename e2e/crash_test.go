@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tidemark-io/tidemark/pkg/loadgen"
+	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
 )
 
 // runningTasks counts the keys under P/running/.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/chaos"
+	"github.com/tidemark-io/tidemark/internal/dev/chaos"
 )
 
 // TestWorkerKilledBetweenPrepareAndCommitLosesNothing is issue 16's crash test of the

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/chaos"
-	"github.com/tidemark-io/tidemark/internal/history"
+	"github.com/tidemark-io/tidemark/internal/dev/chaos"
+	"github.com/tidemark-io/tidemark/internal/testutil/history"
 )
 
 // The fault kinds a history campaign injects, one at a time.
@@ -51,7 +51,7 @@ const (
 // gets and lists from four clients through three workers (each client carries the
 // highest causal token it was answered on every request) while one fault kind,
 // drawn from a printed seed, hits the cluster; then every read of the history is
-// checked against last-writer-wins registers (internal/history): linearizable as
+// checked against last-writer-wins registers (internal/testutil/history): linearizable as
 // the causal tokens and snapshot lifetime promise, never going back through one
 // worker, no value never written. It is the short CI version of
 // TestChaosHistory; a violation writes the history and porcupine's visualization

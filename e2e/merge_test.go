@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/loadgen"
+	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
 )
 
 // workerURLs are the base URLs of the cluster's workers, in id order.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/loadgen"
+	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
 )
 
 // A rolling restart's pace: rollingRounds replacements, one every rollingEvery.

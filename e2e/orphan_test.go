@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/loadgen"
+	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
 )
 
 // orphanGrace is the masters' ORPHAN_GRACE in these tests: a little less than a

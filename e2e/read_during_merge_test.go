@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tidemark-io/tidemark/internal/chaos"
+	"github.com/tidemark-io/tidemark/internal/dev/chaos"
 )
 
 // TestReadsDuringAnotherWorkersMergeNeverGoBack runs the setup that showed the read

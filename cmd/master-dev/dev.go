@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tidemark-io/tidemark/internal/cli"
-	"github.com/tidemark-io/tidemark/pkg/devcluster"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/internal/dev/devcluster"
+	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 )
 
 type devFlags struct {
@@ -68,7 +68,7 @@ AUTH_TOKEN_FILE=<dir>/auth-token for "master admin", and send
 	bind("worker-binary", "DEV_WORKER_BINARY")
 	fs.StringVar(&c.EtcdAddr, "etcd-addr", devcluster.DefaultEtcdAddr, "client address of the embedded etcd (port 0: any free port)")
 	bind("etcd-addr", "DEV_ETCD_ADDR")
-	fs.StringVar(&c.EtcdPrefix, "etcd-prefix", tasks.DefaultPrefix, "key prefix of every Tidemark key in etcd (ETCD_PREFIX of every process)")
+	fs.StringVar(&c.EtcdPrefix, "etcd-prefix", keys.DefaultPrefix, "key prefix of every Tidemark key in etcd (ETCD_PREFIX of every process)")
 	bind("etcd-prefix", "ETCD_PREFIX")
 	fs.BoolVar(&c.EtcdUnsafeNoFsync, "etcd-unsafe-no-fsync", false, "run the embedded etcd without fsync (faster; a machine crash can lose its data)")
 	bind("etcd-unsafe-no-fsync", "DEV_ETCD_UNSAFE_NO_FSYNC")

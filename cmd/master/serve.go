@@ -10,15 +10,15 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/internal/chaos"
 	"github.com/tidemark-io/tidemark/internal/cli"
+	"github.com/tidemark-io/tidemark/internal/dev/chaos"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
-	"github.com/tidemark-io/tidemark/pkg/dashboard"
+	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/master"
-	"github.com/tidemark-io/tidemark/pkg/membership"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
+	"github.com/tidemark-io/tidemark/pkg/master/dashboard"
+	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 )
 
 type serveFlags struct {

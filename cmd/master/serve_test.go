@@ -15,15 +15,15 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/tidemark-io/tidemark/internal/etcdtest"
-	"github.com/tidemark-io/tidemark/internal/testlog"
-	"github.com/tidemark-io/tidemark/internal/testwait"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/schema"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testutil/testlog"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 

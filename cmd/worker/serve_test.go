@@ -16,10 +16,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/internal/etcdtest"
-	"github.com/tidemark-io/tidemark/internal/testlog"
-	"github.com/tidemark-io/tidemark/internal/testwait"
-	"github.com/tidemark-io/tidemark/pkg/membership"
+	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testutil/testlog"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
-	"github.com/tidemark-io/tidemark/internal/testcerts"
+	"github.com/tidemark-io/tidemark/internal/testutil/testcerts"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 

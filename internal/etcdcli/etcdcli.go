@@ -26,11 +26,11 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/cli"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 )
 
 // DefaultDialTimeout is ETCD_DIAL_TIMEOUT's default. ETCD_PREFIX's is
-// tasks.DefaultPrefix, the key schema's.
+// keys.DefaultPrefix, the key schema's.
 const DefaultDialTimeout = 5 * time.Second
 
 // Config is how to reach etcd.
@@ -62,7 +62,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet, endpointsUsage string) {
 	bind := func(name, env string) { cli.BindEnv(fs, name, env) }
 	fs.StringSliceVar(&c.Endpoints, "etcd-endpoints", nil, "etcd client URLs, comma-separated; "+endpointsUsage)
 	bind("etcd-endpoints", "ETCD_ENDPOINTS")
-	fs.StringVar(&c.Prefix, "etcd-prefix", tasks.DefaultPrefix, "key prefix of every Tidemark key in etcd")
+	fs.StringVar(&c.Prefix, "etcd-prefix", keys.DefaultPrefix, "key prefix of every Tidemark key in etcd")
 	bind("etcd-prefix", "ETCD_PREFIX")
 	fs.StringVar(&c.Username, "etcd-username", "", "etcd user (with --etcd-password)")
 	bind("etcd-username", "ETCD_USERNAME")
@@ -92,9 +92,9 @@ func (c *Config) endpoints() []string {
 	return out
 }
 
-// NormalizedPrefix is Prefix without trailing slashes, tasks.DefaultPrefix if
-// empty (tasks.NormalizePrefix).
-func (c *Config) NormalizedPrefix() string { return tasks.NormalizePrefix(c.Prefix) }
+// NormalizedPrefix is Prefix without trailing slashes, keys.DefaultPrefix if
+// empty (keys.NormalizePrefix).
+func (c *Config) NormalizedPrefix() string { return keys.NormalizePrefix(c.Prefix) }
 
 // TLS returns the TLS configuration of the settings, nil when no TLS file is set.
 func (c *Config) TLS() (*tls.Config, error) {

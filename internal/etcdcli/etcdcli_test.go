@@ -11,9 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tidemark-io/tidemark/internal/cli"
-	"github.com/tidemark-io/tidemark/internal/etcdtest"
-	"github.com/tidemark-io/tidemark/internal/testcerts"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testutil/testcerts"
+	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 )
 
 func TestFlagsComeFromTheEnvironment(t *testing.T) {
@@ -53,7 +53,7 @@ func TestEmptyEndpointsDisableEtcd(t *testing.T) {
 	if _, err := New(context.Background(), c); err == nil || !strings.Contains(err.Error(), "ETCD_ENDPOINTS") {
 		t.Errorf("New without endpoints: %v", err)
 	}
-	if (&Config{}).NormalizedPrefix() != tasks.DefaultPrefix {
+	if (&Config{}).NormalizedPrefix() != keys.DefaultPrefix {
 		t.Error("empty prefix is not the default")
 	}
 }

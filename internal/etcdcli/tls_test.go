@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tidemark-io/tidemark/internal/etcdtest"
-	"github.com/tidemark-io/tidemark/internal/testcerts"
+	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testutil/testcerts"
 )
 
 // securedEtcd starts an etcd that requires a client certificate of certs' CA and

@@ -31,15 +31,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
-	"github.com/tidemark-io/tidemark/pkg/schema"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/table"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/table"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // Class is what to do about a failure.
@@ -185,7 +185,7 @@ func Of(err error) Class {
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, store.ErrDeleted),
 		// A table's versions are deleted only with its store (table.Refresh).
 		errors.Is(err, table.ErrNotFound),
-		errors.Is(err, tasks.ErrTaskNotFound), errors.Is(err, scanner.ErrRowNotFound):
+		errors.Is(err, tasks.ErrTaskNotFound), errors.Is(err, stats.ErrRowNotFound):
 		return Gone
 	case errors.Is(err, registry.ErrExists):
 		return Exists

@@ -12,16 +12,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
-	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
-	"github.com/tidemark-io/tidemark/pkg/schema"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/table"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/table"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 func wrap(err error) error { return fmt.Errorf("store generic:x: %w", err) }
@@ -45,7 +45,7 @@ func TestEverySentinelHasTheClassItsRemedyNeeds(t *testing.T) {
 		{wrap(store.ErrDeleted), errclass.Gone},
 		{wrap(table.ErrNotFound), errclass.Gone},
 		{wrap(tasks.ErrTaskNotFound), errclass.Gone},
-		{wrap(scanner.ErrRowNotFound), errclass.Gone},
+		{wrap(stats.ErrRowNotFound), errclass.Gone},
 		{wrap(registry.ErrExists), errclass.Exists},
 		{wrap(tasks.ErrNotCancellable), errclass.Precondition},
 		{wrap(wal.ErrFenced), errclass.Conflict},

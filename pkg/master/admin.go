@@ -16,12 +16,13 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tidemark-io/tidemark/internal/grpcserver"
+	"github.com/tidemark-io/tidemark/pkg/coord/membership"
+	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
-	"github.com/tidemark-io/tidemark/pkg/membership"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -225,7 +226,7 @@ func (a *AdminService) ListStats(ctx context.Context, req *tidemarkv1.ListStatsR
 
 // statsProtos converts rows, with their missing shards when the service tracks
 // orphaned shards. The workers are listed once for the page.
-func (a *AdminService) statsProtos(ctx context.Context, rows []scanner.Row) ([]*tidemarkv1.StatsRow, error) {
+func (a *AdminService) statsProtos(ctx context.Context, rows []stats.Row) ([]*tidemarkv1.StatsRow, error) {
 	out := make([]*tidemarkv1.StatsRow, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, StatsProto(r))
@@ -257,7 +258,7 @@ func missingShardProto(m missingShard) *tidemarkv1.MissingShard {
 // statsPage is scanner.Stats with the page token checked: a stats page token is
 // the last target of the previous page, so anything that is not a target is a
 // client's mistake.
-func statsPage(ctx context.Context, s *scanner.Scanner, limit int, token string) ([]scanner.Row, string, error) {
+func statsPage(ctx context.Context, s *scanner.Scanner, limit int, token string) ([]stats.Row, string, error) {
 	if token != "" {
 		if _, _, err := registry.ParseTarget(token); err != nil {
 			return nil, "", fmt.Errorf("%w: page token %q is not one a previous call returned", tasks.ErrInvalidArgument, token)
@@ -297,7 +298,7 @@ func (a *AdminService) Rescan(ctx context.Context, req *tidemarkv1.RescanRequest
 	}
 	// The row is written by now: workers not listed cost its missing shards only.
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
-	stats, err := a.statsProtos(sctx, []scanner.Row{row})
+	stats, err := a.statsProtos(sctx, []stats.Row{row})
 	cancel()
 	if err != nil {
 		a.cfg.Logger.Warn("admin: rescan answers without the missing shards", "target", target, "err", err)
@@ -366,7 +367,7 @@ func checkShard(ctx context.Context, reg *registry.Registry, target, shard strin
 // observed again before the shard is refused.
 func (a *AdminService) activeShard(ctx context.Context, target, shard string) error {
 	row, err := a.cfg.Scanner.Row(ctx, target)
-	if err != nil && !errors.Is(err, scanner.ErrRowNotFound) {
+	if err != nil && !errors.Is(err, stats.ErrRowNotFound) {
 		return err
 	}
 	if err == nil && slices.Contains(row.ActiveShards, shard) {
@@ -492,7 +493,7 @@ func TaskProto(t tasks.Task) *tidemarkv1.Task {
 }
 
 // StatsProto converts a stats row.
-func StatsProto(r scanner.Row) *tidemarkv1.StatsRow {
+func StatsProto(r stats.Row) *tidemarkv1.StatsRow {
 	out := &tidemarkv1.StatsRow{
 		Target:                r.Target,
 		Version:               r.Version,

@@ -26,16 +26,17 @@ import (
 	"google.golang.org/grpc/status"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tidemark-io/tidemark/internal/etcdtest"
-	"github.com/tidemark-io/tidemark/pkg/membership"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
-	"github.com/tidemark-io/tidemark/pkg/schema"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/pkg/coord/membership"
+	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -470,7 +471,7 @@ func TestAdminCodesFollowTheErrorClass(t *testing.T) {
 	}{
 		{fmt.Errorf("x: %w", tasks.ErrInvalidArgument), codes.InvalidArgument, "invalid argument"},
 		{fmt.Errorf(`target "s": %w`, registry.ErrNotFound), codes.NotFound, `"s"`},
-		{fmt.Errorf("x: %w", scanner.ErrRowNotFound), codes.NotFound, "stats row"},
+		{fmt.Errorf("x: %w", stats.ErrRowNotFound), codes.NotFound, "stats row"},
 		{fmt.Errorf("x: %w", tasks.ErrNotCancellable), codes.FailedPrecondition, "not queued"},
 		{fmt.Errorf("list: %w", context.DeadlineExceeded), codes.Unavailable, "timed out"},
 		{fmt.Errorf("get: %w", objstore.ErrThrottled), codes.Unavailable, "throttled"},

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/internal/etcdtest"
-	"github.com/tidemark-io/tidemark/internal/testcerts"
-	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testutil/testcerts"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 

@@ -10,10 +10,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
 // Defaults of the master's settings (MASTER_LEASE_TTL, TASK_CONCURRENCY,
@@ -35,7 +35,7 @@ const (
 type Config struct {
 	// Client is the etcd client (internal/etcdcli.New). Required.
 	Client *clientv3.Client
-	// Prefix is the etcd key prefix P (tasks.DefaultPrefix when empty).
+	// Prefix is the etcd key prefix P (keys.DefaultPrefix when empty).
 	Prefix string
 	// Bucket holds the store registries and the stores (DATA_URL). Required.
 	Bucket *objstore.Bucket

@@ -10,10 +10,10 @@ import (
 
 	"github.com/dustin/go-humanize/english"
 
+	"github.com/tidemark-io/tidemark/pkg/coord/membership"
+	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
-	"github.com/tidemark-io/tidemark/pkg/membership"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // ErrUnreachable marks a worker call that failed before the worker admitted it (no
@@ -95,7 +95,7 @@ type FanOut struct {
 	// Row reads a target's stats row, and orphans names its orphaned shards;
 	// with both set (and a Caller that adopts), the fan-out has each orphaned
 	// shard adopted after the live workers merged.
-	Row     func(ctx context.Context, target string) (scanner.Row, error)
+	Row     func(ctx context.Context, target string) (stats.Row, error)
 	orphans *orphans
 	Logger  *slog.Logger
 }
@@ -292,7 +292,7 @@ func (f *FanOut) adopt(ctx context.Context, c *tasks.Claim, workers []Worker, lo
 	}
 	row, err := f.Row(ctx, c.Task.Target)
 	if err != nil {
-		if errors.Is(err, scanner.ErrRowNotFound) {
+		if errors.Is(err, stats.ErrRowNotFound) {
 			return 0, nil, unreachable // not scanned yet: nothing known to adopt
 		}
 		return 0, []error{fmt.Errorf("orphaned shards: %w", err)}, unreachable

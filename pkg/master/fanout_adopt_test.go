@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tidemark-io/tidemark/pkg/scanner"
+	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -64,7 +64,7 @@ func TestFanOutAdoptsFirstAndPassesOverAnUnreachableAdopter(t *testing.T) {
 	}
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	o := newOrphans(workers, time.Minute, clk, prometheus.NewRegistry())
-	row := scanner.Row{Target: "generic:gs", ActiveShards: []string{"gone", "live"}}
+	row := stats.Row{Target: "generic:gs", ActiveShards: []string{"gone", "live"}}
 	if got := o.of(row, workers); len(got) != 0 {
 		t.Fatalf("orphaned before the grace: %v", got)
 	}
@@ -72,7 +72,7 @@ func TestFanOutAdoptsFirstAndPassesOverAnUnreachableAdopter(t *testing.T) {
 	caller := NewGRPCCaller(GRPCCallerConfig{DialTimeout: 500 * time.Millisecond})
 	defer caller.Close()
 	f := &FanOut{Discovery: workers, Caller: caller, orphans: o,
-		Row: func(context.Context, string) (scanner.Row, error) { return row, nil }}
+		Row: func(context.Context, string) (stats.Row, error) { return row, nil }}
 	detail, err := f.Run(context.Background(), claimFor("generic:gs", 7))
 	if err == nil || !strings.Contains(err.Error(), "unavailable: dead") {
 		t.Fatalf("err %v: want the task failed naming the unreachable worker", err)

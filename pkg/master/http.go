@@ -20,9 +20,10 @@ import (
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
-	"github.com/tidemark-io/tidemark/pkg/dashboard"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/dashboard"
+	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 )
 
 // HTTP server limits. Every route is a small read, so the timeouts are short.
@@ -97,8 +98,8 @@ type HealthBody struct {
 
 // StatsPage is the body of GET /api/v1/stats.
 type StatsPage struct {
-	Stats         []scanner.Row `json:"stats"`
-	NextPageToken string        `json:"next_page_token,omitempty"`
+	Stats         []stats.Row `json:"stats"`
+	NextPageToken string      `json:"next_page_token,omitempty"`
 }
 
 // WorkerList is the body of GET /api/v1/workers.
@@ -257,7 +258,7 @@ func (a *httpAPI) listStats(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	if rows == nil {
-		rows = []scanner.Row{}
+		rows = []stats.Row{}
 	}
 	return StatsPage{Stats: rows, NextPageToken: next}, nil
 }

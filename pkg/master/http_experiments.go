@@ -12,10 +12,11 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
 // Experiment list paging of GET /api/v1/experiments: the reference's default
@@ -23,7 +24,7 @@ import (
 // answer's limit says so).
 const (
 	DefaultExperimentPage = 50
-	MaxExperimentPage     = scanner.MaxPageLimit
+	MaxExperimentPage     = stats.MaxPageLimit
 )
 
 // RescanTimeout bounds POST /api/v1/rescan, an observation of every store, under
@@ -107,9 +108,9 @@ func (a *httpAPI) listExperiments(ctx context.Context, r *http.Request) (any, er
 	}
 	search := q.Get("search")
 	out := ExperimentList{Experiments: []ExperimentSummary{}, Limit: limit, Offset: offset}
-	var rows []scanner.Row
+	var rows []stats.Row
 	// One stats page at a time: memory is a page and the answer.
-	for p := (scanner.Page{Limit: scanner.MaxPageLimit}); ; {
+	for p := (scanner.Page{Limit: stats.MaxPageLimit}); ; {
 		page, next, err := a.cfg.Scanner.Stats(ctx, p)
 		if err != nil {
 			return nil, err
@@ -151,7 +152,7 @@ func (a *httpAPI) getExperiment(ctx context.Context, r *http.Request) (any, erro
 		}
 	}
 	name := r.PathValue("name")
-	var row scanner.Row
+	var row stats.Row
 	var err error
 	if fresh {
 		row, err = a.cfg.Scanner.Rescan(ctx, name)
@@ -160,14 +161,14 @@ func (a *httpAPI) getExperiment(ctx context.Context, r *http.Request) (any, erro
 		}
 	} else {
 		row, err = a.cfg.Scanner.Row(ctx, name)
-		if errors.Is(err, scanner.ErrRowNotFound) {
+		if errors.Is(err, stats.ErrRowNotFound) {
 			return nil, reworded{fmt.Sprintf("experiment '%s' not found in stats", name), err}
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
-	sums, err := a.summaries(ctx, []scanner.Row{row})
+	sums, err := a.summaries(ctx, []stats.Row{row})
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +199,7 @@ func (a *httpAPI) rescan(ctx context.Context, r *http.Request) (any, error) {
 
 // summaries converts stats rows, with each store's URI from its registry entry
 // and its compactions from the task history.
-func (a *httpAPI) summaries(ctx context.Context, rows []scanner.Row) ([]ExperimentSummary, error) {
+func (a *httpAPI) summaries(ctx context.Context, rows []stats.Row) ([]ExperimentSummary, error) {
 	out := make([]ExperimentSummary, len(rows))
 	index := make(map[string]int, len(rows))
 	for i, row := range rows {

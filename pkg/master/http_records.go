@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/schema"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
 // Record browsing through the master (GET /api/v1/experiments/{name}/records).

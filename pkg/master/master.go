@@ -21,11 +21,12 @@ import (
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/grpcserver"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
-	"github.com/tidemark-io/tidemark/pkg/dashboard"
-	"github.com/tidemark-io/tidemark/pkg/membership"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
-	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/pkg/coord/keys"
+	"github.com/tidemark-io/tidemark/pkg/coord/membership"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/dashboard"
+	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
 // Master is one master replica: an etcd session, the scheduler and its runners,
@@ -66,7 +67,7 @@ func New(cfg Config) (*Master, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = registry.New(cfg.Bucket)
 	}
-	cfg.Prefix = tasks.NormalizePrefix(cfg.Prefix)
+	cfg.Prefix = keys.NormalizePrefix(cfg.Prefix)
 	if cfg.Discovery == nil {
 		cfg.Discovery = &membership.Discovery{Client: cfg.Client, Prefix: cfg.Prefix}
 	}

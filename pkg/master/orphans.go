@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
-	"github.com/tidemark-io/tidemark/pkg/scanner"
+	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 )
 
 // DefaultOrphanGrace is ORPHAN_GRACE: how long a shard's worker must be missing
@@ -18,7 +18,7 @@ import (
 // so an ordinary restart of a worker that keeps its INSTANCE_ID never triggers one.
 const DefaultOrphanGrace = time.Minute
 
-// orphans tracks, for every active shard of every store (scanner.Row.ActiveShards),
+// orphans tracks, for every active shard of every store (stats.Row.ActiveShards),
 // since when no registered worker has its name. A shard missing for the grace
 // period is orphaned: the merge sweep enqueues merge_wal for its target, and the
 // fan-out has a live worker adopt it.
@@ -69,7 +69,7 @@ func newOrphans(disc Discovery, grace time.Duration, clk clock.PassiveClock, reg
 // check is the merge sweep's scanner.OrphanCheck: it lists the live workers once
 // and returns a function naming the orphaned shards of a row. Shards found live,
 // or no longer active, are forgotten.
-func (o *orphans) check(ctx context.Context) (func(scanner.Row) []string, error) {
+func (o *orphans) check(ctx context.Context) (func(stats.Row) []string, error) {
 	workers, err := o.disc.Workers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("orphaned shards: discover workers: %w", err)
@@ -79,7 +79,7 @@ func (o *orphans) check(ctx context.Context) (func(scanner.Row) []string, error)
 	seen := map[string]bool{}
 	count := 0
 	var mu sync.Mutex
-	return func(r scanner.Row) []string {
+	return func(r stats.Row) []string {
 		mu.Lock()
 		defer mu.Unlock()
 		out := o.orphaned(r, live, now, seen)
@@ -92,7 +92,7 @@ func (o *orphans) check(ctx context.Context) (func(scanner.Row) []string, error)
 
 // orphaned returns the shards of r missing for the grace period, recording since
 // when each missing one is missing.
-func (o *orphans) orphaned(r scanner.Row, live map[string]bool, now time.Time, seen map[string]bool) []string {
+func (o *orphans) orphaned(r stats.Row, live map[string]bool, now time.Time, seen map[string]bool) []string {
 	var out []string
 	for _, m := range o.observe(r, live, now, seen) {
 		if m.orphaned {
@@ -105,7 +105,7 @@ func (o *orphans) orphaned(r scanner.Row, live map[string]bool, now time.Time, s
 // observe records which active shards of r are missing among live (forgetting
 // those found live), marks the missing ones in seen, and returns them in shard
 // order.
-func (o *orphans) observe(r scanner.Row, live map[string]bool, now time.Time, seen map[string]bool) []missingShard {
+func (o *orphans) observe(r stats.Row, live map[string]bool, now time.Time, seen map[string]bool) []missingShard {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var out []missingShard
@@ -139,7 +139,7 @@ func (o *orphans) forget(seen map[string]bool, target string) {
 }
 
 // of returns the orphaned shards of row among live workers (the fan-out's view).
-func (o *orphans) of(r scanner.Row, live []Worker) []string {
+func (o *orphans) of(r stats.Row, live []Worker) []string {
 	return o.orphaned(r, liveSet(live), o.clock.Now(), map[string]bool{})
 }
 
@@ -147,7 +147,7 @@ func (o *orphans) of(r scanner.Row, live []Worker) []string {
 // operator reads. It records what it sees as the sweep does: a look at the
 // workers is as good an observation as the sweep's, and what the operator is
 // shown is then what adoption goes by.
-func (o *orphans) missingOf(rows []scanner.Row, live []Worker) [][]missingShard {
+func (o *orphans) missingOf(rows []stats.Row, live []Worker) [][]missingShard {
 	set, now := liveSet(live), o.clock.Now()
 	out := make([][]missingShard, len(rows))
 	for i, r := range rows {

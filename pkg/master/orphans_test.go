@@ -18,14 +18,14 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/internal/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/pkg/coord/membership"
+	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
-	"github.com/tidemark-io/tidemark/pkg/membership"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/scanner"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -64,7 +64,7 @@ func unregister(t *testing.T, client *clientv3.Client, prefix, id string) {
 
 // sweep is what one merge sweep asks of the tracker: the orphaned shards of each
 // row.
-func (e *trackerEnv) sweep(rows ...scanner.Row) [][]string {
+func (e *trackerEnv) sweep(rows ...stats.Row) [][]string {
 	e.t.Helper()
 	orphaned, err := e.o.check(e.ctx)
 	if err != nil {
@@ -78,7 +78,7 @@ func (e *trackerEnv) sweep(rows ...scanner.Row) [][]string {
 }
 
 // wantOrphaned fails unless one sweep of row names exactly want.
-func (e *trackerEnv) wantOrphaned(what string, row scanner.Row, want ...string) {
+func (e *trackerEnv) wantOrphaned(what string, row stats.Row, want ...string) {
 	e.t.Helper()
 	if got := e.sweep(row)[0]; !slices.Equal(got, want) {
 		e.t.Errorf("%s (at +%s): orphaned %v, want %v", what, e.elapsed(), got, want)
@@ -91,8 +91,8 @@ func (e *trackerEnv) elapsed() time.Duration { return e.clock.Now().Sub(trackerS
 
 func (e *trackerEnv) advance(d time.Duration) { e.clock.SetTime(e.clock.Now().Add(d)) }
 
-func row(target string, active ...string) scanner.Row {
-	return scanner.Row{Target: target, Shards: len(active), ActiveShards: active}
+func row(target string, active ...string) stats.Row {
+	return stats.Row{Target: target, Shards: len(active), ActiveShards: active}
 }
 
 // The failure guarded: an ordinary restart of a worker (its registration gone for

@@ -11,9 +11,9 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // TestCausalTokensOrderWritesAcrossSkewedWorkers writes one id through workers

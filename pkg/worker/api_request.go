@@ -12,7 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
 // maxListLimit bounds ?limit=: a page is held in memory whole, in id order. A list

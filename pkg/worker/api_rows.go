@@ -13,11 +13,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/rowfilter"
-	"github.com/tidemark-io/tidemark/pkg/schema"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/pkg/data/rowfilter"
+	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // The bodies of POST /rollouts/{name}/records and POST /generic/{name}/rows. A

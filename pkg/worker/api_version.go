@@ -9,8 +9,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // Reads at a version: ?version=<v> on a list or a get of rows reads the store as

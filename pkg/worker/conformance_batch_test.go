@@ -49,10 +49,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/internal/jsonshape"
-	"github.com/tidemark-io/tidemark/internal/testlog"
-	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/internal/testutil/jsonshape"
+	"github.com/tidemark-io/tidemark/internal/testutil/testlog"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
 // batchSpec is a generic schema with a blob column and one that is not.

@@ -30,7 +30,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 )
 
 // filterIDs lists /generic/{name}/rows with ?filter=predicate and the extra

@@ -2,7 +2,7 @@
 // Prometheus endpoint, the internal gRPC WorkerService the master calls (grpc.go,
 // grpc_server.go) and the shard WAL sweepers (sweeper.go); and Worker (worker.go),
 // which builds them from one Config, over one set of store handles, one merger and
-// one WorkerService, registers the worker in etcd (pkg/membership), runs them and
+// one WorkerService, registers the worker in etcd (pkg/coord/membership), runs them and
 // stops them in order.
 //
 // Invariants:

@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 
-	"github.com/tidemark-io/tidemark/internal/testwait"
-	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 

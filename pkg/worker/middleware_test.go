@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
-	"github.com/tidemark-io/tidemark/pkg/objstore"
-	"github.com/tidemark-io/tidemark/pkg/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 )
 
 func TestDrainingRefusesDataRoutesButServesHealthAndMetrics(t *testing.T) {

@@ -17,9 +17,9 @@ import (
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
-	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/store"
-	"github.com/tidemark-io/tidemark/pkg/wal"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // HTTP server limits. Bodies of later data routes (record batches with binary payloads)

@@ -22,7 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tidemark-io/tidemark/bench"
-	"github.com/tidemark-io/tidemark/internal/mdreport"
+	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
 	"github.com/tidemark-io/tidemark/pkg/master"
 )
 

@@ -10,12 +10,13 @@
 package tidemarkv1
 
 import (
-	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
-	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
+
+	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
+	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 )
 
 const (
@@ -25,7 +26,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Task mirrors the task record stored as JSON at P/tasks/<id> (pkg/tasks.Task).
+// Task mirrors the task record stored as JSON at P/tasks/<id> (pkg/coord/tasks.Task).
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is a UUIDv7: ids sort in enqueue order.

@@ -1,0 +1,58 @@
+// Package tasks is the master's task queue in etcd: deduplicated enqueue, claims
+// under the claimer's lease with a per-target lock whose revision is the fencing
+// token sent to workers, finish guarded by the claim token, orphan recovery,
+// dependencies, cooldown of failing tasks, pruning, and coordination locks that
+// let one master replica at a time scan or sweep.
+//
+// Keys live under a prefix P (ETCD_PREFIX, default /tidemark). Values are JSON, so
+// `etcdctl get --prefix P/tasks/` reads well, and targets appear raw in keys:
+//
+//	P/tasks/<id>                 task record {id, kind, target, state, error, detail, enqueued_at,
+//	                             started_at, finished_at, depends_on, attempts, claim_token,
+//	                             fencing_token}
+//	P/queue/<id>                 copy of the record while queued; ids are UUIDv7, so key order is FIFO
+//	P/running/<id>               copy of the record while running
+//	P/claims/<id>                claim token, under the claimer's lease
+//	P/target-locks/<target>      the same claim token, under the same lease; the key's create
+//	                             revision is the fencing token
+//	P/dedupe/<kind>/<target>     id of the live task of that kind and target
+//	P/cooldown/<kind>/<target>   {failures, until, last_error}; no lease, until is checked
+//	P/coordination/<name>        holder name, under the holder's lease
+//
+// Package keys builds every one of these keys, and the ones other packages own
+// (P/stats/ of package stats, P/workers/ of package membership), so the layout is
+// defined once.
+//
+// Invariants:
+//
+//   - At most one running task per target, whatever its kind, across every master
+//     replica: a claim creates the target lock in the same transaction and only if
+//     it is absent.
+//   - An enqueue of a live (queued or running) kind+target returns the live task
+//     instead of adding one: the dedupe key is created only if absent, in the same
+//     transaction as the task.
+//   - Only the claim holder can finish a task: Finish and Release compare the claim
+//     key and the target lock with the holder's token; a master that lost its claim
+//     gets ErrClaimLost and changes nothing.
+//   - A claim lives no longer than the claimer's lease. A running task whose claim
+//     is gone goes back to the queue (orphan recovery, at startup and before every
+//     claim); with Release, that is the only way from running to queued.
+//   - Fencing tokens of a target only grow: each is the etcd revision that created
+//     the target lock, so a worker can refuse a token older than one it has seen.
+//   - Queued tasks are claimed in enqueue order, skipping those that wait for a
+//     dependency, a cooldown or a locked target, and kinds the claimer left out.
+//   - A failed task of a non-merge kind, or any task whose failure needs a human
+//     (Result.Halt: a corrupt object), blocks its kind+target's claims for a
+//     backoff that doubles with each failure in a row; a success ends it. Other
+//     merge_wal failures never wait: the next sweep retries them.
+//   - A task runs only after every task it depends on is done; if one of them
+//     fails, it fails with "dependency <id> did not complete".
+//   - States move queued -> running -> done | failed; every move is one etcd
+//     transaction with a compare on the keys that prove the mover's right to make
+//     it (the task's mod revision, or the caller's claim or lock).
+//   - Finished tasks are pruned by count and age, never live tasks nor tasks a
+//     live task depends on.
+//
+// Each file holds one primitive; each transaction is preceded by a comment that
+// lists its compares and ops, one a line, and why.
+package tasks

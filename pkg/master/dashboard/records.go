@@ -1,0 +1,320 @@
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+)
+
+// Record browser limits.
+const (
+	recordsPerPage = 25
+	// maxWorkerAnswer bounds what one worker answer may cost the master's memory.
+	maxWorkerAnswer = 64 << 20
+	// blobColumn is the rollout column the download link serves.
+	blobColumn = schema.BinaryPayloadColumn
+	// payloadSizeColumn, when set, marks a record with a blob to download.
+	payloadSizeColumn = schema.PayloadSizeColumn
+)
+
+// ErrNoWorker means no registered worker has an HTTP address to read records
+// through (none running, or a static WORKER_ENDPOINTS list, which has none).
+var ErrNoWorker = errors.New("no worker with an HTTP address is registered: records are read through a worker's data API")
+
+// rolloutColumns are the columns the record table shows for a rollout store; the
+// full record is one click away.
+var rolloutColumns = []string{"id", "rollout_id", "dataset", "sequence_order", "role", "created_at", "content", "reward"}
+
+// maxGenericColumns bounds the columns the table shows for a generic store.
+const maxGenericColumns = 8
+
+type recordRow struct {
+	ID    string
+	Cells []cell
+	JSON  string
+	Blob  bool
+}
+
+type recordsPage struct {
+	Kind       string
+	Columns    []string
+	Rows       []recordRow
+	Offset     int
+	Prev, Next int
+	HasPrev    bool
+	HasNext    bool
+	Filters    []filterInput
+	Filterable bool
+	Worker     string
+	Error      string
+}
+
+type filterInput struct{ Key, Value string }
+
+// cell is one value of the record table; a timestamp is kept on one line.
+type cell struct {
+	Text string
+	Time bool
+}
+
+// records reads one page of target's records through a worker.
+func (d *Dashboard) records(ctx context.Context, r *http.Request, target string) recordsPage {
+	kind, name, _ := registry.ParseTarget(target)
+	q := r.URL.Query()
+	p := recordsPage{Kind: string(kind), Filterable: kind == registry.KindRollout}
+	p.Offset, _ = strconv.Atoi(q.Get("offset"))
+	p.Offset = max(p.Offset, 0)
+	filters := map[string]any{}
+	if p.Filterable {
+		for _, k := range schema.RolloutFilterKeys() {
+			v := strings.TrimSpace(q.Get("f." + k))
+			p.Filters = append(p.Filters, filterInput{Key: k, Value: v})
+			switch {
+			case v == "":
+			case k == "include_in_training":
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					p.Error = fmt.Sprintf("filter include_in_training: %q is not true or false", v)
+					return p
+				}
+				filters[k] = b
+			default:
+				filters[k] = v
+			}
+		}
+	}
+	params := url.Values{"limit": {strconv.Itoa(recordsPerPage + 1)}, "offset": {strconv.Itoa(p.Offset)}}
+	if len(filters) > 0 {
+		text, _ := json.Marshal(filters)
+		params.Set("filters", string(text))
+	}
+	body, worker, err := d.callWorker(ctx, rowsPath(kind, name)+"?"+params.Encode())
+	p.Worker = worker
+	if err != nil {
+		p.Error = err.Error()
+		return p
+	}
+	var answer map[string]json.RawMessage
+	if err := json.Unmarshal(body, &answer); err != nil {
+		p.Error = fmt.Sprintf("worker %s: answer does not decode: %v", worker, err)
+		return p
+	}
+	var rows []json.RawMessage
+	if err := json.Unmarshal(answer[rowsField(kind)], &rows); err != nil {
+		p.Error = fmt.Sprintf("worker %s: answer has no %s array", worker, rowsField(kind))
+		return p
+	}
+	if len(rows) > recordsPerPage {
+		rows, p.HasNext, p.Next = rows[:recordsPerPage], true, p.Offset+recordsPerPage
+	}
+	p.HasPrev, p.Prev = p.Offset > 0, max(p.Offset-recordsPerPage, 0)
+	for _, raw := range rows {
+		keys, values, err := orderedObject(raw)
+		if err != nil {
+			p.Error = fmt.Sprintf("worker %s: a row does not decode: %v", worker, err)
+			return p
+		}
+		if p.Columns == nil {
+			p.Columns = rolloutColumns
+			if kind != registry.KindRollout {
+				p.Columns = keys[:min(len(keys), maxGenericColumns)]
+			}
+		}
+		row := recordRow{}
+		for _, c := range p.Columns {
+			text, isTime := cellText(values[c])
+			row.Cells = append(row.Cells, cell{Text: truncate(80, text), Time: isTime})
+		}
+		row.ID, _ = values["id"].(string)
+		// Lists leave binary_payload out; payload_size says a record has one
+		// (a worker from before blobs listed the bytes themselves).
+		if _, sized := values[payloadSizeColumn].(json.Number); kind == registry.KindRollout && sized {
+			row.Blob = true
+		} else if b, ok := values[blobColumn].(string); ok && b != "" && kind == registry.KindRollout {
+			row.Blob = true
+		}
+		var pretty bytes.Buffer
+		_ = json.Indent(&pretty, raw, "", "  ")
+		row.JSON = pretty.String()
+		p.Rows = append(p.Rows, row)
+	}
+	return p
+}
+
+func rowsPath(kind registry.Kind, name string) string {
+	if kind == registry.KindRollout {
+		return "/api/v1/rollouts/" + url.PathEscape(name) + "/records"
+	}
+	return "/api/v1/generic/" + url.PathEscape(name) + "/rows"
+}
+
+func rowsField(kind registry.Kind) string {
+	if kind == registry.KindRollout {
+		return "records"
+	}
+	return "rows"
+}
+
+// callWorker GETs path from the first registered worker (by instance id) that
+// has an HTTP address, and returns the body of a 200 answer and the worker's id.
+func (d *Dashboard) callWorker(ctx context.Context, path string) ([]byte, string, error) {
+	hresp, id, err := d.openWorker(ctx, path)
+	if err != nil {
+		return nil, id, err
+	}
+	defer hresp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(hresp.Body, maxWorkerAnswer))
+	if err != nil {
+		return nil, id, fmt.Errorf("worker %s: %w", id, err)
+	}
+	return body, id, nil
+}
+
+// errWorkerNotFound marks a worker's 404 answer (no such store or row).
+var errWorkerNotFound = errors.New("not found")
+
+// openWorker GETs path from the first registered worker (by instance id) that
+// has an HTTP address, and returns its 200 answer, whose body the caller closes,
+// and the worker's id. Any other answer is an error carrying the worker's
+// message (matching errWorkerNotFound for a 404).
+func (d *Dashboard) openWorker(ctx context.Context, path string) (*http.Response, string, error) {
+	resp, err := d.cfg.Admin.ListWorkers(ctx, &tidemarkv1.ListWorkersRequest{})
+	if err != nil {
+		_, err = statusOf(err)
+		return nil, "", fmt.Errorf("list workers: %w", err)
+	}
+	workers := slices.DeleteFunc(resp.GetWorkers(), func(w *tidemarkv1.WorkerInfo) bool { return w.GetHttpAddr() == "" })
+	if len(workers) == 0 {
+		return nil, "", ErrNoWorker
+	}
+	slices.SortFunc(workers, func(a, b *tidemarkv1.WorkerInfo) int { return strings.Compare(a.GetInstanceId(), b.GetInstanceId()) })
+	w := workers[0]
+	scheme := "http"
+	if d.cfg.WorkerTLS != nil {
+		scheme = "https"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+w.GetHttpAddr()+path, nil)
+	if err != nil {
+		return nil, w.GetInstanceId(), err
+	}
+	hresp, err := d.workers.Do(req)
+	if err != nil {
+		return nil, w.GetInstanceId(), fmt.Errorf("worker %s: %w", w.GetInstanceId(), err)
+	}
+	if hresp.StatusCode != http.StatusOK {
+		defer hresp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(hresp.Body, maxWorkerAnswer))
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		_ = json.Unmarshal(body, &e)
+		err := fmt.Errorf("worker %s answered %s: %s", w.GetInstanceId(), hresp.Status, e.Error.Message)
+		if hresp.StatusCode == http.StatusNotFound {
+			err = fmt.Errorf("%w (%w)", err, errWorkerNotFound)
+		}
+		return nil, w.GetInstanceId(), err
+	}
+	return hresp, w.GetInstanceId(), nil
+}
+
+// orderedObject decodes a JSON object, keeping its key order (a generic store's
+// columns come in schema order).
+func orderedObject(raw []byte) ([]string, map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, nil, fmt.Errorf("not a JSON object")
+	}
+	var keys []string
+	values := map[string]any{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, err
+		}
+		k, _ := tok.(string)
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, err
+		}
+		keys = append(keys, k)
+		values[k] = v
+	}
+	return keys, values, nil
+}
+
+// cellText is a value as one table cell shows it, and whether it is a
+// timestamp (shown to the second).
+func cellText(v any) (string, bool) {
+	switch x := v.(type) {
+	case nil:
+		return "", false
+	case string:
+		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+			return formatTime(t), true
+		}
+		return x, false
+	case json.Number:
+		return x.String(), false
+	case bool:
+		return strconv.FormatBool(x), false
+	}
+	b, _ := json.Marshal(v)
+	return string(b), false
+}
+
+// blob serves a rollout record's binary_payload as a download, streamed from
+// the worker's blob route (lists leave the bytes out).
+func (d *Dashboard) blob(w http.ResponseWriter, r *http.Request, sess session) {
+	target, id := r.PathValue("target"), r.PathValue("id")
+	kind, name, err := registry.ParseTarget(target)
+	if err != nil || kind != registry.KindRollout {
+		d.fail(w, r, sess, http.StatusBadRequest, fmt.Errorf("%q: blob downloads are for rollout stores' %s", target, blobColumn))
+		return
+	}
+	ctx, cancel := d.callCtx(r)
+	defer cancel()
+	resp, _, err := d.openWorker(ctx, rowsPath(kind, name)+"/"+url.PathEscape(id)+"/blob")
+	switch {
+	case errors.Is(err, errWorkerNotFound):
+		d.fail(w, r, sess, http.StatusNotFound, fmt.Errorf("record %q of %s has no %s", id, target, blobColumn))
+		return
+	case err != nil:
+		d.fail(w, r, sess, http.StatusBadGateway, err)
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", safeFilename(id)+".bin"))
+	if n := resp.Header.Get("Content-Length"); n != "" {
+		w.Header().Set("Content-Length", n)
+	}
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// safeFilename keeps a record id's letters, digits and ._- for a download name.
+func safeFilename(id string) string {
+	out := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-", r) {
+			return r
+		}
+		return '_'
+	}, id)
+	if out == "" {
+		return "record"
+	}
+	return out
+}

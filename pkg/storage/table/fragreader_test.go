@@ -1,0 +1,226 @@
+package table
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+)
+
+func TestCoalesceMergesRangesCloserThanTheGap(t *testing.T) {
+	got := coalesce([]byteRange{{100, 10}, {0, 10}, {10, 5}, {300, 10}, {105, 20}, {50, 0}}, 50)
+	want := []byteRange{{0, 15}, {100, 25}, {300, 10}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("coalesce = %v, want %v", got, want)
+	}
+	if got := coalesce([]byteRange{{0, 10}, {70, 10}}, 60); !slices.Equal(got, []byteRange{{0, 80}}) {
+		t.Fatalf("a gap of exactly 60 with limit 60: %v, want one range", got)
+	}
+}
+
+// faultyTable is a table on a mem bucket behind a fault injector, with nFrags
+// fragments of rowsEach rows ("fNN-RRRRR"), and a second handle on it that has
+// nothing cached.
+func faultyTable(t *testing.T, nFrags, rowsEach int) (*objstore.Faults, *Table, *Manifest) {
+	t.Helper()
+	f := objstore.NewFaults(rand.NewPCG(1, 2))
+	bucket := objstore.WithFaults(memBucket(t), f)
+	tb := createTable(t, bucket)
+	for i := range nFrags {
+		rows := make([]row, rowsEach)
+		for j := range rows {
+			rows[j] = row{fmt.Sprintf("f%02d-%05d", i, j), 1, int64(j)}
+		}
+		mustAppend(t, tb, rows...)
+	}
+	fresh, err := Open(context.Background(), bucket, "rollout/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ResetCounters()
+	return f, fresh, fresh.Latest()
+}
+
+func TestPointLookupReadsARowGroupsColumnChunksInOneRequest(t *testing.T) {
+	ctx := context.Background()
+	f, tb, m := faultyTable(t, 1, 40_000) // 20 row groups, larger than a footer read
+	// Warm the key index, bloom and footer: what is left is the row group itself.
+	rec, _, err := tb.Get(ctx, m, "f00-00001")
+	if err != nil || rec == nil {
+		t.Fatalf("get: %v %v", rec, err)
+	}
+	rec.Release()
+	f.ResetCounters()
+	rec, _, err = tb.Get(ctx, m, "f00-34500")
+	if err != nil || rec == nil {
+		t.Fatalf("get: %v %v", rec, err)
+	}
+	defer rec.Release()
+	if got := f.TotalRequests(); got != 1 {
+		t.Fatalf("a warm point lookup of 4 columns made %d requests (%v), want 1 coalesced read", got, f.RequestCounts())
+	}
+	if v := rec.Column(1); v.ValueStr(0) != "34500" {
+		t.Fatalf("got value %s, want 34500", v.ValueStr(0))
+	}
+}
+
+func TestScanReadsEveryRowGroupWithOneRequestEach(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		rows int
+		want int64 // ranged reads of a scan with nothing cached
+	}{
+		{50, 1},      // the footer read holds the whole fragment
+		{40_000, 21}, // the footer, then one read per row group (20)
+	} {
+		t.Run(fmt.Sprint(c.rows), func(t *testing.T) {
+			f, tb, m := faultyTable(t, 1, c.rows)
+			if big := m.Fragments[0].Bytes > footerRead; big != (c.rows > 50) {
+				t.Fatalf("fragment of %d rows is %d bytes: the case does not test what it says", c.rows, m.Fragments[0].Bytes)
+			}
+			rows := 0
+			err := tb.Scan(ctx, m, ScanOptions{}, func(rec arrow.RecordBatch, _ string) error { rows += int(rec.NumRows()); return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rows != c.rows {
+				t.Fatalf("scanned %d rows, want %d", rows, c.rows)
+			}
+			if got := f.TotalRequests(); got != c.want {
+				t.Fatalf("scan made %d requests (%v), want %d", got, f.RequestCounts(), c.want)
+			}
+		})
+	}
+}
+
+func TestConflictCheckReadsFragmentsInParallel(t *testing.T) {
+	ctx := context.Background()
+	const frags = 8
+	f, tb, m := faultyTable(t, frags, 50)
+	f.SetLatency(50*time.Millisecond, 0)
+	var rows []row
+	for i := range frags { // one update in every fragment
+		rows = append(rows, row{fmt.Sprintf("f%02d-%05d", i, 7), 2, 100})
+	}
+	rec := batch(rows...)
+	defer rec.Release()
+	x, err := tb.Prepare(ctx, m, Append{Records: []arrow.RecordBatch{rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.Abort(ctx)
+	// One after another, at most one request would be in flight. (Counted, not
+	// timed: the test machine may be loaded.)
+	if peak := f.PeakInFlight(); peak < 4 || peak > fragmentReads*chunkReads {
+		t.Fatalf("at most %d requests were in flight, want between 4 and %d", peak, fragmentReads*chunkReads)
+	}
+	if got := len(x.dvRefs); got != frags {
+		t.Fatalf("deletion vectors for %d fragments, want %d", got, frags)
+	}
+}
+
+func TestAFailedReadAmongParallelOnesFailsTheCheckNamingTheObject(t *testing.T) {
+	ctx := context.Background()
+	f, tb, m := faultyTable(t, 8, 50)
+	bad := tb.key(m.Fragments[5].Path)
+	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGetRange}, KeyContains: m.Fragments[5].Path})
+	var rows []row
+	for i := range 8 {
+		rows = append(rows, row{fmt.Sprintf("f%02d-%05d", i, 7), 2, 100})
+	}
+	rec := batch(rows...)
+	defer rec.Release()
+	_, err := tb.Prepare(ctx, m, Append{Records: []arrow.RecordBatch{rec}})
+	if !errors.Is(err, objstore.ErrInjected) || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("got %v, want the injected fault naming %s", err, bad)
+	}
+	if errors.Is(err, ErrCorrupt) {
+		t.Fatalf("an I/O failure reported as corruption: %v", err)
+	}
+}
+
+func TestCancellingAConflictCheckStopsItsReads(t *testing.T) {
+	f, tb, m := faultyTable(t, 8, 50)
+	var rows []row
+	for i := range 8 {
+		rows = append(rows, row{fmt.Sprintf("f%02d-%05d", i, 7), 2, 100})
+	}
+	rec := batch(rows...)
+	defer rec.Release()
+	// Writes are quick, reads of the base hang until cancelled.
+	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet, objstore.OpGetRange}, Hang: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := tb.Prepare(ctx, m, Append{Records: []arrow.RecordBatch{rec}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("prepare returned %s after the cancel", took)
+	}
+	testwait.For(t, 2*time.Second, "no request in flight after the cancel", func() (bool, string) {
+		n := f.InFlight()
+		return n == 0, fmt.Sprintf("%d in flight", n)
+	})
+}
+
+func TestAFragmentShorterThanItsManifestIsCorrupt(t *testing.T) {
+	ctx := context.Background()
+	_, tb, m := faultyTable(t, 1, 50)
+	key := tb.key(m.Fragments[0].Path)
+	data, err := tb.bucket.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.bucket.Put(ctx, key, data[:len(data)-100]); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = tb.Get(ctx, m, "f00-00003")
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("got %v, want ErrCorrupt naming %s", err, key)
+	}
+}
+
+// A merge hands Prepare one record batch per WAL generation; the fragment still
+// gets row groups of RowGroupRows rows, not one per batch. Failure it guards: a
+// merge of 32 generations of 25 rows wrote 32 row groups, and every later cold
+// key-index read of that fragment (each other worker's conflict check) cost 33
+// requests instead of 2 (BENCHMARKS.md, commit storm).
+func TestAFragmentOfManySmallBatchesHasFullRowGroups(t *testing.T) {
+	ctx := context.Background()
+	tb := createTable(t, memBucket(t))
+	var recs []arrow.RecordBatch
+	for g := range 32 {
+		rows := make([]row, 100)
+		for j := range rows {
+			rows[j] = row{fmt.Sprintf("g%02d-%03d", g, j), 1, int64(j)}
+		}
+		recs = append(recs, batch(rows...))
+	}
+	m, err := appendRows(ctx, tb, Append{Records: recs})
+	for _, r := range recs {
+		r.Release()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff, err := tb.openFragment(ctx, m.ArrowSchema(), m.Fragments[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ff.Close()
+	// 3,200 rows in row groups of 2,048.
+	if n := ff.pf.MetaData().NumRowGroups(); n != 2 {
+		t.Fatalf("a fragment of 32 batches of 100 rows has %d row groups, want 2 (of at most %d rows)", n, tb.opts.RowGroupRows)
+	}
+}

@@ -1,0 +1,286 @@
+package table
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
+)
+
+// ScanOptions selects what Scan returns.
+type ScanOptions struct {
+	// Columns projects the output (nil: every column, _seq included).
+	Columns []string
+	// IDs, when non-nil, restricts the scan to rows with these ids; fragments that
+	// cannot hold any of them (bounds, bloom filter) are not opened.
+	IDs []string
+}
+
+// Scan streams the live rows of manifest m to fn, fragment by fragment in manifest
+// order, with the shard that wrote them (Fragment.ShardAt: with a row's _seq, its
+// rowkey.Version). Every batch holds rows of one shard: a batch of a fragment with
+// shard runs is cut at the runs' boundaries. Batches are only valid during the
+// call; fn must Retain what it keeps.
+func (t *Table) Scan(ctx context.Context, m *Manifest, opts ScanOptions, fn func(rec arrow.RecordBatch, shard string) error) error {
+	s := m.ArrowSchema()
+	cols := opts.Columns
+	if cols == nil {
+		for _, f := range s.Fields() {
+			cols = append(cols, f.Name)
+		}
+	}
+	for _, c := range cols {
+		if len(s.FieldIndices(c)) == 0 {
+			return fmt.Errorf("scan %s: unknown column %q", t.dir, c)
+		}
+	}
+	var want map[string]bool
+	read := cols
+	if opts.IDs != nil {
+		want = make(map[string]bool, len(opts.IDs))
+		for _, id := range opts.IDs {
+			want[id] = true
+		}
+		// The filter needs the id column; read it first and project it away after.
+		read = []string{rowkey.IDColumn}
+		for _, c := range cols {
+			if c != rowkey.IDColumn {
+				read = append(read, c)
+			}
+		}
+	}
+	project := projection(read, cols)
+	for _, f := range m.Fragments {
+		if f.LiveRows() == 0 {
+			continue
+		}
+		if want != nil {
+			hit, err := t.mayContainAny(ctx, f, opts.IDs)
+			if err != nil {
+				return err
+			}
+			if !hit {
+				continue
+			}
+		}
+		if err := t.scanFragment(ctx, s, f, read, want, project, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Table) mayContainAny(ctx context.Context, f Fragment, ids []string) (bool, error) {
+	for _, id := range ids {
+		ok, err := t.mayContain(ctx, f, id)
+		if err != nil || ok {
+			return ok, err
+		}
+	}
+	return false, nil
+}
+
+func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, read []string, want map[string]bool, project []int, fn func(arrow.RecordBatch, string) error) error {
+	dv, err := t.deletions(ctx, f)
+	if err != nil {
+		return err
+	}
+	ff, err := t.openFragment(ctx, s, f)
+	if err != nil {
+		return err
+	}
+	defer ff.Close()
+	emit := func(rec arrow.RecordBatch, offset int64, shard string) error {
+		n := rec.NumRows()
+		var ids *array.String
+		if want != nil {
+			ids = rec.Column(0).(*array.String)
+		}
+		keep := func(i int64) bool {
+			return !dv.Contains(uint32(offset+i)) && (ids == nil || want[ids.Value(int(i))])
+		}
+		all := true
+		for i := int64(0); i < n && all; i++ {
+			all = keep(i)
+		}
+		out := rec
+		if !all {
+			bld := array.NewBooleanBuilder(memory.DefaultAllocator)
+			defer bld.Release()
+			kept := 0
+			for i := int64(0); i < n; i++ {
+				k := keep(i)
+				if k {
+					kept++
+				}
+				bld.Append(k)
+			}
+			if kept == 0 {
+				return nil
+			}
+			mask := bld.NewBooleanArray()
+			defer mask.Release()
+			filtered, err := compute.FilterRecordBatch(ctx, rec, mask, compute.DefaultFilterOptions())
+			if err != nil {
+				return fmt.Errorf("fragment %s: filter: %w", ff.key, err)
+			}
+			defer filtered.Release()
+			out = filtered
+		}
+		if project != nil {
+			p := selectColumns(out, project)
+			defer p.Release()
+			out = p
+		}
+		return fn(out, shard)
+	}
+	runs := f.runs()
+	return ff.read(ctx, read, nil, func(rec arrow.RecordBatch, offset int64) error {
+		// Cut the batch at shard-run boundaries (zero-copy slices) before filtering,
+		// so each call of fn names the shard of every row it gets.
+		end := offset + rec.NumRows()
+		var runStart int64
+		for _, r := range runs {
+			lo, hi := max(runStart, offset), min(runStart+r.Rows, end)
+			runStart += r.Rows
+			switch {
+			case lo >= hi:
+				continue
+			case lo == offset && hi == end:
+				return emit(rec, offset, r.Shard)
+			}
+			part := rec.NewSlice(lo-offset, hi-offset)
+			err := emit(part, lo, r.Shard)
+			part.Release()
+			if err != nil || runStart >= end {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Get returns the live row for id in manifest m as a one-row batch with every
+// column, and its version, or nil when the table has no live row for id. The
+// caller releases it.
+func (t *Table) Get(ctx context.Context, m *Manifest, id string) (arrow.RecordBatch, rowkey.Version, error) {
+	return t.GetColumns(ctx, m, id, nil)
+}
+
+// GetColumns is Get reading only the columns of m's schema that cols names, in
+// schema order (nil: every column): a row's columns a reader leaves out (a blob
+// it was not asked for) are not read from storage at all.
+func (t *Table) GetColumns(ctx context.Context, m *Manifest, id string, cols []string) (arrow.RecordBatch, rowkey.Version, error) {
+	var best *Fragment
+	var bestOff uint32
+	var bestV rowkey.Version
+	for i := range m.Fragments {
+		f := m.Fragments[i]
+		ok, err := t.mayContain(ctx, f, id)
+		if err != nil {
+			return nil, rowkey.Version{}, err
+		}
+		if !ok || f.LiveRows() == 0 {
+			continue
+		}
+		idx, err := t.keyIndex(ctx, m.ArrowSchema(), f)
+		if err != nil {
+			return nil, rowkey.Version{}, err
+		}
+		o, ok := idx.offsets[id]
+		if !ok {
+			continue
+		}
+		dv, err := t.deletions(ctx, f)
+		if err != nil {
+			return nil, rowkey.Version{}, err
+		}
+		if dv.Contains(o) {
+			continue
+		}
+		if v := (rowkey.Version{Seq: idx.seqs[o], Shard: f.ShardAt(o)}); best == nil || !bestV.Newer(v) {
+			best, bestOff, bestV = &m.Fragments[i], o, v
+		}
+	}
+	if best == nil {
+		return nil, rowkey.Version{}, nil
+	}
+	row, err := t.readRow(ctx, m, *best, int64(bestOff), cols)
+	return row, bestV, err
+}
+
+// readRow reads the columns of the row group holding offset that cols names (nil:
+// every one) and slices out that row.
+func (t *Table) readRow(ctx context.Context, m *Manifest, f Fragment, offset int64, cols []string) (arrow.RecordBatch, error) {
+	ff, err := t.openFragment(ctx, m.ArrowSchema(), f)
+	if err != nil {
+		return nil, err
+	}
+	defer ff.Close()
+	group, _ := ff.rowGroupOf(offset)
+	if group < 0 {
+		return nil, fmt.Errorf("fragment %s: %w: row %d past the end", ff.key, ErrCorrupt, offset)
+	}
+	var read []string
+	for _, fld := range m.ArrowSchema().Fields() {
+		if cols == nil || slices.Contains(cols, fld.Name) {
+			read = append(read, fld.Name)
+		}
+	}
+	var row arrow.RecordBatch
+	err = ff.read(ctx, read, []int{group}, func(rec arrow.RecordBatch, start int64) error {
+		if offset >= start && offset < start+rec.NumRows() {
+			row = rec.NewSlice(offset-start, offset-start+1)
+		}
+		return nil
+	})
+	if err != nil {
+		if row != nil {
+			row.Release()
+		}
+		return nil, err
+	}
+	if row == nil {
+		return nil, fmt.Errorf("fragment %s: %w: row %d not found in its row group", ff.key, ErrCorrupt, offset)
+	}
+	return row, nil
+}
+
+// projection maps the output columns to their positions in the columns read, or
+// returns nil when they are the same list.
+func projection(read, out []string) []int {
+	if len(read) == len(out) {
+		same := true
+		for i := range read {
+			same = same && read[i] == out[i]
+		}
+		if same {
+			return nil
+		}
+	}
+	idx := make([]int, len(out))
+	for i, c := range out {
+		for j, r := range read {
+			if r == c {
+				idx[i] = j
+			}
+		}
+	}
+	return idx
+}
+
+func selectColumns(rec arrow.RecordBatch, idx []int) arrow.RecordBatch {
+	fields := make([]arrow.Field, len(idx))
+	cols := make([]arrow.Array, len(idx))
+	for i, j := range idx {
+		fields[i] = rec.Schema().Field(j)
+		cols[i] = rec.Column(j)
+	}
+	return array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, rec.NumRows())
+}

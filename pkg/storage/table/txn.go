@@ -1,0 +1,637 @@
+package table
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
+)
+
+var (
+	// ErrAlreadyCommitted means the table's watermark already covers the
+	// transaction's shard generation: its rows landed in an earlier commit (perhaps
+	// one whose acknowledgement was lost). Callers treat it as success.
+	ErrAlreadyCommitted = errors.New("already committed")
+	// ErrTooManyWriters means optimistic retries ran out: other committers kept
+	// winning the race for the next version until RetryTimeout.
+	ErrTooManyWriters = errors.New("too many concurrent writers")
+)
+
+// Append is what a merge commits: rows to add (newest _seq per id wins, against
+// each other and against the table) and, optionally, the shard watermark the rows
+// bring the table to.
+type Append struct {
+	Records []arrow.RecordBatch
+	// Shard and Generation, when Shard is set, advance merged_generations[Shard] to
+	// Generation in the same manifest that adds the rows.
+	Shard      string
+	Generation uint64
+}
+
+// Txn is a prepared transaction: its data files are written; Commit only writes a
+// manifest (unless it must rebase over concurrent commits). A Txn is used by one
+// goroutine.
+type Txn struct {
+	t     *Table
+	id    string
+	base  *Manifest
+	shard string
+	gen   uint64
+
+	frag     *Fragment              // the new fragment; nil when there are no rows
+	incoming map[string]incomingRow // id -> row of the new fragment
+	checked  map[string]bool        // existing fragments already resolved against
+
+	// dels holds, per existing fragment, the offsets this transaction deletes
+	// because its incoming row is at least as new.
+	dels map[string]*roaring.Bitmap
+	// selfDel holds offsets of the new fragment superseded by newer existing rows.
+	selfDel      *roaring.Bitmap
+	selfDelRef   *DeletionRef
+	selfDelDirty bool
+	// dvRefs are the deletion vectors written for existing fragments (their base
+	// vector united with dels), with the base vector path each was built from.
+	dvRefs map[string]writtenDV
+
+	staged   staged // objects written, deleted by Abort
+	finished bool
+}
+
+type incomingRow struct {
+	offset uint32
+	seq    uint64
+}
+
+type writtenDV struct {
+	ref  DeletionRef
+	from string // path of the vector it extends ("" for none)
+}
+
+// Prepare stages a transaction against base: it deduplicates the rows by id, writes
+// the new fragment and its bloom filter, works out which existing rows the new ones
+// replace (or are replaced by), and writes the deletion vectors. It takes no lock
+// and writes no manifest, so it may run for as long as the I/O takes while the table
+// keeps serving reads and other commits.
+func (t *Table) Prepare(ctx context.Context, base *Manifest, a Append) (*Txn, error) {
+	if base == nil {
+		return nil, fmt.Errorf("prepare %s: nil base manifest", t.dir)
+	}
+	if a.Shard != "" && base.Watermark(a.Shard) >= a.Generation {
+		return nil, fmt.Errorf("prepare %s: shard %s generation %d (watermark %d): %w",
+			t.dir, a.Shard, a.Generation, base.Watermark(a.Shard), ErrAlreadyCommitted)
+	}
+	x := &Txn{
+		t: t, id: uuid.NewString(), base: base, shard: a.Shard, gen: a.Generation,
+		incoming: map[string]incomingRow{}, checked: map[string]bool{},
+		dels: map[string]*roaring.Bitmap{}, selfDel: roaring.New(), dvRefs: map[string]writtenDV{},
+		staged: staged{t: t},
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			x.Abort(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := x.stageFragment(ctx, a.Records); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", t.dir, err)
+	}
+	if err := x.resolve(ctx, base); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", t.dir, err)
+	}
+	if err := x.writeDeletions(ctx, base); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", t.dir, err)
+	}
+	ok = true
+	return x, nil
+}
+
+// stageFragment deduplicates recs by id (highest _seq wins; on a tie the later row)
+// and writes them as one fragment plus its bloom filter.
+func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error {
+	s := x.base.ArrowSchema()
+	for _, rec := range recs {
+		if err := checkRecord(s, rec); err != nil {
+			return err
+		}
+	}
+	kept, err := rowkey.NewestPerID(ctx, recs)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, r := range kept {
+			r.Release()
+		}
+	}()
+	f, _, err := x.staged.writeFragment(ctx, s, kept, func(id string, seq uint64, off uint32) {
+		x.incoming[id] = incomingRow{offset: off, seq: seq}
+	})
+	if err != nil || f == nil {
+		return err
+	}
+	f.Shard = x.shard
+	x.frag = f
+	return nil
+}
+
+// staged is the objects a commit wrote ahead of its manifest (fragments, bloom
+// filters, deletion vectors), so that a commit that certainly failed can delete
+// them. Its methods may be called concurrently.
+type staged struct {
+	t     *Table
+	mu    sync.Mutex
+	files []string
+}
+
+// put writes one object, sending it again while the store throttles it.
+func (st *staged) put(ctx context.Context, rel string, data []byte) error {
+	st.mu.Lock()
+	st.files = append(st.files, rel)
+	st.mu.Unlock()
+	return st.t.bucket.Put(ctx, st.t.key(rel), data)
+}
+
+// writeFragment writes recs, of schema s and at most one row per id, as one
+// fragment and its bloom filter, and returns the fragment's entry (Shard,
+// ShardRuns and Deletions left for the caller) and the bloom filter's size; no
+// fragment (nil) when recs hold no row. row, when not nil, is called with every
+// row's id, _seq and offset.
+func (st *staged) writeFragment(ctx context.Context, s *arrow.Schema, recs []arrow.RecordBatch, row func(id string, seq uint64, off uint32)) (*Fragment, int64, error) {
+	idCol, seqCol := s.FieldIndices(rowkey.IDColumn)[0], s.FieldIndices(rowkey.SeqColumn)[0]
+	n := 0
+	for _, r := range recs {
+		n += int(r.NumRows())
+	}
+	if n == 0 {
+		return nil, 0, nil
+	}
+	bf := newBloom(n)
+	var idMin, idMax string
+	var seqMax uint64
+	var off uint32
+	for _, rec := range recs {
+		ids := rec.Column(idCol).(*array.String)
+		seqs := rec.Column(seqCol).(*array.Uint64)
+		for i := 0; i < ids.Len(); i++ {
+			id, seq := ids.Value(i), seqs.Value(i)
+			if row != nil {
+				row(id, seq, off)
+			}
+			bf.AddString(id)
+			if off == 0 || id < idMin {
+				idMin = strings.Clone(id)
+			}
+			if off == 0 || id > idMax {
+				idMax = strings.Clone(id)
+			}
+			seqMax = max(seqMax, seq)
+			off++
+		}
+	}
+	data, err := encodeParquet(s, recs, st.t.opts.RowGroupRows)
+	if err != nil {
+		return nil, 0, err
+	}
+	bloomData, err := encodeBloom(bf)
+	if err != nil {
+		return nil, 0, err
+	}
+	name := uuid.NewString()
+	f := &Fragment{
+		Path: dataDir + "/" + name + ".parquet", Bloom: dataDir + "/" + name + ".bloom",
+		Rows: int64(off), Bytes: int64(len(data)), IDMin: idMin, IDMax: idMax, SeqMax: seqMax,
+	}
+	// Both objects at once: one round trip instead of two.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return st.put(gctx, f.Path, data) })
+	g.Go(func() error { return st.put(gctx, f.Bloom, bloomData) })
+	if err := g.Wait(); err != nil {
+		return nil, 0, err
+	}
+	st.t.blooms.Add(f.Bloom, bf, int64(len(bloomData)))
+	return f, int64(len(bloomData)), nil
+}
+
+// writeDV writes a deletion vector and caches it.
+func (st *staged) writeDV(ctx context.Context, bm *roaring.Bitmap) (DeletionRef, error) {
+	data, err := encodeDeletions(bm)
+	if err != nil {
+		return DeletionRef{}, err
+	}
+	rel := deletesDir + "/" + uuid.NewString() + ".bin"
+	if err := st.put(ctx, rel, data); err != nil {
+		return DeletionRef{}, err
+	}
+	st.t.dvs.Add(rel, bm.Clone(), int64(len(data)))
+	return DeletionRef{Path: rel, Count: int64(bm.GetCardinality())}, nil
+}
+
+// deleteAll deletes the staged objects (best effort: what is left is garbage, not
+// damage).
+func (st *staged) deleteAll(ctx context.Context) {
+	st.mu.Lock()
+	files := st.files
+	st.files = nil
+	st.mu.Unlock()
+	for _, rel := range files {
+		if err := st.t.bucket.Delete(ctx, st.t.key(rel)); err != nil {
+			st.t.log.Warn("staged file not deleted", "key", st.t.key(rel), "err", err)
+		}
+	}
+}
+
+// resolve compares the incoming rows with every fragment of m not yet compared:
+// older existing rows go into dels, incoming rows older than an existing row go into
+// selfDel. The fragments' bloom filters, then the key indexes and deletion vectors of
+// those with candidate ids, are read fragmentReads at a time: on an object store a
+// conflict check that reads them one after another waits one round trip per object.
+func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
+	if x.frag == nil {
+		return nil
+	}
+	var check []Fragment
+	for _, f := range m.Fragments {
+		if x.checked[f.Path] {
+			continue
+		}
+		x.checked[f.Path] = true
+		if f.IDMax < x.frag.IDMin || f.IDMin > x.frag.IDMax || f.LiveRows() == 0 {
+			continue
+		}
+		check = append(check, f)
+	}
+	type found struct {
+		candidates []string
+		idx        *keyIndex
+		dv         *roaring.Bitmap
+	}
+	results := make([]found, len(check))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fragmentReads)
+	for i, f := range check {
+		g.Go(func() error {
+			var candidates []string
+			for id := range x.incoming {
+				if id >= f.IDMin && id <= f.IDMax {
+					candidates = append(candidates, id)
+				}
+			}
+			// The bloom filter is a round trip spent to skip the key index. It is
+			// not worth it when the key index is cached, or when so many ids are
+			// probed that a false positive (and so the key index read anyway, one
+			// round trip later) is more likely than not.
+			if _, cached := x.t.keys.Get(f.Path); !cached && !bloomUseless(len(candidates)) {
+				bf, err := x.t.bloom(gctx, f)
+				if err != nil {
+					return err
+				}
+				candidates = slices.DeleteFunc(candidates, func(id string) bool { return !bf.TestString(id) })
+			}
+			if len(candidates) == 0 {
+				return nil
+			}
+			idx, err := x.t.keyIndex(gctx, m.ArrowSchema(), f)
+			if err != nil {
+				return err
+			}
+			dv, err := x.t.deletions(gctx, f)
+			if err != nil {
+				return err
+			}
+			results[i] = found{candidates: candidates, idx: idx, dv: dv}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err // the caller aborts the transaction
+	}
+	for i, f := range check {
+		r := results[i]
+		for _, id := range r.candidates {
+			o, ok := r.idx.offsets[id]
+			if !ok || r.dv.Contains(o) {
+				continue
+			}
+			in := x.incoming[id]
+			// Equal versions are the same write (a generation merged again):
+			// the incoming copy replaces the existing one.
+			existing := rowkey.Version{Seq: r.idx.seqs[o], Shard: f.ShardAt(o)}
+			if !existing.Newer(rowkey.Version{Seq: in.seq, Shard: x.shard}) {
+				if x.dels[f.Path] == nil {
+					x.dels[f.Path] = roaring.New()
+				}
+				x.dels[f.Path].Add(o)
+			} else if !x.selfDel.Contains(in.offset) {
+				x.selfDel.Add(in.offset)
+				x.selfDelDirty = true
+			}
+		}
+	}
+	return nil
+}
+
+// writeDeletions writes, for every existing fragment this transaction deletes from,
+// the union of that fragment's vector in m and dels, unless one built from the same
+// base vector exists already; and the new fragment's own vector if it changed. The
+// vectors are read and written fragmentReads at a time.
+func (x *Txn) writeDeletions(ctx context.Context, m *Manifest) error {
+	type job struct {
+		f    Fragment
+		from string
+		ref  DeletionRef
+	}
+	var jobs []job
+	for _, f := range m.Fragments {
+		if x.dels[f.Path] == nil {
+			continue
+		}
+		from := ""
+		if f.Deletions != nil {
+			from = f.Deletions.Path
+		}
+		if w, ok := x.dvRefs[f.Path]; ok && w.from == from {
+			continue
+		}
+		jobs = append(jobs, job{f: f, from: from})
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fragmentReads)
+	for i := range jobs {
+		j := &jobs[i]
+		ours := x.dels[j.f.Path]
+		g.Go(func() error {
+			cur, err := x.t.deletions(gctx, j.f)
+			if err != nil {
+				return err
+			}
+			j.ref, err = x.writeDV(gctx, roaring.Or(cur, ours))
+			return err
+		})
+	}
+	if x.selfDelDirty {
+		g.Go(func() error {
+			ref, err := x.writeDV(gctx, x.selfDel)
+			if err == nil {
+				x.selfDelRef, x.selfDelDirty = &ref, false
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		x.dvRefs[j.f.Path] = writtenDV{ref: j.ref, from: j.from}
+	}
+	return nil
+}
+
+func (x *Txn) writeDV(ctx context.Context, bm *roaring.Bitmap) (DeletionRef, error) {
+	return x.staged.writeDV(ctx, bm)
+}
+
+// build returns the manifest this transaction commits on top of m.
+func (x *Txn) build(m *Manifest) *Manifest {
+	n := m.next(x.id, x.t.opts.Clock.Now().UTC())
+	for i, f := range n.Fragments {
+		if w, ok := x.dvRefs[f.Path]; ok {
+			ref := w.ref
+			n.Fragments[i].Deletions = &ref
+		}
+	}
+	if x.frag != nil {
+		f := *x.frag
+		f.Deletions = x.selfDelRef
+		n.Fragments = append(n.Fragments, f)
+	}
+	if x.shard != "" && n.MergedGenerations[x.shard] < x.gen {
+		n.MergedGenerations[x.shard] = x.gen
+	}
+	return n
+}
+
+// Commit writes the next manifest version. On losing the race it reloads, stops
+// with ErrAlreadyCommitted if the watermark shows the work landed, otherwise rebases
+// (resolving against fragments added meanwhile and re-deriving deletion vectors that
+// changed) and retries after a backoff proportional to the failed attempt's duration,
+// until RetryTimeout. It returns the committed manifest.
+//
+// When Commit returns an error other than one wrapping ErrTooManyWriters or
+// ErrAlreadyCommitted, the outcome may be unknown (a manifest write that failed
+// after reaching storage); the staged files are then left in place, since the
+// manifest may reference them, and a retry of the same watermark is safe.
+func (x *Txn) Commit(ctx context.Context) (*Manifest, error) {
+	if x.finished {
+		return nil, fmt.Errorf("commit %s: transaction already finished", x.t.dir)
+	}
+	m, err := x.t.commitOptimistic(ctx, x.id, x)
+	if err != nil {
+		return nil, fmt.Errorf("commit %s: %w", x.t.dir, err)
+	}
+	x.finished = true
+	x.primeCache()
+	return m, nil
+}
+
+func (x *Txn) proposal() *Manifest { return x.build(x.base) }
+
+// settle stops the commit when the watermark shows its rows landed already.
+func (x *Txn) settle(latest *Manifest) error {
+	if x.shard != "" && latest.Watermark(x.shard) >= x.gen {
+		return fmt.Errorf("shard %s generation %d landed in an earlier version: %w", x.shard, x.gen, ErrAlreadyCommitted)
+	}
+	return nil
+}
+
+// optimistic is a commit that can move onto a newer version when it loses the race
+// for the next one: a Txn or a compaction.
+type optimistic interface {
+	// proposal is the manifest to create on top of the commit's current base.
+	proposal() *Manifest
+	// settle inspects the newest version after a lost race: an error ends the
+	// commit (the staged files are deleted), nil means rebase and try again.
+	settle(latest *Manifest) error
+	// rebase moves the commit onto latest; an error ends it.
+	rebase(ctx context.Context, latest *Manifest) error
+	// Abort deletes the staged files.
+	Abort(ctx context.Context)
+}
+
+// commitOptimistic creates c's proposal with put-if-absent. On losing the race (or
+// a throttled write, refused and not performed, which is an attempt lost the same
+// way) it reloads, lets c settle and rebase, and retries after a backoff of 0.5-1.5x
+// the failed attempt's duration (at most 1 s), until RetryTimeout, then fails with
+// ErrTooManyWriters. An error that leaves the outcome unknown returns without
+// aborting: the staged files stay, since the manifest may reference them.
+func (t *Table) commitOptimistic(ctx context.Context, txnID string, c optimistic) (*Manifest, error) {
+	clk := t.opts.Clock
+	start := clk.Now()
+	deadline := start.Add(t.opts.RetryTimeout)
+	throttled := 0
+	for attempt := 1; ; attempt++ {
+		attemptStart := clk.Now()
+		m, err := t.tryCreate(ctx, txnID, c.proposal())
+		if err == nil {
+			t.observe(m)
+			return m, nil
+		}
+		if errors.Is(err, objstore.ErrThrottled) {
+			throttled++
+		} else if !errors.Is(err, objstore.ErrExists) {
+			return nil, fmt.Errorf("version %d: %w", m.Version, err)
+		}
+		latest, err := t.Refresh(ctx)
+		switch {
+		case errors.Is(err, objstore.ErrThrottled):
+			latest = nil // try again on the same base; a taken version reports itself
+		case err != nil:
+			return nil, fmt.Errorf("reload after conflict: %w", err)
+		}
+		if latest != nil {
+			if err := c.settle(latest); err != nil {
+				c.Abort(context.WithoutCancel(ctx))
+				return nil, err
+			}
+		}
+		if now := clk.Now(); !now.Before(deadline) {
+			c.Abort(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("%w: gave up after %d attempts (%d throttled) in %s (retry_timeout %s)",
+				ErrTooManyWriters, attempt, throttled, now.Sub(start).Round(time.Millisecond), t.opts.RetryTimeout)
+		}
+		if latest != nil {
+			if err := c.rebase(ctx, latest); err != nil {
+				c.Abort(context.WithoutCancel(ctx))
+				return nil, fmt.Errorf("rebase onto version %d: %w", latest.Version, err)
+			}
+		}
+		backoff := clk.Since(attemptStart)
+		backoff = backoff/2 + rand.N(backoff+1)
+		backoff = min(max(backoff, time.Millisecond), time.Second, deadline.Sub(clk.Now()))
+		select {
+		case <-ctx.Done():
+			c.Abort(context.WithoutCancel(ctx))
+			return nil, ctx.Err()
+		case <-clk.After(backoff):
+		}
+	}
+}
+
+// tryCreate makes one attempt at writing m. It returns m (also on a conflict, so
+// the caller can name the version). An error that is not ErrExists may hide a write
+// that landed, so the version is read back: if it carries txnID the commit
+// succeeded; if it carries another's, this was a plain conflict.
+func (t *Table) tryCreate(ctx context.Context, txnID string, m *Manifest) (*Manifest, error) {
+	err := t.createVersion(ctx, m)
+	if err == nil || errors.Is(err, objstore.ErrExists) {
+		return m, err
+	}
+	got, lerr := t.Load(ctx, m.Version)
+	switch {
+	case lerr == nil && got.TxnID == txnID:
+		return got, nil
+	case lerr == nil:
+		return m, fmt.Errorf("%w: version %d taken by transaction %s", objstore.ErrExists, m.Version, got.TxnID)
+	case errors.Is(lerr, objstore.ErrNotFound):
+		// It has not landed. The staged files stay: a request that timed out may
+		// still complete, and then its manifest must find them.
+		return m, err
+	}
+	return m, fmt.Errorf("%w (and reading the version back failed: %v)", err, lerr)
+}
+
+// rebase moves the transaction onto latest: resolve against fragments added since
+// the base, drop deletions aimed at fragments that no longer exist (their rows were
+// rewritten into fragments resolve just saw), and rewrite deletion vectors whose base
+// vector changed.
+func (x *Txn) rebase(ctx context.Context, latest *Manifest) error {
+	if err := x.resolve(ctx, latest); err != nil {
+		return err
+	}
+	present := make(map[string]bool, len(latest.Fragments))
+	for _, f := range latest.Fragments {
+		present[f.Path] = true
+	}
+	for p := range x.dels {
+		if !present[p] {
+			delete(x.dels, p)
+			delete(x.dvRefs, p)
+		}
+	}
+	if err := x.writeDeletions(ctx, latest); err != nil {
+		return err
+	}
+	x.base = latest
+	return nil
+}
+
+// CatchUp moves a transaction prepared some time ago onto the newest version, so
+// that its commit's first attempt is not a certain conflict: a two-phase merge
+// commits after the merges of the workers before it, each of which took the next
+// version. It stops with ErrAlreadyCommitted when the newest version holds its
+// rows already. Nothing is committed; on an error the caller aborts. known, if not
+// 0, is a version known to exist and likely the newest (Table.RefreshFrom).
+func (x *Txn) CatchUp(ctx context.Context, known uint64) error {
+	if x.finished {
+		return fmt.Errorf("catch up %s: transaction already finished", x.t.dir)
+	}
+	latest, err := x.t.RefreshFrom(ctx, known)
+	if err != nil {
+		return fmt.Errorf("catch up %s: %w", x.t.dir, err)
+	}
+	if latest.Version == x.base.Version {
+		return nil
+	}
+	if err := x.settle(latest); err != nil {
+		return err
+	}
+	if err := x.rebase(ctx, latest); err != nil {
+		return fmt.Errorf("catch up %s: rebase onto version %d: %w", x.t.dir, latest.Version, err)
+	}
+	return nil
+}
+
+// primeCache stores the new fragment's key index, which the transaction already
+// holds, so the next commit's conflict check does not read the fragment back. The
+// ids are cloned: incoming batches may be zero-copy views of whole generation files,
+// and a cached key must not keep such a file alive.
+func (x *Txn) primeCache() {
+	if x.frag == nil {
+		return
+	}
+	k := &keyIndex{offsets: make(map[string]uint32, len(x.incoming)), seqs: make([]uint64, len(x.incoming))}
+	for id, r := range x.incoming {
+		k.offsets[strings.Clone(id)] = r.offset
+		k.seqs[r.offset] = r.seq
+	}
+	x.t.keys.Add(x.frag.Path, k, k.size())
+}
+
+// Abort deletes the transaction's staged files (best effort). It is a no-op after a
+// successful Commit. Deletion failures leave unreferenced files, which are garbage,
+// not damage.
+func (x *Txn) Abort(ctx context.Context) {
+	if x.finished {
+		return
+	}
+	x.finished = true
+	x.staged.deleteAll(ctx)
+}
+
+// ID is the transaction's id, recorded as the committed manifest's txn_id.
+func (x *Txn) ID() string { return x.id }
+
+// Base is the manifest the transaction is currently built on.
+func (x *Txn) Base() *Manifest { return x.base }

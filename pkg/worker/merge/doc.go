@@ -1,0 +1,38 @@
+// Package merge merges one shard's WAL generations into its store's base table.
+//
+// A merge is split in two, and neither half holds a lock that reads or appends take
+// (the store has none):
+//
+//   - prepare (adds, gets and lists keep flowing): read the shard
+//     manifest, choose the oldest pending generations up to MaxGenerations and MaxBytes
+//     and what the memory budget pays for at PassCostFactor bytes per generation byte
+//     (a generation is never split, so one larger than MaxBytes still merges alone),
+//     reserve that memory from the worker-wide budget, read them, keep the newest row per id
+//     (highest _seq), and stage the new fragment files (table.Prepare).
+//   - commit (no lock that readers take: store.Store.Commit): commit the base
+//     manifest with the new fragments, deletion vectors for replaced ids and the
+//     advanced watermark merged_generations[shard], rebasing and retrying on
+//     conflict; then swap the store's read snapshot. Only then drain the merged
+//     generations from the shard manifest (the order reads rely on, see pkg/worker/store);
+//     their files are deleted by a later drain (wal.Drain defers deletes).
+//
+// Merge runs both halves at once. Prepare and Prepared.Commit run them apart, for the
+// master's two-phase fan-out: every worker prepares at once, then they commit one
+// after another, each commit first catching up with (rebasing onto) the versions the
+// commits before it made.
+//
+// Invariants:
+//
+//   - Idempotent: the watermark is committed in the same manifest write as the data it
+//     describes, so a merge retried after a crash or a lost response adds nothing twice
+//     (table.ErrAlreadyCommitted), and it only drains.
+//   - Convergent: a crash at any step leaves a state the next merge finishes from;
+//     generations at or below the watermark are drained without being merged again.
+//   - Last write wins across shards and in any merge order (rowkey.NewestPerID and the
+//     table's _seq comparison).
+//   - Bounded: at most Concurrency merges run at once per worker (request-driven merges
+//     wait for a slot, sweepers only try), and prepared data is charged to a worker-wide
+//     memory budget before it is read.
+//   - A merge never claims a WAL writer epoch of its own: it drains under the epoch of
+//     this worker's writer, and a fenced writer cannot drain.
+package merge
