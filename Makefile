@@ -30,7 +30,7 @@ BENCHCOUNT ?= 1
 # scripts/fuzz.sh (about 10 s each); a count (50000x) or a duration (5m) for all.
 FUZZTIME ?=
 
-.PHONY: help build test run bench lint proto proto-check etcdctl clean fuzz chaos screenshots
+.PHONY: help build test run bench lint proto proto-check etcdctl clean fuzz chaos screenshots docs
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -98,6 +98,12 @@ SCREENSHOT_ROUNDS ?= 12
 screenshots: ## regenerate the dashboard screenshots in docs/ (headless chromium, a few minutes)
 	TIDEMARK_SCREENSHOTS='$(CURDIR)/docs' TIDEMARK_SCREENSHOT_ROUNDS='$(SCREENSHOT_ROUNDS)' \
 		$(GO) test -count=1 -timeout 20m -run '^TestDashboardInABrowser$$' ./e2e
+
+# docs/CONFIGURATION.md's tables are the flags': each binary's TestConfigurationDoc
+# writes its section when TIDEMARK_UPDATE_DOCS=1 (and fails when it is stale otherwise).
+# -p 1: the sections share one file, so their writers take turns.
+docs: ## regenerate docs/CONFIGURATION.md's tables from the flags (after changing a flag or its help)
+	TIDEMARK_UPDATE_DOCS=1 $(GO) test -count=1 -p 1 -run '^TestConfigurationDoc$$' ./cmd/... ./internal/cli
 
 lint: ## gofmt, go vet, staticcheck
 	@unformatted=$$(gofmt -l .); \

@@ -23,17 +23,34 @@ type Alias struct {
 	// Binary is the binary whose setting it is in the reference ("worker" for its
 	// server, "master"): MASTER_PORT must not set a worker's HTTP_ADDR.
 	Binary string
-	// convert turns the reference's value (in its unit) into the flag's; lookup
-	// reads other variables (MASTER_PORT needs MASTER_HOST). Nil: as it is.
-	convert func(v string, lookup func(string) (string, bool)) (string, error)
+	// convert turns the reference's value (in its unit) into the flag's. The zero
+	// conversion takes it as it is.
+	convert conversion
+}
+
+// conversion turns a value of a reference variable into the Tidemark flag's; lookup
+// reads other variables (MASTER_PORT needs MASTER_HOST). doc says what it does, in
+// docs/CONFIGURATION.md's table of aliases.
+type conversion struct {
+	doc string
+	fn  func(v string, lookup func(string) (string, bool)) (string, error)
 }
 
 // Convert returns the Tidemark value of the alias's value v.
 func (a Alias) Convert(v string, lookup func(string) (string, bool)) (string, error) {
-	if a.convert == nil {
+	if a.convert.fn == nil {
 		return v, nil
 	}
-	return a.convert(v, lookup)
+	return a.convert.fn(v, lookup)
+}
+
+// Conversion says how the alias's value becomes the Tidemark variable's ("none":
+// it is taken as it is).
+func (a Alias) Conversion() string {
+	if a.convert.doc == "" {
+		return "none"
+	}
+	return a.convert.doc
 }
 
 // Aliases is the table of the reference's variables Tidemark accepts, read from
@@ -92,8 +109,17 @@ var settingPrefixes = []string{
 // turned into its Tidemark setting.
 var ErrAliasValue = errors.New("invalid value")
 
-// seconds turns a count of seconds into a duration ("30" is "30s").
-func seconds(v string, _ func(string) (string, bool)) (string, error) {
+// The conversions of the reference's values.
+var (
+	seconds         = conversion{"seconds to a duration", secondsToDuration}
+	positiveSeconds = conversion{"seconds to a duration (0, no age limit, is refused)", positiveSecondsToDuration}
+	dataURL         = conversion{"a path becomes a `file://` URL; a URI stays", dataDirToURL}
+	masterPort      = conversion{"`MASTER_HOST:MASTER_PORT` (host `0.0.0.0` when unset)", masterPortToAddr}
+	masterHost      = conversion{"`MASTER_HOST:7080` when `MASTER_PORT` is unset", masterHostToAddr}
+)
+
+// secondsToDuration turns a count of seconds into a duration ("30" is "30s").
+func secondsToDuration(v string, _ func(string) (string, bool)) (string, error) {
 	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 63)
 	if err != nil {
 		return "", fmt.Errorf("%w: %q is not a whole number of seconds", ErrAliasValue, v)
@@ -101,19 +127,19 @@ func seconds(v string, _ func(string) (string, bool)) (string, error) {
 	return (time.Duration(n) * time.Second).String(), nil
 }
 
-// positiveSeconds is seconds refusing 0, which means "no limit" in the
-// reference and has no Tidemark equivalent.
-func positiveSeconds(v string, lookup func(string) (string, bool)) (string, error) {
-	d, err := seconds(v, lookup)
+// positiveSecondsToDuration is secondsToDuration refusing 0, which means "no
+// limit" in the reference and has no Tidemark equivalent.
+func positiveSecondsToDuration(v string, lookup func(string) (string, bool)) (string, error) {
+	d, err := secondsToDuration(v, lookup)
 	if err == nil && d == "0s" {
 		return "", fmt.Errorf("%w: 0 (no age limit) has no equivalent; give a duration", ErrAliasValue)
 	}
 	return d, err
 }
 
-// dataURL turns the reference's data directory (a path or an object store URI)
-// into a blob URL: a path becomes file://.
-func dataURL(v string, _ func(string) (string, bool)) (string, error) {
+// dataDirToURL turns the reference's data directory (a path or an object store
+// URI) into a blob URL: a path becomes file://.
+func dataDirToURL(v string, _ func(string) (string, bool)) (string, error) {
 	if strings.Contains(v, "://") {
 		return v, nil
 	}
@@ -124,9 +150,9 @@ func dataURL(v string, _ func(string) (string, bool)) (string, error) {
 	return "file://" + filepath.ToSlash(abs), nil
 }
 
-// masterPort makes HTTP_ADDR of MASTER_PORT and MASTER_HOST (the reference's
-// default host, 0.0.0.0, when unset).
-func masterPort(v string, lookup func(string) (string, bool)) (string, error) {
+// masterPortToAddr makes HTTP_ADDR of MASTER_PORT and MASTER_HOST (the
+// reference's default host, 0.0.0.0, when unset).
+func masterPortToAddr(v string, lookup func(string) (string, bool)) (string, error) {
 	port, err := strconv.ParseUint(strings.TrimSpace(v), 10, 16)
 	if err != nil {
 		return "", fmt.Errorf("%w: %q is not a port", ErrAliasValue, v)
@@ -138,9 +164,9 @@ func masterPort(v string, lookup func(string) (string, bool)) (string, error) {
 	return net.JoinHostPort(host, strconv.FormatUint(port, 10)), nil
 }
 
-// masterHost makes HTTP_ADDR of MASTER_HOST alone, on Tidemark's port 7080
-// (MASTER_PORT, if set, is applied instead: see ApplyEnv).
-func masterHost(v string, _ func(string) (string, bool)) (string, error) {
+// masterHostToAddr makes HTTP_ADDR of MASTER_HOST alone, on Tidemark's port
+// 7080 (MASTER_PORT, if set, is applied instead: see ApplyEnv).
+func masterHostToAddr(v string, _ func(string) (string, bool)) (string, error) {
 	return net.JoinHostPort(v, "7080"), nil
 }
 

@@ -4,19 +4,11 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/internal/cli"
+	"github.com/tidemark-io/tidemark/internal/testutil/configdoc"
 )
 
-// Every setting is a flag and an environment variable, and the README's
-// configuration table lists each of them.
-func TestReadmeDocumentsEveryEnvironmentVariable(t *testing.T) {
-	missing, err := cli.UndocumentedEnv(newRootCmd(), "../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range missing {
-		t.Errorf("README.md does not mention %s", m)
-	}
-}
+// docs/CONFIGURATION.md's section of this binary is its flags' (make docs writes it).
+func TestConfigurationDoc(t *testing.T) { configdoc.CheckFlags(t, newRootCmd(), "master") }
 
 // The list of every binary's variables, which keeps a setting of the other
 // binary in a shared environment from being warned about as unknown, has each of
