@@ -1,25 +1,35 @@
 // Package errclass sorts every failure of Tidemark's packages into a class that says
 // what whoever sees it should do: answer a client, retry, skip a task, or stop and
-// call a human. It is the one place errors are classified; the worker's HTTP and
-// gRPC answers, the master's merge fan-out, its scheduler and its admin service each
-// turn a Class into their own status with a switch over the classes, never over the
-// errors themselves.
+// call a human. The worker's HTTP and gRPC answers, the master's merge fan-out, its
+// scheduler and its admin service each turn a Class into their own status with a
+// switch over the classes, never over the errors themselves.
 //
 // The classes follow Thanos' halt/retry errors: Halt means retrying cannot help (a
 // corrupt object: a human must look), the retryable classes mean trying again later
 // can, and Gone means there is nothing left to do.
+//
+// errclass is a leaf: it imports no Tidemark package. Each package declares its
+// sentinels with their class (New) beside the code that returns them, so whatever
+// classifies errors (the worker, the master) links only errclass, not every package
+// whose errors it may see.
 //
 // Invariants:
 //
 //   - Of is total and deterministic: every error has exactly one class, decided by
 //     the error chain alone (no I/O, no state). An error nobody anticipated is
 //     Internal, never a retryable class, so a bug is not retried forever in silence.
-//   - A class given explicitly (New, Wrap) wins over what the chain wraps, the
-//     outermost first: the code that knows the context decides.
-//   - Among sentinels the more severe class wins: Halt before everything, so a
-//     corrupt object is never answered as something worth retrying.
+//   - A class given explicitly (Wrap) wins over what the chain wraps, the outermost
+//     first: the code that knows the context decides.
+//   - Among the sentinels of a chain (errors.Join, several %w) the more severe class
+//     wins, in the order Halt, Invalid, Gone, Exists, Precondition, Conflict,
+//     Overloaded, Busy, Unavailable, Timeout, Canceled: Halt before everything, so a
+//     corrupt object is never answered as something worth retrying. The standard
+//     library's errors (context's, http.MaxBytesError) rank among them.
+//   - A chain is walked as errors.Is walks it (Unwrap, not Is methods): a custom
+//     error type that stands for a sentinel unwraps to it, or its class is lost.
 //   - A gRPC status (a worker's answer to the master, etcd's transport failures) is
-//     classified by its code, so a class survives one hop over gRPC.
+//     classified by its code when the chain holds no sentinel, so a class survives
+//     one hop over gRPC.
 package errclass
 
 import (
@@ -30,16 +40,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/tidemark-io/tidemark/pkg/coord/stats"
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
-	"github.com/tidemark-io/tidemark/pkg/data/schema"
-	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
-	"github.com/tidemark-io/tidemark/pkg/storage/table"
-	"github.com/tidemark-io/tidemark/pkg/storage/wal"
-	"github.com/tidemark-io/tidemark/pkg/worker/merge"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // Class is what to do about a failure.
@@ -122,10 +122,22 @@ func (c Class) Retryable() bool {
 	return false
 }
 
-// classed is an error that carries its class (New, Wrap).
-type classed interface {
-	error
-	errClass() Class
+// severity ranks the classes for a chain holding several sentinels: the higher
+// wins (the invariant in the package doc). Internal is a sentinel's class only if
+// its package declared it so, and then anything else in the chain says more.
+var severity = [...]uint8{
+	Internal:     0,
+	Canceled:     1,
+	Timeout:      2,
+	Unavailable:  3,
+	Busy:         4,
+	Overloaded:   5,
+	Conflict:     6,
+	Precondition: 7,
+	Exists:       8,
+	Gone:         9,
+	Invalid:      10,
+	Halt:         11,
 }
 
 // sentinel is an error value declared with its class (New).
@@ -134,12 +146,10 @@ type sentinel struct {
 	text  string
 }
 
-func (e *sentinel) Error() string   { return e.text }
-func (e *sentinel) errClass() Class { return e.class }
+func (e *sentinel) Error() string { return e.text }
 
-// New returns a sentinel error of class c, for packages that declare their own
-// sentinels above this one (errclass cannot import them): Of(fmt.Errorf("…: %w",
-// err)) is c, and errors.Is finds it as usual.
+// New returns a sentinel error of class c, for a package to declare the errors it
+// returns: Of(fmt.Errorf("…: %w", err)) is c, and errors.Is finds it as usual.
 func New(c Class, text string) error { return &sentinel{class: c, text: text} }
 
 // wrapped is an error given a class by the code that knows its context (Wrap).
@@ -148,9 +158,8 @@ type wrapped struct {
 	err   error
 }
 
-func (e *wrapped) Error() string   { return e.err.Error() }
-func (e *wrapped) Unwrap() error   { return e.err }
-func (e *wrapped) errClass() Class { return e.class }
+func (e *wrapped) Error() string { return e.err.Error() }
+func (e *wrapped) Unwrap() error { return e.err }
 
 // Wrap returns err with class c, keeping its text and its chain: for a caller that
 // knows more than the error does, e.g. that a table which vanished under a create
@@ -168,51 +177,56 @@ func Of(err error) Class {
 	if err == nil {
 		return Internal
 	}
-	var c classed
-	if errors.As(err, &c) {
-		return c.errClass()
+	var w *wrapped
+	if errors.As(err, &w) {
+		return w.class
 	}
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.Is(err, table.ErrCorrupt), errors.Is(err, wal.ErrCorrupt), errors.Is(err, registry.ErrCorrupt),
-		errors.Is(err, table.ErrUnsupportedFormat), errors.Is(err, wal.ErrUnsupportedFormat):
-		return Halt
-	case errors.Is(err, schema.ErrInvalid), errors.Is(err, registry.ErrInvalidName),
-		errors.Is(err, tasks.ErrInvalidArgument), errors.As(err, &tooLarge),
-		// A read at a version retention pruned, or one never written.
-		errors.Is(err, store.ErrVersionNotFound):
-		return Invalid
-	case errors.Is(err, registry.ErrNotFound), errors.Is(err, store.ErrDeleted),
-		// A table's versions are deleted only with its store (table.Refresh).
-		errors.Is(err, table.ErrNotFound),
-		errors.Is(err, tasks.ErrTaskNotFound), errors.Is(err, stats.ErrRowNotFound):
-		return Gone
-	case errors.Is(err, registry.ErrExists):
-		return Exists
-	case errors.Is(err, tasks.ErrNotCancellable):
-		return Precondition
-	case errors.Is(err, wal.ErrFenced), errors.Is(err, wal.ErrClosed), errors.Is(err, wal.ErrEpochShared),
-		// A shard with no manifest under a writer or a read: deleted with its store.
-		errors.Is(err, wal.ErrNoShard),
-		// Objects of a store are deleted by merges (drained generations), by
-		// compaction and with the store: one that vanished between the snapshot
-		// that named it and its read means the read raced one of those.
-		errors.Is(err, objstore.ErrNotFound),
-		// A put-if-absent that lost and was not resolved by its caller.
-		errors.Is(err, objstore.ErrExists):
-		return Conflict
-	case errors.Is(err, store.ErrOverloaded):
-		return Overloaded
-	case errors.Is(err, objstore.ErrThrottled), errors.Is(err, table.ErrTooManyWriters), errors.Is(err, merge.ErrBusy):
-		return Busy
-	case errors.Is(err, objstore.ErrUnavailable):
-		return Unavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		return Timeout
-	case errors.Is(err, context.Canceled):
-		return Canceled
+	c, found := ofSentinels(err)
+	if std, ok := ofStdlib(err); ok && (!found || severity[std] > severity[c]) {
+		c, found = std, true
+	}
+	if found {
+		return c
 	}
 	return ofCode(err)
+}
+
+// ofSentinels returns the most severe class among the sentinels (New) in err's
+// tree, walked as errors.Is walks it; found is false if there is none.
+func ofSentinels(err error) (c Class, found bool) {
+	for err != nil {
+		switch e := err.(type) {
+		case *sentinel:
+			return e.class, true
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, branch := range e.Unwrap() {
+				if bc, ok := ofSentinels(branch); ok && (!found || severity[bc] > severity[c]) {
+					c, found = bc, true
+				}
+			}
+			return c, found
+		default:
+			return c, found
+		}
+	}
+	return c, found
+}
+
+// ofStdlib classifies the standard library's errors in err's chain, which no
+// package can declare with a class.
+func ofStdlib(err error) (Class, bool) {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return Invalid, true
+	case errors.Is(err, context.DeadlineExceeded):
+		return Timeout, true
+	case errors.Is(err, context.Canceled):
+		return Canceled, true
+	}
+	return Internal, false
 }
 
 // ofCode classifies a gRPC status in err's chain by its code, or an etcd client

@@ -41,6 +41,7 @@ func TestEverySentinelHasTheClassItsRemedyNeeds(t *testing.T) {
 		{wrap(tasks.ErrInvalidArgument), errclass.Invalid},
 		{wrap(&http.MaxBytesError{Limit: 1}), errclass.Invalid},
 		{wrap(&store.VersionError{Version: 3, Pruned: true}), errclass.Invalid},
+		{wrap(&schema.Error{Row: 2, Column: "score", Reason: "expected a number"}), errclass.Invalid},
 		{wrap(registry.ErrNotFound), errclass.Gone},
 		{wrap(store.ErrDeleted), errclass.Gone},
 		{wrap(table.ErrNotFound), errclass.Gone},
@@ -101,6 +102,37 @@ func TestHaltWinsOverEveryOtherSentinel(t *testing.T) {
 	err := errors.Join(wrap(context.DeadlineExceeded), wrap(objstore.ErrNotFound), wrap(table.ErrCorrupt))
 	if got := errclass.Of(err); got != errclass.Halt {
 		t.Fatalf("Of(%v) = %s, want halt", err, got)
+	}
+}
+
+// A chain holding several sentinels (errors.Join, several %w) takes the most
+// severe class, whichever order they come in: a merge that met a corrupt object on
+// one worker and a timeout on another halts instead of being retried.
+func TestTheMoreSevereSentinelWinsInEitherOrder(t *testing.T) {
+	bySeverity := []errclass.Class{errclass.Halt, errclass.Invalid, errclass.Gone, errclass.Exists,
+		errclass.Precondition, errclass.Conflict, errclass.Overloaded, errclass.Busy,
+		errclass.Unavailable, errclass.Timeout, errclass.Canceled}
+	for i, more := range bySeverity {
+		for _, less := range bySeverity[i+1:] {
+			a, b := errclass.New(more, more.String()), errclass.New(less, less.String())
+			for _, err := range []error{errors.Join(wrap(a), wrap(b)), fmt.Errorf("%w; %w", b, a)} {
+				if got := errclass.Of(err); got != more {
+					t.Errorf("Of(%v) = %s, want %s", err, got, more)
+				}
+			}
+		}
+	}
+	// The standard library's errors rank among the sentinels.
+	busy := errclass.New(errclass.Busy, "busy")
+	if got := errclass.Of(errors.Join(context.Canceled, busy)); got != errclass.Busy {
+		t.Errorf("Of(canceled, busy) = %s, want busy", got)
+	}
+	if got := errclass.Of(errors.Join(busy, &http.MaxBytesError{Limit: 1})); got != errclass.Invalid {
+		t.Errorf("Of(busy, too large) = %s, want invalid", got)
+	}
+	// A sentinel says more than a gRPC code met in the same chain.
+	if got := errclass.Of(errors.Join(status.Error(codes.DataLoss, "x"), busy)); got != errclass.Busy {
+		t.Errorf("Of(status data loss, busy) = %s, want busy", got)
 	}
 }
 

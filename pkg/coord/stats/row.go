@@ -16,7 +16,6 @@ package stats
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -26,12 +25,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
 // ErrRowNotFound means P/stats/<target> does not exist: the target was never
 // scanned, or its store is gone.
-var ErrRowNotFound = errors.New("stats row not found")
+var ErrRowNotFound = errclass.New(errclass.Gone, "stats row not found")
 
 // Page limits of Stats.
 const (

@@ -2,15 +2,16 @@ package tasks
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 )
 
 // ErrNotCancellable means the task is running or finished: only a queued task can
 // be cancelled (FailedPrecondition, not NotFound or InvalidArgument).
-var ErrNotCancellable = errors.New("task is not queued")
+var ErrNotCancellable = errclass.New(errclass.Precondition, "task is not queued")
 
 // Cancel fails a queued task with error "cancelled" and frees its kind+target for
 // a new enqueue. A running or finished task gives ErrNotCancellable, a missing one

@@ -3,7 +3,6 @@ package tasks
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,10 +11,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 )
 
 // ErrTaskNotFound means no task has the id: it never existed or was pruned.
-var ErrTaskNotFound = errors.New("task not found")
+var ErrTaskNotFound = errclass.New(errclass.Gone, "task not found")
 
 // Default cooldown backoff of failing tasks (non-merge kinds, and halting failures
 // of any kind: Result.Halt).

@@ -1,7 +1,6 @@
 package tasks
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,13 +8,14 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
 // ErrInvalidArgument means a kind, state, target, task id or option that the store
 // refuses; the wrapping error names the value and the problem. A malformed target
 // also wraps registry.ErrInvalidName.
-var ErrInvalidArgument = errors.New("invalid argument")
+var ErrInvalidArgument = errclass.New(errclass.Invalid, "invalid argument")
 
 // Kind is what a task does to its target.
 type Kind string

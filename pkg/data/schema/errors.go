@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 )
 
 // ErrInvalid is what every error about client input (a row, a spec, a filter) is:
 // errors.Is(err, ErrInvalid) tells an API handler to answer 400 with err's message.
-var ErrInvalid = errors.New("invalid input")
+var ErrInvalid = errclass.New(errclass.Invalid, "invalid input")
 
 // Error is an input error located in a request: which row, which column, and where
 // inside the column's value. It matches ErrInvalid under errors.Is.
@@ -51,8 +53,9 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is ErrInvalid.
-func (e *Error) Is(target error) bool { return target == ErrInvalid }
+// Unwrap makes errors.Is(err, ErrInvalid) true, and gives the error ErrInvalid's
+// class (errclass walks Unwrap, not Is methods).
+func (e *Error) Unwrap() error { return ErrInvalid }
 
 // valueError is an error inside one value; the caller that knows the row and the
 // column turns it into an *Error. Path segments are prepended on the way out of

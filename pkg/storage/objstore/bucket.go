@@ -8,13 +8,19 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 )
 
 var (
-	// ErrNotFound means the object does not exist.
-	ErrNotFound = errors.New("object not found")
-	// ErrExists means a put-if-absent lost: the key was already taken.
-	ErrExists = errors.New("object already exists")
+	// ErrNotFound means the object does not exist. It is a Conflict: objects of a
+	// store are deleted by merges (drained generations), by compaction and with the
+	// store, so one that vanished between the snapshot that named it and its read
+	// means the read raced one of those.
+	ErrNotFound = errclass.New(errclass.Conflict, "object not found")
+	// ErrExists means a put-if-absent lost: the key was already taken. It is a
+	// Conflict when its caller did not resolve it.
+	ErrExists = errclass.New(errclass.Conflict, "object already exists")
 	// ErrInvalidKey means a key that no driver can store faithfully.
 	ErrInvalidKey = errors.New("invalid object key")
 	// ErrTooLarge means GetMax found an object over its limit and did not read it.
@@ -22,7 +28,7 @@ var (
 	// ErrThrottled means the store refused a request for its rate (S3's 503
 	// SlowDown, GCS's 429, Azure's ServerBusy), and is also what a Faults wrapper
 	// in ThrottleReject mode answers (with ErrInjected). Back off and retry.
-	ErrThrottled = errors.New("throttled: too many concurrent requests")
+	ErrThrottled = errclass.New(errclass.Busy, "throttled: too many concurrent requests")
 	// ErrUnavailable marks a request the object store failed for reasons of its
 	// own - an error answer or a broken connection, after the storage SDK's own
 	// retries - as opposed to an answer about the object (not found, exists, too
@@ -30,7 +36,7 @@ var (
 	// so the worker answers it with 503 instead of a bare 500. A write that failed
 	// this way may still have happened (see FailAfterWrite); callers that must know
 	// read back.
-	ErrUnavailable = errors.New("object store unavailable")
+	ErrUnavailable = errclass.New(errclass.Unavailable, "object store unavailable")
 )
 
 // requestError wraps err, the failure of the request what ("get <key>"), adding

@@ -1,13 +1,14 @@
 package registry
 
 import (
-	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 )
 
 // ErrInvalidName means a store name or target string that Tidemark refuses.
-var ErrInvalidName = errors.New("invalid store name")
+var ErrInvalidName = errclass.New(errclass.Invalid, "invalid store name")
 
 // Kind is a store kind.
 type Kind string

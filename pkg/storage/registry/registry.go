@@ -8,17 +8,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 )
 
 var (
 	// ErrExists means a store of that kind and name is already registered.
-	ErrExists = errors.New("store already exists")
+	ErrExists = errclass.New(errclass.Exists, "store already exists")
 	// ErrNotFound means no store of that kind and name is registered.
-	ErrNotFound = errors.New("store not found")
+	ErrNotFound = errclass.New(errclass.Gone, "store not found")
 	// ErrCorrupt means a registry object that does not decode, or that names another
 	// store than its key. A human must look at the named object.
-	ErrCorrupt = errors.New("corrupt registry object")
+	ErrCorrupt = errclass.New(errclass.Halt, "corrupt registry object")
 )
 
 const root = "_registry"

@@ -8,6 +8,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 )
 
@@ -17,9 +18,10 @@ const FormatVersion = 1
 var (
 	// ErrCorrupt means an object of the table could not be decoded. It is a halt
 	// condition: retrying will not help and a human must look at the named object.
-	ErrCorrupt = errors.New("corrupt table object")
-	// ErrUnsupportedFormat means a manifest was written by a newer Tidemark.
-	ErrUnsupportedFormat = errors.New("unsupported table format version")
+	ErrCorrupt = errclass.New(errclass.Halt, "corrupt table object")
+	// ErrUnsupportedFormat means a manifest was written by a newer Tidemark: a halt
+	// condition too, until this build is upgraded.
+	ErrUnsupportedFormat = errclass.New(errclass.Halt, "unsupported table format version")
 )
 
 // Manifest is one immutable version of a table. Manifests are values: a commit builds

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/utils/clock"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/cache"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
@@ -23,8 +24,9 @@ import (
 )
 
 var (
-	// ErrNotFound means the directory holds no table (no manifest version).
-	ErrNotFound = errors.New("table not found")
+	// ErrNotFound means the directory holds no table (no manifest version). It is
+	// Gone: a table's versions are deleted only with its store (Refresh).
+	ErrNotFound = errclass.New(errclass.Gone, "table not found")
 	// ErrSchemaMismatch means Create found a table with a different schema.
 	ErrSchemaMismatch = errors.New("table exists with a different schema")
 	// ErrVersionRemoved means a manifest version was removed by retention (Cleanup):

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 )
@@ -27,7 +28,7 @@ var (
 	ErrAlreadyCommitted = errors.New("already committed")
 	// ErrTooManyWriters means optimistic retries ran out: other committers kept
 	// winning the race for the next version until RetryTimeout.
-	ErrTooManyWriters = errors.New("too many concurrent writers")
+	ErrTooManyWriters = errclass.New(errclass.Busy, "too many concurrent writers")
 )
 
 // Append is what a merge commits: rows to add (newest _seq per id wins, against

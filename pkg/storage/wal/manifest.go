@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 )
 
 // FormatVersion is the WAL format (shard manifests, entries, generations) this build
@@ -17,9 +19,10 @@ var (
 	// decoded, or the shard breaks an invariant (a missing entry above
 	// replay_after). It is a halt condition: retrying will not help and a human must
 	// look at the named object.
-	ErrCorrupt = errors.New("corrupt WAL object")
-	// ErrUnsupportedFormat means an object was written by a newer Tidemark.
-	ErrUnsupportedFormat = errors.New("unsupported WAL format version")
+	ErrCorrupt = errclass.New(errclass.Halt, "corrupt WAL object")
+	// ErrUnsupportedFormat means an object was written by a newer Tidemark: a halt
+	// condition too, until this build is upgraded.
+	ErrUnsupportedFormat = errclass.New(errclass.Halt, "unsupported WAL format version")
 )
 
 // Manifest is one immutable version of a shard manifest. Manifests are values: an

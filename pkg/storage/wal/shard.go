@@ -12,13 +12,15 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/internal/backoff"
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/versions"
 )
 
 // ErrNoShard means the shard has no manifest version: no writer ever opened it, or
-// its manifests were deleted with its store.
-var ErrNoShard = errors.New("WAL shard not found")
+// its manifests were deleted with its store. It is a Conflict: under a writer or a
+// read, the shard was deleted with its store.
+var ErrNoShard = errclass.New(errclass.Conflict, "WAL shard not found")
 
 var (
 	// errNoChange, returned by an edit function, means the latest manifest already

@@ -2,7 +2,6 @@ package wal
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 )
 
@@ -17,14 +17,14 @@ var (
 	// ErrFenced means a newer writer epoch owns the shard. The writer must stop:
 	// every later Append and Seal fails with it too. What it acknowledged before is
 	// safe (the newer writer replayed it).
-	ErrFenced = errors.New("WAL writer fenced: a newer writer owns the shard")
+	ErrFenced = errclass.New(errclass.Conflict, "WAL writer fenced: a newer writer owns the shard")
 	// ErrClosed means Append was called after Close (or after the writer stopped).
-	ErrClosed = errors.New("WAL writer closed")
+	ErrClosed = errclass.New(errclass.Conflict, "WAL writer closed")
 	// ErrEpochShared means the shard manifest changed in a way only this writer's
 	// epoch may change it: another writer holds the same epoch. That is a writer of
 	// a store deleted and created again under the same name (epochs restart with
 	// the store). The seal did not land; the memtable is kept.
-	ErrEpochShared = errors.New("WAL writer epoch shared with another writer")
+	ErrEpochShared = errclass.New(errclass.Conflict, "WAL writer epoch shared with another writer")
 )
 
 const (

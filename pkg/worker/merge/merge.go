@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
@@ -19,7 +20,7 @@ import (
 
 // ErrBusy means every merge slot (or the memory budget) was taken and the caller
 // asked not to wait: a sweeper skips the store this round.
-var ErrBusy = errors.New("merge slots busy")
+var ErrBusy = errclass.New(errclass.Busy, "merge slots busy")
 
 // Config bounds merges. Zero caps mean no cap, as MERGE_MAX_GENERATIONS=0 and
 // MERGE_MAX_BYTES=0 do; the worker's flags default them to DefaultMaxGenerations and

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"k8s.io/utils/clock"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
@@ -21,10 +22,10 @@ import (
 
 var (
 	// ErrDeleted means the store was deleted while this handle was open.
-	ErrDeleted = errors.New("store deleted")
+	ErrDeleted = errclass.New(errclass.Gone, "store deleted")
 	// ErrOverloaded means a read would fan out over more pending generations than
 	// Config.RefuseGenerations; merges must catch up first.
-	ErrOverloaded = errors.New("too many pending WAL generations")
+	ErrOverloaded = errclass.New(errclass.Overloaded, "too many pending WAL generations")
 )
 
 // Config is what every store handle of a worker shares.

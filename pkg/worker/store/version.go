@@ -7,6 +7,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
@@ -39,9 +40,9 @@ import (
 //     existence probe, which a pruned version fails.
 
 // ErrVersionNotFound means a read named a version the store cannot be read at:
-// retention pruned it, or it was never written. Errors wrapping it are a
-// *VersionError.
-var ErrVersionNotFound = errors.New("version not found")
+// retention pruned it, or it was never written: the caller's mistake (Invalid).
+// Errors wrapping it are a *VersionError.
+var ErrVersionNotFound = errclass.New(errclass.Invalid, "version not found")
 
 // VersionError is a read at a version the store does not hold.
 type VersionError struct {
@@ -68,8 +69,9 @@ func (e *VersionError) Error() string {
 	return fmt.Sprintf("%s; the readable versions are %d to %d", what, e.Oldest, e.Newest)
 }
 
-// Is makes errors.Is(err, ErrVersionNotFound) true.
-func (e *VersionError) Is(target error) bool { return target == ErrVersionNotFound }
+// Unwrap makes errors.Is(err, ErrVersionNotFound) true, and gives the error the
+// sentinel's class (errclass walks Unwrap, not Is methods).
+func (e *VersionError) Unwrap() error { return ErrVersionNotFound }
 
 // View is a store as of one base-table version: a fixed snapshot with no pending
 // generations. It is safe for concurrent use and stays readable for as long as its
