@@ -91,7 +91,7 @@ fuzz: ## run every Go fuzz target for its execution budget, ~10s each (scripts/f
 chaos: ## run the reliability campaigns (about 10 min) and write their figures into RELIABILITY.md, output in chaos.out
 	GO='$(GO)' CHAOS_RUN='$(CHAOS_RUN)' bash scripts/chaos.sh
 
-# The dashboard's screenshots in docs/ (shown in the README) are taken by its browser
+# The dashboard's screenshots in docs/ (shown in docs/DASHBOARD.md) are taken by its browser
 # test (e2e/dashboard_test.go) on a real dev cluster, after SCREENSHOT_ROUNDS rounds of
 # writes, each observed by a scan (more rounds: fuller charts). Needs chromium.
 SCREENSHOT_ROUNDS ?= 12

@@ -1,6 +1,6 @@
 // Package bench reproduces the production incidents Tidemark was designed against
-// (shared/DESIGN.md, "Why it exists") and measures the pieces' throughput, with
-// numbers from one run on one machine. `make bench` runs it through
+// (docs/DESIGN.md, "The production failures it exists to avoid") and measures the
+// pieces' throughput, with numbers from one run on one machine. `make bench` runs it through
 // cmd/tidemark-bench and writes the "Incident reproductions" section of
 // BENCHMARKS.md.
 //

@@ -54,7 +54,7 @@ func newSecuredCluster(t *testing.T) (*cluster, *etcdtest.Server) {
 
 // grantPrefix adds user with password and a role of the same name that may read
 // and write the keys under prefix and nothing else: the least a Tidemark
-// deployment's etcd user needs (README, Operations).
+// deployment's etcd user needs (docs/SECURITY.md, "A secured etcd").
 func grantPrefix(t *testing.T, root *clientv3.Client, user, password, prefix string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -285,7 +285,7 @@ func etcdVersion(t *testing.T) string {
 // every interface on exactly the ports it declares, is probed on its health route
 // (HTTPS under TLS) with a liveness that cannot cut a drain short, gets its token
 // and certificates from the Secrets the guide tells the operator to create, has a
-// memory limit that fits the README's sizing and GOMEMLIMIT at about 90% of it,
+// memory limit that fits docs/OPERATIONS.md's sizing and GOMEMLIMIT at about 90% of it,
 // and reaches etcd where the etcd members advertise themselves. Workers are a
 // StatefulSet whose pod name is their INSTANCE_ID, registered under their headless
 // Service; masters run two replicas; each workload has a PodDisruptionBudget and
@@ -594,7 +594,7 @@ func checkContainer(t *testing.T, c cluster, w workload, ctr corev1.Container, i
 			what, grace, drain, preStop, setting("SHUTDOWN_TIMEOUT"), times)
 	}
 
-	// Memory: the limit fits the README's sizing, GOMEMLIMIT is about 90% of it.
+	// Memory: the limit fits docs/OPERATIONS.md's sizing, GOMEMLIMIT is about 90% of it.
 	limit, ok := ctr.Resources.Limits[corev1.ResourceMemory]
 	if !ok {
 		t.Errorf("%s: no memory limit", what)
@@ -612,7 +612,7 @@ func checkContainer(t *testing.T, c cluster, w workload, ctr corev1.Container, i
 			need := integer("MERGE_MEMORY_BUDGET") + integer("GENERATION_CACHE_BYTES") +
 				integer("MAX_OPEN_STORES")*integer("TABLE_CACHE_BYTES") + 400<<20
 			if limit.Value() < need {
-				t.Errorf("%s: memory limit %s < MERGE_MEMORY_BUDGET + GENERATION_CACHE_BYTES + MAX_OPEN_STORES x TABLE_CACHE_BYTES + 400 MiB = %s (README, \"Sizing a worker's memory\")",
+				t.Errorf("%s: memory limit %s < MERGE_MEMORY_BUDGET + GENERATION_CACHE_BYTES + MAX_OPEN_STORES x TABLE_CACHE_BYTES + 400 MiB = %s (docs/OPERATIONS.md, \"Sizing a worker's memory\")",
 					what, limit.String(), resource.NewQuantity(need, resource.BinarySI).String())
 			}
 		}

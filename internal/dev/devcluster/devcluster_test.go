@@ -34,8 +34,8 @@ func TestChildEnvIsDefaultsUnderTheEnvironmentUnderTheCluster(t *testing.T) {
 
 // A reference alias in the environment overrides a dev default as its Tidemark
 // variable would: the default is left out, so the child applies the alias
-// (README: any variable in the environment overrides the dev defaults). An alias
-// of the other binary leaves the default in place.
+// (docs/CONFIGURATION.md, "master dev": any variable in the environment overrides
+// the dev defaults). An alias of the other binary leaves the default in place.
 func TestChildEnvLeavesOutADefaultTheEnvironmentSetsThroughAnAlias(t *testing.T) {
 	environ := []string{"ROLLOUT_FLUSH_INTERVAL_SECS=1", "MASTER_PORT=9000"}
 	got := ChildEnv("worker", environ, WorkerDefaults, nil)

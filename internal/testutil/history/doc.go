@@ -16,19 +16,19 @@
 //
 // # What is checked
 //
-//   - Linearizability per id (porcupine, Linearizable): there is an order of the
-//     writes and reads, each at a point between its call and its return, in which
-//     every read returns the value of the highest-_seq write before it. A write
-//     acknowledged with ?flush=true is thereby visible to every read that starts
-//     after its answer, unless a newer write is visible instead. Reads are modelled
-//     as the README promises them, not stronger: a read sees the writes acknowledged
+//   - Linearizability per id (porcupine, Linearizable): there is an order of the writes
+//     and reads, each at a point between its call and its return, in which every read
+//     returns the value of the highest-_seq write before it. A write acknowledged with
+//     ?flush=true is thereby visible to every read that starts after its answer, unless
+//     a newer write is visible instead. Reads are modelled as docs/API.md ("Read
+//     guarantees") promises them, not stronger: a read sees the writes acknowledged
 //     with ?flush=true before its call that its causal token covers (_seq at most the
 //     token), and every other write acknowledged more than Config.Staleness (the
-//     snapshot lifetime, SNAPSHOT_TTL, plus a margin) before its call. For the porcupine
-//     history a read's call is therefore moved back to the first answer of a write it
-//     is not bound to see; the writes it skips that way are held to it by the direct
-//     check of the token instead. A list is one read of every id the history writes
-//     (an id it does not return is a read of "no row").
+//     snapshot lifetime, SNAPSHOT_TTL, plus a margin) before its call. For the
+//     porcupine history a read's call is therefore moved back to the first answer of a
+//     write it is not bound to see; the writes it skips that way are held to it by the
+//     direct check of the token instead. A list is one read of every id the history
+//     writes (an id it does not return is a read of "no row").
 //   - Directly (Direct), with the operations named in each violation:
 //     a value that no add ever sent never appears, nor one whose add started after
 //     the read returned; reads through one worker never go back: a get or a list's
