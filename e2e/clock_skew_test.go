@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/internal/dev/chaos"
-	"github.com/tidemark-io/tidemark/pkg/worker"
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 )
 
 // TestCausalTokensOrderWritesThroughSkewedWorkers writes one id again and again,
@@ -76,7 +76,7 @@ func addWithToken(t *testing.T, u, body string, after uint64) uint64 {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if after != 0 {
-		req.Header.Set(worker.AfterHeader, strconv.FormatUint(after, 10))
+		req.Header.Set(httpjson.AfterHeader, strconv.FormatUint(after, 10))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -87,9 +87,9 @@ func addWithToken(t *testing.T, u, body string, after uint64) uint64 {
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("POST %s: %d %s", u, resp.StatusCode, out)
 	}
-	seq, err := strconv.ParseUint(resp.Header.Get(worker.SeqHeader), 10, 64)
+	seq, err := strconv.ParseUint(resp.Header.Get(httpjson.SeqHeader), 10, 64)
 	if err != nil {
-		t.Fatalf("POST %s: %s header %q: %v", u, worker.SeqHeader, resp.Header.Get(worker.SeqHeader), err)
+		t.Fatalf("POST %s: %s header %q: %v", u, httpjson.SeqHeader, resp.Header.Get(httpjson.SeqHeader), err)
 	}
 	return seq
 }

@@ -1,4 +1,5 @@
-// Package httpjson is the JSON answer shape the worker's and the master's HTTP APIs
-// share: success bodies, the {"error":{"code","message"}} error body, and the JSON
-// rewriting of http.ServeMux's plain-text 404 and 405 answers.
+// Package httpjson is the HTTP wire format the worker's and the master's APIs and
+// their clients share: success bodies, the {"error":{"code","message"}} error body,
+// the JSON rewriting of http.ServeMux's plain-text 404 and 405 answers, and the
+// headers of the worker's causal tokens.
 package httpjson

@@ -11,6 +11,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
@@ -72,7 +73,7 @@ func add(t *testing.T, e *apiEnv, n int, after uint64) uint64 {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if after != 0 {
-		req.Header.Set(AfterHeader, strconv.FormatUint(after, 10))
+		req.Header.Set(httpjson.AfterHeader, strconv.FormatUint(after, 10))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -83,8 +84,8 @@ func add(t *testing.T, e *apiEnv, n int, after uint64) uint64 {
 	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil || resp.StatusCode != http.StatusCreated || ans.Count != 1 {
 		t.Fatalf("add x=%d: %d %+v %v", n, resp.StatusCode, ans, err)
 	}
-	if h := resp.Header.Get(SeqHeader); h != strconv.FormatUint(ans.Seq, 10) || ans.Seq == 0 {
-		t.Fatalf("add x=%d: header %s=%q, field seq=%d", n, SeqHeader, h, ans.Seq)
+	if h := resp.Header.Get(httpjson.SeqHeader); h != strconv.FormatUint(ans.Seq, 10) || ans.Seq == 0 {
+		t.Fatalf("add x=%d: header %s=%q, field seq=%d", n, httpjson.SeqHeader, h, ans.Seq)
 	}
 	return ans.Seq
 }

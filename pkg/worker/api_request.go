@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
@@ -192,22 +193,18 @@ func flushParam(r *http.Request) (bool, error) {
 	return flush, nil
 }
 
+// afterParam parses the causal token of r (0: none).
+//
 // Causal tokens (wal.Writer.AppendAfter): every add answers with the highest _seq it
-// gave (SeqHeader and the "seq" field); a request that passes it back, in AfterHeader
-// or ?after=, is ordered after that write: an add gets greater _seqs whatever the
-// workers' clocks say, and a read sees every write acknowledged with ?flush=true
-// before it, through any worker.
-const (
-	SeqHeader   = "X-Tidemark-Seq"
-	AfterHeader = "X-Tidemark-After"
-)
-
-// afterParam parses the causal token of r (0: none). The header and the query
+// gave (httpjson.SeqHeader and the "seq" field); a request that passes it back, in
+// httpjson.AfterHeader or ?after=, is ordered after that write: an add gets greater
+// _seqs whatever the workers' clocks say, and a read sees every write acknowledged
+// with ?flush=true before it, through any worker. The header and the query
 // parameter must agree when both are given.
 func afterParam(r *http.Request) (uint64, error) {
 	var token uint64
 	for _, src := range []struct{ name, text string }{
-		{AfterHeader + " header", r.Header.Get(AfterHeader)},
+		{httpjson.AfterHeader + " header", r.Header.Get(httpjson.AfterHeader)},
 		{"after", r.URL.Query().Get("after")},
 	} {
 		if src.text == "" {
@@ -218,7 +215,7 @@ func afterParam(r *http.Request) (uint64, error) {
 			return 0, badRequest("%s must be the decimal seq of an earlier answer, got %q", src.name, src.text)
 		}
 		if token != 0 && v != token {
-			return 0, badRequest("the %s header (%d) and ?after= (%d) disagree", AfterHeader, token, v)
+			return 0, badRequest("the %s header (%d) and ?after= (%d) disagree", httpjson.AfterHeader, token, v)
 		}
 		token = v
 	}

@@ -77,7 +77,7 @@ type addAnswer struct {
 	Version uint64   `json:"version"`
 	IDs     []string `json:"ids,omitempty"`
 	Count   int      `json:"count"`
-	// Seq is the causal token of this add (see AfterHeader). It exceeds 2^53: a
+	// Seq is the causal token of this add (see httpjson.AfterHeader). It exceeds 2^53: a
 	// JavaScript client should take the header's text instead.
 	Seq uint64 `json:"seq"`
 }
@@ -168,7 +168,7 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 				ans.IDs[i] = ids.Value(i)
 			}
 		}
-		w.Header().Set(SeqHeader, strconv.FormatUint(seq, 10))
+		w.Header().Set(httpjson.SeqHeader, strconv.FormatUint(seq, 10))
 		if k.kind == registry.KindRollout {
 			s.cfg.Series.AddRequestDuration.WithLabelValues(strconv.FormatBool(flush)).Observe(time.Since(parsed).Seconds())
 		}

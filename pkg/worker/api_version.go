@@ -9,6 +9,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
@@ -30,7 +31,7 @@ type rowSource interface {
 }
 
 // versionParam parses ?version= (0 when absent): a positive integer. A version
-// read is fixed, so a causal token (?after=, AfterHeader) beside it asks for
+// read is fixed, so a causal token (?after=, httpjson.AfterHeader) beside it asks for
 // something it cannot mean and is refused.
 func versionParam(r *http.Request) (uint64, error) {
 	q := r.URL.Query()
@@ -42,7 +43,7 @@ func versionParam(r *http.Request) (uint64, error) {
 	if err != nil || v == 0 {
 		return 0, badRequest("version must be a table version (a positive integer), got %q", text[0])
 	}
-	if q.Get("after") != "" || r.Header.Get(AfterHeader) != "" {
+	if q.Get("after") != "" || r.Header.Get(httpjson.AfterHeader) != "" {
 		return 0, badRequest("version and a causal token (after) cannot be combined: a read at a version does not change")
 	}
 	return v, nil

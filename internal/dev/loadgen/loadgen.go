@@ -34,9 +34,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
-	"github.com/tidemark-io/tidemark/pkg/worker"
 )
 
 // Defaults of Config.
@@ -236,7 +236,7 @@ func post(ctx context.Context, client *http.Client, u string, body []byte, after
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if after != 0 {
-		req.Header.Set(worker.AfterHeader, strconv.FormatUint(after, 10))
+		req.Header.Set(httpjson.AfterHeader, strconv.FormatUint(after, 10))
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -245,7 +245,7 @@ func post(ctx context.Context, client *http.Client, u string, body []byte, after
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode < 300 {
-		seq, _ = strconv.ParseUint(resp.Header.Get(worker.SeqHeader), 10, 64)
+		seq, _ = strconv.ParseUint(resp.Header.Get(httpjson.SeqHeader), 10, 64)
 		return resp.StatusCode, "", seq, nil
 	}
 	var e struct {

@@ -1,0 +1,255 @@
+package archtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The boundaries. A package matching from (and none of except) may link only the
+// Tidemark packages allow matches, if allow is set, and none that deny matches.
+// Patterns are paths in the module; "pkg/storage/..." is that package and every
+// one below it, "..." every package.
+var rules = []rule{
+	{from: "pkg/errclass", allow: []string{},
+		why: "a leaf: every package declares its sentinels with errclass.New, so it can import none of them"},
+	{from: "pkg/storage/...", allow: []string{"pkg/storage/...", "pkg/errclass", "internal/backoff", "internal/ipcguard"},
+		why: "the storage engine is the bottom plane: objects, tables, WALs and the registry know nothing of row formats, etcd or the servers"},
+	{from: "pkg/data/...", allow: []string{"pkg/data/...", "pkg/errclass"},
+		why: "row formats and filters do no I/O: no storage, no coordination, no server"},
+	{from: "pkg/coord/...", allow: []string{"pkg/coord/...", "pkg/storage/...", "pkg/errclass", "internal/backoff", "internal/ipcguard"},
+		why: "etcd coordination names the engine's stores and shards (and links the runtime leaves the engine does), nothing of the servers that use it"},
+	{from: "pkg/worker/...", deny: []string{"pkg/master/..."},
+		why: "the worker and the master are separate processes that speak only over gRPC and HTTP (proto, internal/httpjson)"},
+	{from: "pkg/master/...", deny: []string{"pkg/worker/..."},
+		why: "the worker and the master are separate processes that speak only over gRPC and HTTP (proto, internal/httpjson)"},
+	{from: "pkg/...", deny: []string{"internal/dev/...", "cmd/..."},
+		why: "the library sits under the tooling and the binaries' wiring, never above them"},
+	{from: "...", except: []string{"internal/testutil/...", "bench/..."}, deny: []string{"internal/testutil/..."},
+		why: "test support never links into a binary; bench, the benchmark harness, is the one command built on it (storetest)"},
+}
+
+// rule is one boundary: see rules.
+type rule struct {
+	from   string
+	except []string
+	allow  []string // nil: no allow-list
+	deny   []string
+	why    string
+}
+
+const module = "github.com/tidemark-io/tidemark"
+
+// pkg is one package of the module as go list describes it, paths relative to the
+// module and only the module's own imports kept.
+type pkg struct {
+	Imports []string // direct
+	Deps    []string // direct and indirect
+}
+
+func TestPackagesLinkOnlyWhatTheirPlaneAllows(t *testing.T) {
+	reported := map[string]bool{}
+	for _, tags := range []string{"", "chaos"} {
+		pkgs := load(t, tags)
+		var failures []string
+		for _, p := range unmatched(rules, pkgs) {
+			failures = append(failures, "the rules' pattern "+p+" matches no package: a folder moved, update the rules")
+		}
+		failures = append(failures, violations(rules, pkgs)...)
+		for _, f := range failures {
+			if reported[f] {
+				continue
+			}
+			reported[f] = true
+			if tags != "" {
+				f = "with -tags " + tags + ": " + f
+			}
+			t.Error(f)
+		}
+	}
+}
+
+// The rules are only as good as the checker: an arrow that points up, directly
+// or two hops down, must be reported with the chain that links it.
+func TestAnImportAgainstTheRulesIsReportedWithItsChain(t *testing.T) {
+	pkgs := map[string]pkg{
+		"pkg/storage/table": {Imports: []string{"internal/backoff"}, Deps: []string{"internal/backoff", "pkg/master"}},
+		"internal/backoff":  {Imports: []string{"pkg/master"}, Deps: []string{"pkg/master"}},
+		"pkg/master":        {},
+		"pkg/worker":        {Imports: []string{"pkg/storage/table"}, Deps: []string{"internal/backoff", "pkg/master", "pkg/storage/table"}},
+		"cmd/worker":        {Imports: []string{"internal/testutil/x"}, Deps: []string{"internal/testutil/x"}},
+		// Links test support only through cmd/worker: reported there, not twice.
+		"cmd/master":          {Imports: []string{"cmd/worker"}, Deps: []string{"cmd/worker", "internal/testutil/x"}},
+		"internal/testutil/x": {},
+	}
+	rules := []rule{
+		{from: "pkg/storage/...", allow: []string{"pkg/storage/...", "internal/backoff"}, why: "engine"},
+		{from: "pkg/worker/...", deny: []string{"pkg/master/..."}, why: "processes"},
+		{from: "...", except: []string{"internal/testutil/..."}, deny: []string{"internal/testutil/..."}, why: "tests"},
+		{from: "pkg/data/...", allow: []string{}, why: "no such package"},
+	}
+	want := []string{
+		"cmd/worker links internal/testutil/x (cmd/worker -> internal/testutil/x): tests",
+		"pkg/storage/table links pkg/master (pkg/storage/table -> internal/backoff -> pkg/master): engine",
+		"pkg/worker links pkg/master (pkg/worker -> pkg/storage/table -> internal/backoff -> pkg/master): processes",
+	}
+	if got := violations(rules, pkgs); !slices.Equal(got, want) {
+		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got := unmatched(rules, pkgs); !slices.Equal(got, []string{"pkg/data/..."}) {
+		t.Errorf("unmatched = %q, want the rule of a package that does not exist", got)
+	}
+}
+
+// load lists the module's packages with their imports (go list, from the module
+// root whatever the test's directory).
+func load(t *testing.T, tags string) map[string]pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-tags", tags, "-json=ImportPath,Imports,Deps", module+"/...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	pkgs := map[string]pkg{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p struct {
+			ImportPath    string
+			Imports, Deps []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list: %v", err)
+		}
+		path, ok := ours(p.ImportPath)
+		if !ok {
+			continue
+		}
+		pkgs[path] = pkg{Imports: keepOurs(p.Imports), Deps: keepOurs(p.Deps)}
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("go list found no package of the module")
+	}
+	return pkgs
+}
+
+// ours returns importPath relative to the module, and whether it is in it.
+func ours(importPath string) (string, bool) {
+	rel, ok := strings.CutPrefix(importPath, module+"/")
+	return rel, ok
+}
+
+func keepOurs(paths []string) []string {
+	var kept []string
+	for _, p := range paths {
+		if rel, ok := ours(p); ok {
+			kept = append(kept, rel)
+		}
+	}
+	return kept
+}
+
+// violations lists, sorted, every package that links one its rules forbid, with
+// the shortest import chain that links it and the rule's why. A package is not
+// listed for what it links only through a package the same rule lists already:
+// one wrong import is one line, not one per package above it.
+func violations(rules []rule, pkgs map[string]pkg) []string {
+	var found []string
+	for _, r := range rules {
+		links := map[string][]string{} // package -> the forbidden packages it links
+		for path, p := range pkgs {
+			if matchesAny([]string{r.from}, path) && !matchesAny(r.except, path) {
+				links[path] = slices.DeleteFunc(slices.Clone(p.Deps), func(dep string) bool { return !r.forbids(dep) })
+			}
+		}
+		for path, deps := range links {
+			for _, dep := range deps {
+				if slices.ContainsFunc(pkgs[path].Imports, func(imp string) bool { return slices.Contains(links[imp], dep) }) {
+					continue
+				}
+				found = append(found, path+" links "+dep+" ("+strings.Join(chain(pkgs, path, dep), " -> ")+"): "+r.why)
+			}
+		}
+	}
+	slices.Sort(found)
+	return found
+}
+
+func (r rule) forbids(dep string) bool {
+	return r.allow != nil && !matchesAny(r.allow, dep) || matchesAny(r.deny, dep)
+}
+
+// unmatched lists the rules' patterns that match no package: a rule that governs
+// nothing after a folder moved would pass in silence.
+func unmatched(rules []rule, pkgs map[string]pkg) []string {
+	var patterns []string
+	for _, r := range rules {
+		patterns = append(patterns, r.from)
+		patterns = append(patterns, r.except...)
+		patterns = append(patterns, r.allow...)
+		patterns = append(patterns, r.deny...)
+	}
+	var none []string
+	for _, pattern := range patterns {
+		if slices.Contains(none, pattern) {
+			continue
+		}
+		matched := false
+		for path := range pkgs {
+			if matchesAny([]string{pattern}, path) {
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			none = append(none, pattern)
+		}
+	}
+	return none
+}
+
+func matchesAny(patterns []string, path string) bool {
+	for _, pattern := range patterns {
+		if pattern == "..." || pattern == path {
+			return true
+		}
+		if dir, ok := strings.CutSuffix(pattern, "/..."); ok && (path == dir || strings.HasPrefix(path, dir+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// chain is the shortest import path from one package to a package it links
+// (breadth first over direct imports).
+func chain(pkgs map[string]pkg, from, to string) []string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	for len(queue) > 0 {
+		at := queue[0]
+		queue = queue[1:]
+		if at == to {
+			var path []string
+			for ; at != ""; at = prev[at] {
+				path = append(path, at)
+			}
+			slices.Reverse(path)
+			return path
+		}
+		for _, next := range pkgs[at].Imports {
+			if _, seen := prev[next]; !seen {
+				prev[next] = at
+				queue = append(queue, next)
+			}
+		}
+	}
+	return []string{from, "?", to}
+}
