@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/testutil/testcerts"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // postWith POSTs body to u through client, with token when not empty.
@@ -117,7 +118,7 @@ func TestClusterWithTokenAndMutualTLSMergesAndRefusesCallersWithoutCredentials(t
 	// The master merges through both workers over mutual TLS with the token.
 	add(w2, "b")
 	add(w2, "c")
-	c.waitFor(60*time.Second, "the master merged "+store+" through the workers", func() (bool, string) {
+	testwait.ForEvery(c.t, 60*time.Second, poll, "the master merged "+store+" through the workers", func() (bool, string) {
 		row, ok := c.stats(m)[store]
 		if !ok {
 			return false, "no stats row yet"

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/dev/chaos"
 	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // TestChaosWorkerCrashPointsLoseNoAcknowledgedRow is the crash-point campaign:
@@ -61,7 +62,7 @@ func TestChaosWorkerCrashPointsLoseNoAcknowledgedRow(t *testing.T) {
 	defer stopLoad()
 	load := startSegmentedLoad(ctx, t, c.workerURLs(), "crash")
 
-	c.waitFor(30*time.Second, "the master has finished a merge under load", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "the master has finished a merge under load", func() (bool, string) {
 		return c.tasksIn("done") > 0, fmt.Sprintf("%d acked", load.acked())
 	})
 

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 )
 
@@ -76,7 +77,7 @@ func TestChaosEtcdOutageKeepsDataServedAndSchedulingResumes(t *testing.T) {
 	readsDone := make(chan struct{})
 	go func() { defer close(readsDone); c.readProbes(ctx, probes, l, rollouts) }()
 
-	c.waitFor(30*time.Second, "the master merged under load", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "the master merged under load", func() (bool, string) {
 		return c.tasksIn("done") > 0, ""
 	})
 	time.Sleep(5 * time.Second) // the "before" window of the probes
@@ -89,7 +90,7 @@ func TestChaosEtcdOutageKeepsDataServedAndSchedulingResumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.waitFor(10*time.Second, "a merge task runs", func() (bool, string) { return c.runningTasks() > 0, "" })
+	testwait.ForEvery(c.t, 10*time.Second, poll, "a merge task runs", func() (bool, string) { return c.runningTasks() > 0, "" })
 	before := c.liveTasks()
 	oldLeases := c.workerLeases()
 	stopAt := time.Now()
@@ -115,7 +116,7 @@ func TestChaosEtcdOutageKeepsDataServedAndSchedulingResumes(t *testing.T) {
 	// for a TTL): registered again means a record under a new lease. The old
 	// records outlive etcd's restart by a TTL, which resets on a restart.
 	var registered time.Duration
-	c.waitFor(time.Minute, "every worker is registered again under a new lease", func() (bool, string) {
+	testwait.ForEvery(c.t, time.Minute, poll, "every worker is registered again under a new lease", func() (bool, string) {
 		now := c.workerLeases()
 		for _, id := range ids {
 			if l, ok := now[id]; !ok || l == oldLeases[id] {
@@ -135,7 +136,7 @@ func TestChaosEtcdOutageKeepsDataServedAndSchedulingResumes(t *testing.T) {
 		registered = max(registered, at.Sub(restartAt))
 	}
 	var firstTask time.Duration
-	c.waitFor(time.Minute, "a merge_wal task started after the outage succeeds", func() (bool, string) {
+	testwait.ForEvery(c.t, time.Minute, poll, "a merge_wal task started after the outage succeeds", func() (bool, string) {
 		for _, tk := range c.tasksNow() {
 			if tk.Kind == "merge_wal" && tk.State == "done" && tk.StartedAt.After(backAt) {
 				firstTask = tk.FinishedAt.Sub(backAt)
@@ -144,7 +145,7 @@ func TestChaosEtcdOutageKeepsDataServedAndSchedulingResumes(t *testing.T) {
 		}
 		return false, ""
 	})
-	c.waitFor(time.Minute, "every task of before the outage finished", func() (bool, string) {
+	testwait.ForEvery(c.t, time.Minute, poll, "every task of before the outage finished", func() (bool, string) {
 		now := map[string]task{}
 		for _, tk := range c.tasksNow() {
 			now[tk.ID] = tk
@@ -247,7 +248,7 @@ func (c *cluster) restartEtcd() {
 		c.t.Fatal("restartEtcd: etcd is still running")
 	}
 	c.etcd = startProc(c.t, c.dir, "etcd", c.bin.master, c.etcd.cmd.Args[1:], nil)
-	c.waitFor(30*time.Second, "etcd answers again", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "etcd answers again", func() (bool, string) {
 		if c.etcd.exited() {
 			c.t.Fatalf("master dev (etcd) exited: %v\n%s", c.etcd.err, c.etcd.tail(20))
 		}

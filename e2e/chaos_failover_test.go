@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/dev/chaos"
 	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // TestChaosStandbyMasterTakesOverARunningMerge is the master failover campaign:
@@ -76,7 +77,7 @@ func TestChaosStandbyMasterTakesOverARunningMerge(t *testing.T) {
 
 		anyMaster := c.masters[names[trial%2]]
 		id := c.requeueMerge(anyMaster, store)
-		c.waitFor(15*time.Second, "task "+id+" runs", func() (bool, string) {
+		testwait.ForEvery(c.t, 15*time.Second, poll, "task "+id+" runs", func() (bool, string) {
 			tk := c.taskRecord(id)
 			return tk.State == "running", tk.State
 		})
@@ -102,7 +103,7 @@ func TestChaosStandbyMasterTakesOverARunningMerge(t *testing.T) {
 
 		// Taken over: the target lock is created again, by a newer claim.
 		var claimAfter time.Duration
-		c.waitFor(30*time.Second, "another claim of task "+id, func() (bool, string) {
+		testwait.ForEvery(c.t, 30*time.Second, poll, "another claim of task "+id, func() (bool, string) {
 			tok := c.targetLock(store)
 			if tok > lock || c.taskRecord(id).State == "done" {
 				claimAfter = time.Since(killedAt)
@@ -111,7 +112,7 @@ func TestChaosStandbyMasterTakesOverARunningMerge(t *testing.T) {
 			return false, fmt.Sprintf("lock %d", tok)
 		})
 		var rec claimedTask
-		c.waitFor(time.Minute, "task "+id+" done after the takeover", func() (bool, string) {
+		testwait.ForEvery(c.t, time.Minute, poll, "task "+id+" done after the takeover", func() (bool, string) {
 			rec = c.taskRecord(id)
 			if rec.State == "failed" {
 				t.Fatalf("trial %d: task %s failed after the takeover: %s", trial, id, rec.Error)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/dev/chaos"
 	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 )
 
@@ -91,7 +92,7 @@ func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 	}()
 	// The stores are created before the faults go on: creation is not what this
 	// campaign measures, and the load generator stops if it fails.
-	c.waitFor(time.Minute, "the first rows are acknowledged", func() (bool, string) {
+	testwait.ForEvery(c.t, time.Minute, poll, "the first rows are acknowledged", func() (bool, string) {
 		acked, _ := l.counts()
 		return acked > 0, fmt.Sprintf("%d acked", acked)
 	})
@@ -234,7 +235,7 @@ func TestChaosStuckWorkerMergeIsBoundedAndNamed(t *testing.T) {
 			t.Errorf("load: %v", err)
 		}
 	}()
-	c.waitFor(time.Minute, "both targets have been merged once", func() (bool, string) {
+	testwait.ForEvery(c.t, time.Minute, poll, "both targets have been merged once", func() (bool, string) {
 		st := c.stats(m)
 		return st[stuckTarget].RowCount > 0 && st[freeTarget].RowCount > 0, fmt.Sprint(st)
 	})
@@ -251,7 +252,7 @@ func TestChaosStuckWorkerMergeIsBoundedAndNamed(t *testing.T) {
 	cc.add("MERGE_WAL_WORKER_TIMEOUT", workerTimeout)
 
 	var failedTask task
-	c.waitFor(workerTimeout+60*time.Second, "a merge_wal of "+stuckTarget+" fails naming w2", func() (bool, string) {
+	testwait.ForEvery(c.t, workerTimeout+60*time.Second, poll, "a merge_wal of "+stuckTarget+" fails naming w2", func() (bool, string) {
 		for _, tk := range c.tasksNow() {
 			if tk.Kind == "merge_wal" && tk.Target == stuckTarget && tk.State == "failed" && tk.StartedAt.After(hangStart) {
 				failedTask = tk

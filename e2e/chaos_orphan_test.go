@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // The orphan campaign's kill schedule: a SIGKILL every orphanKillMin plus up to
@@ -106,7 +107,7 @@ func TestChaosOrphanedShardsAreAdoptedAndLoseNoAcknowledgedRow(t *testing.T) {
 	monDone := make(chan struct{})
 	go func() { defer close(monDone); mon.run(monCtx) }()
 
-	c.waitFor(30*time.Second, "the clients have rows acknowledged", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "the clients have rows acknowledged", func() (bool, string) {
 		a, _ := led.counts()
 		return a > 0, fmt.Sprintf("%d acked", a)
 	})

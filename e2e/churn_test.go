@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // churnDuration is how long TestChurnOfOneStoreNameAcrossTwoWorkers hammers the
@@ -161,10 +162,10 @@ func TestChurnOfOneStoreNameAcrossTwoWorkers(t *testing.T) {
 	// notices; a list that answers is empty, every time (check fails at once
 	// otherwise), also after three flush sweeps, which would seal a stale memtable
 	// into the new life.
-	c.waitFor(10*time.Second, "the created-again store lists through both workers", check)
+	testwait.ForEvery(c.t, 10*time.Second, poll, "the created-again store lists through both workers", check)
 	time.Sleep(3 * time.Second)
 	strict = true
-	c.waitFor(10*time.Second, "the created-again store lists through both workers after the flush sweeps", check)
+	testwait.ForEvery(c.t, 10*time.Second, poll, "the created-again store lists through both workers after the flush sweeps", check)
 	logMergeOutcomes(t, c, "generic:"+name)
 }
 

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/internal/dev/chaos"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 )
 
@@ -162,7 +163,7 @@ func (k *killTest) round(i int, point string) {
 	// Midway: the compaction's chosen request hangs on one worker (the one the
 	// master called); its hook counts it.
 	var victim *workerProc
-	c.waitFor(30*time.Second, "the compaction hangs at its "+point+" point", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "the compaction hangs at its "+point+" point", func() (bool, string) {
 		for id := range k.faults {
 			if k.stats(id).Injected > baseline[id] {
 				victim = c.workers[id]
@@ -205,7 +206,7 @@ func (k *killTest) round(i int, point string) {
 	}
 
 	// A killed compaction is never reported done.
-	c.waitFor(30*time.Second, "the killed compact task fails", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "the killed compact task fails", func() (bool, string) {
 		tk := k.task(enq.Task.ID)
 		if tk.State == "done" {
 			t.Fatalf("round %d: the compact task whose worker was killed is done: %s", i, tk.Detail)
@@ -490,7 +491,7 @@ func (k *killTest) setFaultsAndWait(id string, spec chaos.Spec) chaos.Stats {
 	set := time.Now()
 	k.setFaults(id, spec)
 	var st chaos.Stats
-	k.c.waitFor(10*time.Second, id+"'s hook applies its faults", func() (bool, string) {
+	testwait.ForEvery(k.c.t, 10*time.Second, poll, id+"'s hook applies its faults", func() (bool, string) {
 		st = k.stats(id)
 		return st.UpdatedAt.After(set) && len(st.Spec.Rules) == len(spec.Rules), fmt.Sprintf("%d rules at %v", len(st.Spec.Rules), st.UpdatedAt)
 	})

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // TestConformanceOfAMasterProcessWithTheReferenceAPI drives real master and
@@ -79,7 +81,7 @@ func TestConformanceOfAMasterProcessWithTheReferenceAPI(t *testing.T) {
 		t.Errorf("enqueued_at %d is not a Unix millisecond time near %d", *task.EnqueuedAt, now)
 	}
 	id := *task.ID
-	c.waitFor(time.Minute, "the merge task is done", func() (bool, string) {
+	testwait.ForEvery(c.t, time.Minute, poll, "the merge task is done", func() (bool, string) {
 		task = taskRecord{}
 		a, err := send(&http.Client{Timeout: 10 * time.Second}, http.MethodGet, ref.base+"/tasks/"+id, "")
 		if err != nil || a.status != http.StatusOK || json.Unmarshal([]byte(a.body), &task) != nil || task.State == nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // TestReadsAtAVersionThroughWorkerProcesses drives real worker processes the way
@@ -82,7 +84,7 @@ func TestReadsAtAVersionThroughWorkerProcesses(t *testing.T) {
 	// Retention: one version, no age. A compact task's cleanup prunes v (once it
 	// is older than the safety window, so the wait is for that, with a deadline).
 	prefix := fmt.Sprintf("Version %d of Rollout store 'ver' is no longer retained; the oldest readable version is ", v)
-	c.waitFor(60*time.Second, "a compact task's cleanup pruned version "+fmt.Sprint(v), func() (bool, string) {
+	testwait.ForEvery(c.t, 60*time.Second, poll, "a compact task's cleanup pruned version "+fmt.Sprint(v), func() (bool, string) {
 		a, err := send(http.DefaultClient, http.MethodGet, fmt.Sprintf("%s/rollouts/ver/records?version=%d", r1.base, v), "")
 		if err != nil {
 			return false, err.Error()

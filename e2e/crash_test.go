@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // runningTasks counts the keys under P/running/.
@@ -84,7 +85,7 @@ func TestWorkerKilledDuringMergesLosesNoAcknowledgedRow(t *testing.T) {
 		loadDone <- st
 	}()
 
-	c.waitFor(30*time.Second, "the master has finished merges under load", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "the master has finished merges under load", func() (bool, string) {
 		return c.tasksIn("done") >= 2, ""
 	})
 	// Kill w2 while a merge task runs (the master calls w1, w2, w3 in turn).
@@ -142,7 +143,7 @@ func TestSecondMasterFinishesTheTaskOfAKilledMaster(t *testing.T) {
 	w3 := c.workers["w3"]
 	w3.signal(syscall.SIGSTOP)
 	id := c.requeueMerge(m1, store)
-	c.waitFor(10*time.Second, "task "+id+" runs on m1", func() (bool, string) {
+	testwait.ForEvery(c.t, 10*time.Second, poll, "task "+id+" runs on m1", func() (bool, string) {
 		tk := c.taskRecord(id)
 		return tk.State == "running", tk.State
 	})
@@ -154,7 +155,7 @@ func TestSecondMasterFinishesTheTaskOfAKilledMaster(t *testing.T) {
 	}
 
 	m2 := c.startMaster("m2", nil)
-	c.waitFor(45*time.Second, "m2 finishes task "+id, func() (bool, string) {
+	testwait.ForEvery(c.t, 45*time.Second, poll, "m2 finishes task "+id, func() (bool, string) {
 		tk := c.taskRecord(id)
 		if tk.State == "failed" {
 			t.Fatalf("task %s failed: %s", id, tk.Error)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // screenshotsEnv, if set, is the directory the dashboard test writes its
@@ -68,7 +70,7 @@ func eval[T any](b tab, expr string) T {
 func (b tab) until(what, expr string, timeout time.Duration) {
 	b.t.Helper()
 	var last error
-	waitFor(b.t, timeout, what+" ("+expr+")", func() (bool, string) {
+	testwait.ForEvery(b.t, timeout, poll, what+" ("+expr+")", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 		defer cancel()
 		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { try { return !!(`+expr+`); } catch (e) { return false; } })()`))
@@ -192,7 +194,7 @@ func (c *dashCluster) task(id string) string {
 // the next scan observed the writes.
 func (c *dashCluster) awaitScan(target string, before map[string]any) {
 	c.t.Helper()
-	waitFor(c.t, time.Minute, "a scan observes "+target, func() (bool, string) {
+	testwait.ForEvery(c.t, time.Minute, poll, "a scan observes "+target, func() (bool, string) {
 		row := c.stats()[target]
 		if row == nil {
 			return false, "no stats row yet"
@@ -260,7 +262,7 @@ func (c *dashCluster) seed(rounds int) {
 		}
 		c.awaitScan("prod-rollouts", before)
 	}
-	waitFor(c.t, time.Minute, "stats rows of every store", func() (bool, string) {
+	testwait.ForEvery(c.t, time.Minute, poll, "stats rows of every store", func() (bool, string) {
 		s := c.stats()
 		for _, tg := range []string{"demo", "eval-runs", "prod-rollouts", "rl-sweep-42", "generic:events"} {
 			if s[tg] == nil {
@@ -325,7 +327,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	c.seed(rounds)
 	if shots != "" {
 		c.backlog("backfill-2026", 400)
-		waitFor(t, time.Minute, "a scan sees the backlog", func() (bool, string) {
+		testwait.ForEvery(t, time.Minute, poll, "a scan sees the backlog", func() (bool, string) {
 			row := c.stats()["backfill-2026"]
 			n, _ := row["pending_wal_generations"].(float64)
 			return n >= 256, fmt.Sprint(row)
@@ -388,7 +390,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	id := eval[string](b, `document.querySelector("#action-result").dataset.task`)
 	row := fmt.Sprintf(`document.querySelector('#tasks-table tr[data-id="%s"]')`, id)
 	b.until("task "+id+" in the table", "!!"+row, 10*time.Second)
-	waitFor(t, 2*time.Minute, "task "+id+" shows as done on the page", func() (bool, string) {
+	testwait.ForEvery(t, 2*time.Minute, poll, "task "+id+" shows as done on the page", func() (bool, string) {
 		shown := eval[string](b, `(() => { const r = `+row+`; return r ? r.querySelector(".state").textContent : "no row"; })()`)
 		return shown == "done", fmt.Sprintf("page shows %q, the master has %s", shown, c.task(id))
 	})
@@ -418,7 +420,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	defer cli.Close()
 	evilTarget := `x` + markup
 	row2, _ := json.Marshal(map[string]any{"target": evilTarget, "kind": "rollout", "name": evilTarget, "pending_wal_generations": 3})
-	waitFor(t, time.Minute, "the stores page shows the store named with markup", func() (bool, string) {
+	testwait.ForEvery(t, time.Minute, poll, "the stores page shows the store named with markup", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := cli.Put(ctx, "/tidemark/stats/"+evilTarget, string(row2))
 		cancel()

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // devRun is one `master dev` process.
@@ -28,7 +30,7 @@ func startDev(t *testing.T, logDir, name string, args []string, env map[string]s
 	t.Helper()
 	d := &devRun{proc: startProc(t, logDir, name, build(t).master, append([]string{"dev"}, args...), env)}
 	t.Cleanup(func() { _ = d.stop(syscall.SIGINT, 60*time.Second) })
-	waitFor(t, time.Minute, name+" prints its banner", func() (bool, string) {
+	testwait.ForEvery(t, time.Minute, poll, name+" prints its banner", func() (bool, string) {
 		if d.exited() {
 			t.Fatalf("%s exited while starting: %v\n%s", name, d.err, d.tail(30))
 		}
@@ -143,7 +145,7 @@ func TestDevRunsAClusterWhoseExampleCommandsWork(t *testing.T) {
 	if id == nil || !strings.Contains(out, "merge_wal") {
 		t.Fatalf("%s\nprinted %q, want a merge_wal task", requeue, out)
 	}
-	waitFor(t, 30*time.Second, "the requeued merge shows as done in dev's output", func() (bool, string) {
+	testwait.ForEvery(t, 30*time.Second, poll, "the requeued merge shows as done in dev's output", func() (bool, string) {
 		log, _ := os.ReadFile(first.logPath)
 		return strings.Contains(string(log), "merge_wal demo done") && strings.Contains(string(log), id[1]), first.tail(3)
 	})

@@ -21,7 +21,7 @@
 // its own etcd, ports (freeAddr) and directories, and a child gets exactly the
 // environment its test gives it, so two clusters never share anything but the
 // machine. `-parallel` bounds the clusters running at once (GOMAXPROCS by
-// default); the tests wait for events with deadlines (waitFor), so a busier
+// default); the tests wait for events with deadlines (testwait), so a busier
 // machine makes them slower, not wrong. `go test -short` skips the
 // cluster tests. etcdctl is looked up in PATH, GOBIN and GOPATH/bin (`make
 // etcdctl` installs it); without it the tests that need it skip, or fail under

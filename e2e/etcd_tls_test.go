@@ -16,6 +16,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
 	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/internal/testutil/testcerts"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // authTokenTTL is the etcd auth token lifetime of the secured etcd: short, so that
@@ -132,7 +133,7 @@ func TestClusterRunsAgainstEtcdWithClientCertificatesAndAuthentication(t *testin
 	time.Sleep(time.Second)
 	srv.Restart(t)
 	for _, id := range ids {
-		c.waitFor(30*time.Second, "worker "+id+" registered after the etcd restart", func() (bool, string) {
+		testwait.ForEvery(c.t, 30*time.Second, poll, "worker "+id+" registered after the etcd restart", func() (bool, string) {
 			err := c.workerRegistered(id)
 			return err == nil, fmt.Sprint(err)
 		})
@@ -176,7 +177,7 @@ func (c *cluster) workerRegistered(id string) error {
 // awaitWorkersListed waits until the master's GET /api/v1/workers lists exactly ids.
 func (c *cluster) awaitWorkersListed(m *masterProc, ids []string) {
 	c.t.Helper()
-	c.waitFor(30*time.Second, fmt.Sprintf("master %s lists workers %v", m.name, ids), func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, fmt.Sprintf("master %s lists workers %v", m.name, ids), func() (bool, string) {
 		code, body, err := httpGet("http://" + m.httpAddr + "/api/v1/workers")
 		if err != nil || code != http.StatusOK {
 			return false, fmt.Sprintf("%d %s %v", code, body, err)

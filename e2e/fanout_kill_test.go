@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/dev/chaos"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // TestWorkerKilledBetweenPrepareAndCommitLosesNothing is issue 16's crash test of the
@@ -73,7 +74,7 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 		}
 		// The model: what every worker shows once they agree (each id's winner).
 		var want map[string]int
-		c.waitFor(30*time.Second, "every worker shows the same rows", func() (bool, string) {
+		testwait.ForEvery(c.t, 30*time.Second, poll, "every worker shows the same rows", func() (bool, string) {
 			var lists []map[string]int
 			for _, id := range ids {
 				l, err := listValues(c.workers[id].url() + records)
@@ -98,7 +99,7 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 		// The victim's log after this point: its prepare and (must not be) commit.
 		logFrom := len(readLog(t, v.logPath))
 		prepared := fmt.Sprintf("task %s: %s prepared", taskID, victim)
-		c.waitFor(time.Minute, prepared, func() (bool, string) {
+		testwait.ForEvery(c.t, time.Minute, poll, prepared, func() (bool, string) {
 			if tk := c.taskRecord(taskID); tk.State == "done" || tk.State == "failed" {
 				t.Fatalf("trial %d: task %s finished (%s %s %s) before %s prepared", trial, taskID, tk.State, tk.Detail, tk.Error, victim)
 			}
@@ -111,7 +112,7 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 			t.Fatalf("trial %d: %s committed before it was killed; the trial tests nothing", trial, victim)
 		}
 		t.Logf("trial %d: %s killed after its prepare, before its commit", trial, victim)
-		c.waitFor(2*time.Minute, "task "+taskID+" finishes", func() (bool, string) {
+		testwait.ForEvery(c.t, 2*time.Minute, poll, "task "+taskID+" finishes", func() (bool, string) {
 			tk := c.taskRecord(taskID)
 			return tk.State == "done" || tk.State == "failed", tk.State
 		})
@@ -120,10 +121,10 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 		c.startWorker(victim)
 
 		// The next task merges the victim's shard too.
-		c.waitFor(2*time.Minute, "a merge_wal task leaves nothing pending", func() (bool, string) {
+		testwait.ForEvery(c.t, 2*time.Minute, poll, "a merge_wal task leaves nothing pending", func() (bool, string) {
 			again := c.requeueMerge(m, name)
 			var tk claimedTask
-			c.waitFor(time.Minute, "task "+again+" finishes", func() (bool, string) {
+			testwait.ForEvery(c.t, time.Minute, poll, "task "+again+" finishes", func() (bool, string) {
 				tk = c.taskRecord(again)
 				return tk.State == "done" || tk.State == "failed", tk.State
 			})

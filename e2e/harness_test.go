@@ -25,6 +25,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // The binaries are built once per test run, into a directory removed at the end.
@@ -402,7 +403,7 @@ func newCluster(t *testing.T, workerEnv, masterEnv map[string]string) *cluster {
 		t.Fatal(err)
 	}
 	c.client = client
-	c.waitFor(30*time.Second, "etcd answers", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "etcd answers", func() (bool, string) {
 		if c.etcd.exited() {
 			t.Fatalf("master dev (etcd) exited: %v\n%s", c.etcd.err, c.etcd.tail(20))
 		}
@@ -495,7 +496,7 @@ func (c *cluster) startWorkerWith(id, bin string, extra map[string]string) *work
 	c.track(w.proc)
 	c.workers[id] = w
 	key := c.prefix + "/workers/" + id
-	c.waitFor(30*time.Second, "worker "+id+" serves and is registered", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "worker "+id+" serves and is registered", func() (bool, string) {
 		if w.exited() {
 			c.t.Fatalf("worker %s exited while starting: %v\n%s", id, w.err, w.tail(20))
 		}
@@ -548,7 +549,7 @@ func (c *cluster) startMaster(name string, extra map[string]string) *masterProc 
 	m.proc = startProc(c.t, c.dir, name, c.bin.master, []string{"serve"}, env)
 	c.track(m.proc)
 	c.masters[name] = m
-	c.waitFor(30*time.Second, "master "+name+" is healthy", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "master "+name+" is healthy", func() (bool, string) {
 		if m.exited() {
 			c.t.Fatalf("master %s exited while starting: %v\n%s", name, m.err, m.tail(20))
 		}
@@ -558,27 +559,10 @@ func (c *cluster) startMaster(name string, extra map[string]string) *masterProc 
 	return m
 }
 
-// waitFor polls cond every 100ms until it holds, failing the test with cond's
-// last status after timeout.
-func (c *cluster) waitFor(timeout time.Duration, what string, cond func() (bool, string)) {
-	c.t.Helper()
-	waitFor(c.t, timeout, what, cond)
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, status := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s; last: %s", timeout, what, status)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// poll is how often at most the tests check what they wait for
+// (testwait.ForEvery): a check is an HTTP round trip through real processes or a
+// process of its own (etcdctl, master admin).
+const poll = 100 * time.Millisecond
 
 // admin runs `master admin <args> --addr <master> -o json` with the cluster's
 // token (and TLS client settings) and returns stdout.
@@ -692,7 +676,7 @@ func (c *cluster) tasksNow() []task {
 // enqueued one more merge from stats older than the last merge).
 func (c *cluster) awaitNoLiveTask() {
 	c.t.Helper()
-	c.waitFor(30*time.Second, "no task is queued or running", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "no task is queued or running", func() (bool, string) {
 		for _, tk := range c.tasksNow() {
 			if tk.State == "queued" || tk.State == "running" {
 				return false, fmt.Sprintf("task %s (%s %s) is %s", tk.ID, tk.Kind, tk.Target, tk.State)
@@ -872,7 +856,7 @@ func (c *cluster) awaitMergedExactlyOnce(m *masterProc, l *ledger, kind loadgen.
 	l.mu.Lock()
 	acked, maybe := l.acked[kind], l.maybe[kind]
 	l.mu.Unlock()
-	c.waitFor(timeout, tg+" merged and readable exactly once through every worker", func() (bool, string) {
+	testwait.ForEvery(c.t, timeout, poll, tg+" merged and readable exactly once through every worker", func() (bool, string) {
 		var counts []int
 		for _, id := range sortedIDs(c.workers) {
 			w := c.workers[id]

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // TestMaintenanceBoundsATableAndKeepsEveryRow: two workers take sealed writes (new
@@ -115,7 +117,7 @@ func TestMaintenanceBoundsATableAndKeepsEveryRow(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // a merge (MERGE_WAL_INTERVAL 1s) every ten rounds or so
 	}
 
-	c.waitFor(90*time.Second, "merged, compacted and cleaned up: every row at its last value, few fragments, few manifests", func() (bool, string) {
+	testwait.ForEvery(c.t, 90*time.Second, poll, "merged, compacted and cleaned up: every row at its last value, few fragments, few manifests", func() (bool, string) {
 		for _, w := range []*workerProc{w1, w2} {
 			listed, err := listValues(w.url() + records)
 			if err != nil {

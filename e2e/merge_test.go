@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // workerURLs are the base URLs of the cluster's workers, in id order.
@@ -105,7 +106,7 @@ func TestMasterMergesRowsAddedThroughEveryWorker(t *testing.T) {
 			State, Detail, Error string
 		} `json:"task"`
 	}
-	c.waitFor(30*time.Second, "requeued task "+id+" is done", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "requeued task "+id+" is done", func() (bool, string) {
 		if err := json.Unmarshal(c.admin(m, "get", id), &got); err != nil {
 			return false, err.Error()
 		}

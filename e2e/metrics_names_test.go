@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // The reference system's metric names, scraped from a live worker and master:
@@ -102,12 +104,12 @@ func TestMetricsCarryTheReferenceSystemsNames(t *testing.T) {
 	if code, body, err := c.get(w.url() + "/api/v1/rollouts/metrics/records"); err != nil || code != http.StatusOK {
 		t.Fatalf("list: %d %s %v", code, body, err)
 	}
-	c.waitFor(30*time.Second, "the worker's cleanup sweeper merged", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "the worker's cleanup sweeper merged", func() (bool, string) {
 		_, body, err := c.get(w.url() + "/metrics")
 		return err == nil && bytes.Contains(body, []byte(`rollout_wal_cleanup_total{kind="rollout",result="merged"}`)), string(body)
 	})
 	id := c.requeueMerge(m, "metrics")
-	c.waitFor(30*time.Second, "the requeued merge ran", func() (bool, string) {
+	testwait.ForEvery(c.t, 30*time.Second, poll, "the requeued merge ran", func() (bool, string) {
 		_, body, err := c.get(c.base(m.httpAddr) + "/metrics")
 		return err == nil && bytes.Contains(body, []byte(`master_tasks_total{kind="merge_wal",result="success"} 1`)), id + "\n" + string(body)
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // A rolling restart's pace: rollingRounds replacements, one every rollingEvery.
@@ -100,7 +101,7 @@ func TestRollingRestartUnderNewIDsStrandsNothing(t *testing.T) {
 	live := f.live()
 	liveIDs := f.ids()
 	tgt := target(loadgen.KindGeneric, store)
-	c.waitFor(90*time.Second, "every acknowledged row listed once through every live worker, nothing pending, only live workers' shards active", func() (bool, string) {
+	testwait.ForEvery(c.t, 90*time.Second, poll, "every acknowledged row listed once through every live worker, nothing pending, only live workers' shards active", func() (bool, string) {
 		for _, w := range live {
 			ids, err := listIDs(w.url(), loadgen.KindGeneric, store)
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // orphanGrace is the masters' ORPHAN_GRACE in these tests: a little less than a
@@ -55,7 +56,7 @@ func TestAShardWhoseWorkerNeverReturnsIsAdoptedAndItsRowsAppearOnce(t *testing.T
 	killed := time.Now()
 
 	tgt := target(loadgen.KindGeneric, store)
-	c.waitFor(90*time.Second, "w3's shard is adopted: every row once through w1 and w2, nothing pending, w3 retired", func() (bool, string) {
+	testwait.ForEvery(c.t, 90*time.Second, poll, "w3's shard is adopted: every row once through w1 and w2, nothing pending, w3 retired", func() (bool, string) {
 		for _, w := range []*workerProc{w1, w2} {
 			ids, err := listIDs(w.url(), loadgen.KindGeneric, store)
 			if err != nil {
@@ -85,7 +86,7 @@ func TestAShardWhoseWorkerNeverReturnsIsAdoptedAndItsRowsAppearOnce(t *testing.T
 	for i := range 5 {
 		add(w3, fmt.Sprintf("back-%02d", i), true)
 	}
-	c.waitFor(60*time.Second, "every row once after w3 returned", func() (bool, string) {
+	testwait.ForEvery(c.t, 60*time.Second, poll, "every row once after w3 returned", func() (bool, string) {
 		for _, w := range []*workerProc{w1, w2, w3} {
 			ids, err := listIDs(w.url(), loadgen.KindGeneric, store)
 			if err != nil {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/internal/dev/chaos"
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // TestReadsDuringAnotherWorkersMergeNeverGoBack runs the setup that showed the read
@@ -97,7 +98,7 @@ func TestReadsDuringAnotherWorkersMergeNeverGoBack(t *testing.T) {
 		}
 		t.Logf("cycle %d: %d adds through w2 done (%v since start)", cycle, len(bodies), time.Since(start).Round(time.Millisecond))
 		// Wait until w1 shows every one of them: from here on they must never go back.
-		c.waitFor(30*time.Second, "w1 shows the rows sealed through w2", func() (bool, string) {
+		testwait.ForEvery(c.t, 30*time.Second, poll, "w1 shows the rows sealed through w2", func() (bool, string) {
 			listed, err := listValues(w1.url() + records)
 			if err != nil {
 				return false, err.Error()

@@ -2,7 +2,8 @@
 // condition with a deadline instead of sleeping for a fixed time or spinning
 // without one.
 //
-// Invariants: a condition that holds is seen within MaxInterval of holding; a
+// Invariants: a condition that holds is seen within MaxInterval of holding (the
+// interval of ForEvery, for a costly condition); a
 // condition that never holds fails the test after its timeout, naming what was
 // awaited and the last reason the condition gave, instead of hanging until the
 // test binary's timeout. The timeout is a liveness bound, never a timing
@@ -28,8 +29,18 @@ const (
 // the test (it calls t.Fatalf).
 func For(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
+	ForEvery(t, timeout, MaxInterval, what, cond)
+}
+
+// ForEvery is For with checks at most interval apart instead of MaxInterval: for a
+// condition that costs a process or a round trip through processes (the e2e
+// suite's: an etcdctl, a `master admin`, an HTTP request to every worker), which
+// MaxInterval would run a hundred times a second beside the processes it waits
+// for.
+func ForEvery(t testing.TB, timeout, interval time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
-	interval := MinInterval
+	wait := min(MinInterval, interval)
 	for {
 		ok, reason := cond()
 		if ok {
@@ -41,8 +52,8 @@ func For(t testing.TB, timeout time.Duration, what string, cond func() (bool, st
 			}
 			t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, reason)
 		}
-		time.Sleep(interval)
-		interval = min(2*interval, MaxInterval)
+		time.Sleep(wait)
+		wait = min(2*wait, interval)
 	}
 }
 

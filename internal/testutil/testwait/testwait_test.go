@@ -66,6 +66,27 @@ func TestForFailsAfterTheTimeoutWithTheLastReason(t *testing.T) {
 	}
 }
 
+// A costly condition (a process, a round trip through a cluster) is not run in
+// the hot loop For's MaxInterval would give it.
+func TestForEveryChecksNoMoreOftenThanItsInterval(t *testing.T) {
+	var n atomic.Int32
+	start := time.Now()
+	msg := run(func(tb testing.TB) {
+		ForEvery(tb, 10*time.Second, 100*time.Millisecond, "300 ms", func() (bool, string) {
+			n.Add(1)
+			return time.Since(start) >= 300*time.Millisecond, ""
+		})
+	})
+	if msg != "" {
+		t.Fatalf("failed: %s", msg)
+	}
+	// 1, 2, 4, ... 64 ms apart, then 100 ms: about 10 checks in 300 ms; a
+	// loaded machine only sleeps longer. For would check about 35 times.
+	if got := n.Load(); got > 12 {
+		t.Fatalf("checked %d times in 300 ms, want at most 12 at 100 ms apart", got)
+	}
+}
+
 func TestUntilFailsWithoutAReason(t *testing.T) {
 	msg := run(func(tb testing.TB) {
 		Until(tb, time.Millisecond, "nothing", func() bool { return false })
