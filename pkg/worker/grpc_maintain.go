@@ -60,6 +60,8 @@ func (w *WorkerService) Maintain(ctx context.Context, req *tidemarkv1.MaintainRe
 		WrittenBytes:       r.Compaction.BytesWritten,
 		DeletedObjects:     int64(r.Table.ManifestsDeleted + r.Table.FilesDeleted + r.WAL.ManifestsDeleted + r.WAL.FilesDeleted),
 		DeletedBytes:       r.Table.BytesDeleted + r.WAL.BytesDeleted,
+		DeletedVersions:    int64(r.Table.ManifestsDeleted),
+		DeletedFiles:       int64(r.Table.FilesDeleted + r.WAL.ManifestsDeleted + r.WAL.FilesDeleted),
 		DroppedFragments:   int64(r.Dropped),
 		DroppedRows:        r.DroppedRows,
 	}

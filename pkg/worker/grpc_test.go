@@ -666,6 +666,10 @@ func TestMaintainIsFencedLikeMergesAndReportsItsWork(t *testing.T) {
 	if resp.GetCompactedFragments() != 3 || resp.GetWrittenFragments() != 1 || !strings.Contains(resp.GetSummary(), "compacted 3 fragments into 1") {
 		t.Fatalf("compact answered %v", resp)
 	}
+	if resp.GetDeletedVersions()+resp.GetDeletedFiles() != resp.GetDeletedObjects() {
+		t.Errorf("compact answered %d versions and %d files deleted, which are not its %d objects",
+			resp.GetDeletedVersions(), resp.GetDeletedFiles(), resp.GetDeletedObjects())
+	}
 	if n := testutil.ToFloat64(e.metrics.Compactions.WithLabelValues("success")); n != 1 {
 		t.Errorf("rollout_compaction_total{result=success} = %v, want 1", n)
 	}

@@ -10,13 +10,12 @@
 package tidemarkv1
 
 import (
-	reflect "reflect"
-	sync "sync"
-	unsafe "unsafe"
-
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
+	reflect "reflect"
+	sync "sync"
+	unsafe "unsafe"
 )
 
 const (
@@ -54,7 +53,11 @@ type Task struct {
 	// claim_token is the token of the claim the task runs under, while running.
 	ClaimToken string `protobuf:"bytes,12,opt,name=claim_token,json=claimToken,proto3" json:"claim_token,omitempty"`
 	// fencing_token is the fencing token of the claim that finished the task.
-	FencingToken  int64 `protobuf:"varint,13,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	FencingToken int64 `protobuf:"varint,13,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// stats are what detail says, as numbers: read them, not detail, whose words
+	// may change. Always set; all zero until the task finishes, and for a task
+	// recorded before stats existed.
+	Stats         *TaskStats `protobuf:"bytes,14,opt,name=stats,proto3" json:"stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -180,6 +183,222 @@ func (x *Task) GetFencingToken() int64 {
 	return 0
 }
 
+func (x *Task) GetStats() *TaskStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// TaskStats counts what a run of a task did. Each kind fills the fields it knows:
+// merge_wal the workers, generations, rows and adoptions; compact the fragments,
+// rows, versions, files and bytes; verify and repair the objects checked, the
+// problems found and what a repair dropped. The names are those of the task
+// record's "stats" in etcd (P/tasks/<id>) and in the HTTP task API.
+type TaskStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// workers a merge_wal fan-out set out to call (the live workers); of them,
+	// workers_merged answered with their merge, workers_skipped could not be
+	// reached before they admitted a call, workers_failed answered with an error
+	// or failed to prepare.
+	Workers        int64 `protobuf:"varint,1,opt,name=workers,proto3" json:"workers,omitempty"`
+	WorkersMerged  int64 `protobuf:"varint,2,opt,name=workers_merged,json=workersMerged,proto3" json:"workers_merged,omitempty"`
+	WorkersSkipped int64 `protobuf:"varint,3,opt,name=workers_skipped,json=workersSkipped,proto3" json:"workers_skipped,omitempty"`
+	WorkersFailed  int64 `protobuf:"varint,4,opt,name=workers_failed,json=workersFailed,proto3" json:"workers_failed,omitempty"`
+	// generations_merged and rows_merged are what the workers' merges of their own
+	// shards folded into the base table (adoptions not included).
+	GenerationsMerged int64 `protobuf:"varint,5,opt,name=generations_merged,json=generationsMerged,proto3" json:"generations_merged,omitempty"`
+	RowsMerged        int64 `protobuf:"varint,6,opt,name=rows_merged,json=rowsMerged,proto3" json:"rows_merged,omitempty"`
+	// shards_adopted counts orphaned shards a live worker adopted.
+	ShardsAdopted int64 `protobuf:"varint,7,opt,name=shards_adopted,json=shardsAdopted,proto3" json:"shards_adopted,omitempty"`
+	// fragments_compacted were rewritten into fragments_written, carrying
+	// rows_rewritten live rows over and dropping deleted_rows_dropped deleted ones.
+	FragmentsCompacted int64 `protobuf:"varint,8,opt,name=fragments_compacted,json=fragmentsCompacted,proto3" json:"fragments_compacted,omitempty"`
+	FragmentsWritten   int64 `protobuf:"varint,9,opt,name=fragments_written,json=fragmentsWritten,proto3" json:"fragments_written,omitempty"`
+	RowsRewritten      int64 `protobuf:"varint,10,opt,name=rows_rewritten,json=rowsRewritten,proto3" json:"rows_rewritten,omitempty"`
+	DeletedRowsDropped int64 `protobuf:"varint,11,opt,name=deleted_rows_dropped,json=deletedRowsDropped,proto3" json:"deleted_rows_dropped,omitempty"`
+	// versions_deleted are base table versions retention let go; files_deleted
+	// every other object no kept version referenced (fragments, deletion vectors,
+	// indexes, WAL shard manifests and files); bytes_reclaimed the bytes of both.
+	VersionsDeleted int64 `protobuf:"varint,12,opt,name=versions_deleted,json=versionsDeleted,proto3" json:"versions_deleted,omitempty"`
+	FilesDeleted    int64 `protobuf:"varint,13,opt,name=files_deleted,json=filesDeleted,proto3" json:"files_deleted,omitempty"`
+	BytesReclaimed  int64 `protobuf:"varint,14,opt,name=bytes_reclaimed,json=bytesReclaimed,proto3" json:"bytes_reclaimed,omitempty"`
+	// objects_checked by a verify or repair, problems_found among them, and what a
+	// repair dropped for them.
+	ObjectsChecked   int64 `protobuf:"varint,15,opt,name=objects_checked,json=objectsChecked,proto3" json:"objects_checked,omitempty"`
+	ProblemsFound    int64 `protobuf:"varint,16,opt,name=problems_found,json=problemsFound,proto3" json:"problems_found,omitempty"`
+	FragmentsDropped int64 `protobuf:"varint,17,opt,name=fragments_dropped,json=fragmentsDropped,proto3" json:"fragments_dropped,omitempty"`
+	RowsDropped      int64 `protobuf:"varint,18,opt,name=rows_dropped,json=rowsDropped,proto3" json:"rows_dropped,omitempty"`
+	// base_version is the base table version the task's last commit created; 0 if
+	// it committed nothing.
+	BaseVersion   uint64 `protobuf:"varint,19,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskStats) Reset() {
+	*x = TaskStats{}
+	mi := &file_tidemark_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskStats) ProtoMessage() {}
+
+func (x *TaskStats) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskStats.ProtoReflect.Descriptor instead.
+func (*TaskStats) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TaskStats) GetWorkers() int64 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *TaskStats) GetWorkersMerged() int64 {
+	if x != nil {
+		return x.WorkersMerged
+	}
+	return 0
+}
+
+func (x *TaskStats) GetWorkersSkipped() int64 {
+	if x != nil {
+		return x.WorkersSkipped
+	}
+	return 0
+}
+
+func (x *TaskStats) GetWorkersFailed() int64 {
+	if x != nil {
+		return x.WorkersFailed
+	}
+	return 0
+}
+
+func (x *TaskStats) GetGenerationsMerged() int64 {
+	if x != nil {
+		return x.GenerationsMerged
+	}
+	return 0
+}
+
+func (x *TaskStats) GetRowsMerged() int64 {
+	if x != nil {
+		return x.RowsMerged
+	}
+	return 0
+}
+
+func (x *TaskStats) GetShardsAdopted() int64 {
+	if x != nil {
+		return x.ShardsAdopted
+	}
+	return 0
+}
+
+func (x *TaskStats) GetFragmentsCompacted() int64 {
+	if x != nil {
+		return x.FragmentsCompacted
+	}
+	return 0
+}
+
+func (x *TaskStats) GetFragmentsWritten() int64 {
+	if x != nil {
+		return x.FragmentsWritten
+	}
+	return 0
+}
+
+func (x *TaskStats) GetRowsRewritten() int64 {
+	if x != nil {
+		return x.RowsRewritten
+	}
+	return 0
+}
+
+func (x *TaskStats) GetDeletedRowsDropped() int64 {
+	if x != nil {
+		return x.DeletedRowsDropped
+	}
+	return 0
+}
+
+func (x *TaskStats) GetVersionsDeleted() int64 {
+	if x != nil {
+		return x.VersionsDeleted
+	}
+	return 0
+}
+
+func (x *TaskStats) GetFilesDeleted() int64 {
+	if x != nil {
+		return x.FilesDeleted
+	}
+	return 0
+}
+
+func (x *TaskStats) GetBytesReclaimed() int64 {
+	if x != nil {
+		return x.BytesReclaimed
+	}
+	return 0
+}
+
+func (x *TaskStats) GetObjectsChecked() int64 {
+	if x != nil {
+		return x.ObjectsChecked
+	}
+	return 0
+}
+
+func (x *TaskStats) GetProblemsFound() int64 {
+	if x != nil {
+		return x.ProblemsFound
+	}
+	return 0
+}
+
+func (x *TaskStats) GetFragmentsDropped() int64 {
+	if x != nil {
+		return x.FragmentsDropped
+	}
+	return 0
+}
+
+func (x *TaskStats) GetRowsDropped() int64 {
+	if x != nil {
+		return x.RowsDropped
+	}
+	return 0
+}
+
+func (x *TaskStats) GetBaseVersion() uint64 {
+	if x != nil {
+		return x.BaseVersion
+	}
+	return 0
+}
+
 type EnqueueTaskRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Kind   string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
@@ -193,7 +412,7 @@ type EnqueueTaskRequest struct {
 
 func (x *EnqueueTaskRequest) Reset() {
 	*x = EnqueueTaskRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[1]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -205,7 +424,7 @@ func (x *EnqueueTaskRequest) String() string {
 func (*EnqueueTaskRequest) ProtoMessage() {}
 
 func (x *EnqueueTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[1]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -218,7 +437,7 @@ func (x *EnqueueTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueTaskRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueTaskRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *EnqueueTaskRequest) GetKind() string {
@@ -254,7 +473,7 @@ type EnqueueTaskResponse struct {
 
 func (x *EnqueueTaskResponse) Reset() {
 	*x = EnqueueTaskResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[2]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +485,7 @@ func (x *EnqueueTaskResponse) String() string {
 func (*EnqueueTaskResponse) ProtoMessage() {}
 
 func (x *EnqueueTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[2]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +498,7 @@ func (x *EnqueueTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueTaskResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueTaskResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EnqueueTaskResponse) GetTask() *Task {
@@ -305,7 +524,7 @@ type RequeueMergeRequest struct {
 
 func (x *RequeueMergeRequest) Reset() {
 	*x = RequeueMergeRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[3]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +536,7 @@ func (x *RequeueMergeRequest) String() string {
 func (*RequeueMergeRequest) ProtoMessage() {}
 
 func (x *RequeueMergeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[3]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +549,7 @@ func (x *RequeueMergeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueMergeRequest.ProtoReflect.Descriptor instead.
 func (*RequeueMergeRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RequeueMergeRequest) GetTarget() string {
@@ -350,7 +569,7 @@ type RequeueMergeResponse struct {
 
 func (x *RequeueMergeResponse) Reset() {
 	*x = RequeueMergeResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[4]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -362,7 +581,7 @@ func (x *RequeueMergeResponse) String() string {
 func (*RequeueMergeResponse) ProtoMessage() {}
 
 func (x *RequeueMergeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[4]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -375,7 +594,7 @@ func (x *RequeueMergeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueMergeResponse.ProtoReflect.Descriptor instead.
 func (*RequeueMergeResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RequeueMergeResponse) GetTask() *Task {
@@ -401,7 +620,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[5]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +632,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[5]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +645,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -445,7 +664,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[6]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +676,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[6]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +689,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -498,7 +717,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[7]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +729,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[7]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +742,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListTasksRequest) GetState() string {
@@ -579,7 +798,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[8]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +810,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[8]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +823,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -630,7 +849,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[9]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +861,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[9]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +874,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -674,7 +893,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[10]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +905,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[10]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +918,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -744,7 +963,7 @@ type StatsRow struct {
 
 func (x *StatsRow) Reset() {
 	*x = StatsRow{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[11]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +975,7 @@ func (x *StatsRow) String() string {
 func (*StatsRow) ProtoMessage() {}
 
 func (x *StatsRow) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[11]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +988,7 @@ func (x *StatsRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRow.ProtoReflect.Descriptor instead.
 func (*StatsRow) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StatsRow) GetTarget() string {
@@ -869,7 +1088,7 @@ type MissingShard struct {
 
 func (x *MissingShard) Reset() {
 	*x = MissingShard{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +1100,7 @@ func (x *MissingShard) String() string {
 func (*MissingShard) ProtoMessage() {}
 
 func (x *MissingShard) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1113,7 @@ func (x *MissingShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MissingShard.ProtoReflect.Descriptor instead.
 func (*MissingShard) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MissingShard) GetShard() string {
@@ -937,7 +1156,7 @@ type ListStatsRequest struct {
 
 func (x *ListStatsRequest) Reset() {
 	*x = ListStatsRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1168,7 @@ func (x *ListStatsRequest) String() string {
 func (*ListStatsRequest) ProtoMessage() {}
 
 func (x *ListStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1181,7 @@ func (x *ListStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStatsRequest.ProtoReflect.Descriptor instead.
 func (*ListStatsRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListStatsRequest) GetPageSize() int32 {
@@ -989,7 +1208,7 @@ type ListStatsResponse struct {
 
 func (x *ListStatsResponse) Reset() {
 	*x = ListStatsResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1220,7 @@ func (x *ListStatsResponse) String() string {
 func (*ListStatsResponse) ProtoMessage() {}
 
 func (x *ListStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1233,7 @@ func (x *ListStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStatsResponse.ProtoReflect.Descriptor instead.
 func (*ListStatsResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListStatsResponse) GetStats() []*StatsRow {
@@ -1041,7 +1260,7 @@ type RescanRequest struct {
 
 func (x *RescanRequest) Reset() {
 	*x = RescanRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1272,7 @@ func (x *RescanRequest) String() string {
 func (*RescanRequest) ProtoMessage() {}
 
 func (x *RescanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1285,7 @@ func (x *RescanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescanRequest.ProtoReflect.Descriptor instead.
 func (*RescanRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RescanRequest) GetTarget() string {
@@ -1089,7 +1308,7 @@ type RescanResponse struct {
 
 func (x *RescanResponse) Reset() {
 	*x = RescanResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1320,7 @@ func (x *RescanResponse) String() string {
 func (*RescanResponse) ProtoMessage() {}
 
 func (x *RescanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1333,7 @@ func (x *RescanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescanResponse.ProtoReflect.Descriptor instead.
 func (*RescanResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RescanResponse) GetObserved() int64 {
@@ -1146,7 +1365,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1377,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1390,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 type ListWorkersResponse struct {
@@ -1183,7 +1402,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1414,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1427,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -1236,7 +1455,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[19]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1467,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[19]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1480,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WorkerInfo) GetInstanceId() string {
@@ -1318,7 +1537,7 @@ type ForceAdoptRequest struct {
 
 func (x *ForceAdoptRequest) Reset() {
 	*x = ForceAdoptRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[20]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1549,7 @@ func (x *ForceAdoptRequest) String() string {
 func (*ForceAdoptRequest) ProtoMessage() {}
 
 func (x *ForceAdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[20]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1562,7 @@ func (x *ForceAdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceAdoptRequest.ProtoReflect.Descriptor instead.
 func (*ForceAdoptRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ForceAdoptRequest) GetTarget() string {
@@ -1375,7 +1594,7 @@ type ForceAdoptResponse struct {
 
 func (x *ForceAdoptResponse) Reset() {
 	*x = ForceAdoptResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[21]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1606,7 @@ func (x *ForceAdoptResponse) String() string {
 func (*ForceAdoptResponse) ProtoMessage() {}
 
 func (x *ForceAdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[21]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1619,7 @@ func (x *ForceAdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceAdoptResponse.ProtoReflect.Descriptor instead.
 func (*ForceAdoptResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ForceAdoptResponse) GetTask() *Task {
@@ -1428,7 +1647,7 @@ var File_tidemark_v1_admin_proto protoreflect.FileDescriptor
 
 const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17tidemark/v1/admin.proto\x12\vtidemark.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbc\x03\n" +
+	"\x17tidemark/v1/admin.proto\x12\vtidemark.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xea\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -1448,7 +1667,30 @@ const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"\battempts\x18\v \x01(\x05R\battempts\x12\x1f\n" +
 	"\vclaim_token\x18\f \x01(\tR\n" +
 	"claimToken\x12#\n" +
-	"\rfencing_token\x18\r \x01(\x03R\ffencingToken\"_\n" +
+	"\rfencing_token\x18\r \x01(\x03R\ffencingToken\x12,\n" +
+	"\x05stats\x18\x0e \x01(\v2\x16.tidemark.v1.TaskStatsR\x05stats\"\x86\x06\n" +
+	"\tTaskStats\x12\x18\n" +
+	"\aworkers\x18\x01 \x01(\x03R\aworkers\x12%\n" +
+	"\x0eworkers_merged\x18\x02 \x01(\x03R\rworkersMerged\x12'\n" +
+	"\x0fworkers_skipped\x18\x03 \x01(\x03R\x0eworkersSkipped\x12%\n" +
+	"\x0eworkers_failed\x18\x04 \x01(\x03R\rworkersFailed\x12-\n" +
+	"\x12generations_merged\x18\x05 \x01(\x03R\x11generationsMerged\x12\x1f\n" +
+	"\vrows_merged\x18\x06 \x01(\x03R\n" +
+	"rowsMerged\x12%\n" +
+	"\x0eshards_adopted\x18\a \x01(\x03R\rshardsAdopted\x12/\n" +
+	"\x13fragments_compacted\x18\b \x01(\x03R\x12fragmentsCompacted\x12+\n" +
+	"\x11fragments_written\x18\t \x01(\x03R\x10fragmentsWritten\x12%\n" +
+	"\x0erows_rewritten\x18\n" +
+	" \x01(\x03R\rrowsRewritten\x120\n" +
+	"\x14deleted_rows_dropped\x18\v \x01(\x03R\x12deletedRowsDropped\x12)\n" +
+	"\x10versions_deleted\x18\f \x01(\x03R\x0fversionsDeleted\x12#\n" +
+	"\rfiles_deleted\x18\r \x01(\x03R\ffilesDeleted\x12'\n" +
+	"\x0fbytes_reclaimed\x18\x0e \x01(\x03R\x0ebytesReclaimed\x12'\n" +
+	"\x0fobjects_checked\x18\x0f \x01(\x03R\x0eobjectsChecked\x12%\n" +
+	"\x0eproblems_found\x18\x10 \x01(\x03R\rproblemsFound\x12+\n" +
+	"\x11fragments_dropped\x18\x11 \x01(\x03R\x10fragmentsDropped\x12!\n" +
+	"\frows_dropped\x18\x12 \x01(\x03R\vrowsDropped\x12!\n" +
+	"\fbase_version\x18\x13 \x01(\x04R\vbaseVersion\"_\n" +
 	"\x12EnqueueTaskRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x1d\n" +
@@ -1562,77 +1804,79 @@ func file_tidemark_v1_admin_proto_rawDescGZIP() []byte {
 	return file_tidemark_v1_admin_proto_rawDescData
 }
 
-var file_tidemark_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_tidemark_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_tidemark_v1_admin_proto_goTypes = []any{
 	(*Task)(nil),                  // 0: tidemark.v1.Task
-	(*EnqueueTaskRequest)(nil),    // 1: tidemark.v1.EnqueueTaskRequest
-	(*EnqueueTaskResponse)(nil),   // 2: tidemark.v1.EnqueueTaskResponse
-	(*RequeueMergeRequest)(nil),   // 3: tidemark.v1.RequeueMergeRequest
-	(*RequeueMergeResponse)(nil),  // 4: tidemark.v1.RequeueMergeResponse
-	(*GetTaskRequest)(nil),        // 5: tidemark.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 6: tidemark.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 7: tidemark.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 8: tidemark.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),     // 9: tidemark.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),    // 10: tidemark.v1.CancelTaskResponse
-	(*StatsRow)(nil),              // 11: tidemark.v1.StatsRow
-	(*MissingShard)(nil),          // 12: tidemark.v1.MissingShard
-	(*ListStatsRequest)(nil),      // 13: tidemark.v1.ListStatsRequest
-	(*ListStatsResponse)(nil),     // 14: tidemark.v1.ListStatsResponse
-	(*RescanRequest)(nil),         // 15: tidemark.v1.RescanRequest
-	(*RescanResponse)(nil),        // 16: tidemark.v1.RescanResponse
-	(*ListWorkersRequest)(nil),    // 17: tidemark.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),   // 18: tidemark.v1.ListWorkersResponse
-	(*WorkerInfo)(nil),            // 19: tidemark.v1.WorkerInfo
-	(*ForceAdoptRequest)(nil),     // 20: tidemark.v1.ForceAdoptRequest
-	(*ForceAdoptResponse)(nil),    // 21: tidemark.v1.ForceAdoptResponse
-	nil,                           // 22: tidemark.v1.StatsRow.PendingByShardEntry
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*TaskStats)(nil),             // 1: tidemark.v1.TaskStats
+	(*EnqueueTaskRequest)(nil),    // 2: tidemark.v1.EnqueueTaskRequest
+	(*EnqueueTaskResponse)(nil),   // 3: tidemark.v1.EnqueueTaskResponse
+	(*RequeueMergeRequest)(nil),   // 4: tidemark.v1.RequeueMergeRequest
+	(*RequeueMergeResponse)(nil),  // 5: tidemark.v1.RequeueMergeResponse
+	(*GetTaskRequest)(nil),        // 6: tidemark.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 7: tidemark.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),      // 8: tidemark.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 9: tidemark.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),     // 10: tidemark.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),    // 11: tidemark.v1.CancelTaskResponse
+	(*StatsRow)(nil),              // 12: tidemark.v1.StatsRow
+	(*MissingShard)(nil),          // 13: tidemark.v1.MissingShard
+	(*ListStatsRequest)(nil),      // 14: tidemark.v1.ListStatsRequest
+	(*ListStatsResponse)(nil),     // 15: tidemark.v1.ListStatsResponse
+	(*RescanRequest)(nil),         // 16: tidemark.v1.RescanRequest
+	(*RescanResponse)(nil),        // 17: tidemark.v1.RescanResponse
+	(*ListWorkersRequest)(nil),    // 18: tidemark.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),   // 19: tidemark.v1.ListWorkersResponse
+	(*WorkerInfo)(nil),            // 20: tidemark.v1.WorkerInfo
+	(*ForceAdoptRequest)(nil),     // 21: tidemark.v1.ForceAdoptRequest
+	(*ForceAdoptResponse)(nil),    // 22: tidemark.v1.ForceAdoptResponse
+	nil,                           // 23: tidemark.v1.StatsRow.PendingByShardEntry
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_tidemark_v1_admin_proto_depIdxs = []int32{
-	23, // 0: tidemark.v1.Task.enqueued_at:type_name -> google.protobuf.Timestamp
-	23, // 1: tidemark.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	23, // 2: tidemark.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	0,  // 3: tidemark.v1.EnqueueTaskResponse.task:type_name -> tidemark.v1.Task
-	0,  // 4: tidemark.v1.RequeueMergeResponse.task:type_name -> tidemark.v1.Task
-	0,  // 5: tidemark.v1.GetTaskResponse.task:type_name -> tidemark.v1.Task
-	0,  // 6: tidemark.v1.ListTasksResponse.tasks:type_name -> tidemark.v1.Task
-	0,  // 7: tidemark.v1.CancelTaskResponse.task:type_name -> tidemark.v1.Task
-	22, // 8: tidemark.v1.StatsRow.pending_by_shard:type_name -> tidemark.v1.StatsRow.PendingByShardEntry
-	23, // 9: tidemark.v1.StatsRow.last_updated:type_name -> google.protobuf.Timestamp
-	23, // 10: tidemark.v1.StatsRow.scanned_at:type_name -> google.protobuf.Timestamp
-	12, // 11: tidemark.v1.StatsRow.missing_shards:type_name -> tidemark.v1.MissingShard
-	23, // 12: tidemark.v1.MissingShard.missing_since:type_name -> google.protobuf.Timestamp
-	23, // 13: tidemark.v1.MissingShard.orphaned_at:type_name -> google.protobuf.Timestamp
-	11, // 14: tidemark.v1.ListStatsResponse.stats:type_name -> tidemark.v1.StatsRow
-	11, // 15: tidemark.v1.RescanResponse.stats:type_name -> tidemark.v1.StatsRow
-	19, // 16: tidemark.v1.ListWorkersResponse.workers:type_name -> tidemark.v1.WorkerInfo
-	23, // 17: tidemark.v1.WorkerInfo.started_at:type_name -> google.protobuf.Timestamp
-	0,  // 18: tidemark.v1.ForceAdoptResponse.task:type_name -> tidemark.v1.Task
-	12, // 19: tidemark.v1.ForceAdoptResponse.shard:type_name -> tidemark.v1.MissingShard
-	1,  // 20: tidemark.v1.AdminService.EnqueueTask:input_type -> tidemark.v1.EnqueueTaskRequest
-	3,  // 21: tidemark.v1.AdminService.RequeueMerge:input_type -> tidemark.v1.RequeueMergeRequest
-	5,  // 22: tidemark.v1.AdminService.GetTask:input_type -> tidemark.v1.GetTaskRequest
-	7,  // 23: tidemark.v1.AdminService.ListTasks:input_type -> tidemark.v1.ListTasksRequest
-	9,  // 24: tidemark.v1.AdminService.CancelTask:input_type -> tidemark.v1.CancelTaskRequest
-	13, // 25: tidemark.v1.AdminService.ListStats:input_type -> tidemark.v1.ListStatsRequest
-	15, // 26: tidemark.v1.AdminService.Rescan:input_type -> tidemark.v1.RescanRequest
-	17, // 27: tidemark.v1.AdminService.ListWorkers:input_type -> tidemark.v1.ListWorkersRequest
-	20, // 28: tidemark.v1.AdminService.ForceAdopt:input_type -> tidemark.v1.ForceAdoptRequest
-	2,  // 29: tidemark.v1.AdminService.EnqueueTask:output_type -> tidemark.v1.EnqueueTaskResponse
-	4,  // 30: tidemark.v1.AdminService.RequeueMerge:output_type -> tidemark.v1.RequeueMergeResponse
-	6,  // 31: tidemark.v1.AdminService.GetTask:output_type -> tidemark.v1.GetTaskResponse
-	8,  // 32: tidemark.v1.AdminService.ListTasks:output_type -> tidemark.v1.ListTasksResponse
-	10, // 33: tidemark.v1.AdminService.CancelTask:output_type -> tidemark.v1.CancelTaskResponse
-	14, // 34: tidemark.v1.AdminService.ListStats:output_type -> tidemark.v1.ListStatsResponse
-	16, // 35: tidemark.v1.AdminService.Rescan:output_type -> tidemark.v1.RescanResponse
-	18, // 36: tidemark.v1.AdminService.ListWorkers:output_type -> tidemark.v1.ListWorkersResponse
-	21, // 37: tidemark.v1.AdminService.ForceAdopt:output_type -> tidemark.v1.ForceAdoptResponse
-	29, // [29:38] is the sub-list for method output_type
-	20, // [20:29] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	24, // 0: tidemark.v1.Task.enqueued_at:type_name -> google.protobuf.Timestamp
+	24, // 1: tidemark.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	24, // 2: tidemark.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	1,  // 3: tidemark.v1.Task.stats:type_name -> tidemark.v1.TaskStats
+	0,  // 4: tidemark.v1.EnqueueTaskResponse.task:type_name -> tidemark.v1.Task
+	0,  // 5: tidemark.v1.RequeueMergeResponse.task:type_name -> tidemark.v1.Task
+	0,  // 6: tidemark.v1.GetTaskResponse.task:type_name -> tidemark.v1.Task
+	0,  // 7: tidemark.v1.ListTasksResponse.tasks:type_name -> tidemark.v1.Task
+	0,  // 8: tidemark.v1.CancelTaskResponse.task:type_name -> tidemark.v1.Task
+	23, // 9: tidemark.v1.StatsRow.pending_by_shard:type_name -> tidemark.v1.StatsRow.PendingByShardEntry
+	24, // 10: tidemark.v1.StatsRow.last_updated:type_name -> google.protobuf.Timestamp
+	24, // 11: tidemark.v1.StatsRow.scanned_at:type_name -> google.protobuf.Timestamp
+	13, // 12: tidemark.v1.StatsRow.missing_shards:type_name -> tidemark.v1.MissingShard
+	24, // 13: tidemark.v1.MissingShard.missing_since:type_name -> google.protobuf.Timestamp
+	24, // 14: tidemark.v1.MissingShard.orphaned_at:type_name -> google.protobuf.Timestamp
+	12, // 15: tidemark.v1.ListStatsResponse.stats:type_name -> tidemark.v1.StatsRow
+	12, // 16: tidemark.v1.RescanResponse.stats:type_name -> tidemark.v1.StatsRow
+	20, // 17: tidemark.v1.ListWorkersResponse.workers:type_name -> tidemark.v1.WorkerInfo
+	24, // 18: tidemark.v1.WorkerInfo.started_at:type_name -> google.protobuf.Timestamp
+	0,  // 19: tidemark.v1.ForceAdoptResponse.task:type_name -> tidemark.v1.Task
+	13, // 20: tidemark.v1.ForceAdoptResponse.shard:type_name -> tidemark.v1.MissingShard
+	2,  // 21: tidemark.v1.AdminService.EnqueueTask:input_type -> tidemark.v1.EnqueueTaskRequest
+	4,  // 22: tidemark.v1.AdminService.RequeueMerge:input_type -> tidemark.v1.RequeueMergeRequest
+	6,  // 23: tidemark.v1.AdminService.GetTask:input_type -> tidemark.v1.GetTaskRequest
+	8,  // 24: tidemark.v1.AdminService.ListTasks:input_type -> tidemark.v1.ListTasksRequest
+	10, // 25: tidemark.v1.AdminService.CancelTask:input_type -> tidemark.v1.CancelTaskRequest
+	14, // 26: tidemark.v1.AdminService.ListStats:input_type -> tidemark.v1.ListStatsRequest
+	16, // 27: tidemark.v1.AdminService.Rescan:input_type -> tidemark.v1.RescanRequest
+	18, // 28: tidemark.v1.AdminService.ListWorkers:input_type -> tidemark.v1.ListWorkersRequest
+	21, // 29: tidemark.v1.AdminService.ForceAdopt:input_type -> tidemark.v1.ForceAdoptRequest
+	3,  // 30: tidemark.v1.AdminService.EnqueueTask:output_type -> tidemark.v1.EnqueueTaskResponse
+	5,  // 31: tidemark.v1.AdminService.RequeueMerge:output_type -> tidemark.v1.RequeueMergeResponse
+	7,  // 32: tidemark.v1.AdminService.GetTask:output_type -> tidemark.v1.GetTaskResponse
+	9,  // 33: tidemark.v1.AdminService.ListTasks:output_type -> tidemark.v1.ListTasksResponse
+	11, // 34: tidemark.v1.AdminService.CancelTask:output_type -> tidemark.v1.CancelTaskResponse
+	15, // 35: tidemark.v1.AdminService.ListStats:output_type -> tidemark.v1.ListStatsResponse
+	17, // 36: tidemark.v1.AdminService.Rescan:output_type -> tidemark.v1.RescanResponse
+	19, // 37: tidemark.v1.AdminService.ListWorkers:output_type -> tidemark.v1.ListWorkersResponse
+	22, // 38: tidemark.v1.AdminService.ForceAdopt:output_type -> tidemark.v1.ForceAdoptResponse
+	30, // [30:39] is the sub-list for method output_type
+	21, // [21:30] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_tidemark_v1_admin_proto_init() }
@@ -1646,7 +1890,7 @@ func file_tidemark_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tidemark_v1_admin_proto_rawDesc), len(file_tidemark_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -675,9 +675,14 @@ type MaintainResponse struct {
 	RewrittenRows      int64 `protobuf:"varint,6,opt,name=rewritten_rows,json=rewrittenRows,proto3" json:"rewritten_rows,omitempty"`
 	DroppedDeletedRows int64 `protobuf:"varint,7,opt,name=dropped_deleted_rows,json=droppedDeletedRows,proto3" json:"dropped_deleted_rows,omitempty"`
 	WrittenBytes       int64 `protobuf:"varint,8,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
-	// Cleanup: objects (manifests and files) deleted and their bytes.
-	DeletedObjects int64 `protobuf:"varint,9,opt,name=deleted_objects,json=deletedObjects,proto3" json:"deleted_objects,omitempty"`
-	DeletedBytes   int64 `protobuf:"varint,10,opt,name=deleted_bytes,json=deletedBytes,proto3" json:"deleted_bytes,omitempty"`
+	// Cleanup: objects (manifests and files) deleted and their bytes;
+	// deleted_objects is deleted_versions (base table manifests) plus
+	// deleted_files (everything else: fragments, deletion vectors, indexes, WAL
+	// shard manifests and files).
+	DeletedObjects  int64 `protobuf:"varint,9,opt,name=deleted_objects,json=deletedObjects,proto3" json:"deleted_objects,omitempty"`
+	DeletedBytes    int64 `protobuf:"varint,10,opt,name=deleted_bytes,json=deletedBytes,proto3" json:"deleted_bytes,omitempty"`
+	DeletedVersions int64 `protobuf:"varint,15,opt,name=deleted_versions,json=deletedVersions,proto3" json:"deleted_versions,omitempty"`
+	DeletedFiles    int64 `protobuf:"varint,16,opt,name=deleted_files,json=deletedFiles,proto3" json:"deleted_files,omitempty"`
 	// Verify and repair: objects checked, problems found ("<path>: missing", ...),
 	// and what a repair dropped.
 	CheckedObjects   int64    `protobuf:"varint,11,opt,name=checked_objects,json=checkedObjects,proto3" json:"checked_objects,omitempty"`
@@ -784,6 +789,20 @@ func (x *MaintainResponse) GetDeletedObjects() int64 {
 func (x *MaintainResponse) GetDeletedBytes() int64 {
 	if x != nil {
 		return x.DeletedBytes
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetDeletedVersions() int64 {
+	if x != nil {
+		return x.DeletedVersions
+	}
+	return 0
+}
+
+func (x *MaintainResponse) GetDeletedFiles() int64 {
+	if x != nil {
+		return x.DeletedFiles
 	}
 	return 0
 }
@@ -1145,7 +1164,7 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\x0fMaintainRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12#\n" +
-	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\"\xaf\x04\n" +
+	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\"\xff\x04\n" +
 	"\x10MaintainResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
@@ -1158,7 +1177,9 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\rwritten_bytes\x18\b \x01(\x03R\fwrittenBytes\x12'\n" +
 	"\x0fdeleted_objects\x18\t \x01(\x03R\x0edeletedObjects\x12#\n" +
 	"\rdeleted_bytes\x18\n" +
-	" \x01(\x03R\fdeletedBytes\x12'\n" +
+	" \x01(\x03R\fdeletedBytes\x12)\n" +
+	"\x10deleted_versions\x18\x0f \x01(\x03R\x0fdeletedVersions\x12#\n" +
+	"\rdeleted_files\x18\x10 \x01(\x03R\fdeletedFiles\x12'\n" +
 	"\x0fchecked_objects\x18\v \x01(\x03R\x0echeckedObjects\x12\x1a\n" +
 	"\bproblems\x18\f \x03(\tR\bproblems\x12+\n" +
 	"\x11dropped_fragments\x18\r \x01(\x03R\x10droppedFragments\x12!\n" +
