@@ -128,7 +128,7 @@ type IngestResult struct {
 	AppendFailures, SealFailures int
 	// Tasks counts the merge_wal tasks the master's sweep enqueued and ran;
 	// EmptyTasks merged nothing, FailedTasks failed. TaskTimes are their run times
-	// (claim to finish), MergedByTasks the generations their details report.
+	// (claim to finish), MergedByTasks the generations their stats report.
 	Tasks, EmptyTasks, FailedTasks int
 	TaskTimes                      Quantiles
 	MergedByTasks                  int64
@@ -442,10 +442,10 @@ func (r *IngestResult) readTasks(ctx context.Context, ts *tasks.Queue) error {
 					r.FirstError = t.Error
 				}
 			}
-			var n int64
-			if _, err := fmt.Sscanf(t.Detail, "merged %d", &n); err == nil {
-				r.MergedByTasks += n
-				if n == 0 {
+			// Workers > 0: the fan-out ran and counted (not a skipped or refused task).
+			if s := t.Stats; s.Workers > 0 {
+				r.MergedByTasks += s.GenerationsMerged
+				if s.GenerationsMerged == 0 {
 					r.EmptyTasks++
 				}
 			}

@@ -447,7 +447,7 @@ func runTaskCycles(ctx context.Context, env *Env, cfg ThroughputConfig, res *Thr
 		if err != nil {
 			return err
 		}
-		t, err := ts.Finish(ctx, c, tasks.Result{Detail: "bench"})
+		t, err := ts.Finish(ctx, c, tasks.Result{Report: tasks.Report{Detail: "bench"}})
 		if err != nil {
 			return err
 		}

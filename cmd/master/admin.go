@@ -382,20 +382,36 @@ func writeTask(w io.Writer, t *tidemarkv1.Task, dedup *bool) {
 	if t.GetFencingToken() != 0 {
 		line("fencing_token", strconv.FormatInt(t.GetFencingToken(), 10))
 	}
+	line("stats", taskStats(t.GetStats()))
 	line("detail", orDash(t.GetDetail()))
 	line("error", orDash(t.GetError()))
 }
 
 func writeTaskTable(w io.Writer, list []*tidemarkv1.Task) {
-	fmt.Fprintln(w, "ID\tKIND\tTARGET\tSTATE\tATTEMPTS\tENQUEUED\tFINISHED\tRESULT")
+	fmt.Fprintln(w, "ID\tKIND\tTARGET\tSTATE\tATTEMPTS\tENQUEUED\tFINISHED\tSTATS\tRESULT")
 	for _, t := range list {
 		result := t.GetDetail()
 		if t.GetError() != "" {
 			result = t.GetError()
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t.GetId(), t.GetKind(), t.GetTarget(), t.GetState(),
-			t.GetAttempts(), when(t.GetEnqueuedAt()), when(t.GetFinishedAt()), orDash(oneLine(result)))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.GetId(), t.GetKind(), t.GetTarget(), t.GetState(),
+			t.GetAttempts(), when(t.GetEnqueuedAt()), when(t.GetFinishedAt()), taskStats(t.GetStats()), orDash(oneLine(result)))
 	}
+}
+
+// taskStats is a task's non-zero stats as name=value pairs, in the order and
+// with the names of TaskStats (those of -o json and of the etcd record), "-"
+// when it has none: "workers=3 workers_merged=3 generations_merged=12".
+func taskStats(s *tidemarkv1.TaskStats) string {
+	m := s.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	var pairs []string
+	for i := range fields.Len() {
+		if fd := fields.Get(i); m.Has(fd) {
+			pairs = append(pairs, fmt.Sprintf("%s=%v", fd.Name(), m.Get(fd).Interface()))
+		}
+	}
+	return orDash(strings.Join(pairs, " "))
 }
 
 func writeStatsTable(w io.Writer, rows []*tidemarkv1.StatsRow) {

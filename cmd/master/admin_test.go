@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"strings"
 	"sync"
@@ -60,6 +61,23 @@ func (f *fakeAdmin) ForceAdopt(_ context.Context, req *tidemarkv1.ForceAdoptRequ
 		Shard: &tidemarkv1.MissingShard{Shard: req.GetShard(), MissingSince: timestamppb.New(fakeSince),
 			OrphanedAt: timestamppb.New(fakeSince.Add(time.Second)), Orphaned: true},
 	}, nil
+}
+
+// fakeMerge is a finished merge_wal task with stats; fakeQueued one without.
+var (
+	fakeMerge = &tidemarkv1.Task{Id: "0192-merge", Kind: "merge_wal", Target: "r1", State: "done",
+		Detail: "merged 12 generations across 3/3 workers", EnqueuedAt: timestamppb.New(fakeSince),
+		Stats: &tidemarkv1.TaskStats{Workers: 3, WorkersMerged: 3, GenerationsMerged: 12, RowsMerged: 4096, BaseVersion: 7}}
+	fakeQueued = &tidemarkv1.Task{Id: "0192-queued", Kind: "compact", Target: "r1", State: "queued",
+		EnqueuedAt: timestamppb.New(fakeSince), Stats: &tidemarkv1.TaskStats{}}
+)
+
+func (f *fakeAdmin) GetTask(context.Context, *tidemarkv1.GetTaskRequest) (*tidemarkv1.GetTaskResponse, error) {
+	return &tidemarkv1.GetTaskResponse{Task: fakeMerge}, nil
+}
+
+func (f *fakeAdmin) ListTasks(context.Context, *tidemarkv1.ListTasksRequest) (*tidemarkv1.ListTasksResponse, error) {
+	return &tidemarkv1.ListTasksResponse{Tasks: []*tidemarkv1.Task{fakeMerge, fakeQueued}}, nil
 }
 
 func (f *fakeAdmin) requests() []*tidemarkv1.ForceAdoptRequest {
@@ -160,5 +178,42 @@ func TestAdminAdoptPrintsTheShardAndTheTask(t *testing.T) {
 
 	if _, _, err := admin("adopt", "r1"); err == nil || !strings.Contains(err.Error(), "2 arg") {
 		t.Errorf("adopt with one argument: err = %v, want a usage error", err)
+	}
+}
+
+// A task's stats are shown as fields, with the names of the etcd record and of
+// -o json, in the single task's lines and in a column of the task list.
+func TestAdminTasksShowTheirStats(t *testing.T) {
+	addr, _ := serveFakeAdmin(t)
+	admin := func(args ...string) string {
+		t.Helper()
+		out, _, err := run(t, append([]string{"admin", "--addr", addr, "--timeout", "10s"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	const stats = "workers=3 workers_merged=3 generations_merged=12 rows_merged=4096 base_version=7"
+	if out := admin("get", "0192-merge"); fieldOf(out, "stats") != stats {
+		t.Errorf("get printed stats %q, want %q:\n%s", fieldOf(out, "stats"), stats, out)
+	}
+	lines := strings.Split(strings.TrimSpace(admin("list")), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "STATS") || !strings.Contains(lines[1], stats) || !strings.Contains(lines[2], " - ") {
+		t.Errorf("list: want a STATS column with the merge's stats and - for the queued task:\n%s", strings.Join(lines, "\n"))
+	}
+	out := admin("-o", "json", "list")
+	var resp tidemarkv1.ListTasksResponse
+	if err := protojson.Unmarshal([]byte(out), &resp); err != nil || resp.GetTasks()[0].GetStats().GetGenerationsMerged() != 12 {
+		t.Errorf("list -o json (%v):\n%s", err, out)
+	}
+	// Every stat is there, a zero one too: one shape for scripts.
+	var shape struct {
+		Tasks []struct {
+			Stats map[string]any `json:"stats"`
+		} `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(out), &shape); err != nil || len(shape.Tasks) != 2 ||
+		shape.Tasks[0].Stats["generations_merged"] != "12" || shape.Tasks[1].Stats["shards_adopted"] != "0" {
+		t.Errorf("list -o json (%v): want every task's stats by name, zeros included:\n%s", err, out)
 	}
 }

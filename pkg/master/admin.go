@@ -489,6 +489,33 @@ func TaskProto(t tasks.Task) *tidemarkv1.Task {
 		Attempts:     int32(t.Attempts),
 		ClaimToken:   t.ClaimToken,
 		FencingToken: t.FencingToken,
+		Stats:        TaskStatsProto(t.Stats),
+	}
+}
+
+// TaskStatsProto converts a task's stats; a task without any converts to a
+// message of zeros, so every task answers the same shape.
+func TaskStatsProto(s tasks.Stats) *tidemarkv1.TaskStats {
+	return &tidemarkv1.TaskStats{
+		Workers:            s.Workers,
+		WorkersMerged:      s.WorkersMerged,
+		WorkersSkipped:     s.WorkersSkipped,
+		WorkersFailed:      s.WorkersFailed,
+		GenerationsMerged:  s.GenerationsMerged,
+		RowsMerged:         s.RowsMerged,
+		ShardsAdopted:      s.ShardsAdopted,
+		FragmentsCompacted: s.FragmentsCompacted,
+		FragmentsWritten:   s.FragmentsWritten,
+		RowsRewritten:      s.RowsRewritten,
+		DeletedRowsDropped: s.DeletedRowsDropped,
+		VersionsDeleted:    s.VersionsDeleted,
+		FilesDeleted:       s.FilesDeleted,
+		BytesReclaimed:     s.BytesReclaimed,
+		ObjectsChecked:     s.ObjectsChecked,
+		ProblemsFound:      s.ProblemsFound,
+		FragmentsDropped:   s.FragmentsDropped,
+		RowsDropped:        s.RowsDropped,
+		BaseVersion:        s.BaseVersion,
 	}
 }
 

@@ -216,7 +216,7 @@ func TestCancelOnlyQueuedTasks(t *testing.T) {
 	}
 	_, err = c.CancelTask(ctx, &tidemarkv1.CancelTaskRequest{Id: enq.Task.Id})
 	wantCode(t, "cancel running", err, codes.FailedPrecondition, enq.Task.Id, "running")
-	if _, err := e.ts.Finish(ctx, claim, tasks.Result{Detail: "merged 0 generations across 0/0 workers"}); err != nil {
+	if _, err := e.ts.Finish(ctx, claim, tasks.Result{Report: tasks.Report{Detail: "merged 0 generations across 0/0 workers"}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.CancelTask(ctx, &tidemarkv1.CancelTaskRequest{Id: enq.Task.Id})

@@ -266,5 +266,27 @@ func (c *GRPCCaller) Maintain(ctx context.Context, w Worker, kind tasks.Kind, ta
 	if err != nil {
 		return MaintainResult{}, err
 	}
-	return MaintainResult{Summary: resp.GetSummary(), Problems: resp.GetProblems()}, nil
+	return MaintainResult{Summary: resp.GetSummary(), Stats: maintainStats(resp), Problems: resp.GetProblems()}, nil
+}
+
+// maintainStats are the counts of a worker's maintenance answer.
+func maintainStats(resp *tidemarkv1.MaintainResponse) tasks.Stats {
+	files := resp.GetDeletedFiles()
+	if files+resp.GetDeletedVersions() == 0 {
+		files = resp.GetDeletedObjects() // a worker older than the split says only the sum
+	}
+	return tasks.Stats{
+		FragmentsCompacted: resp.GetCompactedFragments(),
+		FragmentsWritten:   resp.GetWrittenFragments(),
+		RowsRewritten:      resp.GetRewrittenRows(),
+		DeletedRowsDropped: resp.GetDroppedDeletedRows(),
+		VersionsDeleted:    resp.GetDeletedVersions(),
+		FilesDeleted:       files,
+		BytesReclaimed:     resp.GetDeletedBytes(),
+		ObjectsChecked:     resp.GetCheckedObjects(),
+		ProblemsFound:      int64(len(resp.GetProblems())),
+		FragmentsDropped:   resp.GetDroppedFragments(),
+		RowsDropped:        resp.GetDroppedRows(),
+		BaseVersion:        resp.GetBaseVersion(),
+	}
 }

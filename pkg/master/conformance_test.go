@@ -443,7 +443,7 @@ func claimDone(t *testing.T, e *adminEnv, id string) {
 	if err != nil || c.Task.ID != id {
 		t.Fatalf("claim = %+v, %v; want task %s", c, err, id)
 	}
-	if _, err := e.ts.Finish(e.ctx, c, tasks.Result{Detail: "removed 2 / added 1 fragments"}); err != nil {
+	if _, err := e.ts.Finish(e.ctx, c, tasks.Result{Report: tasks.Report{Detail: "removed 2 / added 1 fragments"}}); err != nil {
 		t.Fatal(err)
 	}
 }

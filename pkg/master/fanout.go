@@ -134,17 +134,17 @@ func anyWorker(ctx context.Context, d Discovery) error {
 // the scheduler what became of the task: Gone (a worker answered that the store is
 // deleted) skips it, Halt (a worker found a corrupt object) fails it and cools the
 // target down, anything else fails it for the next sweep to retry.
-func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
+func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) {
 	target := c.Task.Target
 	workers, err := f.Discovery.Workers(ctx)
 	if err != nil {
-		return "", fmt.Errorf("discover workers: %w", err)
+		return tasks.Report{}, fmt.Errorf("discover workers: %w", err)
 	}
 	if r, ok := f.Caller.(connRetainer); ok {
 		r.Retain(workers)
 	}
 	if len(workers) == 0 {
-		return "", ErrNoLiveWorkers // they all left between Ready and the claim
+		return tasks.Report{}, ErrNoLiveWorkers // they all left between Ready and the claim
 	}
 	log := f.Logger
 	if log == nil {
@@ -170,12 +170,23 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 		err = f.serial(ctx, c, live, t, log)
 	}
 	if err != nil {
-		return "", err
+		return tasks.Report{}, err
 	}
-	detail := fmt.Sprintf("merged %s across %d/%s", count(t.merged, "generation"), t.ok, count(int64(len(workers)), "worker"))
+	report := tasks.Report{Stats: tasks.Stats{
+		Workers:           int64(len(workers)),
+		WorkersMerged:     int64(t.ok),
+		WorkersSkipped:    int64(len(t.unavailable)),
+		WorkersFailed:     int64(len(t.corrupt) + len(t.failures)),
+		GenerationsMerged: t.merged,
+		RowsMerged:        t.rows,
+		ShardsAdopted:     int64(adopted),
+		BaseVersion:       t.version,
+	}}
+	s := report.Stats
+	report.Detail = fmt.Sprintf("merged %s across %d/%s", count(s.GenerationsMerged, "generation"), s.WorkersMerged, count(s.Workers, "worker"))
 	failures := t.failures
 	if adopted > 0 || len(adoptErrs) > 0 {
-		detail += fmt.Sprintf("; adopted %s", count(int64(adopted), "orphaned shard"))
+		report.Detail += fmt.Sprintf("; adopted %s", count(s.ShardsAdopted, "orphaned shard"))
 		failures = append(failures, adoptErrs...)
 	}
 	if len(t.corrupt) > 0 {
@@ -186,16 +197,18 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 		failures = append(failures, fmt.Errorf("unavailable: %s", strings.Join(t.unavailable, ", ")))
 	}
 	if len(failures) > 0 {
-		return detail, fmt.Errorf("%s; %w", detail, errors.Join(failures...))
+		return report, fmt.Errorf("%s; %w", report.Detail, errors.Join(failures...))
 	}
-	return detail, nil
+	return report, nil
 }
 
 // tally is what a fan-out's worker calls came to.
 type tally struct {
 	total       int // workers discovery listed
 	ok          int
-	merged      int64
+	merged      int64 // generations
+	rows        int64
+	version     uint64 // the base table version the latest commit created
 	unavailable []string
 	corrupt     []error
 	failures    []error // workers skipped for an error that did not stop the task
@@ -253,6 +266,8 @@ func (f *FanOut) call(ctx context.Context, w Worker, what string, t *tally, log 
 	}
 	t.ok++
 	t.merged += r.Generations
+	t.rows += r.Rows
+	t.version = max(t.version, r.BaseVersion)
 	log.Info("merge_wal: worker merged", "worker", w.InstanceID, "generations", r.Generations, "rows", r.Rows, "reclaimed", r.Reclaimed)
 	return nil
 }

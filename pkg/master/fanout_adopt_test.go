@@ -73,12 +73,15 @@ func TestFanOutAdoptsFirstAndPassesOverAnUnreachableAdopter(t *testing.T) {
 	defer caller.Close()
 	f := &FanOut{Discovery: workers, Caller: caller, orphans: o,
 		Row: func(context.Context, string) (stats.Row, error) { return row, nil }}
-	detail, err := f.Run(context.Background(), claimFor("generic:gs", 7))
+	report, err := f.Run(context.Background(), claimFor("generic:gs", 7))
 	if err == nil || !strings.Contains(err.Error(), "unavailable: dead") {
 		t.Fatalf("err %v: want the task failed naming the unreachable worker", err)
 	}
-	if !strings.Contains(detail, "adopted 1 orphaned shard") {
-		t.Fatalf("detail %q: want the shard adopted", detail)
+	if !strings.Contains(report.Detail, "adopted 1 orphaned shard") {
+		t.Fatalf("detail %q: want the shard adopted", report.Detail)
+	}
+	if report.Stats.ShardsAdopted != 1 {
+		t.Fatalf("stats %+v: want 1 shard adopted", report.Stats)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -185,7 +185,7 @@ func (tr *trio) worker(name string) *countingWorker {
 }
 
 // run fans claimFor("s", 7) out over w0, middle and w2 with f's settings.
-func (tr *trio) run(t *testing.T, middle Worker, f *FanOut) (string, error) {
+func (tr *trio) run(t *testing.T, middle Worker, f *FanOut) (tasks.Report, error) {
 	f.Discovery = StaticDiscovery{startWorker(t, tr.w0), middle, startWorker(t, tr.w2)}
 	f.Caller = tr.caller
 	return f.Run(context.Background(), claimFor("s", 7))
@@ -217,12 +217,19 @@ func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
 			caller := NewGRPCCaller(GRPCCallerConfig{})
 			defer caller.Close()
 			f := &FanOut{Discovery: workers, Caller: caller, Mode: mode}
-			detail, err := f.Run(context.Background(), claimFor("generic:gs", 42))
+			report, err := f.Run(context.Background(), claimFor("generic:gs", 42))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if detail != "merged 6 generations across 3/3 workers" {
-				t.Fatalf("detail %q", detail)
+			if report.Detail != "merged 6 generations across 3/3 workers" {
+				t.Fatalf("detail %q", report.Detail)
+			}
+			want := tasks.Stats{Workers: 3, WorkersMerged: 3, GenerationsMerged: 6, RowsMerged: 30}
+			if mode == FanOutTwoPhase {
+				want.BaseVersion = 13 // the last of the commits' versions 11, 12, 13
+			}
+			if report.Stats != want {
+				t.Fatalf("stats %+v, want %+v", report.Stats, want)
 			}
 			if maxSeen.Load() != 1 {
 				t.Fatalf("max commits in flight %d, want 1", maxSeen.Load())
@@ -331,12 +338,12 @@ func TestTwoPhaseCommitsWhileLaterWorkersStillPrepare(t *testing.T) {
 				once.Do(func() { close(committed) })
 			}
 		}}
-	detail, err := f.Run(context.Background(), claimFor("s", 7))
+	report, err := f.Run(context.Background(), claimFor("s", 7))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if detail != "merged 4 generations across 2/2 workers" {
-		t.Fatalf("detail %q", detail)
+	if report.Detail != "merged 4 generations across 2/2 workers" {
+		t.Fatalf("detail %q", report.Detail)
 	}
 	if got := fmt.Sprint(commits.get()); got != "[w0@0 w1@0]" {
 		t.Fatalf("commits %s, want [w0@0 w1@0]", got)
@@ -355,12 +362,15 @@ func (w *failingPreparer) PrepareMerge(context.Context, *tidemarkv1.PrepareMerge
 func TestTwoPhaseSkipsAWorkerThatFailedToPrepare(t *testing.T) {
 	tr := newTrio(t, GRPCCallerConfig{})
 	w0, w1, w2 := tr.w0, &failingPreparer{tr.worker("w1")}, tr.w2
-	detail, err := tr.run(t, serve(t, "w1", w1), &FanOut{})
+	report, err := tr.run(t, serve(t, "w1", w1), &FanOut{})
 	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "merge budget gone") {
 		t.Fatalf("got %v, want the task failed naming w1's prepare", err)
 	}
-	if detail != "merged 4 generations across 2/3 workers" {
-		t.Fatalf("detail %q", detail)
+	if report.Detail != "merged 4 generations across 2/3 workers" {
+		t.Fatalf("detail %q", report.Detail)
+	}
+	if want := (tasks.Stats{Workers: 3, WorkersMerged: 2, WorkersFailed: 1, GenerationsMerged: 4, RowsMerged: 20}); report.Stats != want {
+		t.Fatalf("stats %+v, want %+v", report.Stats, want)
 	}
 	if w0.calls.Load() != 1 || w2.calls.Load() != 1 || w1.calls.Load() != 0 {
 		t.Fatalf("commits w0 %d, w1 %d, w2 %d; want 1, 0, 1", w0.calls.Load(), w1.calls.Load(), w2.calls.Load())
@@ -383,12 +393,15 @@ func TestErroringWorkerStopsTheFanOutAndFailsTheTask(t *testing.T) {
 func TestUnreachableWorkerIsSkippedAndNamed(t *testing.T) {
 	tr := newTrio(t, GRPCCallerConfig{DialTimeout: 500 * time.Millisecond})
 	w2 := tr.w2
-	detail, err := tr.run(t, Worker{InstanceID: "w1", GRPCAddr: deadAddr(t)}, &FanOut{})
+	report, err := tr.run(t, Worker{InstanceID: "w1", GRPCAddr: deadAddr(t)}, &FanOut{})
 	if err == nil || !strings.Contains(err.Error(), "unavailable: w1") {
 		t.Fatalf("got %v, want the task failed naming the unavailable w1", err)
 	}
-	if detail != "merged 4 generations across 2/3 workers" {
-		t.Fatalf("detail %q", detail)
+	if report.Detail != "merged 4 generations across 2/3 workers" {
+		t.Fatalf("detail %q", report.Detail)
+	}
+	if want := (tasks.Stats{Workers: 3, WorkersMerged: 2, WorkersSkipped: 1, GenerationsMerged: 4, RowsMerged: 20}); report.Stats != want {
+		t.Fatalf("stats %+v, want %+v", report.Stats, want)
 	}
 	if w2.calls.Load() != 1 {
 		t.Fatal("the worker after the unreachable one was not called")
@@ -493,15 +506,18 @@ func TestACorruptObjectOnOneWorkerDoesNotStopTheFanOut(t *testing.T) {
 	workers := StaticDiscovery{startWorker(t, w0), startWorker(t, w1), startWorker(t, w2)}
 	caller := NewGRPCCaller(GRPCCallerConfig{})
 	defer caller.Close()
-	detail, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
+	report, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
 	if w2.calls.Load() != 1 {
 		t.Fatalf("the worker after the corrupt one was called %d times, want 1", w2.calls.Load())
 	}
 	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), key) {
 		t.Fatalf("got %v, want the task failed naming w1 and %s", err, key)
 	}
-	if detail != "merged 4 generations across 2/3 workers" {
-		t.Fatalf("detail %q", detail)
+	if report.Detail != "merged 4 generations across 2/3 workers" {
+		t.Fatalf("detail %q", report.Detail)
+	}
+	if report.Stats.WorkersMerged != 2 || report.Stats.WorkersFailed != 1 {
+		t.Fatalf("stats %+v, want 2 workers merged and 1 failed", report.Stats)
 	}
 	if maxSeen.Load() != 1 {
 		t.Fatalf("max in flight %d, want 1", maxSeen.Load())
@@ -554,8 +570,8 @@ func TestMergeOfADeletedStoreIsSkippedNotFailed(t *testing.T) {
 
 // A round that merges nothing still calls every worker; the merge sweep used to
 // enqueue one after each merge, on the stats row scanned before it. They are
-// counted (master_merge_wal_empty_rounds_total) by the words of the task's detail,
-// which say "1 generation", not "1 generations".
+// counted (master_merge_wal_empty_rounds_total) from the stats the task records
+// beside its detail (which says "1 generation", not "1 generations").
 func TestAMergeRoundThatMergedNothingIsCounted(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	ts := tasks.New(client, "/empty")
@@ -583,6 +599,9 @@ func TestAMergeRoundThatMergedNothingIsCounted(t *testing.T) {
 		got := waitState(t, ts, task.ID, tasks.StateDone)
 		if got.Detail != tc.detail {
 			t.Fatalf("detail %q, want %q", got.Detail, tc.detail)
+		}
+		if got.Stats.GenerationsMerged != tc.merged || got.Stats.Workers != 1 || got.Stats.WorkersMerged != 1 {
+			t.Fatalf("recorded stats %+v, want %d generations merged by 1/1 worker", got.Stats, tc.merged)
 		}
 		if n := testutil.ToFloat64(metrics.MergeEmptyRounds); n != tc.wantEmpty {
 			t.Fatalf("after %q: empty rounds %v, want %v", got.Detail, n, tc.wantEmpty)
@@ -679,12 +698,12 @@ func (w *slowPreparer) PrepareMerge(ctx context.Context, _ *tidemarkv1.PrepareMe
 func TestTwoPhaseAbortsAPrepareThatTimedOut(t *testing.T) {
 	tr := newTrio(t, GRPCCallerConfig{})
 	w0, w1, w2 := tr.w0, &slowPreparer{tr.worker("w1")}, tr.w2
-	detail, err := tr.run(t, serve(t, "w1", w1), &FanOut{WorkerTimeout: 300 * time.Millisecond})
+	report, err := tr.run(t, serve(t, "w1", w1), &FanOut{WorkerTimeout: 300 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "worker timeout of 300ms") {
 		t.Fatalf("got %v, want the task failed naming w1 and its timeout", err)
 	}
-	if detail != "merged 4 generations across 2/3 workers" {
-		t.Fatalf("detail %q", detail)
+	if report.Detail != "merged 4 generations across 2/3 workers" {
+		t.Fatalf("detail %q", report.Detail)
 	}
 	if w1.aborts.Load() != 1 || w0.aborts.Load() != 0 || w2.aborts.Load() != 0 {
 		t.Fatalf("aborts w0 %d, w1 %d, w2 %d; want only w1's", w0.aborts.Load(), w1.aborts.Load(), w2.aborts.Load())

@@ -82,10 +82,9 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 		f.abort(ctx, tp, abort, target, token, log)
 	}
 
-	// Each commit tells the next the version it created, so the next one reads it
-	// instead of searching for the newest version: the commits are the serial part
-	// of the task, and the search is several round trips of each.
-	var version uint64
+	// Each commit tells the next the version it created (t.version), so the next
+	// one reads it instead of searching for the newest version: the commits are
+	// the serial part of the task, and the search is several round trips of each.
 	for i, w := range workers {
 		<-res[i].done // every prepare ends: bounded by the worker timeout
 		switch err := res[i].err; {
@@ -95,9 +94,7 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 				return err
 			}
 			err := f.call(ctx, w, "merge", t, log, func(ctx context.Context) (MergeResult, error) {
-				r, err := tp.CommitMerge(ctx, w, target, token, version)
-				version = max(version, r.BaseVersion)
-				return r, err
+				return tp.CommitMerge(ctx, w, target, token, t.version)
 			})
 			if err != nil {
 				stop(i + 1)

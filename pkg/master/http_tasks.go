@@ -31,7 +31,8 @@ const maxEnqueueBody = 64 << 10
 
 // TaskRecord is a task as the HTTP API answers it: the reference's TaskRecord
 // (timestamps in Unix milliseconds; error, detail, started_at, finished_at and
-// depends_on left out when empty) followed by Tidemark's own fields.
+// depends_on left out when empty) followed by Tidemark's own fields (stats left
+// out until the task counted something).
 type TaskRecord struct {
 	ID         string      `json:"id"`
 	Kind       tasks.Kind  `json:"kind"`
@@ -44,9 +45,10 @@ type TaskRecord struct {
 	FinishedAt *int64      `json:"finished_at,omitempty"`
 	DependsOn  []string    `json:"depends_on,omitempty"`
 
-	Attempts     int    `json:"attempts"`
-	ClaimToken   string `json:"claim_token,omitempty"`
-	FencingToken int64  `json:"fencing_token,omitempty"`
+	Attempts     int         `json:"attempts"`
+	ClaimToken   string      `json:"claim_token,omitempty"`
+	FencingToken int64       `json:"fencing_token,omitempty"`
+	Stats        tasks.Stats `json:"stats,omitzero"`
 }
 
 // NewTaskRecord converts a stored task.
@@ -55,6 +57,7 @@ func NewTaskRecord(t tasks.Task) TaskRecord {
 		ID: t.ID, Kind: t.Kind, Target: t.Target, State: t.State, Error: t.Error, Detail: t.Detail,
 		EnqueuedAt: t.EnqueuedAt.UnixMilli(), StartedAt: unixMilli(t.StartedAt), FinishedAt: unixMilli(t.FinishedAt),
 		DependsOn: t.DependsOn, Attempts: t.Attempts, ClaimToken: t.ClaimToken, FencingToken: t.FencingToken,
+		Stats: t.Stats,
 	}
 }
 

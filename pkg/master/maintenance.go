@@ -15,6 +15,9 @@ import (
 type MaintainResult struct {
 	// Summary is one line for the task's detail.
 	Summary string
+	// Stats are the counts of the worker's answer (compaction, cleanup, verify
+	// and repair), for the task's stats.
+	Stats tasks.Stats
 	// Problems are what a verify or repair found ("<path>: missing").
 	Problems []string
 }
@@ -42,13 +45,13 @@ func (m *Maintenance) Ready(ctx context.Context) error { return anyWorker(ctx, m
 
 // Run implements Runner. A verify or repair that found problems fails its task,
 // naming them: a missing or damaged object needs a human.
-func (m *Maintenance) Run(ctx context.Context, c *tasks.Claim) (string, error) {
+func (m *Maintenance) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) {
 	workers, err := m.Discovery.Workers(ctx)
 	if err != nil {
-		return "", fmt.Errorf("discover workers: %w", err)
+		return tasks.Report{}, fmt.Errorf("discover workers: %w", err)
 	}
 	if len(workers) == 0 {
-		return "", ErrNoLiveWorkers
+		return tasks.Report{}, ErrNoLiveWorkers
 	}
 	log := m.Logger
 	if log == nil {
@@ -64,15 +67,15 @@ func (m *Maintenance) Run(ctx context.Context, c *tasks.Claim) (string, error) {
 			unreachable = append(unreachable, w.InstanceID)
 			continue
 		case err != nil && errclass.Of(err) == errclass.Gone:
-			return "", errclass.Wrap(errclass.Gone, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
+			return tasks.Report{}, errclass.Wrap(errclass.Gone, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
 		case err != nil:
-			return "", fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err)
+			return tasks.Report{}, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err)
 		}
-		detail := r.Summary + " (on " + w.InstanceID + ")"
+		report := tasks.Report{Detail: r.Summary + " (on " + w.InstanceID + ")", Stats: r.Stats}
 		if len(r.Problems) > 0 && c.Task.Kind == tasks.KindVerify {
-			return detail, fmt.Errorf("%s: %d missing or damaged objects: %s", w.InstanceID, len(r.Problems), strings.Join(r.Problems, "; "))
+			return report, fmt.Errorf("%s: %d missing or damaged objects: %s", w.InstanceID, len(r.Problems), strings.Join(r.Problems, "; "))
 		}
-		return detail, nil
+		return report, nil
 	}
-	return "", fmt.Errorf("no worker could be reached: %s", strings.Join(unreachable, ", "))
+	return tasks.Report{}, fmt.Errorf("no worker could be reached: %s", strings.Join(unreachable, ", "))
 }

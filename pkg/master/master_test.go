@@ -52,9 +52,9 @@ func runMaster(t *testing.T, client *clientv3.Client, cfg Config) *runningMaster
 		cfg.Bucket = objstoretest.Mem(t)
 	}
 	if cfg.Runners == nil {
-		cfg.Runners = map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(_ context.Context, c *tasks.Claim) (string, error) {
+		cfg.Runners = map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(_ context.Context, c *tasks.Claim) (tasks.Report, error) {
 			ran <- c.Task.Target
-			return "merged " + c.Task.Target, nil
+			return tasks.Report{Detail: "merged " + c.Task.Target}, nil
 		})}
 	}
 	cfg.LeaseTTL = max(cfg.LeaseTTL, 2*time.Second)

@@ -2,8 +2,6 @@ package master
 
 import (
 	"errors"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +36,7 @@ type Metrics struct {
 	MergeWorkerDuration prometheus.Histogram
 	MergeWorkers        *prometheus.CounterVec
 	// GenerationsReclaimed counts generations merged by merge_wal tasks, as their
-	// detail reports them (a failed task's partial progress included).
+	// stats report them (a failed task's partial progress included).
 	GenerationsReclaimed prometheus.Counter
 	// MergeEmptyRounds counts merge_wal tasks this replica ran to done that merged
 	// no generation on any worker and adopted no shard: a call to every worker for
@@ -138,40 +136,20 @@ func (m *Metrics) ObservePhase(kind tasks.Kind, phase string, d time.Duration) {
 }
 
 // ObserveTask is a SchedulerConfig.OnFinish: it counts and times a finished run,
-// and counts a merge_wal that merged nothing.
-func (m *Metrics) ObserveTask(kind tasks.Kind, outcome, detail string, _ error, d time.Duration) {
+// and counts the generations a merge_wal merged and a merge_wal that merged
+// nothing, from the run's stats (never its detail, whose words may change).
+func (m *Metrics) ObserveTask(kind tasks.Kind, outcome string, report tasks.Report, _ error, d time.Duration) {
 	m.Tasks.WithLabelValues(string(kind), outcome).Inc()
 	m.TaskDuration.WithLabelValues(string(kind)).Observe(d.Seconds())
 	if kind != tasks.KindMergeWAL {
 		return
 	}
-	if n, ok := mergedGenerations(detail); ok {
-		m.GenerationsReclaimed.Add(float64(n))
-	}
-	if outcome == OutcomeDone && mergedNothing(detail) {
+	s := report.Stats
+	m.GenerationsReclaimed.Add(float64(s.GenerationsMerged))
+	// Workers > 0: the run called workers (a runner that counts nothing is no round).
+	if outcome == OutcomeDone && s.Workers > 0 && s.GenerationsMerged == 0 && s.ShardsAdopted == 0 {
 		m.MergeEmptyRounds.Inc()
 	}
-}
-
-// mergedGenerations reads N from a FanOut's detail "merged N generation(s) ...".
-func mergedGenerations(detail string) (int, bool) {
-	rest, ok := strings.CutPrefix(detail, "merged ")
-	if !ok {
-		return 0, false
-	}
-	num, _, ok := strings.Cut(rest, " generation")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(num)
-	return n, err == nil && n >= 0
-}
-
-// mergedNothing reports whether detail, a FanOut's, says that no generation was
-// merged and no shard adopted. The detail is the only account of a run the
-// scheduler gets back (Runner); fanout_test.go holds the two to the same words.
-func mergedNothing(detail string) bool {
-	return strings.HasPrefix(detail, "merged 0 generations ") && !strings.Contains(detail, "adopted")
 }
 
 // ObserveWorker is a FanOut.OnWorkerDone: it times one worker's merge call and

@@ -17,9 +17,11 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 )
 
-// Runner runs one claimed task and returns its success detail or its error.
+// Runner runs one claimed task and returns what it did, in words and numbers,
+// and its error. A run that fails may report its partial progress too: it is
+// recorded with the failure.
 type Runner interface {
-	Run(ctx context.Context, c *tasks.Claim) (detail string, err error)
+	Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error)
 }
 
 // Gate is implemented by a Runner that can tell before a claim that no task of its
@@ -32,10 +34,10 @@ type Gate interface {
 }
 
 // RunnerFunc adapts a function to Runner.
-type RunnerFunc func(ctx context.Context, c *tasks.Claim) (string, error)
+type RunnerFunc func(ctx context.Context, c *tasks.Claim) (tasks.Report, error)
 
 // Run calls f.
-func (f RunnerFunc) Run(ctx context.Context, c *tasks.Claim) (string, error) { return f(ctx, c) }
+func (f RunnerFunc) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) { return f(ctx, c) }
 
 // SchedulerConfig configures a Scheduler.
 type SchedulerConfig struct {
@@ -55,10 +57,10 @@ type SchedulerConfig struct {
 	// FinishTimeout bounds one attempt to record a task's result (10 s); attempts
 	// are repeated until one succeeds, the claim is lost or the scheduler stops.
 	FinishTimeout time.Duration
-	// OnFinish, if set, observes every finished task (metrics): its run's detail and
+	// OnFinish, if set, observes every finished task (metrics): its run's report and
 	// error, and the outcome it made of the task (OutcomeDone, OutcomeSkipped,
 	// OutcomeFailed).
-	OnFinish func(kind tasks.Kind, outcome, detail string, err error, d time.Duration)
+	OnFinish func(kind tasks.Kind, outcome string, report tasks.Report, err error, d time.Duration)
 	// OnPhase, if set, observes how long each phase of a task's life took
 	// (metrics): PhaseClaim, PhasePermitWait, PhaseWork, PhaseCommit.
 	OnPhase func(kind tasks.Kind, phase string, d time.Duration)
@@ -342,7 +344,7 @@ func (s *Scheduler) run(ctx, claimCtx context.Context, kind tasks.Kind, r *run) 
 	log.Info("task started", "attempt", c.Task.Attempts)
 	start := s.cfg.Clock.Now()
 	tctx, cancel := context.WithTimeout(claimCtx, s.cfg.TaskTimeout)
-	detail, err := s.cfg.Runners[kind].Run(tctx, c)
+	report, err := s.cfg.Runners[kind].Run(tctx, c)
 	cancel()
 	s.mu.Lock()
 	abandoned := r.abandoned
@@ -361,9 +363,9 @@ func (s *Scheduler) run(ctx, claimCtx context.Context, kind tasks.Kind, r *run) 
 	}
 	d := s.cfg.Clock.Since(start)
 	s.phase(kind, PhaseWork, d)
-	result, outcome := taskResult(detail, err)
+	result, outcome := taskResult(report, err)
 	if s.cfg.OnFinish != nil {
-		s.cfg.OnFinish(kind, outcome, detail, err, d)
+		s.cfg.OnFinish(kind, outcome, report, err, d)
 	}
 	commitStart := s.cfg.Clock.Now()
 	ferr := s.finish(ctx, c, result, log)
@@ -381,7 +383,7 @@ func (s *Scheduler) run(ctx, claimCtx context.Context, kind tasks.Kind, r *run) 
 	case err != nil:
 		log.Warn("task failed", "err", err, "duration", d.String())
 	default:
-		log.Info("task done", "detail", detail, "duration", d.String())
+		log.Info("task done", "detail", report.Detail, "duration", d.String())
 	}
 }
 
@@ -413,19 +415,19 @@ const (
 // SkippedDetail is the detail of a task skipped because its store was deleted.
 const SkippedDetail = "skipped: store deleted"
 
-// taskResult is what a run's detail and error make of its task, by the error's
+// taskResult is what a run's report and error make of its task, by the error's
 // class: Gone (the store was deleted before or while it ran) is a task with nothing
 // left to do, recorded done with SkippedDetail - not a failure, which dashboards
 // and alerts would chase; Halt (a corrupt object) is a failure that cools the
 // target down; any other error is a failure the next sweep retries.
-func taskResult(detail string, err error) (tasks.Result, string) {
+func taskResult(report tasks.Report, err error) (tasks.Result, string) {
 	switch {
 	case err == nil:
-		return tasks.Result{Detail: detail}, OutcomeDone
+		return tasks.Result{Report: report}, OutcomeDone
 	case errclass.Of(err) == errclass.Gone:
-		return tasks.Result{Detail: SkippedDetail}, OutcomeSkipped
+		return tasks.Result{Report: tasks.Report{Detail: SkippedDetail}}, OutcomeSkipped
 	}
-	return tasks.Result{Err: err, Detail: detail, Halt: errclass.Of(err) == errclass.Halt}, OutcomeFailed
+	return tasks.Result{Err: err, Report: report, Halt: errclass.Of(err) == errclass.Halt}, OutcomeFailed
 }
 
 // finish records r, trying again while etcd does not answer, until the result is

@@ -67,8 +67,8 @@ func TestSchedulerReleasesATaskWhoseClaimAnswerWasLost(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 60).Lease, PollInterval: 10 * time.Millisecond,
-		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (string, error) {
-			return "ran", nil
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (tasks.Report, error) {
+			return tasks.Report{Detail: "ran"}, nil
 		})}})
 	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
 	if err != nil {
@@ -123,6 +123,6 @@ func TestShutdownReleasesATaskWhoseClaimAnswerWasLost(t *testing.T) {
 type gateRunner struct{ ready func() error }
 
 func (g gateRunner) Ready(context.Context) error { return g.ready() }
-func (g gateRunner) Run(context.Context, *tasks.Claim) (string, error) {
-	return "ran", nil
+func (g gateRunner) Run(context.Context, *tasks.Claim) (tasks.Report, error) {
+	return tasks.Report{Detail: "ran"}, nil
 }

@@ -45,12 +45,12 @@ func TestSchedulerRunsEachTaskOnceAcrossTwoMasters(t *testing.T) {
 	ts := tasks.New(client, "/sched")
 	var runs sync.Map
 	var dup atomic.Int32
-	runner := RunnerFunc(func(ctx context.Context, c *tasks.Claim) (string, error) {
+	runner := RunnerFunc(func(ctx context.Context, c *tasks.Claim) (tasks.Report, error) {
 		if _, loaded := runs.LoadOrStore(c.Task.ID, true); loaded {
 			dup.Add(1)
 		}
 		time.Sleep(5 * time.Millisecond)
-		return "ok " + c.Task.Target, nil
+		return tasks.Report{Detail: "ok " + c.Task.Target}, nil
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -90,8 +90,8 @@ func TestSchedulerRecordsFailures(t *testing.T) {
 	ts := tasks.New(client, "/sched")
 	sess := session(t, client, 10)
 	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: sess.Lease, PollInterval: 10 * time.Millisecond,
-		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (string, error) {
-			return "", errors.New("worker w2 (127.0.0.1:1): boom")
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (tasks.Report, error) {
+			return tasks.Report{}, errors.New("worker w2 (127.0.0.1:1): boom")
 		})}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -114,12 +114,12 @@ func TestShutdownReleasesRunningTasksToAnotherMaster(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	ts := tasks.New(client, "/sched")
 	block := make(chan struct{})
-	slow := RunnerFunc(func(ctx context.Context, c *tasks.Claim) (string, error) {
+	slow := RunnerFunc(func(ctx context.Context, c *tasks.Claim) (tasks.Report, error) {
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return tasks.Report{}, ctx.Err()
 		case <-block:
-			return "late", nil
+			return tasks.Report{Detail: "late"}, nil
 		}
 	})
 	ctx1, stop1 := context.WithCancel(context.Background())
@@ -141,7 +141,7 @@ func TestShutdownReleasesRunningTasksToAnotherMaster(t *testing.T) {
 	ctx2, stop2 := context.WithCancel(context.Background())
 	defer stop2()
 	s2 := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 60).Lease, PollInterval: 10 * time.Millisecond,
-		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (string, error) { return "second", nil })}})
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (tasks.Report, error) { return tasks.Report{Detail: "second"}, nil })}})
 	go s2.Run(ctx2, time.Second)
 	if got := waitState(t, ts, task.ID, tasks.StateDone); got.Detail != "second" {
 		t.Fatalf("detail %q", got.Detail)
@@ -164,10 +164,10 @@ func TestSchedulerRecordsAResultOnceEtcdIsBackAfterAnOutageLongerThanAnAttempt(t
 	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: sess.Lease, PollInterval: 10 * time.Millisecond,
 		FinishTimeout: 100 * time.Millisecond,
 		Logger:        log.Logger(),
-		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (string, error) {
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (tasks.Report, error) {
 			close(started)
 			<-release
-			return "merged during the outage", nil
+			return tasks.Report{Detail: "merged during the outage"}, nil
 		})}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -215,10 +215,10 @@ func TestSchedulerCancelsTheRunsOfALostLeaseAndDoesNotFinishThem(t *testing.T) {
 	sess := session(t, client, 60)
 	stopped := make(chan error, 1)
 	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: sess.Lease, PollInterval: 10 * time.Millisecond,
-		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(ctx context.Context, _ *tasks.Claim) (string, error) {
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(ctx context.Context, _ *tasks.Claim) (tasks.Report, error) {
 			<-ctx.Done()
 			stopped <- ctx.Err()
-			return "", ctx.Err()
+			return tasks.Report{}, ctx.Err()
 		})}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

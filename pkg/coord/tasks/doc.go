@@ -7,9 +7,9 @@
 // Keys live under a prefix P (ETCD_PREFIX, default /tidemark). Values are JSON, so
 // `etcdctl get --prefix P/tasks/` reads well, and targets appear raw in keys:
 //
-//	P/tasks/<id>                 task record {id, kind, target, state, error, detail, enqueued_at,
-//	                             started_at, finished_at, depends_on, attempts, claim_token,
-//	                             fencing_token}
+//	P/tasks/<id>                 task record {id, kind, target, state, error, detail, stats,
+//	                             enqueued_at, started_at, finished_at, depends_on, attempts,
+//	                             claim_token, fencing_token}
 //	P/queue/<id>                 copy of the record while queued; ids are UUIDv7, so key order is FIFO
 //	P/running/<id>               copy of the record while running
 //	P/claims/<id>                claim token, under the claimer's lease

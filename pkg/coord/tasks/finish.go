@@ -18,8 +18,9 @@ var ErrClaimLost = errors.New("claim lost")
 type Result struct {
 	// Err is nil when the task succeeded; otherwise the task fails with its text.
 	Err error
-	// Detail summarizes what was done, e.g. "merged 12 generations across 3/3 workers".
-	Detail string
+	// Report is what the run did (a failed run's partial progress included): it
+	// becomes the record's detail and stats.
+	Report
 	// Halt marks a failure that needs a human (a corrupt object): retrying it cannot
 	// help, so the kind+target cools down whatever its kind, merge_wal included.
 	Halt bool
@@ -43,7 +44,7 @@ func (s *Queue) Finish(ctx context.Context, c *Claim, r Result) (Task, error) {
 			t.Error = "failed"
 		}
 	}
-	t.Detail = r.Detail
+	t.Detail, t.Stats = r.Detail, r.Stats
 	t.FinishedAt = s.now()
 	t.ClaimToken = ""
 	t.FencingToken = c.FencingToken
@@ -67,7 +68,7 @@ func (s *Queue) Finish(ctx context.Context, c *Claim, r Result) (Task, error) {
 		//        mod_revision(P/cooldown/<kind>/<target>) == c    (a failure that cools: of a non-merge kind,
 		//                                                         or halting) the failure count we add one
 		//                                                         to is current
-		//   then put P/tasks/<id> = done | failed task            finished_at, error, detail, fencing token
+		//   then put P/tasks/<id> = done | failed task            finished_at, error, detail, stats, fencing token
 		//        delete P/running/<id>                            out of the running index
 		//        delete P/claims/<id>                             the claim is over
 		//        delete P/target-locks/<target>                   the target is free
@@ -96,7 +97,7 @@ func (s *Queue) Finish(ctx context.Context, c *Claim, r Result) (Task, error) {
 		}
 		if resp.Succeeded {
 			s.opts.logger.Info("task finished", "task", t.ID, "kind", t.Kind, "target", t.Target,
-				"state", t.State, "error", t.Error, "detail", t.Detail)
+				"state", t.State, "error", t.Error, "detail", t.Detail, "stats", t.Stats)
 			return t, nil
 		}
 		if !holds(resp, c.Token) {

@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -19,7 +20,7 @@ func TestMasterThatLostItsClaimCannotFinish(t *testing.T) {
 	revoke(t, client, stale)
 
 	for name, check := range map[string]func() (Task, error){
-		"after recovery":     func() (Task, error) { return s.Finish(ctx, lost, Result{Detail: "late"}) },
+		"after recovery":     func() (Task, error) { return s.Finish(ctx, lost, Result{Report: Report{Detail: "late"}}) },
 		"release":            func() (Task, error) { return s.Release(ctx, lost) },
 		"with failure":       func() (Task, error) { return s.Finish(ctx, lost, Result{Err: errors.New("x")}) },
 		"before any recover": func() (Task, error) { return s.Finish(ctx, lost, Result{}) },
@@ -35,7 +36,7 @@ func TestMasterThatLostItsClaimCannotFinish(t *testing.T) {
 
 	current := claim(t, s, grant(t, client)) // recovers, then claims under a new lease
 	before, beforeRev := raw(t, client, s.keys.Task(task.ID))
-	if _, err := s.Finish(ctx, lost, Result{Detail: "late"}); !errors.Is(err, ErrClaimLost) {
+	if _, err := s.Finish(ctx, lost, Result{Report: Report{Detail: "late"}}); !errors.Is(err, ErrClaimLost) {
 		t.Fatalf("finish of a claim taken over: %v, want ErrClaimLost", err)
 	}
 	if after, afterRev := raw(t, client, s.keys.Task(task.ID)); after != before || afterRev != beforeRev {
@@ -56,7 +57,7 @@ func TestFinishRecordsOutcomeAndFreesTheTarget(t *testing.T) {
 	lease := grant(t, client)
 	task := enqueue(t, s, KindMergeWAL, "r1")
 	c := claim(t, s, lease)
-	done, err := s.Finish(ctx, c, Result{Detail: "merged 12 generations across 3/3 workers"})
+	done, err := s.Finish(ctx, c, Result{Report: Report{Detail: "merged 12 generations across 3/3 workers"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +73,57 @@ func TestFinishRecordsOutcomeAndFreesTheTarget(t *testing.T) {
 	}
 	if _, err := s.Finish(ctx, c, Result{}); !errors.Is(err, ErrClaimLost) {
 		t.Fatalf("second finish: %v, want ErrClaimLost", err)
+	}
+}
+
+// A finished task keeps its run's stats beside its detail, a failed one its
+// partial progress, and a task with nothing to count has no "stats" key. A record
+// written before stats existed (none of that key) still decodes, every count
+// zero: dashboards and metrics read it as a run that counted nothing, not as a
+// corrupt record.
+func TestTaskRecordKeepsStatsBesideDetail(t *testing.T) {
+	t.Parallel()
+	s, client := newStore(t)
+	ctx := context.Background()
+	lease := grant(t, client)
+
+	merged := enqueue(t, s, KindMergeWAL, "r1")
+	stats := Stats{Workers: 3, WorkersMerged: 3, GenerationsMerged: 12, RowsMerged: 4096, BaseVersion: 7}
+	report := Report{Detail: "merged 12 generations across 3/3 workers", Stats: stats}
+	if _, err := s.Finish(ctx, claim(t, s, lease), Result{Report: report}); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, merged.ID); got.Stats != stats || got.Detail != report.Detail {
+		t.Errorf("finished record: detail %q, stats %+v; want %q, %+v", got.Detail, got.Stats, report.Detail, stats)
+	}
+	const want = `"stats":{"workers":3,"workers_merged":3,"generations_merged":12,"rows_merged":4096,"base_version":7}`
+	if v, _ := raw(t, client, s.keys.Task(merged.ID)); !strings.Contains(v, want) {
+		t.Errorf("record %s: want %s", v, want)
+	}
+
+	partial := Stats{Workers: 2, WorkersMerged: 1, WorkersSkipped: 1, GenerationsMerged: 4}
+	failed := enqueue(t, s, KindMergeWAL, "r2")
+	if _, err := s.Finish(ctx, claim(t, s, lease), Result{Err: errors.New("unavailable: w2"), Report: Report{Stats: partial}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, failed.ID); got.State != StateFailed || got.Stats != partial {
+		t.Errorf("failed record: %s, stats %+v; want failed, %+v", got.State, got.Stats, partial)
+	}
+
+	empty := enqueue(t, s, KindVerify, "r3")
+	finish(t, s, claim(t, s, lease), nil)
+	if v, _ := raw(t, client, s.keys.Task(empty.ID)); strings.Contains(v, `"stats"`) {
+		t.Errorf("record of a run that counted nothing: %s, want no stats key", v)
+	}
+
+	const id = "0190b5a4-0000-7000-8000-000000000001"
+	old := `{"id":"` + id + `","kind":"merge_wal","target":"r4","state":"done",` +
+		`"detail":"merged 2 generations across 1/1 worker","enqueued_at":"2025-01-02T03:04:05Z","attempts":1}`
+	if _, err := client.Put(ctx, s.keys.Task(id), old); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, id); got.Stats != (Stats{}) || got.Detail != "merged 2 generations across 1/1 worker" || got.State != StateDone {
+		t.Errorf("record without stats decoded as %+v", got)
 	}
 }
 

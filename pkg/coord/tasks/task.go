@@ -115,7 +115,10 @@ type Task struct {
 	// complete", or the runner's error).
 	Error string `json:"error,omitempty"`
 	// Detail is the runner's summary, e.g. "merged 12 generations across 3/3 workers".
-	Detail     string    `json:"detail,omitempty"`
+	Detail string `json:"detail,omitempty"`
+	// Stats are the same facts as numbers (Report.Stats), for programs; left out
+	// until the task finishes, and in records written before it existed.
+	Stats      Stats     `json:"stats,omitzero"`
 	EnqueuedAt time.Time `json:"enqueued_at"`
 	// StartedAt is when the current or last claim started it.
 	StartedAt  time.Time `json:"started_at,omitzero"`

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -419,38 +417,4 @@ func (f *Feed) storeSeries(target string) (pending, rows, fragments []point) {
 		return nil, nil, nil
 	}
 	return h.pending.copy(), h.rows.copy(), h.fragments.copy()
-}
-
-// mergedDetail reads the generation count out of a merge_wal task's detail
-// ("merged 12 generations across 3/3 workers"), the runner's summary.
-var mergedDetail = regexp.MustCompile(`^merged (\d+) generations?\b`)
-
-// mergedGenerations is the number of generations a done merge_wal task merged.
-func mergedGenerations(t tasks.Task) int {
-	if t.Kind != tasks.KindMergeWAL || t.State != tasks.StateDone {
-		return 0
-	}
-	m := mergedDetail.FindStringSubmatch(t.Detail)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
-
-// adoptedDetail reads the adoptions out of a merge_wal task's detail ("…;
-// adopted 2 orphaned shards").
-var adoptedDetail = regexp.MustCompile(`adopted (\d+) orphaned shards?\b`)
-
-// adoptedShards is the number of orphaned shards a merge_wal task had adopted.
-func adoptedShards(t tasks.Task) int {
-	if t.Kind != tasks.KindMergeWAL {
-		return 0
-	}
-	m := adoptedDetail.FindStringSubmatch(t.Detail)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
 }

@@ -142,10 +142,10 @@ type workerView struct {
 type overviewData struct {
 	Workers                       []workerView
 	Stores, Behind                int
-	Pending                       int64
+	Pending, MergedHour           int64
 	Missing, Orphaned             int
 	Queued, Running, Done, Failed int
-	MergedHour, AdoptedHour       int
+	AdoptedHour                   int64
 	Worst                         []storeView
 	Failures                      []tasks.Task
 	PendingChart, MergedChart     any
@@ -222,8 +222,11 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, sess sessio
 				data.Failures = append(data.Failures, t)
 			}
 		}
-		data.AdoptedHour += adoptedShards(t)
-		if n := mergedGenerations(t); n > 0 {
+		// From the task's stats, never its detail: rewording a runner's
+		// summary must not empty a chart. A failed merge's partial progress is
+		// not charted; its adoptions are counted.
+		data.AdoptedHour += t.Stats.ShardsAdopted
+		if n := t.Stats.GenerationsMerged; n > 0 && t.State == tasks.StateDone {
 			data.MergedHour += n
 			if i := int(t.FinishedAt.Sub(win.Start) / step); i >= 0 && i < len(merged) {
 				merged[i] += float64(n) / step.Seconds()

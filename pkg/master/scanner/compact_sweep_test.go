@@ -79,7 +79,7 @@ func TestCompactionSweepEnqueuesByEachThresholdWorstFirst(t *testing.T) {
 		if err != nil {
 			break
 		}
-		if _, err := e.ts.Finish(e.ctx, c, tasks.Result{Detail: "nothing to compact"}); err != nil {
+		if _, err := e.ts.Finish(e.ctx, c, tasks.Result{Report: tasks.Report{Detail: "nothing to compact"}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -154,7 +154,7 @@ func (w *mergeWorld) runMerge(merge bool, err error) {
 		w.merge(w.store)
 	}
 	w.clk.Step(time.Second)
-	if _, ferr := w.ts.Finish(w.ctx, c, tasks.Result{Err: err, Detail: "merged"}); ferr != nil {
+	if _, ferr := w.ts.Finish(w.ctx, c, tasks.Result{Err: err, Report: tasks.Report{Detail: "merged"}}); ferr != nil {
 		w.t.Fatalf("finish: %v", ferr)
 	}
 }

@@ -1,0 +1,136 @@
+package master
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+)
+
+// everyStat is a tasks.Stats with each field set to a value of its own (1, 2, ...),
+// so a field left out of a conversion, or two fields swapped, shows.
+func everyStat() tasks.Stats {
+	var s tasks.Stats
+	v := reflect.ValueOf(&s).Elem()
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.Int64:
+			f.SetInt(int64(i + 1))
+		case reflect.Uint64:
+			f.SetUint(uint64(i + 1))
+		default:
+			panic(fmt.Sprintf("tasks.Stats.%s: a %s, which everyStat does not fill", v.Type().Field(i).Name, f.Kind()))
+		}
+	}
+	return s
+}
+
+// numbers decodes a JSON object of numbers (or of numbers as strings, as
+// protojson writes 64-bit integers) into their decimal text by key.
+func numbers(t *testing.T, data []byte) map[string]string {
+	t.Helper()
+	var raw map[string]any
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	if err := d.Decode(&raw); err != nil {
+		t.Fatalf("%s: %v", data, err)
+	}
+	out := map[string]string{}
+	for k, v := range raw {
+		out[k] = fmt.Sprint(v)
+	}
+	return out
+}
+
+// A task's stats reach the AdminService (master admin tasks -o json) and the
+// HTTP task API with the values and the names of the etcd record, every field of
+// them; a task without stats answers a TaskStats of zeros on the AdminService,
+// so every task has one shape there, and no "stats" key over HTTP.
+func TestTaskStatsKeepTheirNamesThroughAdminAndHTTP(t *testing.T) {
+	s := everyStat()
+	record, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := numbers(t, record)
+	if n := reflect.TypeFor[tasks.Stats]().NumField(); len(want) != n {
+		t.Fatalf("the record has %d stats, tasks.Stats %d fields: %s", len(want), n, record)
+	}
+
+	admin, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(TaskProto(tasks.Task{ID: "t1", Stats: s}).GetStats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := numbers(t, admin); !reflect.DeepEqual(got, want) {
+		t.Errorf("AdminService stats %v, want the record's %v", got, want)
+	}
+	if empty := TaskProto(tasks.Task{ID: "t1"}).GetStats(); empty == nil || empty.GetGenerationsMerged() != 0 {
+		t.Errorf("a task without stats converts to %v, want a TaskStats of zeros", empty)
+	}
+
+	body, err := json.Marshal(NewTaskRecord(tasks.Task{ID: "t1", Stats: s}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Stats json.RawMessage `json:"stats"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil || !reflect.DeepEqual(numbers(t, got.Stats), want) {
+		t.Errorf("HTTP task %s (%v), want the record's stats %s", body, err, record)
+	}
+	if body, _ := json.Marshal(NewTaskRecord(tasks.Task{ID: "t1"})); strings.Contains(string(body), `"stats"`) {
+		t.Errorf("HTTP task without stats: %s, want no stats key", body)
+	}
+}
+
+// The stats of a maintenance answer are the worker's typed counts, never its
+// summary's words; a worker that answers only the deleted objects' sum (one
+// older than the split into versions and files) has them counted as files.
+func TestMaintainStatsComeFromTheWorkersCounts(t *testing.T) {
+	resp := &tidemarkv1.MaintainResponse{Summary: "reworded", BaseVersion: 812, CompactedFragments: 40, WrittenFragments: 2,
+		RewrittenRows: 9000, DroppedDeletedRows: 12, DeletedObjects: 126, DeletedVersions: 31, DeletedFiles: 95, DeletedBytes: 13002342,
+		CheckedObjects: 7, Problems: []string{"data/a.parquet: missing"}, DroppedFragments: 1, DroppedRows: 100}
+	want := tasks.Stats{FragmentsCompacted: 40, FragmentsWritten: 2, RowsRewritten: 9000, DeletedRowsDropped: 12,
+		VersionsDeleted: 31, FilesDeleted: 95, BytesReclaimed: 13002342, ObjectsChecked: 7, ProblemsFound: 1,
+		FragmentsDropped: 1, RowsDropped: 100, BaseVersion: 812}
+	if got := maintainStats(resp); got != want {
+		t.Errorf("stats %+v, want %+v", got, want)
+	}
+	old := &tidemarkv1.MaintainResponse{DeletedObjects: 126, DeletedBytes: 4096}
+	if got := maintainStats(old); got.FilesDeleted != 126 || got.VersionsDeleted != 0 || got.BytesReclaimed != 4096 {
+		t.Errorf("an older worker's answer: stats %+v, want 126 files deleted", got)
+	}
+}
+
+// maintainFunc adapts a function to maintainCaller.
+type maintainFunc func(w Worker) (MaintainResult, error)
+
+func (f maintainFunc) Maintain(_ context.Context, w Worker, _ tasks.Kind, _ string, _ int64) (MaintainResult, error) {
+	return f(w)
+}
+
+// A maintenance task reports the worker's stats beside its summary, a verify
+// that found problems too (its task fails with them).
+func TestMaintenanceReportsTheWorkersStats(t *testing.T) {
+	stats := tasks.Stats{ObjectsChecked: 7, ProblemsFound: 1}
+	m := &Maintenance{Discovery: StaticDiscovery{{InstanceID: "w1", GRPCAddr: "127.0.0.1:1"}},
+		Caller: maintainFunc(func(Worker) (MaintainResult, error) {
+			return MaintainResult{Summary: "verified version 3", Stats: stats, Problems: []string{"data/a.parquet: missing"}}, nil
+		})}
+	c := &tasks.Claim{Task: tasks.Task{ID: "t1", Kind: tasks.KindVerify, Target: "s"}, FencingToken: 7}
+	report, err := m.Run(context.Background(), c)
+	if err == nil || !strings.Contains(err.Error(), "data/a.parquet: missing") {
+		t.Errorf("verify with a problem: %v, want the task failed naming it", err)
+	}
+	if report.Stats != stats || report.Detail != "verified version 3 (on w1)" {
+		t.Errorf("report %+v, want the worker's stats and its summary on w1", report)
+	}
+}
