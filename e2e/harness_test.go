@@ -634,6 +634,12 @@ type task struct {
 	Attempts   int       `json:"attempts"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
+	// Stats are a few of the counts the record keeps beside its detail.
+	Stats struct {
+		Workers           int64 `json:"workers"`
+		WorkersMerged     int64 `json:"workers_merged"`
+		GenerationsMerged int64 `json:"generations_merged"`
+	} `json:"stats"`
 }
 
 // tasksInEtcd reads every task record with etcdctl.

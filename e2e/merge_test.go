@@ -66,6 +66,9 @@ func TestMasterMergesRowsAddedThroughEveryWorker(t *testing.T) {
 		if !strings.Contains(tk.Detail, "across 3/3 workers") {
 			t.Errorf("task %s detail %q: want a merge across 3/3 workers", tk.ID, tk.Detail)
 		}
+		if tk.Stats.Workers != 3 || tk.Stats.WorkersMerged != 3 {
+			t.Errorf("task %s stats %+v: want 3 of 3 workers merged, as its detail %q says", tk.ID, tk.Stats, tk.Detail)
+		}
 		if tk.StartedAt.IsZero() || tk.FinishedAt.Before(tk.StartedAt) {
 			t.Errorf("task %s: started %s, finished %s", tk.ID, tk.StartedAt, tk.FinishedAt)
 		}
@@ -119,8 +122,9 @@ func TestMasterMergesRowsAddedThroughEveryWorker(t *testing.T) {
 		t.Errorf("requeued merge detail %q: want the new generation merged across 3/3 workers", got.Task.Detail)
 	}
 	var record task
-	if err := json.Unmarshal([]byte(c.etcdctl(etcdctl, "get", c.prefix+"/tasks/"+id, "--print-value-only")), &record); err != nil || record.State != "done" {
-		t.Errorf("etcdctl get %s/tasks/%s: %+v (%v), want state done", c.prefix, id, record, err)
+	if err := json.Unmarshal([]byte(c.etcdctl(etcdctl, "get", c.prefix+"/tasks/"+id, "--print-value-only")), &record); err != nil ||
+		record.State != "done" || record.Stats.GenerationsMerged == 0 || record.Stats.WorkersMerged != 3 {
+		t.Errorf("etcdctl get %s/tasks/%s: %+v (%v), want state done and stats of the new generation merged by 3 workers", c.prefix, id, record, err)
 	}
 	c.awaitMergedExactlyOnce(m, l, loadgen.KindRollout, rollouts, 30*time.Second)
 }
