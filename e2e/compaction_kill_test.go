@@ -550,6 +550,9 @@ func (k *killTest) unreferenced(before map[string]bool) []string {
 			Fragments []struct {
 				Path      string `json:"path"`
 				Bloom     string `json:"bloom"`
+				Index     *struct {
+					Path string `json:"path"`
+				} `json:"index"`
 				Deletions *struct {
 					Path string `json:"path"`
 				} `json:"deletions"`
@@ -560,6 +563,9 @@ func (k *killTest) unreferenced(before map[string]bool) []string {
 		}
 		for _, f := range m.Fragments {
 			refs[f.Path], refs[f.Bloom] = true, true
+			if f.Index != nil {
+				refs[f.Index.Path] = true
+			}
 			if f.Deletions != nil {
 				refs[f.Deletions.Path] = true
 			}

@@ -41,7 +41,7 @@ import (
 //     its oldest version to its newest, and the newest is never pruned.
 //   - Manifests are pruned before files are considered, and a file is deleted only
 //     if no manifest still there references it: the references are the union of the
-//     fragment, bloom filter and deletion vector paths of every version left after
+//     fragment, bloom filter, key index and deletion vector paths of every version left after
 //     the prune (all of them are read: a reader may load any), plus every version
 //     written while the files were being listed (read again after the listing).
 //   - A file is deleted only if it is also older than SafetyWindow: a transaction
@@ -50,8 +50,8 @@ import (
 //     that lands after that re-read references only files staged by its own
 //     transaction (younger than the window, since transactions are shorter) or
 //     files of versions that were kept.
-//   - Only Tidemark's own files are deleted: data/<name>.parquet, data/<name>.bloom
-//     and _deletions/<name>.bin, and _versions/ through Prune. _wal/ (WAL shards,
+//   - Only Tidemark's own files are deleted: data/<name>.parquet, data/<name>.bloom,
+//     data/<name>.idx and _deletions/<name>.bin, and _versions/ through Prune. _wal/ (WAL shards,
 //     cleaned by their own drains), the latest-version hint and anything else under
 //     the table directory are never touched.
 
@@ -255,6 +255,9 @@ func (r *refSet) add(m *Manifest) {
 	for _, f := range m.Fragments {
 		r.paths[f.Path] = true
 		r.paths[f.Bloom] = true
+		if f.Index != nil {
+			r.paths[f.Index.Path] = true
+		}
 		if f.Deletions != nil {
 			r.paths[f.Deletions.Path] = true
 		}
@@ -290,7 +293,7 @@ func (t *Table) oldFiles(ctx context.Context, cutoff time.Time) ([]objstore.Obje
 	for _, dir := range []struct {
 		name     string
 		suffixes []string
-	}{{dataDir, []string{".parquet", ".bloom"}}, {deletesDir, []string{".bin"}}} {
+	}{{dataDir, []string{".parquet", ".bloom", ".idx"}}, {deletesDir, []string{".bin"}}} {
 		prefix := t.key(dir.name) + "/"
 		err := t.bucket.Walk(ctx, prefix, "", func(o objstore.Object) error {
 			name := strings.TrimPrefix(o.Key, prefix)

@@ -1,18 +1,17 @@
 package table
 
 import (
-	"cmp"
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/compute"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/google/uuid"
@@ -26,153 +25,71 @@ import (
 // was committed and the staged files were deleted; planning again starts afresh.
 var ErrConflict = errors.New("compaction conflict")
 
-// Defaults of CompactOptions.
-const (
-	DefaultTargetRows   = 65536
-	DefaultMaxSources   = 64
-	DefaultDeletedRatio = 0.2
-)
-
 // dedupFPRate is the false-positive rate of the filter that looks for an id live in
-// two sources: a false positive only costs reading the id columns of the sources
-// the suspect id may be in once more.
+// two unsorted sources: a false positive only costs reading the id columns of the
+// sources the suspect id may be in once more.
 const dedupFPRate = 1e-7
-
-// CompactOptions tune a compaction; a zero field means its default.
-type CompactOptions struct {
-	TargetRows   int64   // rows per output fragment (TARGET_ROWS_PER_FRAGMENT), default 65536
-	MaxSources   int     // at most this many source fragments per compaction (COMPACTION_MAX_SOURCE_FRAGMENTS), default 64
-	DeletedRatio float64 // a fragment whose deleted/rows >= this is rewritten whatever its size, default 0.2
-}
-
-func (o CompactOptions) withDefaults() CompactOptions {
-	if o.TargetRows <= 0 {
-		o.TargetRows = DefaultTargetRows
-	}
-	if o.MaxSources <= 0 {
-		o.MaxSources = DefaultMaxSources
-	}
-	if o.DeletedRatio <= 0 {
-		o.DeletedRatio = DefaultDeletedRatio
-	}
-	return o
-}
-
-// PlanCompaction returns the fragments of m one compaction would rewrite (in manifest
-// order, at most MaxSources), or nil when the rewrite would not reduce anything:
-//
-//   - every fragment at or over DeletedRatio, whatever its size;
-//   - small fragments (fewer than TargetRows/2 live rows), smallest first: the two
-//     smallest, then each next one only while it holds no more live rows than all
-//     those already picked together. Without that rule every compaction rewrote
-//     every small fragment, the previous compaction's output included, so each row
-//     was rewritten once per compaction until the table reached TargetRows/2 rows,
-//     and the versions retained before each compaction kept a second copy of the
-//     whole table. With it, outputs grow like a binary counter: a row is rewritten
-//     about log2(TargetRows / rows per merge) times, and a compaction replaces
-//     about as many bytes as it writes.
-//
-// Nothing is planned with fewer than 2 small fragments and none over the ratio.
-func PlanCompaction(m *Manifest, o CompactOptions) []Fragment {
-	o = o.withDefaults()
-	picked := make([]bool, len(m.Fragments))
-	var small []int
-	n, deleted := 0, 0
-	var sum int64 // live rows of the picked fragments
-	for i, f := range m.Fragments {
-		switch {
-		case f.Deletions != nil && f.Rows > 0 && float64(f.Deletions.Count)/float64(f.Rows) >= o.DeletedRatio:
-			if n < o.MaxSources {
-				picked[i] = true
-				n++
-				deleted++
-				sum += f.LiveRows()
-			}
-		case f.LiveRows() < o.TargetRows/2:
-			small = append(small, i)
-		}
-	}
-	slices.SortStableFunc(small, func(a, b int) int {
-		return cmp.Compare(m.Fragments[a].LiveRows(), m.Fragments[b].LiveRows())
-	})
-	nSmall := 0
-	for _, i := range small {
-		live := m.Fragments[i].LiveRows()
-		if n == o.MaxSources || (nSmall >= 2 && live > sum) {
-			break
-		}
-		picked[i] = true
-		n++
-		nSmall++
-		sum += live
-	}
-	if nSmall < 2 && deleted == 0 {
-		return nil
-	}
-	plan := make([]Fragment, 0, n)
-	for i, f := range m.Fragments {
-		if picked[i] {
-			plan = append(plan, f)
-		}
-	}
-	return plan
-}
 
 // CompactResult says what a compaction did.
 type CompactResult struct {
 	Version      uint64 // the committed version (0 when nothing to do)
+	Level        int    // the level of the outputs
 	Sources      int    // fragments rewritten
 	Outputs      int    // fragments written
 	RowsWritten  int64  // live rows carried over
 	RowsDropped  int64  // deleted rows materialized away
 	BytesRead    int64  // bytes of the source fragments
-	BytesWritten int64  // bytes of the output fragments (+ bloom filters)
+	BytesWritten int64  // bytes of the output fragments (+ bloom filters and key indexes)
 }
 
-// Compact refreshes the table, plans against the newest version, rewrites the planned
-// sources and commits. Nothing to do: a zero CompactResult and nil error.
+// Compact refreshes the table, plans against the newest version (PlanCompaction),
+// rewrites the planned sources and commits. Nothing to do: a zero CompactResult
+// and nil error.
 //
 // Why the result is the same table:
 //
 //   - Outputs hold exactly the sources' live rows (deletion vectors materialized),
-//     each row with its _seq and, through the outputs' shard runs, its shard: every
+//     each row with its _seq and, through the outputs' key indexes, its shard: every
 //     row keeps its rowkey.Version, so every later tie between shards resolves as it
 //     would have without the compaction. Sources hold at most one live row per id (a
 //     table invariant); should two appear, the newest Version is kept, so outputs
 //     hold at most one row per id as every fragment must.
+//   - Outputs are sorted by id and cut at TargetRows rows. Merged sorted sources
+//     come out as one sorted run over the sources' id range, so outputs of one level
+//     never overlap: the plan takes every fragment of the output level that the
+//     moved rows' range meets.
 //   - The commit is the newest version minus the sources plus the outputs, written
 //     with put-if-absent, and the outputs are written before it: a crash leaves only
 //     unreferenced files.
 //   - On a lost race the newest version decides. Sources all present with their
 //     deletion vectors unchanged: other commits only added fragments or touched other
 //     fragments, which are kept, so committing on top is right. A source whose vector
-//     grew (a merge deleted rows of it: newer rows arrived in its fragment): each
-//     source row's place in the outputs is known, so the new deletions become
-//     deletion vectors on the outputs (rebase). A source gone (another compaction
-//     rewrote it) or whose vector lost a row: committing would duplicate or
-//     resurrect rows, so the compaction aborts with ErrConflict.
+//     grew (a merge deleted rows of it: newer rows arrived): each newly deleted row
+//     is found by its id in the outputs, and deleted there if the output row is that
+//     same row (same version) (rebase). A source gone (another compaction rewrote
+//     it) or whose vector lost a row: committing would duplicate or resurrect rows,
+//     so the compaction aborts with ErrConflict.
 //   - A merge that read a version with the sources and commits after the compaction
 //     finds them gone: its rebase drops its deletions aimed at them and resolves its
 //     rows against the outputs, which are new paths it has not checked.
 //
-// Memory: sources are read one row group at a time. Peak memory is one output
-// fragment's rows (at most TargetRows, decoded) and its encoded Parquet bytes, one
-// source row group, the sources' deletion vectors, an id filter of about 4 bytes per
-// live source row, and the map from source rows to output rows, which holds one
-// entry per stretch of consecutive rows kept (bounded by the deleted rows plus the
-// outputs and shard runs, not by the rows).
+// Memory: merged sources are read one row group each at a time; unsorted sources
+// are rewritten a TargetRows chunk at a time. Peak memory is one output fragment's
+// rows (at most TargetRows, decoded) and its encoded bytes, a row group per source
+// being merged, and the sources' deletion vectors; sorting an unsorted source adds
+// an id filter of about 4 bytes per live row of the plan (duplicates).
 func (t *Table) Compact(ctx context.Context, o CompactOptions) (CompactResult, error) {
 	o = o.withDefaults()
 	base, err := t.Refresh(ctx)
 	if err != nil {
 		return CompactResult{}, fmt.Errorf("compact %s: %w", t.dir, err)
 	}
-	sources := PlanCompaction(base, o)
-	if sources == nil {
+	p := PlanCompaction(base, o)
+	if p == nil {
 		return CompactResult{}, nil
 	}
 	c := &compaction{
-		t: t, id: "compact-" + uuid.NewString(), base: base, sources: sources,
+		t: t, id: "compact-" + uuid.NewString(), base: base, plan: p,
 		target: o.TargetRows, staged: staged{t: t},
 	}
 	err = c.write(ctx)
@@ -193,16 +110,14 @@ func (t *Table) Compact(ctx context.Context, o CompactOptions) (CompactResult, e
 
 // compaction is one rewrite of source fragments into output fragments.
 type compaction struct {
-	t       *Table
-	id      string
-	base    *Manifest // the version the commit is built on
-	sources []Fragment
-	target  int64
-	staged  staged
+	t      *Table
+	id     string
+	base   *Manifest // the version the commit is built on
+	plan   *CompactionPlan
+	target int64
+	staged staged
 
-	srcDV []*roaring.Bitmap // the sources' vectors the rewrite materialized
-	// moved maps each source's kept rows to the outputs, sorted by source offset.
-	moved   [][]segment
+	srcDV   []*roaring.Bitmap // the sources' vectors the rewrite materialized
 	outputs []Fragment
 	// outDV and outRef are the outputs' deletion vectors: rows other commits
 	// deleted from the sources after the rewrite read them (rebase).
@@ -210,42 +125,21 @@ type compaction struct {
 	outRef []*DeletionRef
 	res    CompactResult
 
-	// The output being assembled: full row groups, the rows of the next one, its
-	// shard runs, and its row count.
-	groups  []arrow.RecordBatch
-	pieces  []arrow.RecordBatch
-	piecesN int64
-	runs    []ShardRun
-	rows    int64
+	out outputBuilder // the output being assembled
 }
 
-// segment says that n consecutive kept rows of a source, from offset src, are rows
-// outOff... of output out.
-type segment struct {
-	src, n uint32
-	out    int
-	outOff uint32
-}
-
-// rowLoc is a row of a source.
-type rowLoc struct {
-	src int
-	off uint32
-	v   rowkey.Version
-}
-
-// write reads the sources' live rows shard by shard (shard names in byte order,
-// sources in manifest order) and writes them as outputs of at most target rows.
+// write reads the sources' live rows and writes them as sorted outputs of at most
+// target rows.
 func (c *compaction) write(ctx context.Context) error {
-	defer c.releasePending()
+	defer c.out.release()
 	s := c.base.ArrowSchema()
-	c.srcDV = make([]*roaring.Bitmap, len(c.sources))
-	c.moved = make([][]segment, len(c.sources))
+	c.out.s, c.out.groupRows = s, c.t.opts.RowGroupRows
+	sources := c.plan.Sources
+	c.srcDV = make([]*roaring.Bitmap, len(sources))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(fragmentReads)
-	var live, rows int64
-	for i, f := range c.sources {
-		live += f.LiveRows()
+	var rows int64
+	for i, f := range sources {
 		rows += f.Rows
 		c.res.BytesRead += f.Bytes
 		g.Go(func() (err error) {
@@ -256,36 +150,18 @@ func (c *compaction) write(ctx context.Context) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	c.res.Sources = len(c.sources)
-	winners, err := c.duplicates(ctx, s, live)
+	c.res.Sources, c.res.Level = len(sources), c.plan.Level
+	var err error
+	if c.plan.Sort {
+		err = c.sortSources(ctx, s)
+	} else {
+		err = c.mergeSources(ctx, s)
+	}
 	if err != nil {
 		return err
 	}
-	var shards []string
-	for _, f := range c.sources {
-		for _, r := range f.runs() {
-			shards = append(shards, r.Shard)
-		}
-	}
-	slices.Sort(shards)
-	for _, shard := range slices.Compact(shards) {
-		for i, f := range c.sources {
-			var start int64
-			for _, r := range f.runs() {
-				if r.Shard == shard && liveIn(c.srcDV[i], start, start+r.Rows) > 0 {
-					if err := c.copyRun(ctx, s, i, start, start+r.Rows, shard, winners); err != nil {
-						return err
-					}
-				}
-				start += r.Rows
-			}
-		}
-	}
-	if err := c.flush(ctx, s); err != nil {
+	if err := c.flush(ctx); err != nil {
 		return err
-	}
-	for _, m := range c.moved {
-		slices.SortFunc(m, func(a, b segment) int { return cmp.Compare(a.src, b.src) })
 	}
 	c.outDV = make([]*roaring.Bitmap, len(c.outputs))
 	c.outRef = make([]*DeletionRef, len(c.outputs))
@@ -294,30 +170,306 @@ func (c *compaction) write(ctx context.Context) error {
 	return nil
 }
 
-// liveIn counts the rows of [lo, hi) that dv does not delete.
-func liveIn(dv *roaring.Bitmap, lo, hi int64) int64 {
-	if hi <= lo {
-		return 0
-	}
-	deleted := dv.Rank(uint32(hi - 1))
-	if lo > 0 {
-		deleted -= dv.Rank(uint32(lo - 1))
-	}
-	return hi - lo - int64(deleted)
+// sourceCursor walks the live rows of one sorted source in id order, a row group at
+// a time.
+type sourceCursor struct {
+	c   *compaction
+	src int // position in the plan's sources
+	ff  *fragmentFile
+
+	group  int                 // next row group to read
+	recs   []arrow.RecordBatch // the current row group's batches, all columns
+	starts []int64             // offset of each batch's first row
+	vers   []rowkey.Version    // versions of the current row group's rows
+	first  int64               // offset of the row group's first row
+	b, row int                 // current batch and row in it
+	id     string              // id of the current row
+	idCol  int                 // position of the id column
 }
 
-// duplicates finds ids live in more than one source, which a table never has (at
-// most one live row per id), without holding every id: a filter of the ids seen
-// flags suspects, and only if there are any are the id columns of the sources that
-// may hold them read again to find each suspect's newest row. It returns nil when
-// there is no suspect, else the winning row of every suspect id.
+// open opens the cursor's fragment and moves it to its first live row; false when
+// the source has none.
+func (cu *sourceCursor) open(ctx context.Context, s *arrow.Schema) (bool, error) {
+	ff, err := cu.c.t.openFragment(ctx, s, cu.c.plan.Sources[cu.src])
+	if err != nil {
+		return false, err
+	}
+	cu.ff, cu.b, cu.row = ff, 0, -1
+	cu.idCol = s.FieldIndices(rowkey.IDColumn)[0]
+	return cu.next(ctx, s)
+}
+
+// next moves to the next live row; false at the end.
+func (cu *sourceCursor) next(ctx context.Context, s *arrow.Schema) (bool, error) {
+	dv := cu.c.srcDV[cu.src]
+	for {
+		cu.row++
+		for cu.b < len(cu.recs) && cu.row >= int(cu.recs[cu.b].NumRows()) {
+			cu.b, cu.row = cu.b+1, 0
+		}
+		if cu.b >= len(cu.recs) {
+			ok, err := cu.load(ctx, s)
+			if err != nil || !ok {
+				return false, err
+			}
+			cu.b, cu.row = 0, 0
+		}
+		if !dv.Contains(uint32(cu.offset())) {
+			cu.id = cu.recs[cu.b].Column(cu.idCol).(*array.String).Value(cu.row)
+			return true, nil
+		}
+	}
+}
+
+func (cu *sourceCursor) offset() int64 { return cu.starts[cu.b] + int64(cu.row) }
+
+func (cu *sourceCursor) version() rowkey.Version { return cu.vers[cu.offset()-cu.first] }
+
+// load reads the next row group that holds a live row, with the versions of its
+// rows; false past the last.
+func (cu *sourceCursor) load(ctx context.Context, s *arrow.Schema) (bool, error) {
+	cu.release()
+	f, dv := cu.c.plan.Sources[cu.src], cu.c.srcDV[cu.src]
+	md := cu.ff.pf.MetaData()
+	for cu.group < md.NumRowGroups() {
+		g := cu.group
+		cu.group++
+		first := cu.ff.groupStart(g)
+		n := md.RowGroup(g).NumRows()
+		if liveIn(dv, first, first+n) == 0 {
+			continue
+		}
+		err := cu.ff.read(ctx, columnNames(s), []int{g}, func(rec arrow.RecordBatch, off int64) error {
+			rec.Retain()
+			cu.recs = append(cu.recs, rec)
+			cu.starts = append(cu.starts, off)
+			return nil
+		})
+		if err != nil {
+			return false, err
+		}
+		if cu.vers, err = cu.c.t.versionsSorted(ctx, f, first, first+n); err != nil {
+			return false, err
+		}
+		cu.first = first
+		return true, nil
+	}
+	return false, nil
+}
+
+func (cu *sourceCursor) release() {
+	for _, r := range cu.recs {
+		r.Release()
+	}
+	cu.recs, cu.starts, cu.vers = nil, nil, nil
+}
+
+func (cu *sourceCursor) close() {
+	cu.release()
+	if cu.ff != nil {
+		_ = cu.ff.Close()
+	}
+}
+
+// cursorHeap orders cursors by current id, then by source position.
+type cursorHeap []*sourceCursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	if h[i].id != h[j].id {
+		return h[i].id < h[j].id
+	}
+	return h[i].src < h[j].src
+}
+func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*sourceCursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// mergeSources merges the sorted sources' live rows in id order into outputs (an
+// LSM's merge): of the rows of one id, the newest version is kept; on a tie the
+// later source's, as a commit's incoming copy replaces the existing one.
+func (c *compaction) mergeSources(ctx context.Context, s *arrow.Schema) error {
+	var h cursorHeap
+	defer func() {
+		for _, cu := range h {
+			cu.close()
+		}
+	}()
+	for i, f := range c.plan.Sources {
+		if f.LiveRows() == 0 {
+			continue
+		}
+		if !f.Sorted {
+			return fmt.Errorf("fragment %s: merged as sorted, but it is not", c.t.key(f.Path))
+		}
+		cu := &sourceCursor{c: c, src: i}
+		ok, err := cu.open(ctx, s)
+		if err != nil {
+			cu.close()
+			return err
+		}
+		if !ok {
+			cu.close()
+			continue
+		}
+		h = append(h, cu)
+	}
+	heap.Init(&h)
+	var same []*sourceCursor
+	for len(h) > 0 {
+		same = append(same[:0], heap.Pop(&h).(*sourceCursor))
+		for len(h) > 0 && h[0].id == same[0].id {
+			same = append(same, heap.Pop(&h).(*sourceCursor))
+		}
+		best := same[0]
+		for _, cu := range same[1:] {
+			if !best.version().Newer(cu.version()) {
+				best = cu
+			}
+		}
+		if err := c.out.add(ctx, best.recs[best.b], best.row, best.version()); err != nil {
+			return err
+		}
+		if c.out.rows == c.target {
+			if err := c.flush(ctx); err != nil {
+				return err
+			}
+		}
+		for _, cu := range same {
+			ok, err := cu.next(ctx, s)
+			if err != nil {
+				cu.close()
+				return err
+			}
+			if ok {
+				heap.Push(&h, cu)
+			} else {
+				cu.close()
+			}
+		}
+	}
+	return nil
+}
+
+// sortSources rewrites unsorted sources: their live rows (of each duplicated id, the
+// newest only) are read in storage order a TargetRows chunk at a time, and each
+// chunk is sorted and written as one level-0 output.
+func (c *compaction) sortSources(ctx context.Context, s *arrow.Schema) error {
+	var live int64
+	for _, f := range c.plan.Sources {
+		live += f.LiveRows()
+	}
+	winners, err := c.duplicates(ctx, s, live)
+	if err != nil {
+		return err
+	}
+	cols := columnNames(s)
+	idCol := s.FieldIndices(rowkey.IDColumn)[0]
+	var chunk []arrow.RecordBatch
+	var shards []string
+	var n int64
+	release := func() {
+		for _, r := range chunk {
+			r.Release()
+		}
+		chunk, shards, n = nil, nil, 0
+	}
+	defer release()
+	writeChunk := func() error {
+		if n == 0 {
+			return nil
+		}
+		sorted, perm, err := sortByIDWith(ctx, s, chunk, c.t.opts.RowGroupRows)
+		if err != nil {
+			return err
+		}
+		for _, r := range sorted {
+			rs := make([]string, r.NumRows())
+			for i := range rs {
+				rs[i] = shards[perm[0]]
+				perm = perm[1:]
+			}
+			c.out.groups = append(c.out.groups, r) // takes the reference
+			c.out.shards = append(c.out.shards, rs)
+			c.out.rows += r.NumRows()
+		}
+		release()
+		return c.flush(ctx)
+	}
+	for i, f := range c.plan.Sources {
+		dv := c.srcDV[i]
+		if f.LiveRows() == 0 {
+			continue
+		}
+		ff, err := c.t.openFragment(ctx, s, f)
+		if err != nil {
+			return err
+		}
+		err = ff.read(ctx, cols, nil, func(rec arrow.RecordBatch, offset int64) error {
+			ids := rec.Column(idCol).(*array.String)
+			var take []int64
+			for j := 0; j < ids.Len(); j++ {
+				off := uint32(offset) + uint32(j)
+				if dv.Contains(off) {
+					continue
+				}
+				if w, ok := winners[ids.Value(j)]; ok && (w.src != i || w.off != off) {
+					continue
+				}
+				take = append(take, int64(j))
+			}
+			for len(take) > 0 {
+				k := min(int64(len(take)), c.target-n)
+				part, err := takeRows(ctx, rec, take[:k])
+				if err != nil {
+					return err
+				}
+				for _, j := range take[:k] {
+					shards = append(shards, f.ShardAt(uint32(offset)+uint32(j)))
+				}
+				chunk = append(chunk, part)
+				n += k
+				take = take[k:]
+				if n == c.target {
+					if err := writeChunk(); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		_ = ff.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return writeChunk()
+}
+
+// rowLoc is a row of a source.
+type rowLoc struct {
+	src int
+	off uint32
+	v   rowkey.Version
+}
+
+// duplicates finds ids live in more than one unsorted source, which a table never
+// has (at most one live row per id), without holding every id: a filter of the ids
+// seen flags suspects, and only if there are any are the id columns of the sources
+// that may hold them read again to find each suspect's newest row. It returns nil
+// when there is no suspect, else the winning row of every suspect id.
 func (c *compaction) duplicates(ctx context.Context, s *arrow.Schema, live int64) (map[string]rowLoc, error) {
 	if live == 0 {
 		return nil, nil
 	}
 	seen := bloom.NewWithEstimates(uint(live), dedupFPRate)
 	suspects := map[string]bool{}
-	for i := range c.sources {
+	for i := range c.plan.Sources {
 		err := c.eachLiveID(ctx, s, i, func(id string, _ uint64, _ uint32) {
 			if seen.TestOrAddString(id) {
 				suspects[strings.Clone(id)] = true
@@ -335,7 +487,7 @@ func (c *compaction) duplicates(ctx context.Context, s *arrow.Schema, live int64
 		ids = append(ids, id)
 	}
 	winners := make(map[string]rowLoc, len(suspects))
-	for i, f := range c.sources {
+	for i, f := range c.plan.Sources {
 		hit, err := c.t.mayContainAny(ctx, f, ids)
 		if err != nil {
 			return nil, err
@@ -361,11 +513,11 @@ func (c *compaction) duplicates(ctx context.Context, s *arrow.Schema, live int64
 	return winners, nil
 }
 
-// eachLiveID calls fn with the id, _seq and offset of every live row of source i,
-// from its cached key index or by reading its id and _seq columns a row group at a
-// time (not cached: the source is about to be replaced).
+// eachLiveID calls fn with the id, _seq and offset of every live row of unsorted
+// source i, from its cached key index or by reading its id and _seq columns a row
+// group at a time (not cached: the source is about to be replaced).
 func (c *compaction) eachLiveID(ctx context.Context, s *arrow.Schema, i int, fn func(id string, seq uint64, off uint32)) error {
-	f, dv := c.sources[i], c.srcDV[i]
+	f, dv := c.plan.Sources[i], c.srcDV[i]
 	if f.LiveRows() == 0 {
 		return nil
 	}
@@ -397,153 +549,142 @@ func (c *compaction) eachLiveID(ctx context.Context, s *arrow.Schema, i int, fn 
 	})
 }
 
-// copyRun appends the kept rows of source i in [lo, hi), a run of shard, to the
-// outputs, reading only the row groups that hold them, one at a time.
-func (c *compaction) copyRun(ctx context.Context, s *arrow.Schema, i int, lo, hi int64, shard string, winners map[string]rowLoc) error {
-	f, dv := c.sources[i], c.srcDV[i]
-	ff, err := c.t.openFragment(ctx, s, f)
+// liveIn counts the rows of [lo, hi) that dv does not delete.
+func liveIn(dv *roaring.Bitmap, lo, hi int64) int64 {
+	if hi <= lo {
+		return 0
+	}
+	deleted := dv.Rank(uint32(hi - 1))
+	if lo > 0 {
+		deleted -= dv.Rank(uint32(lo - 1))
+	}
+	return hi - lo - int64(deleted)
+}
+
+// flush writes the output being assembled, if it has rows, as one sorted fragment
+// of the plan's level.
+func (c *compaction) flush(ctx context.Context) error {
+	if err := c.out.cut(ctx); err != nil {
+		return err
+	}
+	if c.out.rows == 0 {
+		return nil
+	}
+	shards := c.out.shards
+	f, sidecars, err := c.staged.writeFragment(ctx, c.out.s, c.out.groups, func(r, i int) string { return shards[r][i] }, nil)
 	if err != nil {
 		return err
 	}
-	defer ff.Close()
-	first, _ := ff.rowGroupOf(lo)
-	last, _ := ff.rowGroupOf(hi - 1)
-	if first < 0 || last < 0 {
-		return fmt.Errorf("fragment %s: %w: rows [%d,%d) past its end", ff.key, ErrCorrupt, lo, hi)
-	}
-	groups := make([]int, 0, last-first+1)
-	for g := first; g <= last; g++ {
-		groups = append(groups, g)
-	}
-	cols := make([]string, s.NumFields())
-	for j, fld := range s.Fields() {
-		cols[j] = fld.Name
-	}
-	idCol := s.FieldIndices(rowkey.IDColumn)[0]
-	return ff.read(ctx, cols, groups, func(rec arrow.RecordBatch, offset int64) error {
-		a, b := max(lo, offset), min(hi, offset+rec.NumRows())
-		if a >= b {
-			return nil
-		}
-		part := rec.NewSlice(a-offset, b-offset)
-		defer part.Release()
-		ids := part.Column(idCol).(*array.String)
-		keep := make([]bool, b-a)
-		var offs []uint32
-		for j := range keep {
-			off := uint32(a) + uint32(j)
-			keep[j] = !dv.Contains(off)
-			if keep[j] && winners != nil {
-				if w, ok := winners[ids.Value(j)]; ok && (w.src != i || w.off != off) {
-					keep[j] = false
-				}
-			}
-			if keep[j] {
-				offs = append(offs, off)
-			}
-		}
-		if len(offs) == 0 {
-			return nil
-		}
-		kept := part
-		if len(offs) < len(keep) {
-			bld := array.NewBooleanBuilder(memory.DefaultAllocator)
-			bld.AppendValues(keep, nil)
-			mask := bld.NewBooleanArray()
-			bld.Release()
-			filtered, err := compute.FilterRecordBatch(ctx, part, mask, compute.DefaultFilterOptions())
-			mask.Release()
-			if err != nil {
-				return fmt.Errorf("fragment %s: filter: %w", ff.key, err)
-			}
-			defer filtered.Release()
-			kept = filtered
-		}
-		return c.place(ctx, s, kept, offs, shard, i)
-	})
+	f.Level = c.plan.Level
+	c.outputs = append(c.outputs, *f)
+	c.res.RowsWritten += f.Rows
+	c.res.BytesWritten += f.Bytes + sidecars
+	c.out.release()
+	return nil
 }
 
-// place appends rec, kept rows of source src at offsets offs, to the output being
-// assembled, writing it out each time it reaches the target row count.
-func (c *compaction) place(ctx context.Context, s *arrow.Schema, rec arrow.RecordBatch, offs []uint32, shard string, src int) error {
-	var done int64
-	for done < rec.NumRows() {
-		take := min(rec.NumRows()-done, c.target-c.rows)
-		out := len(c.outputs)
-		for j := int64(0); j < take; j++ {
-			off, outOff := offs[done+j], uint32(c.rows+j)
-			m := c.moved[src]
-			if k := len(m) - 1; k >= 0 && m[k].out == out && m[k].src+m[k].n == off && m[k].outOff+m[k].n == outOff {
-				m[k].n++
-			} else {
-				c.moved[src] = append(m, segment{src: off, n: 1, out: out, outOff: outOff})
-			}
-		}
-		if k := len(c.runs) - 1; k >= 0 && c.runs[k].Shard == shard {
-			c.runs[k].Rows += take
-		} else {
-			c.runs = append(c.runs, ShardRun{Shard: shard, Rows: take})
-		}
-		if err := c.addRows(s, rec.NewSlice(done, done+take)); err != nil {
-			return err
-		}
-		done += take
-		if c.rows == c.target {
-			if err := c.flush(ctx, s); err != nil {
-				return err
-			}
-		}
+// outputBuilder assembles one output fragment from rows picked in id order: picks
+// are copied out of their source batches a row group at a time, so the output
+// holds its own rows, not the sources' row groups.
+type outputBuilder struct {
+	s         *arrow.Schema
+	groupRows int64
+
+	groups []arrow.RecordBatch // row groups built
+	shards [][]string          // each row's shard, by group
+	rows   int64               // rows in groups and picks
+
+	picks      []pick
+	pickShards []string
+	held       []arrow.RecordBatch // source batches the picks reference (retained)
+}
+
+type pick struct {
+	rec arrow.RecordBatch
+	row int
+}
+
+// add picks row of rec (of version v) as the output's next row.
+func (o *outputBuilder) add(ctx context.Context, rec arrow.RecordBatch, row int, v rowkey.Version) error {
+	if !slices.Contains(o.held, rec) { // a handful: one or two batches per source
+		rec.Retain()
+		o.held = append(o.held, rec)
+	}
+	o.picks = append(o.picks, pick{rec: rec, row: row})
+	o.pickShards = append(o.pickShards, v.Shard)
+	o.rows++
+	if int64(len(o.picks)) >= o.groupRows {
+		return o.cut(ctx)
 	}
 	return nil
 }
 
-// addRows takes rec (and its reference) into the output being assembled. Pieces
-// are copied into row groups of RowGroupRows rows as soon as there are enough of
-// them: the Parquet writer makes a row group of each batch it is given, and a copy
-// does not keep the source row groups the pieces are slices of.
-func (c *compaction) addRows(s *arrow.Schema, rec arrow.RecordBatch) error {
-	c.pieces = append(c.pieces, rec)
-	c.piecesN += rec.NumRows()
-	c.rows += rec.NumRows()
-	for c.piecesN >= c.t.opts.RowGroupRows {
-		if err := c.cutGroup(s, c.t.opts.RowGroupRows); err != nil {
+// cut turns the picks into one row group: each source batch's picked rows are taken
+// at once, and the parts put back in pick order.
+func (o *outputBuilder) cut(ctx context.Context) error {
+	if len(o.picks) == 0 {
+		return nil
+	}
+	var parts []arrow.RecordBatch
+	defer func() {
+		for _, p := range parts {
+			p.Release()
+		}
+	}()
+	where := make([]int64, len(o.picks)) // position of each pick in the parts, concatenated
+	var base int64
+	for _, src := range o.held {
+		var idx []int64
+		for k, p := range o.picks {
+			if p.rec == src {
+				where[k] = base + int64(len(idx))
+				idx = append(idx, int64(p.row))
+			}
+		}
+		if len(idx) == 0 {
+			continue
+		}
+		part, err := takeRows(ctx, src, idx)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, part)
+		base += int64(len(idx))
+	}
+	// One source: its rows were taken in pick order already.
+	var group arrow.RecordBatch
+	if len(parts) == 1 {
+		group = parts[0]
+		group.Retain()
+	} else {
+		all, err := concatBatches(o.s, parts)
+		if err != nil {
+			return err
+		}
+		group, err = takeRows(ctx, all, where)
+		all.Release()
+		if err != nil {
 			return err
 		}
 	}
+	o.groups = append(o.groups, group)
+	o.shards = append(o.shards, o.pickShards)
+	o.picks, o.pickShards = nil, nil
+	for _, r := range o.held {
+		r.Release()
+	}
+	o.held = nil
 	return nil
 }
 
-// cutGroup turns the first n rows of the pieces into one row group.
-func (c *compaction) cutGroup(s *arrow.Schema, n int64) error {
-	var use []arrow.RecordBatch
-	var got int64
-	rest := c.pieces[:0:0]
-	for _, p := range c.pieces {
-		switch {
-		case got == n:
-			rest = append(rest, p)
-		case got+p.NumRows() <= n:
-			use = append(use, p)
-			got += p.NumRows()
-		default:
-			k := n - got
-			use = append(use, p.NewSlice(0, k))
-			rest = append(rest, p.NewSlice(k, p.NumRows()))
-			got = n
-			defer p.Release()
-		}
+func (o *outputBuilder) release() {
+	for _, r := range o.groups {
+		r.Release()
 	}
-	group, err := concatBatches(s, use)
-	for _, p := range use {
-		p.Release()
+	for _, r := range o.held {
+		r.Release()
 	}
-	c.pieces = rest
-	c.piecesN -= n
-	if err != nil {
-		return err
-	}
-	c.groups = append(c.groups, group)
-	return nil
+	o.groups, o.shards, o.rows, o.picks, o.pickShards, o.held = nil, nil, 0, nil, nil, nil
 }
 
 // concatBatches copies recs into one batch of schema s.
@@ -574,56 +715,13 @@ func concatBatches(s *arrow.Schema, recs []arrow.RecordBatch) (arrow.RecordBatch
 	return array.NewRecordBatch(s, cols, n), nil
 }
 
-// flush writes the output being assembled, if it has rows, as one fragment with its
-// bloom filter, and primes the key-index cache with its ids (the next merge checks
-// its rows against it).
-func (c *compaction) flush(ctx context.Context, s *arrow.Schema) error {
-	if c.rows == 0 {
-		return nil
-	}
-	if c.piecesN > 0 {
-		if err := c.cutGroup(s, c.piecesN); err != nil {
-			return err
-		}
-	}
-	k := &keyIndex{offsets: make(map[string]uint32, c.rows), seqs: make([]uint64, 0, c.rows)}
-	f, bloomBytes, err := c.staged.writeFragment(ctx, s, c.groups, func(id string, seq uint64, off uint32) {
-		k.offsets[strings.Clone(id)] = off
-		k.seqs = append(k.seqs, seq)
-	})
-	if err != nil {
-		return err
-	}
-	if len(c.runs) == 1 {
-		f.Shard = c.runs[0].Shard
-	} else {
-		f.ShardRuns = c.runs
-	}
-	c.t.keys.Add(f.Path, k, k.size())
-	c.outputs = append(c.outputs, *f)
-	c.res.RowsWritten += f.Rows
-	c.res.BytesWritten += f.Bytes + bloomBytes
-	c.releasePending()
-	return nil
-}
-
-func (c *compaction) releasePending() {
-	for _, r := range c.groups {
-		r.Release()
-	}
-	for _, r := range c.pieces {
-		r.Release()
-	}
-	c.groups, c.pieces, c.piecesN, c.runs, c.rows = nil, nil, 0, nil, 0
-}
-
 // proposal is the newest version c is built on without the sources, with the
 // outputs (and the deletions rebase translated onto them) where the first source was.
 func (c *compaction) proposal() *Manifest {
 	now := c.t.opts.Clock.Now().UTC()
 	n := c.base.next(c.id, now)
-	drop := make(map[string]bool, len(c.sources))
-	for _, f := range c.sources {
+	drop := make(map[string]bool, len(c.plan.Sources))
+	for _, f := range c.plan.Sources {
 		drop[f.Path] = true
 	}
 	outs := make([]Fragment, len(c.outputs))
@@ -641,7 +739,7 @@ func (c *compaction) proposal() *Manifest {
 		frags = append(frags, f)
 	}
 	n.Fragments = append(frags, outs...) // outs is nil once placed
-	n.LastCompaction = &CompactionInfo{Version: n.Version, At: now, Sources: len(c.sources), Outputs: len(c.outputs)}
+	n.LastCompaction = &CompactionInfo{Version: n.Version, At: now, Sources: len(c.plan.Sources), Outputs: len(c.outputs)}
 	return n
 }
 
@@ -652,7 +750,7 @@ func (c *compaction) settle(latest *Manifest) error {
 	for _, f := range latest.Fragments {
 		present[f.Path] = true
 	}
-	for _, f := range c.sources {
+	for _, f := range c.plan.Sources {
 		if !present[f.Path] {
 			return fmt.Errorf("%w: source fragment %s is not in version %d (rewritten by another compaction)", ErrConflict, f.Path, latest.Version)
 		}
@@ -662,51 +760,74 @@ func (c *compaction) settle(latest *Manifest) error {
 
 // rebase moves the compaction onto latest, which settle found holding every
 // source: the rows other commits deleted from the sources since the rewrite read
-// them are deleted from the outputs they went to. The outputs' vectors are derived
-// from scratch against the rewrite's reading each time, and written only when they
-// changed since the previous attempt.
+// them are deleted from the outputs: each is found by its id in the outputs, and
+// deleted there if the output row is the same row (same version; a duplicate the
+// rewrite dropped is not). The outputs' vectors are derived from scratch against
+// the rewrite's reading each time, and written only when they changed since the
+// previous attempt.
 func (c *compaction) rebase(ctx context.Context, latest *Manifest) error {
 	cur := make(map[string]Fragment, len(latest.Fragments))
 	for _, f := range latest.Fragments {
 		cur[f.Path] = f
 	}
-	now := make([]*roaring.Bitmap, len(c.sources))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(fragmentReads)
-	for i, f := range c.sources {
+	s := c.base.ArrowSchema()
+	type gone struct {
+		id string
+		v  rowkey.Version
+	}
+	var deleted []gone
+	for i, f := range c.plan.Sources {
 		lf := cur[f.Path]
 		if sameDeletions(lf.Deletions, f.Deletions) {
 			continue
 		}
-		g.Go(func() (err error) {
-			now[i], err = c.t.deletions(gctx, lf)
+		dv, err := c.t.deletions(ctx, lf)
+		if err != nil {
 			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	outDel := make([]*roaring.Bitmap, len(c.outputs))
-	for i, dv := range now {
-		if dv == nil {
-			continue
 		}
 		if lost := roaring.AndNot(c.srcDV[i], dv); !lost.IsEmpty() {
 			return fmt.Errorf("%w: the deletion vector of source fragment %s in version %d no longer deletes %d rows the compaction dropped",
-				ErrConflict, c.sources[i].Path, latest.Version, lost.GetCardinality())
+				ErrConflict, f.Path, latest.Version, lost.GetCardinality())
 		}
-		segs := c.moved[i]
-		roaring.AndNot(dv, c.srcDV[i]).Iterate(func(off uint32) bool {
-			k := sort.Search(len(segs), func(k int) bool { return segs[k].src+segs[k].n > off })
-			if k < len(segs) && segs[k].src <= off { // else a duplicate the rewrite dropped
-				sg := segs[k]
-				if outDel[sg.out] == nil {
-					outDel[sg.out] = roaring.New()
-				}
-				outDel[sg.out].Add(sg.outOff + off - sg.src)
+		offs := roaring.AndNot(dv, c.srcDV[i]).ToArray()
+		ids, vs, err := c.t.rowKeys(ctx, s, f, offs)
+		if err != nil {
+			return err
+		}
+		for k := range ids {
+			deleted = append(deleted, gone{ids[k], vs[k]})
+		}
+	}
+	outDel := make([]*roaring.Bitmap, len(c.outputs))
+	for o, out := range c.outputs {
+		var ids []string
+		var want []rowkey.Version
+		for _, d := range deleted {
+			if d.id >= out.IDMin && d.id <= out.IDMax {
+				ids = append(ids, d.id)
+				want = append(want, d.v)
 			}
-			return true
-		})
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		byID := map[string][]rowkey.Version{}
+		for k, id := range ids {
+			byID[id] = append(byID[id], want[k])
+		}
+		ids = slices.Compact(slices.Sorted(maps.Keys(byID)))
+		hits, err := c.t.lookupSorted(ctx, out, ids)
+		if err != nil {
+			return err
+		}
+		for k, h := range hits {
+			if h.found && slices.Contains(byID[ids[k]], h.v) {
+				if outDel[o] == nil {
+					outDel[o] = roaring.New()
+				}
+				outDel[o].Add(h.off)
+			}
+		}
 	}
 	for o := range c.outputs {
 		switch {

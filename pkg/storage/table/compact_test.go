@@ -110,6 +110,9 @@ func unreferenced(t testing.TB, b *objstore.Bucket, tb *Table) []string {
 		}
 		for _, f := range m.Fragments {
 			refs[tb.key(f.Path)], refs[tb.key(f.Bloom)] = true, true
+			if f.Index != nil {
+				refs[tb.key(f.Index.Path)] = true
+			}
 			if f.Deletions != nil {
 				refs[tb.key(f.Deletions.Path)] = true
 			}
@@ -138,26 +141,61 @@ func fragmentPaths(m *Manifest) map[string]bool {
 	return out
 }
 
-// checkRuns checks the outputs of a compaction: each shard is one run, in byte
-// order, and Shard is set instead of runs when there is one shard.
-func checkRuns(t testing.TB, before, after *Manifest) {
+// checkSortedOutputs checks the outputs of a compaction: every fragment it wrote is
+// sorted with a key index whose ids strictly increase and match the fragment's
+// range, and the fragments of each level >= 1 have disjoint id ranges.
+func checkSortedOutputs(t testing.TB, tb *Table, before, after *Manifest) {
 	t.Helper()
+	ctx := context.Background()
 	old := fragmentPaths(before)
 	for _, f := range after.Fragments {
 		if old[f.Path] {
 			continue
 		}
-		if len(f.ShardRuns) == 1 {
-			t.Fatalf("output %s has one shard run instead of a shard", f.Path)
+		if !f.Sorted || f.Index == nil || len(f.ShardRuns) > 0 {
+			t.Fatalf("output %s: sorted %v, index %v, shard runs %+v", f.Path, f.Sorted, f.Index, f.ShardRuns)
 		}
-		var shards []string
-		for _, r := range f.ShardRuns {
-			shards = append(shards, r.Shard)
+		top, err := tb.indexTopOf(ctx, f)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !slices.IsSorted(shards) || len(slices.Compact(slices.Clone(shards))) != len(shards) {
-			t.Fatalf("output %s has shard runs %+v, want one run per shard in order", f.Path, f.ShardRuns)
+		vs, err := tb.versionsSorted(ctx, f, 0, f.Rows)
+		if err != nil || int64(len(vs)) != f.Rows {
+			t.Fatalf("output %s: %d versions of %d rows: %v", f.Path, len(vs), f.Rows, err)
+		}
+		if top.blocks[0].first != f.IDMin {
+			t.Fatalf("output %s: index starts at %q, id_min %q", f.Path, top.blocks[0].first, f.IDMin)
 		}
 	}
+	byLevel := map[int][]Fragment{}
+	for _, f := range after.Fragments {
+		if f.Level > 0 {
+			byLevel[f.Level] = append(byLevel[f.Level], f)
+		}
+	}
+	for level, fs := range byLevel {
+		slices.SortFunc(fs, func(a, b Fragment) int { return strings.Compare(a.IDMin, b.IDMin) })
+		for i := 1; i < len(fs); i++ {
+			if fs[i].IDMin <= fs[i-1].IDMax {
+				t.Fatalf("level %d: %s [%s,%s] overlaps %s [%s,%s]", level, fs[i-1].Path, fs[i-1].IDMin, fs[i-1].IDMax, fs[i].Path, fs[i].IDMin, fs[i].IDMax)
+			}
+		}
+	}
+}
+
+// withShardRuns returns a copy of m whose first fragment is one written before
+// format 2 that mixes shards in runs (an old compaction's output).
+func withShardRuns(m *Manifest, runs ...ShardRun) *Manifest {
+	c := *m
+	c.Fragments = slices.Clone(m.Fragments)
+	fr := &c.Fragments[0]
+	fr.Sorted, fr.Index, fr.Level, fr.SeqMin, fr.Shard, fr.MixedShards = false, nil, 0, 0, "", false
+	fr.ShardRuns = slices.Clone(runs)
+	if m.LastCompaction != nil {
+		lc := *m.LastCompaction
+		c.LastCompaction = &lc
+	}
+	return &c
 }
 
 // Many small fragments with overwrites compact into a few; every id reads the same
@@ -193,7 +231,7 @@ func TestCompactionRewritesSmallFragmentsReadingTheSame(t *testing.T) {
 	}
 	after := tb.Latest()
 	as := after.Stats()
-	wantRes := CompactResult{Version: after.Version, Sources: bs.Fragments, Outputs: as.Fragments,
+	wantRes := CompactResult{Version: after.Version, Level: 1, Sources: bs.Fragments, Outputs: as.Fragments,
 		RowsWritten: bs.Rows, RowsDropped: bs.DeletedRows, BytesRead: bs.Bytes, BytesWritten: res.BytesWritten}
 	if res != wantRes || res.BytesWritten <= 0 {
 		t.Fatalf("result %+v, want %+v", res, wantRes)
@@ -204,7 +242,7 @@ func TestCompactionRewritesSmallFragmentsReadingTheSame(t *testing.T) {
 	if lc := after.LastCompaction; lc == nil || lc.Version != after.Version || lc.Sources != res.Sources || lc.Outputs != res.Outputs || lc.At.IsZero() {
 		t.Fatalf("last compaction %+v", lc)
 	}
-	checkRuns(t, before, after)
+	checkSortedOutputs(t, tb, before, after)
 	for _, f := range after.Fragments {
 		if f.Rows > 32 {
 			t.Fatalf("output %s has %d rows, over the target", f.Path, f.Rows)
@@ -217,10 +255,24 @@ func TestCompactionRewritesSmallFragmentsReadingTheSame(t *testing.T) {
 	}
 	sameState(t, "fresh handle", readAll(t, fresh, fresh.Latest()), want)
 
-	// A full output and a small one: nothing left to gain.
-	if res, err := tb.Compact(ctx, CompactOptions{TargetRows: 32}); err != nil || res != (CompactResult{}) {
-		t.Fatalf("second compaction: %+v %v, want nothing to do", res, err)
+	// Level 1 holds one fragment: the second moves down to level 2, and then the
+	// levels are within their capacity: nothing left to do, every id reading the
+	// same at each step.
+	for i := 0; ; i++ {
+		res, err := tb.Compact(ctx, CompactOptions{TargetRows: 32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res == (CompactResult{}) {
+			break
+		}
+		if i == 3 {
+			t.Fatalf("compaction %d still has work: %+v (levels %+v)", i+2, res, tb.Latest().Levels())
+		}
+		sameState(t, fmt.Sprint("after compaction ", i+2), readAll(t, tb, tb.Latest()), want)
+		checkSortedOutputs(t, tb, after, tb.Latest())
 	}
+	after = tb.Latest()
 	// Other commits carry the record of the last compaction forward.
 	m := appendShard(t, tb, "w1", gens["w1"]+1, row{"id-00", 99, 9900})
 	if m.LastCompaction == nil || *m.LastCompaction != *after.LastCompaction {
@@ -233,48 +285,64 @@ func TestCompactionRewritesSmallFragmentsReadingTheSame(t *testing.T) {
 }
 
 func TestPlanCompaction(t *testing.T) {
-	frag := func(name string, rows, deleted int64) Fragment {
-		f := Fragment{Path: name, Rows: rows}
+	// frag is a sorted fragment of level n holding ids [lo, hi].
+	frag := func(name string, level int, lo, hi string, rows, deleted int64) Fragment {
+		f := Fragment{Path: name, Rows: rows, Level: level, IDMin: lo, IDMax: hi, Sorted: true,
+			Index: &IndexRef{Path: name + ".idx", Bytes: 100, Top: 10}}
 		if deleted > 0 {
 			f.Deletions = &DeletionRef{Path: name + ".dv", Count: deleted}
 		}
 		return f
 	}
-	names := func(fs []Fragment) string {
+	unsorted := func(name string, rows int64) Fragment {
+		return Fragment{Path: name, Rows: rows, IDMin: "a", IDMax: "z"}
+	}
+	names := func(p *CompactionPlan) string {
+		if p == nil {
+			return ""
+		}
 		var s []string
-		for _, f := range fs {
+		for _, f := range p.Sources {
 			s = append(s, f.Path)
 		}
-		return strings.Join(s, ",")
+		return fmt.Sprintf("%s->L%d sort=%v", strings.Join(s, ","), p.Level, p.Sort)
 	}
-	o := CompactOptions{TargetRows: 100, MaxSources: 3}
+	o := CompactOptions{TargetRows: 100, MaxSources: 8}
 	for _, c := range []struct {
+		name  string
 		frags []Fragment
 		want  string
 	}{
-		{nil, ""},
-		{[]Fragment{frag("a", 10, 0)}, ""}, // one small: nothing to merge it with
-		{[]Fragment{frag("a", 10, 0), frag("b", 100, 0), frag("c", 49, 0)}, "a,c"}, // two small
-		{[]Fragment{frag("a", 100, 0), frag("b", 100, 19)}, ""},                    // under the ratio, not small
-		{[]Fragment{frag("a", 100, 0), frag("b", 100, 20)}, "b"},                   // at the ratio
-		{[]Fragment{frag("a", 1000, 1000)}, "a"},                                   // nothing live
-		{[]Fragment{frag("a", 1, 0), frag("b", 2, 0), frag("c", 3, 0), frag("d", 4, 0)}, "a,b,c"},
-		{[]Fragment{frag("a", 1, 0), frag("b", 200, 0), frag("c", 200, 0), frag("d", 4, 0)}, "a,d"},
-		// Smallest first, each next one only while it is no larger than those picked:
-		// the previous compaction's output (e) stays until the small ones add up to it.
-		{[]Fragment{frag("e", 45, 0), frag("a", 10, 0), frag("b", 10, 0)}, "a,b"},
-		{[]Fragment{frag("e", 20, 0), frag("a", 10, 0), frag("b", 10, 0)}, "e,a,b"},
-		{[]Fragment{frag("e", 21, 0), frag("a", 10, 0), frag("b", 10, 0)}, "a,b"},
-		// A fragment rewritten for its deletions counts toward what the small ones join.
-		{[]Fragment{frag("e", 45, 0), frag("a", 10, 0), frag("d", 100, 60)}, "e,a,d"},
+		{"empty", nil, ""},
+		{"one level-0 fragment: nothing to merge it with", []Fragment{frag("a", 0, "a", "z", 10, 0)}, ""},
+		{"unsorted fragments are sorted first", []Fragment{frag("a", 0, "a", "z", 10, 0), frag("b", 0, "a", "z", 10, 0), unsorted("u", 5)}, "u->L0 sort=true"},
+		{"level 0 moves into the level-1 fragments it meets",
+			[]Fragment{frag("l1a", 1, "a", "f", 100, 0), frag("l1b", 1, "g", "p", 100, 0), frag("x", 0, "h", "k", 10, 0), frag("y", 0, "i", "m", 10, 0)},
+			"l1b,x,y->L1 sort=false"},
+		{"a level-0 fragment over the deleted ratio", []Fragment{frag("x", 0, "a", "z", 10, 2)}, "x->L1 sort=false"},
+		{"level 1 holds one fragment: the second moves down with what it meets",
+			[]Fragment{frag("l1a", 1, "a", "f", 100, 0), frag("l1b", 1, "g", "p", 100, 0), frag("l2a", 2, "a", "c", 100, 0), frag("l2b", 2, "d", "e", 100, 0), frag("l2c", 2, "g", "z", 100, 0)},
+			"l1b,l2c->L2 sort=false"},
+		{"within its capacity a level stays", []Fragment{frag("l1a", 1, "a", "f", 100, 0), frag("l2a", 2, "a", "c", 100, 0)}, ""},
+		{"a level-2 fragment over the deleted ratio is rewritten in place",
+			[]Fragment{frag("l2a", 2, "a", "c", 100, 19), frag("l2b", 2, "d", "e", 100, 20)}, "l2b->L2 sort=false"},
+		{"two small neighbours of a level merge", []Fragment{frag("l2a", 2, "a", "c", 40, 0), frag("l2b", 2, "d", "e", 100, 0), frag("l2c", 2, "f", "g", 10, 0), frag("l2d", 2, "h", "i", 30, 0)},
+			"l2c,l2d->L2 sort=false"},
+		{"fragments with nothing live go along", []Fragment{frag("l2a", 2, "a", "c", 100, 100), frag("l2b", 2, "d", "e", 100, 0)}, "l2a->L0 sort=false"},
 	} {
 		if got := names(PlanCompaction(&Manifest{Fragments: c.frags}, o)); got != c.want {
-			t.Errorf("plan of %+v = %q, want %q", c.frags, got, c.want)
+			t.Errorf("%s: plan %q, want %q", c.name, got, c.want)
 		}
 	}
-	// Defaults: 65536 rows per output, so a 40000-row fragment is not small.
-	if got := PlanCompaction(&Manifest{Fragments: []Fragment{frag("a", 40000, 0), frag("b", 30000, 0)}}, CompactOptions{}); len(got) != 0 {
-		t.Errorf("default plan %+v, want nil", got)
+	// MaxSources bounds a plan: a level-1 fragment meeting more level-2 fragments
+	// than that is not moved.
+	var frags []Fragment
+	frags = append(frags, frag("l1a", 1, "a", "b", 100, 0), frag("l1b", 1, "c", "z", 100, 0))
+	for i := range 9 {
+		frags = append(frags, frag(fmt.Sprint("l2-", i), 2, fmt.Sprintf("c%d", i), fmt.Sprintf("c%d~", i), 100, 0))
+	}
+	if got := names(PlanCompaction(&Manifest{Fragments: frags}, o)); got != "l1a->L2 sort=false" {
+		t.Errorf("capped plan %q", got)
 	}
 }
 
@@ -298,16 +366,19 @@ func TestCompactionKeepsEachRowsShardForTies(t *testing.T) {
 				t.Fatalf("%d fragments after compaction, want 1", len(after.Fragments))
 			}
 			f := after.Fragments[0]
-			wantRuns := []ShardRun{{"", 2}, {"a", 1}, {"b", 3}}
-			if f.Shard != "" || !slices.Equal(f.ShardRuns, wantRuns) {
-				t.Fatalf("output shard %q runs %+v, want runs %+v", f.Shard, f.ShardRuns, wantRuns)
+			// Sorted by id, u v w x y z: each row's shard is in the key index.
+			vs, err := tb.versionsSorted(ctx, f, 0, f.Rows)
+			if err != nil {
+				t.Fatal(err)
 			}
-			for off, want := range []string{"", "", "a", "b", "b", "b"} {
-				if got := f.ShardAt(uint32(off)); got != want {
-					t.Fatalf("ShardAt(%d) = %q, want %q", off, got, want)
-				}
+			var shards []string
+			for _, v := range vs {
+				shards = append(shards, v.Shard)
 			}
-			checkRuns(t, before, after)
+			if f.Shard != "" || !f.MixedShards || fmt.Sprint(shards) != fmt.Sprint([]string{"", "", "b", "b", "b", "a"}) {
+				t.Fatalf("output shard %q, row shards %q", f.Shard, shards)
+			}
+			checkSortedOutputs(t, tb, before, after)
 		}
 		// Third shards with the same _seq: "c" sorts after "b" and wins x; "ab"
 		// sorts before "b" and loses y; "" loses to everyone.
@@ -722,12 +793,12 @@ func TestInterruptedCompactionLeavesTheTable(t *testing.T) {
 		t.Fatalf("failed compactions left %v", left)
 	}
 	// A crash after the outputs are written: only unreferenced files.
-	c := &compaction{t: h, id: "crashed", base: m, sources: PlanCompaction(m, CompactOptions{}), target: DefaultTargetRows, staged: staged{t: h}}
+	c := &compaction{t: h, id: "crashed", base: m, plan: PlanCompaction(m, CompactOptions{}), target: DefaultTargetRows, staged: staged{t: h}}
 	if err := c.write(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if left := unreferenced(t, clean, tb); len(left) != 2 { // a fragment and its bloom filter
-		t.Fatalf("a crashed compaction left %v, want its output and bloom filter", left)
+	if left := unreferenced(t, clean, tb); len(left) != 3 { // a fragment, its bloom filter and key index
+		t.Fatalf("a crashed compaction left %v, want its output, bloom filter and key index", left)
 	}
 	fresh, err := Open(ctx, clean, "rollout/t", WithCacheBytes(0))
 	if err != nil {
@@ -754,9 +825,9 @@ func TestManifestRefusesBadShardRuns(t *testing.T) {
 	if _, err := tb.Compact(ctx, CompactOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	good := tb.Latest()
-	if len(good.Fragments) != 1 || len(good.Fragments[0].ShardRuns) != 2 {
-		t.Fatalf("fragments %+v, want one with two shard runs", good.Fragments)
+	good := withShardRuns(tb.Latest(), ShardRun{"a", 2}, ShardRun{"b", 1})
+	if len(good.Fragments) != 1 {
+		t.Fatalf("fragments %+v, want one", good.Fragments)
 	}
 	for name, edit := range map[string]func(m *Manifest){
 		"runs short of rows": func(m *Manifest) { m.Fragments[0].ShardRuns[0].Rows = 1 },
@@ -766,7 +837,23 @@ func TestManifestRefusesBadShardRuns(t *testing.T) {
 		"overflowing runs": func(m *Manifest) {
 			m.Fragments[0].ShardRuns[0].Rows, m.Fragments[0].ShardRuns[1].Rows = math.MaxInt64, math.MaxInt64
 		},
-		"shard and runs":      func(m *Manifest) { m.Fragments[0].Shard = "a" },
+		"shard and runs": func(m *Manifest) { m.Fragments[0].Shard = "a" },
+		"runs in a sorted fragment": func(m *Manifest) {
+			m.Fragments[0].Sorted, m.Fragments[0].Index = true, &IndexRef{Path: "data/x.idx", Bytes: 100, Top: 10}
+		},
+		"sorted without an index": func(m *Manifest) { m.Fragments[0].ShardRuns, m.Fragments[0].Sorted = nil, true },
+		"index of an unsorted fragment": func(m *Manifest) {
+			m.Fragments[0].ShardRuns, m.Fragments[0].Index = nil, &IndexRef{Path: "data/x.idx", Bytes: 100, Top: 10}
+		},
+		"index top past its end": func(m *Manifest) {
+			m.Fragments[0].ShardRuns, m.Fragments[0].Sorted = nil, true
+			m.Fragments[0].Index = &IndexRef{Path: "data/x.idx", Bytes: 100, Top: 95}
+		},
+		"unsorted below level 0": func(m *Manifest) { m.Fragments[0].Level = 1 },
+		"level past the deepest": func(m *Manifest) {
+			m.Fragments[0].ShardRuns, m.Fragments[0].Sorted = nil, true
+			m.Fragments[0].Index, m.Fragments[0].Level = &IndexRef{Path: "data/x.idx", Bytes: 100, Top: 10}, MaxLevel+1
+		},
 		"compaction ahead":    func(m *Manifest) { m.LastCompaction.Version = m.Version + 1 },
 		"negative compaction": func(m *Manifest) { m.LastCompaction.Sources = -1 },
 	} {
@@ -817,7 +904,7 @@ func TestCompactionKeepsTheNewestOfDuplicateIDs(t *testing.T) {
 			}
 			om := appendShard(t, other, "a", 1, row{"x", 5, 2}, row{"y", 10, 2}, row{"z", 3, 2}, row{"only2", 1, 2})
 			f := om.Fragments[0]
-			for _, rel := range []string{f.Path, f.Bloom} {
+			for _, rel := range []string{f.Path, f.Bloom, f.Index.Path} {
 				data, err := b.Get(ctx, other.key(rel))
 				if err != nil {
 					t.Fatal(err)

@@ -254,6 +254,25 @@ func (ff *fragmentFile) chunkRanges(g int, leaves []int) ([]byteRange, error) {
 	return out, nil
 }
 
+// groupStart returns the offset of row group g's first row.
+func (ff *fragmentFile) groupStart(g int) int64 {
+	md := ff.pf.MetaData()
+	var first int64
+	for i := 0; i < g && i < md.NumRowGroups(); i++ {
+		first += md.RowGroup(i).NumRows()
+	}
+	return first
+}
+
+// columnNames is the names of s's columns, in its order.
+func columnNames(s *arrow.Schema) []string {
+	out := make([]string, s.NumFields())
+	for i, f := range s.Fields() {
+		out[i] = f.Name
+	}
+	return out
+}
+
 // rowGroupOf returns the row group holding row offset and that group's first row.
 func (ff *fragmentFile) rowGroupOf(offset int64) (group int, first int64) {
 	md := ff.pf.MetaData()

@@ -13,7 +13,11 @@ import (
 )
 
 // FormatVersion is the manifest format this build writes and the newest it reads.
-const FormatVersion = 1
+// Version 2 added sorted fragments with key indexes (Fragment.Sorted, Index,
+// SeqMin); a version-1 reader would not know that a sorted fragment's shards are in
+// its index, so every manifest this build writes says 2, and a version-1 manifest
+// reads as one whose fragments are all unsorted.
+const FormatVersion = 2
 
 var (
 	// ErrCorrupt means an object of the table could not be decoded. It is a halt
@@ -77,6 +81,24 @@ type Fragment struct {
 	// one shard. Shard is then empty and the runs' Rows sum to Rows. Read it through
 	// ShardAt.
 	ShardRuns []ShardRun `json:"shard_runs,omitempty"`
+	// Sorted says the rows are in strictly increasing id order (byte order) and
+	// Index is their key index: every merge and compaction writes fragments so
+	// since format version 2. The shard of each row of a sorted fragment is in its
+	// index; ShardRuns is then empty, and Shard names the one shard of all its rows
+	// unless MixedShards says they come from several.
+	// Fragments without it are read through an index built in memory from their id
+	// column until a compaction rewrites them.
+	Sorted bool `json:"sorted,omitempty"`
+	// SeqMin is the lowest _seq in the file (0 in fragments without it).
+	SeqMin uint64 `json:"seq_min,omitempty"`
+	// Index is the key index of a sorted fragment.
+	Index *IndexRef `json:"index,omitempty"`
+	// MixedShards says a sorted fragment's rows come from several shards (a
+	// compaction's output): each row's shard is then in the key index only.
+	MixedShards bool `json:"mixed_shards,omitempty"`
+	// Level is the fragment's level (compact_plan.go): 0 for what merges write,
+	// whose id ranges overlap; fragments of one level n >= 1 have disjoint ranges.
+	Level int `json:"level,omitempty"`
 	// Bloom is the path of the fragment's id bloom filter.
 	Bloom string `json:"bloom"`
 	// Deletions is nil when no row of the fragment is deleted.
@@ -115,6 +137,14 @@ func (f Fragment) runs() []ShardRun {
 		return []ShardRun{{Shard: f.Shard, Rows: f.Rows}}
 	}
 	return f.ShardRuns
+}
+
+// IndexRef points at the key index of a sorted fragment (keyindex.go): Top is the
+// offset of its top, so a reader fetches the top in one ranged read.
+type IndexRef struct {
+	Path  string `json:"path"`
+	Bytes int64  `json:"bytes"`
+	Top   int64  `json:"top"`
 }
 
 // DeletionRef points at an immutable deletion vector file.
@@ -168,6 +198,7 @@ func (m *Manifest) Watermark(shard string) uint64 { return m.MergedGenerations[s
 // next returns a copy of m as the starting point of version m.Version+1.
 func (m *Manifest) next(txnID string, now time.Time) *Manifest {
 	n := *m
+	n.FormatVersion = FormatVersion
 	n.Version = m.Version + 1
 	n.TxnID = txnID
 	n.UpdatedAt = now
@@ -237,10 +268,50 @@ func (m *Manifest) validate() error {
 		if err := f.validateRuns(); err != nil {
 			return fmt.Errorf("fragment %s: %w", f.Path, err)
 		}
+		if err := f.validateIndex(); err != nil {
+			return fmt.Errorf("fragment %s: %w", f.Path, err)
+		}
+		if err := f.validateLevel(); err != nil {
+			return fmt.Errorf("fragment %s: %w", f.Path, err)
+		}
 		seen[f.Path] = true
 	}
 	if c := m.LastCompaction; c != nil && (c.Version < 1 || c.Version > m.Version || c.Sources < 0 || c.Outputs < 0) {
 		return fmt.Errorf("last_compaction %+v in version %d", *c, m.Version)
+	}
+	return nil
+}
+
+// validateIndex checks that a fragment is sorted exactly when it has a key index,
+// and that the index reference is in range.
+func (f Fragment) validateIndex() error {
+	switch x := f.Index; {
+	case f.MixedShards && !f.Sorted:
+		return errors.New("mixed shards in an unsorted fragment (its shard runs say which)")
+	case f.Sorted != (x != nil):
+		return fmt.Errorf("sorted %v with index %v", f.Sorted, x != nil)
+	case x == nil:
+		return nil
+	case x.Path == "" || x.Top < 0 || x.Bytes < x.Top+indexTrailerBytes:
+		return fmt.Errorf("bad key index reference %+v", *x)
+	case len(f.ShardRuns) > 0:
+		return errors.New("shard runs in a sorted fragment (its index holds each row's shard)")
+	case f.MixedShards && f.Shard != "":
+		return fmt.Errorf("shard %q and mixed shards", f.Shard)
+	case f.Rows > 0 && f.SeqMin > f.SeqMax:
+		return fmt.Errorf("seq_min %d above seq_max %d", f.SeqMin, f.SeqMax)
+	}
+	return nil
+}
+
+// validateLevel checks a fragment's level: unsorted fragments are all at level 0,
+// and every deeper level is a sorted run.
+func (f Fragment) validateLevel() error {
+	switch {
+	case f.Level < 0 || f.Level > MaxLevel:
+		return fmt.Errorf("level %d out of [0, %d]", f.Level, MaxLevel)
+	case f.Level > 0 && !f.Sorted:
+		return fmt.Errorf("unsorted fragment at level %d", f.Level)
 	}
 	return nil
 }

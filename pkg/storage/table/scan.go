@@ -3,7 +3,6 @@ package table
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -141,6 +140,29 @@ func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, r
 		return fn(out, shard)
 	}
 	runs := f.runs()
+	if f.MixedShards {
+		// A sorted fragment of several shards has each row's shard in its key index.
+		return ff.read(ctx, read, nil, func(rec arrow.RecordBatch, offset int64) error {
+			vs, err := t.versionsSorted(ctx, f, offset, offset+rec.NumRows())
+			if err != nil {
+				return err
+			}
+			for i := 0; i < len(vs); {
+				j := i + 1
+				for j < len(vs) && vs[j].Shard == vs[i].Shard {
+					j++
+				}
+				part := rec.NewSlice(int64(i), int64(j))
+				err := emit(part, offset+int64(i), vs[i].Shard)
+				part.Release()
+				if err != nil {
+					return err
+				}
+				i = j
+			}
+			return nil
+		})
+	}
 	return ff.read(ctx, read, nil, func(rec arrow.RecordBatch, offset int64) error {
 		// Cut the batch at shard-run boundaries (zero-copy slices) before filtering,
 		// so each call of fn names the shard of every row it gets.
@@ -164,92 +186,6 @@ func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, r
 		}
 		return nil
 	})
-}
-
-// Get returns the live row for id in manifest m as a one-row batch with every
-// column, and its version, or nil when the table has no live row for id. The
-// caller releases it.
-func (t *Table) Get(ctx context.Context, m *Manifest, id string) (arrow.RecordBatch, rowkey.Version, error) {
-	return t.GetColumns(ctx, m, id, nil)
-}
-
-// GetColumns is Get reading only the columns of m's schema that cols names, in
-// schema order (nil: every column): a row's columns a reader leaves out (a blob
-// it was not asked for) are not read from storage at all.
-func (t *Table) GetColumns(ctx context.Context, m *Manifest, id string, cols []string) (arrow.RecordBatch, rowkey.Version, error) {
-	var best *Fragment
-	var bestOff uint32
-	var bestV rowkey.Version
-	for i := range m.Fragments {
-		f := m.Fragments[i]
-		ok, err := t.mayContain(ctx, f, id)
-		if err != nil {
-			return nil, rowkey.Version{}, err
-		}
-		if !ok || f.LiveRows() == 0 {
-			continue
-		}
-		idx, err := t.keyIndex(ctx, m.ArrowSchema(), f)
-		if err != nil {
-			return nil, rowkey.Version{}, err
-		}
-		o, ok := idx.offsets[id]
-		if !ok {
-			continue
-		}
-		dv, err := t.deletions(ctx, f)
-		if err != nil {
-			return nil, rowkey.Version{}, err
-		}
-		if dv.Contains(o) {
-			continue
-		}
-		if v := (rowkey.Version{Seq: idx.seqs[o], Shard: f.ShardAt(o)}); best == nil || !bestV.Newer(v) {
-			best, bestOff, bestV = &m.Fragments[i], o, v
-		}
-	}
-	if best == nil {
-		return nil, rowkey.Version{}, nil
-	}
-	row, err := t.readRow(ctx, m, *best, int64(bestOff), cols)
-	return row, bestV, err
-}
-
-// readRow reads the columns of the row group holding offset that cols names (nil:
-// every one) and slices out that row.
-func (t *Table) readRow(ctx context.Context, m *Manifest, f Fragment, offset int64, cols []string) (arrow.RecordBatch, error) {
-	ff, err := t.openFragment(ctx, m.ArrowSchema(), f)
-	if err != nil {
-		return nil, err
-	}
-	defer ff.Close()
-	group, _ := ff.rowGroupOf(offset)
-	if group < 0 {
-		return nil, fmt.Errorf("fragment %s: %w: row %d past the end", ff.key, ErrCorrupt, offset)
-	}
-	var read []string
-	for _, fld := range m.ArrowSchema().Fields() {
-		if cols == nil || slices.Contains(cols, fld.Name) {
-			read = append(read, fld.Name)
-		}
-	}
-	var row arrow.RecordBatch
-	err = ff.read(ctx, read, []int{group}, func(rec arrow.RecordBatch, start int64) error {
-		if offset >= start && offset < start+rec.NumRows() {
-			row = rec.NewSlice(offset-start, offset-start+1)
-		}
-		return nil
-	})
-	if err != nil {
-		if row != nil {
-			row.Release()
-		}
-		return nil, err
-	}
-	if row == nil {
-		return nil, fmt.Errorf("fragment %s: %w: row %d not found in its row group", ff.key, ErrCorrupt, offset)
-	}
-	return row, nil
 }
 
 // projection maps the output columns to their positions in the columns read, or

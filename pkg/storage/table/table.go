@@ -59,6 +59,11 @@ type Options struct {
 	CacheBytes int64
 	Clock      clock.Clock
 	Logger     *slog.Logger
+
+	// unsortedWrites makes merges write fragments as format 1 did (rows in the
+	// order given, no key index), so tests build the tables that readers and
+	// compaction must keep serving after an upgrade.
+	unsortedWrites bool
 }
 
 // Option sets one field of Options.
@@ -106,7 +111,12 @@ type Table struct {
 	mu     sync.Mutex
 	latest *Manifest
 
+	// keys holds the in-memory key indexes of unsorted fragments (legacy: built
+	// from a whole id column); tops and blocks the key indexes of sorted ones, by
+	// index path and by block.
 	keys   *cache.LRU[string, *keyIndex]
+	tops   *cache.LRU[string, *indexTop]
+	blocks *cache.LRU[blockKey, *indexBlock]
 	blooms *cache.LRU[string, *bloom.BloomFilter]
 	dvs    *cache.LRU[string, *roaring.Bitmap]
 	// footers caches parsed Parquet footers, so a point lookup reads one row group
@@ -116,7 +126,8 @@ type Table struct {
 
 func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 	o := buildOptions(opts)
-	// Key indexes dominate; blooms, deletion vectors and footers are small.
+	// Index blocks and the legacy key indexes dominate; tops, blooms, deletion
+	// vectors and footers are small.
 	dir = strings.TrimSuffix(dir, "/")
 	// Requests the store throttles (refused, not performed) are resent within
 	// RetryTimeout; a bucket that already resends (a store's) keeps its own policy.
@@ -129,9 +140,11 @@ func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 		versions: versions.New(bucket, dir+"/"+versionsDir, dir+"/"+latestHint),
 		opts:     o,
 		log:      o.Logger.With("table", dir),
-		keys:     cache.New[string, *keyIndex](o.CacheBytes * 5 / 8),
-		footers:  cache.New[string, *metadata.FileMetaData](o.CacheBytes / 8),
-		blooms:   cache.New[string, *bloom.BloomFilter](o.CacheBytes / 8),
+		keys:     cache.New[string, *keyIndex](o.CacheBytes * 2 / 8),
+		tops:     cache.New[string, *indexTop](o.CacheBytes / 8),
+		blocks:   cache.New[blockKey, *indexBlock](o.CacheBytes * 2 / 8),
+		footers:  cache.New[string, *metadata.FileMetaData](o.CacheBytes / 16),
+		blooms:   cache.New[string, *bloom.BloomFilter](o.CacheBytes * 3 / 16),
 		dvs:      cache.New[string, *roaring.Bitmap](o.CacheBytes / 8),
 	}
 }

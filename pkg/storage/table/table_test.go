@@ -209,8 +209,8 @@ func TestCommittingTheSameWatermarkTwiceAddsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(objs) != 2 { // one fragment + its bloom
-		t.Fatalf("data objects %v, want only the committed fragment and bloom", objs)
+	if len(objs) != 3 { // one fragment, its bloom filter and key index
+		t.Fatalf("data objects %v, want only the committed fragment, bloom filter and key index", objs)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -52,9 +53,13 @@ type Txn struct {
 	shard string
 	gen   uint64
 
-	frag     *Fragment              // the new fragment; nil when there are no rows
-	incoming map[string]incomingRow // id -> row of the new fragment
-	checked  map[string]bool        // existing fragments already resolved against
+	frag *Fragment // the new fragment; nil when there are no rows
+	// ids are the new fragment's ids in increasing order, and seqs and offs each
+	// one's _seq and row offset (a sorted fragment's offsets are the positions).
+	ids     []string
+	seqs    []uint64
+	offs    []uint32
+	checked map[string]bool // existing fragments already resolved against
 
 	// dels holds, per existing fragment, the offsets this transaction deletes
 	// because its incoming row is at least as new.
@@ -69,11 +74,6 @@ type Txn struct {
 
 	staged   staged // objects written, deleted by Abort
 	finished bool
-}
-
-type incomingRow struct {
-	offset uint32
-	seq    uint64
 }
 
 type writtenDV struct {
@@ -96,8 +96,8 @@ func (t *Table) Prepare(ctx context.Context, base *Manifest, a Append) (*Txn, er
 	}
 	x := &Txn{
 		t: t, id: uuid.NewString(), base: base, shard: a.Shard, gen: a.Generation,
-		incoming: map[string]incomingRow{}, checked: map[string]bool{},
-		dels: map[string]*roaring.Bitmap{}, selfDel: roaring.New(), dvRefs: map[string]writtenDV{},
+		checked: map[string]bool{},
+		dels:    map[string]*roaring.Bitmap{}, selfDel: roaring.New(), dvRefs: map[string]writtenDV{},
 		staged: staged{t: t},
 	}
 	ok := false
@@ -120,7 +120,8 @@ func (t *Table) Prepare(ctx context.Context, base *Manifest, a Append) (*Txn, er
 }
 
 // stageFragment deduplicates recs by id (highest _seq wins; on a tie the later row)
-// and writes them as one fragment plus its bloom filter.
+// and writes them, sorted by id, as one fragment with its key index and bloom
+// filter.
 func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error {
 	s := x.base.ArrowSchema()
 	for _, rec := range recs {
@@ -132,20 +133,48 @@ func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error
 	if err != nil {
 		return err
 	}
-	defer func() {
+	sorted := kept
+	if !x.t.opts.unsortedWrites {
+		sorted, err = sortByID(ctx, s, kept, x.t.opts.RowGroupRows)
 		for _, r := range kept {
 			r.Release()
 		}
+		if err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for _, r := range sorted {
+			r.Release()
+		}
 	}()
-	f, _, err := x.staged.writeFragment(ctx, s, kept, func(id string, seq uint64, off uint32) {
-		x.incoming[id] = incomingRow{offset: off, seq: seq}
+	f, _, err := x.staged.writeFragment(ctx, s, sorted, func(int, int) string { return x.shard }, func(id string, seq uint64, off uint32) {
+		x.ids = append(x.ids, id)
+		x.seqs = append(x.seqs, seq)
+		x.offs = append(x.offs, off)
 	})
 	if err != nil || f == nil {
 		return err
 	}
-	f.Shard = x.shard
+	if !f.Sorted {
+		x.sortIncoming()
+	}
 	x.frag = f
 	return nil
+}
+
+// sortIncoming orders ids, seqs and offs by id, for a fragment written unsorted.
+func (x *Txn) sortIncoming() {
+	perm := make([]int, len(x.ids))
+	for i := range perm {
+		perm[i] = i
+	}
+	slices.SortFunc(perm, func(a, b int) int { return strings.Compare(x.ids[a], x.ids[b]) })
+	ids, seqs, offs := make([]string, len(perm)), make([]uint64, len(perm)), make([]uint32, len(perm))
+	for k, i := range perm {
+		ids[k], seqs[k], offs[k] = x.ids[i], x.seqs[i], x.offs[i]
+	}
+	x.ids, x.seqs, x.offs = ids, seqs, offs
 }
 
 // staged is the objects a commit wrote ahead of its manifest (fragments, bloom
@@ -165,12 +194,14 @@ func (st *staged) put(ctx context.Context, rel string, data []byte) error {
 	return st.t.bucket.Put(ctx, st.t.key(rel), data)
 }
 
-// writeFragment writes recs, of schema s and at most one row per id, as one
-// fragment and its bloom filter, and returns the fragment's entry (Shard,
-// ShardRuns and Deletions left for the caller) and the bloom filter's size; no
-// fragment (nil) when recs hold no row. row, when not nil, is called with every
-// row's id, _seq and offset.
-func (st *staged) writeFragment(ctx context.Context, s *arrow.Schema, recs []arrow.RecordBatch, row func(id string, seq uint64, off uint32)) (*Fragment, int64, error) {
+// writeFragment writes recs, of schema s and in strictly increasing id order, as
+// one sorted fragment with its key index and bloom filter, and returns the
+// fragment's entry (Deletions left for the caller) and the bytes of its sidecars;
+// no fragment (nil) when recs hold no row. shardOf names the shard that wrote row i
+// of batch r; row, when not nil, is called with every row's id, _seq and offset.
+// The new fragment's bloom filter and index top are cached: the next commit's
+// conflict check reads them.
+func (st *staged) writeFragment(ctx context.Context, s *arrow.Schema, recs []arrow.RecordBatch, shardOf func(r, i int) string, row func(id string, seq uint64, off uint32)) (*Fragment, int64, error) {
 	idCol, seqCol := s.FieldIndices(rowkey.IDColumn)[0], s.FieldIndices(rowkey.SeqColumn)[0]
 	n := 0
 	for _, r := range recs {
@@ -180,28 +211,32 @@ func (st *staged) writeFragment(ctx context.Context, s *arrow.Schema, recs []arr
 		return nil, 0, nil
 	}
 	bf := newBloom(n)
+	idx := newIndexWriter()
 	var idMin, idMax string
-	var seqMax uint64
+	var seqMin, seqMax uint64
 	var off uint32
-	for _, rec := range recs {
+	unsorted := st.t.opts.unsortedWrites
+	for ri, rec := range recs {
 		ids := rec.Column(idCol).(*array.String)
 		seqs := rec.Column(seqCol).(*array.Uint64)
 		for i := 0; i < ids.Len(); i++ {
 			id, seq := ids.Value(i), seqs.Value(i)
+			if err := idx.add(id, seq, shardOf(ri, i)); err != nil && !unsorted {
+				return nil, 0, err
+			}
 			if row != nil {
 				row(id, seq, off)
 			}
 			bf.AddString(id)
-			if off == 0 || id < idMin {
-				idMin = strings.Clone(id)
+			if off == 0 {
+				idMin, idMax, seqMin = id, id, seq
 			}
-			if off == 0 || id > idMax {
-				idMax = strings.Clone(id)
-			}
-			seqMax = max(seqMax, seq)
+			idMin, idMax = min(idMin, id), max(idMax, id)
+			seqMin, seqMax = min(seqMin, seq), max(seqMax, seq)
 			off++
 		}
 	}
+	idMin, idMax = strings.Clone(idMin), strings.Clone(idMax)
 	data, err := encodeParquet(s, recs, st.t.opts.RowGroupRows)
 	if err != nil {
 		return nil, 0, err
@@ -210,20 +245,37 @@ func (st *staged) writeFragment(ctx context.Context, s *arrow.Schema, recs []arr
 	if err != nil {
 		return nil, 0, err
 	}
+	idxData, topOff, top := idx.finish()
 	name := uuid.NewString()
 	f := &Fragment{
 		Path: dataDir + "/" + name + ".parquet", Bloom: dataDir + "/" + name + ".bloom",
-		Rows: int64(off), Bytes: int64(len(data)), IDMin: idMin, IDMax: idMax, SeqMax: seqMax,
+		Rows: int64(off), Bytes: int64(len(data)), IDMin: idMin, IDMax: idMax, SeqMin: seqMin, SeqMax: seqMax,
+		Sorted: true, Index: &IndexRef{Path: dataDir + "/" + name + ".idx", Bytes: int64(len(idxData)), Top: topOff},
 	}
-	// Both objects at once: one round trip instead of two.
+	if len(top.shards) == 1 {
+		f.Shard = top.shards[0]
+	} else {
+		f.MixedShards = true
+	}
+	if unsorted {
+		f.Sorted, f.Index, f.SeqMin, f.MixedShards = false, nil, 0, false
+		idxData = nil
+	}
+	// The objects at once: one round trip instead of three.
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return st.put(gctx, f.Path, data) })
 	g.Go(func() error { return st.put(gctx, f.Bloom, bloomData) })
+	if f.Index != nil {
+		g.Go(func() error { return st.put(gctx, f.Index.Path, idxData) })
+	}
 	if err := g.Wait(); err != nil {
 		return nil, 0, err
 	}
 	st.t.blooms.Add(f.Bloom, bf, int64(len(bloomData)))
-	return f, int64(len(bloomData)), nil
+	if f.Index != nil {
+		st.t.tops.Add(f.Index.Path, top, top.size())
+	}
+	return f, int64(len(bloomData) + len(idxData)), nil
 }
 
 // writeDV writes a deletion vector and caches it.
@@ -256,9 +308,10 @@ func (st *staged) deleteAll(ctx context.Context) {
 
 // resolve compares the incoming rows with every fragment of m not yet compared:
 // older existing rows go into dels, incoming rows older than an existing row go into
-// selfDel. The fragments' bloom filters, then the key indexes and deletion vectors of
-// those with candidate ids, are read fragmentReads at a time: on an object store a
-// conflict check that reads them one after another waits one round trip per object.
+// selfDel. Only the incoming ids within a fragment's id range are looked up in it,
+// together (lookupFragment: its bloom filter, then the key-index blocks they fall
+// in), fragmentReads fragments at once: on an object store a conflict check that
+// reads them one after another waits one round trip per object.
 func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 	if x.frag == nil {
 		return nil
@@ -275,44 +328,32 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 		check = append(check, f)
 	}
 	type found struct {
-		candidates []string
-		idx        *keyIndex
-		dv         *roaring.Bitmap
+		lo   int // offset of the first incoming id looked up
+		hits []indexHit
+		dv   *roaring.Bitmap
 	}
 	results := make([]found, len(check))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(fragmentReads)
 	for i, f := range check {
 		g.Go(func() error {
-			var candidates []string
-			for id := range x.incoming {
-				if id >= f.IDMin && id <= f.IDMax {
-					candidates = append(candidates, id)
-				}
-			}
-			// The bloom filter is a round trip spent to skip the key index. It is
-			// not worth it when the key index is cached, or when so many ids are
-			// probed that a false positive (and so the key index read anyway, one
-			// round trip later) is more likely than not.
-			if _, cached := x.t.keys.Get(f.Path); !cached && !bloomUseless(len(candidates)) {
-				bf, err := x.t.bloom(gctx, f)
-				if err != nil {
-					return err
-				}
-				candidates = slices.DeleteFunc(candidates, func(id string) bool { return !bf.TestString(id) })
-			}
-			if len(candidates) == 0 {
+			lo := sort.SearchStrings(x.ids, f.IDMin)
+			hi := sort.Search(len(x.ids), func(k int) bool { return x.ids[k] > f.IDMax })
+			if lo >= hi {
 				return nil
 			}
-			idx, err := x.t.keyIndex(gctx, m.ArrowSchema(), f)
+			hits, err := x.t.lookupFragment(gctx, m, f, x.ids[lo:hi])
 			if err != nil {
 				return err
+			}
+			if !slices.ContainsFunc(hits, func(h indexHit) bool { return h.found }) {
+				return nil
 			}
 			dv, err := x.t.deletions(gctx, f)
 			if err != nil {
 				return err
 			}
-			results[i] = found{candidates: candidates, idx: idx, dv: dv}
+			results[i] = found{lo: lo, hits: hits, dv: dv}
 			return nil
 		})
 	}
@@ -321,22 +362,20 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 	}
 	for i, f := range check {
 		r := results[i]
-		for _, id := range r.candidates {
-			o, ok := r.idx.offsets[id]
-			if !ok || r.dv.Contains(o) {
+		for k, h := range r.hits {
+			if !h.found || r.dv.Contains(h.off) {
 				continue
 			}
-			in := x.incoming[id]
+			in := x.offs[r.lo+k] // the incoming row's offset
 			// Equal versions are the same write (a generation merged again):
 			// the incoming copy replaces the existing one.
-			existing := rowkey.Version{Seq: r.idx.seqs[o], Shard: f.ShardAt(o)}
-			if !existing.Newer(rowkey.Version{Seq: in.seq, Shard: x.shard}) {
+			if !h.v.Newer(rowkey.Version{Seq: x.seqs[r.lo+k], Shard: x.shard}) {
 				if x.dels[f.Path] == nil {
 					x.dels[f.Path] = roaring.New()
 				}
-				x.dels[f.Path].Add(o)
-			} else if !x.selfDel.Contains(in.offset) {
-				x.selfDel.Add(in.offset)
+				x.dels[f.Path].Add(h.off)
+			} else if !x.selfDel.Contains(in) {
+				x.selfDel.Add(in)
 				x.selfDelDirty = true
 			}
 		}
@@ -443,7 +482,6 @@ func (x *Txn) Commit(ctx context.Context) (*Manifest, error) {
 		return nil, fmt.Errorf("commit %s: %w", x.t.dir, err)
 	}
 	x.finished = true
-	x.primeCache()
 	return m, nil
 }
 
@@ -602,22 +640,6 @@ func (x *Txn) CatchUp(ctx context.Context, known uint64) error {
 		return fmt.Errorf("catch up %s: rebase onto version %d: %w", x.t.dir, latest.Version, err)
 	}
 	return nil
-}
-
-// primeCache stores the new fragment's key index, which the transaction already
-// holds, so the next commit's conflict check does not read the fragment back. The
-// ids are cloned: incoming batches may be zero-copy views of whole generation files,
-// and a cached key must not keep such a file alive.
-func (x *Txn) primeCache() {
-	if x.frag == nil {
-		return
-	}
-	k := &keyIndex{offsets: make(map[string]uint32, len(x.incoming)), seqs: make([]uint64, len(x.incoming))}
-	for id, r := range x.incoming {
-		k.offsets[strings.Clone(id)] = r.offset
-		k.seqs[r.offset] = r.seq
-	}
-	x.t.keys.Add(x.frag.Path, k, k.size())
 }
 
 // Abort deletes the transaction's staged files (best effort). It is a no-op after a

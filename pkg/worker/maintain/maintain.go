@@ -174,11 +174,7 @@ func (m *Maintainer) charge(latest *table.Manifest) int64 {
 	if latest == nil {
 		return 0
 	}
-	var rows, bytes int64
-	for _, f := range table.PlanCompaction(latest, m.cfg.Compact) {
-		rows += f.Rows
-		bytes += f.Bytes
-	}
+	rows, bytes := table.PlanCompaction(latest, m.cfg.Compact).Rows()
 	if rows == 0 {
 		return 0
 	}

@@ -185,6 +185,9 @@ func TestAPreparedMergeWhoseGenerationsAnotherMergeCommittedAddsNothingTwice(t *
 			referenced := map[string]bool{}
 			for _, fr := range m.Fragments {
 				referenced[fr.Path], referenced[fr.Bloom] = true, true
+				if fr.Index != nil {
+					referenced[fr.Index.Path] = true
+				}
 				if fr.Deletions != nil {
 					referenced[fr.Deletions.Path] = true
 				}

@@ -1,0 +1,354 @@
+package table
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"sort"
+	"strings"
+)
+
+// A sorted fragment (Fragment.Sorted) has a key index beside it (Fragment.Index):
+// every row's id, _seq and shard in row order, which is id order, cut into blocks of
+// about indexBlockBytes, and a top index naming each block's first id. Only the top
+// stays in memory for long (one entry per block, not per row); a lookup reads the
+// one block whose range holds the id. Layout (FORMAT.md, "Key index"):
+//
+//	block* | top | trailer
+//	block:   entry* | crc32c(entries) uint32 LE
+//	entry:   uvarint shared | uvarint rest | rest bytes | uvarint seq | uvarint shard
+//	top:     envelope "TMKT" of: uvarint rows | uvarint shards | (uvarint len, name)* |
+//	         uvarint blocks | (uvarint len, first id, uvarint offset, uvarint bytes,
+//	         uvarint entries)*
+//	trailer: top offset uint64 LE | "TMKI"
+//
+// An entry's id shares its first `shared` bytes with the previous entry's id in the
+// same block (the first entry of a block shares none, so a block decodes alone); its
+// shard is an index into the top's shard names. Block i holds rows
+// [sum of earlier blocks' entries, + its entries).
+const (
+	indexMagic        = "TMKI"
+	indexTopMagic     = "TMKT"
+	indexTrailerBytes = 8 + 4
+	// indexBlockBytes is the size a block is cut at: one block is one ranged read of
+	// a few KiB, and the top holds one entry per block (about 1/300 of the rows for
+	// ids of 16 bytes), small enough to cache for every fragment of a large store.
+	indexBlockBytes = 8 << 10
+	// maxIndexShards bounds the shard names of one index: a fragment mixes the shards
+	// of its sources, a few dozen workers, never more than a merge's budget allows.
+	maxIndexShards = 1 << 16
+)
+
+// indexBlockRef is the top's entry of one block.
+type indexBlockRef struct {
+	first   string // id of its first entry
+	off, n  int64  // byte range in the index object
+	row     int64  // row offset of its first entry
+	entries int
+}
+
+// indexTop is the decoded top of a key index: what a reader keeps per fragment.
+type indexTop struct {
+	rows   int64
+	shards []string
+	blocks []indexBlockRef
+}
+
+// size estimates the memory the top holds, for the cache.
+func (t *indexTop) size() int64 {
+	n := int64(64 + 48*len(t.blocks))
+	for _, b := range t.blocks {
+		n += int64(len(b.first))
+	}
+	for _, s := range t.shards {
+		n += int64(len(s)) + 16
+	}
+	return n
+}
+
+// find returns the block whose range may hold id: the last block whose first id is
+// at most id; -1 when id sorts before every row.
+func (t *indexTop) find(id string) int {
+	return sort.Search(len(t.blocks), func(i int) bool { return t.blocks[i].first > id }) - 1
+}
+
+// blockOf returns the block holding row offset off, -1 past the end.
+func (t *indexTop) blockOf(off int64) int {
+	b := sort.Search(len(t.blocks), func(i int) bool { return t.blocks[i].row > off }) - 1
+	if b < 0 || off >= t.blocks[b].row+int64(t.blocks[b].entries) {
+		return -1
+	}
+	return b
+}
+
+// indexBlock is one decoded block: parallel slices of its entries.
+type indexBlock struct {
+	row    int64 // row offset of ids[0]
+	ids    []string
+	seqs   []uint64
+	shards []uint32
+}
+
+func (b *indexBlock) size() int64 {
+	n := int64(64 + 16*len(b.ids) + 8*len(b.seqs) + 4*len(b.shards))
+	for _, id := range b.ids {
+		n += int64(len(id))
+	}
+	return n
+}
+
+// search returns the position of id in the block and whether it is there.
+func (b *indexBlock) search(id string) (int, bool) {
+	i := sort.SearchStrings(b.ids, id)
+	return i, i < len(b.ids) && b.ids[i] == id
+}
+
+// indexWriter builds a key index from rows added in strictly increasing id order.
+type indexWriter struct {
+	out    bytes.Buffer
+	block  []byte
+	prev   string
+	first  string
+	n      int // entries in the current block
+	rows   int64
+	top    indexTop
+	shards map[string]uint32
+	tmp    [binary.MaxVarintLen64]byte
+}
+
+func newIndexWriter() *indexWriter { return &indexWriter{shards: map[string]uint32{}} }
+
+// add appends the next row. Ids must strictly increase: a sorted fragment holds at
+// most one row per id, and lookups binary-search.
+func (w *indexWriter) add(id string, seq uint64, shard string) error {
+	if w.rows > 0 && id <= w.prev {
+		return fmt.Errorf("key index: id %q after %q: rows are not in strictly increasing id order", id, w.prev)
+	}
+	si, ok := w.shards[shard]
+	if !ok {
+		if len(w.top.shards) >= maxIndexShards {
+			return fmt.Errorf("key index: more than %d shards", maxIndexShards)
+		}
+		si = uint32(len(w.top.shards))
+		w.shards[shard] = si
+		w.top.shards = append(w.top.shards, shard)
+	}
+	shared := 0
+	if w.n > 0 {
+		for shared < len(id) && shared < len(w.prev) && id[shared] == w.prev[shared] {
+			shared++
+		}
+	} else {
+		w.first = strings.Clone(id)
+	}
+	w.block = w.uvarint(w.block, uint64(shared))
+	w.block = w.uvarint(w.block, uint64(len(id)-shared))
+	w.block = append(w.block, id[shared:]...)
+	w.block = w.uvarint(w.block, seq)
+	w.block = w.uvarint(w.block, uint64(si))
+	w.prev = strings.Clone(id)
+	w.n++
+	w.rows++
+	if len(w.block) >= indexBlockBytes {
+		w.cut()
+	}
+	return nil
+}
+
+func (w *indexWriter) uvarint(b []byte, v uint64) []byte {
+	n := binary.PutUvarint(w.tmp[:], v)
+	return append(b, w.tmp[:n]...)
+}
+
+// cut closes the current block.
+func (w *indexWriter) cut() {
+	if w.n == 0 {
+		return
+	}
+	w.block = binary.LittleEndian.AppendUint32(w.block, crc32.Checksum(w.block, castagnoli))
+	w.top.blocks = append(w.top.blocks, indexBlockRef{
+		first: w.first, off: int64(w.out.Len()), n: int64(len(w.block)),
+		row: w.rows - int64(w.n), entries: w.n,
+	})
+	w.out.Write(w.block)
+	w.block, w.n = w.block[:0], 0
+}
+
+// finish returns the encoded index, the offset of its top, and the decoded top.
+func (w *indexWriter) finish() ([]byte, int64, *indexTop) {
+	w.cut()
+	w.top.rows = w.rows
+	topOff := int64(w.out.Len())
+	w.out.Write(encodeIndexTop(&w.top))
+	var trailer [indexTrailerBytes]byte
+	binary.LittleEndian.PutUint64(trailer[:], uint64(topOff))
+	copy(trailer[8:], indexMagic)
+	w.out.Write(trailer[:])
+	top := w.top
+	return w.out.Bytes(), topOff, &top
+}
+
+func encodeIndexTop(t *indexTop) []byte {
+	var p []byte
+	p = binary.AppendUvarint(p, uint64(t.rows))
+	p = binary.AppendUvarint(p, uint64(len(t.shards)))
+	for _, s := range t.shards {
+		p = binary.AppendUvarint(p, uint64(len(s)))
+		p = append(p, s...)
+	}
+	p = binary.AppendUvarint(p, uint64(len(t.blocks)))
+	for _, b := range t.blocks {
+		p = binary.AppendUvarint(p, uint64(len(b.first)))
+		p = append(p, b.first...)
+		p = binary.AppendUvarint(p, uint64(b.off))
+		p = binary.AppendUvarint(p, uint64(b.n))
+		p = binary.AppendUvarint(p, uint64(b.entries))
+	}
+	return seal(indexTopMagic, p)
+}
+
+// byteReader decodes uvarints and strings from a payload, remembering the first
+// error so a decoder checks once at the end of a step.
+type byteReader struct {
+	p   []byte
+	err error
+}
+
+func (r *byteReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.p)
+	if n <= 0 {
+		r.err = fmt.Errorf("truncated or overlong varint")
+		return 0
+	}
+	r.p = r.p[n:]
+	return v
+}
+
+// bytes returns the next n bytes (sharing the payload).
+func (r *byteReader) bytes(n uint64) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.p)) {
+		r.err = fmt.Errorf("%d bytes wanted, %d left", n, len(r.p))
+		return nil
+	}
+	b := r.p[:n]
+	r.p = r.p[n:]
+	return b
+}
+
+// decodeIndexTop decodes the top of the index at key, of size bytes, from data,
+// which holds the object's bytes from the top's offset to its end (trailer
+// included), and checks it against the fragment's row count.
+func decodeIndexTop(key string, data []byte, topOff, size, rows int64) (*indexTop, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("key index %s: %w: %s", key, ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	if len(data) < indexTrailerBytes || string(data[len(data)-4:]) != indexMagic {
+		return nil, bad("no trailer")
+	}
+	if off := int64(binary.LittleEndian.Uint64(data[len(data)-indexTrailerBytes:])); off != topOff {
+		return nil, bad("top at %d, manifest says %d", off, topOff)
+	}
+	payload, err := unseal(key, indexTopMagic, data[:len(data)-indexTrailerBytes])
+	if err != nil {
+		return nil, err
+	}
+	r := &byteReader{p: payload}
+	t := &indexTop{rows: int64(r.uvarint())}
+	ns := r.uvarint()
+	if r.err == nil && (ns > maxIndexShards || ns > uint64(len(r.p))) {
+		return nil, bad("%d shards", ns)
+	}
+	for i := uint64(0); i < ns && r.err == nil; i++ {
+		t.shards = append(t.shards, string(r.bytes(r.uvarint())))
+	}
+	nb := r.uvarint()
+	if r.err == nil && nb > uint64(len(r.p)) { // every block entry takes bytes
+		return nil, bad("%d blocks in %d bytes", nb, len(r.p))
+	}
+	var row, next int64
+	for i := uint64(0); i < nb && r.err == nil; i++ {
+		b := indexBlockRef{first: string(r.bytes(r.uvarint()))}
+		b.off, b.n, b.entries = int64(r.uvarint()), int64(r.uvarint()), int(r.uvarint())
+		if r.err != nil {
+			break
+		}
+		switch {
+		case b.off != next || b.n < 5 || b.off+b.n > topOff || b.entries < 1 || int64(b.entries) > b.n:
+			return nil, bad("block %d at [%d,+%d) with %d entries", i, b.off, b.n, b.entries)
+		case i > 0 && b.first <= t.blocks[i-1].first:
+			return nil, bad("block %d starts at %q, not after block %d's %q", i, b.first, i-1, t.blocks[i-1].first)
+		}
+		b.row = row
+		row += int64(b.entries)
+		next = b.off + b.n
+		t.blocks = append(t.blocks, b)
+	}
+	switch {
+	case r.err != nil:
+		return nil, bad("%v", r.err)
+	case len(r.p) != 0:
+		return nil, bad("%d bytes after the top", len(r.p))
+	case next != topOff:
+		return nil, bad("blocks end at %d, top starts at %d", next, topOff)
+	case t.rows != row || t.rows != rows:
+		return nil, bad("%d rows in the top, %d in its blocks, the fragment has %d", t.rows, row, rows)
+	case topOff+int64(len(data)) != size:
+		return nil, bad("%d bytes, manifest says %d", topOff+int64(len(data)), size)
+	}
+	return t, nil
+}
+
+// decodeIndexBlock decodes block ref of the index at key from its bytes.
+func decodeIndexBlock(key string, top *indexTop, ref indexBlockRef, data []byte) (*indexBlock, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("key index %s block at %d: %w: %s", key, ref.off, ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	if int64(len(data)) != ref.n {
+		return nil, bad("%d bytes, top says %d", len(data), ref.n)
+	}
+	body := data[:len(data)-4]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[len(body):]) {
+		return nil, bad("checksum mismatch")
+	}
+	b := &indexBlock{row: ref.row, ids: make([]string, 0, ref.entries), seqs: make([]uint64, 0, ref.entries),
+		shards: make([]uint32, 0, ref.entries)}
+	r := &byteReader{p: body}
+	var prev []byte
+	for i := 0; i < ref.entries; i++ {
+		shared := r.uvarint()
+		rest := r.bytes(r.uvarint())
+		seq, shard := r.uvarint(), r.uvarint()
+		if r.err != nil {
+			return nil, bad("entry %d: %v", i, r.err)
+		}
+		if shared > uint64(len(prev)) || (i == 0 && shared != 0) {
+			return nil, bad("entry %d shares %d bytes of a %d-byte id", i, shared, len(prev))
+		}
+		if shard >= uint64(len(top.shards)) {
+			return nil, bad("entry %d: shard %d of %d", i, shard, len(top.shards))
+		}
+		id := make([]byte, 0, int(shared)+len(rest))
+		id = append(append(id, prev[:shared]...), rest...)
+		if i > 0 && bytes.Compare(id, prev) <= 0 {
+			return nil, bad("entry %d: id %q not after %q", i, id, prev)
+		}
+		if i == 0 && string(id) != ref.first {
+			return nil, bad("first id %q, top says %q", id, ref.first)
+		}
+		prev = id
+		b.ids = append(b.ids, string(id))
+		b.seqs = append(b.seqs, seq)
+		b.shards = append(b.shards, uint32(shard))
+	}
+	if len(r.p) != 0 {
+		return nil, bad("%d bytes after %d entries", len(r.p), ref.entries)
+	}
+	return b, nil
+}

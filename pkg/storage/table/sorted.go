@@ -1,0 +1,247 @@
+package table
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
+)
+
+// Reading the key index of a sorted fragment: its top from the cache or in one
+// ranged read, then only the blocks a lookup needs, adjacent ones in one read. What
+// a lookup holds is the blocks it reads, never the fragment's ids.
+
+// blockKey names one block of one key index in the block cache.
+type blockKey struct {
+	path  string
+	block int
+}
+
+// indexTopOf returns the top of sorted fragment f's key index.
+func (t *Table) indexTopOf(ctx context.Context, f Fragment) (*indexTop, error) {
+	if f.Index == nil {
+		return nil, fmt.Errorf("fragment %s: %w: sorted without a key index", t.key(f.Path), ErrCorrupt)
+	}
+	if top, ok := t.tops.Get(f.Index.Path); ok {
+		return top, nil
+	}
+	key := t.key(f.Index.Path)
+	data, err := t.bucket.GetRange(ctx, key, f.Index.Top, f.Index.Bytes-f.Index.Top)
+	if err != nil {
+		return nil, fmt.Errorf("key index: %w", err)
+	}
+	top, err := decodeIndexTop(key, data, f.Index.Top, f.Index.Bytes, f.Rows)
+	if err != nil {
+		return nil, err
+	}
+	t.tops.Add(f.Index.Path, top, top.size())
+	return top, nil
+}
+
+// indexBlocks returns blocks bs (ascending, distinct) of f's key index, from the
+// cache or by ranged reads: runs of adjacent blocks missing from the cache come in
+// one read each, fragmentReads reads at once.
+func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs []int) ([]*indexBlock, error) {
+	out := make([]*indexBlock, len(bs))
+	var runs [][2]int // [first, last] positions in bs of runs of adjacent missing blocks
+	for i, b := range bs {
+		if b < 0 || b >= len(top.blocks) {
+			return nil, fmt.Errorf("key index %s: no block %d of %d", t.key(f.Index.Path), b, len(top.blocks))
+		}
+		if blk, ok := t.blocks.Get(blockKey{f.Index.Path, b}); ok {
+			out[i] = blk
+			continue
+		}
+		if k := len(runs) - 1; k >= 0 && runs[k][1] == i-1 && bs[i-1] == b-1 {
+			runs[k][1] = i
+		} else {
+			runs = append(runs, [2]int{i, i})
+		}
+	}
+	key := t.key(f.Index.Path)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fragmentReads)
+	for _, r := range runs {
+		g.Go(func() error {
+			first, last := top.blocks[bs[r[0]]], top.blocks[bs[r[1]]]
+			data, err := t.bucket.GetRange(gctx, key, first.off, last.off+last.n-first.off)
+			if err != nil {
+				return fmt.Errorf("key index: %w", err)
+			}
+			for i := r[0]; i <= r[1]; i++ {
+				ref := top.blocks[bs[i]]
+				lo := ref.off - first.off
+				if lo+ref.n > int64(len(data)) {
+					return fmt.Errorf("key index %s: %w: object ends before byte %d", key, ErrCorrupt, ref.off+ref.n)
+				}
+				blk, err := decodeIndexBlock(key, top, ref, data[lo:lo+ref.n])
+				if err != nil {
+					return err
+				}
+				t.blocks.Add(blockKey{f.Index.Path, bs[i]}, blk, blk.size())
+				out[i] = blk
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// indexHit is an id found in a fragment's key index.
+type indexHit struct {
+	found bool
+	off   uint32
+	v     rowkey.Version
+}
+
+// lookupSorted finds ids (ascending, distinct) in sorted fragment f, reading the
+// blocks they fall in, and returns a hit per id.
+func (t *Table) lookupSorted(ctx context.Context, f Fragment, ids []string) ([]indexHit, error) {
+	top, err := t.indexTopOf(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	of := make([]int, len(ids)) // block of each id, -1 for none
+	var bs []int
+	for i, id := range ids {
+		of[i] = top.find(id)
+		if b := of[i]; b >= 0 && (len(bs) == 0 || bs[len(bs)-1] != b) {
+			bs = append(bs, b)
+		}
+	}
+	blocks, err := t.indexBlocks(ctx, f, top, bs)
+	if err != nil {
+		return nil, err
+	}
+	hits := make([]indexHit, len(ids))
+	for i, id := range ids {
+		if of[i] < 0 {
+			continue
+		}
+		blk := blocks[slices.Index(bs, of[i])]
+		j, ok := blk.search(id)
+		if !ok {
+			continue
+		}
+		hits[i] = indexHit{found: true, off: uint32(blk.row) + uint32(j),
+			v: rowkey.Version{Seq: blk.seqs[j], Shard: top.shards[blk.shards[j]]}}
+	}
+	return hits, nil
+}
+
+// versionsSorted returns the version of every row of sorted fragment f in
+// [lo, hi), reading the blocks that hold them.
+func (t *Table) versionsSorted(ctx context.Context, f Fragment, lo, hi int64) ([]rowkey.Version, error) {
+	top, err := t.indexTopOf(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	first, last := top.blockOf(lo), top.blockOf(hi-1)
+	if first < 0 || last < 0 {
+		return nil, fmt.Errorf("key index %s: %w: rows [%d,%d) of %d", t.key(f.Index.Path), ErrCorrupt, lo, hi, top.rows)
+	}
+	bs := make([]int, 0, last-first+1)
+	for b := first; b <= last; b++ {
+		bs = append(bs, b)
+	}
+	blocks, err := t.indexBlocks(ctx, f, top, bs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]rowkey.Version, 0, hi-lo)
+	for _, blk := range blocks {
+		for j := range blk.ids {
+			if off := blk.row + int64(j); off >= lo && off < hi {
+				out = append(out, rowkey.Version{Seq: blk.seqs[j], Shard: top.shards[blk.shards[j]]})
+			}
+		}
+	}
+	if int64(len(out)) != hi-lo {
+		return nil, fmt.Errorf("key index %s: %w: %d versions for rows [%d,%d)", t.key(f.Index.Path), ErrCorrupt, len(out), lo, hi)
+	}
+	return out, nil
+}
+
+// rowKeys returns the id and version of the rows of f at offs (ascending): from the
+// key index of a sorted fragment, from the id and _seq columns of the row groups
+// that hold them otherwise.
+func (t *Table) rowKeys(ctx context.Context, s *arrow.Schema, f Fragment, offs []uint32) ([]string, []rowkey.Version, error) {
+	if len(offs) == 0 {
+		return nil, nil, nil
+	}
+	ids := make([]string, len(offs))
+	vs := make([]rowkey.Version, len(offs))
+	if f.Sorted {
+		top, err := t.indexTopOf(ctx, f)
+		if err != nil {
+			return nil, nil, err
+		}
+		var bs []int
+		for _, o := range offs {
+			b := top.blockOf(int64(o))
+			if b < 0 {
+				return nil, nil, fmt.Errorf("key index %s: %w: no row %d", t.key(f.Index.Path), ErrCorrupt, o)
+			}
+			if len(bs) == 0 || bs[len(bs)-1] != b {
+				bs = append(bs, b)
+			}
+		}
+		blocks, err := t.indexBlocks(ctx, f, top, bs)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k, o := range offs {
+			blk := blocks[slices.Index(bs, top.blockOf(int64(o)))]
+			j := int(int64(o) - blk.row)
+			ids[k], vs[k] = blk.ids[j], rowkey.Version{Seq: blk.seqs[j], Shard: top.shards[blk.shards[j]]}
+		}
+		return ids, vs, nil
+	}
+	ff, err := t.openFragment(ctx, s, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ff.Close()
+	var groups []int
+	for _, o := range offs {
+		g, _ := ff.rowGroupOf(int64(o))
+		if g < 0 {
+			return nil, nil, fmt.Errorf("fragment %s: %w: no row %d", ff.key, ErrCorrupt, o)
+		}
+		if len(groups) == 0 || groups[len(groups)-1] != g {
+			groups = append(groups, g)
+		}
+	}
+	found := 0
+	for _, g := range groups {
+		err := ff.read(ctx, []string{rowkey.IDColumn, rowkey.SeqColumn}, []int{g}, func(rec arrow.RecordBatch, start int64) error {
+			rids, seqs, err := rowkey.Columns(rec)
+			if err != nil {
+				return fmt.Errorf("fragment %s: %w: %v", ff.key, ErrCorrupt, err)
+			}
+			for k, o := range offs {
+				if i := int64(o) - start; i >= 0 && i < rec.NumRows() {
+					ids[k] = strings.Clone(rids.Value(int(i)))
+					vs[k] = rowkey.Version{Seq: seqs.Value(int(i)), Shard: f.ShardAt(o)}
+					found++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	if found != len(offs) {
+		return nil, nil, fmt.Errorf("fragment %s: %w: %d of %d rows found", ff.key, ErrCorrupt, found, len(offs))
+	}
+	return ids, vs, nil
+}
