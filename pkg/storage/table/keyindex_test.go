@@ -1,0 +1,165 @@
+package table
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
+)
+
+// buildIndex writes n rows with ids id(i) (increasing), _seq i*7 and shard i%shards.
+func buildIndex(t testing.TB, n, shards int, id func(int) string) ([]byte, int64, *indexTop) {
+	t.Helper()
+	w := newIndexWriter()
+	for i := range n {
+		if err := w.add(id(i), uint64(i*7), fmt.Sprint("s", i%shards)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w.finish()
+}
+
+// Every row of an index reads back through its top and blocks, found by id and by
+// offset, whatever the block boundaries, and ids that are not there are not found.
+func TestKeyIndexRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		n, shards int
+		id        func(int) string
+	}{
+		{1, 1, func(i int) string { return "only" }},
+		{5, 1, func(i int) string { return fmt.Sprint("a", i) }},
+		{20_000, 3, func(i int) string { return fmt.Sprintf("id-%08d", i) }}, // shared prefixes, many blocks
+		{3000, 2, func(i int) string { return strings.Repeat("x", 300) + fmt.Sprintf("%06d", i) }},
+		{2, 1, func(i int) string { return []string{"", "\xff"}[i] }}, // the empty id and a byte above ASCII
+	} {
+		t.Run(fmt.Sprint(c.n, "x", c.shards), func(t *testing.T) {
+			data, topOff, written := buildIndex(t, c.n, c.shards, c.id)
+			top, err := decodeIndexTop("k", data[topOff:], topOff, int64(len(data)), int64(c.n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(top.blocks) != len(written.blocks) || top.rows != int64(c.n) || len(top.shards) != c.shards {
+				t.Fatalf("top %d blocks %d rows %d shards, wrote %d blocks", len(top.blocks), top.rows, len(top.shards), len(written.blocks))
+			}
+			if c.n > 1000 && len(top.blocks) < 2 {
+				t.Fatalf("%d rows in one block", c.n)
+			}
+			blocks := make([]*indexBlock, len(top.blocks))
+			for b, ref := range top.blocks {
+				if ref.n > int64(indexBlockBytes+len(c.id(c.n-1))+64) {
+					t.Fatalf("block %d is %d bytes, cut at %d", b, ref.n, indexBlockBytes)
+				}
+				if blocks[b], err = decodeIndexBlock("k", top, ref, data[ref.off:ref.off+ref.n]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range min(c.n, 500) {
+				i := rng.IntN(c.n)
+				b := top.find(c.id(i))
+				if b < 0 || top.blockOf(int64(i)) != b {
+					t.Fatalf("row %d: find %d, blockOf %d", i, b, top.blockOf(int64(i)))
+				}
+				j, ok := blocks[b].search(c.id(i))
+				if !ok || blocks[b].row+int64(j) != int64(i) || blocks[b].seqs[j] != uint64(i*7) ||
+					top.shards[blocks[b].shards[j]] != fmt.Sprint("s", i%c.shards) {
+					t.Fatalf("row %d: found %v at %d in block %d", i, ok, j, b)
+				}
+				if _, ok := blocks[b].search(c.id(i) + "\x00"); ok {
+					t.Fatalf("found %q, which is not there", c.id(i)+"\x00")
+				}
+			}
+			if top.blockOf(int64(c.n)) != -1 || top.blockOf(-1) != -1 {
+				t.Fatal("blockOf past the rows found a block")
+			}
+		})
+	}
+}
+
+// The writer refuses rows out of order or repeated: a sorted fragment's index is the
+// proof that its rows are in id order.
+func TestKeyIndexRefusesUnsortedRows(t *testing.T) {
+	w := newIndexWriter()
+	if err := w.add("b", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"b", "a"} {
+		if err := w.add(id, 2, ""); err == nil {
+			t.Fatalf("added %q after %q", id, "b")
+		}
+	}
+}
+
+// A flipped byte anywhere in an index is reported as corrupt, never decoded into
+// wrong rows: the top and every block carry a checksum.
+func TestKeyIndexDetectsCorruption(t *testing.T) {
+	data, topOff, _ := buildIndex(t, 2000, 2, func(i int) string { return fmt.Sprintf("k%06d", i) })
+	check := func(what string, d []byte) {
+		t.Helper()
+		top, err := decodeIndexTop("k", d[topOff:], topOff, int64(len(d)), 2000)
+		if err == nil {
+			for _, ref := range top.blocks {
+				if _, err = decodeIndexBlock("k", top, ref, d[ref.off:ref.off+ref.n]); err != nil {
+					break
+				}
+			}
+		}
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s: %v, want ErrCorrupt", what, err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		d := slices.Clone(data)
+		i := rng.IntN(len(d))
+		d[i] ^= byte(1 + rng.IntN(255))
+		check(fmt.Sprint("byte ", i, " flipped"), d)
+	}
+	check("truncated", data[:len(data)-1])
+	if _, err := decodeIndexTop("k", data[topOff:], topOff, int64(len(data)), 1999); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("row count off by one: %v", err)
+	}
+}
+
+// Random ids and shards through a sorted fragment's index give the same versions as
+// the rows they came from.
+func FuzzDecodeKeyIndex(f *testing.F) {
+	data, topOff, _ := buildIndex(f, 300, 2, func(i int) string { return fmt.Sprintf("f%04d", i) })
+	f.Add(data, topOff, int64(300))
+	f.Add(data[:len(data)/2], topOff, int64(300))
+	f.Add([]byte(indexMagic), int64(0), int64(0))
+	f.Fuzz(func(t *testing.T, data []byte, topOff, rows int64) {
+		if topOff < 0 || topOff > int64(len(data)) {
+			return
+		}
+		top, err := decodeIndexTop(fuzzKey, data[topOff:], topOff, int64(len(data)), rows)
+		if err != nil {
+			checkCorrupt(t, err, fuzzKey)
+			return
+		}
+		var prev string
+		var row int64
+		for b, ref := range top.blocks {
+			blk, err := decodeIndexBlock(fuzzKey, top, ref, data[ref.off:ref.off+ref.n])
+			if err != nil {
+				checkCorrupt(t, err, fuzzKey)
+				return
+			}
+			if blk.row != row || len(blk.ids) != ref.entries {
+				t.Fatalf("block %d at row %d with %d ids, top says row %d, %d entries", b, blk.row, len(blk.ids), row, ref.entries)
+			}
+			for j, id := range blk.ids {
+				if (b > 0 || j > 0) && id <= prev && j > 0 {
+					t.Fatalf("block %d: id %q after %q", b, id, prev)
+				}
+				prev = id
+				_ = rowkey.Version{Seq: blk.seqs[j], Shard: top.shards[blk.shards[j]]}
+			}
+			row += int64(ref.entries)
+		}
+	})
+}
