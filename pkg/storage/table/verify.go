@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 )
 
 // Verification and repair.
@@ -73,8 +75,8 @@ func (t *Table) Verify(ctx context.Context, checksums bool) (VerifyReport, error
 	return rep, nil
 }
 
-// checkFragment checks f's data file, bloom filter and deletion vector, and returns
-// the problems found and how many objects it checked.
+// checkFragment checks f's data file, bloom filter, key index and deletion vector,
+// and returns the problems found and how many objects it checked.
 func (t *Table) checkFragment(ctx context.Context, s *arrow.Schema, f Fragment, checksums bool) ([]VerifyProblem, int, error) {
 	var out []VerifyProblem
 	objects := 0
@@ -95,6 +97,7 @@ func (t *Table) checkFragment(ctx context.Context, s *arrow.Schema, f Fragment, 
 
 	objects++
 	o, err := t.bucket.Stat(ctx, t.key(f.Path))
+	dataProblems := len(out)
 	switch {
 	case err == nil && o.Size != f.Bytes:
 		out = append(out, VerifyProblem{Path: f.Path, Fragment: f.Path, Problem: fmt.Sprintf("size %d, manifest says %d", o.Size, f.Bytes)})
@@ -114,6 +117,24 @@ func (t *Table) checkFragment(ctx context.Context, s *arrow.Schema, f Fragment, 
 		return err
 	})); err != nil {
 		return nil, 0, err
+	}
+
+	dataOK := len(out) == dataProblems
+	if x := f.Index; x != nil {
+		objects++
+		// The index is checked against the rows only when the data file is sound:
+		// a broken data file is its own problem, not its index's.
+		err = nil
+		if checksums && dataOK {
+			err = t.checkIndex(ctx, s, f)
+		} else if o, serr := t.bucket.Stat(ctx, t.key(x.Path)); serr != nil {
+			err = serr
+		} else if o.Size != x.Bytes {
+			err = fmt.Errorf("key index %s: %w: size %d, manifest says %d", t.key(x.Path), ErrCorrupt, o.Size, x.Bytes)
+		}
+		if err := note(x.Path, err); err != nil {
+			return nil, 0, err
+		}
 	}
 
 	if d := f.Deletions; d != nil {
@@ -197,7 +218,13 @@ func (t *Table) checkFooter(ctx context.Context, s *arrow.Schema, f Fragment) (e
 //     come back as live duplicates of newer rows) and its rows are lost;
 //   - a missing or corrupt bloom filter alone is rebuilt from the fragment's ids and
 //     written at its path (no manifest changes; nothing could read the object that
-//     was there) and the fragment is kept.
+//     was there) and the fragment is kept;
+//   - a missing or corrupt key index (with the bloom filter or alone) is rebuilt
+//     from the fragment's id and _seq columns under a new name, and the fragment is
+//     kept with the new index. The shard of each row of a fragment of one shard is
+//     that shard; a fragment of mixed shards loses them (its rows' shard becomes "",
+//     so a tie of _seq with another shard's row breaks as for rows written before
+//     shards were recorded), which is logged.
 //
 // Each dropped fragment is logged with its path and live rows. The commit is a new
 // version written with put-if-absent on the newest one; on a lost race it reloads
@@ -231,18 +258,21 @@ func (t *Table) DropMissing(ctx context.Context, rep VerifyReport) (*Manifest, i
 			t.log.Info("fragment named by the report is intact now: kept", "path", f.Path)
 			continue
 		}
-		if len(problems) == 1 && problems[0].Path == f.Bloom {
-			err := t.rebuildBloom(ctx, m.ArrowSchema(), f)
-			if err == nil {
-				t.log.Warn("bloom filter rebuilt from its fragment", "path", f.Bloom, "fragment", f.Path, "problem", problems[0].Problem)
-				continue
+		var rebuilt *Fragment // f with a rebuilt key index
+		if sidecarsOnly(f, problems) {
+			var err error
+			if rebuilt, err = t.rebuildSidecars(ctx, m.ArrowSchema(), f, problems); err == nil && rebuilt == nil {
+				continue // the bloom filter alone, rewritten at its path
 			}
-			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, objstore.ErrNotFound) {
+			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, objstore.ErrNotFound) {
 				return fail(err)
 			}
-			problems = append(problems, VerifyProblem{Path: f.Path, Fragment: f.Path, Problem: err.Error()})
+			if err != nil {
+				rebuilt = nil
+				problems = append(problems, VerifyProblem{Path: f.Path, Fragment: f.Path, Problem: err.Error()})
+			}
 		}
-		broken = append(broken, brokenFragment{f: f, problems: problems})
+		broken = append(broken, brokenFragment{f: f, problems: problems, rebuilt: rebuilt})
 	}
 	for p := range named {
 		t.log.Info("fragment named by the report is no longer in the table", "path", p, "version", m.Version)
@@ -261,12 +291,19 @@ func (t *Table) DropMissing(ctx context.Context, rep VerifyReport) (*Manifest, i
 		return fail(err)
 	}
 	var rows int64
+	dropped := 0
 	for _, b := range d.dropped {
+		if b.rebuilt != nil {
+			t.log.Warn("key index rebuilt from its fragment", "fragment", b.f.Path, "path", b.rebuilt.Index.Path,
+				"problems", fmt.Sprint(b.problems), "version", n.Version)
+			continue
+		}
+		dropped++
 		rows += b.f.LiveRows()
 		t.log.Warn("fragment dropped: its rows are lost", "path", b.f.Path, "rows", b.f.LiveRows(),
 			"problems", fmt.Sprint(b.problems), "version", n.Version)
 	}
-	return n, len(d.dropped), rows, nil
+	return n, dropped, rows, nil
 }
 
 // errNothingToDrop ends a dropCommit whose fragments all changed or left the table.
@@ -275,12 +312,14 @@ var errNothingToDrop = errors.New("nothing to drop")
 type brokenFragment struct {
 	f        Fragment
 	problems []VerifyProblem
+	rebuilt  *Fragment // f with a new key index, kept instead of dropped
 }
 
 // dropCommit is the commit of DropMissing: the newest version minus the broken
 // fragments that are still in it unchanged (a fragment whose entry changed was
-// rewritten or got new deletions, and is checked again by the next verify). It
-// stages no files, so it has nothing to abort.
+// rewritten or got new deletions, and is checked again by the next verify), those
+// with a rebuilt key index replaced by their new entry. The rebuilt indexes are
+// written before; it deletes nothing on abort (an unreferenced index is garbage).
 type dropCommit struct {
 	t       *Table
 	id      string // the transaction id
@@ -297,8 +336,13 @@ func (d *dropCommit) proposal() *Manifest {
 		if i >= 0 {
 			d.dropped = append(d.dropped, d.broken[i])
 		}
-		return i >= 0
+		return i >= 0 && d.broken[i].rebuilt == nil
 	})
+	for k, f := range n.Fragments {
+		if i := slices.IndexFunc(d.broken, func(b brokenFragment) bool { return sameFragment(b.f, f) }); i >= 0 {
+			n.Fragments[k] = *d.broken[i].rebuilt
+		}
+	}
 	return n
 }
 
@@ -331,16 +375,197 @@ func sameFragment(a, b Fragment) bool {
 	return *a.Deletions == *b.Deletions
 }
 
-// rebuildBloom writes f's bloom filter again, from the ids in its data file (deleted
-// rows included, as when it was first written).
-func (t *Table) rebuildBloom(ctx context.Context, s *arrow.Schema, f Fragment) error {
-	idx, err := t.keyIndex(ctx, s, f)
+// sidecarsOnly reports whether every problem of f is its bloom filter or key index,
+// which can be rebuilt from the data file.
+func sidecarsOnly(f Fragment, problems []VerifyProblem) bool {
+	for _, p := range problems {
+		if p.Path != f.Bloom && (f.Index == nil || p.Path != f.Index.Path) {
+			return false
+		}
+	}
+	return true
+}
+
+// rebuildSidecars rebuilds the bloom filter and key index of f that problems name:
+// the bloom filter at its path, the key index under a new name, returned as f's new
+// entry (nil when only the bloom filter was rebuilt).
+func (t *Table) rebuildSidecars(ctx context.Context, s *arrow.Schema, f Fragment, problems []VerifyProblem) (*Fragment, error) {
+	var rebuilt *Fragment
+	for _, p := range problems {
+		switch {
+		case p.Path == f.Bloom:
+			if err := t.rebuildBloom(ctx, s, f); err != nil {
+				return nil, err
+			}
+			t.log.Warn("bloom filter rebuilt from its fragment", "path", f.Bloom, "fragment", f.Path, "problem", p.Problem)
+		case f.Index != nil && p.Path == f.Index.Path:
+			ref, err := t.rebuildIndex(ctx, s, f)
+			if err != nil {
+				return nil, err
+			}
+			g := f
+			g.Index = ref
+			rebuilt = &g
+		}
+	}
+	return rebuilt, nil
+}
+
+// rebuildIndex writes a key index for sorted fragment f from its id and _seq
+// columns, under a new name, and returns its reference. The rows must be in
+// strictly increasing id order, or the fragment is corrupt.
+func (t *Table) rebuildIndex(ctx context.Context, s *arrow.Schema, f Fragment) (*IndexRef, error) {
+	if f.MixedShards {
+		t.log.Warn("rebuilding the key index of a fragment of mixed shards: its rows' shards are lost", "fragment", f.Path)
+	}
+	ff, err := t.openFragment(ctx, s, f)
+	if err != nil {
+		return nil, err
+	}
+	defer ff.Close()
+	w := newIndexWriter()
+	err = ff.read(ctx, []string{rowkey.IDColumn, rowkey.SeqColumn}, nil, func(rec arrow.RecordBatch, _ int64) error {
+		ids, seqs, err := rowkey.Columns(rec)
+		if err != nil {
+			return fmt.Errorf("fragment %s: %w: %v", ff.key, ErrCorrupt, err)
+		}
+		for i := 0; i < ids.Len(); i++ {
+			if err := w.add(ids.Value(i), seqs.Value(i), f.Shard); err != nil {
+				return fmt.Errorf("fragment %s: %w: %v", ff.key, ErrCorrupt, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	data, topOff, top := w.finish()
+	ref := &IndexRef{Path: dataDir + "/" + uuid.NewString() + ".idx", Bytes: int64(len(data)), Top: topOff}
+	if err := t.bucket.Put(ctx, t.key(ref.Path), data); err != nil {
+		return nil, err
+	}
+	t.tops.Add(ref.Path, top, top.size())
+	return ref, nil
+}
+
+// checkIndex reads f's key index from storage and checks it against the data file:
+// every block decodes, ids strictly increase across blocks, and each entry's id
+// and _seq are those of the row at its offset; a fragment of one shard names only
+// that shard. It reads the index a few blocks and the data file a row group at a
+// time, never the whole of either.
+func (t *Table) checkIndex(ctx context.Context, s *arrow.Schema, f Fragment) error {
+	key := t.key(f.Index.Path)
+	data, err := t.bucket.GetRange(ctx, key, f.Index.Top, f.Index.Bytes-f.Index.Top)
 	if err != nil {
 		return err
 	}
-	bf := newBloom(len(idx.offsets))
-	for id := range idx.offsets {
-		bf.AddString(id)
+	top, err := decodeIndexTop(key, data, f.Index.Top, f.Index.Bytes, f.Rows)
+	if err != nil {
+		return err
+	}
+	for _, sh := range top.shards {
+		if !f.MixedShards && sh != f.Shard {
+			return fmt.Errorf("key index %s: %w: shard %q in a fragment of shard %q", key, ErrCorrupt, sh, f.Shard)
+		}
+	}
+	if f.Rows > 0 && (top.blocks[0].first != f.IDMin) {
+		return fmt.Errorf("key index %s: %w: first id %q, manifest says %q", key, ErrCorrupt, top.blocks[0].first, f.IDMin)
+	}
+	ff, err := t.openFragment(ctx, s, f)
+	if err != nil {
+		return err
+	}
+	defer ff.Close()
+	const blocksPerRead = 64
+	var prev string
+	var blk *indexBlock
+	var queue []*indexBlock // blocks read ahead
+	next := 0               // next block to read
+	err = ff.read(ctx, []string{rowkey.IDColumn, rowkey.SeqColumn}, nil, func(rec arrow.RecordBatch, start int64) error {
+		ids, seqs, err := rowkey.Columns(rec)
+		if err != nil {
+			return fmt.Errorf("fragment %s: %w: %v", ff.key, ErrCorrupt, err)
+		}
+		for i := 0; i < ids.Len(); i++ {
+			off := start + int64(i)
+			if blk == nil || off >= blk.row+int64(len(blk.ids)) {
+				if len(queue) == 0 {
+					if next >= len(top.blocks) {
+						return fmt.Errorf("key index %s: %w: no entry for row %d", key, ErrCorrupt, off)
+					}
+					last := min(next+blocksPerRead, len(top.blocks)) - 1
+					if queue, err = t.readBlocks(ctx, key, top, next, last); err != nil {
+						return err
+					}
+					next = last + 1
+				}
+				blk, queue = queue[0], queue[1:]
+			}
+			j := int(off - blk.row)
+			if blk.ids[j] != ids.Value(i) || blk.seqs[j] != seqs.Value(i) {
+				return fmt.Errorf("key index %s: %w: row %d is (%q, %d), the index says (%q, %d)", key, ErrCorrupt, off, ids.Value(i), seqs.Value(i), blk.ids[j], blk.seqs[j])
+			}
+			if off > 0 && blk.ids[j] <= prev {
+				return fmt.Errorf("key index %s: %w: row %d id %q not after %q", key, ErrCorrupt, off, blk.ids[j], prev)
+			}
+			prev = blk.ids[j]
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if prev != f.IDMax && f.Rows > 0 {
+		return fmt.Errorf("key index %s: %w: last id %q, manifest says %q", key, ErrCorrupt, prev, f.IDMax)
+	}
+	return nil
+}
+
+// readBlocks reads blocks first..last of the index at key in one request and decodes
+// them, bypassing the cache (a verify reads what is stored).
+func (t *Table) readBlocks(ctx context.Context, key string, top *indexTop, first, last int) ([]*indexBlock, error) {
+	lo, hi := top.blocks[first], top.blocks[last]
+	data, err := t.bucket.GetRange(ctx, key, lo.off, hi.off+hi.n-lo.off)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*indexBlock, 0, last-first+1)
+	for b := first; b <= last; b++ {
+		ref := top.blocks[b]
+		at := ref.off - lo.off
+		if at+ref.n > int64(len(data)) {
+			return nil, fmt.Errorf("key index %s: %w: object ends before byte %d", key, ErrCorrupt, ref.off+ref.n)
+		}
+		blk, err := decodeIndexBlock(key, top, ref, data[at:at+ref.n])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, blk)
+	}
+	return out, nil
+}
+
+// rebuildBloom writes f's bloom filter again, from the ids in its data file (deleted
+// rows included, as when it was first written).
+func (t *Table) rebuildBloom(ctx context.Context, s *arrow.Schema, f Fragment) error {
+	ff, err := t.openFragment(ctx, s, f)
+	if err != nil {
+		return err
+	}
+	defer ff.Close()
+	bf := newBloom(int(f.Rows))
+	err = ff.read(ctx, []string{rowkey.IDColumn}, nil, func(rec arrow.RecordBatch, _ int64) error {
+		ids, ok := rec.Column(0).(*array.String)
+		if !ok {
+			return fmt.Errorf("fragment %s: %w: id column of type %s", ff.key, ErrCorrupt, rec.Column(0).DataType())
+		}
+		for i := 0; i < ids.Len(); i++ {
+			bf.AddString(ids.Value(i))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	data, err := encodeBloom(bf)
 	if err != nil {

@@ -83,8 +83,8 @@ func TestVerifyFindsMissingTruncatedAndCorruptObjects(t *testing.T) {
 		fr[2].Path:  "size",
 		fr[4].Bloom: "missing",
 	}
-	if rep.Version != m.Version || rep.Objects != 6*2+1 || len(got) != len(want) {
-		t.Fatalf("report %+v; want version %d, 13 objects, problems %v", rep, m.Version, want)
+	if rep.Version != m.Version || rep.Objects != 6*3+1 || len(got) != len(want) {
+		t.Fatalf("report %+v; want version %d, 19 objects, problems %v", rep, m.Version, want)
 	}
 	for p, w := range want {
 		if !strings.HasPrefix(got[p], w) {
@@ -285,3 +285,85 @@ func TestDropMissingRetriesOnConflict(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Verify checks a sorted fragment's key index against its rows, and a repair
+// rebuilds a missing, corrupt or wrong index from the fragment instead of dropping
+// it: every row reads as before, and the table verifies clean.
+func TestVerifyChecksKeyIndexesAndRepairRebuildsThem(t *testing.T) {
+	ctx := context.Background()
+	b := memBucket(t)
+	tb := createTable(t, b, rowGroups(3))
+	var rows [4][]row
+	for f := range rows {
+		for i := range 40 {
+			rows[f] = append(rows[f], row{strconv.Itoa(f) + "-" + strconv.Itoa(100+i), uint64(f + 1), int64(i)})
+		}
+		appendShard(t, tb, "s"+strconv.Itoa(f), 1, rows[f]...)
+	}
+	m := tb.Latest()
+	fr := m.Fragments
+	want := liveRows(t, tb, m)
+	damage := func(rel string, fn func([]byte) []byte) {
+		t.Helper()
+		data, err := b.Get(ctx, tb.key(rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Put(ctx, tb.key(rel), fn(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Delete(ctx, tb.key(fr[0].Index.Path)); err != nil {
+		t.Fatal(err)
+	}
+	damage(fr[1].Index.Path, func(d []byte) []byte { d[3] ^= 1; return d }) // inside the first block
+	// Fragment 3's index holds fragment 2's ids: a valid index of other rows.
+	damage(fr[2].Index.Path, func([]byte) []byte {
+		data, err := b.Get(ctx, tb.key(fr[3].Index.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	})
+	fresh, err := Open(ctx, b, "rollout/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := fresh.Verify(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := problemsOf(rep)
+	for _, f := range fr[:3] {
+		if got[f.Index.Path] == "" {
+			t.Fatalf("verify did not find the damaged index of %s: %+v", f.Path, rep.Problems)
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("problems %+v, want the three damaged indexes", rep.Problems)
+	}
+	n, dropped, _, err := fresh.DropMissing(ctx, rep)
+	if err != nil || dropped != 0 || len(n.Fragments) != 4 {
+		t.Fatalf("repair: %d dropped, %d fragments, %v; want every fragment kept", dropped, len(n.Fragments), err)
+	}
+	for i, f := range n.Fragments[:3] {
+		if f.Index.Path == fr[i].Index.Path {
+			t.Fatalf("fragment %s kept its damaged index", f.Path)
+		}
+	}
+	if rep, err := fresh.Verify(ctx, true); err != nil || len(rep.Problems) != 0 {
+		t.Fatalf("after the repair: %+v, %v", rep, err)
+	}
+	reopened, err := Open(ctx, b, "rollout/t", WithCacheBytes(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got2 := liveRows(t, reopened, reopened.Latest())
+	for id, r := range want {
+		rec, v, err := reopened.Get(ctx, reopened.Latest(), id)
+		if err != nil || rec == nil || got2[id] != r || v.Seq != r.seq {
+			t.Fatalf("get %s after the repair: %v %+v %v, want %+v", id, rec, v, err, r)
+		}
+		rec.Release()
+	}
+}
