@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -152,6 +153,42 @@ func listPage(r *http.Request) (limit, offset int, err error) {
 		return 0, 0, err
 	}
 	return limit, offset, nil
+}
+
+// cursorVersion prefixes every list cursor this build writes: a cursor is opaque
+// to clients, and a later format must be told apart from this one.
+const cursorVersion = "c1."
+
+// encodeCursor is the next_cursor of a page whose last row has id: URL-safe, so it
+// goes back as ?cursor= unescaped.
+func encodeCursor(id string) string {
+	return cursorVersion + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// startParam parses where a list starts: ?start_after=<id> (the rows after that
+// id) or ?cursor=<next_cursor of an earlier page> (the rows after that page's last
+// row); nil when neither is given (from the first row). Both at once is a 400, as
+// is a cursor this build did not write.
+func startParam(r *http.Request) (*string, error) {
+	q := r.URL.Query()
+	after, hasAfter := q["start_after"]
+	cursor, hasCursor := q["cursor"]
+	switch {
+	case hasAfter && hasCursor:
+		return nil, badRequest("start_after and cursor both say where a list starts: give one")
+	case hasAfter:
+		return &after[0], nil
+	case !hasCursor:
+		return nil, nil
+	}
+	c := cursor[0]
+	rest, ok := strings.CutPrefix(c, cursorVersion)
+	id, err := base64.RawURLEncoding.DecodeString(rest)
+	if !ok || err != nil {
+		return nil, badRequest("cursor %q is not a next_cursor this server wrote", c)
+	}
+	s := string(id)
+	return &s, nil
 }
 
 // intParam parses a non-negative integer query parameter, def when absent.

@@ -192,10 +192,11 @@ func (s *Server) seal(ctx context.Context, st *store.Store) (*wal.Generation, er
 // listRows answers {"<rows>": [...], "count": n}: the live rows without their
 // blob columns, filtered by ?filters= (rollout stores: a JSON object of
 // equalities) or ?filter= (generic stores: a SQL predicate, package rowfilter),
-// the filter applied before paging. With ?limit= it is a page in the store's
-// stable id order, after ?offset=; without, it is every row, streamed
-// (listAll). With ?version= it reads the store as of that table version
-// (api_version.go).
+// the filter applied before paging, in the store's stable id order, from
+// ?start_after=<id> or ?cursor=<next_cursor> when given. With ?limit= it is a
+// page, after ?offset=, and "next_cursor" when rows follow it; without, it is
+// every row, streamed (listAll). With ?version= it reads the store as of that
+// table version (api_version.go).
 func (s *Server) listRows(k kindAPI) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		name, err := pathName(r)
@@ -210,7 +211,11 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
-		opts := store.ListOptions{Limit: limit, Offset: offset}
+		start, err := startParam(r)
+		if err != nil {
+			return err
+		}
+		opts := store.ListOptions{Limit: limit, Offset: offset, StartAfter: start}
 		text, hasFilters := r.URL.Query()["filters"]
 		switch {
 		case hasFilters && k.kind == registry.KindRollout:
@@ -249,17 +254,22 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 			return s.listAll(w, r, k, src, opts, st.BlobColumns())
 		}
 		out := []json.RawMessage{}
+		answer := map[string]any{}
 		if limit > 0 { // store.ListOptions reads Limit 0 as "no limit"
-			recs, err := src.List(r.Context(), opts)
+			page, err := src.Page(r.Context(), opts)
 			if err != nil {
 				return err
 			}
-			out, err = encodeRows(k, recs, st.BlobColumns())
+			out, err = encodeRows(k, page.Rows, st.BlobColumns())
 			if err != nil {
 				return err
+			}
+			if page.More {
+				answer["next_cursor"] = encodeCursor(page.Next)
 			}
 		}
-		httpjson.WriteJSON(w, http.StatusOK, map[string]any{k.rows: out, "count": len(out)})
+		answer[k.rows], answer["count"] = out, len(out)
+		httpjson.WriteJSON(w, http.StatusOK, answer)
 		return nil
 	}
 }

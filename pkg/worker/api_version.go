@@ -25,7 +25,7 @@ import (
 // a store.View at a version.
 type rowSource interface {
 	Get(ctx context.Context, id string) (arrow.RecordBatch, error)
-	List(ctx context.Context, opts store.ListOptions) ([]arrow.RecordBatch, error)
+	Page(ctx context.Context, opts store.ListOptions) (store.Page, error)
 	Stream(ctx context.Context, opts store.ListOptions, fn func(rec arrow.RecordBatch, row int) error) error
 	GetMany(ctx context.Context, ids, cols []string, fn func(rec arrow.RecordBatch) error) error
 }

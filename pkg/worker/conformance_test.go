@@ -299,8 +299,8 @@ func TestListWithoutLimitIsCutOffNotTruncatedWhenTheReadFails(t *testing.T) {
 		writer.ok(http.StatusCreated, http.MethodPost, "/api/v1/rollouts/cut/records?flush", `{"records":[`+strings.Join(recs, ",")+`]}`, nil)
 		writer.ok(http.StatusOK, http.MethodPost, "/api/v1/internal/merge-wal/cut", nil, nil)
 	}
-	// The first fragment read lets the read go on and fails every other
-	// fragment's.
+	// The first fragment read (its data file, key index and bloom filter) lets the
+	// read go on, and every other fragment's objects fail.
 	var once sync.Once
 	var before atomic.Pointer[objstore.RuleHandle]
 	before.Store(faults.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet, objstore.OpGetRange}, KeyPrefix: "rollout/cut@", KeyContains: "/data/",
@@ -310,8 +310,9 @@ func TestListWithoutLimitIsCutOffNotTruncatedWhenTheReadFails(t *testing.T) {
 				if err != nil {
 					t.Error(err)
 				}
+				first := key[:strings.LastIndex(key, ".")+1] // .../data/<uuid>.
 				for _, o := range objs {
-					if o.Key != key {
+					if !strings.HasPrefix(o.Key, first) {
 						faults.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet, objstore.OpGetRange}, KeyPrefix: o.Key, Err: objstore.ErrUnavailable})
 					}
 				}

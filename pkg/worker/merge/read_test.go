@@ -16,6 +16,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
@@ -354,5 +355,96 @@ func TestPagingThroughAMergingStoreMissesNoRow(t *testing.T) {
 		if !seen[id] {
 			t.Errorf("paging missed %s, which existed before paging began", id)
 		}
+	}
+}
+
+// TestPagingByCursorReturnsEveryRowExactlyOnce walks a store page by page with
+// StartAfter (the cursor a page answers) while other workers overwrite rows, add
+// rows before and after the cursor, merge and compact between the pages: every row
+// that existed when the walk began comes back exactly once, pages come in
+// increasing id order, and a page says whether another follows.
+func TestPagingByCursorReturnsEveryRowExactlyOnce(t *testing.T) {
+	ctx := context.Background()
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			b := objstoretest.Mem(t)
+			writer := storetest.Open(t, b, "w2", true)
+			other := storetest.Open(t, b, "w3", false)
+			reader := storetest.Open(t, b, "w1", false)
+			m := New(Config{Logger: quiet(), MaxGenerations: 2})
+			rng := rand.New(rand.NewPCG(seed, 7))
+			for g := 0; g < 8; g++ {
+				var kv []any
+				for i := 0; i < 12; i++ {
+					kv = append(kv, fmt.Sprintf("id%03d", rng.IntN(400)), g)
+				}
+				storetest.AppendAndSeal(t, writer, kv...)
+				storetest.AppendAndSeal(t, other, fmt.Sprintf("o%03d", rng.IntN(400)), g)
+				if g%3 == 0 {
+					if _, err := m.MergeOnce(ctx, []*store.Store{writer, other}[g%2], true); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			before := storetest.Values(t, reader)
+			seen := map[string]int{}
+			var cursor *string
+			limit := 1 + rng.IntN(9)
+			for pages := 0; ; pages++ {
+				p, err := reader.Page(ctx, store.ListOptions{Limit: limit, StartAfter: cursor})
+				if err != nil {
+					t.Fatal(err)
+				}
+				prev := ""
+				if cursor != nil {
+					prev = *cursor
+				}
+				for _, r := range p.Rows {
+					id := r.Column(0).(*array.String).Value(0)
+					if (cursor != nil || prev != "") && id <= prev {
+						t.Fatalf("page %d: id %s after %s", pages, id, prev)
+					}
+					prev = id
+					seen[id]++
+					r.Release()
+				}
+				if !p.More {
+					if len(p.Rows) > limit || p.Next != "" {
+						t.Fatalf("last page: %d rows, next %q", len(p.Rows), p.Next)
+					}
+					break
+				}
+				if len(p.Rows) != limit || p.Next != prev {
+					t.Fatalf("page %d: %d rows of %d, next %q after %q", pages, len(p.Rows), limit, p.Next, prev)
+				}
+				next := p.Next
+				cursor = &next
+				// Between pages: overwrite ids on both sides of the cursor, add new
+				// ones anywhere, merge one shard, and now and then compact.
+				var kv []any
+				for i := 0; i < 3; i++ {
+					kv = append(kv, fmt.Sprintf("id%03d", rng.IntN(400)), 100+pages)
+				}
+				storetest.AppendAndSeal(t, []*store.Store{writer, other}[pages%2], kv...)
+				if _, err := m.MergeOnce(ctx, []*store.Store{writer, other}[rng.IntN(2)], true); err != nil {
+					t.Fatal(err)
+				}
+				if rng.IntN(4) == 0 {
+					if _, err := writer.Table().Compact(ctx, table.CompactOptions{TargetRows: 16}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for id := range before {
+				if seen[id] != 1 {
+					t.Errorf("id %s, which existed before the walk, came back %d times", id, seen[id])
+				}
+			}
+			for id, n := range seen {
+				if n != 1 {
+					t.Errorf("id %s came back %d times", id, n)
+				}
+			}
+		})
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
-	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 )
 
@@ -30,6 +30,9 @@ type ListOptions struct {
 	// leaves out of its answer is never read; rows from pending generations, in
 	// memory already, come with every column and the caller leaves out the rest.
 	Columns []string
+	// StartAfter, if set, starts the list after this id: the rows with greater
+	// ids (a cursor, the last id of the previous page). Offset counts from there.
+	StartAfter *string
 }
 
 // pendingRows is the newest version of every id found in a snapshot's pending
@@ -42,26 +45,6 @@ type pendingRows struct {
 type rowRef struct {
 	gen, rec, row int
 	v             rowkey.Version
-}
-
-// baseRowLive reports whether a base-table row of id at version v is the live one:
-// no pending row of id is newer. A pending row it beats is forgotten, so it is not
-// listed as well.
-func (p *pendingRows) baseRowLive(id string, v rowkey.Version) bool {
-	if ref, ok := p.best[id]; ok {
-		if !v.Newer(ref.v) {
-			return false // the pending row is the live one
-		}
-		delete(p.best, id) // the base row is newer than the pending one
-	}
-	return true
-}
-
-// liveAt returns the pending row of id at generation gi, record ri, row i, if it is
-// the live version of id (the newest pending one, not beaten by the base).
-func (p *pendingRows) liveAt(id string, gi, ri, i int) (rowRef, bool) {
-	ref, ok := p.best[id]
-	return ref, ok && ref.gen == gi && ref.rec == ri && ref.row == i
 }
 
 // loadPending reads (through the cache) every generation above the watermarks and
@@ -156,157 +139,180 @@ func (s *Store) newestIn(ctx context.Context, snap *Snapshot, p *pendingRows, id
 }
 
 // List returns the live rows that match opts.Filter ordered by id (byte order),
-// skipping Offset of them and returning at most Limit (0: no limit), each as a
-// one-row batch the caller releases.
-//
-// The order is by id because it is the only order a merge cannot change: a merge
-// moves rows from pending generations into new base fragments and replaces
-// overwritten ones, which reorders any physical order, and offset paging over a
-// physical order skipped the rows that moved. Ids are never removed from a store,
-// so a row's rank among ids can only grow, and paging with offset through a store
-// that changes between pages returns every row that existed when paging began at
-// least once (a row inserted before the current page can push one row onto the
-// next page twice, never off it).
-//
-// Memory is bounded by Offset+Limit ids, not by the store: a first pass reads the
-// id and _seq columns (every column with a Filter) and keeps the smallest
-// Offset+Limit matching ids; a second reads only the page's rows.
+// after opts.StartAfter when set, skipping Offset of them and returning at most
+// Limit (0: no limit), each as a one-row batch the caller releases. It is Page's
+// rows.
 func (s *Store) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch, error) {
-	snap, err := s.Fresh(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s.listIn(ctx, snap, opts)
+	p, err := s.Page(ctx, opts)
+	return p.Rows, err
 }
 
-// listIn is List over snap.
-func (s *Store) listIn(ctx context.Context, snap *Snapshot, opts ListOptions) ([]arrow.RecordBatch, error) {
+// Page is one page of a list: its rows, and whether rows follow the last one (the
+// next page then starts after Next, the last row's id).
+type Page struct {
+	Rows []arrow.RecordBatch
+	More bool
+	Next string
+}
+
+// Page is List with whether more rows follow. The order is by id because it is the
+// only order a merge cannot change: a merge moves rows from pending generations
+// into new base fragments and replaces overwritten ones, which reorders any
+// physical order. Ids are never removed from a store, so a walk by StartAfter (a
+// cursor: the last id of the previous page) through a store that changes between
+// pages returns every row that existed when it began exactly once; a walk by
+// Offset, at least once (a row inserted before the current page pushes one row
+// onto the next page twice, never off it).
+//
+// A page costs what it passes over: the base table is walked in id order from
+// StartAfter through the fragments' key indexes (table.Iter), merged with the
+// pending rows from there on, and stops after Offset+Limit+1 matching rows; only
+// the returned rows' columns are read, and with a Filter its columns of the rows
+// passed over. Memory is the page, the row groups it reads, and the index of
+// pending ids every read holds.
+func (s *Store) Page(ctx context.Context, opts ListOptions) (Page, error) {
+	snap, err := s.Fresh(ctx)
+	if err != nil {
+		return Page{}, err
+	}
+	return s.pageIn(ctx, snap, opts)
+}
+
+// pageIn is Page over snap.
+func (s *Store) pageIn(ctx context.Context, snap *Snapshot, opts ListOptions) (Page, error) {
 	p, err := s.loadPending(ctx, snap)
 	if err != nil {
-		return nil, err
+		return Page{}, err
 	}
-	keep := 0 // 0: every id
-	if opts.Limit > 0 {
-		keep = opts.Offset + opts.Limit
-	}
-	sel := newIDSelection(keep)
-	// Base rows: live unless a pending generation holds a newer row of the id.
-	scan := table.ScanOptions{Columns: []string{rowkey.IDColumn, rowkey.SeqColumn}}
-	if opts.Filter != nil {
-		scan.Columns = nil
-		if opts.FilterColumns != nil {
-			scan.Columns = keyedColumns(snap.Base.ArrowSchema(), opts.FilterColumns)
+	var out Page
+	err = s.walk(ctx, snap, p, opts, func(id string, rec arrow.RecordBatch, i int) (bool, error) {
+		if opts.Limit > 0 && len(out.Rows) == opts.Limit {
+			out.More = true
+			return false, nil
 		}
-	}
-	fromBase := map[string]bool{}
-	err = s.table.Scan(ctx, snap.Base, scan, func(rec arrow.RecordBatch, shard string) error {
-		ids, seqs, err := rowkey.Columns(rec)
-		if err != nil {
-			return err
-		}
-		match, err := filterRows(opts.Filter, rec)
-		if err != nil {
-			return err
-		}
-		for i := 0; i < ids.Len(); i++ {
-			id := ids.Value(i)
-			if !p.baseRowLive(id, rowkey.Version{Seq: seqs.Value(i), Shard: shard}) {
-				continue
-			}
-			if match == nil || match[i] {
-				if sel.add(id) {
-					fromBase[id] = true
-				}
-			}
-		}
-		return nil
+		out.Rows = append(out.Rows, rec.NewSlice(int64(i), int64(i)+1))
+		out.Next = id
+		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store %s: %w", s.Target(), err)
+		release(out.Rows)
+		return Page{}, err
 	}
-	pendingRow := map[string]rowRef{}
-	for gi, data := range p.gens {
-		for ri, rec := range data.Records {
-			ids, _, err := rowkey.Columns(rec)
-			if err != nil {
-				return nil, err
-			}
-			var match []bool
-			for i := 0; i < ids.Len(); i++ {
-				ref, ok := p.liveAt(ids.Value(i), gi, ri, i)
-				if !ok {
-					continue
-				}
-				if match == nil && opts.Filter != nil {
-					if match, err = filterRows(opts.Filter, rec); err != nil {
-						return nil, err
-					}
-				}
-				if match != nil && !match[i] {
-					continue
-				}
-				if sel.add(ids.Value(i)) {
-					pendingRow[ids.Value(i)] = ref
-				}
-			}
-		}
-	}
-	page := sel.sorted()
-	if opts.Offset >= len(page) {
-		return nil, nil
-	}
-	page = page[opts.Offset:]
-	if opts.Limit > 0 && len(page) > opts.Limit {
-		page = page[:opts.Limit]
-	}
-	rows := make(map[string]arrow.RecordBatch, len(page))
-	var baseIDs []string
-	for _, id := range page {
-		if ref, ok := pendingRow[id]; ok && !fromBase[id] {
-			rows[id] = p.gens[ref.gen].Records[ref.rec].NewSlice(int64(ref.row), int64(ref.row)+1)
-		} else {
-			baseIDs = append(baseIDs, id)
-		}
-	}
-	if len(baseIDs) > 0 {
-		want := make(map[string]bool, len(baseIDs))
-		for _, id := range baseIDs {
-			want[id] = true
-		}
-		scan := table.ScanOptions{IDs: baseIDs}
-		if opts.Columns != nil {
-			scan.Columns = keyedColumns(snap.Base.ArrowSchema(), opts.Columns)
-		}
-		err = s.table.Scan(ctx, snap.Base, scan, func(rec arrow.RecordBatch, _ string) error {
-			ids, _, err := rowkey.Columns(rec)
-			if err != nil {
-				return err
-			}
-			for i := 0; i < ids.Len(); i++ {
-				if id := ids.Value(i); want[id] && rows[id] == nil {
-					rows[id] = rec.NewSlice(int64(i), int64(i)+1)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			for _, r := range rows {
-				r.Release()
-			}
-			return nil, fmt.Errorf("store %s: %w", s.Target(), err)
-		}
-	}
-	out := make([]arrow.RecordBatch, 0, len(page))
-	for _, id := range page {
-		if r := rows[id]; r != nil {
-			out = append(out, r)
-		}
-	}
-	if len(out) != len(page) {
-		release(out)
-		return nil, fmt.Errorf("store %s: %d of %d listed rows vanished from snapshot version %d", s.Target(), len(page)-len(out), len(page), snap.Base.Version)
+	if !out.More {
+		out.Next = ""
 	}
 	return out, nil
+}
+
+// pendingAt is a live pending row in a walk: its id and where it is.
+type pendingAt struct {
+	id  string
+	ref rowRef
+}
+
+// walk calls fn with every live row matching opts.Filter in id order, after
+// opts.StartAfter when set and after opts.Offset matches, until fn says stop: base
+// rows with the columns opts.Columns names (with the row key; every column when
+// nil), pending rows whole (in memory already). The batch is valid during the call.
+func (s *Store) walk(ctx context.Context, snap *Snapshot, p *pendingRows, opts ListOptions, fn func(id string, rec arrow.RecordBatch, i int) (bool, error)) error {
+	after, all := "", opts.StartAfter == nil
+	if !all {
+		after = *opts.StartAfter
+	}
+	// The pending side: live pending rows after the start, in id order.
+	pend := make([]pendingAt, 0, len(p.best))
+	for id, ref := range p.best {
+		if all || id > after {
+			pend = append(pend, pendingAt{id, ref})
+		}
+	}
+	slices.SortFunc(pend, func(a, b pendingAt) int { return strings.Compare(a.id, b.id) })
+	masks := map[[2]int][]bool{} // filter results of pending batches, by (generation, batch)
+	pendingMatch := func(ref rowRef) (bool, error) {
+		if opts.Filter == nil {
+			return true, nil
+		}
+		k := [2]int{ref.gen, ref.rec}
+		m, ok := masks[k]
+		if !ok {
+			var err error
+			if m, err = opts.Filter(p.gens[ref.gen].Records[ref.rec]); err != nil {
+				return false, err
+			}
+			masks[k] = m
+		}
+		return m[ref.row], nil
+	}
+	ts := snap.Base.ArrowSchema()
+	var cols, filterCols []string
+	if opts.Columns != nil {
+		cols = keyedColumns(ts, opts.Columns)
+	}
+	if opts.Filter != nil && opts.FilterColumns != nil {
+		filterCols = keyedColumns(ts, opts.FilterColumns)
+	}
+	it, err := s.table.Iter(ctx, snap.Base, after, all)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", s.Target(), err)
+	}
+	defer it.Close()
+	more, err := it.Next(ctx)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", s.Target(), err)
+	}
+	skipped := 0
+	for more || len(pend) > 0 {
+		var id string
+		base := false // the live row of id is the base row
+		switch {
+		case more && len(pend) > 0 && it.ID() == pend[0].id:
+			id, base = it.ID(), it.Version().Newer(pend[0].ref.v)
+		case more && (len(pend) == 0 || it.ID() < pend[0].id):
+			id, base = it.ID(), true
+		default:
+			id = pend[0].id
+		}
+		var match bool
+		if base {
+			match = true
+			if opts.Filter != nil {
+				match, err = it.Match(ctx, filterCols, opts.Filter)
+			}
+		} else {
+			match, err = pendingMatch(pend[0].ref)
+		}
+		if err != nil {
+			return fmt.Errorf("store %s: %w", s.Target(), err)
+		}
+		if match && skipped < opts.Offset {
+			skipped++
+		} else if match {
+			var rec arrow.RecordBatch
+			var i int
+			if base {
+				rec, i, err = it.Row(ctx, cols)
+				if err != nil {
+					return fmt.Errorf("store %s: %w", s.Target(), err)
+				}
+			} else {
+				ref := pend[0].ref
+				rec, i = p.gens[ref.gen].Records[ref.rec], ref.row
+			}
+			cont, err := fn(id, rec, i)
+			if err != nil || !cont {
+				return err
+			}
+		}
+		if len(pend) > 0 && pend[0].id == id {
+			pend = pend[1:]
+		}
+		if more && it.ID() == id {
+			if more, err = it.Next(ctx); err != nil {
+				return fmt.Errorf("store %s: %w", s.Target(), err)
+			}
+		}
+	}
+	return nil
 }
 
 // keyedColumns is the columns of table schema ts, in its order, that cols names,
@@ -319,14 +325,6 @@ func keyedColumns(ts *arrow.Schema, cols []string) []string {
 		}
 	}
 	return out
-}
-
-// filterRows evaluates filter on rec; nil filter: nil (every row matches).
-func filterRows(filter func(arrow.RecordBatch) ([]bool, error), rec arrow.RecordBatch) ([]bool, error) {
-	if filter == nil {
-		return nil, nil
-	}
-	return filter(rec)
 }
 
 func release(recs []arrow.RecordBatch) {

@@ -92,8 +92,14 @@ func (v *View) Get(ctx context.Context, id string) (arrow.RecordBatch, error) {
 
 // List is Store.List as of the view's version.
 func (v *View) List(ctx context.Context, opts ListOptions) ([]arrow.RecordBatch, error) {
-	recs, err := v.s.listIn(ctx, v.snap, opts)
-	return recs, v.failure(ctx, err)
+	p, err := v.Page(ctx, opts)
+	return p.Rows, err
+}
+
+// Page is Store.Page as of the view's version.
+func (v *View) Page(ctx context.Context, opts ListOptions) (Page, error) {
+	p, err := v.s.pageIn(ctx, v.snap, opts)
+	return p, v.failure(ctx, err)
 }
 
 // Stream is Store.Stream as of the view's version.

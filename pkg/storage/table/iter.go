@@ -1,0 +1,404 @@
+package table
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
+)
+
+// Ordered reads: an Iter walks the live rows of one manifest in id order from any
+// id on, merging the fragments as an LSM's iterator merges its runs. It costs what
+// it passes over: a sorted fragment is walked through its key index a block at a
+// time, and its rows' columns are read a row group at a time only when asked for;
+// a fragment whose id range starts after the walk's position is not touched until
+// the walk reaches its first id. Unsorted fragments (written before format 2) are
+// walked through their in-memory key index until a compaction sorts them.
+
+// indexReadAhead is how many key-index blocks a walk reads at once: one request
+// of a few tens of KiB instead of one per block.
+const indexReadAhead = 4
+
+// Iter walks the live rows of a manifest in increasing id order. It is used by one
+// goroutine; Close releases what it holds.
+type Iter struct {
+	t    *Table
+	m    *Manifest
+	h    iterHeap
+	same []*fragCursor // the cursors at the current id; same[0] holds the live row
+}
+
+// Iter returns an iterator over m's live rows with ids after `after` (every row
+// when all is true). The first Next moves it to the first row.
+func (t *Table) Iter(ctx context.Context, m *Manifest, after string, all bool) (*Iter, error) {
+	it := &Iter{t: t, m: m}
+	for fi, f := range m.Fragments {
+		if f.LiveRows() == 0 || (!all && f.IDMax <= after) {
+			continue
+		}
+		c := &fragCursor{t: t, m: m, fi: fi, f: f, group: -1, after: after, all: all}
+		if all || f.IDMin > after {
+			c.id = f.IDMin // a lower bound: the cursor opens when the walk reaches it
+		} else if ok, err := c.open(ctx); err != nil {
+			it.Close()
+			return nil, err
+		} else if !ok {
+			c.close()
+			continue
+		}
+		it.h = append(it.h, c)
+	}
+	heap.Init(&it.h)
+	return it, nil
+}
+
+// Next moves to the next live row; false at the end.
+func (it *Iter) Next(ctx context.Context) (bool, error) {
+	for _, c := range it.same {
+		ok, err := c.next(ctx)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			heap.Push(&it.h, c)
+		} else {
+			c.close()
+		}
+	}
+	it.same = it.same[:0]
+	for len(it.h) > 0 {
+		c := it.h[0]
+		if !c.opened {
+			// Its id was a lower bound: open it, and let the heap place it again.
+			ok, err := c.open(ctx)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				heap.Pop(&it.h)
+				c.close()
+			} else {
+				heap.Fix(&it.h, 0)
+			}
+			continue
+		}
+		id := c.id
+		// Every cursor at this id: a table holds one live row per id, but should
+		// two fragments hold one, the newest version is the live row (on a tie the
+		// later fragment's), as in a commit.
+		for len(it.h) > 0 && it.h[0].id == id {
+			top := it.h[0]
+			if !top.opened {
+				ok, err := top.open(ctx)
+				if err != nil {
+					return false, err
+				}
+				if !ok {
+					heap.Pop(&it.h)
+					top.close()
+				} else {
+					heap.Fix(&it.h, 0)
+				}
+				continue
+			}
+			it.same = append(it.same, heap.Pop(&it.h).(*fragCursor))
+		}
+		if len(it.same) == 0 {
+			continue
+		}
+		for i := 1; i < len(it.same); i++ {
+			if !it.same[0].v.Newer(it.same[i].v) {
+				it.same[0], it.same[i] = it.same[i], it.same[0]
+			}
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// ID is the current row's id.
+func (it *Iter) ID() string { return it.same[0].id }
+
+// Version is the current row's version.
+func (it *Iter) Version() rowkey.Version { return it.same[0].v }
+
+// Row returns the batch holding the current row and its index there, with the
+// columns of m's schema that cols names (nil: every one), in schema order. The
+// batch is valid until the next call of Next or Row; Retain what is kept longer
+// (it keeps the row group alive).
+func (it *Iter) Row(ctx context.Context, cols []string) (arrow.RecordBatch, int, error) {
+	return it.same[0].row(ctx, cols)
+}
+
+// Match evaluates filter on the current row, filter reading the columns cols names:
+// it is evaluated once per row group read, not per row.
+func (it *Iter) Match(ctx context.Context, cols []string, filter func(arrow.RecordBatch) ([]bool, error)) (bool, error) {
+	return it.same[0].match(ctx, cols, filter)
+}
+
+// Close releases what the iterator holds.
+func (it *Iter) Close() {
+	for _, c := range it.h {
+		c.close()
+	}
+	for _, c := range it.same {
+		c.close()
+	}
+	it.h, it.same = nil, nil
+}
+
+// fragCursor walks one fragment's live rows in id order.
+type fragCursor struct {
+	t     *Table
+	m     *Manifest
+	fi    int
+	f     Fragment
+	after string
+	all   bool
+
+	opened bool
+	dv     *roaring.Bitmap
+	// The current row.
+	id  string
+	off uint32
+	v   rowkey.Version
+
+	// Sorted fragments: the key index's top, the blocks read ahead and the
+	// position in them.
+	top    *indexTop
+	blocks []*indexBlock
+	nextB  int // next block to read
+	b, j   int // current block in blocks, entry in it
+
+	// Unsorted fragments: their live entries, sorted by id.
+	legacy []legacyEntry
+	k      int
+
+	// The row group read for row and match.
+	ff     *fragmentFile
+	group  int
+	gcols  []string
+	recs   []arrow.RecordBatch
+	starts []int64
+	masks  [][]bool
+}
+
+type legacyEntry struct {
+	id  string
+	off uint32
+	seq uint64
+}
+
+// open positions the cursor at its first live row after `after`; false if none.
+func (c *fragCursor) open(ctx context.Context) (bool, error) {
+	c.opened = true
+	var err error
+	if c.dv, err = c.t.deletions(ctx, c.f); err != nil {
+		return false, err
+	}
+	if !c.f.Sorted {
+		idx, err := c.t.keyIndex(ctx, c.m.ArrowSchema(), c.f)
+		if err != nil {
+			return false, err
+		}
+		for id, off := range idx.offsets {
+			if (c.all || id > c.after) && !c.dv.Contains(off) {
+				c.legacy = append(c.legacy, legacyEntry{id: id, off: off, seq: idx.seqs[off]})
+			}
+		}
+		slices.SortFunc(c.legacy, func(a, b legacyEntry) int { return strings.Compare(a.id, b.id) })
+		c.k = -1
+		return c.next(ctx)
+	}
+	if c.top, err = c.t.indexTopOf(ctx, c.f); err != nil {
+		return false, err
+	}
+	first := 0
+	if !c.all {
+		first = max(c.top.find(c.after), 0)
+	}
+	c.nextB = first
+	if err := c.readBlocks(ctx); err != nil {
+		return false, err
+	}
+	c.b, c.j = 0, -1
+	if !c.all {
+		if blk := c.blocks[0]; true {
+			c.j = sort.SearchStrings(blk.ids, c.after) - 1
+			if c.j+1 < len(blk.ids) && blk.ids[c.j+1] == c.after {
+				c.j++
+			}
+		}
+	}
+	return c.next(ctx)
+}
+
+// readBlocks replaces the blocks read ahead with the next indexReadAhead ones.
+func (c *fragCursor) readBlocks(ctx context.Context) error {
+	last := min(c.nextB+indexReadAhead, len(c.top.blocks))
+	bs := make([]int, 0, last-c.nextB)
+	for b := c.nextB; b < last; b++ {
+		bs = append(bs, b)
+	}
+	blocks, err := c.t.indexBlocks(ctx, c.f, c.top, bs)
+	if err != nil {
+		return err
+	}
+	c.blocks, c.nextB = blocks, last
+	return nil
+}
+
+// next moves to the next live row; false at the end of the fragment.
+func (c *fragCursor) next(ctx context.Context) (bool, error) {
+	if !c.f.Sorted {
+		for c.k++; c.k < len(c.legacy); c.k++ {
+			e := c.legacy[c.k]
+			c.id, c.off, c.v = e.id, e.off, rowkey.Version{Seq: e.seq, Shard: c.f.ShardAt(e.off)}
+			return true, nil
+		}
+		return false, nil
+	}
+	for {
+		c.j++
+		for c.b < len(c.blocks) && c.j >= len(c.blocks[c.b].ids) {
+			c.b, c.j = c.b+1, 0
+		}
+		if c.b >= len(c.blocks) {
+			if c.nextB >= len(c.top.blocks) {
+				return false, nil
+			}
+			if err := c.readBlocks(ctx); err != nil {
+				return false, err
+			}
+			c.b, c.j = 0, 0
+		}
+		blk := c.blocks[c.b]
+		off := uint32(blk.row) + uint32(c.j)
+		if c.dv.Contains(off) {
+			continue
+		}
+		c.id, c.off = blk.ids[c.j], off
+		c.v = rowkey.Version{Seq: blk.seqs[c.j], Shard: c.top.shards[blk.shards[c.j]]}
+		return true, nil
+	}
+}
+
+// load reads the row group holding the current row with cols, unless it is the one
+// read last with the same columns.
+func (c *fragCursor) load(ctx context.Context, cols []string) (int, error) {
+	s := c.m.ArrowSchema()
+	if c.ff == nil {
+		ff, err := c.t.openFragment(ctx, s, c.f)
+		if err != nil {
+			return 0, err
+		}
+		c.ff = ff
+	}
+	g, _ := c.ff.rowGroupOf(int64(c.off))
+	if g < 0 {
+		return 0, fmt.Errorf("fragment %s: %w: row %d past the end", c.ff.key, ErrCorrupt, c.off)
+	}
+	if g == c.group && slices.Equal(cols, c.gcols) {
+		return g, nil
+	}
+	c.release()
+	var read []string
+	for _, fld := range s.Fields() {
+		if cols == nil || slices.Contains(cols, fld.Name) {
+			read = append(read, fld.Name)
+		}
+	}
+	err := c.ff.read(ctx, read, []int{g}, func(rec arrow.RecordBatch, start int64) error {
+		rec.Retain()
+		c.recs = append(c.recs, rec)
+		c.starts = append(c.starts, start)
+		return nil
+	})
+	if err != nil {
+		c.release()
+		return 0, err
+	}
+	c.group, c.gcols = g, slices.Clone(cols)
+	c.masks = make([][]bool, len(c.recs))
+	return g, nil
+}
+
+// at returns the loaded batch holding the current row, and the row's index there.
+func (c *fragCursor) at() (int, int, error) {
+	for i, st := range c.starts {
+		if int64(c.off) >= st && int64(c.off) < st+c.recs[i].NumRows() {
+			return i, int(int64(c.off) - st), nil
+		}
+	}
+	return 0, 0, fmt.Errorf("fragment %s: %w: row %d not in its row group", c.t.key(c.f.Path), ErrCorrupt, c.off)
+}
+
+func (c *fragCursor) row(ctx context.Context, cols []string) (arrow.RecordBatch, int, error) {
+	if _, err := c.load(ctx, cols); err != nil {
+		return nil, 0, err
+	}
+	b, i, err := c.at()
+	if err != nil {
+		return nil, 0, err
+	}
+	return c.recs[b], i, nil
+}
+
+func (c *fragCursor) match(ctx context.Context, cols []string, filter func(arrow.RecordBatch) ([]bool, error)) (bool, error) {
+	if _, err := c.load(ctx, cols); err != nil {
+		return false, err
+	}
+	b, i, err := c.at()
+	if err != nil {
+		return false, err
+	}
+	if c.masks[b] == nil {
+		if c.masks[b], err = filter(c.recs[b]); err != nil {
+			return false, err
+		}
+	}
+	return c.masks[b][i], nil
+}
+
+func (c *fragCursor) release() {
+	for _, r := range c.recs {
+		r.Release()
+	}
+	c.recs, c.starts, c.masks, c.group, c.gcols = nil, nil, nil, -1, nil
+}
+
+func (c *fragCursor) close() {
+	c.release()
+	if c.ff != nil {
+		_ = c.ff.Close()
+		c.ff = nil
+	}
+	c.blocks, c.legacy = nil, nil
+}
+
+// iterHeap orders cursors by current id (a lower bound for unopened ones), then by
+// fragment position.
+type iterHeap []*fragCursor
+
+func (h iterHeap) Len() int { return len(h) }
+func (h iterHeap) Less(i, j int) bool {
+	if h[i].id != h[j].id {
+		return h[i].id < h[j].id
+	}
+	return h[i].fi < h[j].fi
+}
+func (h iterHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *iterHeap) Push(x any)   { *h = append(*h, x.(*fragCursor)) }
+func (h *iterHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
