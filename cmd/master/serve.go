@@ -83,7 +83,7 @@ func newServeCmd() *cobra.Command {
 	bind("merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
 	fs.DurationVar(&f.compactInterval, "compaction-interval", scanner.DefaultCompactionInterval, "period of the compaction sweep that enqueues compact tasks")
 	bind("compaction-interval", "COMPACTION_INTERVAL")
-	fs.IntVar(&f.minFragments, "min-fragments", scanner.DefaultMinFragments, "the compaction sweep enqueues compact for targets with at least this many base table fragments")
+	fs.IntVar(&f.minFragments, "min-fragments", scanner.DefaultMinFragments, "the compaction sweep enqueues compact for targets with at least this many level-0 base table fragments (what merges write; a point read probes each), besides those with a level over its capacity or fragments to sort")
 	bind("min-fragments", "MIN_FRAGMENTS")
 	fs.Float64Var(&f.deletedRatio, "compaction-deleted-ratio", scanner.DefaultDeletedRatio, "the compaction sweep enqueues compact for targets whose deleted rows are at least this share of their rows")
 	bind("compaction-deleted-ratio", "COMPACTION_DELETED_RATIO")

@@ -53,6 +53,14 @@ type Row struct {
 	// DeletedRows counts rows of the fragments that deletion vectors hide: what a
 	// compaction would drop (the compaction sweep compares it with RowCount).
 	DeletedRows int64 `json:"deleted_rows"`
+	// Level0Fragments counts the base table's level-0 fragments (what merges write,
+	// and every fragment written before sorted fragments, UnsortedFragments of
+	// them): each may hold any id, so a point read probes every one.
+	// SpillingLevels counts the deeper levels holding more fragments than their
+	// capacity. Both are what the compaction sweep compares with its thresholds.
+	Level0Fragments   int `json:"level0_fragments"`
+	UnsortedFragments int `json:"unsorted_fragments,omitempty"`
+	SpillingLevels    int `json:"spilling_levels,omitempty"`
 	// Shards is the number of WAL shards (one per worker that ever wrote the store).
 	Shards int `json:"shards"`
 	// PendingWALGenerations counts the sealed generations above each shard's
@@ -84,6 +92,8 @@ func (r Row) SameObservation(o Row) bool {
 	return r.Target == o.Target && r.Kind == o.Kind && r.Name == o.Name &&
 		r.Version == o.Version && r.RowCount == o.RowCount &&
 		r.FragmentCount == o.FragmentCount && r.Bytes == o.Bytes && r.Shards == o.Shards &&
+		r.Level0Fragments == o.Level0Fragments && r.UnsortedFragments == o.UnsortedFragments &&
+		r.SpillingLevels == o.SpillingLevels &&
 		r.PendingWALGenerations == o.PendingWALGenerations &&
 		r.PendingWALRows == o.PendingWALRows && r.PendingWALBytes == o.PendingWALBytes &&
 		maps.Equal(r.PendingByShard, o.PendingByShard) && // nil and empty are equal

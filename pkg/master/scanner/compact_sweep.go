@@ -33,11 +33,14 @@ type CompactionSummary struct {
 	Duration     time.Duration `json:"duration"`
 }
 
-// CompactionSweeper enqueues compact tasks: for targets with at least MIN_FRAGMENTS
-// fragments, with deleted rows at or over COMPACTION_DELETED_RATIO of their rows,
-// or with CLEANUP_EVERY_VERSIONS versions committed since the last compact task
-// this sweeper enqueued (the task's cleanup then deletes the manifests and files
-// retention lets go, even with nothing to compact). Worst first (most fragments),
+// CompactionSweeper enqueues compact tasks: for targets with fragments to sort
+// (written before sorted fragments), with at least MIN_FRAGMENTS level-0 fragments
+// (each of which a point read probes), with a level over its capacity, with
+// deleted rows at or over COMPACTION_DELETED_RATIO of their rows, or with
+// CLEANUP_EVERY_VERSIONS versions committed since the last compact task this
+// sweeper enqueued (the task's cleanup then deletes the manifests and files
+// retention lets go, even with nothing to compact). Worst first (most level-0
+// fragments),
 // at most COMPACTION_MAX_ENQUEUES new tasks a sweep, none for a target whose
 // compactions cool down after failures.
 //
@@ -129,8 +132,12 @@ func (sw *CompactionSweeper) needsCompaction(r stats.Row) string {
 		// worth rewriting: e.g. many fragments, each big): the next commit makes it
 		// worth a look again.
 		return ""
-	case r.FragmentCount >= sw.opts.minFragments:
-		return fmt.Sprintf("%d fragments", r.FragmentCount)
+	case r.UnsortedFragments > 0:
+		return fmt.Sprintf("%d fragments to sort (written before sorted fragments)", r.UnsortedFragments)
+	case r.Level0Fragments >= sw.opts.minFragments:
+		return fmt.Sprintf("%d level-0 fragments", r.Level0Fragments)
+	case r.SpillingLevels > 0:
+		return fmt.Sprintf("%d levels over their capacity", r.SpillingLevels)
 	case r.DeletedRows > 0 && float64(r.DeletedRows) >= sw.opts.deletedRatio*float64(total):
 		return fmt.Sprintf("%d of %d rows deleted", r.DeletedRows, total)
 	case r.Version >= last+sw.opts.cleanupVersions:
@@ -182,8 +189,8 @@ func (sw *CompactionSweeper) sweep(ctx context.Context) (CompactionSummary, erro
 	}
 	sort.Slice(eligible, func(i, j int) bool {
 		a, b := eligible[i].row, eligible[j].row
-		if a.FragmentCount != b.FragmentCount {
-			return a.FragmentCount > b.FragmentCount
+		if a.Level0Fragments != b.Level0Fragments {
+			return a.Level0Fragments > b.Level0Fragments
 		}
 		return a.Target < b.Target
 	})
@@ -205,7 +212,7 @@ func (sw *CompactionSweeper) sweep(ctx context.Context) (CompactionSummary, erro
 		default:
 			sum.Enqueued++
 			sw.log.Info("compact enqueued", "task", task.ID, "target", e.row.Target, "reason", e.reason,
-				"fragments", e.row.FragmentCount, "deleted_rows", e.row.DeletedRows, "version", e.row.Version)
+				"fragments", e.row.FragmentCount, "level0_fragments", e.row.Level0Fragments, "deleted_rows", e.row.DeletedRows, "version", e.row.Version)
 		}
 		sw.lastVersion[e.row.Target] = e.row.Version
 	}

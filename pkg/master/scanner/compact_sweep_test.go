@@ -44,14 +44,16 @@ func (e *env) compactionSweep(sw *CompactionSweeper) CompactionSummary {
 	return sum
 }
 
-// The sweep enqueues compact for each reason a table needs one - many fragments,
-// many deleted rows, many versions since its last compact task (their cleanup) -
-// most fragments first, within the cap, and leaves a target alone while its row
-// has not changed since the compact task it already had.
+// The sweep enqueues compact for each reason a table needs one - many level-0
+// fragments, many deleted rows, many versions since its last compact task (their
+// cleanup) - most level-0 fragments first, within the cap, and leaves a target
+// alone while its row has not changed since the compact task it already had.
 func TestCompactionSweepEnqueuesByEachThresholdWorstFirst(t *testing.T) {
 	e := newEnv(t)
-	e.putStatsRow(stats.Row{Target: "many", Version: 5, FragmentCount: 40, RowCount: 400})
-	e.putStatsRow(stats.Row{Target: "generic:more", Version: 5, FragmentCount: 50, RowCount: 500})
+	e.putStatsRow(stats.Row{Target: "many", Version: 5, FragmentCount: 40, Level0Fragments: 40, RowCount: 400})
+	e.putStatsRow(stats.Row{Target: "generic:more", Version: 5, FragmentCount: 50, Level0Fragments: 50, RowCount: 500})
+	// Many fragments, but in levels within their capacity: nothing to do.
+	e.putStatsRow(stats.Row{Target: "leveled", Version: 5, FragmentCount: 60, Level0Fragments: 1, RowCount: 5000})
 	e.putStatsRow(stats.Row{Target: "deleted", Version: 5, FragmentCount: 3, RowCount: 60, DeletedRows: 40})
 	e.putStatsRow(stats.Row{Target: "old", Version: 150, FragmentCount: 2, RowCount: 10})
 	e.putStatsRow(stats.Row{Target: "fine", Version: 50, FragmentCount: 5, RowCount: 100, DeletedRows: 1})
@@ -87,8 +89,26 @@ func TestCompactionSweepEnqueuesByEachThresholdWorstFirst(t *testing.T) {
 		t.Fatalf("sweep over unchanged rows = %+v, want nothing", sum)
 	}
 	// A commit since makes a target worth a look again.
-	e.putStatsRow(stats.Row{Target: "many", Version: 6, FragmentCount: 41, RowCount: 410})
+	e.putStatsRow(stats.Row{Target: "many", Version: 6, FragmentCount: 41, Level0Fragments: 41, RowCount: 410})
 	if sum = e.compactionSweep(sw); sum.Enqueued != 1 {
 		t.Fatalf("sweep after a commit = %+v, want many enqueued", sum)
+	}
+}
+
+// Fragments written before sorted fragments, and a level over its capacity, each
+// make a table due for compaction whatever its level-0 count.
+func TestCompactionSweepEnqueuesUnsortedAndSpillingTables(t *testing.T) {
+	e := newEnv(t)
+	e.putStatsRow(stats.Row{Target: "upgraded", Version: 5, FragmentCount: 2, Level0Fragments: 2, UnsortedFragments: 1, RowCount: 400})
+	e.putStatsRow(stats.Row{Target: "spilling", Version: 5, FragmentCount: 12, Level0Fragments: 0, SpillingLevels: 1, RowCount: 500})
+	e.putStatsRow(stats.Row{Target: "settled", Version: 5, FragmentCount: 12, Level0Fragments: 1, RowCount: 500})
+	sw := NewCompactionSweeper(e.client, e.ts, StaticLease(e.grant()), WithLogger(e.log), WithMinFragments(8))
+	if sum := e.compactionSweep(sw); sum.Eligible != 2 || sum.Enqueued != 2 {
+		t.Fatalf("sweep = %+v, want the upgraded and the spilling table", sum)
+	}
+	got := e.queuedCompactions()
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"spilling", "upgraded"}) {
+		t.Fatalf("queued compactions = %v", got)
 	}
 }

@@ -99,8 +99,12 @@ func (o *observation) row(now time.Time) stats.Row {
 		Bytes:         o.base.Bytes,
 		DeletedRows:   o.base.DeletedRows,
 		Shards:        len(o.wal.Shards),
-		LastUpdated:   o.base.UpdatedAt.UTC(),
-		ScannedAt:     now.UTC(),
+
+		Level0Fragments:   o.base.Level0,
+		UnsortedFragments: o.base.Unsorted,
+		SpillingLevels:    o.base.Spilling,
+		LastUpdated:       o.base.UpdatedAt.UTC(),
+		ScannedAt:         now.UTC(),
 	}
 	for name, m := range o.wal.Shards {
 		if m.Retired == nil || filesDue(m, now) {

@@ -30,7 +30,7 @@ const (
 	DefaultMaxEnqueues      = 256
 
 	DefaultCompactionInterval    = 10 * time.Minute
-	DefaultMinFragments          = 32
+	DefaultMinFragments          = 8
 	DefaultDeletedRatio          = 0.2
 	DefaultCleanupVersions       = 100
 	DefaultMaxCompactionEnqueues = 16
@@ -185,8 +185,9 @@ func WithCompactionInterval(d time.Duration) Option {
 	}
 }
 
-// WithMinFragments sets MIN_FRAGMENTS (32): the CompactionSweeper enqueues a
-// compaction for targets with at least this many fragments.
+// WithMinFragments sets MIN_FRAGMENTS (8): the CompactionSweeper enqueues a
+// compaction for targets with at least this many level-0 fragments (each of which
+// a point read probes).
 func WithMinFragments(n int) Option {
 	return func(o *options) {
 		if n > 0 {

@@ -173,12 +173,14 @@ type Stats struct {
 	DeletedRows       int64             `json:"deleted_rows"`
 	MergedGenerations map[string]uint64 `json:"merged_generations"`
 	UpdatedAt         time.Time         `json:"updated_at"`
+	// LevelStats says how far the table is from its compacted shape.
+	LevelStats
 }
 
 // Stats summarizes the manifest without any I/O.
 func (m *Manifest) Stats() Stats {
 	s := Stats{Version: m.Version, Fragments: len(m.Fragments), UpdatedAt: m.UpdatedAt,
-		MergedGenerations: make(map[string]uint64, len(m.MergedGenerations))}
+		MergedGenerations: make(map[string]uint64, len(m.MergedGenerations)), LevelStats: m.Levels()}
 	for _, f := range m.Fragments {
 		s.Rows += f.LiveRows()
 		s.Bytes += f.Bytes
