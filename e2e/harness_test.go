@@ -636,10 +636,20 @@ type task struct {
 	FinishedAt time.Time `json:"finished_at"`
 	// Stats are a few of the counts the record keeps beside its detail.
 	Stats struct {
-		Workers           int64 `json:"workers"`
-		WorkersMerged     int64 `json:"workers_merged"`
-		GenerationsMerged int64 `json:"generations_merged"`
+		Workers           count `json:"workers"`
+		WorkersMerged     count `json:"workers_merged"`
+		GenerationsMerged count `json:"generations_merged"`
 	} `json:"stats"`
+}
+
+// count is a task stat as the etcd record has it (a JSON number) or as master
+// admin -o json prints it (protojson writes int64 as a JSON string).
+type count int64
+
+func (c *count) UnmarshalJSON(data []byte) error {
+	n, err := strconv.ParseInt(strings.Trim(string(data), `"`), 10, 64)
+	*c = count(n)
+	return err
 }
 
 // tasksInEtcd reads every task record with etcdctl.

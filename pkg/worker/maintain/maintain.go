@@ -72,23 +72,44 @@ func New(cfg Config) *Maintainer {
 // Report is what one maintenance task did.
 type Report struct {
 	// Version is the base table version after the task; 0 if it committed nothing.
-	Version    uint64
-	Compaction table.CompactResult
-	Table      table.CleanupResult
-	WAL        wal.CleanupResult // summed over the store's shards
-	Shards     int               // WAL shards cleaned
-	Verify     *table.VerifyReport
+	Version uint64
+	// Compaction sums the compactions the task committed (Compactions of them);
+	// its Version is the last one's.
+	Compaction  table.CompactResult
+	Compactions int
+	Table       table.CleanupResult
+	WAL         wal.CleanupResult // summed over the store's shards
+	Shards      int               // WAL shards cleaned
+	Verify      *table.VerifyReport
 	// Dropped and DroppedRows are what a repair removed.
 	Dropped     int
 	DroppedRows int64
+}
+
+// maxCompactions bounds the compactions of one compact task.
+const maxCompactions = 32
+
+// addCompaction adds c to a task's total t.
+func addCompaction(t *table.CompactResult, c table.CompactResult) {
+	t.Version, t.Level = c.Version, c.Level
+	t.Sources += c.Sources
+	t.Outputs += c.Outputs
+	t.RowsWritten += c.RowsWritten
+	t.RowsDropped += c.RowsDropped
+	t.BytesRead += c.BytesRead
+	t.BytesWritten += c.BytesWritten
 }
 
 // Summary is the report in one line, for a task's detail.
 func (r Report) Summary() string {
 	var parts []string
 	if c := r.Compaction; c.Sources > 0 {
-		parts = append(parts, fmt.Sprintf("compacted %s into %d (%d rows, %d deleted rows dropped, version %d)",
-			plural(c.Sources, "fragment"), c.Outputs, c.RowsWritten, c.RowsDropped, c.Version))
+		in := ""
+		if r.Compactions > 1 {
+			in = fmt.Sprintf(" in %d compactions", r.Compactions)
+		}
+		parts = append(parts, fmt.Sprintf("compacted %s into %d%s (%d rows, %d deleted rows dropped, version %d)",
+			plural(c.Sources, "fragment"), c.Outputs, in, c.RowsWritten, c.RowsDropped, c.Version))
 	} else if r.Verify == nil {
 		parts = append(parts, "nothing to compact")
 	}
@@ -128,17 +149,28 @@ func (m *Maintainer) Compact(ctx context.Context, s *store.Store) (Report, error
 		}
 		defer release()
 	}
-	start := time.Now()
-	c, err := s.Table().Compact(ctx, m.cfg.Compact)
-	r.Compaction, r.Version = c, c.Version
-	if err != nil {
-		return r, fmt.Errorf("compact %s: %w", s.Target(), err)
-	}
-	if c.Sources > 0 {
-		log.Info("compacted", "sources", c.Sources, "outputs", c.Outputs, "rows", c.RowsWritten,
+	// One compaction moves one level's worth of fragments; the table reaches its
+	// compacted shape in a few (a level over its capacity spills one fragment at a
+	// time), so a task runs them until there is nothing left to do, at most
+	// maxCompactions. Each is bounded in memory on its own: they run one after
+	// another under the same reservation.
+	for range maxCompactions {
+		start := time.Now()
+		c, err := s.Table().Compact(ctx, m.cfg.Compact)
+		if err != nil {
+			return r, fmt.Errorf("compact %s: %w", s.Target(), err)
+		}
+		if c.Sources == 0 {
+			break
+		}
+		r.Compactions++
+		addCompaction(&r.Compaction, c)
+		r.Version = c.Version
+		log.Info("compacted", "sources", c.Sources, "outputs", c.Outputs, "level", c.Level, "rows", c.RowsWritten,
 			"deleted_rows_dropped", c.RowsDropped, "bytes_read", c.BytesRead, "bytes_written", c.BytesWritten,
 			"version", c.Version, "duration", time.Since(start).String())
 	}
+	var err error
 	if r.Table, err = s.Table().Cleanup(ctx, m.cfg.Retention); err != nil {
 		return r, fmt.Errorf("clean up the base table of %s: %w", s.Target(), err)
 	}
