@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -59,6 +60,7 @@ type fragmentFile struct {
 	schema *arrow.Schema // the table's schema; batches are returned with its types
 	pf     *file.Reader
 	fr     *pqarrow.FileReader
+	starts []int64 // groupStarts, once computed
 }
 
 // openFragment opens f for reading. With its footer cached it makes no request;
@@ -254,15 +256,22 @@ func (ff *fragmentFile) chunkRanges(g int, leaves []int) ([]byteRange, error) {
 	return out, nil
 }
 
-// groupStart returns the offset of row group g's first row.
-func (ff *fragmentFile) groupStart(g int) int64 {
-	md := ff.pf.MetaData()
-	var first int64
-	for i := 0; i < g && i < md.NumRowGroups(); i++ {
-		first += md.RowGroup(i).NumRows()
+// groupStarts returns the offset of each row group's first row, and past them the
+// fragment's row count: computed once per open file, so a walk that asks for the
+// group of every row it passes does not add up the groups each time.
+func (ff *fragmentFile) groupStarts() []int64 {
+	if ff.starts == nil {
+		md := ff.pf.MetaData()
+		ff.starts = make([]int64, md.NumRowGroups()+1)
+		for g := 0; g < md.NumRowGroups(); g++ {
+			ff.starts[g+1] = ff.starts[g] + md.RowGroup(g).NumRows()
+		}
 	}
-	return first
+	return ff.starts
 }
+
+// groupStart returns the offset of row group g's first row.
+func (ff *fragmentFile) groupStart(g int) int64 { return ff.groupStarts()[g] }
 
 // columnNames is the names of s's columns, in its order.
 func columnNames(s *arrow.Schema) []string {
@@ -273,17 +282,15 @@ func columnNames(s *arrow.Schema) []string {
 	return out
 }
 
-// rowGroupOf returns the row group holding row offset and that group's first row.
+// rowGroupOf returns the row group holding row offset and that group's first row
+// (-1 past the last row).
 func (ff *fragmentFile) rowGroupOf(offset int64) (group int, first int64) {
-	md := ff.pf.MetaData()
-	for g := 0; g < md.NumRowGroups(); g++ {
-		n := md.RowGroup(g).NumRows()
-		if offset < first+n {
-			return g, first
-		}
-		first += n
+	starts := ff.groupStarts()
+	g := sort.Search(len(starts)-1, func(g int) bool { return starts[g+1] > offset })
+	if offset < 0 || g >= len(starts)-1 {
+		return -1, starts[len(starts)-1]
 	}
-	return -1, first
+	return g, starts[g]
 }
 
 // keyIndex maps each id in a fragment to its row offset and _seq. Fragments never

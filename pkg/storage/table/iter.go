@@ -43,7 +43,8 @@ func (t *Table) Iter(ctx context.Context, m *Manifest, after string, all bool) (
 		if f.LiveRows() == 0 || (!all && f.IDMax <= after) {
 			continue
 		}
-		c := &fragCursor{t: t, m: m, fi: fi, f: f, group: -1, after: after, all: all}
+		c := &fragCursor{t: t, m: m, fi: fi, f: f, after: after, all: all}
+		c.loads[0].group, c.loads[1].group = -1, -1
 		if all || f.IDMin > after {
 			c.id = f.IDMin // a lower bound: the cursor opens when the walk reaches it
 		} else if ok, err := c.open(ctx); err != nil {
@@ -181,13 +182,28 @@ type fragCursor struct {
 	legacy []legacyEntry
 	k      int
 
-	// The row group read for row and match.
-	ff     *fragmentFile
-	group  int
-	gcols  []string
+	// The row groups read for row and match: two, so that a filtered walk reading
+	// a group's filter columns for match and its other columns for row does not
+	// read each again at every row. used is the slot read last.
+	ff    *fragmentFile
+	loads [2]groupLoad
+	used  int
+}
+
+// groupLoad is one row group read with some columns.
+type groupLoad struct {
+	group  int // -1: nothing read
+	cols   []string
 	recs   []arrow.RecordBatch
 	starts []int64
 	masks  [][]bool
+}
+
+func (l *groupLoad) release() {
+	for _, r := range l.recs {
+		r.Release()
+	}
+	*l = groupLoad{group: -1}
 }
 
 type legacyEntry struct {
@@ -290,25 +306,32 @@ func (c *fragCursor) next(ctx context.Context) (bool, error) {
 	}
 }
 
-// load reads the row group holding the current row with cols, unless it is the one
-// read last with the same columns.
-func (c *fragCursor) load(ctx context.Context, cols []string) (int, error) {
+// load returns the read of the row group holding the current row with cols:
+// one of the two kept, or a new one in place of the one used longer ago.
+func (c *fragCursor) load(ctx context.Context, cols []string) (*groupLoad, error) {
 	s := c.m.ArrowSchema()
 	if c.ff == nil {
 		ff, err := c.t.openFragment(ctx, s, c.f)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		c.ff = ff
 	}
+	for i := range c.loads {
+		l := &c.loads[i]
+		if l.group >= 0 && slices.Equal(cols, l.cols) &&
+			int64(c.off) >= c.ff.groupStart(l.group) && int64(c.off) < c.ff.groupStart(l.group+1) {
+			c.used = i
+			return l, nil // the common case: the next row of a group read already
+		}
+	}
 	g, _ := c.ff.rowGroupOf(int64(c.off))
 	if g < 0 {
-		return 0, fmt.Errorf("fragment %s: %w: row %d past the end", c.ff.key, ErrCorrupt, c.off)
+		return nil, fmt.Errorf("fragment %s: %w: row %d past the end", c.ff.key, ErrCorrupt, c.off)
 	}
-	if g == c.group && slices.Equal(cols, c.gcols) {
-		return g, nil
-	}
-	c.release()
+	c.used = 1 - c.used
+	l := &c.loads[c.used]
+	l.release()
 	var read []string
 	for _, fld := range s.Fields() {
 		if cols == nil || slices.Contains(cols, fld.Name) {
@@ -317,23 +340,23 @@ func (c *fragCursor) load(ctx context.Context, cols []string) (int, error) {
 	}
 	err := c.ff.read(ctx, read, []int{g}, func(rec arrow.RecordBatch, start int64) error {
 		rec.Retain()
-		c.recs = append(c.recs, rec)
-		c.starts = append(c.starts, start)
+		l.recs = append(l.recs, rec)
+		l.starts = append(l.starts, start)
 		return nil
 	})
 	if err != nil {
-		c.release()
-		return 0, err
+		l.release()
+		return nil, err
 	}
-	c.group, c.gcols = g, slices.Clone(cols)
-	c.masks = make([][]bool, len(c.recs))
-	return g, nil
+	l.group, l.cols = g, slices.Clone(cols)
+	l.masks = make([][]bool, len(l.recs))
+	return l, nil
 }
 
-// at returns the loaded batch holding the current row, and the row's index there.
-func (c *fragCursor) at() (int, int, error) {
-	for i, st := range c.starts {
-		if int64(c.off) >= st && int64(c.off) < st+c.recs[i].NumRows() {
+// at returns the batch of l holding the current row, and the row's index there.
+func (c *fragCursor) at(l *groupLoad) (int, int, error) {
+	for i, st := range l.starts {
+		if int64(c.off) >= st && int64(c.off) < st+l.recs[i].NumRows() {
 			return i, int(int64(c.off) - st), nil
 		}
 	}
@@ -341,41 +364,38 @@ func (c *fragCursor) at() (int, int, error) {
 }
 
 func (c *fragCursor) row(ctx context.Context, cols []string) (arrow.RecordBatch, int, error) {
-	if _, err := c.load(ctx, cols); err != nil {
-		return nil, 0, err
-	}
-	b, i, err := c.at()
+	l, err := c.load(ctx, cols)
 	if err != nil {
 		return nil, 0, err
 	}
-	return c.recs[b], i, nil
+	b, i, err := c.at(l)
+	if err != nil {
+		return nil, 0, err
+	}
+	return l.recs[b], i, nil
 }
 
 func (c *fragCursor) match(ctx context.Context, cols []string, filter func(arrow.RecordBatch) ([]bool, error)) (bool, error) {
-	if _, err := c.load(ctx, cols); err != nil {
-		return false, err
-	}
-	b, i, err := c.at()
+	l, err := c.load(ctx, cols)
 	if err != nil {
 		return false, err
 	}
-	if c.masks[b] == nil {
-		if c.masks[b], err = filter(c.recs[b]); err != nil {
+	b, i, err := c.at(l)
+	if err != nil {
+		return false, err
+	}
+	if l.masks[b] == nil {
+		if l.masks[b], err = filter(l.recs[b]); err != nil {
 			return false, err
 		}
 	}
-	return c.masks[b][i], nil
-}
-
-func (c *fragCursor) release() {
-	for _, r := range c.recs {
-		r.Release()
-	}
-	c.recs, c.starts, c.masks, c.group, c.gcols = nil, nil, nil, -1, nil
+	return l.masks[b][i], nil
 }
 
 func (c *fragCursor) close() {
-	c.release()
+	for i := range c.loads {
+		c.loads[i].release()
+	}
 	if c.ff != nil {
 		_ = c.ff.Close()
 		c.ff = nil

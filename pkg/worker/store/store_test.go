@@ -20,14 +20,26 @@ func TestAddSealReadAcrossWorkers(t *testing.T) {
 	createGeneric(t, w1, "g")
 	s1, s2 := open(t, w1, "g"), open(t, w2, "g")
 
-	appendRows(t, s1, "a", 1, "b", 2)
+	first := rows(t, s1, "a", 1, "b", 2)
+	defer first.Release()
+	token, err := s1.AppendAfter(ctx, first, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := values(t, s1); len(got) != 0 {
 		t.Fatalf("unsealed rows visible: %v", got)
 	}
 	if _, err := s1.Seal(ctx); err != nil {
 		t.Fatal(err)
 	}
-	appendRows(t, s2, "b", 20, "c", 30) // newer b from another shard
+	// A newer b from another shard: newer because its writer saw the first write
+	// (the causal token a client passes as ?after=). Without it, two writers in the
+	// same millisecond may order the two writes either way.
+	second := rows(t, s2, "b", 20, "c", 30)
+	defer second.Release()
+	if _, err := s2.AppendAfter(ctx, second, token); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s2.Seal(ctx); err != nil {
 		t.Fatal(err)
 	}
