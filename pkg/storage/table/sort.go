@@ -19,9 +19,10 @@ import (
 // releases them. Rows already in order are returned as they are (retained), so a
 // merge of rows written in id order copies nothing.
 //
-// Memory: the rows are copied once into one batch and once more, a chunk at a time,
-// into the sorted batches: about twice the rows, for as long as the caller keeps the
-// result. A merge holds its rows anyway; this is what writing them sorted costs.
+// Memory: the rows are copied a chunk at a time into the sorted batches, after a
+// copy into one batch when there are several: up to twice the rows besides the
+// input, for as long as the caller keeps the result. A merge holds its rows anyway;
+// this is what writing them sorted costs.
 func sortByID(ctx context.Context, s *arrow.Schema, recs []arrow.RecordBatch, chunk int64) ([]arrow.RecordBatch, error) {
 	out, _, err := sortByIDWith(ctx, s, recs, chunk)
 	return out, err
@@ -68,9 +69,17 @@ func sortByIDWith(ctx context.Context, s *arrow.Schema, recs []arrow.RecordBatch
 		}
 		perm[i] = int(rows[i].row)
 	}
-	all, err := concatBatches(s, recs)
-	if err != nil {
-		return nil, nil, err
+	// One batch (a merge of one generation, a compaction's chunk of one piece) is
+	// taken from as it is; several are copied into one first, since Take of a
+	// nested column across chunks would concatenate them at every take.
+	all := recs[0]
+	all.Retain()
+	if len(recs) > 1 {
+		all.Release()
+		var err error
+		if all, err = concatBatches(s, recs); err != nil {
+			return nil, nil, err
+		}
 	}
 	defer all.Release()
 	var out []arrow.RecordBatch
