@@ -36,13 +36,16 @@ func TestReadsDuringAnotherWorkersMergeNeverGoBack(t *testing.T) {
 	// Small passes: many commits and drains per merge. The reader w1 refreshes its
 	// snapshot at every read, on a store 3 ms slower per request than w2's: a
 	// refresh then spans a whole commit and drain of w2 often, as it does on a real
-	// object store, and a refresh in the unsafe order is caught within the test.
+	// object store, and a refresh in the unsafe order is caught within the test. Its
+	// table cache holds no key index (4 KiB): every read finds its rows through key
+	// index tops and blocks read from storage, as a worker does on a store whose
+	// indexes outgrow the cache.
 	c := newCluster(t, map[string]string{"MERGE_MAX_GENERATIONS": "2", "FLUSH_INTERVAL": "1h"}, nil)
 	faults := filepath.Join(t.TempDir(), "w1-faults.json")
 	if err := os.WriteFile(faults, []byte(`{"latency": "3ms"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w1 := c.startWorkerWith("w1", chaosWorker(t), map[string]string{"SNAPSHOT_TTL": "1ms", chaos.FaultsFileEnv: faults})
+	w1 := c.startWorkerWith("w1", chaosWorker(t), map[string]string{"SNAPSHOT_TTL": "1ms", "TABLE_CACHE_BYTES": "4096", chaos.FaultsFileEnv: faults})
 	w2 := c.startWorker("w2")
 	t.Logf("cluster up in %v", time.Since(start).Round(time.Millisecond))
 	const name = "reads_during_merge"
