@@ -271,30 +271,14 @@ func (cu *sourceCursor) close() {
 	}
 }
 
-// cursorHeap orders cursors by current id, then by source position.
-type cursorHeap []*sourceCursor
-
-func (h cursorHeap) Len() int { return len(h) }
-func (h cursorHeap) Less(i, j int) bool {
-	if h[i].id != h[j].id {
-		return h[i].id < h[j].id
-	}
-	return h[i].src < h[j].src
-}
-func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*sourceCursor)) }
-func (h *cursorHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
+// heapKey orders source cursors by current id, then by source position.
+func (cu *sourceCursor) heapKey() (string, int) { return cu.id, cu.src }
 
 // mergeSources merges the sorted sources' live rows in id order into outputs (an
 // LSM's merge): of the rows of one id, the newest version is kept; on a tie the
 // later source's, as a commit's incoming copy replaces the existing one.
 func (c *compaction) mergeSources(ctx context.Context, s *arrow.Schema) error {
-	var h cursorHeap
+	var h byID[*sourceCursor]
 	defer func() {
 		for _, cu := range h {
 			cu.close()

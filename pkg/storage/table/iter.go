@@ -31,7 +31,7 @@ const indexReadAhead = 4
 type Iter struct {
 	t    *Table
 	m    *Manifest
-	h    iterHeap
+	h    byID[*fragCursor]
 	same []*fragCursor // the cursors at the current id; same[0] holds the live row
 }
 
@@ -74,54 +74,52 @@ func (it *Iter) Next(ctx context.Context) (bool, error) {
 		}
 	}
 	it.same = it.same[:0]
-	for len(it.h) > 0 {
-		c := it.h[0]
-		if !c.opened {
-			// Its id was a lower bound: open it, and let the heap place it again.
-			ok, err := c.open(ctx)
-			if err != nil {
+	for len(it.h) > 0 && !it.h[0].opened {
+		if err := it.openTop(ctx); err != nil {
+			return false, err
+		}
+	}
+	if len(it.h) == 0 {
+		return false, nil
+	}
+	// Every cursor at this id: a table holds one live row per id, but should two
+	// fragments hold one, the newest version is the live row (on a tie the later
+	// fragment's), as in a commit. A cursor whose lower bound is this id is opened
+	// to see whether it holds it; one whose bound is past it is left unopened.
+	id := it.h[0].id
+	for len(it.h) > 0 && it.h[0].id == id {
+		if !it.h[0].opened {
+			if err := it.openTop(ctx); err != nil {
 				return false, err
 			}
-			if !ok {
-				heap.Pop(&it.h)
-				c.close()
-			} else {
-				heap.Fix(&it.h, 0)
-			}
 			continue
 		}
-		id := c.id
-		// Every cursor at this id: a table holds one live row per id, but should
-		// two fragments hold one, the newest version is the live row (on a tie the
-		// later fragment's), as in a commit.
-		for len(it.h) > 0 && it.h[0].id == id {
-			top := it.h[0]
-			if !top.opened {
-				ok, err := top.open(ctx)
-				if err != nil {
-					return false, err
-				}
-				if !ok {
-					heap.Pop(&it.h)
-					top.close()
-				} else {
-					heap.Fix(&it.h, 0)
-				}
-				continue
-			}
-			it.same = append(it.same, heap.Pop(&it.h).(*fragCursor))
-		}
-		if len(it.same) == 0 {
-			continue
-		}
-		for i := 1; i < len(it.same); i++ {
-			if !it.same[0].v.Newer(it.same[i].v) {
-				it.same[0], it.same[i] = it.same[i], it.same[0]
-			}
-		}
-		return true, nil
+		it.same = append(it.same, heap.Pop(&it.h).(*fragCursor))
 	}
-	return false, nil
+	for i := 1; i < len(it.same); i++ {
+		if !it.same[0].v.Newer(it.same[i].v) {
+			it.same[0], it.same[i] = it.same[i], it.same[0]
+		}
+	}
+	return true, nil
+}
+
+// openTop opens the cursor at the top of the heap, whose id was only a lower bound
+// (its fragment's first id), and lets the heap place it again at its true id (or
+// drops it when its fragment has no row left to walk).
+func (it *Iter) openTop(ctx context.Context) error {
+	c := it.h[0]
+	ok, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	if ok {
+		heap.Fix(&it.h, 0)
+	} else {
+		heap.Pop(&it.h)
+		c.close()
+	}
+	return nil
 }
 
 // ID is the current row's id.
@@ -403,22 +401,28 @@ func (c *fragCursor) close() {
 	c.blocks, c.legacy = nil, nil
 }
 
-// iterHeap orders cursors by current id (a lower bound for unopened ones), then by
-// fragment position.
-type iterHeap []*fragCursor
+// byID is a heap of cursors ordered by their current id, then by position (the
+// earlier fragment or source first): the k-way merges of walks and compactions.
+type byID[C interface{ heapKey() (string, int) }] []C
 
-func (h iterHeap) Len() int { return len(h) }
-func (h iterHeap) Less(i, j int) bool {
-	if h[i].id != h[j].id {
-		return h[i].id < h[j].id
+func (h byID[C]) Len() int { return len(h) }
+func (h byID[C]) Less(i, j int) bool {
+	a, ap := h[i].heapKey()
+	b, bp := h[j].heapKey()
+	if a != b {
+		return a < b
 	}
-	return h[i].fi < h[j].fi
+	return ap < bp
 }
-func (h iterHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *iterHeap) Push(x any)   { *h = append(*h, x.(*fragCursor)) }
-func (h *iterHeap) Pop() any {
+func (h byID[C]) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *byID[C]) Push(x any)   { *h = append(*h, x.(C)) }
+func (h *byID[C]) Pop() any {
 	old := *h
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
 }
+
+// heapKey orders fragment cursors: current id (a lower bound for unopened ones),
+// then fragment position.
+func (c *fragCursor) heapKey() (string, int) { return c.id, c.fi }
