@@ -42,7 +42,7 @@ type IngestConfig struct {
 	Throttle        objstore.ThrottleMode
 	// ScanInterval and SweepInterval are the master's STATS_SCAN_INTERVAL and
 	// MERGE_WAL_INTERVAL; zero means the master's defaults (scanner.DefaultScanInterval,
-	// scanner.DefaultSweepInterval), which is what the scenario is about. Every
+	// scanner.DefaultMergeSweepInterval), which is what the scenario is about. Every
 	// other master setting is its default.
 	ScanInterval, SweepInterval time.Duration
 }
@@ -95,7 +95,7 @@ func (c IngestConfig) Intervals() (scan, sweep time.Duration) {
 		scan = scanner.DefaultScanInterval
 	}
 	if sweep <= 0 {
-		sweep = scanner.DefaultSweepInterval
+		sweep = scanner.DefaultMergeSweepInterval
 	}
 	return scan, sweep
 }

@@ -81,7 +81,7 @@ func DefaultMaintenanceConfig() MaintenanceConfig {
 	return MaintenanceConfig{
 		Merges: 2000, RowsPerMerge: 20, Overwrites: 0.3, Checkpoints: []int{100, 500, 1000, 2000},
 		SweepEvery: 10, MinFragments: scanner.DefaultMinFragments, DeletedRatio: scanner.DefaultDeletedRatio,
-		CleanupVersions: scanner.DefaultCleanupVersions,
+		CleanupVersions: scanner.DefaultCleanupEveryVersions,
 		Compact: table.CompactOptions{TargetRows: table.DefaultTargetRows, MaxSources: table.DefaultMaxSources,
 			DeletedRatio: table.DefaultDeletedRatio},
 		Retention:   table.Retention{KeepVersions: 10, KeepAge: window, SafetyWindow: window},

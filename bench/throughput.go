@@ -405,7 +405,7 @@ func runScanner(ctx context.Context, env *Env, n int) (ScanPoint, error) {
 	}
 	defer sess.Close()
 	tstore := tasks.New(env.Etcd, fmt.Sprintf("/bench/scan-%d-%d", n, time.Now().UnixNano()), tasks.WithLogger(quiet))
-	sc := scanner.New(env.Etcd, tstore, faulty, scanner.StaticLease(sess.Lease()), scanner.WithLogger(quiet))
+	sc := scanner.New(env.Etcd, tstore, faulty, scanner.StaticLease(sess.Lease()), scanner.Config{Logger: quiet})
 	round := func() (time.Duration, int64, scanner.Summary, error) {
 		before := f.TotalRequests()
 		start := time.Now()

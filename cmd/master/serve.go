@@ -75,11 +75,11 @@ func newServeCmd() *cobra.Command {
 	bind("master-id", "MASTER_ID")
 	fs.DurationVar(&f.scanInterval, "stats-scan-interval", scanner.DefaultScanInterval, "period of the stats scan of every store (the first at startup)")
 	bind("stats-scan-interval", "STATS_SCAN_INTERVAL")
-	fs.DurationVar(&f.sweepInterval, "merge-wal-interval", scanner.DefaultSweepInterval, "period of the merge sweep that enqueues merge_wal tasks")
+	fs.DurationVar(&f.sweepInterval, "merge-wal-interval", scanner.DefaultMergeSweepInterval, "period of the merge sweep that enqueues merge_wal tasks")
 	bind("merge-wal-interval", "MERGE_WAL_INTERVAL")
 	fs.IntVar(&f.minGenerations, "merge-wal-min-generations", scanner.DefaultMinGenerations, "the merge sweep enqueues merge_wal for targets with at least this many pending WAL generations")
 	bind("merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
-	fs.IntVar(&f.maxEnqueues, "merge-wal-max-enqueues", scanner.DefaultMaxEnqueues, "most new merge_wal tasks one sweep enqueues (worst targets first)")
+	fs.IntVar(&f.maxEnqueues, "merge-wal-max-enqueues", scanner.DefaultMergeMaxEnqueues, "most new merge_wal tasks one sweep enqueues (worst targets first)")
 	bind("merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
 	fs.DurationVar(&f.compactInterval, "compaction-interval", scanner.DefaultCompactionInterval, "period of the compaction sweep that enqueues compact tasks")
 	bind("compaction-interval", "COMPACTION_INTERVAL")
@@ -87,9 +87,9 @@ func newServeCmd() *cobra.Command {
 	bind("min-fragments", "MIN_FRAGMENTS")
 	fs.Float64Var(&f.deletedRatio, "compaction-deleted-ratio", scanner.DefaultDeletedRatio, "the compaction sweep enqueues compact for targets whose deleted rows are at least this share of their rows")
 	bind("compaction-deleted-ratio", "COMPACTION_DELETED_RATIO")
-	fs.IntVar(&f.cleanupVersions, "cleanup-every-versions", scanner.DefaultCleanupVersions, "the compaction sweep enqueues compact (whose cleanup deletes old versions and unreferenced files) for targets that committed this many versions since their last one")
+	fs.IntVar(&f.cleanupVersions, "cleanup-every-versions", scanner.DefaultCleanupEveryVersions, "the compaction sweep enqueues compact (whose cleanup deletes old versions and unreferenced files) for targets that committed this many versions since their last one")
 	bind("cleanup-every-versions", "CLEANUP_EVERY_VERSIONS")
-	fs.IntVar(&f.compactMax, "compaction-max-enqueues", scanner.DefaultMaxCompactionEnqueues, "most new compact tasks one compaction sweep enqueues (most fragments first)")
+	fs.IntVar(&f.compactMax, "compaction-max-enqueues", scanner.DefaultCompactionMaxEnqueues, "most new compact tasks one compaction sweep enqueues (most fragments first)")
 	bind("compaction-max-enqueues", "COMPACTION_MAX_ENQUEUES")
 	fs.IntVar(&f.taskConcurrency, "task-concurrency", master.DefaultTaskConcurrency, "running tasks per kind other than merge_wal (compact, verify, repair), on this replica")
 	bind("task-concurrency", "TASK_CONCURRENCY")
@@ -248,12 +248,12 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		SweepInterval:  f.sweepInterval,
 		MinGenerations: f.minGenerations,
 		MaxEnqueues:    f.maxEnqueues,
-		Compaction: []scanner.Option{
-			scanner.WithCompactionInterval(f.compactInterval),
-			scanner.WithMinFragments(f.minFragments),
-			scanner.WithDeletedRatio(f.deletedRatio),
-			scanner.WithCleanupVersions(f.cleanupVersions),
-			scanner.WithMaxCompactionEnqueues(f.compactMax),
+		Compaction: scanner.CompactionSweepConfig{
+			Interval:             f.compactInterval,
+			MinFragments:         f.minFragments,
+			DeletedRatio:         f.deletedRatio,
+			CleanupEveryVersions: f.cleanupVersions,
+			MaxEnqueues:          f.compactMax,
 		},
 		TaskConcurrency:    f.taskConcurrency,
 		MergeConcurrency:   f.mergeConc,

@@ -104,7 +104,7 @@ func newAdminEnv(t *testing.T, d Discovery, opts ...grpc.ServerOption) *adminEnv
 	}
 	e := &adminEnv{ctx: ctx, etcd: client, bucket: b, lease: grant.ID}
 	e.ts = tasks.New(client, "/admin", tasks.WithLogger(log))
-	e.scanner = scanner.New(client, e.ts, b, scanner.StaticLease(grant.ID), scanner.WithLogger(log))
+	e.scanner = scanner.New(client, e.ts, b, scanner.StaticLease(grant.ID), scanner.Config{Logger: log})
 	if d == nil {
 		d = &membership.Discovery{Client: client, Prefix: "/admin"}
 	}

@@ -64,11 +64,9 @@ type Config struct {
 	SweepInterval  time.Duration
 	MinGenerations int
 	MaxEnqueues    int
-	// Compaction holds the compaction sweep's options (COMPACTION_INTERVAL,
-	// MIN_FRAGMENTS, COMPACTION_DELETED_RATIO, CLEANUP_EVERY_VERSIONS,
-	// COMPACTION_MAX_ENQUEUES: scanner.With* options; the scanner package's
-	// defaults for those not given).
-	Compaction []scanner.Option
+	// Compaction configures the compaction sweep; New sets its Logger and
+	// Registerer.
+	Compaction scanner.CompactionSweepConfig
 
 	// TaskConcurrency bounds the running tasks of each kind other than merge_wal
 	// (TASK_CONCURRENCY), MergeConcurrency the running merge_wal tasks

@@ -29,7 +29,7 @@ func BenchmarkTaskListPage(b *testing.B) {
 		}
 	}
 	bucket := objstoretest.Mem(b)
-	sc := scanner.New(client, ts, bucket, scanner.StaticLease(1))
+	sc := scanner.New(client, ts, bucket, scanner.StaticLease(1), scanner.Config{})
 	admin, err := NewAdminService(AdminConfig{Tasks: ts, Scanner: sc, Registry: registry.New(bucket), Discovery: StaticDiscovery{}})
 	if err != nil {
 		b.Fatal(err)

@@ -140,7 +140,7 @@ func TestHTTPAnswersUnavailableWhileEtcdIsAway(t *testing.T) {
 	client := srv.Client(t)
 	ts := tasks.New(client, "/http")
 	b := objstoretest.Mem(t)
-	sc := scanner.New(client, ts, b, scanner.StaticLease(1))
+	sc := scanner.New(client, ts, b, scanner.StaticLease(1), scanner.Config{})
 	admin, err := NewAdminService(AdminConfig{Tasks: ts, Scanner: sc, Registry: registry.New(b), Discovery: StaticDiscovery{}})
 	if err != nil {
 		t.Fatal(err)

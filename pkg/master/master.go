@@ -95,28 +95,25 @@ func New(cfg Config) (*Master, error) {
 	m.session = &sessionKeeper{client: cfg.Client, ttl: ttl, log: log.With("component", "session")}
 	m.tasks = tasks.New(cfg.Client, cfg.Prefix, tasks.WithLogger(log), tasks.WithHolder(cfg.Holder),
 		tasks.WithOnEnqueue(m.metrics.ObserveEnqueue))
-	scanOpts := []scanner.Option{
-		scanner.WithLogger(log),
-		scanner.WithRegisterer(cfg.Metrics),
-		scanner.WithScanInterval(cfg.ScanInterval),
-		scanner.WithSweepInterval(cfg.SweepInterval),
-		scanner.WithMinGenerations(cfg.MinGenerations),
-		scanner.WithMaxEnqueues(cfg.MaxEnqueues),
-	}
-	m.scanner = scanner.New(cfg.Client, m.tasks, cfg.Bucket, m.session.scannerLease, scanOpts...)
+	m.scanner = scanner.New(cfg.Client, m.tasks, cfg.Bucket, m.session.scannerLease, scanner.Config{
+		Interval: cfg.ScanInterval, Logger: log, Registerer: cfg.Metrics})
 	// The sweep rescans a target it merged since its row was scanned, so a busy
 	// store is merged every sweep rather than every scan.
-	sweepOpts := append(scanOpts, scanner.WithRescan(m.scanner.Rescan))
+	sweep := scanner.MergeSweepConfig{Interval: cfg.SweepInterval, MinGenerations: cfg.MinGenerations,
+		MaxEnqueues: cfg.MaxEnqueues, ScanInterval: cfg.ScanInterval, Rescan: m.scanner.Rescan,
+		Logger: log, Registerer: cfg.Metrics}
 	// A static worker list (WORKER_ENDPOINTS) names workers by address unless told
 	// their instance ids, and a worker missing from it is not gone: only workers
 	// registered in etcd say which shards have an owner. Without them, nothing is
 	// adopted (a live worker's shard would be, and the two would fence each other).
 	if _, static := cfg.Discovery.(StaticDiscovery); !static {
 		m.orphans = newOrphans(cfg.Discovery, cfg.OrphanGrace, clock.RealClock{}, cfg.Metrics)
-		sweepOpts = append(sweepOpts, scanner.WithOrphans(m.orphans.check))
+		sweep.Orphans = m.orphans.check
 	}
-	m.sweeper = scanner.NewMergeSweeper(cfg.Client, m.tasks, m.session.scannerLease, sweepOpts...)
-	m.compact = scanner.NewCompactionSweeper(cfg.Client, m.tasks, m.session.scannerLease, append(scanOpts, cfg.Compaction...)...)
+	m.sweeper = scanner.NewMergeSweeper(cfg.Client, m.tasks, m.session.scannerLease, sweep)
+	compaction := cfg.Compaction
+	compaction.Logger, compaction.Registerer = log, cfg.Metrics
+	m.compact = scanner.NewCompactionSweeper(cfg.Client, m.tasks, m.session.scannerLease, compaction)
 
 	runners := map[tasks.Kind]Runner{}
 	if cfg.Caller != nil {

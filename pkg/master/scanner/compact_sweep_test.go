@@ -35,7 +35,7 @@ func (e *env) queuedCompactions() []string {
 	return out
 }
 
-func (e *env) compactionSweep(sw *CompactionSweeper) CompactionSummary {
+func (e *env) compactionSweep(sw *CompactionSweeper) SweepSummary {
 	e.t.Helper()
 	sum, err := sw.Sweep(e.ctx)
 	if err != nil || sum.Skipped {
@@ -57,8 +57,8 @@ func TestCompactionSweepEnqueuesByEachThresholdWorstFirst(t *testing.T) {
 	e.putStatsRow(stats.Row{Target: "deleted", Version: 5, FragmentCount: 3, RowCount: 60, DeletedRows: 40})
 	e.putStatsRow(stats.Row{Target: "old", Version: 150, FragmentCount: 2, RowCount: 10})
 	e.putStatsRow(stats.Row{Target: "fine", Version: 50, FragmentCount: 5, RowCount: 100, DeletedRows: 1})
-	sw := NewCompactionSweeper(e.client, e.ts, StaticLease(e.grant()), WithLogger(e.log),
-		WithMinFragments(32), WithDeletedRatio(0.2), WithCleanupVersions(100), WithMaxCompactionEnqueues(3))
+	sw := NewCompactionSweeper(e.client, e.ts, StaticLease(e.grant()), CompactionSweepConfig{Logger: e.log,
+		MinFragments: 32, DeletedRatio: 0.2, CleanupEveryVersions: 100, MaxEnqueues: 3})
 
 	sum := e.compactionSweep(sw)
 	if sum.Eligible != 4 || sum.Enqueued != 3 || sum.SkippedByCap != 1 {
@@ -102,7 +102,7 @@ func TestCompactionSweepEnqueuesUnsortedAndSpillingTables(t *testing.T) {
 	e.putStatsRow(stats.Row{Target: "upgraded", Version: 5, FragmentCount: 2, Level0Fragments: 2, UnsortedFragments: 1, RowCount: 400})
 	e.putStatsRow(stats.Row{Target: "spilling", Version: 5, FragmentCount: 12, Level0Fragments: 0, SpillingLevels: 1, RowCount: 500})
 	e.putStatsRow(stats.Row{Target: "settled", Version: 5, FragmentCount: 12, Level0Fragments: 1, RowCount: 500})
-	sw := NewCompactionSweeper(e.client, e.ts, StaticLease(e.grant()), WithLogger(e.log), WithMinFragments(8))
+	sw := NewCompactionSweeper(e.client, e.ts, StaticLease(e.grant()), CompactionSweepConfig{Logger: e.log, MinFragments: 8})
 	if sum := e.compactionSweep(sw); sum.Eligible != 2 || sum.Enqueued != 2 {
 		t.Fatalf("sweep = %+v, want the upgraded and the spilling table", sum)
 	}

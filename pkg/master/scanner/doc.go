@@ -1,4 +1,5 @@
-// Package scanner is the master's stats scanner and merge sweep.
+// Package scanner is the master's stats scanner and its two sweeps, the merge
+// sweep and the compaction sweep.
 //
 // The Scanner, every STATS_SCAN_INTERVAL (60 s; the first round at once), lists
 // both store registries (a rollout store's target is its bare name, a generic
@@ -12,12 +13,20 @@
 // The MergeSweeper, every MERGE_WAL_INTERVAL (10 s), reads those rows and enqueues a
 // merge_wal task (pkg/coord/tasks) for every target with at least MERGE_WAL_MIN_GENERATIONS
 // (8) pending generations, most pending first, at most 256 new tasks per sweep.
+// The CompactionSweeper, every COMPACTION_INTERVAL (10 min), enqueues a compact
+// task for every target whose row shows its base table away from its compacted
+// shape (CompactionSweeper says when). Both are one loop (sweeper) with their own
+// rule: which rows are due, which of those wait, and which come first.
+//
+// Each of the three loops has its own Config (Config, MergeSweepConfig,
+// CompactionSweepConfig); a zero field takes its default.
 //
 // Invariants:
 //
-//   - One scanner and one sweeper at a time: a round runs only on the replica that
-//     holds the coordination lock (P/coordination/scanner, P/coordination/merge-sweep,
-//     under that replica's lease); the others skip the round. The holder keeps the
+//   - One scanner and one sweeper of each kind at a time: a round runs only on the
+//     replica that holds its coordination lock (P/coordination/scanner,
+//     P/coordination/merge-sweep, P/coordination/compaction-sweep, under that
+//     replica's lease); the others skip the round. The holder keeps the
 //     lock between rounds until its lease ends or it stops, so rounds are not doubled.
 //   - A replica that lost the scanner lock writes nothing: every row write of a round
 //     goes through the lock's guarded transaction (a compare on the lock key's create
@@ -47,7 +56,7 @@
 //     deduplicated enqueues do not count against the per-sweep cap.
 //   - A row scanned before the target's last merge finished is not merged on: that
 //     merge took the generations the row counts. The sweep rescans the target (with
-//     WithRescan; the master's does) and merges on the fresh row if still due, or
+//     MergeSweepConfig.Rescan; the master's does) and merges on the fresh row if still due, or
 //     else waits for the next scan's row, at most two scan intervals after the
 //     merge, unless the target has orphaned shards to adopt. The last merge is the
 //     one the sweep enqueued or found live.

@@ -79,18 +79,24 @@ func (e *env) replica(holder string) *tasks.Queue {
 	return tasks.New(e.client, e.ts.Prefix(), tasks.WithHolder(holder), tasks.WithLogger(e.log))
 }
 
-func (e *env) scanner(lease clientv3.LeaseID, opts ...Option) *Scanner {
-	return e.scannerOn(e.ts, lease, opts...)
+func (e *env) scanner(lease clientv3.LeaseID, cfg Config) *Scanner {
+	return e.scannerOn(e.ts, lease, cfg)
 }
 
-func (e *env) scannerOn(ts *tasks.Queue, lease clientv3.LeaseID, opts ...Option) *Scanner {
-	opts = append([]Option{WithLogger(e.log)}, opts...)
-	return New(e.client, ts, e.seen, StaticLease(lease), opts...)
+// scannerOn is a Scanner of cfg, logging to the test's log unless cfg says.
+func (e *env) scannerOn(ts *tasks.Queue, lease clientv3.LeaseID, cfg Config) *Scanner {
+	if cfg.Logger == nil {
+		cfg.Logger = e.log
+	}
+	return New(e.client, ts, e.seen, StaticLease(lease), cfg)
 }
 
-func (e *env) sweeper(lease clientv3.LeaseID, opts ...Option) *MergeSweeper {
-	opts = append([]Option{WithLogger(e.log)}, opts...)
-	return NewMergeSweeper(e.client, e.ts, StaticLease(lease), opts...)
+// sweeper is a MergeSweeper of cfg, logging to the test's log unless cfg says.
+func (e *env) sweeper(lease clientv3.LeaseID, cfg MergeSweepConfig) *MergeSweeper {
+	if cfg.Logger == nil {
+		cfg.Logger = e.log
+	}
+	return NewMergeSweeper(e.client, e.ts, StaticLease(lease), cfg)
 }
 
 // scan runs one round that must succeed and not be skipped.

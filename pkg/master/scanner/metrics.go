@@ -113,24 +113,14 @@ func (m *scanMetrics) observeRound(rows map[string]stats.Row, kinds map[string]r
 	m.rolloutFragments.Set(float64(fragments))
 }
 
-// sweepMetrics are the MergeSweeper's series.
-type sweepMetrics struct {
-	// rounds counts sweeps by result: done, skipped, failed.
-	rounds *prometheus.CounterVec
-	// targets counts targets over the threshold by outcome: enqueued,
-	// deduplicated, capped (left for the next sweep), merged_since_scan (a merge
-	// finished after their stats row was scanned), rescanned (of those, observed
-	// again and still due), error.
-	targets *prometheus.CounterVec
-	// deduped is the number of targets the last sweep found a live task for.
-	deduped prometheus.Gauge
-}
-
-func newSweepMetrics(reg prometheus.Registerer) *sweepMetrics {
+// newMergeSweepMetrics are the MergeSweeper's series.
+func newMergeSweepMetrics(reg prometheus.Registerer) *sweepMetrics {
 	return &sweepMetrics{
 		rounds: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "master_merge_sweep_rounds_total", Help: "Merge sweeps, by result (done, skipped, failed).",
 		}, []string{"result"})),
+		// merged_since_scan: a merge finished after their stats row was scanned;
+		// rescanned: of those, observed again and still due.
 		targets: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "master_merge_sweep_targets_total", Help: "Targets at or above MERGE_WAL_MIN_GENERATIONS, by outcome (enqueued, deduplicated, capped, merged_since_scan: a merge finished after their stats row was scanned, rescanned: of those, observed again and still due, error).",
 		}, []string{"outcome"})),
@@ -139,7 +129,7 @@ func newSweepMetrics(reg prometheus.Registerer) *sweepMetrics {
 }
 
 // register registers c with reg (if any) and returns the collector in use: c, or
-// the equal one already registered by another Scanner or MergeSweeper.
+// the equal one already registered by another Scanner or sweeper.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	if reg == nil {
 		return c

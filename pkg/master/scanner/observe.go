@@ -48,8 +48,8 @@ const (
 // meanwhile are never counted as pending (they would cause a useless merge task).
 // Generations sealed after the snapshot are counted by the next round.
 func (s *Scanner) observe(ctx context.Context, kind registry.Kind, name string, prev *observation) (*observation, observeMode, error) {
-	now := s.opts.clock.Now()
-	if prev == nil || now.Sub(prev.openedAt) >= s.opts.fullObserveAfter {
+	now := s.cfg.Clock.Now()
+	if prev == nil || now.Sub(prev.openedAt) >= s.cfg.FullObserveAfter {
 		// The registry entry names the store's directory (one per life of the
 		// name: registry.IncarnationDir); a store created again is picked up here.
 		e, err := s.reg.Get(ctx, kind, name)

@@ -52,8 +52,8 @@ func TestRunScansAtOnceThenEveryIntervalAndReleasesTheLock(t *testing.T) {
 	clk := newFakeClock()
 
 	ctx, cancel := context.WithCancel(e.ctx)
-	s := e.scanner(e.grant(), WithClock(clk), WithScanInterval(time.Minute))
-	sw := e.sweeper(e.grant(), WithClock(clk), WithSweepInterval(time.Minute))
+	s := e.scanner(e.grant(), Config{Clock: clk, Interval: time.Minute})
+	sw := e.sweeper(e.grant(), MergeSweepConfig{Clock: clk, Interval: time.Minute})
 	done := make(chan struct{}, 2)
 	go func() { s.Run(ctx); done <- struct{}{} }()
 	go func() { sw.Run(ctx); done <- struct{}{} }()

@@ -54,7 +54,7 @@ type Scanner struct {
 	bucket    *objstore.Bucket
 	reg       *registry.Registry
 	rows      stats.Rows
-	opts      options
+	cfg       Config
 	log       *slog.Logger
 	metrics   *scanMetrics
 	coord     *roundLock
@@ -67,20 +67,20 @@ type Scanner struct {
 // New returns a Scanner of the stores registered in bucket, writing stats rows
 // under the task queue's prefix and taking the "scanner" coordination lock under
 // lease. Call Run to scan periodically, or Scan for one round.
-func New(client *clientv3.Client, ts *tasks.Queue, bucket *objstore.Bucket, lease Lease, opts ...Option) *Scanner {
-	o := buildOptions(opts)
-	log := o.logger.With("component", "scanner")
+func New(client *clientv3.Client, ts *tasks.Queue, bucket *objstore.Bucket, lease Lease, cfg Config) *Scanner {
+	cfg = cfg.withDefaults()
+	log := cfg.Logger.With("component", "scanner")
 	return &Scanner{
 		bucket:  bucket,
 		reg:     registry.New(bucket),
 		rows:    stats.NewRows(client, ts.Keys()),
-		opts:    o,
+		cfg:     cfg,
 		log:     log,
-		metrics: newScanMetrics(o.registerer),
+		metrics: newScanMetrics(cfg.Registerer),
 		coord:   &roundLock{ts: ts, name: ScannerLock, lease: lease, log: log},
-		cache:   &observations{max: o.maxCachedStores, m: map[string]*observation{}},
+		cache:   &observations{max: cfg.MaxCachedStores, m: map[string]*observation{}},
 		// The scanner reads manifests only: no fragment cache.
-		tableOpts: []table.Option{table.WithCacheBytes(0), table.WithClock(o.clock), table.WithLogger(o.logger)},
+		tableOpts: []table.Option{table.WithCacheBytes(0), table.WithClock(cfg.Clock), table.WithLogger(cfg.Logger)},
 		round:     make(chan struct{}, 1),
 	}
 }
@@ -90,7 +90,7 @@ func New(client *clientv3.Client, ts *tasks.Queue, bucket *objstore.Bucket, leas
 // one at once.
 func (s *Scanner) Run(ctx context.Context) {
 	defer s.coord.release(ctx)
-	every(ctx, s.opts.clock, s.opts.scanInterval, func(ctx context.Context) { _, _ = s.Scan(ctx) })
+	every(ctx, s.cfg.Clock, s.cfg.Interval, func(ctx context.Context) { _, _ = s.Scan(ctx) })
 }
 
 // Scan runs one round, if this replica holds (or can take) the scanner lock: list
@@ -106,9 +106,9 @@ func (s *Scanner) Scan(ctx context.Context) (Summary, error) {
 	}
 	defer func() { <-s.round }()
 
-	start := s.opts.clock.Now()
+	start := s.cfg.Clock.Now()
 	sum, err := s.scan(ctx)
-	sum.Duration = s.opts.clock.Since(start)
+	sum.Duration = s.cfg.Clock.Since(start)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		s.metrics.rounds.WithLabelValues("failed").Inc()
@@ -123,7 +123,7 @@ func (s *Scanner) Scan(ctx context.Context) (Summary, error) {
 	default:
 		s.metrics.rounds.WithLabelValues("done").Inc()
 		s.metrics.duration.Observe(sum.Duration.Seconds())
-		s.metrics.lastRound.Set(float64(s.opts.clock.Now().Unix()))
+		s.metrics.lastRound.Set(float64(s.cfg.Clock.Now().Unix()))
 		level := slog.LevelDebug
 		if sum.Changed+sum.Deleted+sum.Errors+sum.Conflicts > 0 {
 			level = slog.LevelInfo
@@ -226,8 +226,8 @@ func (s *Scanner) scan(ctx context.Context) (Summary, error) {
 	s.cache.retain(registered)
 	sort.Slice(writes, func(i, j int) bool { return writes[i].target < writes[j].target })
 
-	if s.opts.beforeWrite != nil {
-		s.opts.beforeWrite(ctx)
+	if s.cfg.beforeWrite != nil {
+		s.cfg.beforeWrite(ctx)
 	}
 	if err := s.apply(ctx, lock, writes, &sum); err != nil {
 		if errors.Is(err, tasks.ErrCoordinationLost) {
@@ -254,10 +254,10 @@ func (s *Scanner) registered(ctx context.Context) ([]storeRef, error) {
 	return out, nil
 }
 
-// observeAll observes every store, at most opts.concurrency at once.
+// observeAll observes every store, at most Concurrency at once.
 func (s *Scanner) observeAll(ctx context.Context, stores []storeRef) []result {
 	results := make([]result, len(stores))
-	sem := make(chan struct{}, s.opts.concurrency)
+	sem := make(chan struct{}, s.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for i, ref := range stores {
 		results[i].storeRef = ref
@@ -280,7 +280,7 @@ func (s *Scanner) observeAll(ctx context.Context, stores []storeRef) []result {
 // timeout, and caches the new one. A failed observation drops the cache entry, so
 // the next round starts that store from scratch.
 func (s *Scanner) observeCached(ctx context.Context, ref storeRef) (stats.Row, observeMode, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.storeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
 	obs, mode, err := s.observe(ctx, ref.kind, ref.name, s.cache.get(ref.target))
 	if err != nil {
@@ -288,7 +288,7 @@ func (s *Scanner) observeCached(ctx context.Context, ref storeRef) (stats.Row, o
 		return stats.Row{}, "", describe(ref.target, err)
 	}
 	s.cache.put(ref.target, obs)
-	return obs.row(s.opts.clock.Now()), mode, nil
+	return obs.row(s.cfg.Clock.Now()), mode, nil
 }
 
 // apply performs the round's writes in batches, each through the scanner lock's
@@ -374,7 +374,7 @@ func (s *Scanner) Rescan(ctx context.Context, target string) (stats.Row, error) 
 			}
 			return stats.Row{}, fmt.Errorf("rescan %s: %w", target, err)
 		}
-		octx, cancel := context.WithTimeout(ctx, s.opts.storeTimeout)
+		octx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 		obs, _, err := s.observe(octx, kind, name, nil)
 		cancel()
 		if err != nil {
@@ -383,7 +383,7 @@ func (s *Scanner) Rescan(ctx context.Context, target string) (stats.Row, error) 
 		}
 		s.cache.put(target, obs)
 		s.metrics.observed.WithLabelValues(string(modeFull)).Inc()
-		row := obs.row(s.opts.clock.Now())
+		row := obs.row(s.cfg.Clock.Now())
 		if found && cur.Err == nil && cur.Row.SameObservation(row) {
 			return cur.Row, nil
 		}

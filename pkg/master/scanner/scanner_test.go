@@ -21,7 +21,7 @@ func TestScanObservesGenericStoreWithThreeSealedAdds(t *testing.T) {
 	e := newEnv(t)
 	e.createGeneric("g", 3)
 	e.createRollout("r", 0)
-	s := e.scanner(e.grant())
+	s := e.scanner(e.grant(), Config{})
 
 	sum := e.scan(s)
 	if sum.Stores != 2 || sum.Observed != 2 || sum.Changed != 2 || sum.Errors != 0 {
@@ -52,7 +52,7 @@ func TestScanObservesGenericStoreWithThreeSealedAdds(t *testing.T) {
 func TestUnchangedStoreIsNotRewrittenNorReread(t *testing.T) {
 	e := newEnv(t)
 	e.createGeneric("g", 3)
-	s := e.scanner(e.grant())
+	s := e.scanner(e.grant(), Config{})
 	e.scan(s)
 	before, rev := e.row("generic:g")
 
@@ -85,7 +85,7 @@ func TestUnchangedStoreIsNotRewrittenNorReread(t *testing.T) {
 func TestChangedStoreIsRewritten(t *testing.T) {
 	e := newEnv(t)
 	g := e.createGeneric("g", 3)
-	s := e.scanner(e.grant())
+	s := e.scanner(e.grant(), Config{})
 	e.scan(s)
 	_, rev := e.row("generic:g")
 
@@ -119,7 +119,7 @@ func TestDeletedStoreRowIsDropped(t *testing.T) {
 	e := newEnv(t)
 	e.createGeneric("g", 1)
 	e.createGeneric("keep", 1)
-	s := e.scanner(e.grant())
+	s := e.scanner(e.grant(), Config{})
 	e.scan(s)
 
 	if err := e.stores.Delete(e.ctx, registry.KindGeneric, "g"); err != nil {
@@ -149,7 +149,7 @@ func TestStoreErrorIsCountedAndDoesNotAbortTheRound(t *testing.T) {
 	a := e.createGeneric("a", 1)
 	b := e.createGeneric("b", 1)
 	reg := prometheus.NewRegistry()
-	s := e.scanner(e.grant(), WithRegisterer(reg))
+	s := e.scanner(e.grant(), Config{Registerer: reg})
 	e.scan(s)
 	_, revB := e.row("generic:b")
 
@@ -192,8 +192,8 @@ func TestOnlyOneReplicaScansARound(t *testing.T) {
 	e.createGeneric("g", 1)
 	reg := prometheus.NewRegistry() // shared: the second replica reuses the series
 	replicas := []*Scanner{
-		e.scannerOn(e.replica("replica-a"), e.grant(), WithRegisterer(reg)),
-		e.scannerOn(e.replica("replica-b"), e.grant(), WithRegisterer(reg)),
+		e.scannerOn(e.replica("replica-a"), e.grant(), Config{Registerer: reg}),
+		e.scannerOn(e.replica("replica-b"), e.grant(), Config{Registerer: reg}),
 	}
 	for round := range 3 {
 		var wg sync.WaitGroup
@@ -235,7 +235,7 @@ func TestReplicaWhoseLeaseWasRevokedMidRoundCannotWrite(t *testing.T) {
 			t.Errorf("revoke: %v", err)
 		}
 	}
-	a := e.scannerOn(e.replica("replica-a"), leaseA, func(o *options) { o.beforeWrite = revoke })
+	a := e.scannerOn(e.replica("replica-a"), leaseA, Config{beforeWrite: revoke})
 	_, err := a.Scan(e.ctx)
 	if !errors.Is(err, tasks.ErrCoordinationLost) {
 		t.Fatalf("scan after losing the lease = %v, want ErrCoordinationLost", err)
@@ -245,7 +245,7 @@ func TestReplicaWhoseLeaseWasRevokedMidRoundCannotWrite(t *testing.T) {
 	}
 
 	// Another replica takes the lock and writes.
-	b := e.scannerOn(e.replica("replica-b"), e.grant())
+	b := e.scannerOn(e.replica("replica-b"), e.grant(), Config{})
 	if sum := e.scan(b); sum.Changed != 1 {
 		t.Fatalf("other replica's round = %+v, want 1 row written", sum)
 	}
@@ -258,10 +258,10 @@ func TestReplicaWhoseLeaseWasRevokedMidRoundCannotWrite(t *testing.T) {
 func TestRescanWritesOneTargetNow(t *testing.T) {
 	e := newEnv(t)
 	g := e.createGeneric("g", 2)
-	holder := e.scannerOn(e.replica("replica-a"), e.grant())
+	holder := e.scannerOn(e.replica("replica-a"), e.grant(), Config{})
 	e.scan(holder)
 	// Rescan works on a replica that does not hold the scanner lock.
-	other := e.scannerOn(e.replica("replica-b"), e.grant())
+	other := e.scannerOn(e.replica("replica-b"), e.grant(), Config{})
 	if sum, err := other.Scan(e.ctx); err != nil || !sum.Skipped {
 		t.Fatalf("other replica's round = %+v, %v; want skipped", sum, err)
 	}
@@ -305,8 +305,8 @@ func TestRoundDoesNotOverwriteARowWrittenDuringIt(t *testing.T) {
 	e := newEnv(t)
 	e.createGeneric("g", 1)
 	var s *Scanner
-	s = e.scanner(e.grant(), func(o *options) {
-		o.beforeWrite = func(ctx context.Context) {
+	s = e.scanner(e.grant(), Config{
+		beforeWrite: func(ctx context.Context) {
 			// Between the round's reads and its writes: a store appears and is
 			// rescanned, and g's row is rewritten by a Rescan.
 			e.createGeneric("late", 1)
@@ -316,7 +316,7 @@ func TestRoundDoesNotOverwriteARowWrittenDuringIt(t *testing.T) {
 			if _, err := s.Rescan(ctx, "generic:g"); err != nil {
 				t.Error(err)
 			}
-		}
+		},
 	})
 	sum := e.scan(s)
 	// g: the round's put conflicts with the Rescan's; late: the round never
@@ -340,7 +340,7 @@ func TestStatsPages(t *testing.T) {
 	if _, err := e.client.Put(e.ctx, e.ts.Prefix()+"/stats/corrupt", "{"); err != nil {
 		t.Fatal(err)
 	}
-	s := e.scanner(e.grant())
+	s := e.scanner(e.grant(), Config{})
 	var got []string
 	token := ""
 	for pages := 0; ; pages++ {
@@ -386,7 +386,7 @@ func TestCacheBoundOnlyCostsFullObservations(t *testing.T) {
 	e := newEnv(t)
 	e.createGeneric("a", 1)
 	e.createGeneric("b", 2)
-	s := e.scanner(e.grant(), WithMaxCachedStores(1))
+	s := e.scanner(e.grant(), Config{MaxCachedStores: 1})
 	e.scan(s)
 	sum := e.scan(s)
 	if sum.Probed != 1 || sum.Observed != 1 || sum.Changed != 0 {
@@ -399,7 +399,7 @@ func TestCachedHandleIsReopenedAfterItsAge(t *testing.T) {
 	e := newEnv(t)
 	e.createGeneric("g", 1)
 	clk := newFakeClock()
-	s := e.scanner(e.grant(), WithClock(clk), WithFullObserveAfter(time.Hour))
+	s := e.scanner(e.grant(), Config{Clock: clk, FullObserveAfter: time.Hour})
 	e.scan(s)
 	clk.Step(30 * time.Minute)
 	if sum := e.scan(s); sum.Probed != 1 {

@@ -24,9 +24,9 @@ func TestSweepEnqueuesGenericRowNextToRolloutRow(t *testing.T) {
 	e.createRollout("r", 8)
 	e.createGeneric("g", 9)
 	e.createGeneric("small", 2)
-	e.scan(e.scanner(e.grant()))
+	e.scan(e.scanner(e.grant(), Config{}))
 	reg := prometheus.NewRegistry()
-	sw := e.sweeper(e.grant(), WithRegisterer(reg))
+	sw := e.sweeper(e.grant(), MergeSweepConfig{Registerer: reg})
 
 	sum := e.sweep(sw)
 	if sum.Eligible != 2 || sum.Enqueued != 2 || sum.Deduplicated != 0 || sum.SkippedByCap != 0 {
@@ -58,7 +58,7 @@ func TestSweepIsWorstFirstAndCapsNewTasksOnly(t *testing.T) {
 	e.putRow("generic:b", 30)
 	e.putRow("c", 20)
 	e.putRow("d", 7) // under the threshold
-	sw := e.sweeper(e.grant(), WithMaxEnqueues(2))
+	sw := e.sweeper(e.grant(), MergeSweepConfig{MaxEnqueues: 2})
 
 	sum := e.sweep(sw)
 	if sum.Eligible != 3 || sum.Enqueued != 2 || sum.SkippedByCap != 1 {
@@ -82,7 +82,7 @@ func TestSweepThresholdOption(t *testing.T) {
 	e := newEnv(t)
 	e.putRow("a", 3)
 	e.putRow("b", 2)
-	sum := e.sweep(e.sweeper(e.grant(), WithMinGenerations(3)))
+	sum := e.sweep(e.sweeper(e.grant(), MergeSweepConfig{MinGenerations: 3}))
 	if sum.Eligible != 1 || sum.Enqueued != 1 {
 		t.Fatalf("sweep with threshold 3 = %+v, want a only", sum)
 	}
@@ -92,8 +92,8 @@ func TestOnlyOneReplicaSweeps(t *testing.T) {
 	e := newEnv(t)
 	e.putRow("a", 9)
 	replicas := []*MergeSweeper{
-		NewMergeSweeper(e.client, e.replica("replica-a"), StaticLease(e.grant()), WithLogger(e.log)),
-		NewMergeSweeper(e.client, e.replica("replica-b"), StaticLease(e.grant()), WithLogger(e.log)),
+		NewMergeSweeper(e.client, e.replica("replica-a"), StaticLease(e.grant()), MergeSweepConfig{Logger: e.log}),
+		NewMergeSweeper(e.client, e.replica("replica-b"), StaticLease(e.grant()), MergeSweepConfig{Logger: e.log}),
 	}
 	var wg sync.WaitGroup
 	sums := make([]SweepSummary, 2)
@@ -126,18 +126,23 @@ type mergeWorld struct {
 	reg   *prometheus.Registry
 }
 
-func newMergeWorld(t *testing.T, opts ...Option) *mergeWorld {
+// newMergeWorld builds the world; orphans, if set, is the sweep's OrphanCheck.
+func newMergeWorld(t *testing.T, orphans OrphanCheck) *mergeWorld {
 	e := newEnv(t)
 	clk := newFakeClock()
 	w := &mergeWorld{env: e, clk: clk, reg: prometheus.NewRegistry(),
 		ts: tasks.New(e.client, e.ts.Prefix(), tasks.WithClock(clk), tasks.WithLogger(e.log))}
 	w.store = e.createRollout("r", 3)
-	w.stats = e.scanner(e.grant(), WithClock(clk))
+	w.stats = e.scanner(e.grant(), Config{Clock: clk})
 	e.scan(w.stats)
-	opts = append([]Option{WithLogger(e.log), WithClock(clk), WithRegisterer(w.reg),
-		WithMinGenerations(2), WithScanInterval(time.Minute)}, opts...)
-	w.sw = NewMergeSweeper(e.client, w.ts, StaticLease(e.grant()), opts...)
+	w.sw = NewMergeSweeper(e.client, w.ts, StaticLease(e.grant()), w.sweepConfig(orphans, nil))
 	return w
+}
+
+// sweepConfig is the world's sweep: on its clock, threshold 2, scans every minute.
+func (w *mergeWorld) sweepConfig(orphans OrphanCheck, rescan Rescan) MergeSweepConfig {
+	return MergeSweepConfig{Logger: w.log, Clock: w.clk, Registerer: w.reg, MinGenerations: 2,
+		ScanInterval: time.Minute, Orphans: orphans, Rescan: rescan}
 }
 
 // runMerge claims the queued merge_wal of r a second later, merges r's shard if
@@ -164,7 +169,7 @@ func (w *mergeWorld) runMerge(merge bool, err error) {
 // worker and merged nothing ("merged 0 generations across 3/3 workers": 3 of 8 tasks
 // of a make run session); the sweep now waits for the next scan's row.
 func TestSweepWaitsForTheRowOfTheScanAfterTheLastMerge(t *testing.T) {
-	w := newMergeWorld(t)
+	w := newMergeWorld(t, nil)
 	if sum := w.sweep(w.sw); sum.Enqueued != 1 {
 		t.Fatalf("first sweep = %+v, want r enqueued", sum)
 	}
@@ -201,7 +206,7 @@ func TestSweepWaitsForTheRowOfTheScanAfterTheLastMerge(t *testing.T) {
 // worker's, not yet orphaned) leaves the row as it was, so the next scan writes no
 // newer one: the wait must end on its own, or r would never be merged again.
 func TestSweepWaitsAtMostTwoScanIntervalsAfterTheMerge(t *testing.T) {
-	w := newMergeWorld(t)
+	w := newMergeWorld(t, nil)
 	w.sweep(w.sw)
 	w.runMerge(false, nil)
 	w.scan(w.stats)
@@ -218,7 +223,7 @@ func TestSweepWaitsAtMostTwoScanIntervalsAfterTheMerge(t *testing.T) {
 // target with an orphaned shard is merged for its adoption whatever a merge just did.
 func TestSweepDoesNotWaitAfterAFailedMergeNorForOrphans(t *testing.T) {
 	t.Run("failed", func(t *testing.T) {
-		w := newMergeWorld(t)
+		w := newMergeWorld(t, nil)
 		w.sweep(w.sw)
 		w.runMerge(true, errors.New("worker w2 (10.0.0.2:9090): unavailable"))
 		if sum := w.sweep(w.sw); sum.Enqueued != 1 || sum.MergedSinceScan != 0 {
@@ -227,14 +232,14 @@ func TestSweepDoesNotWaitAfterAFailedMergeNorForOrphans(t *testing.T) {
 	})
 	t.Run("orphans", func(t *testing.T) {
 		orphans := false
-		w := newMergeWorld(t, WithOrphans(func(context.Context) (func(stats.Row) []string, error) {
+		w := newMergeWorld(t, func(context.Context) (func(stats.Row) []string, error) {
 			return func(stats.Row) []string {
 				if orphans {
 					return []string{"w9"}
 				}
 				return nil
 			}, nil
-		}))
+		})
 		w.sweep(w.sw)
 		w.runMerge(true, nil)
 		orphans = true
@@ -251,9 +256,10 @@ func TestSweepDoesNotWaitAfterAFailedMergeNorForOrphans(t *testing.T) {
 // sealing a generation a second piled thousands up between two scans
 // (BENCHMARKS.md, sustained ingest).
 func TestSweepRescansATargetMergedSinceItsRow(t *testing.T) {
-	w := newMergeWorld(t)
-	w.sw = NewMergeSweeper(w.client, w.ts, StaticLease(w.grant()), WithLogger(w.log), WithClock(w.clk),
-		WithRegisterer(prometheus.NewRegistry()), WithMinGenerations(2), WithScanInterval(time.Minute), WithRescan(w.stats.Rescan))
+	w := newMergeWorld(t, nil)
+	cfg := w.sweepConfig(nil, w.stats.Rescan)
+	cfg.Registerer = prometheus.NewRegistry()
+	w.sw = NewMergeSweeper(w.client, w.ts, StaticLease(w.grant()), cfg)
 	if sum := w.sweep(w.sw); sum.Enqueued != 1 {
 		t.Fatalf("first sweep = %+v, want r enqueued", sum)
 	}
