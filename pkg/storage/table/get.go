@@ -255,27 +255,46 @@ func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []st
 		group int
 		pos   []int // positions in at, ascending offsets
 	}
+	// The row groups each fragment's rows are in come from its footer: read the
+	// footers of the fragments not cached at once, not one round trip after another.
+	frags := make([]int, 0, len(byFrag))
+	for fi := range byFrag {
+		frags = append(frags, fi)
+	}
+	slices.Sort(frags)
+	perFrag := make([][]groupJob, len(frags))
+	og, octx := errgroup.WithContext(ctx)
+	og.SetLimit(fragmentReads)
+	for k, fi := range frags {
+		og.Go(func() error {
+			f, pos := m.Fragments[fi], byFrag[fi]
+			ff, err := t.openFragment(octx, s, f) // reads the footer into the cache
+			if err != nil {
+				return err
+			}
+			defer ff.Close()
+			slices.SortFunc(pos, func(a, b int) int { return int(at[a].off) - int(at[b].off) })
+			for _, p := range pos {
+				g, _ := ff.rowGroupOf(int64(at[p].off))
+				if g < 0 {
+					return fmt.Errorf("fragment %s: %w: row %d past the end", ff.key, ErrCorrupt, at[p].off)
+				}
+				js := perFrag[k]
+				if n := len(js) - 1; n >= 0 && js[n].group == g {
+					js[n].pos = append(js[n].pos, p)
+				} else {
+					perFrag[k] = append(js, groupJob{f: f, group: g, pos: []int{p}})
+				}
+			}
+			return nil
+		})
+	}
+	if err := og.Wait(); err != nil {
+		return nil, err
+	}
 	var jobs []groupJob
-	for fi, pos := range byFrag {
-		f := m.Fragments[fi]
-		ff, err := t.openFragment(ctx, s, f) // reads the footer into the cache
-		if err != nil {
-			return nil, err
-		}
-		slices.SortFunc(pos, func(a, b int) int { return int(at[a].off) - int(at[b].off) })
-		for _, p := range pos {
-			g, _ := ff.rowGroupOf(int64(at[p].off))
-			if g < 0 {
-				_ = ff.Close()
-				return nil, fmt.Errorf("fragment %s: %w: row %d past the end", ff.key, ErrCorrupt, at[p].off)
-			}
-			if k := len(jobs) - 1; k >= 0 && jobs[k].f.Path == f.Path && jobs[k].group == g {
-				jobs[k].pos = append(jobs[k].pos, p)
-			} else {
-				jobs = append(jobs, groupJob{f: f, group: g, pos: []int{p}})
-			}
-		}
-		_ = ff.Close()
+	for _, js := range perFrag {
+		jobs = append(jobs, js...)
 	}
 	out := make([]foundRow, len(at))
 	fail := func(err error) ([]foundRow, error) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/arrow-go/v18/arrow"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 )
@@ -39,23 +40,46 @@ type Iter struct {
 // when all is true). The first Next moves it to the first row.
 func (t *Table) Iter(ctx context.Context, m *Manifest, after string, all bool) (*Iter, error) {
 	it := &Iter{t: t, m: m}
+	frontier := "" // the smallest last id of the fragments the walk meets
 	for fi, f := range m.Fragments {
 		if f.LiveRows() == 0 || (!all && f.IDMax <= after) {
 			continue
 		}
 		c := &fragCursor{t: t, m: m, fi: fi, f: f, after: after, all: all}
 		c.loads[0].group, c.loads[1].group = -1, -1
-		if all || f.IDMin > after {
-			c.id = f.IDMin // a lower bound: the cursor opens when the walk reaches it
-		} else if ok, err := c.open(ctx); err != nil {
-			it.Close()
-			return nil, err
-		} else if !ok {
-			c.close()
-			continue
+		c.id = max(f.IDMin, after) // a lower bound: the cursor opens when the walk reaches it
+		if len(it.h) == 0 || f.IDMax < frontier {
+			frontier = f.IDMax
 		}
 		it.h = append(it.h, c)
 	}
+	// The fragments the walk's first rows come from (those whose range starts before
+	// any other's ends) are opened at once, fragmentReads at a time, instead of one
+	// round trip after another as the walk reaches each; the rest open when reached.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fragmentReads)
+	open := make([]bool, len(it.h))
+	for i, c := range it.h {
+		if c.f.IDMin <= frontier {
+			g.Go(func() (err error) {
+				open[i], err = c.open(gctx)
+				return err
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		it.Close()
+		return nil, err
+	}
+	live := it.h[:0]
+	for i, c := range it.h {
+		if c.opened && !open[i] {
+			c.close() // opened, and nothing left to walk
+			continue
+		}
+		live = append(live, c)
+	}
+	it.h = live
 	heap.Init(&it.h)
 	return it, nil
 }
