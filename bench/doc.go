@@ -27,6 +27,10 @@
 //   - RunMemory: the peak RSS of a worker process merging a 1 GiB backlog.
 //   - RunMaintenance: one store merged 2,000 times without maintenance and with the
 //     compaction sweep's compact tasks (its own BENCHMARKS.md section).
+//   - RunScale: generic stores of millions of rows built through the write path
+//     and compacted into levels, read, merged into and compacted on file:// and
+//     behind a latency, against issue 29's goals (its own BENCHMARKS.md section;
+//     only when named: tens of minutes at its default sizes).
 //
 // Invariants:
 //

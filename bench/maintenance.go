@@ -653,14 +653,19 @@ func RunMaintenanceSection(ctx context.Context, env *Env, out io.Writer, command
 		return err
 	}
 	res.Command, res.Machine = command, mdreport.ThisMachine()
-	section := res.Markdown()
+	return printSection(out, path, MaintenanceHeading, res.Markdown())
+}
+
+// printSection prints section to out and, if path is not empty, writes it into
+// that Markdown file as its section starting with heading (writeOwnSection).
+func printSection(out io.Writer, path, heading, section string) error {
 	if _, err := io.WriteString(out, section); err != nil {
 		return err
 	}
 	if path == "" {
 		return nil
 	}
-	return WriteMaintenanceSection(path, section)
+	return writeOwnSection(path, heading, section)
 }
 
 // WriteMaintenanceSection replaces the MaintenanceHeading section of the Markdown
@@ -668,12 +673,20 @@ func RunMaintenanceSection(ctx context.Context, env *Env, out io.Writer, command
 // the incident reproductions (SectionHeading), or appends it. The file is
 // replaced atomically.
 func WriteMaintenanceSection(path, section string) error {
+	return writeOwnSection(path, MaintenanceHeading, section)
+}
+
+// writeOwnSection replaces the section of the Markdown file at path that starts
+// with heading (up to the next "## " heading) with section, or inserts it before
+// the incident reproductions (SectionHeading), or appends it. The file is
+// replaced atomically.
+func writeOwnSection(path, heading, section string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	doc := string(data)
-	if s, ok := mdreport.Find(doc, mdreport.All(doc), MaintenanceHeading); ok {
+	if s, ok := mdreport.Find(doc, mdreport.All(doc), heading); ok {
 		return mdreport.WriteFile(path, mdreport.Replace(doc, s, section))
 	}
 	if s, ok := mdreport.Find(doc, mdreport.All(doc), SectionHeading); ok {

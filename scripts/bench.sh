@@ -7,6 +7,9 @@
 #   scripts/bench.sh                     everything (the scenarios alone: 7-11 minutes on 2 shared cores)
 #   BENCH_FLAGS='--only storm,lock' scripts/bench.sh
 #                                        some scenarios (the section then holds only those)
+#   BENCH_FLAGS='--only scale' BENCH_GO=0 scripts/bench.sh
+#                                        stores of 1M and 10M rows (not in the default:
+#                                        tens of minutes; --scale-rows for other sizes)
 #   BENCH_GO=0 scripts/bench.sh          skip the Go benchmarks
 #
 # Environment: GO (go), BENCHTIME (2s) and BENCHCOUNT (1) for the Go benchmarks,

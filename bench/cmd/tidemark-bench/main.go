@@ -1,7 +1,10 @@
 // Command tidemark-bench runs the incident reproductions of package bench and
 // writes their table into BENCHMARKS.md. `make bench` runs it (scripts/bench.sh).
 //
-//	tidemark-bench run [--only storm,ingest,lock,fanout,throughput,memory,maintenance] [--write BENCHMARKS.md [--keep-others]]
+//	tidemark-bench run [--only storm,ingest,lock,fanout,throughput,memory,maintenance,scale] [--write BENCHMARKS.md [--keep-others]]
+//
+// scale (stores of millions of rows) runs only when named: at its default sizes
+// it takes tens of minutes.
 //
 // memory-build and memory-merge are the worker processes of the memory scenario;
 // run starts them itself.
@@ -26,7 +29,15 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/master"
 )
 
-var scenarios = []string{"storm", "ingest", "lock", "fanout", "throughput", "memory", "maintenance"}
+// scenarios run by default; named adds those that run only when --only names them.
+var (
+	scenarios = []string{"storm", "ingest", "lock", "fanout", "throughput", "memory", "maintenance"}
+	named     = []string{"scale"}
+)
+
+// ownSection are the scenarios that write a section of their own, not a
+// subsection of the incident reproductions.
+var ownSection = []string{"maintenance", "scale"}
 
 func main() {
 	// The production packages log through slog.Default where no logger is passed;
@@ -62,6 +73,10 @@ type runFlags struct {
 	// runs with short scan and sweep intervals to those at the master's defaults.
 	ingestDuration time.Duration
 	ingestShort    bool
+	// scaleRows are the scale scenario's store sizes; scaleProfiles, if set, the
+	// directory of its CPU profiles.
+	scaleRows     []int64
+	scaleProfiles string
 }
 
 func newRunCmd() *cobra.Command {
@@ -73,7 +88,8 @@ func newRunCmd() *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), f) },
 	}
 	fs := cmd.Flags()
-	fs.StringSliceVar(&f.only, "only", scenarios, "scenarios to run: "+strings.Join(scenarios, ","))
+	fs.StringSliceVar(&f.only, "only", scenarios, "scenarios to run: "+strings.Join(append(slices.Clone(scenarios), named...), ",")+
+		" ("+strings.Join(named, ",")+" only when named)")
 	fs.StringVar(&f.write, "write", "", "Markdown file whose \""+bench.SectionHeading+"\" section is replaced (or appended) with the results")
 	fs.BoolVar(&f.keepOthers, "keep-others", false, "with --write: replace only the subsections of the scenarios run, keep the rest of the section (a rerun of some scenarios)")
 	fs.StringVar(&f.command, "command", "", "the command recorded in the section (default: this command line)")
@@ -83,14 +99,19 @@ func newRunCmd() *cobra.Command {
 	fs.DurationVar(&f.ingestDuration, "ingest-duration", 3*time.Minute, "sustained ingest: length of each run (4 or 8 runs)")
 	fs.BoolVar(&f.ingestShort, "ingest-short-intervals", true, "sustained ingest: also run with a 10 s stats scan and a 5 s merge sweep, besides the master's defaults")
 	fs.Int64Var(&f.memoryBytes, "memory-backlog-bytes", 1<<30, "memory scenario: generation bytes of the backlog merged")
+	fs.Int64SliceVar(&f.scaleRows, "scale-rows", bench.DefaultScaleRows, "scale scenario: rows of each store measured, smallest first (100000000: a run of hours, by hand)")
+	fs.StringVar(&f.scaleProfiles, "scale-profiles", "", "scale scenario: write a CPU profile of every measured phase into this directory")
 	return cmd
 }
 
 func run(ctx context.Context, f runFlags) error {
 	for _, s := range f.only {
-		if !slices.Contains(scenarios, s) {
-			return fmt.Errorf("--only: unknown scenario %q (want %s)", s, strings.Join(scenarios, ","))
+		if !slices.Contains(scenarios, s) && !slices.Contains(named, s) {
+			return fmt.Errorf("--only: unknown scenario %q (want %s)", s, strings.Join(append(slices.Clone(scenarios), named...), ","))
 		}
+	}
+	if !slices.IsSorted(f.scaleRows) || len(f.scaleRows) == 0 || f.scaleRows[0] <= 0 {
+		return fmt.Errorf("--scale-rows %v: want positive sizes, smallest first", f.scaleRows)
 	}
 	if f.command == "" {
 		f.command = "go run ./bench/cmd/tidemark-bench " + strings.Join(os.Args[1:], " ")
@@ -109,25 +130,38 @@ func run(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return err
 	}
-	etcd, err := bench.StartEtcd(dir + "/etcd")
-	if err != nil {
-		return err
+	want := func(s string) bool { return slices.Contains(f.only, s) }
+	env := &bench.Env{Dir: dir, Log: log, Seed: f.seed, Exe: exe}
+	// Only the scenarios with a master need etcd; the others measure one process,
+	// whose resident set an idle etcd server would add to.
+	if want("storm") || want("ingest") || want("throughput") {
+		etcd, err := bench.StartEtcd(dir + "/etcd")
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
+		env.Etcd = etcd.Client
 	}
-	defer etcd.Close()
-	env := &bench.Env{Dir: dir, Etcd: etcd.Client, Log: log, Seed: f.seed, Exe: exe}
-	// Table maintenance writes a section of its own (bench.MaintenanceHeading); run
-	// alone, it leaves the incident reproductions' section as it is.
-	if slices.Contains(f.only, "maintenance") {
+	// Table maintenance and scale write sections of their own
+	// (bench.MaintenanceHeading, bench.ScaleHeading); run alone, they leave the
+	// incident reproductions' section as it is.
+	if want("maintenance") {
 		if err := bench.RunMaintenanceSection(ctx, env, os.Stdout, f.command, f.write); err != nil {
 			return fmt.Errorf("table maintenance: %w", err)
 		}
-		if len(slices.DeleteFunc(slices.Clone(f.only), func(s string) bool { return s == "maintenance" })) == 0 {
-			return nil
+	}
+	if want("scale") {
+		cfg := bench.DefaultScaleConfig(f.scaleRows)
+		cfg.ProfileDir = f.scaleProfiles
+		if err := bench.RunScaleSection(ctx, env, cfg, os.Stdout, f.command, f.write); err != nil {
+			return fmt.Errorf("scale: %w", err)
 		}
+	}
+	if len(slices.DeleteFunc(slices.Clone(f.only), func(s string) bool { return slices.Contains(ownSection, s) })) == 0 {
+		return nil
 	}
 	r := &bench.Report{Date: time.Now(), Command: f.command, Machine: mdreport.ThisMachine(), Seed: f.seed}
 	start := time.Now()
-	want := func(s string) bool { return slices.Contains(f.only, s) }
 
 	if want("storm") {
 		r.StormConfig = bench.ScaledStormConfig(f.stormScale)
