@@ -12,6 +12,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
@@ -108,8 +109,8 @@ type IngestSample struct {
 
 // IngestResult is one run of the scenario in one fan-out shape.
 type IngestResult struct {
-	// Mode is master.FanOutSerial or master.FanOutTwoPhase.
-	Mode string
+	// Mode is fanout.Serial or fanout.TwoPhase.
+	Mode fanout.Shape
 	// Samples are the pending generations over the run (every worker's shard, above
 	// its merged watermark, read from the bucket without the latency).
 	Samples []IngestSample
@@ -161,13 +162,13 @@ type IngestRun struct {
 
 const ingestStore = "ingest"
 
-// RunIngest runs the scenario once in fan-out mode (master.FanOutSerial or
-// master.FanOutTwoPhase): the workers serve their real gRPC WorkerService on
+// RunIngest runs the scenario once in fan-out mode (fanout.Serial or
+// fanout.TwoPhase): the workers serve their real gRPC WorkerService on
 // loopback, and a master built by master.New (static discovery of those workers,
 // its scanner, merge sweep, scheduler and FanOut) runs for Duration while the
 // workers seal. Afterwards whatever is pending is merged without faults and every
 // acknowledged row is checked.
-func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode string) (IngestResult, error) {
+func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shape) (IngestResult, error) {
 	res := IngestResult{Mode: mode}
 	if cfg.Workers < 1 || cfg.SealEvery <= 0 || cfg.Duration <= 0 || cfg.SampleEvery <= 0 {
 		return res, fmt.Errorf("ingest: config %+v: workers, seal interval, duration and sample interval must be positive", cfg)
@@ -205,7 +206,7 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode string) (In
 	}
 	defer stopWorkers()
 
-	caller := master.NewGRPCCaller(master.GRPCCallerConfig{})
+	caller := fanout.NewGRPCCaller(fanout.GRPCCallerConfig{})
 	defer caller.Close()
 	scan, sweep := cfg.Intervals()
 	m, err := master.New(master.Config{
@@ -464,8 +465,8 @@ func (r *IngestResult) readTasks(ctx context.Context, ts *tasks.Queue) error {
 
 // serveWorkers serves every worker's real gRPC WorkerService on a loopback port and
 // returns them as a static discovery list, and a func that stops the servers.
-func serveWorkers(workers []*benchWorker) (master.StaticDiscovery, func(), error) {
-	var discovery master.StaticDiscovery
+func serveWorkers(workers []*benchWorker) (fanout.StaticDiscovery, func(), error) {
+	var discovery fanout.StaticDiscovery
 	var stops []func()
 	stop := func() {
 		for _, s := range stops {
@@ -490,7 +491,7 @@ func serveWorkers(workers []*benchWorker) (master.StaticDiscovery, func(), error
 		}
 		go func() { _ = gs.Serve(ln) }()
 		stops = append(stops, gs.Stop)
-		discovery = append(discovery, master.Worker{InstanceID: wk.id, GRPCAddr: ln.Addr().String()})
+		discovery = append(discovery, fanout.Worker{InstanceID: wk.id, GRPCAddr: ln.Addr().String()})
 	}
 	return discovery, stop, nil
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/master"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 )
 
 func quickIngest() IngestConfig {
@@ -21,7 +21,7 @@ func quickIngest() IngestConfig {
 // otherwise).
 func TestIngestMergesWhileWorkersSeal(t *testing.T) {
 	env := testEnv(t)
-	for _, mode := range []string{master.FanOutSerial, master.FanOutTwoPhase} {
+	for _, mode := range []fanout.Shape{fanout.Serial, fanout.TwoPhase} {
 		res, err := RunIngest(context.Background(), env, quickIngest(), mode)
 		if err != nil {
 			t.Fatalf("%s: %v", mode, err)
@@ -43,8 +43,8 @@ func TestIngestMergesWhileWorkersSeal(t *testing.T) {
 func TestIngestSectionMarkdown(t *testing.T) {
 	cfg := DefaultIngestConfig(3)
 	r := &Report{IngestRuns: []IngestRun{
-		{Config: cfg, Result: IngestResult{Mode: master.FanOutSerial, Sealed: 540, Elapsed: 3 * time.Minute, MaxPending: 540, Bounded: false}},
-		{Config: cfg, Result: IngestResult{Mode: master.FanOutTwoPhase, Sealed: 540, Merged: 500, Elapsed: 3 * time.Minute, Bounded: true}},
+		{Config: cfg, Result: IngestResult{Mode: fanout.Serial, Sealed: 540, Elapsed: 3 * time.Minute, MaxPending: 540, Bounded: false}},
+		{Config: cfg, Result: IngestResult{Mode: fanout.TwoPhase, Sealed: 540, Merged: 500, Elapsed: 3 * time.Minute, Bounded: true}},
 	}}
 	md := r.Markdown()
 	for _, want := range []string{"### 1b. Sustained ingest\n", "| 3 | ", " (defaults) | serial | 540 (3.0) | 0.0 |", "| **no** |", "| two-phase |"} {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
@@ -270,11 +271,11 @@ func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) 
 	case OldShapePerWorkerTimers:
 		w.runPerWorkerTimers(runCtx, cfg, &res)
 	case NewShapeSerialFanOut:
-		if err := w.runFanOut(runCtx, env, cfg, master.FanOutSerial, &res); err != nil {
+		if err := w.runFanOut(runCtx, env, cfg, fanout.Serial, &res); err != nil {
 			return res, err
 		}
 	case NewShapeTwoPhaseFanOut:
-		if err := w.runFanOut(runCtx, env, cfg, master.FanOutTwoPhase, &res); err != nil {
+		if err := w.runFanOut(runCtx, env, cfg, fanout.TwoPhase, &res); err != nil {
 			return res, err
 		}
 	default:
@@ -349,8 +350,8 @@ func (w *stormWorld) runPerWorkerTimers(ctx context.Context, cfg StormConfig, re
 // serves its real gRPC WorkerService on loopback; one merge_wal task is enqueued in
 // etcd and the master's Scheduler runs it with the FanOut runner in that mode. A
 // failed task is enqueued again after RetryInterval (the next merge sweep would).
-func (w *stormWorld) runFanOut(ctx context.Context, env *Env, cfg StormConfig, mode string, res *StormResult) error {
-	var discovery master.StaticDiscovery
+func (w *stormWorld) runFanOut(ctx context.Context, env *Env, cfg StormConfig, mode fanout.Shape, res *StormResult) error {
+	var discovery fanout.StaticDiscovery
 	for _, wk := range w.workers {
 		svc, err := worker.NewWorkerService(worker.WorkerServiceConfig{InstanceID: wk.id, Stores: wk.stores, Merger: wk.merger})
 		if err != nil {
@@ -366,14 +367,14 @@ func (w *stormWorld) runFanOut(ctx context.Context, env *Env, cfg StormConfig, m
 		}
 		go func() { _ = gs.Serve(ln) }()
 		defer gs.Stop()
-		discovery = append(discovery, master.Worker{InstanceID: wk.id, GRPCAddr: ln.Addr().String()})
+		discovery = append(discovery, fanout.Worker{InstanceID: wk.id, GRPCAddr: ln.Addr().String()})
 	}
-	caller := master.NewGRPCCaller(master.GRPCCallerConfig{})
+	caller := fanout.NewGRPCCaller(fanout.GRPCCallerConfig{})
 	defer caller.Close()
 	var mu sync.Mutex
 	var times durations
-	fan := &master.FanOut{Discovery: discovery, Caller: caller, Mode: mode, WorkerTimeout: cfg.Deadline, Logger: quiet,
-		OnWorkerDone: func(_ master.Worker, d time.Duration, err error) {
+	fan := &fanout.FanOut{Discovery: discovery, Caller: caller, Shape: mode, WorkerTimeout: cfg.Deadline, Logger: quiet,
+		OnWorkerDone: func(_ fanout.Worker, d time.Duration, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			res.record(err, d, &times)

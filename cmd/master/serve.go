@@ -17,6 +17,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/master"
 	"github.com/tidemark-io/tidemark/pkg/master/dashboard"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 )
@@ -35,7 +36,7 @@ type serveFlags struct {
 	minGenerations, maxEnqueues int
 	taskConcurrency, mergeConc  int
 	workerTimeout, workerDial   time.Duration
-	fanOut                      string
+	fanOut                      fanout.Shape
 	prepareConc                 int
 	orphanGrace                 time.Duration
 	taskTimeout                 time.Duration
@@ -97,11 +98,12 @@ func newServeCmd() *cobra.Command {
 	bind("merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
 	fs.DurationVar(&f.workerTimeout, "merge-wal-worker-timeout", master.DefaultWorkerTimeout, "bound on one worker's merge in a merge_wal fan-out (in the two-phase shape, on each of its prepare and commit)")
 	bind("merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
-	fs.StringVar(&f.fanOut, "merge-fanout", master.FanOutTwoPhase, "shape of a merge_wal fan-out: two-phase (every worker prepares at once, then they commit one after another) or serial (each worker prepares and commits in turn)")
+	f.fanOut = fanout.TwoPhase
+	fs.Var(&f.fanOut, "merge-fanout", "shape of a merge_wal fan-out: two-phase (every worker prepares at once, then they commit one after another) or serial (each worker prepares and commits in turn)")
 	bind("merge-fanout", "MERGE_FANOUT")
 	fs.IntVar(&f.prepareConc, "merge-prepare-concurrency", 0, "prepares in flight at once in a two-phase merge_wal fan-out; 0 means every worker of the task")
 	bind("merge-prepare-concurrency", "MERGE_PREPARE_CONCURRENCY")
-	fs.DurationVar(&f.orphanGrace, "orphan-grace", master.DefaultOrphanGrace, "a shard whose worker has been unregistered this long is adopted by a live worker (keep it several WORKER_LEASE_TTLs)")
+	fs.DurationVar(&f.orphanGrace, "orphan-grace", fanout.DefaultOrphanGrace, "a shard whose worker has been unregistered this long is adopted by a live worker (keep it several WORKER_LEASE_TTLs)")
 	bind("orphan-grace", "ORPHAN_GRACE")
 	fs.DurationVar(&f.workerDial, "worker-dial-timeout", 5*time.Second, "a worker not connected within this is skipped as unreachable")
 	bind("worker-dial-timeout", "WORKER_DIAL_TIMEOUT")
@@ -144,9 +146,6 @@ func (f serveFlags) check() error {
 	positive(f.scanInterval, "stats-scan-interval", "STATS_SCAN_INTERVAL")
 	positive(f.sweepInterval, "merge-wal-interval", "MERGE_WAL_INTERVAL")
 	positive(f.workerTimeout, "merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
-	if f.fanOut != master.FanOutTwoPhase && f.fanOut != master.FanOutSerial {
-		errs = append(errs, fmt.Errorf("--merge-fanout (MERGE_FANOUT) %q: want %q or %q", f.fanOut, master.FanOutTwoPhase, master.FanOutSerial))
-	}
 	if f.prepareConc < 0 {
 		errs = append(errs, fmt.Errorf("--merge-prepare-concurrency (MERGE_PREPARE_CONCURRENCY) must not be negative, got %d", f.prepareConc))
 	}
@@ -192,9 +191,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	var discovery master.Discovery
+	var discovery fanout.Discovery
 	if f.workerEndpoints != "" {
-		static, err := master.ParseEndpoints(f.workerEndpoints)
+		static, err := fanout.ParseEndpoints(f.workerEndpoints)
 		if err != nil {
 			return fmt.Errorf("--worker-endpoints (WORKER_ENDPOINTS): %w", err)
 		}
@@ -223,7 +222,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if discovery == nil {
 		discovery = &membership.Discovery{Client: client, Prefix: prefix}
 	}
-	caller := master.NewGRPCCaller(master.GRPCCallerConfig{DialTimeout: f.workerDial,
+	caller := fanout.NewGRPCCaller(fanout.GRPCCallerConfig{DialTimeout: f.workerDial,
 		DialOptions: auth.DialOptions(authn.Client.Token, authn.Client.TLS)})
 	defer caller.Close()
 

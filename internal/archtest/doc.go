@@ -1,7 +1,8 @@
 // Package archtest keeps Tidemark's package boundaries: its test lists, as data,
 // which planes may import which (the storage engine and the row formats at the
 // bottom, etcd coordination above the engine, the worker and the master beside each
-// other, test support and tooling out of the library) and fails, naming the import
+// other, inside the master its process above its parts, test support and tooling out
+// of the library) and fails, naming the import
 // chain, when a package links one it must not.
 //
 // The rules are checked on the packages each package links, directly or through

@@ -18,6 +18,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/internal/testutil/testcerts"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -48,7 +49,7 @@ func TestAdminServiceWithoutCredentialIsUnauthenticatedAndEnqueuesNothing(t *tes
 		t.Fatal(err)
 	}
 	runMaster(t, client, Config{Bucket: bucket, GRPCListener: gln, HTTPListener: hln,
-		Discovery: StaticDiscovery{{InstanceID: "w1", GRPCAddr: "127.0.0.1:9"}}, Auth: srv.Guard, TLS: srv.TLS})
+		Discovery: fanout.StaticDiscovery{{InstanceID: "w1", GRPCAddr: "127.0.0.1:9"}}, Auth: srv.Guard, TLS: srv.TLS})
 
 	withCert, err := auth.ClientTLS(certs.CA, certs.ClientCert, certs.ClientKey)
 	if err != nil {

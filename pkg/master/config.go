@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
@@ -43,9 +44,9 @@ type Config struct {
 	Registry *registry.Registry
 	// Discovery lists the workers merge_wal calls (membership.Discovery on Client and
 	// Prefix when nil; a StaticDiscovery for WORKER_ENDPOINTS).
-	Discovery Discovery
+	Discovery fanout.Discovery
 	// Caller calls the workers; required unless Runners replaces merge_wal's.
-	Caller Caller
+	Caller fanout.Caller
 	// Runners add to or replace the built-in runners by kind: merge_wal's serial
 	// FanOut, and Maintenance for compact, verify and repair (with a Caller that
 	// can call WorkerService.Maintain, as the GRPCCaller can).
@@ -78,13 +79,13 @@ type Config struct {
 	// (MERGE_WAL_WORKER_TIMEOUT); TaskTimeout bounds one task run (TASK_TIMEOUT),
 	// so it must allow for a fan-out over every worker.
 	WorkerTimeout time.Duration
-	// FanOut is merge_wal's shape (MERGE_FANOUT): FanOutTwoPhase (the default,
-	// when empty) or FanOutSerial. PrepareConcurrency bounds the two-phase
+	// FanOut is merge_wal's shape (MERGE_FANOUT): fanout.TwoPhase (the default,
+	// when empty) or fanout.Serial. PrepareConcurrency bounds the two-phase
 	// shape's prepares in flight (MERGE_PREPARE_CONCURRENCY; 0: every worker).
-	FanOut             string
+	FanOut             fanout.Shape
 	PrepareConcurrency int
 	// OrphanGrace is how long a shard's worker must be unregistered before the
-	// shard is adopted (DefaultOrphanGrace; ORPHAN_GRACE).
+	// shard is adopted (fanout.DefaultOrphanGrace; ORPHAN_GRACE).
 	OrphanGrace time.Duration
 	TaskTimeout time.Duration
 	// PollInterval is how often an idle scheduler looks for work (1 s).

@@ -24,7 +24,9 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/api"
 	"github.com/tidemark-io/tidemark/pkg/master/dashboard"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
@@ -40,10 +42,10 @@ type Master struct {
 	scanner *scanner.Scanner
 	sweeper *scanner.MergeSweeper
 	compact *scanner.CompactionSweeper
-	orphans *orphans
+	orphans *fanout.Orphans
 	sched   *Scheduler
 	metrics *Metrics
-	admin   *AdminService
+	admin   *api.AdminService
 	health  *health.Server
 	grpc    *grpc.Server
 	http    http.Handler
@@ -58,8 +60,10 @@ func New(cfg Config) (*Master, error) {
 	if cfg.Bucket == nil {
 		return nil, errors.New("master: Bucket (DATA_URL) is required")
 	}
-	if cfg.FanOut != "" && cfg.FanOut != FanOutTwoPhase && cfg.FanOut != FanOutSerial {
-		return nil, fmt.Errorf("master: FanOut (MERGE_FANOUT) %q: want %q or %q", cfg.FanOut, FanOutTwoPhase, FanOutSerial)
+	if cfg.FanOut != "" {
+		if _, err := fanout.ParseShape(string(cfg.FanOut)); err != nil {
+			return nil, fmt.Errorf("master: FanOut (MERGE_FANOUT): %w", err)
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -77,7 +81,7 @@ func New(cfg Config) (*Master, error) {
 	setDefault(&cfg.TaskConcurrency, DefaultTaskConcurrency)
 	setDefault(&cfg.MergeConcurrency, DefaultMergeConcurrency)
 	setDefault(&cfg.WorkerTimeout, DefaultWorkerTimeout)
-	setDefault(&cfg.OrphanGrace, DefaultOrphanGrace)
+	setDefault(&cfg.OrphanGrace, fanout.DefaultOrphanGrace)
 	setDefault(&cfg.TaskTimeout, DefaultTaskTimeout)
 	setDefault(&cfg.LeaseTTL, DefaultLeaseTTL)
 	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
@@ -106,9 +110,9 @@ func New(cfg Config) (*Master, error) {
 	// their instance ids, and a worker missing from it is not gone: only workers
 	// registered in etcd say which shards have an owner. Without them, nothing is
 	// adopted (a live worker's shard would be, and the two would fence each other).
-	if _, static := cfg.Discovery.(StaticDiscovery); !static {
-		m.orphans = newOrphans(cfg.Discovery, cfg.OrphanGrace, clock.RealClock{}, cfg.Metrics)
-		sweep.Orphans = m.orphans.check
+	if _, static := cfg.Discovery.(fanout.StaticDiscovery); !static {
+		m.orphans = fanout.NewOrphans(cfg.Discovery, cfg.OrphanGrace, clock.RealClock{}, cfg.Metrics)
+		sweep.Orphans = m.orphans.Check
 	}
 	m.sweeper = scanner.NewMergeSweeper(cfg.Client, m.tasks, m.session.scannerLease, sweep)
 	compaction := cfg.Compaction
@@ -117,19 +121,19 @@ func New(cfg Config) (*Master, error) {
 
 	runners := map[tasks.Kind]Runner{}
 	if cfg.Caller != nil {
-		runners[tasks.KindMergeWAL] = &FanOut{
+		runners[tasks.KindMergeWAL] = &fanout.FanOut{
 			Discovery:          cfg.Discovery,
 			Caller:             cfg.Caller,
-			Mode:               cfg.FanOut,
+			Shape:              cfg.FanOut,
 			WorkerTimeout:      cfg.WorkerTimeout,
 			PrepareConcurrency: cfg.PrepareConcurrency,
 			OnWorkerDone:       m.metrics.ObserveWorker,
 			Logger:             log.With("component", "fanout"),
 			Row:                m.scanner.Row,
-			orphans:            m.orphans,
+			Orphans:            m.orphans,
 		}
-		if mc, ok := cfg.Caller.(maintainCaller); ok {
-			maint := &Maintenance{Discovery: cfg.Discovery, Caller: mc, Logger: log.With("component", "maintenance")}
+		if mc, ok := cfg.Caller.(fanout.MaintainCaller); ok {
+			maint := &fanout.Maintenance{Discovery: cfg.Discovery, Caller: mc, Logger: log.With("component", "maintenance")}
 			for _, k := range []tasks.Kind{tasks.KindCompact, tasks.KindVerify, tasks.KindRepair} {
 				runners[k] = maint
 			}
@@ -165,16 +169,16 @@ func New(cfg Config) (*Master, error) {
 	})
 	m.session.lost = m.sched.AbandonLease
 
-	admin, err := NewAdminService(AdminConfig{
+	admin, err := api.NewAdminService(api.AdminConfig{
 		Tasks: m.tasks, Scanner: m.scanner, Registry: cfg.Registry, Discovery: cfg.Discovery,
-		Wake: m.sched.Wake, Logger: log.With("component", "admin"), orphans: m.orphans,
+		Wake: m.sched.Wake, Logger: log.With("component", "admin"), Orphans: m.orphans,
 	})
 	if err != nil {
 		return nil, err
 	}
 	m.admin = admin
 	m.health = health.NewServer()
-	m.grpc = NewGRPCServer(admin, m.health, log.With("component", "grpc"),
+	m.grpc = api.NewGRPCServer(admin, m.health, log.With("component", "grpc"),
 		append(auth.ServerCredentials(cfg.TLS), cfg.Auth.ServerOptions()...)...)
 	var ui http.Handler
 	if !cfg.Dashboard.Disabled {
@@ -188,7 +192,7 @@ func New(cfg Config) (*Master, error) {
 		}
 		ui = m.ui
 	}
-	m.http, err = NewHTTPHandler(HTTPConfig{
+	m.http, err = api.NewHTTPHandler(api.HTTPConfig{
 		Admin: admin, Tasks: m.tasks, Scanner: m.scanner, Discovery: cfg.Discovery, DataURL: cfg.Bucket.String(),
 		WorkerToken: cfg.Dashboard.WorkerToken, WorkerTLS: cfg.Dashboard.WorkerTLS,
 		EtcdCheck: m.checkEtcd, Metrics: cfg.Metrics, Logger: log.With("component", "http"),
@@ -240,7 +244,7 @@ func (m *Master) Run(ctx context.Context) error {
 		}
 	}()
 
-	rctx, cancel := context.WithTimeout(ctx, DefaultCallTimeout)
+	rctx, cancel := context.WithTimeout(ctx, api.DefaultCallTimeout)
 	n, err := m.tasks.RecoverOrphans(rctx)
 	cancel()
 	if err != nil {
@@ -268,7 +272,7 @@ func (m *Master) Run(ctx context.Context) error {
 		stop()
 	}
 	m.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	m.health.SetServingStatus(AdminServiceName, healthpb.HealthCheckResponse_SERVING)
+	m.health.SetServingStatus(api.AdminServiceName, healthpb.HealthCheckResponse_SERVING)
 	wg.Go(func() { m.sched.Run(runCtx, m.cfg.ShutdownTimeout) })
 	wg.Go(func() { m.scanner.Run(runCtx) })
 	wg.Go(func() { m.sweeper.Run(runCtx) })
@@ -279,7 +283,7 @@ func (m *Master) Run(ctx context.Context) error {
 		wg.Go(func() { m.ui.Run(runCtx) })
 	}
 	if d, ok := m.cfg.Discovery.(*membership.Discovery); ok {
-		if r, ok := m.cfg.Caller.(connRetainer); ok {
+		if r, ok := m.cfg.Caller.(fanout.ConnRetainer); ok {
 			// A worker's connection is closed when it deregisters (lease revoked
 			// or expired), not at the next merge's discovery, which may never come.
 			wg.Go(func() { d.Watch(runCtx, r.Retain) })
@@ -292,7 +296,7 @@ func (m *Master) Run(ctx context.Context) error {
 		if m.cfg.TLS != nil {
 			ln = tls.NewListener(ln, m.cfg.TLS)
 		}
-		wg.Go(func() { failed(serveHTTP(runCtx, m.http, ln, m.cfg.ShutdownTimeout, m.log)) })
+		wg.Go(func() { failed(api.Serve(runCtx, m.http, ln, m.cfg.ShutdownTimeout, m.log)) })
 	}
 	m.log.Info("master running", "prefix", m.cfg.Prefix, "lease", leaseHex(m.session.lease()))
 	wg.Wait()
@@ -333,7 +337,7 @@ func (m *Master) probeLoop(ctx context.Context) {
 	defer t.Stop()
 	up := true
 	for {
-		pctx, cancel := context.WithTimeout(ctx, HealthTimeout)
+		pctx, cancel := context.WithTimeout(ctx, api.HealthTimeout)
 		err := m.checkEtcd(pctx)
 		var depth int64
 		if err == nil {
@@ -346,7 +350,7 @@ func (m *Master) probeLoop(ctx context.Context) {
 		switch {
 		case err != nil:
 			m.metrics.EtcdUp.Set(0)
-			m.health.SetServingStatus(AdminServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+			m.health.SetServingStatus(api.AdminServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 			if up {
 				m.log.Warn("etcd unreachable: scheduling pauses until it answers", "err", err)
 			}
@@ -354,7 +358,7 @@ func (m *Master) probeLoop(ctx context.Context) {
 		default:
 			m.metrics.EtcdUp.Set(1)
 			m.metrics.QueueDepth.Set(float64(depth))
-			m.health.SetServingStatus(AdminServiceName, healthpb.HealthCheckResponse_SERVING)
+			m.health.SetServingStatus(api.AdminServiceName, healthpb.HealthCheckResponse_SERVING)
 			if !up {
 				m.log.Info("etcd reachable again")
 			}

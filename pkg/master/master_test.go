@@ -25,6 +25,8 @@ import (
 	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/api"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -226,7 +228,7 @@ func TestMasterServesAdminGRPCAndHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := runMaster(t, client, Config{Bucket: bucket, GRPCListener: gln, HTTPListener: hln,
-		Discovery: StaticDiscovery{{InstanceID: "w1", GRPCAddr: "127.0.0.1:9"}}})
+		Discovery: fanout.StaticDiscovery{{InstanceID: "w1", GRPCAddr: "127.0.0.1:9"}}})
 
 	conn, err := grpc.NewClient(gln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -234,7 +236,7 @@ func TestMasterServesAdminGRPCAndHTTP(t *testing.T) {
 	}
 	defer conn.Close()
 	ctx := context.Background()
-	hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: AdminServiceName})
+	hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: api.AdminServiceName})
 	if err != nil || hr.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health = %v, %v", hr, err)
 	}
@@ -261,7 +263,7 @@ func TestMasterServesAdminGRPCAndHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var task TaskRecord
+	var task api.TaskRecord
 	err = json.NewDecoder(resp.Body).Decode(&task)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != 200 || task.State != tasks.StateDone {
@@ -373,25 +375,6 @@ func TestMasterRunLeavesNoGoroutineBehind(t *testing.T) {
 	})
 }
 
-// fakeCaller answers MergeWal for the workers it knows and is unreachable for the
-// others.
-type fakeCaller struct {
-	mu    sync.Mutex
-	calls []string // "<instance> <target> <token>"
-	known map[string]int64
-}
-
-func (f *fakeCaller) MergeWal(_ context.Context, w Worker, target string, token int64) (MergeResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, fmt.Sprintf("%s %s %d", w.InstanceID, target, token))
-	gens, ok := f.known[w.InstanceID]
-	if !ok {
-		return MergeResult{}, fmt.Errorf("%w: %s: connection refused", ErrUnreachable, w.GRPCAddr)
-	}
-	return MergeResult{Generations: gens}, nil
-}
-
 // The built-in merge_wal runner is the serial FanOut over Discovery and Caller,
 // with each worker call timed in master_merge_wal_worker_duration_seconds.
 func TestMasterRunsMergeWALThroughTheFanOut(t *testing.T) {
@@ -399,7 +382,7 @@ func TestMasterRunsMergeWALThroughTheFanOut(t *testing.T) {
 	caller := &fakeCaller{known: map[string]int64{"w1": 3, "w2": 4}}
 	reg := refmetrics.NewProcessRegistry()
 	m := runMaster(t, client, Config{Caller: caller, Runners: map[tasks.Kind]Runner{}, Metrics: reg,
-		Discovery: StaticDiscovery{{InstanceID: "w1", GRPCAddr: "127.0.0.1:1"}, {InstanceID: "w2", GRPCAddr: "127.0.0.1:2"}}})
+		Discovery: fanout.StaticDiscovery{{InstanceID: "w1", GRPCAddr: "127.0.0.1:1"}, {InstanceID: "w2", GRPCAddr: "127.0.0.1:2"}}})
 	ok, _, err := m.Tasks().Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")
 	if err != nil {
 		t.Fatal(err)
@@ -442,5 +425,91 @@ func TestMasterRunsMergeWALThroughTheFanOut(t *testing.T) {
 	// 7 by the first task, 1 by the failed one before it stopped: progress counts.
 	if got := testutil.ToFloat64(m.metrics.GenerationsReclaimed); got != 8 {
 		t.Errorf("master_merge_wal_generations_reclaimed_total = %v, want 8", got)
+	}
+}
+
+// mergingWorker is a WorkerService whose MergeWal merges nothing.
+type mergingWorker struct {
+	tidemarkv1.UnimplementedWorkerServiceServer
+}
+
+func (mergingWorker) MergeWal(context.Context, *tidemarkv1.MergeWalRequest) (*tidemarkv1.MergeWalResponse, error) {
+	return &tidemarkv1.MergeWalResponse{}, nil
+}
+
+// closeWatch is a listener whose accepted connections report on closed when the
+// server closes them (it does once the client hung up).
+type closeWatch struct {
+	net.Listener
+	closed chan string
+}
+
+func (l *closeWatch) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &watchedConn{Conn: c, closed: l.closed}, nil
+}
+
+type watchedConn struct {
+	net.Conn
+	once   sync.Once
+	closed chan string
+}
+
+func (c *watchedConn) Close() error {
+	c.once.Do(func() { c.closed <- c.RemoteAddr().String() })
+	return c.Conn.Close()
+}
+
+// The master must close a worker's connection when the worker deregisters, not
+// when a merge next lists the workers: with no merge due (or only maintenance
+// tasks), the connection to a dead address reconnected for the life of the master.
+// The worker sees its connection closed.
+func TestMasterClosesTheConnectionOfAWorkerWhenItDeregisters(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := &closeWatch{Listener: ln, closed: make(chan string, 16)}
+	gs := grpc.NewServer()
+	tidemarkv1.RegisterWorkerServiceServer(gs, mergingWorker{})
+	go func() { _ = gs.Serve(watch) }()
+	t.Cleanup(gs.Stop)
+	w := fanout.Worker{InstanceID: "w1", GRPCAddr: ln.Addr().String()}
+	lease, err := client.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := json.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Put(ctx, "/m/workers/w1", string(rec), clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	caller := fanout.NewGRPCCaller(fanout.GRPCCallerConfig{})
+	defer caller.Close()
+	runMaster(t, client, Config{Caller: caller})
+
+	if _, err := caller.MergeWal(ctx, w, "generic:g", 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case from := <-watch.closed:
+		t.Fatalf("the connection of a registered worker (from %s) was closed", from)
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	if _, err := client.Revoke(ctx, lease.ID); err != nil { // what a worker's clean stop does
+		t.Fatal(err)
+	}
+	select {
+	case <-watch.closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the deregistered worker's connection was not closed within 30 s")
 	}
 }

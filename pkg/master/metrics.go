@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 )
 
 // Metrics are the master's own series. The scanner and the merge sweep register
@@ -152,12 +153,12 @@ func (m *Metrics) ObserveTask(kind tasks.Kind, outcome string, report tasks.Repo
 	}
 }
 
-// ObserveWorker is a FanOut.OnWorkerDone: it times one worker's merge call and
+// ObserveWorker is a fanout.FanOut.OnWorkerDone: it times one worker's merge call and
 // counts it by result.
-func (m *Metrics) ObserveWorker(_ Worker, d time.Duration, err error) {
+func (m *Metrics) ObserveWorker(_ fanout.Worker, d time.Duration, err error) {
 	result := WorkerOK
 	switch {
-	case errors.Is(err, ErrUnreachable):
+	case errors.Is(err, fanout.ErrUnreachable):
 		result = WorkerUnreachable
 	case err != nil:
 		result = WorkerFailed

@@ -26,7 +26,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/bench"
 	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
-	"github.com/tidemark-io/tidemark/pkg/master"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 )
 
 // scenarios run by default; named adds those that run only when --only names them.
@@ -184,7 +184,7 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	if want("ingest") {
 		for _, cfg := range bench.IngestConfigs(f.ingestDuration, f.ingestShort) {
-			for _, mode := range []string{master.FanOutSerial, master.FanOutTwoPhase} {
+			for _, mode := range []fanout.Shape{fanout.Serial, fanout.TwoPhase} {
 				res, err := bench.RunIngest(ctx, env, cfg, mode)
 				if err != nil {
 					return fmt.Errorf("sustained ingest: %w", err)

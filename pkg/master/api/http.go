@@ -1,4 +1,4 @@
-package master
+package api
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master/dashboard"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 )
 
@@ -58,7 +59,7 @@ type HTTPConfig struct {
 	Admin     *AdminService
 	Tasks     *tasks.Queue
 	Scanner   *scanner.Scanner
-	Discovery Discovery
+	Discovery fanout.Discovery
 	// EtcdCheck reports whether etcd answers; health is 503 while it does not.
 	// It is called with a context bounded by HealthTimeout.
 	EtcdCheck func(ctx context.Context) error
@@ -294,10 +295,10 @@ func onlyParams(q url.Values, known ...string) error {
 	return fmt.Errorf("%w: unknown query parameter %s (known: %s)", tasks.ErrInvalidArgument, strings.Join(unknown, ", "), want)
 }
 
-// serveHTTP answers requests on ln until ctx is done, then shuts down gracefully:
+// Serve answers requests of h on ln until ctx is done, then shuts down gracefully:
 // it stops accepting, waits up to timeout for requests in flight, and cuts off the
 // rest. It returns nil after a clean shutdown. ln is closed in every case.
-func serveHTTP(ctx context.Context, h http.Handler, ln net.Listener, timeout time.Duration, log *slog.Logger) error {
+func Serve(ctx context.Context, h http.Handler, ln net.Listener, timeout time.Duration, log *slog.Logger) error {
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,

@@ -1,4 +1,4 @@
-package master
+package fanout
 
 import (
 	"context"
@@ -63,15 +63,15 @@ func TestFanOutAdoptsFirstAndPassesOverAnUnreachableAdopter(t *testing.T) {
 		t.Fatal("the test needs the unreachable worker to be the shard's first adopter")
 	}
 	clk := clocktesting.NewFakePassiveClock(time.Now())
-	o := newOrphans(workers, time.Minute, clk, prometheus.NewRegistry())
+	o := NewOrphans(workers, time.Minute, clk, prometheus.NewRegistry())
 	row := stats.Row{Target: "generic:gs", ActiveShards: []string{"gone", "live"}}
-	if got := o.of(row, workers); len(got) != 0 {
+	if got := o.Of(row, workers); len(got) != 0 {
 		t.Fatalf("orphaned before the grace: %v", got)
 	}
 	clk.SetTime(clk.Now().Add(time.Minute))
 	caller := NewGRPCCaller(GRPCCallerConfig{DialTimeout: 500 * time.Millisecond})
 	defer caller.Close()
-	f := &FanOut{Discovery: workers, Caller: caller, orphans: o,
+	f := &FanOut{Discovery: workers, Caller: caller, Orphans: o,
 		Row: func(context.Context, string) (stats.Row, error) { return row, nil }}
 	report, err := f.Run(context.Background(), claimFor("generic:gs", 7))
 	if err == nil || !strings.Contains(err.Error(), "unavailable: dead") {

@@ -1,4 +1,4 @@
-package master
+package fanout
 
 import (
 	"context"
@@ -56,31 +56,59 @@ type shardAdopter interface {
 	AdoptShard(ctx context.Context, w Worker, target, shard string, fencingToken int64) (AdoptResult, error)
 }
 
-// connRetainer is a Caller that keeps connections: the fan-out and the watch of
-// the membership (Master.Run) tell it which workers are live, so it can drop the
-// rest.
-type connRetainer interface {
+// ConnRetainer is a Caller that keeps connections: the fan-out and the watch of
+// the membership (the master's Run) tell it which workers are live, so it can
+// drop the rest.
+type ConnRetainer interface {
 	Retain(live []Worker)
 }
 
-// Fan-out shapes (MERGE_FANOUT).
+// Shape is a fan-out's shape (MERGE_FANOUT).
+type Shape string
+
+// Fan-out shapes.
 const (
-	// FanOutTwoPhase prepares the merge on every worker at once, then commits one
+	// TwoPhase prepares the merge on every worker at once, then commits one
 	// worker after another (the default).
-	FanOutTwoPhase = "two-phase"
-	// FanOutSerial calls MergeWal on one worker after another, each preparing and
+	TwoPhase Shape = "two-phase"
+	// Serial calls MergeWal on one worker after another, each preparing and
 	// committing in turn (the reference system's shape).
-	FanOutSerial = "serial"
+	Serial Shape = "serial"
 )
+
+// ParseShape returns the shape named s, or an error naming the shapes there are.
+func ParseShape(s string) (Shape, error) {
+	switch sh := Shape(s); sh {
+	case TwoPhase, Serial:
+		return sh, nil
+	}
+	return "", fmt.Errorf("fan-out shape %q: want %q or %q", s, TwoPhase, Serial)
+}
+
+// String is the shape's name.
+func (s Shape) String() string { return string(s) }
+
+// Set sets the shape named name (flag.Value).
+func (s *Shape) Set(name string) error {
+	sh, err := ParseShape(name)
+	if err != nil {
+		return err
+	}
+	*s = sh
+	return nil
+}
+
+// Type names a shape flag's value in --help (pflag.Value).
+func (Shape) Type() string { return "shape" }
 
 // FanOut runs merge_wal tasks. Commits of one target never overlap: in both
 // shapes the workers commit one after another, in discovery's order.
 type FanOut struct {
 	Discovery Discovery
 	Caller    Caller
-	// Mode is FanOutTwoPhase (also when empty; it needs a Caller that can prepare,
-	// as the GRPCCaller can) or FanOutSerial.
-	Mode string
+	// Shape is TwoPhase (also when empty; it needs a Caller that can prepare,
+	// as the GRPCCaller can) or Serial.
+	Shape Shape
 	// PrepareConcurrency bounds the prepares in flight in the two-phase shape
 	// (MERGE_PREPARE_CONCURRENCY); 0 means every worker of the task at once.
 	PrepareConcurrency int
@@ -92,11 +120,11 @@ type FanOut struct {
 	// outcome: a MergeWal, or a two-phase commit (and a prepare only when it
 	// failed, since no commit follows it).
 	OnWorkerDone func(w Worker, d time.Duration, err error)
-	// Row reads a target's stats row, and orphans names its orphaned shards;
+	// Row reads a target's stats row, and Orphans names its orphaned shards;
 	// with both set (and a Caller that adopts), the fan-out has each orphaned
-	// shard adopted after the live workers merged.
+	// shard adopted before the live workers merge.
 	Row     func(ctx context.Context, target string) (stats.Row, error)
-	orphans *orphans
+	Orphans *Orphans
 	Logger  *slog.Logger
 }
 
@@ -140,7 +168,7 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) 
 	if err != nil {
 		return tasks.Report{}, fmt.Errorf("discover workers: %w", err)
 	}
-	if r, ok := f.Caller.(connRetainer); ok {
+	if r, ok := f.Caller.(ConnRetainer); ok {
 		r.Retain(workers)
 	}
 	if len(workers) == 0 {
@@ -164,7 +192,7 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) 
 		}
 		live = append(live, w)
 	}
-	if tp, ok := f.Caller.(twoPhaseCaller); ok && f.Mode != FanOutSerial {
+	if tp, ok := f.Caller.(twoPhaseCaller); ok && f.Shape != Serial {
 		err = f.twoPhase(ctx, c, tp, live, t, log)
 	} else {
 		err = f.serial(ctx, c, live, t, log)
@@ -302,7 +330,7 @@ func (f *FanOut) bounded(ctx context.Context, w Worker, fn func(context.Context)
 func (f *FanOut) adopt(ctx context.Context, c *tasks.Claim, workers []Worker, log *slog.Logger) (adopted int, errs []error, unreachable map[string]bool) {
 	unreachable = map[string]bool{}
 	ad, ok := f.Caller.(shardAdopter)
-	if !ok || f.Row == nil || f.orphans == nil {
+	if !ok || f.Row == nil || f.Orphans == nil {
 		return 0, nil, unreachable
 	}
 	row, err := f.Row(ctx, c.Task.Target)
@@ -312,7 +340,7 @@ func (f *FanOut) adopt(ctx context.Context, c *tasks.Claim, workers []Worker, lo
 		}
 		return 0, []error{fmt.Errorf("orphaned shards: %w", err)}, unreachable
 	}
-	for _, shard := range f.orphans.of(row, workers) {
+	for _, shard := range f.Orphans.Of(row, workers) {
 		var last error
 		for _, w := range ringFrom(shard, workers) {
 			if unreachable[w.InstanceID] {
@@ -352,5 +380,4 @@ func (f *FanOut) adopt(ctx context.Context, c *tasks.Claim, workers []Worker, lo
 
 // count is n and noun, plural unless n is 1: "1 generation", "0 generations". For
 // a fraction ("2/3 workers") n is the whole.
-// count says n nouns in English ("1 generation", "2 generations").
 func count(n int64, noun string) string { return english.Plural(int(n), noun, noun+"s") }

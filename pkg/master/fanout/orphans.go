@@ -1,4 +1,4 @@
-package master
+package fanout
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // so an ordinary restart of a worker that keeps its INSTANCE_ID never triggers one.
 const DefaultOrphanGrace = time.Minute
 
-// orphans tracks, for every active shard of every store (stats.Row.ActiveShards),
+// Orphans tracks, for every active shard of every store (stats.Row.ActiveShards),
 // since when no registered worker has its name. A shard missing for the grace
 // period is orphaned: the merge sweep enqueues merge_wal for its target, and the
 // fan-out has a live worker adopt it.
@@ -26,7 +26,7 @@ const DefaultOrphanGrace = time.Minute
 // The clock starts when this replica first sees the shard missing, so a master
 // that takes over starts it again: a takeover delays adoption by up to the grace,
 // never hastens it.
-type orphans struct {
+type Orphans struct {
 	disc  Discovery
 	grace time.Duration
 	clock clock.PassiveClock
@@ -43,21 +43,24 @@ type missingEntry struct {
 	orphanedAt time.Time
 }
 
-// missingShard is an active shard of a store that no registered worker has the
+// MissingShard is an active shard of a store that no registered worker has the
 // name of, as this replica's tracker sees it.
-type missingShard struct {
-	shard string
-	// since is when this replica first saw it missing.
-	since time.Time
-	// orphanedAt is when it is (or was) orphaned: since + ORPHAN_GRACE, or when
+type MissingShard struct {
+	Shard string
+	// Since is when this replica first saw it missing.
+	Since time.Time
+	// OrphanedAt is when it is (or was) orphaned: Since + ORPHAN_GRACE, or when
 	// an operator forced its adoption.
-	orphanedAt time.Time
-	// orphaned: the next merge_wal of the store has it adopted.
-	orphaned bool
+	OrphanedAt time.Time
+	// Orphaned: the next merge_wal of the store has it adopted.
+	Orphaned bool
 }
 
-func newOrphans(disc Discovery, grace time.Duration, clk clock.PassiveClock, reg prometheus.Registerer) *orphans {
-	o := &orphans{disc: disc, grace: grace, clock: clk, missing: map[string]missingEntry{},
+// NewOrphans returns a tracker of the shards disc's workers do not have, each
+// orphaned grace after it was first seen missing, with its gauge registered in
+// reg.
+func NewOrphans(disc Discovery, grace time.Duration, clk clock.PassiveClock, reg prometheus.Registerer) *Orphans {
+	o := &Orphans{disc: disc, grace: grace, clock: clk, missing: map[string]missingEntry{},
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tidemark_orphaned_shards",
 			Help: "Shards whose worker has not been registered for ORPHAN_GRACE, as of the last merge sweep (adopted by the next merge_wal of their store).",
@@ -66,10 +69,10 @@ func newOrphans(disc Discovery, grace time.Duration, clk clock.PassiveClock, reg
 	return o
 }
 
-// check is the merge sweep's scanner.OrphanCheck: it lists the live workers once
+// Check is the merge sweep's scanner.OrphanCheck: it lists the live workers once
 // and returns a function naming the orphaned shards of a row. Shards found live,
 // or no longer active, are forgotten.
-func (o *orphans) check(ctx context.Context) (func(stats.Row) []string, error) {
+func (o *Orphans) Check(ctx context.Context) (func(stats.Row) []string, error) {
 	workers, err := o.disc.Workers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("orphaned shards: discover workers: %w", err)
@@ -92,11 +95,11 @@ func (o *orphans) check(ctx context.Context) (func(stats.Row) []string, error) {
 
 // orphaned returns the shards of r missing for the grace period, recording since
 // when each missing one is missing.
-func (o *orphans) orphaned(r stats.Row, live map[string]bool, now time.Time, seen map[string]bool) []string {
+func (o *Orphans) orphaned(r stats.Row, live map[string]bool, now time.Time, seen map[string]bool) []string {
 	var out []string
 	for _, m := range o.observe(r, live, now, seen) {
-		if m.orphaned {
-			out = append(out, m.shard)
+		if m.Orphaned {
+			out = append(out, m.Shard)
 		}
 	}
 	return out
@@ -105,10 +108,10 @@ func (o *orphans) orphaned(r stats.Row, live map[string]bool, now time.Time, see
 // observe records which active shards of r are missing among live (forgetting
 // those found live), marks the missing ones in seen, and returns them in shard
 // order.
-func (o *orphans) observe(r stats.Row, live map[string]bool, now time.Time, seen map[string]bool) []missingShard {
+func (o *Orphans) observe(r stats.Row, live map[string]bool, now time.Time, seen map[string]bool) []MissingShard {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var out []missingShard
+	var out []MissingShard
 	for _, shard := range r.ActiveShards {
 		key := orphanKey(r.Target, shard)
 		if live[shard] {
@@ -121,13 +124,13 @@ func (o *orphans) observe(r stats.Row, live map[string]bool, now time.Time, seen
 			e = missingEntry{since: now, orphanedAt: now.Add(o.grace)}
 			o.missing[key] = e
 		}
-		out = append(out, missingShard{shard: shard, since: e.since, orphanedAt: e.orphanedAt, orphaned: !now.Before(e.orphanedAt)})
+		out = append(out, MissingShard{Shard: shard, Since: e.since, OrphanedAt: e.orphanedAt, Orphaned: !now.Before(e.orphanedAt)})
 	}
 	return out
 }
 
 // forget drops the missing shards of target that its row no longer lists.
-func (o *orphans) forget(seen map[string]bool, target string) {
+func (o *Orphans) forget(seen map[string]bool, target string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	prefix := orphanKey(target, "")
@@ -138,18 +141,18 @@ func (o *orphans) forget(seen map[string]bool, target string) {
 	}
 }
 
-// of returns the orphaned shards of row among live workers (the fan-out's view).
-func (o *orphans) of(r stats.Row, live []Worker) []string {
+// Of returns the orphaned shards of r among live workers (the fan-out's view).
+func (o *Orphans) Of(r stats.Row, live []Worker) []string {
 	return o.orphaned(r, liveSet(live), o.clock.Now(), map[string]bool{})
 }
 
-// missingOf returns the missing shards of each row among live, for the stats an
+// MissingOf returns the missing shards of each row among live, for the stats an
 // operator reads. It records what it sees as the sweep does: a look at the
 // workers is as good an observation as the sweep's, and what the operator is
 // shown is then what adoption goes by.
-func (o *orphans) missingOf(rows []stats.Row, live []Worker) [][]missingShard {
+func (o *Orphans) MissingOf(rows []stats.Row, live []Worker) [][]MissingShard {
 	set, now := liveSet(live), o.clock.Now()
-	out := make([][]missingShard, len(rows))
+	out := make([][]MissingShard, len(rows))
 	for i, r := range rows {
 		seen := map[string]bool{}
 		out[i] = o.observe(r, set, now, seen)
@@ -158,12 +161,12 @@ func (o *orphans) missingOf(rows []stats.Row, live []Worker) [][]missingShard {
 	return out
 }
 
-// force makes shard of target orphaned now, whatever the grace (an operator's
+// Force makes shard of target orphaned now, whatever the grace (an operator's
 // `master admin adopt`), keeping since when it is missing. The caller checked that
 // the target's stats row lists it as active and that no live worker has its name;
 // a worker that registers under it before the adoption clears the mark, as it
 // would the grace, and so does a row that no longer lists it.
-func (o *orphans) force(target, shard string) missingShard {
+func (o *Orphans) Force(target, shard string) MissingShard {
 	now := o.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -176,7 +179,7 @@ func (o *orphans) force(target, shard string) missingShard {
 		e.orphanedAt = now
 	}
 	o.missing[key] = e
-	return missingShard{shard: shard, since: e.since, orphanedAt: e.orphanedAt, orphaned: true}
+	return MissingShard{Shard: shard, Since: e.since, OrphanedAt: e.orphanedAt, Orphaned: true}
 }
 
 func orphanKey(target, shard string) string { return target + "\x00" + shard }

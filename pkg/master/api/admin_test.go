@@ -1,4 +1,4 @@
-package master
+package api
 
 import (
 	"context"
@@ -31,6 +31,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
@@ -39,6 +40,9 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
+
+// testToken is the bearer token the tests' guarded services accept.
+const testToken = "master-test-token-0123456789"
 
 const adminTestSpec = `{"columns":[["id",{"type":"string"}],["v",{"type":"int64","nullable":true}]]}`
 
@@ -56,8 +60,8 @@ type adminEnv struct {
 	conn    *grpc.ClientConn
 	lease   clientv3.LeaseID
 	wakes   atomic.Int32
-	// orphans is the service's tracker, on clock (DefaultOrphanGrace).
-	orphans *orphans
+	// orphans is the service's tracker, on clock (fanout.DefaultOrphanGrace).
+	orphans *fanout.Orphans
 	clock   *clocktesting.FakePassiveClock
 }
 
@@ -91,7 +95,7 @@ func createStores(t *testing.T, b *objstore.Bucket) {
 
 // newAdminEnv serves the AdminService with opts added to the gRPC server's
 // options; d nil is discovery through etcd under /admin.
-func newAdminEnv(t *testing.T, d Discovery, opts ...grpc.ServerOption) *adminEnv {
+func newAdminEnv(t *testing.T, d fanout.Discovery, opts ...grpc.ServerOption) *adminEnv {
 	t.Helper()
 	client, _ := etcdtest.Start(t)
 	ctx := context.Background()
@@ -109,9 +113,9 @@ func newAdminEnv(t *testing.T, d Discovery, opts ...grpc.ServerOption) *adminEnv
 		d = &membership.Discovery{Client: client, Prefix: "/admin"}
 	}
 	e.clock = clocktesting.NewFakePassiveClock(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
-	e.orphans = newOrphans(d, DefaultOrphanGrace, e.clock, prometheus.NewRegistry())
+	e.orphans = fanout.NewOrphans(d, fanout.DefaultOrphanGrace, e.clock, prometheus.NewRegistry())
 	e.svc, err = NewAdminService(AdminConfig{Tasks: e.ts, Scanner: e.scanner, Registry: registry.New(b),
-		Discovery: d, Wake: func() { e.wakes.Add(1) }, Logger: log, orphans: e.orphans})
+		Discovery: d, Wake: func() { e.wakes.Add(1) }, Logger: log, Orphans: e.orphans})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +416,7 @@ func TestListWorkersNamesTheirSource(t *testing.T) {
 		}
 	})
 	t.Run("static", func(t *testing.T) {
-		d, err := ParseEndpoints("a=127.0.0.1:1,127.0.0.1:2")
+		d, err := fanout.ParseEndpoints("a=127.0.0.1:1,127.0.0.1:2")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package master
+package api
 
 // Conformance of the master's HTTP routes with the reference system's master
 // (lance-context), whose UI and clients must work against a Tidemark master
@@ -52,6 +52,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/testutil/jsonshape"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker"
 	"github.com/tidemark-io/tidemark/pkg/worker/merge"
@@ -83,7 +84,7 @@ func newConfEnv(t *testing.T) *confEnv {
 	quiet := slog.New(slog.DiscardHandler)
 	e := &confEnv{t: t}
 	// The worker writes shard w2: newAdminEnv created the stores as w1.
-	e.adminEnv = newAdminEnv(t, discoveryFunc(func(context.Context) ([]Worker, error) { return e.workers.Load().([]Worker), nil }))
+	e.adminEnv = newAdminEnv(t, discoveryFunc(func(context.Context) ([]fanout.Worker, error) { return e.workers.Load().([]fanout.Worker), nil }))
 	ss := store.NewStores(store.Config{Bucket: e.bucket, Shard: "w2", Logger: quiet, SnapshotTTL: -1,
 		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
 	t.Cleanup(func() { _ = ss.Close(context.Background()) })
@@ -97,7 +98,7 @@ func newConfEnv(t *testing.T) *confEnv {
 	t.Cleanup(whs.Close)
 	e.worker = whs.URL
 	u, _ := url.Parse(whs.URL)
-	e.workers.Store([]Worker{{InstanceID: "w2", GRPCAddr: "127.0.0.1:9", HTTPAddr: u.Host}})
+	e.workers.Store([]fanout.Worker{{InstanceID: "w2", GRPCAddr: "127.0.0.1:9", HTTPAddr: u.Host}})
 
 	tokens, err := auth.NewTokens("test", conformanceToken)
 	if err != nil {
@@ -431,7 +432,7 @@ func TestConformanceRecordsAreReadThroughAWorker(t *testing.T) {
 	e.refError(http.MethodGet, "/api/v1/experiments/-x/records", "", 400, CodeInvalidRequest, "-x")
 
 	// A worker that cannot be reached is passed over; none left is a 503.
-	e.workers.Store([]Worker{{InstanceID: "w0", HTTPAddr: "127.0.0.1:1"}})
+	e.workers.Store([]fanout.Worker{{InstanceID: "w0", HTTPAddr: "127.0.0.1:1"}})
 	e.refError(http.MethodGet, "/api/v1/experiments/r1/records", "", 503, CodeUnavailable, "w0")
 }
 
@@ -448,7 +449,7 @@ func claimDone(t *testing.T, e *adminEnv, id string) {
 	}
 }
 
-// discoveryFunc is a Discovery a test can change while the handler runs.
-type discoveryFunc func(ctx context.Context) ([]Worker, error)
+// discoveryFunc is a fanout.Discovery a test can change while the handler runs.
+type discoveryFunc func(ctx context.Context) ([]fanout.Worker, error)
 
-func (f discoveryFunc) Workers(ctx context.Context) ([]Worker, error) { return f(ctx) }
+func (f discoveryFunc) Workers(ctx context.Context) ([]fanout.Worker, error) { return f(ctx) }

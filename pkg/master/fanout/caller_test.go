@@ -1,65 +1,14 @@
-package master
+package fanout
 
 import (
 	"context"
-	"encoding/json"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/connectivity"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
-
-// The master must close a worker's connection when the worker deregisters, not
-// when a merge next lists the workers: with no merge due (or only maintenance
-// tasks), the connection to a dead address reconnected for the life of the master.
-func TestMasterClosesTheConnectionOfAWorkerWhenItDeregisters(t *testing.T) {
-	client, _ := etcdtest.Start(t)
-	ctx := context.Background()
-	var inFlight, maxSeen atomic.Int32
-	w := startWorker(t, &countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen})
-	lease, err := client.Grant(ctx, 30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := json.Marshal(w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.Put(ctx, "/m/workers/w1", string(rec), clientv3.WithLease(lease.ID)); err != nil {
-		t.Fatal(err)
-	}
-	caller := NewGRPCCaller(GRPCCallerConfig{})
-	defer caller.Close()
-	runMaster(t, client, Config{Caller: caller})
-
-	if _, err := caller.MergeWal(ctx, w, "generic:g", 1); err != nil {
-		t.Fatal(err)
-	}
-	cc, err := caller.conn(w.GRPCAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := cc.GetState(); s == connectivity.Shutdown {
-		t.Fatal("the connection of a registered worker was closed")
-	}
-
-	if _, err := client.Revoke(ctx, lease.ID); err != nil { // what a worker's clean stop does
-		t.Fatal(err)
-	}
-	testwait.For(t, 30*time.Second, "the deregistered worker's connection to be closed", func() (bool, string) {
-		caller.mu.Lock()
-		_, kept := caller.conns[w.GRPCAddr]
-		caller.mu.Unlock()
-		s := cc.GetState()
-		return !kept && s == connectivity.Shutdown, "kept " + map[bool]string{true: "yes", false: "no"}[kept] + ", state " + s.String()
-	})
-}
 
 // blockingWorker's MergeWal answers once release is closed.
 type blockingWorker struct {

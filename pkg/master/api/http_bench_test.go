@@ -1,4 +1,4 @@
-package master
+package api
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
@@ -30,11 +31,11 @@ func BenchmarkTaskListPage(b *testing.B) {
 	}
 	bucket := objstoretest.Mem(b)
 	sc := scanner.New(client, ts, bucket, scanner.StaticLease(1), scanner.Config{})
-	admin, err := NewAdminService(AdminConfig{Tasks: ts, Scanner: sc, Registry: registry.New(bucket), Discovery: StaticDiscovery{}})
+	admin, err := NewAdminService(AdminConfig{Tasks: ts, Scanner: sc, Registry: registry.New(bucket), Discovery: fanout.StaticDiscovery{}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := NewHTTPHandler(HTTPConfig{Admin: admin, Tasks: ts, Scanner: sc, Discovery: StaticDiscovery{},
+	h, err := NewHTTPHandler(HTTPConfig{Admin: admin, Tasks: ts, Scanner: sc, Discovery: fanout.StaticDiscovery{},
 		EtcdCheck: func(context.Context) error { return nil }})
 	if err != nil {
 		b.Fatal(err)

@@ -1,4 +1,4 @@
-package master
+package api
 
 import (
 	"context"
@@ -10,193 +10,20 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
-	"github.com/tidemark-io/tidemark/pkg/coord/membership"
-	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
-
-// trackerEnv is an orphans tracker on a fake clock over workers registered in a
-// real etcd under /o.
-type trackerEnv struct {
-	t     *testing.T
-	ctx   context.Context
-	etcd  *clientv3.Client
-	clock *clocktesting.FakePassiveClock
-	o     *orphans
-}
-
-func newTrackerEnv(t *testing.T) *trackerEnv {
-	client, _ := etcdtest.Start(t)
-	clk := clocktesting.NewFakePassiveClock(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
-	return &trackerEnv{t: t, ctx: context.Background(), etcd: client, clock: clk,
-		o: newOrphans(&membership.Discovery{Client: client, Prefix: "/o"}, DefaultOrphanGrace, clk, prometheus.NewRegistry())}
-}
-
-// register puts a worker's registration record as a worker writes it.
-func register(t *testing.T, client *clientv3.Client, prefix, id string) {
-	t.Helper()
-	rec, _ := json.Marshal(Worker{InstanceID: id, GRPCAddr: "10.0.0.1:" + id})
-	if _, err := client.Put(context.Background(), prefix+"/workers/"+id, string(rec)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func unregister(t *testing.T, client *clientv3.Client, prefix, id string) {
-	t.Helper()
-	if _, err := client.Delete(context.Background(), prefix+"/workers/"+id); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// sweep is what one merge sweep asks of the tracker: the orphaned shards of each
-// row.
-func (e *trackerEnv) sweep(rows ...stats.Row) [][]string {
-	e.t.Helper()
-	orphaned, err := e.o.check(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	out := make([][]string, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, orphaned(r))
-	}
-	return out
-}
-
-// wantOrphaned fails unless one sweep of row names exactly want.
-func (e *trackerEnv) wantOrphaned(what string, row stats.Row, want ...string) {
-	e.t.Helper()
-	if got := e.sweep(row)[0]; !slices.Equal(got, want) {
-		e.t.Errorf("%s (at +%s): orphaned %v, want %v", what, e.elapsed(), got, want)
-	}
-}
-
-var trackerStart = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-
-func (e *trackerEnv) elapsed() time.Duration { return e.clock.Now().Sub(trackerStart) }
-
-func (e *trackerEnv) advance(d time.Duration) { e.clock.SetTime(e.clock.Now().Add(d)) }
-
-func row(target string, active ...string) stats.Row {
-	return stats.Row{Target: target, Shards: len(active), ActiveShards: active}
-}
-
-// The failure guarded: an ordinary restart of a worker (its registration gone for
-// a few lease TTLs) must not have its shard adopted from under it; only a shard
-// missing for the whole grace is orphaned.
-func TestAShardMissingForLessThanTheGraceIsNotOrphaned(t *testing.T) {
-	e := newTrackerEnv(t)
-	register(t, e.etcd, "/o", "w1")
-	r := row("r1", "w1", "w2")
-
-	e.wantOrphaned("first seen missing", r)
-	e.advance(DefaultOrphanGrace - time.Second)
-	e.wantOrphaned("missing a second short of the grace", r)
-	if got := testutil.ToFloat64(e.o.gauge); got != 0 {
-		t.Errorf("tidemark_orphaned_shards = %v within the grace, want 0", got)
-	}
-	e.advance(time.Second)
-	e.wantOrphaned("missing for the grace", r, "w2")
-	if got := testutil.ToFloat64(e.o.gauge); got != 1 {
-		t.Errorf("tidemark_orphaned_shards = %v, want 1", got)
-	}
-	// The fan-out's view agrees with the sweep's.
-	workers, err := e.o.disc.Workers(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := e.o.of(r, workers); !slices.Equal(got, []string{"w2"}) {
-		t.Errorf("fan-out: orphaned %v, want [w2]", got)
-	}
-}
-
-func TestAWorkerThatRegistersAgainWithinTheGraceStartsItsGraceOver(t *testing.T) {
-	e := newTrackerEnv(t)
-	register(t, e.etcd, "/o", "w1")
-	r := row("r1", "w1", "w2")
-
-	e.wantOrphaned("first seen missing", r)
-	e.advance(DefaultOrphanGrace / 2)
-	register(t, e.etcd, "/o", "w2")
-	e.wantOrphaned("registered again", r)
-	unregister(t, e.etcd, "/o", "w2")
-	e.wantOrphaned("gone again", r)
-	e.advance(DefaultOrphanGrace / 2)
-	// A grace after it was first seen missing, but only half of one since it was
-	// gone again.
-	e.wantOrphaned("half a grace after it left again", r)
-	e.advance(DefaultOrphanGrace / 2)
-	e.wantOrphaned("a grace after it left again", r, "w2")
-
-	// An orphaned shard whose worker comes back is no longer orphaned.
-	register(t, e.etcd, "/o", "w2")
-	e.wantOrphaned("back after being orphaned", r)
-	if n := len(e.o.missing); n != 0 {
-		t.Errorf("tracker holds %d shards with every worker registered", n)
-	}
-}
-
-func TestTheTrackerForgetsShardsNoLongerActive(t *testing.T) {
-	e := newTrackerEnv(t)
-	register(t, e.etcd, "/o", "w1")
-	r1, r2 := row("r1", "w1", "w2"), row("generic:g1", "w1", "w3")
-
-	e.sweep(r1, r2)
-	e.advance(DefaultOrphanGrace - time.Second)
-	// w2 retired (adopted by someone else, or drained): r1 no longer lists it. A
-	// sweep of another target forgets nothing of r1.
-	e.sweep(r2)
-	if _, ok := e.o.missing[orphanKey("r1", "w2")]; !ok {
-		t.Fatal("a sweep of generic:g1 forgot r1's missing shard")
-	}
-	e.sweep(row("r1", "w1"), r2)
-	if _, ok := e.o.missing[orphanKey("r1", "w2")]; ok {
-		t.Fatal("r1's row no longer lists w2, and the tracker still has it")
-	}
-	// Active again (a retired shard with files due for deletion): its clock starts
-	// over rather than counting the time it was not active.
-	e.advance(time.Second)
-	e.wantOrphaned("active again", r1)
-	e.advance(DefaultOrphanGrace)
-	e.wantOrphaned("a grace after it was active again", r1, "w2")
-	// w3 of generic:g1 kept its clock through all of this.
-	if got := e.sweep(r2)[0]; !slices.Equal(got, []string{"w3"}) {
-		t.Errorf("generic:g1: orphaned %v, want [w3]", got)
-	}
-}
-
-func TestForcingAShardOrphansItNowAndKeepsSinceWhenItIsMissing(t *testing.T) {
-	e := newTrackerEnv(t)
-	register(t, e.etcd, "/o", "w1")
-	r := row("r1", "w1", "w2")
-	e.wantOrphaned("first seen missing", r)
-	seen := e.clock.Now()
-	e.advance(time.Second)
-	m := e.o.force("r1", "w2")
-	if !m.orphaned || !m.since.Equal(seen) || !m.orphanedAt.Equal(e.clock.Now()) {
-		t.Errorf("forced = %+v, want orphaned now, missing since %s", m, seen)
-	}
-	e.wantOrphaned("forced", r, "w2")
-	// A worker that registers under it clears the mark, as it clears the grace.
-	register(t, e.etcd, "/o", "w2")
-	e.wantOrphaned("forced, then registered", r)
-	unregister(t, e.etcd, "/o", "w2")
-	e.wantOrphaned("forced, registered, gone again", r)
-}
 
 // addShard gives store kind/name a WAL shard named shard, as a worker of that
 // instance id does when it first writes the store.
@@ -230,6 +57,35 @@ func orphanEnv(t *testing.T, opts ...grpc.ServerOption) *adminEnv {
 	return e
 }
 
+// orphanedShards lists the shards the stats show orphaned ("<target> <shard>"):
+// those the tracker marks (ForceAdopt), since the tests' grace never passes. It
+// asks the service in process, past any credential check.
+func orphanedShards(t *testing.T, e *adminEnv) []string {
+	t.Helper()
+	resp, err := e.svc.ListStats(e.ctx, &tidemarkv1.ListStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range resp.Stats {
+		for _, m := range r.MissingShards {
+			if m.Orphaned {
+				out = append(out, r.Target+" "+m.Shard)
+			}
+		}
+	}
+	return out
+}
+
+// register puts a worker's registration record as a worker writes it.
+func register(t *testing.T, client *clientv3.Client, prefix, id string) {
+	t.Helper()
+	rec, _ := json.Marshal(fanout.Worker{InstanceID: id, GRPCAddr: "10.0.0.1:" + id})
+	if _, err := client.Put(context.Background(), prefix+"/workers/"+id, string(rec)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func statsOf(t *testing.T, e *adminEnv, target string) *tidemarkv1.StatsRow {
 	t.Helper()
 	resp, err := e.client.ListStats(e.ctx, &tidemarkv1.ListStatsRequest{})
@@ -260,14 +116,14 @@ func TestStatsShowActiveShardsAndTheMissingOnes(t *testing.T) {
 		t.Fatalf("r1: missing shards %v, want w2", r1.MissingShards)
 	}
 	m := r1.MissingShards[0]
-	if m.Shard != "w2" || m.Orphaned || !m.MissingSince.AsTime().Equal(t0) || !m.OrphanedAt.AsTime().Equal(t0.Add(DefaultOrphanGrace)) {
-		t.Errorf("r1's w2 within the grace = %v, want missing since %s, orphaned at %s", m, t0, t0.Add(DefaultOrphanGrace))
+	if m.Shard != "w2" || m.Orphaned || !m.MissingSince.AsTime().Equal(t0) || !m.OrphanedAt.AsTime().Equal(t0.Add(fanout.DefaultOrphanGrace)) {
+		t.Errorf("r1's w2 within the grace = %v, want missing since %s, orphaned at %s", m, t0, t0.Add(fanout.DefaultOrphanGrace))
 	}
 	if g1 := statsOf(t, e, "generic:g1"); !slices.Equal(g1.ActiveShards, []string{"w1"}) || len(g1.MissingShards) != 0 {
 		t.Errorf("generic:g1: active %v, missing %v; want [w1], none", g1.ActiveShards, g1.MissingShards)
 	}
 
-	e.clock.SetTime(t0.Add(DefaultOrphanGrace))
+	e.clock.SetTime(t0.Add(fanout.DefaultOrphanGrace))
 	m = statsOf(t, e, "r1").MissingShards[0]
 	if !m.Orphaned || !m.MissingSince.AsTime().Equal(t0) {
 		t.Errorf("r1's w2 after the grace = %v, want orphaned, missing since %s", m, t0)
@@ -277,7 +133,7 @@ func TestStatsShowActiveShardsAndTheMissingOnes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	orphaned, err := e.orphans.check(e.ctx)
+	orphaned, err := e.orphans.Check(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,8 +180,8 @@ func TestForceAdoptRefusesNamingTheProblemAndMarksNothing(t *testing.T) {
 	if n := e.wakes.Load(); n != 0 {
 		t.Errorf("refused adoptions woke the scheduler %d times", n)
 	}
-	if n := len(e.orphans.missing); n != 0 {
-		t.Errorf("refused adoptions left %d shards in the tracker", n)
+	if got := orphanedShards(t, e); len(got) != 0 {
+		t.Errorf("refused adoptions orphaned %v", got)
 	}
 }
 
@@ -387,7 +243,7 @@ func TestForceAdoptOrphansTheShardNowAndEnqueuesOneMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := e.orphans.of(row, workers); !slices.Equal(got, []string{"w2"}) {
+	if got := e.orphans.Of(row, workers); !slices.Equal(got, []string{"w2"}) {
 		t.Errorf("the fan-out adopts %v, want [w2]", got)
 	}
 	if got := statsOf(t, e, "r1").MissingShards; len(got) != 1 || !got[0].Orphaned || !got[0].MissingSince.AsTime().Equal(t0) {
@@ -441,8 +297,8 @@ func TestForceAdoptWithoutCredentialIsUnauthenticated(t *testing.T) {
 	if _, err := e.client.ForceAdopt(e.ctx, req); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("ForceAdopt without a token = %v, want Unauthenticated", err)
 	}
-	if n := len(e.orphans.missing); n != 0 {
-		t.Errorf("a refused adopt left %d shards in the tracker", n)
+	if got := orphanedShards(t, e); len(got) != 0 {
+		t.Errorf("a refused adopt orphaned %v", got)
 	}
 	cc, err := grpc.NewClient(e.conn.Target(), auth.DialOptions(testToken, nil)...)
 	if err != nil {
@@ -465,7 +321,7 @@ func TestForceAdoptWithoutCredentialIsUnauthenticated(t *testing.T) {
 func TestForceAdoptWithoutATrackerIsRefused(t *testing.T) {
 	e := newAdminEnv(t, nil)
 	svc, err := NewAdminService(AdminConfig{Tasks: e.ts, Scanner: e.scanner, Registry: registry.New(e.bucket),
-		Discovery: StaticDiscovery{}})
+		Discovery: fanout.StaticDiscovery{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package master
+package api
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
@@ -43,10 +44,12 @@ func wantError(t *testing.T, h http.Handler, method, path string, status int, co
 }
 
 func TestHTTPRoutesAnswerJSON(t *testing.T) {
-	e := newAdminEnv(t, StaticDiscovery{{InstanceID: "w1", GRPCAddr: "127.0.0.1:9"}})
+	e := newAdminEnv(t, fanout.StaticDiscovery{{InstanceID: "w1", GRPCAddr: "127.0.0.1:9"}})
+	// The series /metrics serves are the registry's, whoever registered them.
 	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
-	m.EtcdUp.Set(1)
+	up := prometheus.NewGauge(prometheus.GaugeOpts{Name: "master_etcd_up", Help: "1 while etcd answers."})
+	up.Set(1)
+	reg.MustRegister(up, prometheus.NewCounter(prometheus.CounterOpts{Name: "master_tasks_total", Help: "Tasks."}))
 	var etcdErr error
 	h, err := NewHTTPHandler(HTTPConfig{Admin: e.svc, Tasks: e.ts, Scanner: e.scanner, Discovery: e.svc.cfg.Discovery,
 		EtcdCheck: func(context.Context) error { return etcdErr }, Metrics: reg, Logger: testLogger(t)})
@@ -141,11 +144,11 @@ func TestHTTPAnswersUnavailableWhileEtcdIsAway(t *testing.T) {
 	ts := tasks.New(client, "/http")
 	b := objstoretest.Mem(t)
 	sc := scanner.New(client, ts, b, scanner.StaticLease(1), scanner.Config{})
-	admin, err := NewAdminService(AdminConfig{Tasks: ts, Scanner: sc, Registry: registry.New(b), Discovery: StaticDiscovery{}})
+	admin, err := NewAdminService(AdminConfig{Tasks: ts, Scanner: sc, Registry: registry.New(b), Discovery: fanout.StaticDiscovery{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHTTPHandler(HTTPConfig{Admin: admin, Tasks: ts, Scanner: sc, Discovery: StaticDiscovery{},
+	h, err := NewHTTPHandler(HTTPConfig{Admin: admin, Tasks: ts, Scanner: sc, Discovery: fanout.StaticDiscovery{},
 		EtcdCheck:   func(ctx context.Context) error { _, err := client.Get(ctx, "/http/health"); return err },
 		CallTimeout: 300 * time.Millisecond, Logger: testLogger(t)})
 	if err != nil {

@@ -1,4 +1,4 @@
-package master
+package api
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
@@ -277,11 +278,11 @@ func (a *httpAPI) callWorker(ctx context.Context, path string, v any) (string, e
 	if err != nil {
 		return "", fmt.Errorf("discover workers: %w", err)
 	}
-	ws = slices.DeleteFunc(slices.Clone(ws), func(w Worker) bool { return w.HTTPAddr == "" })
+	ws = slices.DeleteFunc(slices.Clone(ws), func(w fanout.Worker) bool { return w.HTTPAddr == "" })
 	if len(ws) == 0 {
 		return "", errNoWorkerHTTP
 	}
-	slices.SortFunc(ws, func(x, y Worker) int { return strings.Compare(x.InstanceID, y.InstanceID) })
+	slices.SortFunc(ws, func(x, y fanout.Worker) int { return strings.Compare(x.InstanceID, y.InstanceID) })
 	scheme := "http"
 	if a.cfg.WorkerTLS != nil {
 		scheme = "https"

@@ -1,28 +1,21 @@
-package master
+package api
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tidemark-io/tidemark/internal/grpcserver"
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
-	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
-	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -36,7 +29,7 @@ type AdminConfig struct {
 	Tasks     *tasks.Queue
 	Scanner   *scanner.Scanner
 	Registry  *registry.Registry
-	Discovery Discovery
+	Discovery fanout.Discovery
 	// Wake, if set, is called after an enqueue so the scheduler looks for work at
 	// once instead of at its next poll.
 	Wake func()
@@ -44,19 +37,11 @@ type AdminConfig struct {
 	// store is bounded by the client's deadline only.
 	CallTimeout time.Duration
 	Logger      *slog.Logger
-	// orphans is the tracker the merge sweep and the fan-out read: stats show its
+	// Orphans is the tracker the merge sweep and the fan-out read: stats show its
 	// missing shards, and ForceAdopt marks one in it. Nil: stats show none, and
-	// ForceAdopt is UNIMPLEMENTED.
-	orphans *orphans
+	// ForceAdopt is refused (FAILED_PRECONDITION).
+	Orphans *fanout.Orphans
 }
-
-// errWorkerRegistered refuses to adopt a shard whose worker lives: adopting it
-// would fence a writer that is still acknowledging rows.
-var errWorkerRegistered = errclass.New(errclass.Precondition, "its worker is registered")
-
-// errShardNotActive refuses to adopt a shard the store's stats row does not list
-// as active: the fan-out adopts only those, so the task would adopt nothing.
-var errShardNotActive = errclass.New(errclass.Gone, "not an active shard of the store")
 
 // AdminService implements tidemark.v1.AdminService over the task queue, the stats
 // scanner, the store registries and worker discovery.
@@ -231,28 +216,19 @@ func (a *AdminService) statsProtos(ctx context.Context, rows []stats.Row) ([]*ti
 	for _, r := range rows {
 		out = append(out, StatsProto(r))
 	}
-	if a.cfg.orphans == nil || len(rows) == 0 {
+	if a.cfg.Orphans == nil || len(rows) == 0 {
 		return out, nil
 	}
 	live, err := a.cfg.Discovery.Workers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("missing shards: discover workers: %w", err)
 	}
-	for i, missing := range a.cfg.orphans.missingOf(rows, live) {
+	for i, missing := range a.cfg.Orphans.MissingOf(rows, live) {
 		for _, m := range missing {
 			out[i].MissingShards = append(out[i].MissingShards, missingShardProto(m))
 		}
 	}
 	return out, nil
-}
-
-func missingShardProto(m missingShard) *tidemarkv1.MissingShard {
-	return &tidemarkv1.MissingShard{
-		Shard:        m.shard,
-		MissingSince: timestamp(m.since),
-		OrphanedAt:   timestamp(m.orphanedAt),
-		Orphaned:     m.orphaned,
-	}
 }
 
 // statsPage is scanner.Stats with the page token checked: a stats page token is
@@ -313,83 +289,6 @@ func (a *AdminService) Rescan(ctx context.Context, req *tidemarkv1.RescanRequest
 	return resp, nil
 }
 
-// ForceAdopt marks one shard of a target orphaned now and enqueues merge_wal for
-// the target (deduplicated), so a live worker adopts it without waiting for the
-// grace.
-func (a *AdminService) ForceAdopt(ctx context.Context, req *tidemarkv1.ForceAdoptRequest) (*tidemarkv1.ForceAdoptResponse, error) {
-	if a.cfg.orphans == nil {
-		return nil, status.Error(codes.FailedPrecondition, "adopt: this master does not track orphaned shards: it calls a static worker list (WORKER_ENDPOINTS), and only workers registered in etcd say which shards have an owner")
-	}
-	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.ForceAdoptResponse, error) {
-		target, shard := req.GetTarget(), req.GetShard()
-		if err := checkShard(ctx, a.cfg.Registry, target, shard); err != nil {
-			return nil, err
-		}
-		workers, err := a.cfg.Discovery.Workers(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("discover workers: %w", err)
-		}
-		for _, w := range workers {
-			if w.InstanceID == shard {
-				return nil, fmt.Errorf("adopt shard %s of %s: %w: worker %s at %s; adoption is for a shard whose worker is gone (stopped, and its registration expired)",
-					shard, target, errWorkerRegistered, w.InstanceID, w.GRPCAddr)
-			}
-		}
-		if err := a.activeShard(ctx, target, shard); err != nil {
-			return nil, err
-		}
-		// Marked before the enqueue: should the enqueue fail, the next merge sweep
-		// enqueues for the shard.
-		m := a.cfg.orphans.force(target, shard)
-		a.cfg.Logger.Warn("admin: shard marked orphaned by an operator; its adoption skips the grace", "target", target, "shard", shard, "missing_since", m.since)
-		t, dedup, err := a.enqueue(ctx, tasks.KindMergeWAL, target, nil)
-		if err != nil {
-			return nil, err
-		}
-		return &tidemarkv1.ForceAdoptResponse{Task: TaskProto(t), Deduplicated: dedup, Shard: missingShardProto(m)}, nil
-	})
-}
-
-// checkShard checks the shard's name before the target, so a malformed request is
-// refused without a registry read.
-func checkShard(ctx context.Context, reg *registry.Registry, target, shard string) error {
-	if shard == "" {
-		return fmt.Errorf("%w: shard is required (the INSTANCE_ID of the worker that is gone)", tasks.ErrInvalidArgument)
-	}
-	if err := wal.ValidateShard(shard); err != nil {
-		return fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
-	}
-	return CheckTarget(ctx, reg, target)
-}
-
-// activeShard returns nil when target's stats row lists shard as active. A row
-// that does not (or is missing) may be older than the shard: the target is
-// observed again before the shard is refused.
-func (a *AdminService) activeShard(ctx context.Context, target, shard string) error {
-	row, err := a.cfg.Scanner.Row(ctx, target)
-	if err != nil && !errors.Is(err, stats.ErrRowNotFound) {
-		return err
-	}
-	if err == nil && slices.Contains(row.ActiveShards, shard) {
-		return nil
-	}
-	if row, err = a.cfg.Scanner.Rescan(ctx, target); err != nil {
-		return err
-	}
-	if slices.Contains(row.ActiveShards, shard) {
-		return nil
-	}
-	return fmt.Errorf("adopt shard %s of %s: %w (active: %s); a retired shard was adopted already",
-		shard, target, errShardNotActive, orNone(strings.Join(row.ActiveShards, ", ")))
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
-}
-
 // ListWorkers lists the workers the master calls.
 func (a *AdminService) ListWorkers(ctx context.Context, _ *tidemarkv1.ListWorkersRequest) (*tidemarkv1.ListWorkersResponse, error) {
 	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.ListWorkersResponse, error) {
@@ -408,18 +307,18 @@ func (a *AdminService) ListWorkers(ctx context.Context, _ *tidemarkv1.ListWorker
 // WorkerEntry is a worker as the admin API lists it: discovery's record and where
 // it came from ("etcd" or "static").
 type WorkerEntry struct {
-	Worker
+	fanout.Worker
 	Source string `json:"source"`
 }
 
-func listWorkers(ctx context.Context, d Discovery) ([]WorkerEntry, error) {
+func listWorkers(ctx context.Context, d fanout.Discovery) ([]WorkerEntry, error) {
 	ws, err := d.Workers(ctx)
 	if err != nil {
 		return nil, err
 	}
 	source := ""
 	switch d.(type) {
-	case StaticDiscovery:
+	case fanout.StaticDiscovery:
 		source = "static"
 	case *membership.Discovery:
 		source = "etcd"
@@ -429,163 +328,4 @@ func listWorkers(ctx context.Context, d Discovery) ([]WorkerEntry, error) {
 		out = append(out, WorkerEntry{Worker: w, Source: source})
 	}
 	return out, nil
-}
-
-// statusOf maps err to a gRPC status error. ctx is the call's own context: when it
-// is done, the client gave up (CANCELLED or DEADLINE_EXCEEDED); when only the
-// server's own bound ran out, etcd or the object store did not answer
-// (UNAVAILABLE).
-func statusOf(ctx context.Context, err error) error {
-	code, msg := classify(ctx, err)
-	return status.Error(code, msg)
-}
-
-// classify maps err to a code and a message for the client, by its class
-// (package errclass). It is the one place the admin service's errors become codes,
-// for gRPC and HTTP alike.
-func classify(ctx context.Context, err error) (codes.Code, string) {
-	class := errclass.Of(err)
-	switch class {
-	case errclass.Invalid:
-		return codes.InvalidArgument, err.Error()
-	case errclass.Gone:
-		return codes.NotFound, err.Error()
-	case errclass.Precondition:
-		return codes.FailedPrecondition, err.Error()
-	case errclass.Halt:
-		// A corrupt registry object or stats row: the message names it.
-		return codes.DataLoss, err.Error()
-	}
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Code(), err.Error()
-	}
-	switch class {
-	case errclass.Timeout:
-		return codes.Unavailable, fmt.Sprintf("timed out: etcd or the object store did not answer in time: %v", err)
-	case errclass.Conflict, errclass.Overloaded, errclass.Busy, errclass.Unavailable:
-		if _, isStatus := status.FromError(err); isStatus || errors.As(err, new(interface{ Code() codes.Code })) {
-			// etcd's client returns its transport failures as gRPC statuses (wrapped
-			// by our error context) or as rpctypes errors carrying a code.
-			return codes.Unavailable, fmt.Sprintf("etcd unavailable: %v", err)
-		}
-		return codes.Unavailable, err.Error()
-	}
-	return codes.Internal, err.Error()
-}
-
-// TaskProto converts a task record.
-func TaskProto(t tasks.Task) *tidemarkv1.Task {
-	return &tidemarkv1.Task{
-		Id:           t.ID,
-		Kind:         string(t.Kind),
-		Target:       t.Target,
-		State:        string(t.State),
-		Error:        t.Error,
-		Detail:       t.Detail,
-		EnqueuedAt:   timestamp(t.EnqueuedAt),
-		StartedAt:    timestamp(t.StartedAt),
-		FinishedAt:   timestamp(t.FinishedAt),
-		DependsOn:    t.DependsOn,
-		Attempts:     int32(t.Attempts),
-		ClaimToken:   t.ClaimToken,
-		FencingToken: t.FencingToken,
-		Stats:        TaskStatsProto(t.Stats),
-	}
-}
-
-// TaskStatsProto converts a task's stats; a task without any converts to a
-// message of zeros, so every task answers the same shape.
-func TaskStatsProto(s tasks.Stats) *tidemarkv1.TaskStats {
-	return &tidemarkv1.TaskStats{
-		Workers:            s.Workers,
-		WorkersMerged:      s.WorkersMerged,
-		WorkersSkipped:     s.WorkersSkipped,
-		WorkersFailed:      s.WorkersFailed,
-		GenerationsMerged:  s.GenerationsMerged,
-		RowsMerged:         s.RowsMerged,
-		ShardsAdopted:      s.ShardsAdopted,
-		FragmentsCompacted: s.FragmentsCompacted,
-		FragmentsWritten:   s.FragmentsWritten,
-		RowsRewritten:      s.RowsRewritten,
-		DeletedRowsDropped: s.DeletedRowsDropped,
-		VersionsDeleted:    s.VersionsDeleted,
-		FilesDeleted:       s.FilesDeleted,
-		BytesReclaimed:     s.BytesReclaimed,
-		ObjectsChecked:     s.ObjectsChecked,
-		ProblemsFound:      s.ProblemsFound,
-		FragmentsDropped:   s.FragmentsDropped,
-		RowsDropped:        s.RowsDropped,
-		BaseVersion:        s.BaseVersion,
-	}
-}
-
-// StatsProto converts a stats row.
-func StatsProto(r stats.Row) *tidemarkv1.StatsRow {
-	out := &tidemarkv1.StatsRow{
-		Target:                r.Target,
-		Version:               r.Version,
-		RowCount:              r.RowCount,
-		FragmentCount:         int64(r.FragmentCount),
-		PendingWalGenerations: int64(r.PendingWALGenerations),
-		LastUpdated:           timestamp(r.LastUpdated),
-		ScannedAt:             timestamp(r.ScannedAt),
-		Shards:                int64(r.Shards),
-		ActiveShards:          r.ActiveShards,
-	}
-	if len(r.PendingByShard) > 0 {
-		out.PendingByShard = make(map[string]int64, len(r.PendingByShard))
-		for shard, n := range r.PendingByShard {
-			out.PendingByShard[shard] = int64(n)
-		}
-	}
-	return out
-}
-
-// WorkerProto converts a worker entry; a worker without a start time (a static
-// one) has none.
-func WorkerProto(w WorkerEntry) *tidemarkv1.WorkerInfo {
-	out := &tidemarkv1.WorkerInfo{
-		InstanceId: w.InstanceID,
-		GrpcAddr:   w.GRPCAddr,
-		HttpAddr:   w.HTTPAddr,
-		Version:    w.Version,
-		Source:     w.Source,
-		StartedAt:  timestamp(w.StartedAt),
-	}
-	return out
-}
-
-func timestamp(t time.Time) *timestamppb.Timestamp {
-	if t.IsZero() {
-		return nil
-	}
-	return timestamppb.New(t)
-}
-
-// gRPC server limits: admin requests and answers are small (a page of at most
-// 1000 tasks or rows is the largest).
-const (
-	grpcMaxRecvBytes         = 1 << 20
-	grpcMaxSendBytes         = 16 << 20
-	grpcMaxConcurrentStreams = 256
-	grpcConnectionTimeout    = 10 * time.Second
-)
-
-// AdminServiceName is the health service name of the AdminService.
-const AdminServiceName = "tidemark.v1.AdminService"
-
-// NewGRPCServer returns a gRPC server with the AdminService, the standard health
-// service (hs, whose statuses the caller sets) and server reflection (so grpcurl
-// works without the .proto files). Every call runs under a recover: a panic
-// answers INTERNAL and is logged with its stack instead of killing the master.
-func NewGRPCServer(svc *AdminService, hs *health.Server, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
-	base := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(grpcMaxRecvBytes),
-		grpc.MaxSendMsgSize(grpcMaxSendBytes),
-		grpc.MaxConcurrentStreams(grpcMaxConcurrentStreams),
-		grpc.ConnectionTimeout(grpcConnectionTimeout),
-	}
-	gs := grpcserver.New(log, hs, append(base, opts...)...)
-	tidemarkv1.RegisterAdminServiceServer(gs, svc)
-	return gs
 }

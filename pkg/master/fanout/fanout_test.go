@@ -1,4 +1,4 @@
-package master
+package fanout
 
 import (
 	"context"
@@ -10,15 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -200,8 +196,8 @@ func serve(t *testing.T, name string, srv tidemarkv1.WorkerServiceServer) Worker
 // the commits must run strictly one after another, in discovery's order, under
 // the claim's token; in the two-phase shape the prepares all run at once.
 func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
-	for _, mode := range []string{FanOutTwoPhase, FanOutSerial} {
-		t.Run(mode, func(t *testing.T) {
+	for _, mode := range []Shape{TwoPhase, Serial} {
+		t.Run(string(mode), func(t *testing.T) {
 			var inFlight, maxSeen, prepInFlight, prepMax atomic.Int32
 			var versions atomic.Uint64
 			versions.Store(10)
@@ -216,7 +212,7 @@ func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
 			}
 			caller := NewGRPCCaller(GRPCCallerConfig{})
 			defer caller.Close()
-			f := &FanOut{Discovery: workers, Caller: caller, Mode: mode}
+			f := &FanOut{Discovery: workers, Caller: caller, Shape: mode}
 			report, err := f.Run(context.Background(), claimFor("generic:gs", 42))
 			if err != nil {
 				t.Fatal(err)
@@ -225,7 +221,7 @@ func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
 				t.Fatalf("detail %q", report.Detail)
 			}
 			want := tasks.Stats{Workers: 3, WorkersMerged: 3, GenerationsMerged: 6, RowsMerged: 30}
-			if mode == FanOutTwoPhase {
+			if mode == TwoPhase {
 				want.BaseVersion = 13 // the last of the commits' versions 11, 12, 13
 			}
 			if report.Stats != want {
@@ -240,7 +236,7 @@ func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
 				}
 			}
 			switch mode {
-			case FanOutTwoPhase:
+			case TwoPhase:
 				if prepMax.Load() != 3 {
 					t.Fatalf("max prepares in flight %d, want 3 (every worker at once)", prepMax.Load())
 				}
@@ -249,7 +245,7 @@ func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
 				if got := commits.get(); fmt.Sprint(got) != "[w0@0 w1@11 w2@12]" {
 					t.Fatalf("commits %v, want discovery's order, each with its predecessor's version: [w0@0 w1@11 w2@12]", got)
 				}
-			case FanOutSerial:
+			case Serial:
 				for _, w := range ws {
 					if n := w.prepares.Load(); n != 0 {
 						t.Fatalf("serial fan-out prepared %d times on %s", n, w.name)
@@ -408,90 +404,6 @@ func TestUnreachableWorkerIsSkippedAndNamed(t *testing.T) {
 	}
 }
 
-// The whole path: an enqueued merge_wal is claimed by the scheduler and fanned out
-// over gRPC with the claim's fencing token; the task record says what happened.
-// runMergeScheduler runs a scheduler of merge_wal tasks through fan until the test
-// ends.
-func runMergeScheduler(t *testing.T, client *clientv3.Client, ts *tasks.Queue, fan *FanOut) *Scheduler {
-	t.Helper()
-	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: 10 * time.Millisecond,
-		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: fan}})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.Run(ctx, time.Second) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	return s
-}
-
-func TestMergeWalTaskRunsThroughTheScheduler(t *testing.T) {
-	client, _ := etcdtest.Start(t)
-	ts := tasks.New(client, "/fan")
-	var inFlight, maxSeen atomic.Int32
-	w := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 4)}
-	caller := NewGRPCCaller(GRPCCallerConfig{})
-	t.Cleanup(func() { _ = caller.Close() }) // after the scheduler stops
-	runMergeScheduler(t, client, ts, &FanOut{Discovery: StaticDiscovery{startWorker(t, w)}, Caller: caller})
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := waitState(t, ts, task.ID, tasks.StateDone)
-	if got.Detail != "merged 2 generations across 1/1 worker" {
-		t.Fatalf("detail %q", got.Detail)
-	}
-	if tok := <-w.tokens; tok <= 0 || tok != got.FencingToken {
-		t.Fatalf("worker saw token %d, task recorded %d", tok, got.FencingToken)
-	}
-}
-
-// switchableDiscovery lists whatever workers were set last.
-type switchableDiscovery struct{ workers atomic.Pointer[[]Worker] }
-
-func (d *switchableDiscovery) Workers(context.Context) ([]Worker, error) {
-	if p := d.workers.Load(); p != nil {
-		return *p, nil
-	}
-	return nil, nil
-}
-
-// A merge queued while no worker is registered (all of them restarting, or an
-// operator's requeue during a rollout) must wait in the queue for them, not be
-// claimed and failed with "no live workers" - which lost the requeued merge in a
-// chaos run.
-func TestMergeWalTaskWaitsQueuedWhileNoWorkerIsListed(t *testing.T) {
-	client, _ := etcdtest.Start(t)
-	ts := tasks.New(client, "/gate")
-	var inFlight, maxSeen atomic.Int32
-	w := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 4)}
-	caller := NewGRPCCaller(GRPCCallerConfig{})
-	t.Cleanup(func() { _ = caller.Close() }) // after the scheduler stops
-	discovery := &switchableDiscovery{}
-	s := runMergeScheduler(t, client, ts, &FanOut{Discovery: discovery, Caller: caller})
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// Many polling rounds with nobody to merge on: the task must stay queued and
-	// unclaimed.
-	time.Sleep(300 * time.Millisecond)
-	got, err := ts.Get(context.Background(), task.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.State != tasks.StateQueued || got.Attempts != 0 {
-		t.Fatalf("with no worker listed the task is %s after %d attempts (%q), want queued and never claimed",
-			got.State, got.Attempts, got.Error)
-	}
-
-	discovery.workers.Store(&[]Worker{startWorker(t, w)})
-	s.Wake()
-	if done := waitState(t, ts, task.ID, tasks.StateDone); done.Attempts != 1 {
-		t.Errorf("task done after %d attempts, want 1", done.Attempts)
-	}
-}
-
 // A corrupt object stops one worker's merge, and only that one: the worker answered
 // (it no longer merges), and the others' shards do not depend on it. Stopping the
 // fan-out there left every later worker's generations piling up behind one bad
@@ -522,136 +434,6 @@ func TestACorruptObjectOnOneWorkerDoesNotStopTheFanOut(t *testing.T) {
 	if maxSeen.Load() != 1 {
 		t.Fatalf("max in flight %d, want 1", maxSeen.Load())
 	}
-}
-
-// runScheduler runs a scheduler of merge_wal tasks through fan, counting finished
-// tasks in metrics, until the test ends.
-func runScheduler(t *testing.T, client *clientv3.Client, ts *tasks.Queue, fan *FanOut, metrics *Metrics) {
-	t.Helper()
-	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: 10 * time.Millisecond,
-		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: fan}, OnFinish: metrics.ObserveTask})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { s.Run(ctx, time.Second) })
-	t.Cleanup(func() { cancel(); wg.Wait() })
-}
-
-// A merge queued for a store that was deleted before it ran has nothing left to do:
-// it ends done and says "skipped", and it is no failure - master_tasks_total's
-// failed series is what alerts watch.
-func TestMergeOfADeletedStoreIsSkippedNotFailed(t *testing.T) {
-	client, _ := etcdtest.Start(t)
-	ts := tasks.New(client, "/skip")
-	var inFlight, maxSeen atomic.Int32
-	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen,
-		fail: status.Error(codes.NotFound, `rollout store "s": store not found`)}
-	w1 := &countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen}
-	caller := NewGRPCCaller(GRPCCallerConfig{})
-	t.Cleanup(func() { _ = caller.Close() }) // after the scheduler stops
-	metrics := NewMetrics(nil)
-	runScheduler(t, client, ts, &FanOut{Discovery: StaticDiscovery{startWorker(t, w0), startWorker(t, w1)}, Caller: caller}, metrics)
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := waitFinished(t, ts, task.ID)
-	if got.State != tasks.StateDone || got.Detail != "skipped: store deleted" || got.Error != "" {
-		t.Fatalf("task %s, detail %q, error %q; want done, skipped: store deleted", got.State, got.Detail, got.Error)
-	}
-	if w1.calls.Load() != 0 {
-		t.Error("the fan-out went on to another worker after the store was found deleted")
-	}
-	for result, want := range map[string]float64{"skipped": 1, "failed": 0, "success": 0} {
-		if n := testutil.ToFloat64(metrics.Tasks.WithLabelValues("merge_wal", result)); n != want {
-			t.Errorf("master_tasks_total{kind=merge_wal,result=%s} = %v, want %v", result, n, want)
-		}
-	}
-}
-
-// A round that merges nothing still calls every worker; the merge sweep used to
-// enqueue one after each merge, on the stats row scanned before it. They are
-// counted (master_merge_wal_empty_rounds_total) from the stats the task records
-// beside its detail (which says "1 generation", not "1 generations").
-func TestAMergeRoundThatMergedNothingIsCounted(t *testing.T) {
-	client, _ := etcdtest.Start(t)
-	ts := tasks.New(client, "/empty")
-	var inFlight, maxSeen atomic.Int32
-	var merged atomic.Int64
-	w := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen, merged: &merged}
-	caller := NewGRPCCaller(GRPCCallerConfig{})
-	t.Cleanup(func() { _ = caller.Close() })
-	metrics := NewMetrics(nil)
-	runScheduler(t, client, ts, &FanOut{Discovery: StaticDiscovery{startWorker(t, w)}, Caller: caller}, metrics)
-	for _, tc := range []struct {
-		merged    int64
-		detail    string
-		wantEmpty float64
-	}{
-		{0, "merged 0 generations across 1/1 worker", 1},
-		{1, "merged 1 generation across 1/1 worker", 1},
-		{3, "merged 3 generations across 1/1 worker", 1},
-	} {
-		merged.Store(tc.merged)
-		task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := waitState(t, ts, task.ID, tasks.StateDone)
-		if got.Detail != tc.detail {
-			t.Fatalf("detail %q, want %q", got.Detail, tc.detail)
-		}
-		if got.Stats.GenerationsMerged != tc.merged || got.Stats.Workers != 1 || got.Stats.WorkersMerged != 1 {
-			t.Fatalf("recorded stats %+v, want %d generations merged by 1/1 worker", got.Stats, tc.merged)
-		}
-		if n := testutil.ToFloat64(metrics.MergeEmptyRounds); n != tc.wantEmpty {
-			t.Fatalf("after %q: empty rounds %v, want %v", got.Detail, n, tc.wantEmpty)
-		}
-	}
-}
-
-// A merge that fails on a corrupt object fails the same way at every sweep until an
-// operator repairs it: it fails naming the object, and its target cools down
-// (P/cooldown/merge_wal/<target>) instead of being claimed again every sweep.
-func TestACorruptObjectFailsTheMergeAndCoolsItsTargetDown(t *testing.T) {
-	client, _ := etcdtest.Start(t)
-	ts := tasks.New(client, "/halt")
-	const key = "rollout/s/_versions/00000000000000000003.json"
-	var inFlight, maxSeen atomic.Int32
-	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen,
-		fail: status.Error(codes.DataLoss, "store s: refresh base: manifest "+key+": corrupt table object: unexpected end of JSON input")}
-	caller := NewGRPCCaller(GRPCCallerConfig{})
-	t.Cleanup(func() { _ = caller.Close() })
-	metrics := NewMetrics(nil)
-	runScheduler(t, client, ts, &FanOut{Discovery: StaticDiscovery{startWorker(t, w0)}, Caller: caller}, metrics)
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := waitFinished(t, ts, task.ID)
-	if got.State != tasks.StateFailed || !strings.Contains(got.Error, key) {
-		t.Fatalf("task %s, error %q; want failed naming %s", got.State, got.Error, key)
-	}
-	cd, ok, err := ts.Cooldown(context.Background(), tasks.KindMergeWAL, "s")
-	if err != nil || !ok || cd.Failures != 1 || !strings.Contains(cd.LastError, key) || !cd.Until.After(got.FinishedAt) {
-		t.Fatalf("cooldown of merge_wal s: %+v ok=%v err=%v; want one failure naming %s, in the future", cd, ok, err, key)
-	}
-	if n := testutil.ToFloat64(metrics.Tasks.WithLabelValues("merge_wal", "failed")); n != 1 {
-		t.Errorf("master_tasks_total{kind=merge_wal,result=failed} = %v, want 1", n)
-	}
-}
-
-// waitFinished waits until task id is done or failed.
-func waitFinished(t *testing.T, ts *tasks.Queue, id string) tasks.Task {
-	t.Helper()
-	var task tasks.Task
-	testwait.For(t, 30*time.Second, "task "+id+" finished", func() (bool, string) {
-		var err error
-		if task, err = ts.Get(context.Background(), id); err != nil {
-			t.Fatal(err)
-		}
-		return task.State.Finished(), "still " + string(task.State)
-	})
-	return task
 }
 
 // TestConnectionsOfWorkersThatLeftAreClosed runs a task with two workers, then one

@@ -1,4 +1,4 @@
-package master
+package fanout
 
 import (
 	"context"
@@ -22,10 +22,10 @@ type MaintainResult struct {
 	Problems []string
 }
 
-// maintainCaller is a Caller that can run a maintenance task on a worker (the
+// MaintainCaller is a Caller that can run a maintenance task on a worker (the
 // GRPCCaller can). Maintain returns an error wrapping ErrUnreachable when the
 // worker could not be reached before it admitted the call.
-type maintainCaller interface {
+type MaintainCaller interface {
 	Maintain(ctx context.Context, w Worker, kind tasks.Kind, target string, fencingToken int64) (MaintainResult, error)
 }
 
@@ -36,7 +36,7 @@ type maintainCaller interface {
 // lock that keeps merges of a store one at a time covers maintenance too.
 type Maintenance struct {
 	Discovery Discovery
-	Caller    maintainCaller
+	Caller    MaintainCaller
 	Logger    *slog.Logger
 }
 

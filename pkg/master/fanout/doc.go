@@ -1,0 +1,31 @@
+// Package fanout is how the master reaches the workers: the merge_wal fan-out
+// (serial and two-phase), the maintenance runner (compact, verify, repair on one
+// worker), the worker Caller over gRPC (GRPCCaller), worker discovery
+// (StaticDiscovery, or membership.Discovery through etcd), and the tracker of
+// orphaned shards whose adoption a merge_wal asks for.
+//
+// Invariants:
+//
+//   - A merge_wal task commits on the live workers one after another, never two at
+//     once: every worker's merge commits a new version of the same base table, and
+//     parallel commits are the commit storm this system exists to prevent. Only
+//     prepares, which commit nothing, run on every worker at once (the two-phase
+//     shape, TwoPhase; Serial prepares and commits each in turn). Each call carries
+//     the task's fencing token (the target lock's etcd revision), so a worker
+//     refuses a call from a master that lost the target to a newer claim.
+//   - A worker that cannot be reached before admission (no connection) is skipped and
+//     named, and so is one whose prepare failed (a prepare changes nothing); any
+//     error of a commit stops the fan-out, except a corrupt object (the worker
+//     answered, so it no longer merges, and the others' merges do not depend on it),
+//     and the prepares left are aborted. The task fails if any worker was skipped or
+//     failed, so the next sweep retries it.
+//   - Outcomes are classified in one place (package errclass): a worker that answers
+//     the store is deleted ends the fan-out with a Gone error (the scheduler skips
+//     the task), one that hit a corrupt object with a Halt error naming it.
+//   - A shard is adopted only while its worker has been missing from discovery for
+//     the grace (or an operator forced it), by one live worker, under the task's
+//     fencing token; a static worker list adopts nothing (only registered workers
+//     say which shards have an owner).
+//   - Retry policy lives elsewhere (the task queue's cooldown and the merge sweep),
+//     never in a runner.
+package fanout
