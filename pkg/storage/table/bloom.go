@@ -13,13 +13,14 @@ import (
 // out of the manifest to keep the manifest small: the scanner reads thousands of them.
 const (
 	bloomMagic = "TMBF"
-	// bloomFPRate trades ~19 bits per id for a false positive in 1 of 10,000 probes.
-	// A merge checks every incoming id against every fragment, and one false positive
-	// costs the key index (two round trips after the filter's one). At 1% a 200-row
-	// merge opened most fragments' key indexes; at 0.1% an 800-row merge still
-	// opened more than half of them (BENCHMARKS.md, commit storm); at 0.01% a
-	// merge of 800 ids opens 8% of them, one of 7,000 ids half.
-	bloomFPRate = 0.0001
+	// bloomFPRate trades ~14 bits per id for a false positive in 1 of 1,000 probes.
+	// A false positive costs a sorted fragment's lookup one key-index block (a
+	// ranged read of a few KiB); what the filters cost is their bytes, read for
+	// every fragment a merge's ids fall in and kept in the table cache: at 19 bits
+	// per id (0.01%, when a false positive cost a whole in-memory key index) a
+	// store of 10M rows needed 24 MB of filters and a merge of 1,000 new ids read
+	// most of them again (BENCHMARKS.md, stores of millions of rows).
+	bloomFPRate = 0.001
 )
 
 // bloomUseless reports whether probing a filter for n ids is likely (more than
@@ -42,7 +43,7 @@ func encodeBloom(f *bloom.BloomFilter) ([]byte, error) {
 	return seal(bloomMagic, payload), nil
 }
 
-// maxBloomHashes bounds k: the filters written here use 14 (bloomFPRate; 10 before it was lowered), and every
+// maxBloomHashes bounds k: the filters written here use 10 (bloomFPRate; 14 at 0.01%), and every
 // lookup computes k hashes, so a corrupt k of 2^60 would hang the reader.
 const maxBloomHashes = 64
 

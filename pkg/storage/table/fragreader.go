@@ -22,6 +22,12 @@ const (
 	// fragmentReads bounds the fragments whose key indexes (and bloom filters,
 	// deletion vectors) a conflict check reads at once.
 	fragmentReads = 8
+	// lookupReads bounds the reads of one lookup of many ids (a batch get, a
+	// merge's conflict check): each fragment it looks into costs a request or two
+	// (a key-index block, a bloom filter, a row group), and on a store of many
+	// fragments the ids of one batch fall in as many fragments, so more of them at
+	// once, still a bounded number.
+	lookupReads = 32
 	// coalesceGap is the largest gap between two column chunks read as one range:
 	// reading 256 KiB more costs a few milliseconds, a second request a round trip.
 	coalesceGap = 256 << 10

@@ -65,7 +65,7 @@ func (t *Table) GetColumns(ctx context.Context, m *Manifest, id string, cols []s
 // (nil: every column) valid during the call, and the row's version. ids must be
 // distinct. The ids are looked up together: one read per key-index block and per
 // row group they touch, not per id. Memory: the found rows (copied out of their row
-// groups) and the row groups being read, at most fragmentReads at once.
+// groups) and the row groups being read, at most lookupReads at once.
 func (t *Table) GetMany(ctx context.Context, m *Manifest, ids, cols []string, fn func(i int, row arrow.RecordBatch, v rowkey.Version) error) error {
 	at, err := t.locate(ctx, m, ids)
 	if err != nil {
@@ -98,7 +98,7 @@ func (t *Table) GetMany(ctx context.Context, m *Manifest, ids, cols []string, fn
 
 // locate returns, for every id of ids (distinct), where its live row is in m. The
 // fragments that may hold some of the ids are looked into concurrently,
-// fragmentReads at once; of two live rows of one id (which a table never has) the
+// lookupReads at once; of two live rows of one id (which a table never has) the
 // newer version wins, on a tie the later fragment's, as a commit's incoming copy
 // replaces the existing one.
 func (t *Table) locate(ctx context.Context, m *Manifest, ids []string) ([]rowAt, error) {
@@ -126,7 +126,7 @@ func (t *Table) locate(ctx context.Context, m *Manifest, ids []string) ([]rowAt,
 	}
 	results := make([][]found, len(m.Fragments))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(fragmentReads)
+	g.SetLimit(lookupReads)
 	for fi, f := range m.Fragments {
 		lo := sort.SearchStrings(sorted, f.IDMin)
 		hi := sort.Search(len(sorted), func(k int) bool { return sorted[k] > f.IDMax })
@@ -178,8 +178,19 @@ func (t *Table) locate(ctx context.Context, m *Manifest, ids []string) ([]rowAt,
 // column otherwise (fragments written before format 2).
 func (t *Table) lookupFragment(ctx context.Context, m *Manifest, f Fragment, ids []string) ([]indexHit, error) {
 	hits := make([]indexHit, len(ids))
+	// The bloom filter is a round trip spent to skip reads. For a sorted fragment a
+	// false positive costs one key-index block, so the filter pays for itself from a
+	// few ids on. For an unsorted one a hit costs the whole in-memory key index:
+	// not worth a filter when that index is cached, nor when so many ids are probed
+	// that some false positive (and so the key index read anyway) is more likely
+	// than not.
 	bf, cached := t.blooms.Get(f.Bloom)
-	if !cached && (!f.Sorted || len(ids) >= bloomFirstIDs) && !bloomUseless(len(ids)) {
+	read := len(ids) >= bloomFirstIDs
+	if !f.Sorted {
+		_, indexed := t.keys.Get(f.Path)
+		read = !indexed && !bloomUseless(len(ids))
+	}
+	if !cached && read {
 		var err error
 		if bf, err = t.bloom(ctx, f); err != nil {
 			return nil, err
@@ -233,7 +244,7 @@ type foundRow struct {
 
 // readRows reads the rows at (frag -1: none) with the columns of m's schema that
 // cols names (nil: every one): one read per row group that holds any of them,
-// fragmentReads at once. The rows are copied out of their row groups, so what is
+// lookupReads at once. The rows are copied out of their row groups, so what is
 // held is the rows, not the groups; the caller releases the batches (one batch may
 // back several rows: each holds its own reference).
 func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []string) ([]foundRow, error) {
@@ -264,7 +275,7 @@ func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []st
 	slices.Sort(frags)
 	perFrag := make([][]groupJob, len(frags))
 	og, octx := errgroup.WithContext(ctx)
-	og.SetLimit(fragmentReads)
+	og.SetLimit(lookupReads)
 	for k, fi := range frags {
 		og.Go(func() error {
 			f, pos := m.Fragments[fi], byFrag[fi]
@@ -306,7 +317,7 @@ func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []st
 		return nil, err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(fragmentReads)
+	g.SetLimit(lookupReads)
 	for _, j := range jobs {
 		g.Go(func() error {
 			ff, err := t.openFragment(gctx, s, j.f)

@@ -45,7 +45,7 @@ func (t *Table) indexTopOf(ctx context.Context, f Fragment) (*indexTop, error) {
 
 // indexBlocks returns blocks bs (ascending, distinct) of f's key index, from the
 // cache or by ranged reads: runs of adjacent blocks missing from the cache come in
-// one read each, fragmentReads reads at once.
+// one read each, lookupReads reads at once.
 func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs []int) ([]*indexBlock, error) {
 	out := make([]*indexBlock, len(bs))
 	var runs [][2]int // [first, last] positions in bs of runs of adjacent missing blocks
@@ -65,7 +65,7 @@ func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs [
 	}
 	key := t.key(f.Index.Path)
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(fragmentReads)
+	g.SetLimit(lookupReads)
 	for _, r := range runs {
 		g.Go(func() error {
 			first, last := top.blocks[bs[r[0]]], top.blocks[bs[r[1]]]

@@ -126,8 +126,9 @@ type Table struct {
 
 func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 	o := buildOptions(opts)
-	// Index blocks and the legacy key indexes dominate; tops, blooms, deletion
-	// vectors and footers are small.
+	// Key-index blocks and bloom filters are what lookups read most: each gets a
+	// quarter; tops, footers, deletion vectors and the in-memory key indexes of
+	// unsorted fragments an eighth each.
 	dir = strings.TrimSuffix(dir, "/")
 	// Requests the store throttles (refused, not performed) are resent within
 	// RetryTimeout; a bucket that already resends (a store's) keeps its own policy.
@@ -140,11 +141,11 @@ func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 		versions: versions.New(bucket, dir+"/"+versionsDir, dir+"/"+latestHint),
 		opts:     o,
 		log:      o.Logger.With("table", dir),
-		keys:     cache.New[string, *keyIndex](o.CacheBytes * 2 / 8),
+		keys:     cache.New[string, *keyIndex](o.CacheBytes / 8),
 		tops:     cache.New[string, *indexTop](o.CacheBytes / 8),
-		blocks:   cache.New[blockKey, *indexBlock](o.CacheBytes * 2 / 8),
-		footers:  cache.New[string, *metadata.FileMetaData](o.CacheBytes / 16),
-		blooms:   cache.New[string, *bloom.BloomFilter](o.CacheBytes * 3 / 16),
+		blocks:   cache.New[blockKey, *indexBlock](o.CacheBytes / 4),
+		footers:  cache.New[string, *metadata.FileMetaData](o.CacheBytes / 8),
+		blooms:   cache.New[string, *bloom.BloomFilter](o.CacheBytes / 4),
 		dvs:      cache.New[string, *roaring.Bitmap](o.CacheBytes / 8),
 	}
 }

@@ -310,7 +310,7 @@ func (st *staged) deleteAll(ctx context.Context) {
 // older existing rows go into dels, incoming rows older than an existing row go into
 // selfDel. Only the incoming ids within a fragment's id range are looked up in it,
 // together (lookupFragment: its bloom filter, then the key-index blocks they fall
-// in), fragmentReads fragments at once: on an object store a conflict check that
+// in), lookupReads fragments at once: on an object store a conflict check that
 // reads them one after another waits one round trip per object.
 func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 	if x.frag == nil {
@@ -334,7 +334,7 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 	}
 	results := make([]found, len(check))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(fragmentReads)
+	g.SetLimit(lookupReads)
 	for i, f := range check {
 		g.Go(func() error {
 			lo := sort.SearchStrings(x.ids, f.IDMin)
