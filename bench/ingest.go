@@ -211,8 +211,8 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	scan, sweep := cfg.Intervals()
 	m, err := master.New(master.Config{
 		Client: env.Etcd, Prefix: fmt.Sprintf("/bench/ingest-%d", time.Now().UnixNano()), Bucket: faulty,
-		Discovery: discovery, Caller: caller, FanOut: mode, ScanInterval: scan, SweepInterval: sweep,
-		Holder: "bench-master", Logger: quiet,
+		Discovery: discovery, Caller: caller, FanOut: fanout.Config{Shape: mode}, Scan: scanner.Config{Interval: scan},
+		MergeSweep: scanner.MergeSweepConfig{Interval: sweep}, ID: "bench-master", Logger: quiet,
 	})
 	if err != nil {
 		return res, fmt.Errorf("ingest: master: %w", err)

@@ -373,12 +373,12 @@ func (w *stormWorld) runFanOut(ctx context.Context, env *Env, cfg StormConfig, m
 	defer caller.Close()
 	var mu sync.Mutex
 	var times durations
-	fan := &fanout.FanOut{Discovery: discovery, Caller: caller, Shape: mode, WorkerTimeout: cfg.Deadline, Logger: quiet,
+	fan := fanout.New(fanout.Config{Discovery: discovery, Caller: caller, Shape: mode, WorkerTimeout: cfg.Deadline, Logger: quiet,
 		OnWorkerDone: func(_ fanout.Worker, d time.Duration, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			res.record(err, d, &times)
-		}}
+		}})
 	sess, err := concurrency.NewSession(env.Etcd, concurrency.WithTTL(10))
 	if err != nil {
 		return fmt.Errorf("storm: master session: %w", err)
@@ -388,7 +388,7 @@ func (w *stormWorld) runFanOut(ctx context.Context, env *Env, cfg StormConfig, m
 		tasks.WithLogger(quiet), tasks.WithHolder("bench-master"))
 	sched := master.NewScheduler(master.SchedulerConfig{
 		Tasks: ts, Lease: sess.Lease, PollInterval: 100 * time.Millisecond, TaskTimeout: cfg.Deadline, Logger: quiet,
-		Runners: map[tasks.Kind]master.Runner{tasks.KindMergeWAL: fan},
+		Runners: map[tasks.Kind]master.Runner{tasks.KindMergeWAL: fan}, MergeConcurrency: 1,
 	})
 	schedCtx, stop := context.WithCancel(ctx)
 	stopped := make(chan struct{})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
@@ -14,7 +15,6 @@ import (
 	"github.com/tidemark-io/tidemark/internal/dev/chaos"
 	"github.com/tidemark-io/tidemark/internal/etcdcli"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
-	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/master"
 	"github.com/tidemark-io/tidemark/pkg/master/dashboard"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
@@ -22,33 +22,21 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 )
 
+// serveFlags are serve's settings: cfg's fields are bound to their flags (and
+// variables) directly, one name per setting; the rest are what runServe opens
+// with them.
 type serveFlags struct {
+	cfg             master.Config
 	etcd            etcdcli.Config
 	dataURL         string
 	workerEndpoints string
+	workerDial      time.Duration
 	grpcAddr        string
 	httpAddr        string
-	holder          string
 	logLevel        string
 	opTimeout       time.Duration
-
-	scanInterval, sweepInterval time.Duration
-	minGenerations, maxEnqueues int
-	taskConcurrency, mergeConc  int
-	workerTimeout, workerDial   time.Duration
-	fanOut                      fanout.Shape
-	prepareConc                 int
-	orphanGrace                 time.Duration
-	taskTimeout                 time.Duration
-	leaseTTL, shutdown          time.Duration
-	pruneInterval, retentionAge time.Duration
-	retentionCount              int
-	compactInterval             time.Duration
-	minFragments, compactMax    int
-	cleanupVersions             int
-	deletedRatio                float64
-	auth                        auth.Flags
-	dashboard                   bool
+	auth            auth.Flags
+	dashboard       bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -61,8 +49,14 @@ func newServeCmd() *cobra.Command {
 			return runServe(cmd, f)
 		},
 	}
-	fs := cmd.Flags()
+	f.bind(cmd.Flags())
+	return cmd
+}
+
+// bind defines serve's flags on fs, each with its variable, setting f.
+func (f *serveFlags) bind(fs *pflag.FlagSet) {
 	bind := func(name, env string) { cli.BindEnv(fs, name, env) }
+	c := &f.cfg
 	f.etcd.AddFlags(fs, "required: the master keeps its task queue, claims and stats in etcd")
 	fs.StringVar(&f.dataURL, "data-url", "file://./data", "object storage URL of every store (file://, mem://, s3://, azblob://, gs://; ?prefix= optional)")
 	bind("data-url", "DATA_URL")
@@ -72,52 +66,52 @@ func newServeCmd() *cobra.Command {
 	bind("grpc-addr", "GRPC_ADDR")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:7080", "address the HTTP API and /metrics listen on")
 	bind("http-addr", "HTTP_ADDR")
-	fs.StringVar(&f.holder, "master-id", "", "this replica's name in claim tokens and coordination keys (default: <hostname>:<pid>)")
+	fs.StringVar(&c.ID, "master-id", "", "this replica's name in claim tokens and coordination keys (default: <hostname>:<pid>)")
 	bind("master-id", "MASTER_ID")
-	fs.DurationVar(&f.scanInterval, "stats-scan-interval", scanner.DefaultScanInterval, "period of the stats scan of every store (the first at startup)")
+	fs.DurationVar(&c.Scan.Interval, "stats-scan-interval", scanner.DefaultScanInterval, "period of the stats scan of every store (the first at startup)")
 	bind("stats-scan-interval", "STATS_SCAN_INTERVAL")
-	fs.DurationVar(&f.sweepInterval, "merge-wal-interval", scanner.DefaultMergeSweepInterval, "period of the merge sweep that enqueues merge_wal tasks")
+	fs.DurationVar(&c.MergeSweep.Interval, "merge-wal-interval", scanner.DefaultMergeSweepInterval, "period of the merge sweep that enqueues merge_wal tasks")
 	bind("merge-wal-interval", "MERGE_WAL_INTERVAL")
-	fs.IntVar(&f.minGenerations, "merge-wal-min-generations", scanner.DefaultMinGenerations, "the merge sweep enqueues merge_wal for targets with at least this many pending WAL generations")
+	fs.IntVar(&c.MergeSweep.MinGenerations, "merge-wal-min-generations", scanner.DefaultMinGenerations, "the merge sweep enqueues merge_wal for targets with at least this many pending WAL generations")
 	bind("merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
-	fs.IntVar(&f.maxEnqueues, "merge-wal-max-enqueues", scanner.DefaultMergeMaxEnqueues, "most new merge_wal tasks one sweep enqueues (worst targets first)")
+	fs.IntVar(&c.MergeSweep.MaxEnqueues, "merge-wal-max-enqueues", scanner.DefaultMergeMaxEnqueues, "most new merge_wal tasks one sweep enqueues (worst targets first)")
 	bind("merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
-	fs.DurationVar(&f.compactInterval, "compaction-interval", scanner.DefaultCompactionInterval, "period of the compaction sweep that enqueues compact tasks")
+	fs.DurationVar(&c.CompactionSweep.Interval, "compaction-interval", scanner.DefaultCompactionInterval, "period of the compaction sweep that enqueues compact tasks")
 	bind("compaction-interval", "COMPACTION_INTERVAL")
-	fs.IntVar(&f.minFragments, "min-fragments", scanner.DefaultMinFragments, "the compaction sweep enqueues compact for targets with at least this many level-0 base table fragments (what merges write; a point read probes each), besides those with a level over its capacity or fragments to sort")
+	fs.IntVar(&c.CompactionSweep.MinFragments, "min-fragments", scanner.DefaultMinFragments, "the compaction sweep enqueues compact for targets with at least this many level-0 base table fragments (what merges write; a point read probes each), besides those with a level over its capacity or fragments to sort")
 	bind("min-fragments", "MIN_FRAGMENTS")
-	fs.Float64Var(&f.deletedRatio, "compaction-deleted-ratio", scanner.DefaultDeletedRatio, "the compaction sweep enqueues compact for targets whose deleted rows are at least this share of their rows")
+	fs.Float64Var(&c.CompactionSweep.DeletedRatio, "compaction-deleted-ratio", scanner.DefaultDeletedRatio, "the compaction sweep enqueues compact for targets whose deleted rows are at least this share of their rows")
 	bind("compaction-deleted-ratio", "COMPACTION_DELETED_RATIO")
-	fs.IntVar(&f.cleanupVersions, "cleanup-every-versions", scanner.DefaultCleanupEveryVersions, "the compaction sweep enqueues compact (whose cleanup deletes old versions and unreferenced files) for targets that committed this many versions since their last one")
+	fs.IntVar(&c.CompactionSweep.CleanupEveryVersions, "cleanup-every-versions", scanner.DefaultCleanupEveryVersions, "the compaction sweep enqueues compact (whose cleanup deletes old versions and unreferenced files) for targets that committed this many versions since their last one")
 	bind("cleanup-every-versions", "CLEANUP_EVERY_VERSIONS")
-	fs.IntVar(&f.compactMax, "compaction-max-enqueues", scanner.DefaultCompactionMaxEnqueues, "most new compact tasks one compaction sweep enqueues (most fragments first)")
+	fs.IntVar(&c.CompactionSweep.MaxEnqueues, "compaction-max-enqueues", scanner.DefaultCompactionMaxEnqueues, "most new compact tasks one compaction sweep enqueues (most fragments first)")
 	bind("compaction-max-enqueues", "COMPACTION_MAX_ENQUEUES")
-	fs.IntVar(&f.taskConcurrency, "task-concurrency", master.DefaultTaskConcurrency, "running tasks per kind other than merge_wal (compact, verify, repair), on this replica")
+	fs.IntVar(&c.Scheduler.TaskConcurrency, "task-concurrency", master.DefaultTaskConcurrency, "running tasks per kind other than merge_wal (compact, verify, repair), on this replica")
 	bind("task-concurrency", "TASK_CONCURRENCY")
-	fs.IntVar(&f.mergeConc, "merge-wal-concurrency", master.DefaultMergeConcurrency, "merge_wal tasks running at once on this replica (different targets; each calls the workers one at a time)")
+	fs.IntVar(&c.Scheduler.MergeConcurrency, "merge-wal-concurrency", master.DefaultMergeConcurrency, "merge_wal tasks running at once on this replica (different targets; each calls the workers one at a time)")
 	bind("merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
-	fs.DurationVar(&f.workerTimeout, "merge-wal-worker-timeout", master.DefaultWorkerTimeout, "bound on one worker's merge in a merge_wal fan-out (in the two-phase shape, on each of its prepare and commit)")
+	fs.DurationVar(&c.FanOut.WorkerTimeout, "merge-wal-worker-timeout", fanout.DefaultWorkerTimeout, "bound on one worker's merge in a merge_wal fan-out (in the two-phase shape, on each of its prepare and commit)")
 	bind("merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
-	f.fanOut = fanout.TwoPhase
-	fs.Var(&f.fanOut, "merge-fanout", "shape of a merge_wal fan-out: two-phase (every worker prepares at once, then they commit one after another) or serial (each worker prepares and commits in turn)")
+	c.FanOut.Shape = fanout.TwoPhase
+	fs.Var(&c.FanOut.Shape, "merge-fanout", "shape of a merge_wal fan-out: two-phase (every worker prepares at once, then they commit one after another) or serial (each worker prepares and commits in turn)")
 	bind("merge-fanout", "MERGE_FANOUT")
-	fs.IntVar(&f.prepareConc, "merge-prepare-concurrency", 0, "prepares in flight at once in a two-phase merge_wal fan-out; 0 means every worker of the task")
+	fs.IntVar(&c.FanOut.PrepareConcurrency, "merge-prepare-concurrency", 0, "prepares in flight at once in a two-phase merge_wal fan-out; 0 means every worker of the task")
 	bind("merge-prepare-concurrency", "MERGE_PREPARE_CONCURRENCY")
-	fs.DurationVar(&f.orphanGrace, "orphan-grace", fanout.DefaultOrphanGrace, "a shard whose worker has been unregistered this long is adopted by a live worker (keep it several WORKER_LEASE_TTLs)")
+	fs.DurationVar(&c.OrphanGrace, "orphan-grace", fanout.DefaultOrphanGrace, "a shard whose worker has been unregistered this long is adopted by a live worker (keep it several WORKER_LEASE_TTLs)")
 	bind("orphan-grace", "ORPHAN_GRACE")
-	fs.DurationVar(&f.workerDial, "worker-dial-timeout", 5*time.Second, "a worker not connected within this is skipped as unreachable")
+	fs.DurationVar(&f.workerDial, "worker-dial-timeout", fanout.DefaultDialTimeout, "a worker not connected within this is skipped as unreachable")
 	bind("worker-dial-timeout", "WORKER_DIAL_TIMEOUT")
-	fs.DurationVar(&f.taskTimeout, "task-timeout", master.DefaultTaskTimeout, "bound on one task run; a merge_wal run calls every worker in turn, so allow for that")
+	fs.DurationVar(&c.Scheduler.TaskTimeout, "task-timeout", master.DefaultTaskTimeout, "bound on one task run; a merge_wal run calls every worker in turn, so allow for that")
 	bind("task-timeout", "TASK_TIMEOUT")
-	fs.DurationVar(&f.leaseTTL, "master-lease-ttl", master.DefaultLeaseTTL, "TTL of this replica's etcd lease: its claims and locks outlive a crash by this much")
+	fs.DurationVar(&c.LeaseTTL, "master-lease-ttl", master.DefaultLeaseTTL, "TTL of this replica's etcd lease: its claims and locks outlive a crash by this much")
 	bind("master-lease-ttl", "MASTER_LEASE_TTL")
-	fs.DurationVar(&f.shutdown, "shutdown-timeout", master.DefaultShutdownTimeout, "how long shutdown lets running tasks and requests finish (tasks still running are then released to the queue)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", master.DefaultShutdownTimeout, "how long shutdown lets running tasks and requests finish (tasks still running are then released to the queue)")
 	bind("shutdown-timeout", "SHUTDOWN_TIMEOUT")
-	fs.DurationVar(&f.pruneInterval, "task-prune-interval", master.DefaultPruneInterval, "period of the deletion of old finished tasks")
+	fs.DurationVar(&c.TaskRetention.PruneInterval, "task-prune-interval", master.DefaultPruneInterval, "period of the deletion of old finished tasks")
 	bind("task-prune-interval", "TASK_PRUNE_INTERVAL")
-	fs.IntVar(&f.retentionCount, "task-retention-count", master.DefaultPruneKeep, "finished tasks kept (the most recent)")
+	fs.IntVar(&c.TaskRetention.Count, "task-retention-count", master.DefaultRetentionCount, "finished tasks kept (the most recent)")
 	bind("task-retention-count", "TASK_RETENTION_COUNT")
-	fs.DurationVar(&f.retentionAge, "task-retention-age", master.DefaultPruneMaxAge, "finished tasks older than this are deleted")
+	fs.DurationVar(&c.TaskRetention.Age, "task-retention-age", master.DefaultRetentionAge, "finished tasks older than this are deleted")
 	bind("task-retention-age", "TASK_RETENTION_AGE")
 	fs.DurationVar(&f.opTimeout, "object-store-timeout", objstore.DefaultOpTimeout, "bound on every object-store request")
 	bind("object-store-timeout", "OBJECT_STORE_TIMEOUT")
@@ -126,7 +120,6 @@ func newServeCmd() *cobra.Command {
 	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the operator dashboard under /ui/ of --http-addr (log in with the bearer token)")
 	bind("dashboard", "DASHBOARD")
 	f.auth.AddServerFlags(fs)
-	return cmd
 }
 
 // check refuses settings that would be silently replaced by a default or make no
@@ -143,32 +136,33 @@ func (f serveFlags) check() error {
 			errs = append(errs, fmt.Errorf("--%s (%s) must be at least 1, got %d", flag, env, n))
 		}
 	}
-	positive(f.scanInterval, "stats-scan-interval", "STATS_SCAN_INTERVAL")
-	positive(f.sweepInterval, "merge-wal-interval", "MERGE_WAL_INTERVAL")
-	positive(f.workerTimeout, "merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
-	if f.prepareConc < 0 {
-		errs = append(errs, fmt.Errorf("--merge-prepare-concurrency (MERGE_PREPARE_CONCURRENCY) must not be negative, got %d", f.prepareConc))
+	c := f.cfg
+	positive(c.Scan.Interval, "stats-scan-interval", "STATS_SCAN_INTERVAL")
+	positive(c.MergeSweep.Interval, "merge-wal-interval", "MERGE_WAL_INTERVAL")
+	positive(c.FanOut.WorkerTimeout, "merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
+	if c.FanOut.PrepareConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("--merge-prepare-concurrency (MERGE_PREPARE_CONCURRENCY) must not be negative, got %d", c.FanOut.PrepareConcurrency))
 	}
-	positive(f.orphanGrace, "orphan-grace", "ORPHAN_GRACE")
+	positive(c.OrphanGrace, "orphan-grace", "ORPHAN_GRACE")
 	positive(f.workerDial, "worker-dial-timeout", "WORKER_DIAL_TIMEOUT")
-	positive(f.taskTimeout, "task-timeout", "TASK_TIMEOUT")
-	positive(f.shutdown, "shutdown-timeout", "SHUTDOWN_TIMEOUT")
-	positive(f.pruneInterval, "task-prune-interval", "TASK_PRUNE_INTERVAL")
-	positive(f.retentionAge, "task-retention-age", "TASK_RETENTION_AGE")
-	positive(f.compactInterval, "compaction-interval", "COMPACTION_INTERVAL")
-	atLeastOne(f.minFragments, "min-fragments", "MIN_FRAGMENTS")
-	atLeastOne(f.cleanupVersions, "cleanup-every-versions", "CLEANUP_EVERY_VERSIONS")
-	atLeastOne(f.compactMax, "compaction-max-enqueues", "COMPACTION_MAX_ENQUEUES")
-	if f.deletedRatio <= 0 || f.deletedRatio > 1 {
-		errs = append(errs, fmt.Errorf("--compaction-deleted-ratio (COMPACTION_DELETED_RATIO) must be in (0, 1], got %g", f.deletedRatio))
+	positive(c.Scheduler.TaskTimeout, "task-timeout", "TASK_TIMEOUT")
+	positive(c.ShutdownTimeout, "shutdown-timeout", "SHUTDOWN_TIMEOUT")
+	positive(c.TaskRetention.PruneInterval, "task-prune-interval", "TASK_PRUNE_INTERVAL")
+	positive(c.TaskRetention.Age, "task-retention-age", "TASK_RETENTION_AGE")
+	positive(c.CompactionSweep.Interval, "compaction-interval", "COMPACTION_INTERVAL")
+	atLeastOne(c.CompactionSweep.MinFragments, "min-fragments", "MIN_FRAGMENTS")
+	atLeastOne(c.CompactionSweep.CleanupEveryVersions, "cleanup-every-versions", "CLEANUP_EVERY_VERSIONS")
+	atLeastOne(c.CompactionSweep.MaxEnqueues, "compaction-max-enqueues", "COMPACTION_MAX_ENQUEUES")
+	if r := c.CompactionSweep.DeletedRatio; r <= 0 || r > 1 {
+		errs = append(errs, fmt.Errorf("--compaction-deleted-ratio (COMPACTION_DELETED_RATIO) must be in (0, 1], got %g", r))
 	}
-	atLeastOne(f.minGenerations, "merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
-	atLeastOne(f.maxEnqueues, "merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
-	atLeastOne(f.taskConcurrency, "task-concurrency", "TASK_CONCURRENCY")
-	atLeastOne(f.mergeConc, "merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
-	atLeastOne(f.retentionCount, "task-retention-count", "TASK_RETENTION_COUNT")
-	if f.leaseTTL < 2*time.Second {
-		errs = append(errs, fmt.Errorf("--master-lease-ttl (MASTER_LEASE_TTL) must be at least 2s, got %s", f.leaseTTL))
+	atLeastOne(c.MergeSweep.MinGenerations, "merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
+	atLeastOne(c.MergeSweep.MaxEnqueues, "merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
+	atLeastOne(c.Scheduler.TaskConcurrency, "task-concurrency", "TASK_CONCURRENCY")
+	atLeastOne(c.Scheduler.MergeConcurrency, "merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
+	atLeastOne(c.TaskRetention.Count, "task-retention-count", "TASK_RETENTION_COUNT")
+	if c.LeaseTTL < 2*time.Second {
+		errs = append(errs, fmt.Errorf("--master-lease-ttl (MASTER_LEASE_TTL) must be at least 2s, got %s", c.LeaseTTL))
 	}
 	return errors.Join(errs...)
 }
@@ -191,16 +185,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	var discovery fanout.Discovery
-	if f.workerEndpoints != "" {
-		static, err := fanout.ParseEndpoints(f.workerEndpoints)
-		if err != nil {
-			return fmt.Errorf("--worker-endpoints (WORKER_ENDPOINTS): %w", err)
-		}
-		if len(static) == 0 {
-			return fmt.Errorf("--worker-endpoints (WORKER_ENDPOINTS) %q names no worker", f.workerEndpoints)
-		}
-		discovery = static
+	discovery, err := f.discovery()
+	if err != nil {
+		return err
 	}
 	bucket, err := objstore.Open(ctx, f.dataURL, objstore.WithOpTimeout(f.opTimeout))
 	if err != nil {
@@ -219,9 +206,6 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	defer client.Close()
 	prefix := f.etcd.NormalizedPrefix()
-	if discovery == nil {
-		discovery = &membership.Discovery{Client: client, Prefix: prefix}
-	}
 	caller := fanout.NewGRPCCaller(fanout.GRPCCallerConfig{DialTimeout: f.workerDial,
 		DialOptions: auth.DialOptions(authn.Client.Token, authn.Client.TLS)})
 	defer caller.Close()
@@ -235,68 +219,53 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		_ = gln.Close()
 		return fmt.Errorf("http addr (--http-addr, HTTP_ADDR): %w", err)
 	}
-	m, err := master.New(master.Config{
-		Client:         client,
-		Prefix:         prefix,
-		Bucket:         bucket,
-		Discovery:      discovery,
-		Caller:         caller,
-		GRPCListener:   gln,
-		HTTPListener:   hln,
-		ScanInterval:   f.scanInterval,
-		SweepInterval:  f.sweepInterval,
-		MinGenerations: f.minGenerations,
-		MaxEnqueues:    f.maxEnqueues,
-		Compaction: scanner.CompactionSweepConfig{
-			Interval:             f.compactInterval,
-			MinFragments:         f.minFragments,
-			DeletedRatio:         f.deletedRatio,
-			CleanupEveryVersions: f.cleanupVersions,
-			MaxEnqueues:          f.compactMax,
-		},
-		TaskConcurrency:    f.taskConcurrency,
-		MergeConcurrency:   f.mergeConc,
-		WorkerTimeout:      f.workerTimeout,
-		FanOut:             f.fanOut,
-		PrepareConcurrency: f.prepareConc,
-		OrphanGrace:        f.orphanGrace,
-		TaskTimeout:        f.taskTimeout,
-		LeaseTTL:           f.leaseTTL,
-		ShutdownTimeout:    f.shutdown,
-		PruneInterval:      f.pruneInterval,
-		PruneKeep:          f.retentionCount,
-		PruneMaxAge:        f.retentionAge,
-		Holder:             f.holder,
-		Metrics:            reg,
-		Logger:             log,
-		Auth:               authn.Guard,
-		TLS:                authn.TLS,
-		Dashboard: master.DashboardConfig{
-			Disabled:    !f.dashboard,
-			WorkerToken: authn.Client.Token,
-			WorkerTLS:   authn.Client.TLS,
-		},
-	})
+	cfg := f.cfg
+	cfg.Client, cfg.Prefix, cfg.Bucket, cfg.Discovery, cfg.Caller = client, prefix, bucket, discovery, caller
+	cfg.GRPCListener, cfg.HTTPListener, cfg.Metrics, cfg.Logger = gln, hln, reg, log
+	cfg.Auth, cfg.TLS = authn.Guard, authn.TLS
+	cfg.Dashboard = master.DashboardConfig{Disabled: !f.dashboard, WorkerToken: authn.Client.Token, WorkerTLS: authn.Client.TLS}
+	m, err := master.New(cfg)
 	if err != nil {
 		_ = gln.Close()
 		_ = hln.Close()
 		return err
 	}
 	source := "etcd"
-	if f.workerEndpoints != "" {
+	if discovery != nil {
 		source = "static"
 	}
-	dashboardURL := "off"
-	if f.dashboard {
-		scheme := "http"
-		if authn.TLS != nil {
-			scheme = "https"
-		}
-		dashboardURL = scheme + "://" + hln.Addr().String() + dashboard.Root
-	}
 	log.Info("master starting", "version", cli.Version(), "data_url", bucket.String(), "etcd_prefix", prefix,
-		"workers", source, "grpc_addr", gln.Addr().String(), "http_addr", hln.Addr().String(), "dashboard", dashboardURL)
+		"workers", source, "grpc_addr", gln.Addr().String(), "http_addr", hln.Addr().String(),
+		"dashboard", f.dashboardURL(hln.Addr(), authn.TLS != nil))
 	return m.Run(ctx)
+}
+
+// discovery is the static worker list of --worker-endpoints, or nil for the
+// workers registered in etcd.
+func (f serveFlags) discovery() (fanout.Discovery, error) {
+	if f.workerEndpoints == "" {
+		return nil, nil
+	}
+	static, err := fanout.ParseEndpoints(f.workerEndpoints)
+	if err != nil {
+		return nil, fmt.Errorf("--worker-endpoints (WORKER_ENDPOINTS): %w", err)
+	}
+	if len(static) == 0 {
+		return nil, fmt.Errorf("--worker-endpoints (WORKER_ENDPOINTS) %q names no worker", f.workerEndpoints)
+	}
+	return static, nil
+}
+
+// dashboardURL is where the dashboard is served on addr, or "off".
+func (f serveFlags) dashboardURL(addr net.Addr, secure bool) string {
+	if !f.dashboard {
+		return "off"
+	}
+	scheme := "http"
+	if secure {
+		scheme = "https"
+	}
+	return scheme + "://" + addr.String() + dashboard.Root
 }
 
 // resendThrottled makes b resend the requests the store throttles, with the

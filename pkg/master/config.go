@@ -17,22 +17,25 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
-// Defaults of the master's settings (MASTER_LEASE_TTL, TASK_CONCURRENCY,
-// MERGE_WAL_CONCURRENCY, MERGE_WAL_WORKER_TIMEOUT, SHUTDOWN_TIMEOUT, ...).
+// Defaults of the master's own settings (MASTER_LEASE_TTL, SHUTDOWN_TIMEOUT, and
+// TaskRetention's TASK_PRUNE_INTERVAL, TASK_RETENTION_COUNT and TASK_RETENTION_AGE);
+// its parts' are their packages' (scanner, fanout) and the scheduler's.
 const (
-	DefaultLeaseTTL         = 10 * time.Second
-	DefaultTaskConcurrency  = 2
-	DefaultMergeConcurrency = 2
-	DefaultWorkerTimeout    = 10 * time.Minute
-	DefaultTaskTimeout      = time.Hour
-	DefaultShutdownTimeout  = 30 * time.Second
-	DefaultPruneInterval    = time.Hour
-	DefaultPruneKeep        = 10000
-	DefaultPruneMaxAge      = 7 * 24 * time.Hour
-	DefaultProbeInterval    = 15 * time.Second
+	DefaultLeaseTTL        = 10 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultProbeInterval   = 15 * time.Second
+	DefaultPruneInterval   = time.Hour
+	DefaultRetentionCount  = 10000
+	DefaultRetentionAge    = 7 * 24 * time.Hour
 )
 
-// Config is what a Master needs.
+// Config is what a Master needs. The parts' own configurations are taken whole,
+// one field per setting under the name its flag and variable have
+// (MERGE_WAL_MIN_GENERATIONS, --merge-wal-min-generations: MergeSweep.MinGenerations);
+// a zero setting takes its default. New sets the fields that tie the parts
+// together (the logger, the metrics registry, the session lease, the stats rows
+// the fan-out reads, the orphan tracker, the hooks), so a caller cannot wire them
+// inconsistently.
 type Config struct {
 	// Client is the etcd client (internal/etcdcli.New). Required.
 	Client *clientv3.Client
@@ -43,13 +46,13 @@ type Config struct {
 	// Registry is the store registry in Bucket (registry.New(Bucket) when nil).
 	Registry *registry.Registry
 	// Discovery lists the workers merge_wal calls (membership.Discovery on Client and
-	// Prefix when nil; a StaticDiscovery for WORKER_ENDPOINTS).
+	// Prefix when nil; a fanout.StaticDiscovery for WORKER_ENDPOINTS).
 	Discovery fanout.Discovery
 	// Caller calls the workers; required unless Runners replaces merge_wal's.
 	Caller fanout.Caller
-	// Runners add to or replace the built-in runners by kind: merge_wal's serial
-	// FanOut, and Maintenance for compact, verify and repair (with a Caller that
-	// can call WorkerService.Maintain, as the GRPCCaller can).
+	// Runners add to or replace the built-in runners by kind: merge_wal's
+	// fanout.FanOut, and fanout.Maintenance for compact, verify and repair (with a
+	// Caller that can call WorkerService.Maintain, as the GRPCCaller can).
 	Runners map[tasks.Kind]Runner
 
 	// GRPCListener serves the AdminService (with health and reflection), and
@@ -58,62 +61,50 @@ type Config struct {
 	GRPCListener net.Listener
 	HTTPListener net.Listener
 
-	// ScanInterval is STATS_SCAN_INTERVAL, SweepInterval MERGE_WAL_INTERVAL,
-	// MinGenerations MERGE_WAL_MIN_GENERATIONS and MaxEnqueues
-	// MERGE_WAL_MAX_ENQUEUES (the scanner package's defaults when zero).
-	ScanInterval   time.Duration
-	SweepInterval  time.Duration
-	MinGenerations int
-	MaxEnqueues    int
-	// Compaction configures the compaction sweep; New sets its Logger and
-	// Registerer.
-	Compaction scanner.CompactionSweepConfig
-
-	// TaskConcurrency bounds the running tasks of each kind other than merge_wal
-	// (TASK_CONCURRENCY), MergeConcurrency the running merge_wal tasks
-	// (MERGE_WAL_CONCURRENCY): merges of different targets may run at once, one
-	// target never has two.
-	TaskConcurrency  int
-	MergeConcurrency int
-	// WorkerTimeout bounds one worker's merge in a fan-out
-	// (MERGE_WAL_WORKER_TIMEOUT); TaskTimeout bounds one task run (TASK_TIMEOUT),
-	// so it must allow for a fan-out over every worker.
-	WorkerTimeout time.Duration
-	// FanOut is merge_wal's shape (MERGE_FANOUT): fanout.TwoPhase (the default,
-	// when empty) or fanout.Serial. PrepareConcurrency bounds the two-phase
-	// shape's prepares in flight (MERGE_PREPARE_CONCURRENCY; 0: every worker).
-	FanOut             fanout.Shape
-	PrepareConcurrency int
-	// OrphanGrace is how long a shard's worker must be unregistered before the
-	// shard is adopted (fanout.DefaultOrphanGrace; ORPHAN_GRACE).
-	OrphanGrace time.Duration
-	TaskTimeout time.Duration
-	// PollInterval is how often an idle scheduler looks for work (1 s).
-	PollInterval time.Duration
-
-	// LeaseTTL is the TTL of the master's session lease (MASTER_LEASE_TTL, whole
-	// seconds, at least 2 s): claims, target locks and coordination locks die
-	// this long after the master does.
+	// ID names this replica in claim tokens and coordination keys, MASTER_ID
+	// (default "<hostname>:<pid>").
+	ID string
+	// LeaseTTL is the TTL of the master's session lease, MASTER_LEASE_TTL (whole
+	// seconds, at least 2 s; DefaultLeaseTTL): claims, target locks and
+	// coordination locks die this long after the master does.
 	LeaseTTL time.Duration
 	// ShutdownTimeout is how long shutdown lets running tasks finish before
-	// releasing them to the queue, and lets the servers finish their requests.
+	// releasing them to the queue, and lets the servers finish their requests,
+	// SHUTDOWN_TIMEOUT (DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
-
-	// PruneInterval, PruneKeep and PruneMaxAge drive the deletion of finished
-	// tasks (hourly, keep the 10000 most recent, none older than 7 days).
-	PruneInterval time.Duration
-	PruneKeep     int
-	PruneMaxAge   time.Duration
 	// ProbeInterval is how often the master checks etcd (master_etcd_up, gRPC
-	// health) and reads the queue depth (15 s).
+	// health) and reads the queue depth (DefaultProbeInterval).
 	ProbeInterval time.Duration
 
-	// Holder names this replica in claim tokens and coordination keys (default
-	// "<hostname>:<pid>").
-	Holder string
+	// Scan configures the stats scan (STATS_SCAN_INTERVAL: Scan.Interval); New
+	// sets its Logger and Registerer.
+	Scan scanner.Config
+	// MergeSweep configures the merge sweep (MERGE_WAL_INTERVAL,
+	// MERGE_WAL_MIN_GENERATIONS, MERGE_WAL_MAX_ENQUEUES); New sets its
+	// ScanInterval (Scan's), Rescan, Orphans, Logger and Registerer.
+	MergeSweep scanner.MergeSweepConfig
+	// CompactionSweep configures the compaction sweep (COMPACTION_INTERVAL,
+	// MIN_FRAGMENTS, COMPACTION_DELETED_RATIO, CLEANUP_EVERY_VERSIONS,
+	// COMPACTION_MAX_ENQUEUES); New sets its Logger and Registerer.
+	CompactionSweep scanner.CompactionSweepConfig
+	// FanOut configures merge_wal's fan-out (MERGE_FANOUT: FanOut.Shape,
+	// MERGE_WAL_WORKER_TIMEOUT, MERGE_PREPARE_CONCURRENCY); New sets its
+	// Discovery, Caller, Row, Orphans, OnWorkerDone and Logger.
+	FanOut fanout.Config
+	// OrphanGrace is how long a shard's worker must be unregistered before the
+	// shard is adopted, ORPHAN_GRACE (fanout.DefaultOrphanGrace).
+	OrphanGrace time.Duration
+	// Scheduler configures the scheduler (TASK_CONCURRENCY,
+	// MERGE_WAL_CONCURRENCY, TASK_TIMEOUT); New sets its Tasks, Lease, Runners,
+	// OnFinish, OnPhase and Logger.
+	Scheduler SchedulerConfig
+	// TaskRetention is how long finished tasks are kept.
+	TaskRetention TaskRetention
+
 	// Metrics is the registry /metrics serves (refmetrics.NewProcessRegistry() when nil).
 	Metrics *prometheus.Registry
-	Logger  *slog.Logger
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
 
 	// Auth guards the AdminService (and reflection) and the task, stats and
 	// workers HTTP routes; gRPC health, HTTP health and metrics stay open. nil:
@@ -125,12 +116,27 @@ type Config struct {
 	Dashboard DashboardConfig
 }
 
+// TaskRetention is how long finished tasks are kept, and how often the others
+// are deleted.
+type TaskRetention struct {
+	// PruneInterval is the period of the deletion, TASK_PRUNE_INTERVAL
+	// (DefaultPruneInterval; the first at startup).
+	PruneInterval time.Duration
+	// Count is how many of the most recent finished tasks are kept,
+	// TASK_RETENTION_COUNT (DefaultRetentionCount).
+	Count int
+	// Age is the age past which a finished task is deleted, TASK_RETENTION_AGE
+	// (DefaultRetentionAge).
+	Age time.Duration
+}
+
 // DashboardConfig configures the operator dashboard (package dashboard).
 type DashboardConfig struct {
 	// Disabled serves no dashboard (DASHBOARD=false).
 	Disabled bool
-	// WorkerToken and WorkerTLS are the credential the dashboard reads records
-	// with through a worker's HTTP data API: the master's outgoing one.
+	// WorkerToken and WorkerTLS are the credential the dashboard (and the HTTP
+	// API) read records with through a worker's HTTP data API: the master's
+	// outgoing one.
 	WorkerToken string
 	WorkerTLS   *tls.Config
 }

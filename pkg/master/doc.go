@@ -8,6 +8,11 @@
 //	api        the AdminService and the HTTP API
 //	dashboard  the operator dashboard the HTTP API serves under /ui/
 //
+// Config nests each part's own configuration under the name its settings have
+// (MergeSweep.MinGenerations is MERGE_WAL_MIN_GENERATIONS); New sets what ties
+// the parts together (the logger, the metrics registry, the session lease, the
+// orphan tracker, the hooks).
+//
 // Invariants:
 //
 //   - Capacity is reserved before a claim: a claimed task never waits for a slot while

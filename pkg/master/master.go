@@ -45,7 +45,6 @@ type Master struct {
 	orphans *fanout.Orphans
 	sched   *Scheduler
 	metrics *Metrics
-	admin   *api.AdminService
 	health  *health.Server
 	grpc    *grpc.Server
 	http    http.Handler
@@ -54,58 +53,85 @@ type Master struct {
 
 // New checks cfg and builds a master; Run runs it.
 func New(cfg Config) (*Master, error) {
-	if cfg.Client == nil {
-		return nil, errors.New("master: Client (etcd) is required")
-	}
-	if cfg.Bucket == nil {
-		return nil, errors.New("master: Bucket (DATA_URL) is required")
-	}
-	if cfg.FanOut != "" {
-		if _, err := fanout.ParseShape(string(cfg.FanOut)); err != nil {
-			return nil, fmt.Errorf("master: FanOut (MERGE_FANOUT): %w", err)
-		}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Registry == nil {
-		cfg.Registry = registry.New(cfg.Bucket)
-	}
-	cfg.Prefix = keys.NormalizePrefix(cfg.Prefix)
-	if cfg.Discovery == nil {
-		cfg.Discovery = &membership.Discovery{Client: cfg.Client, Prefix: cfg.Prefix}
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = refmetrics.NewProcessRegistry()
-	}
-	setDefault(&cfg.TaskConcurrency, DefaultTaskConcurrency)
-	setDefault(&cfg.MergeConcurrency, DefaultMergeConcurrency)
-	setDefault(&cfg.WorkerTimeout, DefaultWorkerTimeout)
-	setDefault(&cfg.OrphanGrace, fanout.DefaultOrphanGrace)
-	setDefault(&cfg.TaskTimeout, DefaultTaskTimeout)
-	setDefault(&cfg.LeaseTTL, DefaultLeaseTTL)
-	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
-	setDefault(&cfg.PruneInterval, DefaultPruneInterval)
-	setDefault(&cfg.PruneKeep, DefaultPruneKeep)
-	setDefault(&cfg.PruneMaxAge, DefaultPruneMaxAge)
-	setDefault(&cfg.ProbeInterval, DefaultProbeInterval)
-	ttl := int((cfg.LeaseTTL + time.Second - 1) / time.Second) // etcd's unit, rounded up
-	if ttl < 2 {
-		return nil, fmt.Errorf("master: lease TTL %s is shorter than 2s", cfg.LeaseTTL)
+	cfg, ttl, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
-
 	m := &Master{cfg: cfg, log: log, metrics: NewMetrics(cfg.Metrics)}
 	m.session = &sessionKeeper{client: cfg.Client, ttl: ttl, log: log.With("component", "session")}
-	m.tasks = tasks.New(cfg.Client, cfg.Prefix, tasks.WithLogger(log), tasks.WithHolder(cfg.Holder),
+	m.tasks = tasks.New(cfg.Client, cfg.Prefix, tasks.WithLogger(log), tasks.WithHolder(cfg.ID),
 		tasks.WithOnEnqueue(m.metrics.ObserveEnqueue))
-	m.scanner = scanner.New(cfg.Client, m.tasks, cfg.Bucket, m.session.scannerLease, scanner.Config{
-		Interval: cfg.ScanInterval, Logger: log, Registerer: cfg.Metrics})
+	m.newScanning()
+	runners, err := m.runners()
+	if err != nil {
+		return nil, err
+	}
+	sc := cfg.Scheduler
+	sc.Tasks, sc.Lease, sc.Runners = m.tasks, m.session.lease, runners
+	sc.OnFinish, sc.OnPhase, sc.Logger = m.metrics.ObserveTask, m.metrics.ObservePhase, log.With("component", "scheduler")
+	m.sched = NewScheduler(sc)
+	m.session.lost = m.sched.AbandonLease
+	if err := m.newServers(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// withDefaults checks c and fills in what it leaves to defaults; ttl is LeaseTTL
+// in etcd's unit (whole seconds, rounded up).
+func (c Config) withDefaults() (_ Config, ttl int, _ error) {
+	switch {
+	case c.Client == nil:
+		return c, 0, errors.New("master: Client (etcd) is required")
+	case c.Bucket == nil:
+		return c, 0, errors.New("master: Bucket (DATA_URL) is required")
+	}
+	if c.FanOut.Shape != "" {
+		if _, err := fanout.ParseShape(string(c.FanOut.Shape)); err != nil {
+			return c, 0, fmt.Errorf("master: FanOut.Shape (MERGE_FANOUT): %w", err)
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registry == nil {
+		c.Registry = registry.New(c.Bucket)
+	}
+	c.Prefix = keys.NormalizePrefix(c.Prefix)
+	if c.Discovery == nil {
+		c.Discovery = &membership.Discovery{Client: c.Client, Prefix: c.Prefix}
+	}
+	if c.Metrics == nil {
+		c.Metrics = refmetrics.NewProcessRegistry()
+	}
+	setDefault(&c.LeaseTTL, DefaultLeaseTTL)
+	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&c.ProbeInterval, DefaultProbeInterval)
+	setDefault(&c.OrphanGrace, fanout.DefaultOrphanGrace)
+	setDefault(&c.TaskRetention.PruneInterval, DefaultPruneInterval)
+	setDefault(&c.TaskRetention.Count, DefaultRetentionCount)
+	setDefault(&c.TaskRetention.Age, DefaultRetentionAge)
+	ttl = int((c.LeaseTTL + time.Second - 1) / time.Second)
+	if ttl < 2 {
+		return c, 0, fmt.Errorf("master: lease TTL %s is shorter than 2s", c.LeaseTTL)
+	}
+	return c, ttl, nil
+}
+
+// newScanning builds the stats scanner, the merge and compaction sweeps, and the
+// orphan tracker the merge sweep and the fan-out share.
+func (m *Master) newScanning() {
+	cfg, log := m.cfg, m.cfg.Logger
+	scan := cfg.Scan
+	scan.Logger, scan.Registerer = log, cfg.Metrics
+	m.scanner = scanner.New(cfg.Client, m.tasks, cfg.Bucket, m.session.scannerLease, scan)
+
 	// The sweep rescans a target it merged since its row was scanned, so a busy
 	// store is merged every sweep rather than every scan.
-	sweep := scanner.MergeSweepConfig{Interval: cfg.SweepInterval, MinGenerations: cfg.MinGenerations,
-		MaxEnqueues: cfg.MaxEnqueues, ScanInterval: cfg.ScanInterval, Rescan: m.scanner.Rescan,
-		Logger: log, Registerer: cfg.Metrics}
+	sweep := cfg.MergeSweep
+	sweep.ScanInterval, sweep.Rescan = scan.Interval, m.scanner.Rescan
+	sweep.Logger, sweep.Registerer = log, cfg.Metrics
 	// A static worker list (WORKER_ENDPOINTS) names workers by address unless told
 	// their instance ids, and a worker missing from it is not gone: only workers
 	// registered in etcd say which shards have an owner. Without them, nothing is
@@ -115,23 +141,22 @@ func New(cfg Config) (*Master, error) {
 		sweep.Orphans = m.orphans.Check
 	}
 	m.sweeper = scanner.NewMergeSweeper(cfg.Client, m.tasks, m.session.scannerLease, sweep)
-	compaction := cfg.Compaction
+
+	compaction := cfg.CompactionSweep
 	compaction.Logger, compaction.Registerer = log, cfg.Metrics
 	m.compact = scanner.NewCompactionSweeper(cfg.Client, m.tasks, m.session.scannerLease, compaction)
+}
 
+// runners are the runners by kind: merge_wal's fan-out and the maintenance
+// runner over Discovery and Caller, replaced or added to by Config.Runners.
+func (m *Master) runners() (map[tasks.Kind]Runner, error) {
+	cfg, log := m.cfg, m.cfg.Logger
 	runners := map[tasks.Kind]Runner{}
 	if cfg.Caller != nil {
-		runners[tasks.KindMergeWAL] = &fanout.FanOut{
-			Discovery:          cfg.Discovery,
-			Caller:             cfg.Caller,
-			Shape:              cfg.FanOut,
-			WorkerTimeout:      cfg.WorkerTimeout,
-			PrepareConcurrency: cfg.PrepareConcurrency,
-			OnWorkerDone:       m.metrics.ObserveWorker,
-			Logger:             log.With("component", "fanout"),
-			Row:                m.scanner.Row,
-			Orphans:            m.orphans,
-		}
+		fc := cfg.FanOut
+		fc.Discovery, fc.Caller, fc.Row, fc.Orphans = cfg.Discovery, cfg.Caller, m.scanner.Row, m.orphans
+		fc.OnWorkerDone, fc.Logger = m.metrics.ObserveWorker, log.With("component", "fanout")
+		runners[tasks.KindMergeWAL] = fanout.New(fc)
 		if mc, ok := cfg.Caller.(fanout.MaintainCaller); ok {
 			maint := &fanout.Maintenance{Discovery: cfg.Discovery, Caller: mc, Logger: log.With("component", "maintenance")}
 			for _, k := range []tasks.Kind{tasks.KindCompact, tasks.KindVerify, tasks.KindRepair} {
@@ -151,32 +176,20 @@ func New(cfg Config) (*Master, error) {
 	if runners[tasks.KindMergeWAL] == nil {
 		return nil, errors.New("master: Caller is required (merge_wal calls the workers)")
 	}
-	slots := map[tasks.Kind]int{}
-	for k := range runners {
-		slots[k] = cfg.TaskConcurrency
-	}
-	slots[tasks.KindMergeWAL] = cfg.MergeConcurrency
-	m.sched = NewScheduler(SchedulerConfig{
-		Tasks:        m.tasks,
-		Lease:        m.session.lease,
-		Runners:      runners,
-		Concurrency:  slots,
-		PollInterval: cfg.PollInterval,
-		TaskTimeout:  cfg.TaskTimeout,
-		OnFinish:     m.metrics.ObserveTask,
-		OnPhase:      m.metrics.ObservePhase,
-		Logger:       log.With("component", "scheduler"),
-	})
-	m.session.lost = m.sched.AbandonLease
+	return runners, nil
+}
 
+// newServers builds the AdminService and its gRPC server, the dashboard and the
+// HTTP API.
+func (m *Master) newServers() error {
+	cfg, log := m.cfg, m.cfg.Logger
 	admin, err := api.NewAdminService(api.AdminConfig{
 		Tasks: m.tasks, Scanner: m.scanner, Registry: cfg.Registry, Discovery: cfg.Discovery,
 		Wake: m.sched.Wake, Logger: log.With("component", "admin"), Orphans: m.orphans,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	m.admin = admin
 	m.health = health.NewServer()
 	m.grpc = api.NewGRPCServer(admin, m.health, log.With("component", "grpc"),
 		append(auth.ServerCredentials(cfg.TLS), cfg.Auth.ServerOptions()...)...)
@@ -188,7 +201,7 @@ func New(cfg Config) (*Master, error) {
 			Logger: log.With("component", "dashboard"),
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		ui = m.ui
 	}
@@ -198,10 +211,7 @@ func New(cfg Config) (*Master, error) {
 		EtcdCheck: m.checkEtcd, Metrics: cfg.Metrics, Logger: log.With("component", "http"),
 		Auth: cfg.Auth, Dashboard: ui, Requests: m.metrics.HTTP,
 	})
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
+	return err
 }
 
 // Tasks is the master's task queue.
@@ -309,7 +319,7 @@ func (m *Master) logRunners() {
 	var claimed, unclaimed []string
 	for _, k := range tasks.Kinds() {
 		if _, ok := m.sched.cfg.Runners[k]; ok {
-			claimed = append(claimed, fmt.Sprintf("%s (concurrency %d)", k, m.sched.cfg.Concurrency[k]))
+			claimed = append(claimed, fmt.Sprintf("%s (concurrency %d)", k, m.sched.concurrency(k)))
 		} else {
 			unclaimed = append(unclaimed, string(k))
 		}
@@ -374,10 +384,10 @@ func (m *Master) probeLoop(ctx context.Context) {
 
 // pruneLoop deletes old finished tasks at once and then every prune interval.
 func (m *Master) pruneLoop(ctx context.Context) {
-	t := time.NewTicker(m.cfg.PruneInterval)
+	t := time.NewTicker(m.cfg.TaskRetention.PruneInterval)
 	defer t.Stop()
 	for {
-		if _, err := m.tasks.Prune(ctx, m.cfg.PruneKeep, m.cfg.PruneMaxAge); err != nil && ctx.Err() == nil {
+		if _, err := m.tasks.Prune(ctx, m.cfg.TaskRetention.Count, m.cfg.TaskRetention.Age); err != nil && ctx.Err() == nil {
 			m.log.Warn("pruning finished tasks failed; the next round retries", "err", err)
 		}
 		select {

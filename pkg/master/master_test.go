@@ -60,7 +60,7 @@ func runMaster(t *testing.T, client *clientv3.Client, cfg Config) *runningMaster
 		})}
 	}
 	cfg.LeaseTTL = max(cfg.LeaseTTL, 2*time.Second)
-	cfg.PollInterval = 20 * time.Millisecond
+	cfg.Scheduler.PollInterval = 20 * time.Millisecond
 	cfg.ProbeInterval = 100 * time.Millisecond
 	cfg.ShutdownTimeout = 2 * time.Second
 	cfg.Logger = testLogger(t)

@@ -39,24 +39,42 @@ type RunnerFunc func(ctx context.Context, c *tasks.Claim) (tasks.Report, error)
 // Run calls f.
 func (f RunnerFunc) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) { return f(ctx, c) }
 
-// SchedulerConfig configures a Scheduler.
+// Defaults of the scheduler's settings (SchedulerConfig).
+const (
+	DefaultTaskConcurrency  = 2
+	DefaultMergeConcurrency = 2
+	DefaultTaskTimeout      = time.Hour
+	DefaultPollInterval     = time.Second
+	DefaultFinishTimeout    = 10 * time.Second
+)
+
+// SchedulerConfig configures a Scheduler: its settings (zero fields take their
+// defaults), and what it claims from and runs (which the master sets).
 type SchedulerConfig struct {
+	// TaskConcurrency bounds the running tasks of each kind but merge_wal,
+	// TASK_CONCURRENCY (DefaultTaskConcurrency); MergeConcurrency the running
+	// merge_wal tasks, MERGE_WAL_CONCURRENCY (DefaultMergeConcurrency). Tasks of
+	// different targets may run at once; one target never has two (the task
+	// queue's target lock).
+	TaskConcurrency  int
+	MergeConcurrency int
+	// TaskTimeout bounds one task run, TASK_TIMEOUT (DefaultTaskTimeout): a
+	// merge_wal run calls every worker in turn, so it must allow for that.
+	TaskTimeout time.Duration
+	// PollInterval is how often the scheduler looks for work when idle
+	// (DefaultPollInterval).
+	PollInterval time.Duration
+	// FinishTimeout bounds one attempt to record a task's result
+	// (DefaultFinishTimeout); attempts are repeated until one succeeds, the claim
+	// is lost or the scheduler stops.
+	FinishTimeout time.Duration
+
 	Tasks *tasks.Queue
 	// Lease returns the lease claims are made under (the master's session lease);
 	// claims die with it.
 	Lease func() clientv3.LeaseID
 	// Runners by kind; kinds without a runner are never claimed.
 	Runners map[tasks.Kind]Runner
-	// Concurrency per kind (default 1). merge_wal tasks of different targets may run
-	// at once; one target never has two (the task queue's target lock).
-	Concurrency map[tasks.Kind]int
-	// PollInterval is how often the scheduler looks for work when idle (1 s).
-	PollInterval time.Duration
-	// TaskTimeout bounds one task run (10 min).
-	TaskTimeout time.Duration
-	// FinishTimeout bounds one attempt to record a task's result (10 s); attempts
-	// are repeated until one succeeds, the claim is lost or the scheduler stops.
-	FinishTimeout time.Duration
 	// OnFinish, if set, observes every finished task (metrics): its run's report and
 	// error, and the outcome it made of the task (OutcomeDone, OutcomeSkipped,
 	// OutcomeFailed).
@@ -96,15 +114,11 @@ type run struct {
 
 // NewScheduler returns a Scheduler; call Run.
 func NewScheduler(cfg SchedulerConfig) *Scheduler {
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = time.Second
-	}
-	if cfg.TaskTimeout <= 0 {
-		cfg.TaskTimeout = 10 * time.Minute
-	}
-	if cfg.FinishTimeout <= 0 {
-		cfg.FinishTimeout = 10 * time.Second
-	}
+	setDefault(&cfg.TaskConcurrency, DefaultTaskConcurrency)
+	setDefault(&cfg.MergeConcurrency, DefaultMergeConcurrency)
+	setDefault(&cfg.TaskTimeout, DefaultTaskTimeout)
+	setDefault(&cfg.PollInterval, DefaultPollInterval)
+	setDefault(&cfg.FinishTimeout, DefaultFinishTimeout)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -114,13 +128,17 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 	s := &Scheduler{cfg: cfg, log: cfg.Logger, slots: map[tasks.Kind]chan struct{}{},
 		wake: make(chan struct{}, 1), running: map[string]*run{}, gated: map[tasks.Kind]bool{}}
 	for kind := range cfg.Runners {
-		n := cfg.Concurrency[kind]
-		if n <= 0 {
-			n = 1
-		}
-		s.slots[kind] = make(chan struct{}, n)
+		s.slots[kind] = make(chan struct{}, s.concurrency(kind))
 	}
 	return s
+}
+
+// concurrency is how many tasks of kind may run at once.
+func (s *Scheduler) concurrency(kind tasks.Kind) int {
+	if kind == tasks.KindMergeWAL {
+		return s.cfg.MergeConcurrency
+	}
+	return s.cfg.TaskConcurrency
 }
 
 // Wake makes the scheduler look for work now (after an enqueue).

@@ -32,7 +32,7 @@ import (
 func runScheduler(t *testing.T, client *clientv3.Client, ts *tasks.Queue, discovery fanout.Discovery, caller fanout.Caller, metrics *Metrics) *Scheduler {
 	t.Helper()
 	cfg := SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: 10 * time.Millisecond,
-		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: &fanout.FanOut{Discovery: discovery, Caller: caller}}}
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: fanout.New(fanout.Config{Discovery: discovery, Caller: caller})}}
 	if metrics != nil {
 		cfg.OnFinish = metrics.ObserveTask
 	}

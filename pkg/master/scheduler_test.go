@@ -58,9 +58,9 @@ func TestSchedulerRunsEachTaskOnceAcrossTwoMasters(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		sess := session(t, client, 10)
 		s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: sess.Lease,
-			Runners:      map[tasks.Kind]Runner{tasks.KindMergeWAL: runner},
-			Concurrency:  map[tasks.Kind]int{tasks.KindMergeWAL: 2},
-			PollInterval: 10 * time.Millisecond})
+			Runners:          map[tasks.Kind]Runner{tasks.KindMergeWAL: runner},
+			MergeConcurrency: 2,
+			PollInterval:     10 * time.Millisecond})
 		wg.Add(1)
 		go func() { defer wg.Done(); s.Run(ctx, time.Second) }()
 	}

@@ -71,8 +71,8 @@ func TestFanOutAdoptsFirstAndPassesOverAnUnreachableAdopter(t *testing.T) {
 	clk.SetTime(clk.Now().Add(time.Minute))
 	caller := NewGRPCCaller(GRPCCallerConfig{DialTimeout: 500 * time.Millisecond})
 	defer caller.Close()
-	f := &FanOut{Discovery: workers, Caller: caller, Orphans: o,
-		Row: func(context.Context, string) (stats.Row, error) { return row, nil }}
+	f := New(Config{Discovery: workers, Caller: caller, Orphans: o,
+		Row: func(context.Context, string) (stats.Row, error) { return row, nil }})
 	report, err := f.Run(context.Background(), claimFor("generic:gs", 7))
 	if err == nil || !strings.Contains(err.Error(), "unavailable: dead") {
 		t.Fatalf("err %v: want the task failed naming the unreachable worker", err)

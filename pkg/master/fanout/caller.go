@@ -15,10 +15,14 @@ import (
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
+// DefaultDialTimeout is WORKER_DIAL_TIMEOUT: how long a worker may take to
+// accept a connection before a call to it counts as unreachable.
+const DefaultDialTimeout = 5 * time.Second
+
 // GRPCCallerConfig configures a GRPCCaller.
 type GRPCCallerConfig struct {
 	// DialTimeout bounds how long a worker may take to accept a connection before
-	// the call counts as unreachable (5 s).
+	// the call counts as unreachable, WORKER_DIAL_TIMEOUT (DefaultDialTimeout).
 	DialTimeout time.Duration
 	// DialOptions are added to every connection (TLS credentials, interceptors).
 	// Without transport credentials, connections are plaintext.
@@ -50,7 +54,7 @@ type GRPCCaller struct {
 // NewGRPCCaller returns a caller; Close releases its connections.
 func NewGRPCCaller(cfg GRPCCallerConfig) *GRPCCaller {
 	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 5 * time.Second
+		cfg.DialTimeout = DefaultDialTimeout
 	}
 	return &GRPCCaller{cfg: cfg, conns: map[string]*grpc.ClientConn{},
 		calls: map[*grpc.ClientConn]int{}, retired: map[*grpc.ClientConn]bool{}}

@@ -101,21 +101,28 @@ func (s *Shape) Set(name string) error {
 // Type names a shape flag's value in --help (pflag.Value).
 func (Shape) Type() string { return "shape" }
 
-// FanOut runs merge_wal tasks. Commits of one target never overlap: in both
-// shapes the workers commit one after another, in discovery's order.
-type FanOut struct {
-	Discovery Discovery
-	Caller    Caller
-	// Shape is TwoPhase (also when empty; it needs a Caller that can prepare,
-	// as the GRPCCaller can) or Serial.
+// DefaultWorkerTimeout is MERGE_WAL_WORKER_TIMEOUT: the bound on one worker's
+// merge in a fan-out.
+const DefaultWorkerTimeout = 10 * time.Minute
+
+// Config configures a FanOut: its settings, and the parts it calls (which the
+// master sets).
+type Config struct {
+	// Shape is MERGE_FANOUT: TwoPhase (also when empty; it needs a Caller that
+	// can prepare, as the GRPCCaller can) or Serial.
 	Shape Shape
-	// PrepareConcurrency bounds the prepares in flight in the two-phase shape
-	// (MERGE_PREPARE_CONCURRENCY); 0 means every worker of the task at once.
-	PrepareConcurrency int
-	// WorkerTimeout bounds one worker's merge (a stuck worker fails the task with a
-	// message naming it instead of holding the target forever); in the two-phase
+	// WorkerTimeout bounds one worker's merge, MERGE_WAL_WORKER_TIMEOUT
+	// (DefaultWorkerTimeout when zero): a stuck worker fails the task with a
+	// message naming it instead of holding the target forever. In the two-phase
 	// shape it bounds each of a worker's prepare and commit.
 	WorkerTimeout time.Duration
+	// PrepareConcurrency bounds the prepares in flight in the two-phase shape,
+	// MERGE_PREPARE_CONCURRENCY; 0 means every worker of the task at once.
+	PrepareConcurrency int
+
+	// Discovery lists the workers and Caller calls them. Required.
+	Discovery Discovery
+	Caller    Caller
 	// OnWorkerDone, if set, observes each worker's merge call, its duration and
 	// outcome: a MergeWal, or a two-phase commit (and a prepare only when it
 	// failed, since no commit follows it).
@@ -125,7 +132,25 @@ type FanOut struct {
 	// shard adopted before the live workers merge.
 	Row     func(ctx context.Context, target string) (stats.Row, error)
 	Orphans *Orphans
-	Logger  *slog.Logger
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// FanOut runs merge_wal tasks. Commits of one target never overlap: in both
+// shapes the workers commit one after another, in discovery's order.
+type FanOut struct {
+	cfg Config
+}
+
+// New returns the fan-out of cfg.
+func New(cfg Config) *FanOut {
+	if cfg.WorkerTimeout <= 0 {
+		cfg.WorkerTimeout = DefaultWorkerTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &FanOut{cfg: cfg}
 }
 
 // twoPhaseCaller is a Caller that can prepare a merge on a worker and commit or
@@ -143,7 +168,7 @@ var ErrNoLiveWorkers = errors.New("no live workers")
 
 // Ready implements Gate: merge_wal tasks are claimed only while some worker is
 // listed, so a merge queued while every worker restarts waits for them.
-func (f *FanOut) Ready(ctx context.Context) error { return anyWorker(ctx, f.Discovery) }
+func (f *FanOut) Ready(ctx context.Context) error { return anyWorker(ctx, f.cfg.Discovery) }
 
 // anyWorker returns nil when discovery lists a worker, ErrNoLiveWorkers when it
 // lists none.
@@ -164,21 +189,17 @@ func anyWorker(ctx context.Context, d Discovery) error {
 // target down, anything else fails it for the next sweep to retry.
 func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) {
 	target := c.Task.Target
-	workers, err := f.Discovery.Workers(ctx)
+	workers, err := f.cfg.Discovery.Workers(ctx)
 	if err != nil {
 		return tasks.Report{}, fmt.Errorf("discover workers: %w", err)
 	}
-	if r, ok := f.Caller.(ConnRetainer); ok {
+	if r, ok := f.cfg.Caller.(ConnRetainer); ok {
 		r.Retain(workers)
 	}
 	if len(workers) == 0 {
 		return tasks.Report{}, ErrNoLiveWorkers // they all left between Ready and the claim
 	}
-	log := f.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	log = log.With("task", c.Task.ID, "target", target, "fencing_token", c.FencingToken)
+	log := f.cfg.Logger.With("task", c.Task.ID, "target", target, "fencing_token", c.FencingToken)
 	t := &tally{total: len(workers)}
 	// Adoptions first: the merges below may stop at a worker's error, and a shard
 	// whose worker is gone must not wait for every live worker to answer well. A
@@ -192,7 +213,7 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) 
 		}
 		live = append(live, w)
 	}
-	if tp, ok := f.Caller.(twoPhaseCaller); ok && f.Shape != Serial {
+	if tp, ok := f.cfg.Caller.(twoPhaseCaller); ok && f.cfg.Shape != Serial {
 		err = f.twoPhase(ctx, c, tp, live, t, log)
 	} else {
 		err = f.serial(ctx, c, live, t, log)
@@ -246,7 +267,7 @@ type tally struct {
 func (f *FanOut) serial(ctx context.Context, c *tasks.Claim, workers []Worker, t *tally, log *slog.Logger) error {
 	for _, w := range workers {
 		err := f.call(ctx, w, "merge", t, log, func(ctx context.Context) (MergeResult, error) {
-			return f.Caller.MergeWal(ctx, w, c.Task.Target, c.FencingToken)
+			return f.cfg.Caller.MergeWal(ctx, w, c.Task.Target, c.FencingToken)
 		})
 		if err != nil {
 			return err
@@ -262,8 +283,8 @@ func (f *FanOut) serial(ctx context.Context, c *tasks.Claim, workers []Worker, t
 // fan-out with an error naming the worker. what names the call in messages.
 func (f *FanOut) call(ctx context.Context, w Worker, what string, t *tally, log *slog.Logger, fn func(context.Context) (MergeResult, error)) error {
 	r, timedOut, d, err := f.bounded(ctx, w, fn)
-	if f.OnWorkerDone != nil {
-		f.OnWorkerDone(w, d, err)
+	if f.cfg.OnWorkerDone != nil {
+		f.cfg.OnWorkerDone(w, d, err)
 	}
 	switch {
 	case errors.Is(err, ErrUnreachable):
@@ -273,9 +294,9 @@ func (f *FanOut) call(ctx context.Context, w Worker, what string, t *tally, log 
 	case timedOut:
 		// Said in words: a bare "DeadlineExceeded" reads like the master's own
 		// deadline, when it is this worker that did not answer in time.
-		log.Warn("merge_wal: worker did not answer within the worker timeout", "worker", w.InstanceID, "addr", w.GRPCAddr, "timeout", f.WorkerTimeout, "err", err)
+		log.Warn("merge_wal: worker did not answer within the worker timeout", "worker", w.InstanceID, "addr", w.GRPCAddr, "timeout", f.cfg.WorkerTimeout, "err", err)
 		return fmt.Errorf("worker %s (%s): %s did not finish within the worker timeout of %s: %w (fan-out stopped after %d/%s)",
-			w.InstanceID, w.GRPCAddr, what, f.WorkerTimeout, err, t.ok, count(int64(t.total), "worker"))
+			w.InstanceID, w.GRPCAddr, what, f.cfg.WorkerTimeout, err, t.ok, count(int64(t.total), "worker"))
 	case err != nil && errclass.Of(err) == errclass.Gone:
 		// Every other worker would answer the same: the store was deleted.
 		log.Info("merge_wal: the store is deleted; the task is skipped", "worker", w.InstanceID, "err", err)
@@ -303,11 +324,7 @@ func (f *FanOut) call(ctx context.Context, w Worker, what string, t *tally, log 
 // bounded runs fn under the worker timeout and reports whether it was that
 // timeout (not the task's own deadline) that ended it, and how long fn took.
 func (f *FanOut) bounded(ctx context.Context, w Worker, fn func(context.Context) (MergeResult, error)) (r MergeResult, timedOut bool, d time.Duration, err error) {
-	wctx := ctx
-	cancel := func() {}
-	if f.WorkerTimeout > 0 {
-		wctx, cancel = context.WithTimeout(ctx, f.WorkerTimeout)
-	}
+	wctx, cancel := context.WithTimeout(ctx, f.cfg.WorkerTimeout)
 	start := time.Now()
 	r, err = fn(wctx)
 	// Read before cancel, which would turn the worker context's error into Canceled.
@@ -316,7 +333,7 @@ func (f *FanOut) bounded(ctx context.Context, w Worker, fn func(context.Context)
 	// The task's own deadline, when it comes first, is not the worker's timeout.
 	deadline, _ := wctx.Deadline()
 	taskDeadline, taskBounded := ctx.Deadline()
-	timedOut = err != nil && ctx.Err() == nil && f.WorkerTimeout > 0 &&
+	timedOut = err != nil && ctx.Err() == nil &&
 		(!taskBounded || taskDeadline.After(deadline)) &&
 		(errors.Is(wctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline))
 	cancel()
@@ -329,28 +346,25 @@ func (f *FanOut) bounded(ctx context.Context, w Worker, fn func(context.Context)
 // (a failed adoption is tried again by the next merge_wal of the target).
 func (f *FanOut) adopt(ctx context.Context, c *tasks.Claim, workers []Worker, log *slog.Logger) (adopted int, errs []error, unreachable map[string]bool) {
 	unreachable = map[string]bool{}
-	ad, ok := f.Caller.(shardAdopter)
-	if !ok || f.Row == nil || f.Orphans == nil {
+	ad, ok := f.cfg.Caller.(shardAdopter)
+	if !ok || f.cfg.Row == nil || f.cfg.Orphans == nil {
 		return 0, nil, unreachable
 	}
-	row, err := f.Row(ctx, c.Task.Target)
+	row, err := f.cfg.Row(ctx, c.Task.Target)
 	if err != nil {
 		if errors.Is(err, stats.ErrRowNotFound) {
 			return 0, nil, unreachable // not scanned yet: nothing known to adopt
 		}
 		return 0, []error{fmt.Errorf("orphaned shards: %w", err)}, unreachable
 	}
-	for _, shard := range f.Orphans.Of(row, workers) {
+	for _, shard := range f.cfg.Orphans.Of(row, workers) {
 		var last error
 		for _, w := range ringFrom(shard, workers) {
 			if unreachable[w.InstanceID] {
 				continue
 			}
 			log.Warn("merge_wal: shard orphaned (its worker is gone); having it adopted", "shard", shard, "adopter", w.InstanceID)
-			wctx, cancel := ctx, context.CancelFunc(func() {})
-			if f.WorkerTimeout > 0 {
-				wctx, cancel = context.WithTimeout(ctx, f.WorkerTimeout)
-			}
+			wctx, cancel := context.WithTimeout(ctx, f.cfg.WorkerTimeout)
 			r, err := ad.AdoptShard(wctx, w, c.Task.Target, shard, c.FencingToken)
 			cancel()
 			if errors.Is(err, ErrUnreachable) {

@@ -181,10 +181,10 @@ func (tr *trio) worker(name string) *countingWorker {
 }
 
 // run fans claimFor("s", 7) out over w0, middle and w2 with f's settings.
-func (tr *trio) run(t *testing.T, middle Worker, f *FanOut) (tasks.Report, error) {
-	f.Discovery = StaticDiscovery{startWorker(t, tr.w0), middle, startWorker(t, tr.w2)}
-	f.Caller = tr.caller
-	return f.Run(context.Background(), claimFor("s", 7))
+func (tr *trio) run(t *testing.T, middle Worker, cfg Config) (tasks.Report, error) {
+	cfg.Discovery = StaticDiscovery{startWorker(t, tr.w0), middle, startWorker(t, tr.w2)}
+	cfg.Caller = tr.caller
+	return New(cfg).Run(context.Background(), claimFor("s", 7))
 }
 
 // serve runs srv as the worker named name.
@@ -212,7 +212,7 @@ func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
 			}
 			caller := NewGRPCCaller(GRPCCallerConfig{})
 			defer caller.Close()
-			f := &FanOut{Discovery: workers, Caller: caller, Shape: mode}
+			f := New(Config{Discovery: workers, Caller: caller, Shape: mode})
 			report, err := f.Run(context.Background(), claimFor("generic:gs", 42))
 			if err != nil {
 				t.Fatal(err)
@@ -266,7 +266,7 @@ func TestTwoPhasePreparesAtMostPrepareConcurrencyAtOnce(t *testing.T) {
 	}
 	caller := NewGRPCCaller(GRPCCallerConfig{})
 	defer caller.Close()
-	if _, err := (&FanOut{Discovery: workers, Caller: caller, PrepareConcurrency: 2}).Run(context.Background(), claimFor("s", 3)); err != nil {
+	if _, err := New(Config{Discovery: workers, Caller: caller, PrepareConcurrency: 2}).Run(context.Background(), claimFor("s", 3)); err != nil {
 		t.Fatal(err)
 	}
 	if n := prepMax.Load(); n != 2 {
@@ -280,7 +280,7 @@ func TestTwoPhaseStoppedAtACommitAbortsThePreparesLeft(t *testing.T) {
 	tr := newTrio(t, GRPCCallerConfig{})
 	w0, w1, w2 := tr.w0, tr.worker("w1"), tr.w2
 	w1.fail = status.Error(codes.Internal, "disk on fire")
-	_, err := tr.run(t, startWorker(t, w1), &FanOut{})
+	_, err := tr.run(t, startWorker(t, w1), Config{})
 	if err == nil || !strings.Contains(err.Error(), "worker w1") {
 		t.Fatalf("got %v, want an error naming w1", err)
 	}
@@ -327,13 +327,13 @@ func TestTwoPhaseCommitsWhileLaterWorkersStillPrepare(t *testing.T) {
 	w1 := &gatedPreparer{countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen, commits: commits}, committed}
 	caller := NewGRPCCaller(GRPCCallerConfig{})
 	defer caller.Close()
-	f := &FanOut{Discovery: StaticDiscovery{startWorker(t, w0), {InstanceID: "w1", GRPCAddr: startWorkerService(t, w1)}},
+	f := New(Config{Discovery: StaticDiscovery{startWorker(t, w0), {InstanceID: "w1", GRPCAddr: startWorkerService(t, w1)}},
 		Caller: caller, WorkerTimeout: 30 * time.Second,
 		OnWorkerDone: func(w Worker, _ time.Duration, err error) {
 			if w.InstanceID == "w0" && err == nil {
 				once.Do(func() { close(committed) })
 			}
-		}}
+		}})
 	report, err := f.Run(context.Background(), claimFor("s", 7))
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +358,7 @@ func (w *failingPreparer) PrepareMerge(context.Context, *tidemarkv1.PrepareMerge
 func TestTwoPhaseSkipsAWorkerThatFailedToPrepare(t *testing.T) {
 	tr := newTrio(t, GRPCCallerConfig{})
 	w0, w1, w2 := tr.w0, &failingPreparer{tr.worker("w1")}, tr.w2
-	report, err := tr.run(t, serve(t, "w1", w1), &FanOut{})
+	report, err := tr.run(t, serve(t, "w1", w1), Config{})
 	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "merge budget gone") {
 		t.Fatalf("got %v, want the task failed naming w1's prepare", err)
 	}
@@ -377,7 +377,7 @@ func TestErroringWorkerStopsTheFanOutAndFailsTheTask(t *testing.T) {
 	tr := newTrio(t, GRPCCallerConfig{})
 	w1, w2 := tr.worker("w1"), tr.w2
 	w1.fail = status.Error(codes.Internal, "disk on fire")
-	_, err := tr.run(t, startWorker(t, w1), &FanOut{})
+	_, err := tr.run(t, startWorker(t, w1), Config{})
 	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "disk on fire") {
 		t.Fatalf("got %v, want an error naming w1 and its message", err)
 	}
@@ -389,7 +389,7 @@ func TestErroringWorkerStopsTheFanOutAndFailsTheTask(t *testing.T) {
 func TestUnreachableWorkerIsSkippedAndNamed(t *testing.T) {
 	tr := newTrio(t, GRPCCallerConfig{DialTimeout: 500 * time.Millisecond})
 	w2 := tr.w2
-	report, err := tr.run(t, Worker{InstanceID: "w1", GRPCAddr: deadAddr(t)}, &FanOut{})
+	report, err := tr.run(t, Worker{InstanceID: "w1", GRPCAddr: deadAddr(t)}, Config{})
 	if err == nil || !strings.Contains(err.Error(), "unavailable: w1") {
 		t.Fatalf("got %v, want the task failed naming the unavailable w1", err)
 	}
@@ -418,7 +418,7 @@ func TestACorruptObjectOnOneWorkerDoesNotStopTheFanOut(t *testing.T) {
 	workers := StaticDiscovery{startWorker(t, w0), startWorker(t, w1), startWorker(t, w2)}
 	caller := NewGRPCCaller(GRPCCallerConfig{})
 	defer caller.Close()
-	report, err := (&FanOut{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
+	report, err := New(Config{Discovery: workers, Caller: caller}).Run(context.Background(), claimFor("s", 7))
 	if w2.calls.Load() != 1 {
 		t.Fatalf("the worker after the corrupt one was called %d times, want 1", w2.calls.Load())
 	}
@@ -446,14 +446,14 @@ func TestConnectionsOfWorkersThatLeftAreClosed(t *testing.T) {
 	w1 := startWorker(t, &countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen})
 	caller := NewGRPCCaller(GRPCCallerConfig{})
 	defer caller.Close()
-	if _, err := (&FanOut{Discovery: StaticDiscovery{w0, w1}, Caller: caller}).Run(context.Background(), claimFor("s", 7)); err != nil {
+	if _, err := New(Config{Discovery: StaticDiscovery{w0, w1}, Caller: caller}).Run(context.Background(), claimFor("s", 7)); err != nil {
 		t.Fatal(err)
 	}
 	gone, err := caller.conn(w0.GRPCAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&FanOut{Discovery: StaticDiscovery{w1}, Caller: caller}).Run(context.Background(), claimFor("s", 8)); err != nil {
+	if _, err := New(Config{Discovery: StaticDiscovery{w1}, Caller: caller}).Run(context.Background(), claimFor("s", 8)); err != nil {
 		t.Fatal(err)
 	}
 	if s := gone.GetState(); s != connectivity.Shutdown {
@@ -480,7 +480,7 @@ func (w *slowPreparer) PrepareMerge(ctx context.Context, _ *tidemarkv1.PrepareMe
 func TestTwoPhaseAbortsAPrepareThatTimedOut(t *testing.T) {
 	tr := newTrio(t, GRPCCallerConfig{})
 	w0, w1, w2 := tr.w0, &slowPreparer{tr.worker("w1")}, tr.w2
-	report, err := tr.run(t, serve(t, "w1", w1), &FanOut{WorkerTimeout: 300 * time.Millisecond})
+	report, err := tr.run(t, serve(t, "w1", w1), Config{WorkerTimeout: 300 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "worker timeout of 300ms") {
 		t.Fatalf("got %v, want the task failed naming w1 and its timeout", err)
 	}

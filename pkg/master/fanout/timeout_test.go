@@ -69,7 +69,7 @@ func TestStuckWorkerFailsTheTaskAtTheWorkerTimeoutNamingIt(t *testing.T) {
 
 	const timeout = 300 * time.Millisecond
 	start := time.Now()
-	_, err := (&FanOut{Discovery: workers, Caller: caller, WorkerTimeout: timeout}).Run(context.Background(), claimFor("s", 7))
+	_, err := New(Config{Discovery: workers, Caller: caller, WorkerTimeout: timeout}).Run(context.Background(), claimFor("s", 7))
 	if took := time.Since(start); took > timeout+5*time.Second {
 		t.Errorf("the fan-out took %s with a %s worker timeout", took, timeout)
 	}

@@ -45,8 +45,8 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 		res[i].done = make(chan struct{})
 	}
 	g := errgroup.Group{}
-	if f.PrepareConcurrency > 0 {
-		g.SetLimit(f.PrepareConcurrency)
+	if f.cfg.PrepareConcurrency > 0 {
+		g.SetLimit(f.cfg.PrepareConcurrency)
 	}
 	launched := make(chan struct{})
 	go func() {
@@ -58,8 +58,8 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 					return tp.PrepareMerge(ctx, w, target, token)
 				})
 				// One observation per worker and task: its commit's, or a failed prepare's.
-				if err != nil && f.OnWorkerDone != nil {
-					f.OnWorkerDone(w, d, err)
+				if err != nil && f.cfg.OnWorkerDone != nil {
+					f.cfg.OnWorkerDone(w, d, err)
 				}
 				res[i].err, res[i].timedOut = err, timedOut
 				return nil
@@ -113,10 +113,10 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 			t.corrupt = append(t.corrupt, fmt.Errorf("worker %s (%s): %w", w.InstanceID, w.GRPCAddr, err))
 		case res[i].timedOut:
 			log.Warn("merge_wal: worker did not prepare within the worker timeout; the others commit", "worker", w.InstanceID,
-				"addr", w.GRPCAddr, "timeout", f.WorkerTimeout, "err", err)
+				"addr", w.GRPCAddr, "timeout", f.cfg.WorkerTimeout, "err", err)
 			late = append(late, w) // its prepare may finish after all: not to be held
 			t.failures = append(t.failures, fmt.Errorf("worker %s (%s): merge did not finish within the worker timeout of %s: %w",
-				w.InstanceID, w.GRPCAddr, f.WorkerTimeout, err))
+				w.InstanceID, w.GRPCAddr, f.cfg.WorkerTimeout, err))
 		default:
 			log.Warn("merge_wal: worker failed to prepare; the others commit", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
 			t.failures = append(t.failures, fmt.Errorf("worker %s (%s): prepare: %w", w.InstanceID, w.GRPCAddr, err))
