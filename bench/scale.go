@@ -11,6 +11,9 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -73,6 +76,9 @@ type ScaleConfig struct {
 	// MergeRows is the rows of a measured merge; Merges is how many merges of new
 	// ids and, as many, of overwritten ids each bucket measures (alternating).
 	MergeRows, Merges int
+	// TableCacheBytes is the measuring workers' TABLE_CACHE_BYTES (0: the
+	// worker's default, 64 MiB).
+	TableCacheBytes int64
 	// ProfileDir, if set, receives a CPU profile of every measured phase
 	// (<rows>-<bucket>-reads.pprof, <rows>-<bucket>-writes.pprof).
 	ProfileDir string
@@ -153,16 +159,68 @@ func levelsOf(m *table.Manifest) ScaleLevels {
 // ScaleOp is one kind of operation measured on one bucket.
 type ScaleOp struct {
 	Q Quantiles
-	// Requests is object-store requests per operation (the Faults counters).
+	// Requests is object-store requests per operation (the Faults counters), and
+	// ByObject the same by the kind of object they went to (scaleObjects).
 	Requests float64
+	ByObject map[string]float64
+}
+
+// scaleObjects names the kinds of objects a table's requests go to, in report
+// order, with the parts of their keys that tell them apart (FORMAT.md, "Table
+// directory").
+var scaleObjects = []struct {
+	name  string
+	parts []string
+}{
+	{"bloom", []string{".bloom"}},
+	{"key index", []string{".idx"}},
+	{"data", []string{".parquet"}},
+	{"deletion vector", []string{"/_deletions/"}},
+	{"manifest", []string{"/_versions/", "/_latest_version"}},
+	{"WAL", []string{"/_wal/"}},
+	{"registry", []string{"_registry/"}},
+}
+
+// objectTally counts a bucket's requests by the kind of object they go to.
+type objectTally struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (o *objectTally) add(_ context.Context, _ objstore.Op, key string) {
+	kind := "other"
+	for _, k := range scaleObjects {
+		if slices.ContainsFunc(k.parts, func(p string) bool { return strings.Contains(key, p) }) {
+			kind = k.name
+			break
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n == nil {
+		o.n = map[string]int64{}
+	}
+	o.n[kind]++
+}
+
+// take returns the counts divided by ops and starts counting again.
+func (o *objectTally) take(ops int) map[string]float64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make(map[string]float64, len(o.n))
+	for k, n := range o.n {
+		out[k] = float64(n) / float64(max(ops, 1))
+	}
+	o.n = nil
+	return out
 }
 
 // ScaleTask is the measured compact task.
 type ScaleTask struct {
-	Elapsed  time.Duration
-	Report   maintain.Report
-	Requests int64
-	Levels   ScaleLevels // after the task
+	// Op is the task's time (one sample) and requests.
+	Op     ScaleOp
+	Report maintain.Report
+	Levels ScaleLevels // after the task
 }
 
 // ScaleBucket is everything measured on one bucket.
@@ -337,10 +395,15 @@ func runScaleSize(ctx context.Context, env *Env, cfg ScaleConfig, rows int64) (S
 	// caches and WAL shard), opened only now, as a worker that restarts would.
 	runs := make([]*scaleRun, 2)
 	for i, name := range []string{"file://", fmt.Sprintf("file:// + %s a request", fmtDur(cfg.Latency))} {
-		f := objstore.NewFaults(rand.NewPCG(env.Seed, uint64(29+i)))
-		w := newWorker(objstore.WithFaults(raw, f), fmt.Sprintf("scale-%d", i), store.Config{}, defaultMergeConfig())
+		f, tally := objstore.NewFaults(rand.NewPCG(env.Seed, uint64(29+i))), &objectTally{}
+		f.AddRule(objstore.Rule{Before: tally.add})
+		var sc store.Config
+		if cfg.TableCacheBytes > 0 {
+			sc.TableOptions = []table.Option{table.WithCacheBytes(cfg.TableCacheBytes)}
+		}
+		w := newWorker(objstore.WithFaults(raw, f), fmt.Sprintf("scale-%d", i), sc, defaultMergeConfig())
 		defer w.close()
-		runs[i] = &scaleRun{cfg: cfg, keys: keys, rows: rows, w: w, faults: f,
+		runs[i] = &scaleRun{cfg: cfg, keys: keys, rows: rows, w: w, faults: f, objects: tally,
 			out: ScaleBucket{Name: name}, rng: rand.New(rand.NewPCG(env.Seed, uint64(290+i)))}
 		if i == 1 {
 			runs[i].out.Latency = cfg.Latency
@@ -370,7 +433,7 @@ func runScaleSize(ctx context.Context, env *Env, cfg ScaleConfig, rows int64) (S
 			return sz, fmt.Errorf("merges and compaction on bucket %d: %w", i, err)
 		}
 		env.log().Info("scale: wrote", "rows", rows, "bucket", r.out.Name, "merge_new_p50", r.out.MergeNew.Q.P50,
-			"merge_overwrite_p50", r.out.MergeOverwrite.Q.P50, "compact_task", r.out.Compaction.Elapsed)
+			"merge_overwrite_p50", r.out.MergeOverwrite.Q.P50, "compact_task", r.out.Compaction.Op.Q.P50)
 		sz.Buckets = append(sz.Buckets, r.out)
 	}
 	if sz.WriteRSS, err = peakRSS(); err != nil {
@@ -488,13 +551,14 @@ func scaleMaintainer(cfg ScaleConfig) *maintain.Maintainer {
 
 // scaleRun is the measurement of one bucket.
 type scaleRun struct {
-	cfg    ScaleConfig
-	keys   scaleKeys
-	rows   int64
-	w      *benchWorker
-	faults *objstore.Faults
-	rng    *rand.Rand
-	out    ScaleBucket
+	cfg     ScaleConfig
+	keys    scaleKeys
+	rows    int64
+	w       *benchWorker
+	faults  *objstore.Faults
+	objects *objectTally
+	rng     *rand.Rand
+	out     ScaleBucket
 }
 
 func (r *scaleRun) bucket() int {
@@ -544,7 +608,7 @@ func (r *scaleRun) existing() uint64 { return uint64(r.rng.Int64N(r.rows)) }
 // timed runs op n times and returns its latencies and requests per call.
 func (r *scaleRun) timed(n int, op func(k int) error) (ScaleOp, error) {
 	var ds durations
-	r.faults.ResetCounters()
+	r.resetCounters()
 	for k := range n {
 		start := time.Now()
 		if err := op(k); err != nil {
@@ -552,7 +616,19 @@ func (r *scaleRun) timed(n int, op func(k int) error) (ScaleOp, error) {
 		}
 		ds = append(ds, time.Since(start))
 	}
-	return ScaleOp{Q: ds.quantiles(), Requests: float64(r.faults.TotalRequests()) / float64(max(n, 1))}, nil
+	return r.counted(ds, n), nil
+}
+
+// resetCounters starts counting requests, in all and by object.
+func (r *scaleRun) resetCounters() {
+	r.faults.ResetCounters()
+	_ = r.objects.take(0)
+}
+
+// counted is ds with the requests counted since resetCounters, per op of ops.
+func (r *scaleRun) counted(ds durations, ops int) ScaleOp {
+	return ScaleOp{Q: ds.quantiles(), Requests: float64(r.faults.TotalRequests()) / float64(max(ops, 1)),
+		ByObject: r.objects.take(ops)}
 }
 
 // reads opens the store on the run's worker and measures the reads: gets,
@@ -716,14 +792,16 @@ func (r *scaleRun) writes(ctx context.Context, next *uint64) error {
 	if err != nil {
 		return err
 	}
-	var fresh, over durations
-	var freshReq, overReq int64
+	// Per kind of merge (new ids, overwritten ids): times, requests and requests
+	// by object, summed over its merges.
+	var times [2]durations
+	var sums [2]ScaleOp
 	for k := range 2 * r.cfg.Merges {
 		xs := make([]uint64, r.cfg.MergeRows)
-		overwrite := k%2 == 1
+		kind := k % 2
 		seen := map[uint64]bool{}
 		for j := range xs {
-			if overwrite {
+			if kind == 1 {
 				x := r.keys.key(r.existing())
 				for seen[x] {
 					x = r.keys.key(r.existing())
@@ -744,7 +822,7 @@ func (r *scaleRun) writes(ctx context.Context, next *uint64) error {
 		if _, err := s.Seal(ctx); err != nil {
 			return err
 		}
-		r.faults.ResetCounters()
+		r.resetCounters()
 		start := time.Now()
 		res, err := r.w.merger.Merge(ctx, s, true)
 		d := time.Since(start)
@@ -754,18 +832,27 @@ func (r *scaleRun) writes(ctx context.Context, next *uint64) error {
 		if res.Rows != int64(len(xs)) {
 			return fmt.Errorf("a merge of %d rows merged %d", len(xs), res.Rows)
 		}
-		if overwrite {
-			over, overReq = append(over, d), overReq+r.faults.TotalRequests()
-		} else {
-			fresh, freshReq = append(fresh, d), freshReq+r.faults.TotalRequests()
+		one := r.counted(nil, 1)
+		times[kind] = append(times[kind], d)
+		sums[kind].Requests += one.Requests
+		if sums[kind].ByObject == nil {
+			sums[kind].ByObject = map[string]float64{}
+		}
+		for o, n := range one.ByObject {
+			sums[kind].ByObject[o] += n
 		}
 	}
-	r.out.MergeNew = ScaleOp{Q: fresh.quantiles(), Requests: float64(freshReq) / float64(max(len(fresh), 1))}
-	r.out.MergeOverwrite = ScaleOp{Q: over.quantiles(), Requests: float64(overReq) / float64(max(len(over), 1))}
-	r.faults.ResetCounters()
+	for kind, out := range []*ScaleOp{&r.out.MergeNew, &r.out.MergeOverwrite} {
+		n := float64(max(len(times[kind]), 1))
+		for o := range sums[kind].ByObject {
+			sums[kind].ByObject[o] /= n
+		}
+		*out = ScaleOp{Q: times[kind].quantiles(), Requests: sums[kind].Requests / n, ByObject: sums[kind].ByObject}
+	}
+	r.resetCounters()
 	start := time.Now()
 	rep, err := scaleMaintainer(r.cfg).Compact(ctx, s)
-	r.out.Compaction = ScaleTask{Elapsed: time.Since(start), Report: rep, Requests: r.faults.TotalRequests()}
+	r.out.Compaction = ScaleTask{Op: r.counted(durations{time.Since(start)}, 1), Report: rep}
 	if err != nil {
 		return fmt.Errorf("compact task: %w", err)
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -44,10 +45,7 @@ func scaleOps(c ScaleConfig) []scaleOp {
 		{fmt.Sprintf("filtered page of %d (`%s`, 1%% of rows)", c.PageRows, ScaleFilter), func(b ScaleBucket) ScaleOp { return b.FilteredPage }},
 		{fmt.Sprintf("merge of %s new ids (`merge.Merger.Merge`)", fmtCount(float64(c.MergeRows))), func(b ScaleBucket) ScaleOp { return b.MergeNew }},
 		{fmt.Sprintf("merge of %s overwritten ids", fmtCount(float64(c.MergeRows))), func(b ScaleBucket) ScaleOp { return b.MergeOverwrite }},
-		{"compact task after those merges", func(b ScaleBucket) ScaleOp {
-			t := b.Compaction.Elapsed
-			return ScaleOp{Q: Quantiles{N: 1, P50: t, P99: t, Max: t}, Requests: float64(b.Compaction.Requests)}
-		}},
+		{"compact task after those merges", func(b ScaleBucket) ScaleOp { return b.Compaction.Op }},
 	}
 }
 
@@ -70,7 +68,7 @@ func (r ScaleResult) Markdown() string {
 		c.Compact.MaxSources, c.Retention.KeepVersions, fmtDur(c.Retention.KeepAge))
 	p("Then two workers of this process open the store, each with its own caches and WAL shard, one on the "+
 		"`file://` bucket and one on the same directory behind `objstore.WithFaults` with %s per request (the fault "+
-		"wrapper counts every request of both). Each first does one get on its new handle (\"first get\"), then an "+
+		"wrapper counts every request of both), each with a base-table cache of %s (TABLE_CACHE_BYTES). Each first does one get on its new handle (\"first get\"), then an "+
 		"untimed batch get of %s random ids, which reads every fragment's key-index top and bloom filter as a "+
 		"long-running worker has them cached. Samples on `file://` / on the latency bucket: %d / %d gets of random "+
 		"existing ids and %d / %d of missing ones, %d / %d batch gets of %d random ids, %d / %d pages of each kind "+
@@ -80,7 +78,7 @@ func (r ScaleResult) Markdown() string {
 		"random), alternating, each appended and sealed first, the merge alone timed; then one compact task. "+
 		"\"Round trips\" on the latency bucket is the time divided by %s: the requests that ran one after another. "+
 		"Figures are p50 / p99 (with few samples p99 is the maximum), requests are per operation.\n\n",
-		fmtDur(c.Latency), fmtCount(float64(c.WarmIDs)), c.Gets[0], c.Gets[1], c.MissingGets[0], c.MissingGets[1],
+		fmtDur(c.Latency), fmtBytes(cmp.Or(c.TableCacheBytes, scaleDefaultTableCache)), fmtCount(float64(c.WarmIDs)), c.Gets[0], c.Gets[1], c.MissingGets[0], c.MissingGets[1],
 		c.Batches[0], c.Batches[1], c.BatchIDs, c.Pages[0], c.Pages[1], c.Merges, fmtCount(float64(c.MergeRows)), c.Merges,
 		fmtCount(float64(c.MergeRows)), fmtDur(c.Latency))
 
@@ -130,6 +128,33 @@ func (r ScaleResult) Markdown() string {
 		p("\n")
 	}
 
+	if len(r.Sizes) > 0 {
+		p("The same operations' requests by the object they went to (per operation; \"key index\" is the tops and " +
+			"blocks of `data/*.idx`, \"data\" the fragments' footers and row groups):\n\n| operation |")
+		for _, s := range r.Sizes {
+			for _, bk := range s.Buckets {
+				p(" %s rows, %s |", fmtRows(s.Rows), bk.Name)
+			}
+		}
+		p("\n|---|")
+		for _, s := range r.Sizes {
+			for range s.Buckets {
+				p("---|")
+			}
+		}
+		p("\n")
+		for _, o := range scaleOps(c) {
+			p("| %s |", o.name)
+			for _, s := range r.Sizes {
+				for _, bk := range s.Buckets {
+					p(" %s |", fmtByObject(o.op(bk).ByObject))
+				}
+			}
+			p("\n")
+		}
+		p("\n")
+	}
+
 	p("The compact tasks after the merges, and the process's resident set: \"at reset\" is what it held after " +
 		"the build, a GC and `debug.FreeOSMemory` when its peak (VmHWM) was reset through `/proc/self/clear_refs`; " +
 		"the peaks are VmHWM after both workers' reads, and (reset again) after their merges and compact tasks. " +
@@ -140,8 +165,8 @@ func (r ScaleResult) Markdown() string {
 		for _, bk := range s.Buckets {
 			t := bk.Compaction
 			cr := t.Report.Compaction
-			p("| %s | %s | %s, %d requests | %d: %d -> %d (%s, %s / %s) | %s |\n", fmtCount(float64(s.Rows)), bk.Name,
-				fmtDur(t.Elapsed), t.Requests, t.Report.Compactions, cr.Sources, cr.Outputs, fmtCount(float64(cr.RowsWritten)),
+			p("| %s | %s | %s, %s requests | %d: %d -> %d (%s, %s / %s) | %s |\n", fmtCount(float64(s.Rows)), bk.Name,
+				fmtDur(t.Op.Q.P50), fmtReq(t.Op.Requests), t.Report.Compactions, cr.Sources, cr.Outputs, fmtCount(float64(cr.RowsWritten)),
 				fmtBytes(cr.BytesRead), fmtBytes(cr.BytesWritten), fmtLevels(t.Levels))
 		}
 	}
@@ -179,6 +204,23 @@ func fmtScaleOp(o ScaleOp, latency time.Duration) string {
 	return s + ")"
 }
 
+// fmtByObject prints requests by object in scaleObjects' order, zeros left out.
+func fmtByObject(by map[string]float64) string {
+	var parts []string
+	for _, k := range scaleObjects {
+		if n := by[k.name]; n > 0 {
+			parts = append(parts, k.name+" "+fmtReq(n))
+		}
+	}
+	if n := by["other"]; n > 0 {
+		parts = append(parts, "other "+fmtReq(n))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 func roundTrips(d, latency time.Duration) float64 { return float64(d) / float64(latency) }
 
 func fmtReq(n float64) string {
@@ -206,6 +248,10 @@ func fmtLevels(l ScaleLevels) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// scaleDefaultTableCache is the worker's TABLE_CACHE_BYTES default, which the
+// table applies when the option is not given.
+const scaleDefaultTableCache = 64 << 20
 
 // Issue 29's goals.
 const (

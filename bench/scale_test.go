@@ -48,6 +48,9 @@ func TestScaleSmall(t *testing.T) {
 					t.Errorf("%d rows, %s: %s: %+v", s.Rows, bk.Name, o.name, op)
 				}
 			}
+			if n := bk.Batch.ByObject["data"]; n < 1 {
+				t.Errorf("%d rows, %s: a batch get read %v data objects", s.Rows, bk.Name, n)
+			}
 			if bk.Compaction.Report.Compactions == 0 {
 				t.Errorf("%d rows, %s: the compact task after the merges compacted nothing", s.Rows, bk.Name)
 			}
@@ -62,7 +65,8 @@ func TestScaleSmall(t *testing.T) {
 	}
 	md := res.Markdown()
 	for _, want := range []string{ScaleHeading, "| 4,000 |", "| 12,000 |", "p50 12k / 4k, file:// |",
-		"- Get: p50 grows at most 1.5x from 4k to 12k rows:", "- At 12k rows on file://, get p50 at most 5.0 ms:"} {
+		"- Get: p50 grows at most 1.5x from 4k to 12k rows:",
+		"The same operations' requests by the object they went to", "- At 12k rows on file://, get p50 at most 5.0 ms:"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("section lacks %q:\n%s", want, md)
 		}

@@ -77,6 +77,7 @@ type runFlags struct {
 	// directory of its CPU profiles.
 	scaleRows     []int64
 	scaleProfiles string
+	scaleCache    int64
 }
 
 func newRunCmd() *cobra.Command {
@@ -100,6 +101,7 @@ func newRunCmd() *cobra.Command {
 	fs.BoolVar(&f.ingestShort, "ingest-short-intervals", true, "sustained ingest: also run with a 10 s stats scan and a 5 s merge sweep, besides the master's defaults")
 	fs.Int64Var(&f.memoryBytes, "memory-backlog-bytes", 1<<30, "memory scenario: generation bytes of the backlog merged")
 	fs.Int64SliceVar(&f.scaleRows, "scale-rows", bench.DefaultScaleRows, "scale scenario: rows of each store measured, smallest first (100000000: a run of hours, by hand)")
+	fs.Int64Var(&f.scaleCache, "scale-table-cache-bytes", 0, "scale scenario: the measuring workers' TABLE_CACHE_BYTES (0: the worker's default)")
 	fs.StringVar(&f.scaleProfiles, "scale-profiles", "", "scale scenario: write a CPU profile of every measured phase into this directory")
 	return cmd
 }
@@ -152,7 +154,7 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	if want("scale") {
 		cfg := bench.DefaultScaleConfig(f.scaleRows)
-		cfg.ProfileDir = f.scaleProfiles
+		cfg.ProfileDir, cfg.TableCacheBytes = f.scaleProfiles, f.scaleCache
 		if err := bench.RunScaleSection(ctx, env, cfg, os.Stdout, f.command, f.write); err != nil {
 			return fmt.Errorf("scale: %w", err)
 		}
