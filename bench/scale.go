@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -71,7 +72,7 @@ type ScaleConfig struct {
 	Gets, MissingGets, Batches, Pages [2]int
 	// BatchIDs is the ids of one batch get, PageRows a page's limit, WarmIDs the
 	// ids of the untimed batch get that warms a new handle (as a long-running
-	// worker's would be: key-index tops and bloom filters cached).
+	// worker's would be: every key-index top cached).
 	BatchIDs, PageRows, WarmIDs int
 	// MergeRows is the rows of a measured merge; Merges is how many merges of new
 	// ids and, as many, of overwritten ids each bucket measures (alternating).
@@ -163,6 +164,9 @@ type ScaleOp struct {
 	// ByObject the same by the kind of object they went to (scaleObjects).
 	Requests float64
 	ByObject map[string]float64
+	// CPU is the process's CPU time (user and system) per operation: on a shared
+	// machine the part of the time that does not depend on what else runs.
+	CPU time.Duration
 }
 
 // scaleObjects names the kinds of objects a table's requests go to, in report
@@ -609,6 +613,7 @@ func (r *scaleRun) existing() uint64 { return uint64(r.rng.Int64N(r.rows)) }
 func (r *scaleRun) timed(n int, op func(k int) error) (ScaleOp, error) {
 	var ds durations
 	r.resetCounters()
+	cpu := processCPU()
 	for k := range n {
 		start := time.Now()
 		if err := op(k); err != nil {
@@ -616,7 +621,18 @@ func (r *scaleRun) timed(n int, op func(k int) error) (ScaleOp, error) {
 		}
 		ds = append(ds, time.Since(start))
 	}
-	return r.counted(ds, n), nil
+	o := r.counted(ds, n)
+	o.CPU = (processCPU() - cpu) / time.Duration(max(n, 1))
+	return o, nil
+}
+
+// processCPU is the user and system CPU time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // resetCounters starts counting requests, in all and by object.
@@ -655,7 +671,7 @@ func (r *scaleRun) reads(ctx context.Context) error {
 		return fmt.Errorf("cold get: %w", err)
 	}
 	// Warm the handle as a long-running worker's is: a batch over many ids reads
-	// every fragment's key-index top (and the bloom filters).
+	// every fragment's key-index top.
 	warm := make([]uint64, r.cfg.WarmIDs)
 	for k := range warm {
 		warm[k] = r.keys.key(r.existing())
@@ -823,9 +839,10 @@ func (r *scaleRun) writes(ctx context.Context, next *uint64) error {
 			return err
 		}
 		r.resetCounters()
-		start := time.Now()
+		cpu, start := processCPU(), time.Now()
 		res, err := r.w.merger.Merge(ctx, s, true)
 		d := time.Since(start)
+		cpu = processCPU() - cpu
 		if err != nil {
 			return err
 		}
@@ -835,6 +852,7 @@ func (r *scaleRun) writes(ctx context.Context, next *uint64) error {
 		one := r.counted(nil, 1)
 		times[kind] = append(times[kind], d)
 		sums[kind].Requests += one.Requests
+		sums[kind].CPU += cpu
 		if sums[kind].ByObject == nil {
 			sums[kind].ByObject = map[string]float64{}
 		}
@@ -847,12 +865,14 @@ func (r *scaleRun) writes(ctx context.Context, next *uint64) error {
 		for o := range sums[kind].ByObject {
 			sums[kind].ByObject[o] /= n
 		}
-		*out = ScaleOp{Q: times[kind].quantiles(), Requests: sums[kind].Requests / n, ByObject: sums[kind].ByObject}
+		*out = ScaleOp{Q: times[kind].quantiles(), Requests: sums[kind].Requests / n, ByObject: sums[kind].ByObject,
+			CPU: sums[kind].CPU / time.Duration(n)}
 	}
 	r.resetCounters()
-	start := time.Now()
+	cpu, start := processCPU(), time.Now()
 	rep, err := scaleMaintainer(r.cfg).Compact(ctx, s)
 	r.out.Compaction = ScaleTask{Op: r.counted(durations{time.Since(start)}, 1), Report: rep}
+	r.out.Compaction.Op.CPU = processCPU() - cpu
 	if err != nil {
 		return fmt.Errorf("compact task: %w", err)
 	}

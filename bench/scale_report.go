@@ -68,16 +68,21 @@ func (r ScaleResult) Markdown() string {
 		c.Compact.MaxSources, c.Retention.KeepVersions, fmtDur(c.Retention.KeepAge))
 	p("Then two workers of this process open the store, each with its own caches and WAL shard, one on the "+
 		"`file://` bucket and one on the same directory behind `objstore.WithFaults` with %s per request (the fault "+
-		"wrapper counts every request of both), each with a base-table cache of %s (TABLE_CACHE_BYTES). Each first does one get on its new handle (\"first get\"), then an "+
-		"untimed batch get of %s random ids, which reads every fragment's key-index top and bloom filter as a "+
-		"long-running worker has them cached. Samples on `file://` / on the latency bucket: %d / %d gets of random "+
+		"wrapper counts every request of both), each with a base-table cache of %s (TABLE_CACHE_BYTES). Each "+
+		"first does one get on its new handle (\"first get\"), then an untimed batch get of %s random ids, which "+
+		"reads every fragment's key-index top, as a long-running worker has them cached. A fragment's bloom filter "+
+		"is read by the first lookup of at least 4 ids in its range (a batch get looks ids up 128 at a time, a "+
+		"merge all of its ids at once) and stays while the cache holds it, so the first merge may pay for filters the "+
+		"reads did not need: its time is in the p99, the p50 is the steady state. Samples on `file://` / on the latency bucket: %d / %d gets of random "+
 		"existing ids and %d / %d of missing ones, %d / %d batch gets of %d random ids, %d / %d pages of each kind "+
 		"(the cursor pages start at 90%% of the id space and a page's width further each time). Reads go "+
 		"through `store.Store` with the worker's defaults (the snapshot refreshes when older than 1 s). After both "+
 		"workers' reads, each merges %d times %s new ids and %d times %s overwritten ids (existing ones at "+
 		"random), alternating, each appended and sealed first, the merge alone timed; then one compact task. "+
 		"\"Round trips\" on the latency bucket is the time divided by %s: the requests that ran one after another. "+
-		"Figures are p50 / p99 (with few samples p99 is the maximum), requests are per operation.\n\n",
+		"Figures are p50 / p99 (with few samples p99 is the maximum); requests and CPU (the process's user and "+
+		"system time, `getrusage`) are per operation: on this shared 2-core machine other work stretches the times, "+
+		"and CPU says what the operation itself cost.\n\n",
 		fmtDur(c.Latency), fmtBytes(cmp.Or(c.TableCacheBytes, scaleDefaultTableCache)), fmtCount(float64(c.WarmIDs)), c.Gets[0], c.Gets[1], c.MissingGets[0], c.MissingGets[1],
 		c.Batches[0], c.Batches[1], c.BatchIDs, c.Pages[0], c.Pages[1], c.Merges, fmtCount(float64(c.MergeRows)), c.Merges,
 		fmtCount(float64(c.MergeRows)), fmtDur(c.Latency))
@@ -201,7 +206,7 @@ func fmtScaleOp(o ScaleOp, latency time.Duration) string {
 	if latency > 0 {
 		s += fmt.Sprintf(", %.1f trips", roundTrips(o.Q.P50, latency))
 	}
-	return s + ")"
+	return s + ", CPU " + fmtDur(o.CPU) + ")"
 }
 
 // fmtByObject prints requests by object in scaleObjects' order, zeros left out.
