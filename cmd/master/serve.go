@@ -19,6 +19,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/master/dashboard"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 )
 
@@ -223,7 +224,8 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	cfg.Client, cfg.Prefix, cfg.Bucket, cfg.Discovery, cfg.Caller = client, prefix, bucket, discovery, caller
 	cfg.GRPCListener, cfg.HTTPListener, cfg.Metrics, cfg.Logger = gln, hln, reg, log
 	cfg.Auth, cfg.TLS = authn.Guard, authn.TLS
-	cfg.Dashboard = master.DashboardConfig{Disabled: !f.dashboard, WorkerToken: authn.Client.Token, WorkerTLS: authn.Client.TLS}
+	cfg.WorkerHTTP = workerhttp.Config{Token: authn.Client.Token, TLS: authn.Client.TLS}
+	cfg.Dashboard = master.DashboardConfig{Disabled: !f.dashboard}
 	m, err := master.New(cfg)
 	if err != nil {
 		_ = gln.Close()

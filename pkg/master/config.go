@@ -13,6 +13,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
@@ -112,6 +113,10 @@ type Config struct {
 	Auth *auth.Guard
 	// TLS, if set, serves the AdminService and the HTTP API over TLS with it.
 	TLS *tls.Config
+	// WorkerHTTP configures the client the HTTP API and the dashboard read records
+	// with through a worker's HTTP data API (its Token and TLS are the master's
+	// outgoing credential); New sets its Discovery and Logger.
+	WorkerHTTP workerhttp.Config
 	// Dashboard configures the operator dashboard under /ui/ of the HTTP API.
 	Dashboard DashboardConfig
 }
@@ -134,11 +139,6 @@ type TaskRetention struct {
 type DashboardConfig struct {
 	// Disabled serves no dashboard (DASHBOARD=false).
 	Disabled bool
-	// WorkerToken and WorkerTLS are the credential the dashboard (and the HTTP
-	// API) read records with through a worker's HTTP data API: the master's
-	// outgoing one.
-	WorkerToken string
-	WorkerTLS   *tls.Config
 }
 
 func setDefault[T int | time.Duration](v *T, def T) {

@@ -28,6 +28,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/master/dashboard"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
@@ -193,12 +194,14 @@ func (m *Master) newServers() error {
 	m.health = health.NewServer()
 	m.grpc = api.NewGRPCServer(admin, m.health, log.With("component", "grpc"),
 		append(auth.ServerCredentials(cfg.TLS), cfg.Auth.ServerOptions()...)...)
+	wc := cfg.WorkerHTTP
+	wc.Discovery, wc.Logger = cfg.Discovery, log.With("component", "worker-http")
+	workers := workerhttp.New(wc)
 	var ui http.Handler
 	if !cfg.Dashboard.Disabled {
 		m.ui, err = dashboard.New(dashboard.Config{
 			Admin: admin, Client: cfg.Client, Prefix: cfg.Prefix, Guard: cfg.Auth, Secure: cfg.TLS != nil,
-			WorkerToken: cfg.Dashboard.WorkerToken, WorkerTLS: cfg.Dashboard.WorkerTLS,
-			Logger: log.With("component", "dashboard"),
+			Workers: workers, Logger: log.With("component", "dashboard"),
 		})
 		if err != nil {
 			return err
@@ -207,8 +210,7 @@ func (m *Master) newServers() error {
 	}
 	m.http, err = api.NewHTTPHandler(api.HTTPConfig{
 		Admin: admin, Tasks: m.tasks, Scanner: m.scanner, Discovery: cfg.Discovery, DataURL: cfg.Bucket.String(),
-		WorkerToken: cfg.Dashboard.WorkerToken, WorkerTLS: cfg.Dashboard.WorkerTLS,
-		EtcdCheck: m.checkEtcd, Metrics: cfg.Metrics, Logger: log.With("component", "http"),
+		Workers: workers, EtcdCheck: m.checkEtcd, Metrics: cfg.Metrics, Logger: log.With("component", "http"),
 		Auth: cfg.Auth, Dashboard: ui, Requests: m.metrics.HTTP,
 	})
 	return err

@@ -53,6 +53,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/testutil/jsonshape"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker"
 	"github.com/tidemark-io/tidemark/pkg/worker/merge"
@@ -105,6 +106,7 @@ func newConfEnv(t *testing.T) *confEnv {
 		t.Fatal(err)
 	}
 	h, err := NewHTTPHandler(HTTPConfig{Admin: e.svc, Tasks: e.ts, Scanner: e.scanner, Discovery: e.svc.cfg.Discovery,
+		Workers:   workerhttp.New(workerhttp.Config{Discovery: e.svc.cfg.Discovery}),
 		EtcdCheck: func(context.Context) error { return nil }, Logger: testLogger(t), DataURL: "mem://conformance",
 		Auth: auth.NewGuard(auth.GuardConfig{Tokens: tokens})})
 	if err != nil {

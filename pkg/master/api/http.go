@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +24,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/master/dashboard"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 )
 
 // HTTP server limits. Every route is a small read, so the timeouts are short.
@@ -74,10 +74,8 @@ type HTTPConfig struct {
 	// DataURL is the bucket's URL without credentials (objstore.Bucket.String()):
 	// experiments' uri is their table directory under it.
 	DataURL string
-	// WorkerToken and WorkerTLS are the master's outgoing credential, used to read
-	// records through a worker's HTTP data API (WorkerTLS nil: plain HTTP).
-	WorkerToken string
-	WorkerTLS   *tls.Config
+	// Workers reads records through a worker's HTTP data API. Required.
+	Workers *workerhttp.Client
 	// Dashboard, if set, is served under /ui/ (it checks its own sessions), and
 	// GET / redirects to it.
 	Dashboard http.Handler
@@ -109,8 +107,7 @@ type WorkerList struct {
 }
 
 type httpAPI struct {
-	cfg     HTTPConfig
-	workers *http.Client // the workers' data API, for records
+	cfg HTTPConfig
 }
 
 // NewHTTPHandler returns the master's HTTP routes, the reference system's
@@ -146,6 +143,8 @@ func NewHTTPHandler(cfg HTTPConfig) (http.Handler, error) {
 		return nil, errors.New("master http: Discovery is required")
 	case cfg.EtcdCheck == nil:
 		return nil, errors.New("master http: EtcdCheck is required")
+	case cfg.Workers == nil:
+		return nil, errors.New("master http: Workers is required")
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = prometheus.NewRegistry()
@@ -156,7 +155,7 @@ func NewHTTPHandler(cfg HTTPConfig) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &httpAPI{cfg: cfg, workers: auth.HTTPClient(cfg.WorkerToken, cfg.WorkerTLS)}
+	a := &httpAPI{cfg: cfg}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{Registry: cfg.Metrics}))
 	mux.HandleFunc("GET /api/v1/health", a.health)

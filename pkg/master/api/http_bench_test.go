@@ -11,6 +11,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
@@ -36,6 +37,7 @@ func BenchmarkTaskListPage(b *testing.B) {
 		b.Fatal(err)
 	}
 	h, err := NewHTTPHandler(HTTPConfig{Admin: admin, Tasks: ts, Scanner: sc, Discovery: fanout.StaticDiscovery{},
+		Workers:   workerhttp.New(workerhttp.Config{Discovery: fanout.StaticDiscovery{}}),
 		EtcdCheck: func(context.Context) error { return nil }})
 	if err != nil {
 		b.Fatal(err)

@@ -1,23 +1,19 @@
 package api
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
-	"github.com/tidemark-io/tidemark/pkg/errclass"
-	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
@@ -27,12 +23,10 @@ const (
 	// answer holds (a larger limit is lowered, and the answer's limit says so).
 	DefaultRecordPage = 50
 	MaxRecordPage     = 1000
-	// RecordsTimeout bounds the whole request; WorkerReadTimeout one worker's
-	// answer, so a hung worker leaves time to ask the next.
-	RecordsTimeout    = 30 * time.Second
-	WorkerReadTimeout = 10 * time.Second
-	// maxWorkerAnswer bounds the bytes of one worker answer the master holds.
-	maxWorkerAnswer = 64 << 20
+	// RecordsTimeout bounds the whole request (one worker's answer is bounded by
+	// the workerhttp.Client's timeout, so a hung worker leaves time to ask the
+	// next).
+	RecordsTimeout = 30 * time.Second
 )
 
 // Record sources of ?source=: the reference's names.
@@ -41,15 +35,6 @@ const (
 	SourceWAL       = "wal"       // the pending WAL generations only
 	SourceAll       = "all"       // both, newest row per id
 )
-
-// errNoWorkerHTTP refuses a record read when no worker can serve it: records are
-// read through a worker's data API, and only workers registered in etcd publish
-// an HTTP address (a static WORKER_ENDPOINTS list has none).
-var errNoWorkerHTTP = errclass.New(errclass.Unavailable,
-	"no worker with an HTTP address is registered: records are read through a worker's data API")
-
-// errAnswerTooLarge refuses a page of records larger than the master holds.
-var errAnswerTooLarge = errclass.New(errclass.Invalid, "the worker's answer is too large")
 
 // ExperimentRecords is the body of GET /api/v1/experiments/{name}/records: the
 // reference's ExperimentRecordsResponse, and the worker that answered. Records
@@ -63,14 +48,43 @@ type ExperimentRecords struct {
 	Worker  string            `json:"worker"`
 }
 
-// workerAnswerError is a worker's error answer, passed on with its status and
-// code; the message names the worker.
+// workerAnswerError is what the master answers for a worker's answer it passes
+// on: the worker's status and code (a 5xx other than 503 as 502 BAD_GATEWAY,
+// since the worker, not the master, failed), or 502 for an answer it cannot use;
+// the message names the worker.
 type workerAnswerError struct {
 	status        int
 	code, message string
 }
 
 func (e *workerAnswerError) Error() string { return e.message }
+
+// passOn makes a worker's answer among err a *workerAnswerError; other errors
+// are left as they are.
+func passOn(err error) error {
+	var ae *workerhttp.AnswerError
+	switch {
+	case errors.As(err, &ae):
+		status, code := ae.Status, ae.Code
+		if status >= 500 && status != http.StatusServiceUnavailable {
+			status, code = http.StatusBadGateway, CodeBadGateway
+		}
+		if code == "" {
+			code = http.StatusText(status)
+		}
+		return &workerAnswerError{status: status, code: code, message: ae.Error()}
+	case errors.Is(err, workerhttp.ErrUndecodable):
+		return &workerAnswerError{status: http.StatusBadGateway, code: CodeBadGateway, message: err.Error()}
+	}
+	return err
+}
+
+// callWorker reads path through a live worker into v (workerhttp.Client.Get)
+// and returns the worker that answered.
+func (a *httpAPI) callWorker(ctx context.Context, path string, v any) (string, error) {
+	worker, err := a.cfg.Workers.Get(ctx, path, v)
+	return worker, passOn(err)
+}
 
 // recordQuery is a parsed records request.
 type recordQuery struct {
@@ -108,7 +122,7 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 		var info struct {
 			Version *uint64 `json:"version"`
 		}
-		if out.Worker, err = a.callWorker(ctx, storePath(rq.kind, rq.name), &info); err != nil {
+		if out.Worker, err = a.callWorker(ctx, workerhttp.StorePath(rq.kind, rq.name), &info); err != nil {
 			return nil, err
 		}
 		if info.Version == nil {
@@ -127,7 +141,7 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 		var got struct {
 			Record json.RawMessage `json:"record"`
 		}
-		path := rowsPath(rq.kind, rq.name) + "/" + url.PathEscape(rq.id)
+		path := workerhttp.RowsPath(rq.kind, rq.name) + "/" + url.PathEscape(rq.id)
 		if len(params) > 0 {
 			path += "?" + params.Encode()
 		}
@@ -161,7 +175,7 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 		Records []json.RawMessage `json:"records"`
 		Rows    []json.RawMessage `json:"rows"`
 	}
-	if out.Worker, err = a.callWorker(ctx, rowsPath(rq.kind, rq.name)+"?"+params.Encode(), &got); err != nil {
+	if out.Worker, err = a.callWorker(ctx, workerhttp.RowsPath(rq.kind, rq.name)+"?"+params.Encode(), &got); err != nil {
 		return nil, err
 	}
 	rows := got.Records
@@ -194,7 +208,7 @@ func parseRecordQuery(r *http.Request) (recordQuery, error) {
 	if rq.offset, err = pageParam(q.Get("offset"), "offset", 0); err != nil {
 		return recordQuery{}, err
 	}
-	switch rq.source = cmpOr(q.Get("source"), SourceFragments); rq.source {
+	switch rq.source = cmp.Or(q.Get("source"), SourceFragments); rq.source {
 	case SourceAll, SourceFragments, SourceWAL:
 	default:
 		return recordQuery{}, fmt.Errorf("%w: source %q is not one of fragments, wal, all", tasks.ErrInvalidArgument, rq.source)
@@ -230,13 +244,6 @@ func parseRecordQuery(r *http.Request) (recordQuery, error) {
 	return rq, nil
 }
 
-func cmpOr(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
-}
-
 // matches reports whether record's values equal every filter's.
 func matches(record json.RawMessage, filters map[string]any) (bool, error) {
 	if len(filters) == 0 {
@@ -252,101 +259,4 @@ func matches(record json.RawMessage, filters map[string]any) (bool, error) {
 		}
 	}
 	return true, nil
-}
-
-// storePath is a store's route on a worker; rowsPath its rows'.
-func storePath(kind registry.Kind, name string) string {
-	if kind == registry.KindRollout {
-		return "/api/v1/rollouts/" + url.PathEscape(name)
-	}
-	return "/api/v1/generic/" + url.PathEscape(name)
-}
-
-func rowsPath(kind registry.Kind, name string) string {
-	if kind == registry.KindRollout {
-		return storePath(kind, name) + "/records"
-	}
-	return storePath(kind, name) + "/rows"
-}
-
-// callWorker GETs path from a live worker with an HTTP address (in instance
-// order; one that cannot be reached is passed over for the next) and decodes its
-// 200 answer into v. It returns the worker that answered. A worker's error answer
-// is returned as a *workerAnswerError.
-func (a *httpAPI) callWorker(ctx context.Context, path string, v any) (string, error) {
-	ws, err := a.cfg.Discovery.Workers(ctx)
-	if err != nil {
-		return "", fmt.Errorf("discover workers: %w", err)
-	}
-	ws = slices.DeleteFunc(slices.Clone(ws), func(w fanout.Worker) bool { return w.HTTPAddr == "" })
-	if len(ws) == 0 {
-		return "", errNoWorkerHTTP
-	}
-	slices.SortFunc(ws, func(x, y fanout.Worker) int { return strings.Compare(x.InstanceID, y.InstanceID) })
-	scheme := "http"
-	if a.cfg.WorkerTLS != nil {
-		scheme = "https"
-	}
-	var unreachable []string
-	for _, w := range ws {
-		err := a.askWorker(ctx, scheme+"://"+w.HTTPAddr+path, w.InstanceID, v)
-		var answered *workerAnswerError
-		switch {
-		case err == nil:
-			return w.InstanceID, nil
-		case errors.As(err, &answered), errors.Is(err, errAnswerTooLarge), ctx.Err() != nil:
-			return w.InstanceID, err
-		}
-		a.cfg.Logger.Warn("records: worker not reachable; asking the next", "worker", w.InstanceID, "addr", w.HTTPAddr, "err", err)
-		unreachable = append(unreachable, err.Error())
-	}
-	return "", fmt.Errorf("%w: no worker answered: %s", errWorkersUnreachable, strings.Join(unreachable, "; "))
-}
-
-// errWorkersUnreachable means every worker asked failed before answering.
-var errWorkersUnreachable = errclass.New(errclass.Unavailable, "workers unreachable")
-
-// askWorker GETs u from one worker within WorkerReadTimeout.
-func (a *httpAPI) askWorker(ctx context.Context, u, worker string, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, WorkerReadTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := a.workers.Do(req)
-	if err != nil {
-		return fmt.Errorf("worker %s: %w", worker, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxWorkerAnswer+1))
-	if err != nil {
-		return fmt.Errorf("worker %s: %w", worker, err)
-	}
-	if len(body) > maxWorkerAnswer {
-		return fmt.Errorf("worker %s: %w: over %d MiB; ask for fewer records (limit)", worker, errAnswerTooLarge, maxWorkerAnswer>>20)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		_ = json.Unmarshal(body, &e)
-		if e.Error.Message == "" {
-			e.Error.Message = strings.TrimSpace(string(body))
-		}
-		status, code := resp.StatusCode, e.Error.Code
-		if status >= 500 && status != http.StatusServiceUnavailable {
-			status, code = http.StatusBadGateway, CodeBadGateway
-		}
-		if code == "" {
-			code = http.StatusText(status)
-		}
-		return &workerAnswerError{status: status, code: code, message: fmt.Sprintf("worker %s answered %s: %s", worker, resp.Status, e.Error.Message)}
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		return &workerAnswerError{status: http.StatusBadGateway, code: CodeBadGateway,
-			message: fmt.Sprintf("worker %s: answer does not decode: %v", worker, err)}
-	}
-	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
@@ -52,6 +53,7 @@ func TestHTTPRoutesAnswerJSON(t *testing.T) {
 	reg.MustRegister(up, prometheus.NewCounter(prometheus.CounterOpts{Name: "master_tasks_total", Help: "Tasks."}))
 	var etcdErr error
 	h, err := NewHTTPHandler(HTTPConfig{Admin: e.svc, Tasks: e.ts, Scanner: e.scanner, Discovery: e.svc.cfg.Discovery,
+		Workers:   workerhttp.New(workerhttp.Config{Discovery: e.svc.cfg.Discovery}),
 		EtcdCheck: func(context.Context) error { return etcdErr }, Metrics: reg, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -149,6 +151,7 @@ func TestHTTPAnswersUnavailableWhileEtcdIsAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := NewHTTPHandler(HTTPConfig{Admin: admin, Tasks: ts, Scanner: sc, Discovery: fanout.StaticDiscovery{},
+		Workers:     workerhttp.New(workerhttp.Config{Discovery: fanout.StaticDiscovery{}}),
 		EtcdCheck:   func(ctx context.Context) error { _, err := client.Get(ctx, "/http/health"); return err },
 		CallTimeout: 300 * time.Millisecond, Logger: testLogger(t)})
 	if err != nil {

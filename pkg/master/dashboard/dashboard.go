@@ -3,7 +3,6 @@ package dashboard
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"embed"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
+	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -53,10 +53,9 @@ type Config struct {
 	Guard *auth.Guard
 	// Secure marks the session cookie Secure: set it when the master serves TLS.
 	Secure bool
-	// WorkerToken and WorkerTLS are the master's outgoing credential, used to read
-	// records through a worker's HTTP data API (WorkerTLS nil: plain HTTP).
-	WorkerToken string
-	WorkerTLS   *tls.Config
+	// Workers reads records through a worker's HTTP data API (with the master's
+	// outgoing credential). Required.
+	Workers *workerhttp.Client
 	// WarnGenerations marks stores with at least this many pending generations
 	// (DefaultWarnGenerations).
 	WarnGenerations int
@@ -76,7 +75,6 @@ type Dashboard struct {
 	sessions *sessions
 	pages    map[string]*template.Template
 	static   http.Handler
-	workers  *http.Client
 	mux      *http.ServeMux
 }
 
@@ -87,6 +85,8 @@ func New(cfg Config) (*Dashboard, error) {
 		return nil, errors.New("dashboard: Admin is required")
 	case cfg.Client == nil:
 		return nil, errors.New("dashboard: Client (etcd) is required")
+	case cfg.Workers == nil:
+		return nil, errors.New("dashboard: Workers is required")
 	}
 	if cfg.WarnGenerations <= 0 {
 		cfg.WarnGenerations = DefaultWarnGenerations
@@ -117,7 +117,6 @@ func New(cfg Config) (*Dashboard, error) {
 		sessions: newSessions(cfg.SessionTTL, cfg.Now),
 		pages:    pages,
 		static:   http.StripPrefix(Root+"static/", http.FileServerFS(static)),
-		workers:  auth.HTTPClient(cfg.WorkerToken, cfg.WorkerTLS),
 	}
 	d.routes()
 	return d, nil

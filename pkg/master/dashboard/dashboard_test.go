@@ -28,6 +28,8 @@ import (
 	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -122,7 +124,8 @@ func newEnv(t *testing.T, mutate func(*Config)) *env {
 	}
 	cfg := Config{
 		Admin: admin, Client: client, Prefix: "/dash-test",
-		Guard: auth.NewGuard(auth.GuardConfig{Tokens: tokens}),
+		Guard:   auth.NewGuard(auth.GuardConfig{Tokens: tokens}),
+		Workers: workerhttp.New(workerhttp.Config{Discovery: fanout.StaticDiscovery{}}),
 	}
 	if mutate != nil {
 		mutate(&cfg)
@@ -138,6 +141,12 @@ func newEnv(t *testing.T, mutate func(*Config)) *env {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return &env{admin: admin, dash: d, srv: srv, cfg: cfg}
+}
+
+// workerAt reads records from the worker serving at url, with token.
+func workerAt(url, token string) *workerhttp.Client {
+	return workerhttp.New(workerhttp.Config{Token: token,
+		Discovery: fanout.StaticDiscovery{{InstanceID: "w1", HTTPAddr: strings.TrimPrefix(url, "http://")}}})
 }
 
 // browser is a client with a cookie jar that does not follow redirects, so a
@@ -339,9 +348,8 @@ func TestMarkupInStoreNamesTaskErrorsAndRowValuesIsShownAsText(t *testing.T) {
 		fmt.Fprintf(w, `{"records":[{"id":"r1","rollout_id":%q,"content":%q}],"count":1}`, evil, evil)
 	}))
 	defer worker.Close()
-	e := newEnv(t, func(c *Config) { c.WorkerToken = "worker-token" })
+	e := newEnv(t, func(c *Config) { c.Workers = workerAt(worker.URL, "worker-token") })
 	e.admin.stats = append(e.admin.stats, &tidemarkv1.StatsRow{Target: evil, PendingWalGenerations: 1})
-	e.admin.workers[0].HttpAddr = strings.TrimPrefix(worker.URL, "http://")
 	e.admin.tasks = append(e.admin.tasks, &tidemarkv1.Task{Id: "t1", Kind: "merge_wal", Target: "demo", State: "failed", Error: evil})
 	c := e.browser(t)
 	e.login(t, c)
@@ -600,8 +608,7 @@ func TestRecordsAreReadThroughAWorkerWithFiltersPagesAndBlobDownload(t *testing.
 		fmt.Fprintf(w, `{"records":[%s],"count":%d}`, strings.Join(recs, ","), len(recs))
 	}))
 	defer worker.Close()
-	e := newEnv(t, func(c *Config) { c.WorkerToken = "worker-token" })
-	e.admin.workers[0].HttpAddr = strings.TrimPrefix(worker.URL, "http://")
+	e := newEnv(t, func(c *Config) { c.Workers = workerAt(worker.URL, "worker-token") })
 	c := e.browser(t)
 	e.login(t, c)
 

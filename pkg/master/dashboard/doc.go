@@ -17,7 +17,9 @@
 //     scans (no new storage), and browsers get task changes as server-sent events,
 //     not by polling.
 //   - Records are read through a registered worker's HTTP data API, with the
-//     master's own outgoing credential.
+//     master's own outgoing credential (package workerhttp, the client the HTTP
+//     API's record routes use too: a worker that cannot be reached is passed over
+//     for the next).
 //
 // Invariants:
 //   - Every page and action but the login form and the static assets needs a

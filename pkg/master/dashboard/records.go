@@ -9,30 +9,23 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
-	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
 // Record browser limits.
 const (
 	recordsPerPage = 25
-	// maxWorkerAnswer bounds what one worker answer may cost the master's memory.
-	maxWorkerAnswer = 64 << 20
 	// blobColumn is the rollout column the download link serves.
 	blobColumn = schema.BinaryPayloadColumn
 	// payloadSizeColumn, when set, marks a record with a blob to download.
 	payloadSizeColumn = schema.PayloadSizeColumn
 )
-
-// ErrNoWorker means no registered worker has an HTTP address to read records
-// through (none running, or a static WORKER_ENDPOINTS list, which has none).
-var ErrNoWorker = errors.New("no worker with an HTTP address is registered: records are read through a worker's data API")
 
 // rolloutColumns are the columns the record table shows for a rollout store; the
 // full record is one click away.
@@ -101,20 +94,16 @@ func (d *Dashboard) records(ctx context.Context, r *http.Request, target string)
 		text, _ := json.Marshal(filters)
 		params.Set("filters", string(text))
 	}
-	body, worker, err := d.callWorker(ctx, rowsPath(kind, name)+"?"+params.Encode())
+	var answer map[string]json.RawMessage
+	worker, err := d.cfg.Workers.Get(ctx, workerhttp.RowsPath(kind, name)+"?"+params.Encode(), &answer)
 	p.Worker = worker
 	if err != nil {
 		p.Error = err.Error()
 		return p
 	}
-	var answer map[string]json.RawMessage
-	if err := json.Unmarshal(body, &answer); err != nil {
-		p.Error = fmt.Sprintf("worker %s: answer does not decode: %v", worker, err)
-		return p
-	}
 	var rows []json.RawMessage
-	if err := json.Unmarshal(answer[rowsField(kind)], &rows); err != nil {
-		p.Error = fmt.Sprintf("worker %s: answer has no %s array", worker, rowsField(kind))
+	if err := json.Unmarshal(answer[workerhttp.RowsField(kind)], &rows); err != nil {
+		p.Error = fmt.Sprintf("worker %s: answer has no %s array", worker, workerhttp.RowsField(kind))
 		return p
 	}
 	if len(rows) > recordsPerPage {
@@ -152,82 +141,6 @@ func (d *Dashboard) records(ctx context.Context, r *http.Request, target string)
 		p.Rows = append(p.Rows, row)
 	}
 	return p
-}
-
-func rowsPath(kind registry.Kind, name string) string {
-	if kind == registry.KindRollout {
-		return "/api/v1/rollouts/" + url.PathEscape(name) + "/records"
-	}
-	return "/api/v1/generic/" + url.PathEscape(name) + "/rows"
-}
-
-func rowsField(kind registry.Kind) string {
-	if kind == registry.KindRollout {
-		return "records"
-	}
-	return "rows"
-}
-
-// callWorker GETs path from the first registered worker (by instance id) that
-// has an HTTP address, and returns the body of a 200 answer and the worker's id.
-func (d *Dashboard) callWorker(ctx context.Context, path string) ([]byte, string, error) {
-	hresp, id, err := d.openWorker(ctx, path)
-	if err != nil {
-		return nil, id, err
-	}
-	defer hresp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(hresp.Body, maxWorkerAnswer))
-	if err != nil {
-		return nil, id, fmt.Errorf("worker %s: %w", id, err)
-	}
-	return body, id, nil
-}
-
-// errWorkerNotFound marks a worker's 404 answer (no such store or row).
-var errWorkerNotFound = errors.New("not found")
-
-// openWorker GETs path from the first registered worker (by instance id) that
-// has an HTTP address, and returns its 200 answer, whose body the caller closes,
-// and the worker's id. Any other answer is an error carrying the worker's
-// message (matching errWorkerNotFound for a 404).
-func (d *Dashboard) openWorker(ctx context.Context, path string) (*http.Response, string, error) {
-	resp, err := d.cfg.Admin.ListWorkers(ctx, &tidemarkv1.ListWorkersRequest{})
-	if err != nil {
-		_, err = statusOf(err)
-		return nil, "", fmt.Errorf("list workers: %w", err)
-	}
-	workers := slices.DeleteFunc(resp.GetWorkers(), func(w *tidemarkv1.WorkerInfo) bool { return w.GetHttpAddr() == "" })
-	if len(workers) == 0 {
-		return nil, "", ErrNoWorker
-	}
-	slices.SortFunc(workers, func(a, b *tidemarkv1.WorkerInfo) int { return strings.Compare(a.GetInstanceId(), b.GetInstanceId()) })
-	w := workers[0]
-	scheme := "http"
-	if d.cfg.WorkerTLS != nil {
-		scheme = "https"
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+w.GetHttpAddr()+path, nil)
-	if err != nil {
-		return nil, w.GetInstanceId(), err
-	}
-	hresp, err := d.workers.Do(req)
-	if err != nil {
-		return nil, w.GetInstanceId(), fmt.Errorf("worker %s: %w", w.GetInstanceId(), err)
-	}
-	if hresp.StatusCode != http.StatusOK {
-		defer hresp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(hresp.Body, maxWorkerAnswer))
-		var e struct {
-			Error struct{ Message string } `json:"error"`
-		}
-		_ = json.Unmarshal(body, &e)
-		err := fmt.Errorf("worker %s answered %s: %s", w.GetInstanceId(), hresp.Status, e.Error.Message)
-		if hresp.StatusCode == http.StatusNotFound {
-			err = fmt.Errorf("%w (%w)", err, errWorkerNotFound)
-		}
-		return nil, w.GetInstanceId(), err
-	}
-	return hresp, w.GetInstanceId(), nil
 }
 
 // orderedObject decodes a JSON object, keeping its key order (a generic store's
@@ -287,9 +200,10 @@ func (d *Dashboard) blob(w http.ResponseWriter, r *http.Request, sess session) {
 	}
 	ctx, cancel := d.callCtx(r)
 	defer cancel()
-	resp, _, err := d.openWorker(ctx, rowsPath(kind, name)+"/"+url.PathEscape(id)+"/blob")
+	resp, _, err := d.cfg.Workers.Open(ctx, workerhttp.RowsPath(kind, name)+"/"+url.PathEscape(id)+"/blob")
+	var answered *workerhttp.AnswerError
 	switch {
-	case errors.Is(err, errWorkerNotFound):
+	case errors.As(err, &answered) && answered.Status == http.StatusNotFound:
 		d.fail(w, r, sess, http.StatusNotFound, fmt.Errorf("record %q of %s has no %s", id, target, blobColumn))
 		return
 	case err != nil:
