@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,14 +15,12 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testutil/storetest"
 	"github.com/tidemark-io/tidemark/internal/testutil/testlog"
 	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
-	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
-	"github.com/tidemark-io/tidemark/pkg/storage/wal"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -153,32 +150,15 @@ func logField(logs, msg, field string) string {
 	return ""
 }
 
+// createStores registers rollout store r1 and generic store g1 at dataURL.
 func createStores(t *testing.T, dataURL string) {
 	t.Helper()
-	ctx := context.Background()
-	b, err := objstore.Open(ctx, dataURL)
+	b, err := objstore.Open(context.Background(), dataURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	quiet := slog.New(slog.DiscardHandler)
-	ss := store.NewStores(store.Config{Bucket: b, Shard: "w1", Logger: quiet, SnapshotTTL: -1,
-		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
-	t.Cleanup(func() { _ = ss.Close(context.Background()) })
-	spec, err := schema.ParseSpec([]byte(`{"columns":[["id",{"type":"string"}]]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	canon, err := spec.MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "r1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindGeneric, Name: "g1", Schema: canon}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Create(t, b, "r1", "generic:g1")
 }
 
 // The admin client against a live in-process master: table and JSON output, and

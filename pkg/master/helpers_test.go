@@ -10,12 +10,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/internal/testutil/storetest"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
-	"github.com/tidemark-io/tidemark/pkg/storage/wal"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // testLogger logs to the test's output at info level.
@@ -32,28 +29,7 @@ func get(t *testing.T, h http.Handler, method, path string) (int, string, []byte
 }
 
 // createStores registers rollout store r1 and generic store g1 in b.
-func createStores(t *testing.T, b *objstore.Bucket) {
-	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	ss := store.NewStores(store.Config{Bucket: b, Shard: "w1", Logger: quiet, SnapshotTTL: -1,
-		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
-	t.Cleanup(func() { _ = ss.Close(context.Background()) })
-	spec, err := schema.ParseSpec([]byte(`{"columns":[["id",{"type":"string"}],["v",{"type":"int64","nullable":true}]]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	canon, err := spec.MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "r1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindGeneric, Name: "g1", Schema: canon}); err != nil {
-		t.Fatal(err)
-	}
-}
+func createStores(t *testing.T, b *objstore.Bucket) { storetest.Create(t, b, "r1", "generic:g1") }
 
 // fakeCaller answers MergeWal in process: a worker in fail answers its error, a
 // known one merges its number of generations (5 rows each), and the others are

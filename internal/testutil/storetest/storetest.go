@@ -1,7 +1,7 @@
-// Package storetest opens real stores on a test bucket and writes and reads them
-// by id and value, for the tests of the packages that work on stores (merges,
-// adoption, maintenance). Every store it opens is the generic store "g" with the
-// schema Spec: an id and an int64 value v.
+// Package storetest creates and opens real stores on a test bucket and writes and
+// reads them by id and value, for the tests of the packages that work on stores
+// (merges, adoption, maintenance, the master's). Every store it opens is the
+// generic store "g" with the schema Spec: an id and an int64 value v.
 package storetest
 
 import (
@@ -46,6 +46,28 @@ func Open(t testing.TB, b *objstore.Bucket, shard string, create bool, opts ...w
 	}
 	t.Cleanup(rel)
 	return s
+}
+
+// Create registers a store in b for each target, as a worker's create does: a
+// rollout store for "<name>", a generic store of Spec for "generic:<name>".
+func Create(t testing.TB, b *objstore.Bucket, targets ...string) {
+	t.Helper()
+	ss := store.NewStores(store.Config{Bucket: b, Shard: "storetest", Logger: Quiet(), SnapshotTTL: -1,
+		WALOptions: []wal.Option{wal.WithLogger(Quiet())}}, 0)
+	defer func() { _ = ss.Close(context.Background()) }()
+	for _, target := range targets {
+		kind, name, err := registry.ParseTarget(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := registry.Entry{Kind: kind, Name: name}
+		if kind == registry.KindGeneric {
+			e.Schema = canonical(t)
+		}
+		if _, err := ss.Create(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func canonical(t testing.TB) []byte {

@@ -27,24 +27,20 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/internal/testutil/storetest"
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
-	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
-	"github.com/tidemark-io/tidemark/pkg/storage/wal"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
 // testToken is the bearer token the tests' guarded services accept.
 const testToken = "master-test-token-0123456789"
-
-const adminTestSpec = `{"columns":[["id",{"type":"string"}],["v",{"type":"int64","nullable":true}]]}`
 
 // adminEnv is an AdminService over a real embedded etcd and a memory bucket
 // holding a rollout store "r1" and a generic store "g1", served over gRPC on a
@@ -70,28 +66,7 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // createStores registers rollout store r1 and generic store g1 in b.
-func createStores(t *testing.T, b *objstore.Bucket) {
-	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	ss := store.NewStores(store.Config{Bucket: b, Shard: "w1", Logger: quiet, SnapshotTTL: -1,
-		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
-	t.Cleanup(func() { _ = ss.Close(context.Background()) })
-	spec, err := schema.ParseSpec([]byte(adminTestSpec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	canon, err := spec.MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "r1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindGeneric, Name: "g1", Schema: canon}); err != nil {
-		t.Fatal(err)
-	}
-}
+func createStores(t *testing.T, b *objstore.Bucket) { storetest.Create(t, b, "r1", "generic:g1") }
 
 // newAdminEnv serves the AdminService with opts added to the gRPC server's
 // options; d nil is discovery through etcd under /admin.
