@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
@@ -21,8 +22,9 @@ import (
 
 // encodeParquet writes recs (all of schema s) as one Parquet file: zstd, row groups
 // of rowGroupRows rows, the Arrow schema stored so nested and fixed-size types read
-// back exactly.
-func encodeParquet(s *arrow.Schema, recs []arrow.RecordBatch, rowGroupRows int64) ([]byte, error) {
+// back exactly. It also returns where each row group lies in the file, which a
+// sorted fragment's key index records.
+func encodeParquet(s *arrow.Schema, recs []arrow.RecordBatch, rowGroupRows int64) ([]byte, []indexGroup, error) {
 	var buf bytes.Buffer
 	props := parquet.NewWriterProperties(
 		parquet.WithCompression(compress.Codecs.Zstd),
@@ -31,7 +33,7 @@ func encodeParquet(s *arrow.Schema, recs []arrow.RecordBatch, rowGroupRows int64
 	)
 	w, err := pqarrow.NewFileWriter(s, &buf, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
-		return nil, fmt.Errorf("parquet writer: %w", err)
+		return nil, nil, fmt.Errorf("parquet writer: %w", err)
 	}
 	for _, r := range recs {
 		if r.NumRows() == 0 {
@@ -42,13 +44,52 @@ func encodeParquet(s *arrow.Schema, recs []arrow.RecordBatch, rowGroupRows int64
 		// then cost every later key-index read 32 requests instead of one.
 		if err := w.WriteBuffered(r); err != nil {
 			_ = w.Close()
-			return nil, fmt.Errorf("parquet write: %w", err)
+			return nil, nil, fmt.Errorf("parquet write: %w", err)
 		}
 	}
 	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("parquet close: %w", err)
+		return nil, nil, fmt.Errorf("parquet close: %w", err)
 	}
-	return buf.Bytes(), nil
+	md, err := w.FileMetadata()
+	if err != nil {
+		return nil, nil, fmt.Errorf("parquet metadata: %w", err)
+	}
+	groups, err := groupsOf(md)
+	if err != nil {
+		return nil, nil, err
+	}
+	return buf.Bytes(), groups, nil
+}
+
+// groupsOf returns each row group's rows and the range of its column chunks.
+func groupsOf(md *metadata.FileMetaData) ([]indexGroup, error) {
+	groups := make([]indexGroup, md.NumRowGroups())
+	for g := range groups {
+		rg := md.RowGroup(g)
+		lo, hi := int64(-1), int64(0)
+		for c := 0; c < rg.NumColumns(); c++ {
+			cc, err := rg.ColumnChunk(c)
+			if err != nil {
+				return nil, fmt.Errorf("parquet metadata: row group %d column %d: %w", g, c, err)
+			}
+			start := chunkStart(cc.DataPageOffset(), cc.HasDictionaryPage(), cc.DictionaryPageOffset())
+			if lo < 0 || start < lo {
+				lo = start
+			}
+			hi = max(hi, start+cc.TotalCompressedSize())
+		}
+		groups[g] = indexGroup{rows: rg.NumRows(), off: lo, n: hi - lo}
+	}
+	return groups, nil
+}
+
+// chunkStart is where a column chunk's bytes begin: its dictionary page when it has
+// one before its data pages, as the decoder reads it.
+func chunkStart(dataOff int64, hasDict bool, dictOff int64) int64 {
+	if hasDict && dictOff > 0 && dataOff > dictOff {
+		return dictOff
+	}
+	return dataOff
 }
 
 // fragmentFile is an open Parquet fragment. Readers of untrusted bytes can panic
@@ -65,7 +106,14 @@ type fragmentFile struct {
 
 // openFragment opens f for reading. With its footer cached it makes no request;
 // otherwise it reads the footer with one ranged request at the end of the object.
-func (t *Table) openFragment(ctx context.Context, s *arrow.Schema, f Fragment) (ff *fragmentFile, err error) {
+func (t *Table) openFragment(ctx context.Context, s *arrow.Schema, f Fragment) (*fragmentFile, error) {
+	return t.openFragmentFor(ctx, s, f, nil)
+}
+
+// openFragmentFor is openFragment for a reader that will read the bytes of group
+// (when not nil) next: when the footer is not cached, they are read at once with it
+// (two requests in one round trip), and kept for that read.
+func (t *Table) openFragmentFor(ctx context.Context, s *arrow.Schema, f Fragment, group *indexGroup) (ff *fragmentFile, err error) {
 	key := t.key(f.Path)
 	ra := newFragmentReader(ctx, t, key, f.Bytes)
 	defer recoverCorrupt(key, &err)
@@ -77,15 +125,22 @@ func (t *Table) openFragment(ctx context.Context, s *arrow.Schema, f Fragment) (
 			return nil, fmt.Errorf("fragment %s: %w: manifest says %d bytes", key, ErrCorrupt, f.Bytes)
 		}
 		n := min(f.Bytes, footerRead)
-		if err := ra.prefetch(ctx, []byteRange{{f.Bytes - n, n}}); err != nil {
+		ranges := []byteRange{{f.Bytes - n, n}}
+		if group != nil && n < f.Bytes {
+			ranges = append(ranges, byteRange{group.off, group.n})
+		}
+		if err := ra.prefetch(ctx, ranges); err != nil {
 			return nil, err
 		}
 		// A fragment that fits in that read stays in memory while it is open:
 		// small fragments cost one request, not two.
-		if n < f.Bytes {
-			defer ra.drop()
-		} else {
+		switch {
+		case n >= f.Bytes:
 			ra.whole = true
+		case group != nil:
+			defer ra.keep(byteRange{group.off, group.n})
+		default:
+			defer ra.drop()
 		}
 	}
 	pf, err := file.NewParquetReader(io.NewSectionReader(ra, 0, f.Bytes), ropts...)
@@ -243,10 +298,7 @@ func (ff *fragmentFile) chunkRanges(g int, leaves []int) ([]byteRange, error) {
 		if err != nil {
 			return nil, fmt.Errorf("fragment %s: %w: row group %d column %d: %v", ff.key, ErrCorrupt, g, l, err)
 		}
-		start := cc.DataPageOffset()
-		if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && start > cc.DictionaryPageOffset() {
-			start = cc.DictionaryPageOffset()
-		}
+		start := chunkStart(cc.DataPageOffset(), cc.HasDictionaryPage(), cc.DictionaryPageOffset())
 		n := cc.TotalCompressedSize()
 		if start < 0 || n < 0 || start+n > ff.ra.size {
 			return nil, fmt.Errorf("fragment %s: %w: row group %d column %d at [%d,+%d) in %d bytes", ff.key, ErrCorrupt, g, l, start, n, ff.ra.size)

@@ -207,6 +207,19 @@ func (r *fragmentReader) drop() {
 	}
 }
 
+// keep releases the prefetched ranges but those that hold br (a row group to be
+// read next).
+func (r *fragmentReader) keep(br byteRange) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.whole {
+		return
+	}
+	r.spans = slices.DeleteFunc(r.spans, func(s span) bool {
+		return br.off < s.off || br.off+br.n > s.off+int64(len(s.data))
+	})
+}
+
 // classify wraps a decoder error: the I/O error behind it if there was one,
 // otherwise ErrCorrupt.
 func (r *fragmentReader) classify(err error) error {

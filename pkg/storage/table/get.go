@@ -264,7 +264,8 @@ func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []st
 	type groupJob struct {
 		f     Fragment
 		group int
-		pos   []int // positions in at, ascending offsets
+		at    *indexGroup // where the group lies (sorted fragments)
+		pos   []int       // positions in at, ascending offsets
 	}
 	// The row groups each fragment's rows are in come from its footer: read the
 	// footers of the fragments not cached at once, not one round trip after another.
@@ -279,22 +280,43 @@ func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []st
 	for k, fi := range frags {
 		og.Go(func() error {
 			f, pos := m.Fragments[fi], byFrag[fi]
-			ff, err := t.openFragment(octx, s, f) // reads the footer into the cache
-			if err != nil {
-				return err
-			}
-			defer ff.Close()
 			slices.SortFunc(pos, func(a, b int) int { return int(at[a].off) - int(at[b].off) })
+			// A sorted fragment's key index says where its row groups are (its top
+			// is cached by the lookup); an unsorted one's footer does.
+			var groupOf func(off int64) (int, *indexGroup)
+			if f.Sorted {
+				top, err := t.indexTopOf(octx, f)
+				if err != nil {
+					return err
+				}
+				groupOf = func(off int64) (int, *indexGroup) {
+					g, _, ok := top.groupOf(off)
+					if !ok {
+						return -1, nil
+					}
+					return g, &top.groups[g]
+				}
+			} else {
+				ff, err := t.openFragment(octx, s, f) // reads the footer into the cache
+				if err != nil {
+					return err
+				}
+				defer ff.Close()
+				groupOf = func(off int64) (int, *indexGroup) {
+					g, _ := ff.rowGroupOf(off)
+					return g, nil
+				}
+			}
 			for _, p := range pos {
-				g, _ := ff.rowGroupOf(int64(at[p].off))
+				g, gr := groupOf(int64(at[p].off))
 				if g < 0 {
-					return fmt.Errorf("fragment %s: %w: row %d past the end", ff.key, ErrCorrupt, at[p].off)
+					return fmt.Errorf("fragment %s: %w: row %d past the end", t.key(f.Path), ErrCorrupt, at[p].off)
 				}
 				js := perFrag[k]
 				if n := len(js) - 1; n >= 0 && js[n].group == g {
 					js[n].pos = append(js[n].pos, p)
 				} else {
-					perFrag[k] = append(js, groupJob{f: f, group: g, pos: []int{p}})
+					perFrag[k] = append(js, groupJob{f: f, group: g, at: gr, pos: []int{p}})
 				}
 			}
 			return nil
@@ -320,7 +342,7 @@ func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []st
 	g.SetLimit(lookupReads)
 	for _, j := range jobs {
 		g.Go(func() error {
-			ff, err := t.openFragment(gctx, s, j.f)
+			ff, err := t.openFragmentFor(gctx, s, j.f, j.at) // the footer and the group at once
 			if err != nil {
 				return err
 			}

@@ -333,7 +333,13 @@ func (c *fragCursor) next(ctx context.Context) (bool, error) {
 func (c *fragCursor) load(ctx context.Context, cols []string) (*groupLoad, error) {
 	s := c.m.ArrowSchema()
 	if c.ff == nil {
-		ff, err := c.t.openFragment(ctx, s, c.f)
+		var group *indexGroup // where the first group read lies, if the index says
+		if c.top != nil {
+			if g, _, ok := c.top.groupOf(int64(c.off)); ok {
+				group = &c.top.groups[g]
+			}
+		}
+		ff, err := c.t.openFragmentFor(ctx, s, c.f, group)
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"sort"
 	"strings"
 )
@@ -20,13 +21,17 @@ import (
 //	entry:   uvarint shared | uvarint rest | rest bytes | uvarint seq | uvarint shard
 //	top:     envelope "TMKT" of: uvarint rows | uvarint shards | (uvarint len, name)* |
 //	         uvarint blocks | (uvarint len, first id, uvarint offset, uvarint bytes,
-//	         uvarint entries)*
+//	         uvarint entries)* | uvarint groups | (uvarint rows, uvarint offset,
+//	         uvarint bytes)*
 //	trailer: top offset uint64 LE | "TMKI"
 //
 // An entry's id shares its first `shared` bytes with the previous entry's id in the
 // same block (the first entry of a block shares none, so a block decodes alone); its
 // shard is an index into the top's shard names. Block i holds rows
-// [sum of earlier blocks' entries, + its entries).
+// [sum of earlier blocks' entries, + its entries). The groups are the fragment's
+// Parquet row groups, their rows and where their column chunks lie in the data
+// file: a reader whose footer of the fragment is not cached fetches the footer and
+// the row group it needs at once instead of one after the other.
 const (
 	indexMagic        = "TMKI"
 	indexTopMagic     = "TMKT"
@@ -48,16 +53,35 @@ type indexBlockRef struct {
 	entries int
 }
 
+// indexGroup is a row group of a sorted fragment: its rows and its bytes.
+type indexGroup struct {
+	rows   int64
+	off, n int64
+}
+
 // indexTop is the decoded top of a key index: what a reader keeps per fragment.
 type indexTop struct {
 	rows   int64
 	shards []string
 	blocks []indexBlockRef
+	groups []indexGroup
+}
+
+// groupOf returns the row group holding row off and its first row; ok false past
+// the last.
+func (t *indexTop) groupOf(off int64) (g int, first int64, ok bool) {
+	for i, gr := range t.groups {
+		if off < first+gr.rows {
+			return i, first, true
+		}
+		first += gr.rows
+	}
+	return -1, first, false
 }
 
 // size estimates the memory the top holds, for the cache.
 func (t *indexTop) size() int64 {
-	n := int64(64 + 48*len(t.blocks))
+	n := int64(64 + 48*len(t.blocks) + 24*len(t.groups))
 	for _, b := range t.blocks {
 		n += int64(len(b.first))
 	}
@@ -175,10 +199,12 @@ func (w *indexWriter) cut() {
 	w.block, w.n = w.block[:0], 0
 }
 
-// finish returns the encoded index, the offset of its top, and the decoded top.
-func (w *indexWriter) finish() ([]byte, int64, *indexTop) {
+// finish returns the encoded index, the offset of its top, and the decoded top,
+// with the fragment's row groups.
+func (w *indexWriter) finish(groups []indexGroup) ([]byte, int64, *indexTop) {
 	w.cut()
 	w.top.rows = w.rows
+	w.top.groups = groups
 	topOff := int64(w.out.Len())
 	w.out.Write(encodeIndexTop(&w.top))
 	var trailer [indexTrailerBytes]byte
@@ -204,6 +230,12 @@ func encodeIndexTop(t *indexTop) []byte {
 		p = binary.AppendUvarint(p, uint64(b.off))
 		p = binary.AppendUvarint(p, uint64(b.n))
 		p = binary.AppendUvarint(p, uint64(b.entries))
+	}
+	p = binary.AppendUvarint(p, uint64(len(t.groups)))
+	for _, g := range t.groups {
+		p = binary.AppendUvarint(p, uint64(g.rows))
+		p = binary.AppendUvarint(p, uint64(g.off))
+		p = binary.AppendUvarint(p, uint64(g.n))
 	}
 	return seal(indexTopMagic, p)
 }
@@ -290,9 +322,25 @@ func decodeIndexTop(key string, data []byte, topOff, size, rows int64) (*indexTo
 		next = b.off + b.n
 		t.blocks = append(t.blocks, b)
 	}
+	ng := r.uvarint()
+	if r.err == nil && ng > uint64(len(r.p)) {
+		return nil, bad("%d row groups in %d bytes", ng, len(r.p))
+	}
+	var grows, gend int64
+	for i := uint64(0); i < ng && r.err == nil; i++ {
+		g := indexGroup{rows: int64(r.uvarint()), off: int64(r.uvarint()), n: int64(r.uvarint())}
+		if r.err == nil && (g.rows < 1 || g.off < gend || g.n < 1 || g.off > math.MaxInt64-g.n) {
+			return nil, bad("row group %d of %d rows at [%d,+%d)", i, g.rows, g.off, g.n)
+		}
+		grows += g.rows
+		gend = g.off + g.n
+		t.groups = append(t.groups, g)
+	}
 	switch {
 	case r.err != nil:
 		return nil, bad("%v", r.err)
+	case grows != t.rows:
+		return nil, bad("row groups of %d rows, the top says %d", grows, t.rows)
 	case len(r.p) != 0:
 		return nil, bad("%d bytes after the top", len(r.p))
 	case next != topOff:

@@ -20,7 +20,7 @@ func buildIndex(t testing.TB, n, shards int, id func(int) string) ([]byte, int64
 			t.Fatal(err)
 		}
 	}
-	return w.finish()
+	return w.finish([]indexGroup{{rows: int64(n), off: 4, n: 1000}})
 }
 
 // Every row of an index reads back through its top and blocks, found by id and by

@@ -237,7 +237,7 @@ func (st *staged) writeFragment(ctx context.Context, s *arrow.Schema, recs []arr
 		}
 	}
 	idMin, idMax = strings.Clone(idMin), strings.Clone(idMax)
-	data, err := encodeParquet(s, recs, st.t.opts.RowGroupRows)
+	data, groups, err := encodeParquet(s, recs, st.t.opts.RowGroupRows)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -245,7 +245,7 @@ func (st *staged) writeFragment(ctx context.Context, s *arrow.Schema, recs []arr
 	if err != nil {
 		return nil, 0, err
 	}
-	idxData, topOff, top := idx.finish()
+	idxData, topOff, top := idx.finish(groups)
 	name := uuid.NewString()
 	f := &Fragment{
 		Path: dataDir + "/" + name + ".parquet", Bloom: dataDir + "/" + name + ".bloom",

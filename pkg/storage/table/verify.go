@@ -439,7 +439,11 @@ func (t *Table) rebuildIndex(ctx context.Context, s *arrow.Schema, f Fragment) (
 	if err != nil {
 		return nil, err
 	}
-	data, topOff, top := w.finish()
+	groups, err := groupsOf(ff.pf.MetaData())
+	if err != nil {
+		return nil, fmt.Errorf("fragment %s: %w: %v", ff.key, ErrCorrupt, err)
+	}
+	data, topOff, top := w.finish(groups)
 	ref := &IndexRef{Path: dataDir + "/" + uuid.NewString() + ".idx", Bytes: int64(len(data)), Top: topOff}
 	if err := t.bucket.Put(ctx, t.key(ref.Path), data); err != nil {
 		return nil, err
@@ -476,6 +480,13 @@ func (t *Table) checkIndex(ctx context.Context, s *arrow.Schema, f Fragment) err
 		return err
 	}
 	defer ff.Close()
+	groups, err := groupsOf(ff.pf.MetaData())
+	if err != nil {
+		return fmt.Errorf("fragment %s: %w: %v", ff.key, ErrCorrupt, err)
+	}
+	if !slices.Equal(groups, top.groups) {
+		return fmt.Errorf("key index %s: %w: its row groups are not the data file's", key, ErrCorrupt)
+	}
 	const blocksPerRead = 64
 	var prev string
 	var blk *indexBlock
