@@ -18,6 +18,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
 	"github.com/tidemark-io/tidemark/internal/testutil/storetest"
+	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
@@ -53,10 +54,11 @@ type MaintenanceConfig struct {
 	Checkpoints []int
 	// SweepEvery is the merges between two compaction sweeps (COMPACTION_INTERVAL
 	// over the merge interval). A sweep runs the compact task when the newest
-	// manifest meets the rule of scanner.CompactionSweeper: at least MinFragments
-	// fragments, deleted rows at or over DeletedRatio of the rows, or
-	// CleanupVersions versions since the last task; not when it is unchanged since
-	// the last task.
+	// manifest meets the rule of scanner.CompactionSweeper
+	// (scanner.CompactionReason: fragments to sort, at least MinFragments level-0
+	// fragments, a level over its capacity, deleted rows at or over DeletedRatio of
+	// the rows, or CleanupVersions versions since the last task; not when it is
+	// unchanged since the last task).
 	SweepEvery      int
 	MinFragments    int
 	DeletedRatio    float64
@@ -74,7 +76,7 @@ type MaintenanceConfig struct {
 
 // DefaultMaintenanceConfig is the run: 2,000 merges of 20 rows, 30%
 // overwrites; a sweep every 10 merges with the master's defaults (MIN_FRAGMENTS
-// 32); the worker's compaction defaults; retention of 10 versions and a 300 ms
+// 8 level-0 fragments); the worker's compaction defaults; retention of 10 versions and a 300 ms
 // age and safety window, so that garbage collection acts at the run's time scale.
 func DefaultMaintenanceConfig() MaintenanceConfig {
 	const window = 300 * time.Millisecond
@@ -342,17 +344,15 @@ func (r *maintRun) merge(ctx context.Context, v int64, pass []string) error {
 	return nil
 }
 
-// due applies the compaction sweep's rule (scanner.CompactionSweeper) to the
+// due applies the compaction sweep's rule (scanner.CompactionReason) to the
 // newest manifest, and remembers its version as the sweep does when it enqueues.
 func (r *maintRun) due(cfg MaintenanceConfig) bool {
 	st := r.s.Table().Latest().Stats()
-	switch {
-	case r.seen && st.Version == r.last:
-		return false
-	case st.Fragments >= cfg.MinFragments:
-	case st.DeletedRows > 0 && float64(st.DeletedRows) >= cfg.DeletedRatio*float64(st.Rows+st.DeletedRows):
-	case st.Version >= r.last+cfg.CleanupVersions:
-	default:
+	row := stats.Row{Version: st.Version, RowCount: st.Rows, FragmentCount: st.Fragments, DeletedRows: st.DeletedRows,
+		Level0Fragments: st.Level0, UnsortedFragments: st.Unsorted, SpillingLevels: st.Spilling}
+	rule := scanner.CompactionSweepConfig{MinFragments: cfg.MinFragments, DeletedRatio: cfg.DeletedRatio,
+		CleanupEveryVersions: int(cfg.CleanupVersions)}
+	if scanner.CompactionReason(rule, row, r.last, r.seen) == "" {
 		return false
 	}
 	r.seen, r.last = true, st.Version

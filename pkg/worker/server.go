@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/internal/httpserver"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/merge"
@@ -171,33 +171,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	log.Info("http server listening", "addr", ln.Addr().String(), "instance_id", s.cfg.InstanceID, "tls", s.cfg.TLS != nil)
-
-	select {
-	case err := <-served:
-		return fmt.Errorf("http server on %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
-	}
-
-	// Refuse new requests before Shutdown starts waiting for the accepted ones.
-	s.draining.Store(true)
-	log.Info("http server shutting down", "addr", ln.Addr().String(), "timeout", s.cfg.ShutdownTimeout.String())
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
-	defer cancel()
-	shutdownErr := hs.Shutdown(sctx)
-	if shutdownErr != nil {
-		_ = hs.Close() // cut off what is still running
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http server on %s: %w", ln.Addr(), err)
-	}
-	if shutdownErr != nil {
-		return fmt.Errorf("http server on %s: requests still running after %s: %w", ln.Addr(), s.cfg.ShutdownTimeout, shutdownErr)
-	}
-	log.Info("http server stopped", "addr", ln.Addr().String())
-	return nil
+	// New requests are refused (health answers draining) before the shutdown
+	// starts waiting for the accepted ones.
+	return httpserver.Serve(ctx, hs, ln, s.cfg.ShutdownTimeout, log.With("instance_id", s.cfg.InstanceID, "tls", s.cfg.TLS != nil),
+		func() { s.draining.Store(true) })
 }
 
 // healthResponse is the body of GET /api/v1/health.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/internal/httpserver"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
@@ -307,28 +308,5 @@ func Serve(ctx context.Context, h http.Handler, ln net.Listener, timeout time.Du
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	addr := ln.Addr().String()
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	log.Info("http server listening", "addr", addr)
-	select {
-	case err := <-served:
-		return fmt.Errorf("http server on %s: %w", addr, err)
-	case <-ctx.Done():
-	}
-	log.Info("http server shutting down", "addr", addr, "timeout", timeout.String())
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	shutdownErr := hs.Shutdown(sctx)
-	if shutdownErr != nil {
-		_ = hs.Close()
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http server on %s: %w", addr, err)
-	}
-	if shutdownErr != nil {
-		return fmt.Errorf("http server on %s: requests still running after %s: %w", addr, timeout, shutdownErr)
-	}
-	log.Info("http server stopped", "addr", addr)
-	return nil
+	return httpserver.Serve(ctx, hs, ln, timeout, log, nil)
 }

@@ -60,26 +60,33 @@ func (c *compactionRule) prepare(context.Context) { c.now = c.cfg.Clock.Now() }
 
 // due says why r's target is due for a compact task.
 func (c *compactionRule) due(r stats.Row, last enqueues) (string, bool) {
-	total := r.RowCount + r.DeletedRows
 	prev, seen := last[r.Target]
+	return CompactionReason(c.cfg, r, prev.version, seen), false
+}
+
+// CompactionReason is the compaction sweep's rule: why the store of stats row r is
+// due for a compact task ("" when it is not), given the version of its row when
+// the sweep last enqueued one (seen false: never).
+func CompactionReason(cfg CompactionSweepConfig, r stats.Row, last uint64, seen bool) string {
+	total := r.RowCount + r.DeletedRows
 	switch {
-	case seen && r.Version == prev.version:
+	case seen && r.Version == last:
 		// Unchanged since its last compact task, which left it as it is (nothing
 		// worth rewriting: e.g. many fragments, each big): the next commit makes it
 		// worth a look again.
-		return "", false
+		return ""
 	case r.UnsortedFragments > 0:
-		return fmt.Sprintf("%d fragments to sort (written before sorted fragments)", r.UnsortedFragments), false
-	case r.Level0Fragments >= c.cfg.MinFragments:
-		return fmt.Sprintf("%d level-0 fragments", r.Level0Fragments), false
+		return fmt.Sprintf("%d fragments to sort (written before sorted fragments)", r.UnsortedFragments)
+	case r.Level0Fragments >= cfg.MinFragments:
+		return fmt.Sprintf("%d level-0 fragments", r.Level0Fragments)
 	case r.SpillingLevels > 0:
-		return fmt.Sprintf("%d levels over their capacity", r.SpillingLevels), false
-	case r.DeletedRows > 0 && float64(r.DeletedRows) >= c.cfg.DeletedRatio*float64(total):
-		return fmt.Sprintf("%d of %d rows deleted", r.DeletedRows, total), false
-	case r.Version >= prev.version+uint64(c.cfg.CleanupEveryVersions):
-		return fmt.Sprintf("%d versions since the last compaction", r.Version-prev.version), false
+		return fmt.Sprintf("%d levels over their capacity", r.SpillingLevels)
+	case r.DeletedRows > 0 && float64(r.DeletedRows) >= cfg.DeletedRatio*float64(total):
+		return fmt.Sprintf("%d of %d rows deleted", r.DeletedRows, total)
+	case r.Version >= last+uint64(cfg.CleanupEveryVersions):
+		return fmt.Sprintf("%d versions since the last compaction", r.Version-last)
 	}
-	return "", false
+	return ""
 }
 
 // holdBack holds back a target whose compactions cool down after failures.
