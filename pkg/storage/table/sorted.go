@@ -16,12 +16,6 @@ import (
 // ranged read, then only the blocks a lookup needs, adjacent ones in one read. What
 // a lookup holds is the blocks it reads, never the fragment's ids.
 
-// blockKey names one block of one key index in the block cache.
-type blockKey struct {
-	path  string
-	block int
-}
-
 // indexTopOf returns the top of sorted fragment f's key index.
 func (t *Table) indexTopOf(ctx context.Context, f Fragment) (*indexTop, error) {
 	if f.Index == nil {
@@ -53,7 +47,7 @@ func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs [
 		if b < 0 || b >= len(top.blocks) {
 			return nil, fmt.Errorf("key index %s: no block %d of %d", t.key(f.Index.Path), b, len(top.blocks))
 		}
-		if blk, ok := t.blocks.Get(blockKey{f.Index.Path, b}); ok {
+		if blk, ok := t.blocks.GetBlock(f.Index.Path, b); ok {
 			out[i] = blk
 			continue
 		}
@@ -83,7 +77,7 @@ func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs [
 				if err != nil {
 					return err
 				}
-				t.blocks.Add(blockKey{f.Index.Path, bs[i]}, blk, blk.size())
+				t.blocks.AddBlock(f.Index.Path, bs[i], blk, blk.size())
 				out[i] = blk
 			}
 			return nil

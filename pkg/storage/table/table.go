@@ -54,8 +54,8 @@ type Options struct {
 	// one row group, so smaller groups make lookups cheaper and scans slightly
 	// slower (BENCHMARKS.md has the measurements behind the default).
 	RowGroupRows int64
-	// CacheBytes bounds the cache of immutable decoded objects (key indexes, bloom
-	// filters, deletion vectors): 64 MiB.
+	// CacheBytes bounds the one cache of immutable decoded objects (key-index tops
+	// and blocks, bloom filters, deletion vectors, footers): 64 MiB.
 	CacheBytes int64
 	Clock      clock.Clock
 	Logger     *slog.Logger
@@ -111,42 +111,39 @@ type Table struct {
 	mu     sync.Mutex
 	latest *Manifest
 
-	// keys holds the in-memory key indexes of unsorted fragments (legacy: built
-	// from a whole id column); tops and blocks the key indexes of sorted ones, by
-	// index path and by block.
-	keys   *cache.LRU[string, *keyIndex]
-	tops   *cache.LRU[string, *indexTop]
-	blocks *cache.LRU[blockKey, *indexBlock]
-	blooms *cache.LRU[string, *bloom.BloomFilter]
-	dvs    *cache.LRU[string, *roaring.Bitmap]
-	// footers caches parsed Parquet footers, so a point lookup reads one row group
-	// and nothing else.
-	footers *cache.LRU[string, *metadata.FileMetaData]
+	// The decoded immutable objects, in one cache of CacheBytes (objcache.go):
+	// the in-memory key indexes of unsorted fragments, the tops and blocks of
+	// sorted ones' key indexes, bloom filters, deletion vectors, and parsed
+	// Parquet footers (so a point lookup reads one row group and nothing else).
+	keys    objectView[*keyIndex]
+	tops    objectView[*indexTop]
+	blocks  objectView[*indexBlock]
+	blooms  objectView[*bloom.BloomFilter]
+	dvs     objectView[*roaring.Bitmap]
+	footers objectView[*metadata.FileMetaData]
 }
 
 func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 	o := buildOptions(opts)
-	// Key-index blocks and bloom filters are what lookups read most: each gets a
-	// quarter; tops, footers, deletion vectors and the in-memory key indexes of
-	// unsorted fragments an eighth each.
 	dir = strings.TrimSuffix(dir, "/")
 	// Requests the store throttles (refused, not performed) are resent within
 	// RetryTimeout; a bucket that already resends (a store's) keeps its own policy.
 	// A manifest put-if-absent throttled past that time reaches the commit loop,
 	// which counts it as a lost attempt.
 	bucket = objstore.WithRetry(bucket, objstore.ThrottleBackoff, o.Clock, o.RetryTimeout)
+	objs := cache.New[objectKey, any](o.CacheBytes)
 	return &Table{
 		bucket:   bucket,
 		dir:      dir,
 		versions: versions.New(bucket, dir+"/"+versionsDir, dir+"/"+latestHint),
 		opts:     o,
 		log:      o.Logger.With("table", dir),
-		keys:     cache.New[string, *keyIndex](o.CacheBytes / 8),
-		tops:     cache.New[string, *indexTop](o.CacheBytes / 8),
-		blocks:   cache.New[blockKey, *indexBlock](o.CacheBytes / 4),
-		footers:  cache.New[string, *metadata.FileMetaData](o.CacheBytes / 8),
-		blooms:   cache.New[string, *bloom.BloomFilter](o.CacheBytes / 4),
-		dvs:      cache.New[string, *roaring.Bitmap](o.CacheBytes / 8),
+		keys:     objectView[*keyIndex]{objs, kindKeyIndex},
+		tops:     objectView[*indexTop]{objs, kindTop},
+		blocks:   objectView[*indexBlock]{objs, kindBlock},
+		blooms:   objectView[*bloom.BloomFilter]{objs, kindBloom},
+		dvs:      objectView[*roaring.Bitmap]{objs, kindDeletions},
+		footers:  objectView[*metadata.FileMetaData]{objs, kindFooter},
 	}
 }
 
