@@ -2,13 +2,15 @@ package table
 
 import "github.com/tidemark-io/tidemark/pkg/storage/cache"
 
-// A table handle caches the immutable objects it decodes (key-index tops and
-// blocks, bloom filters, deletion vectors, Parquet footers, the in-memory key
-// indexes of unsorted fragments) within one budget, CacheBytes, shared by every
-// kind: which objects are worth keeping depends on the store (a store of many
-// fragments needs more bloom filters and footers, one of few large fragments more
-// blocks), so the least recently used object goes, whatever its kind, rather than
-// each kind thrashing in a fixed share while another's share sits unused.
+// A table handle caches the immutable objects it decodes within CacheBytes: the
+// objects read for a whole fragment (key-index tops, bloom filters, deletion
+// vectors, Parquet footers, the in-memory key indexes of unsorted fragments) share
+// three quarters, the least recently used going whatever its kind, rather than
+// each kind thrashing in a fixed share while another's sits unused (a store of
+// many fragments needs more bloom filters and footers, one of unsorted fragments
+// more key indexes); key-index blocks, one per id a lookup reads and cheap to read
+// again, have the last quarter, so a stream of lookups never pushes out what a
+// merge needs for every fragment.
 
 // objectKind tells the kinds of cached objects apart in the shared cache.
 type objectKind uint8

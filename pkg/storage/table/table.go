@@ -131,7 +131,12 @@ func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 	// A manifest put-if-absent throttled past that time reaches the commit loop,
 	// which counts it as a lost attempt.
 	bucket = objstore.WithRetry(bucket, objstore.ThrottleBackoff, o.Clock, o.RetryTimeout)
-	objs := cache.New[objectKey, any](o.CacheBytes)
+	// Key-index blocks, one per id a lookup reads, are cheap to read again; the
+	// objects read for a whole fragment (bloom filters, footers, tops) are not, and
+	// a stream of lookups must not push them out: blocks get a quarter of the
+	// budget, the rest shares three quarters.
+	objs := cache.New[objectKey, any](o.CacheBytes - o.CacheBytes/4)
+	blocks := cache.New[objectKey, any](o.CacheBytes / 4)
 	return &Table{
 		bucket:   bucket,
 		dir:      dir,
@@ -140,7 +145,7 @@ func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 		log:      o.Logger.With("table", dir),
 		keys:     objectView[*keyIndex]{objs, kindKeyIndex},
 		tops:     objectView[*indexTop]{objs, kindTop},
-		blocks:   objectView[*indexBlock]{objs, kindBlock},
+		blocks:   objectView[*indexBlock]{blocks, kindBlock},
 		blooms:   objectView[*bloom.BloomFilter]{objs, kindBloom},
 		dvs:      objectView[*roaring.Bitmap]{objs, kindDeletions},
 		footers:  objectView[*metadata.FileMetaData]{objs, kindFooter},
