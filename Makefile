@@ -43,33 +43,19 @@ build: ## build bin/worker, bin/master and bin/master-dev (stripped), and print 
 		wc -c < $(BIN)/$$b | awk -v b=$(BIN)/$$b '{ printf "  %-15s %6.1f MB\n", b, $$1 / 1e6 }'; \
 	done
 
-# Azurite: the objstore and table tests run their azblob:// cases against it when
-# TIDEMARK_AZURITE_ADDR is set; locally they skip them otherwise, under CI=true they
-# fail. So start it through scripts/azurite.sh when npm can install it.
+# The object-store servers: the objstore and table tests run their azblob://, s3:// and
+# gs:// cases against Azurite, MinIO and fake-gcs-server when TIDEMARK_AZURITE_ADDR,
+# TIDEMARK_MINIO_ADDR and TIDEMARK_GCS_ADDR are set; locally they skip them otherwise,
+# under CI=true they fail. test_servers (scripts/lib/server.sh) starts each through its
+# script (scripts/azurite.sh, minio.sh, gcs.sh) unless its variable is already set.
 # The end-to-end tests (real processes) run after the other packages, not beside
 # them: the etcd lease and outage tests of pkg/worker and pkg/master keep real time,
 # and should not share two cores with clusters of processes. Between them run the
 # Kubernetes manifest tests, a module of their own (deploy/kubernetes: the Kubernetes
 # API types and kustomize stay out of the binaries).
-test: ## run every test with -race (starts Azurite when npm is available)
-	@if [ -n "$${TIDEMARK_AZURITE_ADDR:-}" ]; then \
-		echo "azurite: using TIDEMARK_AZURITE_ADDR=$$TIDEMARK_AZURITE_ADDR"; \
-	elif [ ! -f scripts/azurite.sh ]; then \
-		echo "azurite: scripts/azurite.sh not found: azblob:// tests will be skipped (or fail under CI=true)"; \
-	elif ! command -v npm >/dev/null 2>&1; then \
-		echo "azurite: npm not found: azblob:// tests will be skipped (or fail under CI=true)"; \
-	else \
-		log=$$(mktemp); \
-		if bash scripts/azurite.sh >"$$log" && line=$$(grep -m1 '^export TIDEMARK_AZURITE_ADDR=' "$$log"); then \
-			eval "$$line"; \
-			echo "azurite: running, TIDEMARK_AZURITE_ADDR=$$TIDEMARK_AZURITE_ADDR"; \
-			rm -f "$$log"; \
-		else \
-			cat "$$log"; rm -f "$$log"; \
-			echo "azurite: scripts/azurite.sh failed: azblob:// tests will be skipped (or fail under CI=true)"; \
-			if [ "$${CI:-}" = true ]; then exit 1; fi; \
-		fi; \
-	fi; \
+test: ## run every test with -race (starts Azurite, MinIO and fake-gcs-server when they can be installed)
+	@source scripts/lib/server.sh; \
+	test_servers azurite minio gcs; \
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e$$'); \
 	(cd deploy/kubernetes && $(GO) test -count=1 -timeout 10m ./...); \
 	$(GO) test -race -count=1 -timeout 30m ./e2e
