@@ -8,6 +8,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/aws/smithy-go"
 	"gocloud.dev/gcerrors"
+	"google.golang.org/api/googleapi"
 )
 
 // throttled reports whether err is a store's way of saying "too many requests": S3's
@@ -35,6 +36,37 @@ func throttled(err error) bool {
 		return throttleStatus(hs.HTTPStatusCode())
 	}
 	return false
+}
+
+// conditionalConflict reports whether err is S3's 409 ConditionalRequestConflict: a
+// conditional write refused, not performed, because another conditional write of
+// the same key was in flight. Which of the two wins is not decided yet.
+func conditionalConflict(err error) bool {
+	var api smithy.APIError
+	return errors.As(err, &api) && api.ErrorCode() == "ConditionalRequestConflict"
+}
+
+// rangeNotSatisfiable reports whether err is a store's 416 answer to a ranged read
+// that starts at or past the object's end: S3's, GCS's and Azure's InvalidRange.
+// The object exists; the range holds no bytes of it.
+func rangeNotSatisfiable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) && api.ErrorCode() == "InvalidRange" {
+		return true
+	}
+	var az *azcore.ResponseError
+	if errors.As(err, &az) {
+		return az.StatusCode == http.StatusRequestedRangeNotSatisfiable
+	}
+	var g *googleapi.Error
+	if errors.As(err, &g) {
+		return g.Code == http.StatusRequestedRangeNotSatisfiable
+	}
+	var hs interface{ HTTPStatusCode() int }
+	return errors.As(err, &hs) && hs.HTTPStatusCode() == http.StatusRequestedRangeNotSatisfiable
 }
 
 func throttleStatus(code int) bool {

@@ -6,9 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"time"
 
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
+	"k8s.io/utils/clock"
+
+	"github.com/tidemark-io/tidemark/internal/backoff"
 )
 
 // contentType is set on every write: besides describing the bytes, a ContentType is
@@ -68,6 +73,11 @@ func (g *gocloudBackend) get(ctx context.Context, key string, limit int64) ([]by
 
 func (g *gocloudBackend) getRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	r, err := g.b.NewRangeReader(ctx, key, offset, length, nil)
+	if rangeNotSatisfiable(err) {
+		// A range starting at or past the end holds no bytes, as on memblob and
+		// file://, rather than the store failing (the stores answer it 416).
+		return http.NoBody, nil
+	}
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -86,12 +96,26 @@ func (g *gocloudBackend) put(ctx context.Context, key string, data []byte) error
 	return mapErr(g.b.Upload(ctx, key, bytes.NewReader(data), &blob.WriterOptions{ContentType: contentType}))
 }
 
+// conflictBackoff spaces the resends of a conditional write that S3 refused because
+// another conditional write of the key was in flight (409 ConditionalRequestConflict):
+// that write ends within a request's time, so the waits are short.
+var conflictBackoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: 0.5}
+
+// putIfAbsent resends a write that S3 answered 409 ConditionalRequestConflict until it
+// wins or gets 412 (ErrExists), or ctx ends. A 409 is not a lost race: the write it
+// conflicted with may still fail, and a caller told ErrExists would then leave the
+// key to nobody. The 409'd write was not performed, so resending it is safe.
 func (g *gocloudBackend) putIfAbsent(ctx context.Context, key string, data []byte) error {
-	err := g.b.Upload(ctx, key, bytes.NewReader(data), &blob.WriterOptions{ContentType: contentType, IfNotExist: true})
-	if gcerrors.Code(err) == gcerrors.FailedPrecondition {
-		return fmt.Errorf("%w: %v", ErrExists, err)
+	b := conflictBackoff.Start()
+	for {
+		err := g.b.Upload(ctx, key, bytes.NewReader(data), &blob.WriterOptions{ContentType: contentType, IfNotExist: true})
+		if !conditionalConflict(err) {
+			return mapErr(err)
+		}
+		if backoff.Sleep(ctx, clock.RealClock{}, b.Next()) != nil {
+			return fmt.Errorf("%w (resent until the deadline)", err)
+		}
 	}
-	return mapErr(err)
 }
 
 func (g *gocloudBackend) delete(ctx context.Context, key string) error {
