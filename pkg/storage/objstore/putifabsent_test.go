@@ -126,17 +126,38 @@ func raceAsChild(name, rawURL string) int {
 	return 0
 }
 
-// TestPutIfAbsentAcrossProcessesOnFile is the case an in-process lock cannot fix:
-// several worker processes sharing one file:// directory commit to the same keys.
-func TestPutIfAbsentAcrossProcessesOnFile(t *testing.T) {
+// TestPutIfAbsentAcrossProcesses is the case an in-process lock cannot fix: several
+// worker processes sharing one store commit to the same keys. Each child opens the
+// production-form URL (azblob://, s3://, gs://) with the environment a worker reads
+// its credentials and endpoint from, so this also proves those URLs open.
+func TestPutIfAbsentAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
+	for _, c := range []struct {
+		name string
+		url  func(testing.TB) (dataURL string, env []string)
+	}{
+		{"file", func(t testing.TB) (string, []string) { return objstoretest.FileURL(t), nil }},
+		{"azurite", objstoretest.AzuriteURL},
+		{"minio", objstoretest.MinIOURL},
+		{"gcs", objstoretest.GCSURL},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dataURL, env := c.url(t)
+			t.Parallel()
+			raceAcrossProcesses(t, dataURL, env)
+		})
+	}
+}
+
+// raceAcrossProcesses starts racing children on dataURL, each with env added to its
+// environment, and checks that each key has exactly one winner.
+func raceAcrossProcesses(t *testing.T, dataURL string, env []string) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dataURL := objstoretest.FileURL(t)
 	const children = 4
 	type child struct {
 		name   string
@@ -150,6 +171,7 @@ func TestPutIfAbsentAcrossProcessesOnFile(t *testing.T) {
 		c := &child{name: string(rune('p' + i))}
 		c.cmd = exec.Command(exe, "-test.run=^$")
 		c.cmd.Env = append(os.Environ(), childEnv+"="+c.name, "TIDEMARK_OBJSTORE_RACE_URL="+dataURL)
+		c.cmd.Env = append(c.cmd.Env, env...)
 		c.cmd.Stderr = &c.stderr
 		if c.stdin, err = c.cmd.StdinPipe(); err != nil {
 			t.Fatal(err)
@@ -198,12 +220,7 @@ func TestPutIfAbsentAcrossProcessesOnFile(t *testing.T) {
 		}
 		t.Logf("child %s won %d keys", c.name, n)
 	}
-	shared, err := objstore.Open(context.Background(), dataURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer shared.Close()
-	checkOneWinnerPerKey(t, shared, wins)
+	checkOneWinnerPerKey(t, objstoretest.OpenURL(t, dataURL), wins)
 }
 
 // TestReadersNeverSeeAPartialObject: a reader polling a key while writers replace or

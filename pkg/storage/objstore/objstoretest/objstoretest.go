@@ -126,3 +126,28 @@ func Keys(t testing.TB, b *objstore.Bucket) map[string]bool {
 	}
 	return keys
 }
+
+// OpenURL opens, in this process, a bucket URL made for a child process by FileURL,
+// AzuriteURL, MinIOURL or GCSURL, without the environment the child needs: the
+// production scheme is swapped for this package's test-only one, which carries the
+// server's credentials. So a test reads back what its processes wrote. The bucket is
+// closed when t ends.
+func OpenURL(t testing.TB, dataURL string) *objstore.Bucket {
+	t.Helper()
+	u, err := url.Parse(dataURL)
+	if err != nil {
+		t.Fatalf("parse %s: %v", dataURL, err)
+	}
+	q := u.Query()
+	switch u.Scheme {
+	case "azblob":
+		registerAzuriteScheme()
+		u.Scheme = azuriteScheme
+		return open(t, u.String())
+	case "s3":
+		return open(t, minio.schemeURL(q.Get("endpoint"), q.Get("prefix")))
+	case "gs":
+		return open(t, gcs.schemeURL("http://"+GCSAddr(t), q.Get("prefix")))
+	}
+	return open(t, dataURL)
+}
