@@ -146,7 +146,9 @@ func (b *Bucket) get(ctx context.Context, key string, limit int64) ([]byte, erro
 	return data, nil
 }
 
-// GetRange returns length bytes at offset (length < 0: to the end of the object).
+// GetRange returns length bytes at offset (length < 0: to the end of the object). A
+// range reaching past the end returns the bytes up to the end, and one starting at or
+// past the end returns none, on every driver.
 func (b *Bucket) GetRange(ctx context.Context, key string, offset, length int64) ([]byte, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
@@ -205,6 +207,9 @@ func (b *Bucket) Put(ctx context.Context, key string, data []byte) error {
 
 // PutIfAbsent creates key with data only if it does not exist. Exactly one of any
 // number of concurrent callers succeeds; the others get an error wrapping ErrExists.
+// A write the store refused because another conditional write of the key was in
+// flight (S3's 409 ConditionalRequestConflict) is resent within ctx, never taken for
+// a loss: the other write may yet fail.
 func (b *Bucket) PutIfAbsent(ctx context.Context, key string, data []byte) error {
 	if err := ValidateKey(key); err != nil {
 		return err
