@@ -21,8 +21,9 @@ PROTO_DIR               := proto/tidemark/v1
 # make proto: where generated code goes (the module root; proto-check uses a temp dir).
 PROTO_OUT               ?= .
 
-# make run: where the worker keeps its stores.
-DATA_URL  ?= file://./data
+# make run: `master dev` reads DATA_URL from the environment, so
+# `DATA_URL='s3://bucket?region=...' make run` keeps the stores in that bucket;
+# unset, they are in ./data/store.
 # make bench: per-benchmark time; BENCHCOUNT=6 gives benchstat enough samples.
 BENCHTIME ?= 2s
 BENCHCOUNT ?= 1
@@ -60,7 +61,7 @@ test: ## run every test with -race (starts Azurite, MinIO and fake-gcs-server wh
 	(cd deploy/kubernetes && $(GO) test -count=1 -timeout 10m ./...); \
 	$(GO) test -race -count=1 -timeout 30m ./e2e
 
-run: build ## build, then run a local cluster (etcd, master, 3 workers; data in ./data) until Ctrl-C
+run: build ## build, then run a local cluster (etcd, master, 3 workers; data in ./data or DATA_URL's bucket) until Ctrl-C
 	./$(BIN)/master dev
 
 # The incident reproductions (bench/) write their section into BENCHMARKS.md; then every

@@ -29,8 +29,10 @@ func newDevCmd() *cobra.Command {
 		Long: `Run a whole Tidemark cluster on this machine, for development and trying it out:
 an embedded single-node etcd, a master (the master binary, "master serve") and N
 workers (the worker binary, "worker serve"), each its own process on loopback, sharing
-the file:// store in <dir>/store. Everything lives in --dir and is reused by the next
-run. Ctrl-C stops the master, then the workers, then etcd.
+the file:// store in <dir>/store, or the bucket --data-url names (s3://, gs://,
+azblob://; its credentials come from the environment, as for "worker serve").
+Everything else lives in --dir; both are reused by the next run. Ctrl-C stops the
+master, then the workers, then etcd.
 
 "master dev <flags>" runs this binary with the same flags: it lives apart from the
 master so that the production master does not link the embedded etcd server.
@@ -54,8 +56,10 @@ AUTH_TOKEN_FILE=<dir>/auth-token for "master admin", and send
 	fs := cmd.Flags()
 	bind := func(name, env string) { cli.BindEnv(fs, name, env) }
 	c := &f.cfg
-	fs.StringVar(&c.Dir, "dir", devcluster.DefaultDir, "data directory: etcd/, store/ (the DATA_URL of every process) and logs/")
+	fs.StringVar(&c.Dir, "dir", devcluster.DefaultDir, "data directory: etcd/, logs/ and store/ (the DATA_URL of every process unless --data-url names one)")
 	bind("dir", "DEV_DIR")
+	fs.StringVar(&c.DataURL, "data-url", "", "object storage of every store, e.g. s3://bucket?region=us-east-1&prefix=dev/ (credentials from the environment; default: file://<dir>/store)")
+	bind("data-url", "DATA_URL")
 	fs.IntVar(&c.Workers, "workers", devcluster.DefaultWorkers, "worker processes to run (w1..wN)")
 	bind("workers", "DEV_WORKERS")
 	fs.BoolVar(&f.master, "master", true, "run a master (false: etcd and workers only, start your own master)")

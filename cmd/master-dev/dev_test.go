@@ -32,3 +32,17 @@ func TestDevLogsItsSettingsWarningsOnceAtStartup(t *testing.T) {
 		}
 	}
 }
+
+// DATA_URL is --data-url's variable, as for master serve and worker serve: a path
+// given there is refused before anything starts.
+func TestDevReadsItsDataURLFromDATA_URL(t *testing.T) {
+	t.Setenv("DATA_URL", "./data/store")
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"--dir", t.TempDir(), "--master=false", "--workers", "0", "--etcd-addr", "127.0.0.1:0"})
+	if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), `data URL "./data/store" has no scheme`) {
+		t.Fatalf("err = %v, want DATA_URL's path refused", err)
+	}
+}

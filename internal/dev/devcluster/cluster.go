@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -65,6 +66,10 @@ var MasterDefaults = []string{
 type Config struct {
 	// Dir is the data directory (etcd/, store/, logs/), created if missing.
 	Dir string
+	// DataURL is the object storage every child keeps its stores in (DATA_URL):
+	// a bucket of the user's (s3://, gs://, azblob://, with its credentials in
+	// Environ). Empty: file://<Dir>/store, and Dir holds everything.
+	DataURL string
 	// Workers is how many workers to run (w1..wN); 0 runs none.
 	Workers int
 	// NoMaster runs no master (start one yourself, e.g. under a debugger).
@@ -142,6 +147,18 @@ func (cfg *Config) check() error {
 	if cfg.Dir == "" {
 		cfg.Dir = DefaultDir
 	}
+	if cfg.DataURL != "" {
+		// Caught here, not as every child's start-up failure: a path given where a
+		// URL belongs (./data/store) would otherwise read as "missing scheme" in
+		// each child's log.
+		u, err := url.Parse(cfg.DataURL)
+		if err != nil {
+			return fmt.Errorf("data URL: %w", err)
+		}
+		if u.Scheme == "" {
+			return fmt.Errorf("data URL %q has no scheme: want a bucket URL such as s3://bucket?region=..., gs://bucket, azblob://container or file:///dir", cfg.DataURL)
+		}
+	}
 	if cfg.Workers < 0 {
 		return fmt.Errorf("workers must not be negative, got %d", cfg.Workers)
 	}
@@ -202,12 +219,18 @@ func (c *cluster) run(ctx context.Context) (err error) {
 		return fmt.Errorf("data directory %s: %w", cfg.Dir, err)
 	}
 	logs := filepath.Join(dir, "logs")
-	for _, d := range []string{filepath.Join(dir, "etcd"), filepath.Join(dir, "store"), logs} {
+	dirs := []string{filepath.Join(dir, "etcd"), logs}
+	c.ep = Endpoints{Dir: dir, DataURL: cfg.DataURL, Prefix: cfg.EtcdPrefix}
+	if c.ep.DataURL == "" {
+		store := filepath.Join(dir, "store")
+		dirs = append(dirs, store)
+		c.ep.DataURL = "file://" + filepath.ToSlash(store)
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("data directory: %w", err)
 		}
 	}
-	c.ep = Endpoints{Dir: dir, DataURL: "file://" + filepath.ToSlash(filepath.Join(dir, "store")), Prefix: cfg.EtcdPrefix}
 	// The children refuse to serve without a credential: the dev cluster has its
 	// own token, made once and reused, so printed commands keep working.
 	if !cfg.NoAuth {
@@ -602,7 +625,11 @@ func (c *cluster) shutdown() error {
 	_ = c.client.Close()
 	c.etcd.Close()
 	if len(errs) == 0 {
-		c.console.Line("dev", "stopped; data kept in "+c.ep.Dir)
+		kept := c.ep.Dir
+		if c.cfg.DataURL != "" {
+			kept += " (etcd, logs) and " + c.ep.DataURL + " (stores)"
+		}
+		c.console.Line("dev", "stopped; data kept in "+kept)
 	}
 	return errors.Join(errs...)
 }

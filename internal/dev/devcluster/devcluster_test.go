@@ -355,3 +355,58 @@ func TestConsoleLoggerSaysMasterDevsWarningsOnce(t *testing.T) {
 		t.Errorf("the child's log lacks its warning: %q", data)
 	}
 }
+
+// A dev cluster on the user's bucket (--data-url): every child gets that URL as its
+// DATA_URL and no store/ directory is made; without one, the children share
+// file://<dir>/store. The master here is a script that records its DATA_URL and
+// exits, which ends Run right after the start.
+func TestChildrenShareTheDataURLOrTheStoreInTheDataDirectory(t *testing.T) {
+	for _, tc := range []struct{ name, dataURL string }{
+		{"bucket", "s3://tidemark-dev?region=us-east-1&prefix=dev/"},
+		{"default", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			got := filepath.Join(t.TempDir(), "data-url")
+			var out testlog.Buffer
+			err := Run(context.Background(), Config{
+				Dir: dir, DataURL: tc.dataURL, MasterBinary: script(t, `printf %s "$DATA_URL" >`+got+`; exit 1`),
+				EtcdAddr: "127.0.0.1:0", MasterGRPCAddr: "127.0.0.1:0", MasterHTTPAddr: "127.0.0.1:0",
+				EtcdUnsafeNoFsync: true, Console: NewConsole(&out),
+			})
+			if err == nil || !strings.Contains(err.Error(), "master exited while starting") {
+				t.Fatalf("Run = %v, want the scripted master's exit", err)
+			}
+			data, err := os.ReadFile(got)
+			if err != nil {
+				t.Fatalf("the master did not record its DATA_URL: %v", err)
+			}
+			want := tc.dataURL
+			if want == "" {
+				want = "file://" + filepath.ToSlash(filepath.Join(dir, "store"))
+			}
+			if string(data) != want {
+				t.Errorf("the master's DATA_URL = %q, want %q", data, want)
+			}
+			_, statErr := os.Stat(filepath.Join(dir, "store"))
+			if made := statErr == nil; made != (tc.dataURL == "") {
+				t.Errorf("%s/store made: %v, want it only without a data URL", dir, made)
+			}
+		})
+	}
+}
+
+// A path where the data URL belongs is refused before anything starts, naming the
+// URL forms, rather than failing in every child's log.
+func TestRunRefusesADataURLWithoutAScheme(t *testing.T) {
+	var out testlog.Buffer
+	err := Run(context.Background(), Config{
+		Dir: t.TempDir(), DataURL: "./data/store", NoMaster: true, EtcdAddr: "127.0.0.1:0", Console: NewConsole(&out),
+	})
+	if err == nil || !strings.Contains(err.Error(), "has no scheme") || !strings.Contains(err.Error(), "s3://") {
+		t.Fatalf("Run = %v, want a refusal of the data URL naming the URL forms", err)
+	}
+	if out.String() != "" {
+		t.Errorf("console %q: want nothing started", out.String())
+	}
+}

@@ -1,11 +1,12 @@
 // Package devcluster runs a whole Tidemark cluster on one machine, for development
 // and for trying Tidemark out (`master dev`, `make run`): an embedded single-node
-// etcd, a master and N workers on loopback, sharing one file:// store.
+// etcd, a master and N workers on loopback, sharing one store: file://<dir>/store,
+// or the user's own bucket (Config.DataURL, `master dev --data-url s3://...`).
 //
 // The layout under the data directory (./data by default):
 //
 //	etcd/          the embedded etcd's data
-//	store/         DATA_URL of every process (file://<dir>/store)
+//	store/         DATA_URL of every process (file://<dir>/store) unless DataURL is set
 //	logs/<name>.log  every process's log (etcd.log, master.log, w1.log, ...), appended
 //	auth-token     the cluster's bearer token (0600), made on the first run
 //
@@ -29,6 +30,8 @@
 //     worker count trigger off), under what the cluster must decide itself
 //     (INSTANCE_ID, addresses, DATA_URL, ETCD_ENDPOINTS, ETCD_PREFIX). So
 //     `FLUSH_INTERVAL=1s master dev` works, and `HTTP_ADDR=...` cannot break it.
+//     A bucket's credentials (AWS_*, GOOGLE_APPLICATION_CREDENTIALS,
+//     AZURE_STORAGE_*) reach the children the same way; this process never opens it.
 //   - Every child requires the cluster's token (AUTH_TOKEN_FILE=<dir>/auth-token),
 //     as in production: the banner prints how `master admin` and curl send it.
 package devcluster
