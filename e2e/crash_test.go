@@ -71,19 +71,10 @@ func TestWorkerKilledDuringMergesLosesNoAcknowledgedRow(t *testing.T) {
 	}
 	const rollouts, events = "crash_rollouts", "crash_events"
 	l := newLedger()
-	ctx, stopLoad := context.WithCancel(context.Background())
-	defer stopLoad()
-	loadDone := make(chan loadgen.Stats, 1)
-	go func() {
-		st, err := loadgen.Run(ctx, loadgen.Config{
-			Workers: c.workerURLs(), Rate: 300, Batch: 10, Concurrency: 3,
-			RolloutStore: rollouts, GenericStore: events, RunID: "crash", OnBatch: l.record,
-		})
-		if err != nil {
-			t.Errorf("load: %v", err)
-		}
-		loadDone <- st
-	}()
+	stopLoad := backgroundLoad(t, loadgen.Config{
+		Workers: c.workerURLs(), Rate: 300, Batch: 10, Concurrency: 3,
+		RolloutStore: rollouts, GenericStore: events, RunID: "crash", OnBatch: l.record,
+	})
 
 	testwait.ForEvery(c.t, 30*time.Second, poll, "the master has finished merges under load", func() (bool, string) {
 		return c.tasksIn("done") >= 2, ""
@@ -101,8 +92,7 @@ func TestWorkerKilledDuringMergesLosesNoAcknowledgedRow(t *testing.T) {
 	time.Sleep(time.Second) // writes to w2 fail meanwhile: outcome unknown
 	c.startWorker("w2")
 	time.Sleep(2 * time.Second) // w2 takes writes again
-	stopLoad()
-	st := <-loadDone
+	st := stopLoad()
 	acked, maybe := l.counts()
 	t.Logf("load: %d rows acknowledged, %d in failed requests, %d requests", acked, maybe, st.Requests)
 	if acked == 0 {

@@ -300,6 +300,9 @@ type cluster struct {
 	etcdURL string
 	prefix  string
 	dataURL string
+	// dataEnv is what every process needs to open dataURL (credentials, an
+	// endpoint): nothing for a file:// store.
+	dataEnv map[string]string
 	client  *clientv3.Client
 
 	etcd    *proc
@@ -381,18 +384,29 @@ type masterProc struct {
 	name, grpcAddr, httpAddr string
 }
 
-// newCluster starts etcd; tests start masters and workers. Everything is stopped
-// when the test ends, and every process's log tail is printed if it failed.
+// newCluster starts etcd; tests start masters and workers, which keep their
+// stores in a file:// directory of the test. Everything is stopped when the test
+// ends, and every process's log tail is printed if it failed.
 func newCluster(t *testing.T, workerEnv, masterEnv map[string]string) *cluster {
+	t.Helper()
+	return newClusterOn(t, dataStore{}, workerEnv, masterEnv)
+}
+
+// newClusterOn is newCluster with the stores in store (zero: the file://
+// directory), e.g. a MinIO bucket.
+func newClusterOn(t *testing.T, store dataStore, workerEnv, masterEnv map[string]string) *cluster {
 	t.Helper()
 	skipShort(t)
 	c := &cluster{
 		t: t, bin: build(t), dir: t.TempDir(), prefix: "/tidemark",
 		workers: map[string]*workerProc{}, masters: map[string]*masterProc{},
 		workerEnv: workerEnv, masterEnv: masterEnv,
+		dataURL: store.url, dataEnv: store.env,
 	}
 	devDir := filepath.Join(c.dir, "dev")
-	c.dataURL = "file://" + filepath.Join(devDir, "store")
+	if c.dataURL == "" {
+		c.dataURL = "file://" + filepath.Join(devDir, "store")
+	}
 	addr := freeAddr(t)
 	c.etcdURL = "http://" + addr
 	c.etcd = startProc(t, c.dir, "etcd", c.bin.master,
@@ -486,7 +500,7 @@ func (c *cluster) startWorkerWith(id, bin string, extra map[string]string) *work
 		"LOG_LEVEL":               "debug",
 		"AUTH_TOKEN_FILE":         c.tokenFile(),
 	}
-	for _, over := range []map[string]string{c.workerEnv, extra} {
+	for _, over := range []map[string]string{c.dataEnv, c.workerEnv, extra} {
 		for k, v := range over {
 			env[k] = v
 		}
@@ -541,7 +555,7 @@ func (c *cluster) startMaster(name string, extra map[string]string) *masterProc 
 		"LOG_LEVEL":                 "debug",
 		"AUTH_TOKEN_FILE":           c.tokenFile(),
 	}
-	for _, over := range []map[string]string{c.masterEnv, extra} {
+	for _, over := range []map[string]string{c.dataEnv, c.masterEnv, extra} {
 		for k, v := range over {
 			env[k] = v
 		}
@@ -860,6 +874,34 @@ func (l *ledger) counts() (acked, maybe int) {
 		maybe += len(l.maybe[k])
 	}
 	return acked, maybe
+}
+
+// backgroundLoad runs the load generator with cfg until the returned stop is
+// called (or the test ends); stop waits for the requests in flight and returns
+// the run's figures. A run loadgen refuses to start fails the test.
+func backgroundLoad(t *testing.T, cfg loadgen.Config) (stop func() loadgen.Stats) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan loadgen.Stats, 1)
+	go func() {
+		st, err := loadgen.Run(ctx, cfg)
+		if err != nil {
+			t.Errorf("load: %v", err)
+		}
+		done <- st
+	}()
+	var (
+		once sync.Once
+		st   loadgen.Stats
+	)
+	stop = func() loadgen.Stats {
+		once.Do(func() {
+			cancel()
+			st = <-done
+		})
+		return st
+	}
+	t.Cleanup(func() { stop() })
+	return stop
 }
 
 // awaitMergedExactlyOnce waits until the master's stats say a store has no
