@@ -17,8 +17,14 @@ import (
 // skew, a partition of w3 from etcd, and etcd itself down and restarted), each
 // phase in a seeded order; every read of the history is checked and
 // the figures (operations, reads checked, violations) go to RELIABILITY.md.
+// TIDEMARK_CHAOS_DATA=minio runs it on MinIO (historyStore), as a campaign of its own.
 func TestChaosHistoryOfRandomTrafficUnderEveryFaultIsConsistent(t *testing.T) {
-	cc := startChaosReport(t, "histories")
+	store, storeName := historyStore(t)
+	campaign := "histories"
+	if storeName != historyStoreFile { // a block of its own beside the file:// figures
+		campaign += " on " + storeName
+	}
+	cc := startChaosReport(t, campaign)
 	duration := chaosDuration(t, "TIDEMARK_CHAOS_HISTORY_DURATION", 10*time.Minute)
 	seed := historySeed(t)
 	t.Logf("seed %d (%s=%d replays it)", seed, historySeedEnv, seed)
@@ -41,7 +47,8 @@ func TestChaosHistoryOfRandomTrafficUnderEveryFaultIsConsistent(t *testing.T) {
 	}
 	cc.addf("traffic", "%s: 4 clients, each op on a random worker of 3: 45%% adds of one row (80%% with ?flush=true), 40%% gets, 15%% lists of the store; 16 ids; every request carries the client's highest causal token", duration)
 	cc.addf("fault phases", "%s (seed %d)", strings.Join(names, ", "), seed)
-	hc := newHistoryCampaign(t, rng, false)
+	cc.add("object store", storeName)
+	hc := newHistoryCampaign(t, rng, false, store)
 	hc.extra = map[string]func(*historyCampaign, time.Time){faultEtcdDown: etcdOutages}
 	out := hc.run(phases)
 	cc.add("operations recorded", out.summary)

@@ -65,7 +65,8 @@ func TestHistoryOfRandomTrafficUnderOneFaultIsConsistent(t *testing.T) {
 		fault = v
 	}
 	t.Logf("seed %d (%s=%d replays it): fault %s", seed, historySeedEnv, seed, fault)
-	hc := newHistoryCampaign(t, rng, fault == faultClockSkew)
+	store, _ := historyStore(t)
+	hc := newHistoryCampaign(t, rng, fault == faultClockSkew, store)
 	out := hc.run([]historyPhase{{fault: fault, length: 30 * time.Second}})
 	out.assert(t)
 }
@@ -81,6 +82,32 @@ func historySeed(t *testing.T) uint64 {
 		return seed
 	}
 	return uint64(time.Now().UnixNano())
+}
+
+// chaosDataEnv chooses the object storage of the history campaigns: unset or
+// "file", a file:// directory of the test; "minio", a fresh prefix of the test
+// MinIO (TIDEMARK_MINIO_ADDR, scripts/minio.sh).
+const chaosDataEnv = "TIDEMARK_CHAOS_DATA"
+
+// The names historyStore gives the stores chaosDataEnv chooses.
+const (
+	historyStoreFile  = "file://"
+	historyStoreMinIO = "MinIO (s3://, gocloud s3blob)"
+)
+
+// historyStore is the store chaosDataEnv chooses and its name for the campaign's
+// figures.
+func historyStore(t *testing.T) (dataStore, string) {
+	t.Helper()
+	switch v := os.Getenv(chaosDataEnv); v {
+	case "", "file":
+		return dataStore{}, historyStoreFile
+	case "minio":
+		return minioStore(t), historyStoreMinIO
+	default:
+		t.Fatalf("%s=%q: want file or minio", chaosDataEnv, v)
+		return dataStore{}, ""
+	}
 }
 
 // historyPhase is a stretch of the campaign's traffic under one fault kind.
@@ -125,8 +152,9 @@ func (hc *historyCampaign) startW2() {
 	hc.c.startWorkerWith("w2", hc.c.bin.worker, map[string]string{"TABLE_CACHE_BYTES": "4096"})
 }
 
-func newHistoryCampaign(t *testing.T, rng *rand.Rand, skewed bool) *historyCampaign {
-	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "1s", "SNAPSHOT_TTL": historySnapshotTTL.String()},
+// newHistoryCampaign starts the campaign's cluster on store (historyStore).
+func newHistoryCampaign(t *testing.T, rng *rand.Rand, skewed bool, store dataStore) *historyCampaign {
+	c := newClusterOn(t, store, map[string]string{"FLUSH_INTERVAL": "1s", "SNAPSHOT_TTL": historySnapshotTTL.String()},
 		map[string]string{"ORPHAN_GRACE": "3s"})
 	hc := &historyCampaign{t: t, c: c, rng: rng, faults: filepath.Join(c.dir, "w3-faults.json"), chaos: chaosWorker(t), injected: map[string]int{}}
 	hc.etcd = newPartitionProxy(t, strings.TrimPrefix(c.etcdURL, "http://"))
