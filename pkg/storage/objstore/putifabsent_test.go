@@ -36,6 +36,7 @@ func raceKey(k int) string { return fmt.Sprintf("race/_versions/%08d.json", k) }
 // win; on azureblob a losing conditional write through the pipe writer panicked.
 func TestPutIfAbsentHasExactlyOneWinnerPerKey(t *testing.T) {
 	objstoretest.ForEachDriver(t, func(t *testing.T, open func(testing.TB) *objstore.Bucket) {
+		t.Parallel()
 		ctx := context.Background()
 		b := open(t)
 		var (
