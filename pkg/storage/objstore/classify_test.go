@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/aws/smithy-go"
+	"google.golang.org/api/googleapi"
 )
 
 // A store failing a request must read as "retry later" (ErrUnavailable), while an
@@ -80,6 +81,35 @@ func TestStoreThrottlingAnswersMapToErrThrottled(t *testing.T) {
 	} {
 		if mapped := mapErr(err); errors.Is(mapped, ErrThrottled) {
 			t.Errorf("%s: mapErr = %v, must not be ErrThrottled", name, mapped)
+		}
+	}
+}
+
+// The stores' 416 answers to a range starting at or past the end (GCS and Azurite
+// send them: TestRangedReadsAtEveryPosition) read as an empty range, and nothing else
+// does; S3's 409 ConditionalRequestConflict is told apart from its 412, which is a
+// lost race.
+func TestRangeAndConflictAnswersAreRecognised(t *testing.T) {
+	for name, c := range map[string]struct {
+		err                error
+		emptyRange, resend bool
+	}{
+		"s3 InvalidRange":               {err: &smithy.GenericAPIError{Code: "InvalidRange"}, emptyRange: true},
+		"gcs 416":                       {err: &googleapi.Error{Code: 416}, emptyRange: true},
+		"azure 416":                     {err: &azcore.ResponseError{ErrorCode: "InvalidRange", StatusCode: 416}, emptyRange: true},
+		"s3 ConditionalRequestConflict": {err: &smithy.GenericAPIError{Code: "ConditionalRequestConflict"}, resend: true},
+		"s3 PreconditionFailed":         {err: &smithy.GenericAPIError{Code: "PreconditionFailed"}},
+		"gcs 412":                       {err: &googleapi.Error{Code: 412}},
+		"azure 409 BlobAlreadyExists":   {err: &azcore.ResponseError{ErrorCode: "BlobAlreadyExists", StatusCode: 409}},
+		"s3 NoSuchKey":                  {err: &smithy.GenericAPIError{Code: "NoSuchKey"}},
+		"connection reset, no answer":   {err: errors.New("read: connection reset by peer")},
+	} {
+		err := fmt.Errorf("driver: %w", c.err)
+		if got := rangeNotSatisfiable(err); got != c.emptyRange {
+			t.Errorf("%s: rangeNotSatisfiable = %v, want %v", name, got, c.emptyRange)
+		}
+		if got := conditionalConflict(err); got != c.resend {
+			t.Errorf("%s: conditionalConflict = %v, want %v", name, got, c.resend)
 		}
 	}
 }
