@@ -22,8 +22,8 @@ import (
 func TestDevOnTheUsersBucketKeepsTheStoresThere(t *testing.T) {
 	t.Parallel()
 	skipShort(t)
+	store := minioStore(t) // first: without MinIO the test skips before building
 	b := build(t)
-	store := minioStore(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	args := []string{
