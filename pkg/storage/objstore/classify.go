@@ -15,8 +15,16 @@ import (
 // 503 SlowDown, GCS's 429 (gocloud's ResourceExhausted), Azure's 503 ServerBusy. The
 // SDKs retry these a few times themselves, so what reaches here has outlasted them;
 // WithRetry backs off further, or callers answer 503.
+//
+// The GCS client resends a 429 until its context ends and then returns "retry
+// failed with context deadline exceeded; last error: <the 429>", which gocloud
+// passes on unmapped (a context error): the 429 is found in the chain.
 func throttled(err error) bool {
 	if gcerrors.Code(err) == gcerrors.ResourceExhausted {
+		return true
+	}
+	var gerr *googleapi.Error
+	if errors.As(err, &gerr) && gerr.Code == http.StatusTooManyRequests {
 		return true
 	}
 	var api smithy.APIError

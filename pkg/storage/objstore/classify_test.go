@@ -68,6 +68,10 @@ func TestStoreThrottlingAnswersMapToErrThrottled(t *testing.T) {
 		"s3 RequestLimit":  &smithy.GenericAPIError{Code: "RequestLimitExceeded"},
 		"azure ServerBusy": &azcore.ResponseError{ErrorCode: "ServerBusy", StatusCode: 503},
 		"azure 429":        &azcore.ResponseError{ErrorCode: "TooManyRequests", StatusCode: 429},
+		// The GCS client's answer once its resends of a 429 ran into the context's
+		// end, which gocloud passes on unmapped.
+		"gcs 429 until the deadline": fmt.Errorf("retry failed with %v; last error: %w", context.DeadlineExceeded,
+			&googleapi.Error{Code: 429, Message: "rate limit exceeded"}),
 	} {
 		mapped := mapErr(fmt.Errorf("driver: %w", err))
 		if !errors.Is(mapped, ErrThrottled) {

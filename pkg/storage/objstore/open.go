@@ -50,6 +50,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Bucket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", name, err)
 	}
+	resendEveryRequest(b)
 	return newBucket(&gocloudBackend{b: b}, name, opts...), nil
 }
 
