@@ -30,6 +30,9 @@ var (
 	// ErrTooManyWriters means optimistic retries ran out: other committers kept
 	// winning the race for the next version until RetryTimeout.
 	ErrTooManyWriters = errclass.New(errclass.Busy, "too many concurrent writers")
+	// errUnknownOutcome marks a commit attempt that may or may not have created its
+	// version. It is Unavailable: the store failed twice (the write, then its read).
+	errUnknownOutcome = errclass.New(errclass.Unavailable, "whether the version was written is unknown")
 )
 
 // Append is what a merge commits: rows to add (newest _seq per id wins, against
@@ -510,8 +513,8 @@ type optimistic interface {
 }
 
 // commitOptimistic creates c's proposal with put-if-absent. On losing the race (or
-// a throttled write, refused and not performed, which is an attempt lost the same
-// way) it reloads, lets c settle and rebase, and retries after a backoff of 0.5-1.5x
+// a throttled write that did not land, which is an attempt lost the same way:
+// tryCreate tells these from a write of its own whose answer was lost) it reloads, lets c settle and rebase, and retries after a backoff of 0.5-1.5x
 // the failed attempt's duration (at most 1 s), until RetryTimeout, then fails with
 // ErrTooManyWriters. An error that leaves the outcome unknown returns without
 // aborting: the staged files stay, since the manifest may reference them.
@@ -526,6 +529,9 @@ func (t *Table) commitOptimistic(ctx context.Context, txnID string, c optimistic
 		if err == nil {
 			t.observe(m)
 			return m, nil
+		}
+		if errors.Is(err, errUnknownOutcome) {
+			return nil, fmt.Errorf("version %d: %w", m.Version, err)
 		}
 		if errors.Is(err, objstore.ErrThrottled) {
 			throttled++
@@ -569,26 +575,38 @@ func (t *Table) commitOptimistic(ctx context.Context, txnID string, c optimistic
 }
 
 // tryCreate makes one attempt at writing m. It returns m (also on a conflict, so
-// the caller can name the version). An error that is not ErrExists may hide a write
-// that landed, so the version is read back: if it carries txnID the commit
-// succeeded; if it carries another's, this was a plain conflict.
+// the caller can name the version). Whatever the error, the version may be this
+// transaction's: a write that failed after reaching storage, or one whose answer
+// was lost and that the storage SDK sent again, to be told that the version
+// exists (S3 and GCS answer such a resend 412, as they answer a lost race). So the
+// version is read back: if it carries txnID the commit succeeded; if another's,
+// this was a plain conflict; if it is not there, the write did not land. When
+// the read fails too, the outcome is unknown (errUnknownOutcome): the caller must
+// not take it for a lost race, settle on a newer version and abort, deleting files
+// its own version references.
 func (t *Table) tryCreate(ctx context.Context, txnID string, m *Manifest) (*Manifest, error) {
 	err := t.createVersion(ctx, m)
-	if err == nil || errors.Is(err, objstore.ErrExists) {
-		return m, err
+	if err == nil {
+		return m, nil
 	}
 	got, lerr := t.Load(ctx, m.Version)
 	switch {
 	case lerr == nil && got.TxnID == txnID:
 		return got, nil
 	case lerr == nil:
+		t.observe(got) // the refresh after the conflict need not read it again
+		if errors.Is(err, objstore.ErrExists) {
+			return m, err
+		}
 		return m, fmt.Errorf("%w: version %d taken by transaction %s", objstore.ErrExists, m.Version, got.TxnID)
 	case errors.Is(lerr, objstore.ErrNotFound):
-		// It has not landed. The staged files stay: a request that timed out may
-		// still complete, and then its manifest must find them.
+		// It has not landed (an "exists" for a version now missing: retention
+		// pruned it, so it was not the newest, nor this transaction's). The staged
+		// files stay: a request that timed out may still complete, and then its
+		// manifest must find them.
 		return m, err
 	}
-	return m, fmt.Errorf("%w (and reading the version back failed: %v)", err, lerr)
+	return m, fmt.Errorf("%w: the write failed (%w) and reading the version back failed too (%w)", errUnknownOutcome, err, lerr)
 }
 
 // rebase moves the transaction onto latest: resolve against fragments added since

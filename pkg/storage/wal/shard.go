@@ -121,9 +121,9 @@ func (s *shard) loadLatest(ctx context.Context, known *Manifest) (*Manifest, err
 // the latest version (nil for a shard without one) and returns the edited clone, or
 // errNoChange, or an error that stops the edit (ErrFenced). On a lost race fn runs
 // again on the newer version, so whatever others changed meanwhile (a drain's
-// removals, a seal's generation) is kept. A write that fails with anything but
-// "exists" has an unknown outcome; the version is read back and its txn_id says
-// whether this edit landed.
+// removals, a seal's generation) is kept. A write that fails, even with "exists",
+// may have landed; the version is read back and its txn_id says whether this edit
+// did.
 func (s *shard) edit(ctx context.Context, known *Manifest, txnKind string, fn func(latest *Manifest) (*Manifest, error)) (*Manifest, error) {
 	txnID := txnKind + "-" + randomHex(8)
 	unknown := 0
@@ -170,19 +170,22 @@ func (s *shard) edit(ctx context.Context, known *Manifest, txnKind string, fn fu
 			}
 			return next, nil
 		}
-		if !errors.Is(err, objstore.ErrExists) {
-			got, gerr := s.get(ctx, next.Version)
-			switch {
-			case gerr == nil && got.TxnID == txnID:
-				return got, nil
-			case gerr == nil:
-				// Someone else's version: an ordinary lost race.
-			case errors.Is(gerr, objstore.ErrNotFound) && unknown < maxUnknownOutcomes:
-				unknown++ // did not land (yet); writing it again is safe (put-if-absent)
-			default:
-				unknown++
-				return fail(fmt.Errorf("%s: write manifest version %d: %w (reading it back: %v)", s, next.Version, err, gerr))
-			}
+		// Even "exists" may be this edit's own version: a write whose answer was
+		// lost and that the storage SDK sent again is answered 412 (S3, GCS). The
+		// version is read back either way.
+		got, gerr := s.get(ctx, next.Version)
+		switch {
+		case gerr == nil && got.TxnID == txnID:
+			return got, nil
+		case gerr == nil:
+			// Someone else's version: an ordinary lost race.
+		case errors.Is(gerr, objstore.ErrNotFound) && errors.Is(err, objstore.ErrExists):
+			// Taken, then pruned: newer versions exist, and the next attempt finds them.
+		case errors.Is(gerr, objstore.ErrNotFound) && unknown < maxUnknownOutcomes:
+			unknown++ // did not land (yet); writing it again is safe (put-if-absent)
+		default:
+			unknown++
+			return fail(fmt.Errorf("%s: write manifest version %d: %w (reading it back: %v)", s, next.Version, err, gerr))
 		}
 		if attempt >= maxEditAttempts {
 			return fail(fmt.Errorf("%s: gave up editing the manifest after %d attempts: %w", s, attempt, err))
