@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/cli"
@@ -48,6 +49,7 @@ type serveFlags struct {
 	largeBlobLogBytes                           int64
 	sealAfterBytes                              int64
 	opTimeout, snapshotTTL                      time.Duration
+	throttleRetry                               time.Duration
 	preparedTTL                                 time.Duration
 
 	targetRows                    int64
@@ -133,6 +135,8 @@ func newServeCmd() *cobra.Command {
 	bind("rollout-large-blob-log-bytes", "ROLLOUT_LARGE_BLOB_LOG_BYTES")
 	fs.DurationVar(&f.opTimeout, "object-store-timeout", objstore.DefaultOpTimeout, "bound on every object-store request")
 	bind("object-store-timeout", "OBJECT_STORE_TIMEOUT")
+	fs.DurationVar(&f.throttleRetry, "object-store-throttle-retry", objstore.DefaultThrottleRetry, "how long a request the object store throttles (S3 503 SlowDown, GCS 429, Azure ServerBusy) is sent again before it fails and the client is answered 503 OVERLOADED")
+	bind("object-store-throttle-retry", "OBJECT_STORE_THROTTLE_RETRY")
 	fs.Int64Var(&f.targetRows, "target-rows-per-fragment", 65536, "compaction writes fragments of at most this many rows, and rewrites fragments with fewer than half as many live rows")
 	bind("target-rows-per-fragment", "TARGET_ROWS_PER_FRAGMENT")
 	fs.IntVar(&f.compactMaxSources, "compaction-max-source-fragments", 64, "fragments one compaction rewrites at most")
@@ -228,6 +232,11 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return fmt.Errorf("data url (--data-url, DATA_URL): %w", err)
 	}
 	defer bucket.Close()
+	// Before anything is written: a bucket without conditional writes would let
+	// two commits of one version both win, and corrupt a table long after.
+	if err := objstore.CheckConditionalWrites(ctx, objstore.WithRetry(bucket, objstore.ThrottleBackoff, clock.RealClock{}, f.throttleRetry)); err != nil {
+		return fmt.Errorf("data url (--data-url, DATA_URL): %w", err)
+	}
 	if bucket, err = chaos.WrapBucket(bucket, log); err != nil { // faults only in -tags chaos builds
 		return err
 	}
@@ -268,6 +277,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		LeaseTTL:      f.leaseTTL,
 		Store: store.Config{
 			Bucket:            bucket,
+			ThrottleRetry:     f.throttleRetry,
 			Generations:       wal.NewGenerationCache(f.generationCache),
 			SealAfterBytes:    f.sealAfterBytes,
 			SnapshotTTL:       f.snapshotTTL,
