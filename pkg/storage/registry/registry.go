@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,7 +65,7 @@ func check(k Kind, name string) error {
 
 // Create registers e (Name and Kind set; URI and CreatedAt are filled in when empty)
 // with put-if-absent. A second create of the same kind and name fails with ErrExists,
-// whatever its contents.
+// whatever its contents; a create whose own write landed unanswered does not.
 func (r *Registry) Create(ctx context.Context, e Entry) (Entry, error) {
 	if err := check(e.Kind, e.Name); err != nil {
 		return Entry{}, err
@@ -84,11 +85,23 @@ func (r *Registry) Create(ctx context.Context, e Entry) (Entry, error) {
 	}
 	if err := r.bucket.PutIfAbsent(ctx, key(e.Kind, e.Name), data); err != nil {
 		if errors.Is(err, objstore.ErrExists) {
-			return Entry{}, fmt.Errorf("%s store %q: %w", e.Kind, e.Name, ErrExists)
+			return r.ownOrExists(ctx, e, data)
 		}
 		return Entry{}, fmt.Errorf("register %s: %w", e.Target(), err)
 	}
 	return e, nil
+}
+
+// ownOrExists settles a create answered "exists": the object may be this create's
+// own, written by a request whose answer was lost and which the storage SDK sent
+// again, to be answered 412 as if another had won (S3, GCS). Its bytes tell: they
+// carry this create's creation time to the nanosecond.
+func (r *Registry) ownOrExists(ctx context.Context, e Entry, data []byte) (Entry, error) {
+	got, err := r.bucket.GetMax(ctx, key(e.Kind, e.Name), maxEntryBytes)
+	if err == nil && bytes.Equal(got, data) {
+		return e, nil
+	}
+	return Entry{}, fmt.Errorf("%s store %q: %w", e.Kind, e.Name, ErrExists)
 }
 
 // Get returns the registered store, or ErrNotFound.
