@@ -211,6 +211,9 @@ func TestReportMarkdown(t *testing.T) {
 			Elapsed: time.Minute, Requests: 5000, PutIfAbsent: 170, FirstError: "too many concurrent writers"},
 			{Shape: NewShapeSerialFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 2 * time.Minute, Requests: 4000, PutIfAbsent: 40},
 			{Shape: NewShapeTwoPhaseFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 15 * time.Second, Requests: 2500, PutIfAbsent: 20}},
+		StormS3: []StormResult{{Shape: OldShapePerWorkerTimers, MergesOK: 20, Drained: true, Elapsed: time.Minute, Requests: 1000, PutIfAbsent: 100},
+			{Shape: NewShapeTwoPhaseFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 30 * time.Second, Requests: 900, Refused: 90, PutIfAbsent: 40}},
+		StormS3URL: "s3://b?endpoint=http://127.0.0.1:9100",
 		FanOutRuns: []FanOutThroughput{{Config: FanOutThroughputConfigs()[0],
 			Result: StormResult{Shape: NewShapeTwoPhaseFanOut, Elapsed: 10 * time.Second, Requests: 100, Versions: 4}}},
 		LockConfig: DefaultLockConfig(),
@@ -234,6 +237,8 @@ func TestReportMarkdown(t *testing.T) {
 	md := r.Markdown()
 	for _, want := range []string{SectionHeading, "### 1. Commit storm", "| new: master task, serial fan-out / old | | | | | 2.00x | | 0.80x | 0.24x |",
 		"| new: master task, two-phase fan-out / old | | | | | 0.25x | | 0.50x | 0.12x |",
+		"The same storm on a real S3 store, `s3://b?endpoint=http://127.0.0.1:9100`",
+		"| new: master task, two-phase fan-out / old | | | | | 0.50x | | 0.90x | 0.40x |",
 		"| 1,000 generations of 10 rows | new: master task, two-phase fan-out | 10.00 s | 100 | 1000 | 100 | 4 |",
 		"### 2. Lock", "| 1 | old / new | gets of merged rows | p50 1000x, p99 2000x, max 3000x | - | - |",
 		"| 1 | old: exclusive lock across the read | 0 | 60 ms / 70 ms / 70 ms (5) | 0 | 0 | 1.00 s |", "| 2 | new: prepare/commit split | 0 | none | 5 | 5 | none (no lock) |", "### 3. Read fan-out", "| 200 | 1.00 s / 1.00 s | 1.00x | 0 / 0 | 2.00 s / 1.00 s | 2.00x |",

@@ -25,6 +25,10 @@ type Report struct {
 
 	StormConfig StormConfig
 	Storm       []StormResult // old shape first
+	// StormS3 are the same shapes on the S3-compatible bucket StormS3URL names,
+	// behind the fault proxy (tidemark-bench --storm-s3).
+	StormS3    []StormResult
+	StormS3URL string
 	// FanOutRuns are the fan-out shapes' merge throughput (FanOutThroughputConfigs).
 	FanOutRuns []FanOutThroughput
 	// IngestRuns are issue 16's sustained-ingest runs, both fan-out shapes of
@@ -122,35 +126,15 @@ func (r *Report) stormSection(p printer) {
 		"`WorkerService` (over loopback): serial, `MergeWal` on one worker after another (each prepares and commits in "+
 		"turn); two-phase (the default), `PrepareMerge` on every worker at once, then `CommitMerge` on one after "+
 		"another, each commit rebasing onto the ones before it.\n\n", c.Workers)
-	p("| shape | merges ok / failed | \"too many concurrent writers\" | failed: throttled | drained | time to drain | one worker's merge: p50 / max | object-store requests (refused) | conditional writes | peak in flight | base versions |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, s := range r.Storm {
-		drained := "yes"
-		if !s.Drained {
-			drained = "**no** (after " + fmtDur(c.Deadline) + ")"
-		}
-		tasks := ""
-		if s.Tasks > 0 {
-			tasks = fmt.Sprintf(" (%d task)", s.Tasks)
-			if s.Tasks > 1 {
-				tasks = fmt.Sprintf(" (%d tasks)", s.Tasks)
-			}
-		}
-		p("| %s | %d / %d%s | %d | %d | %s | %s | %s / %s | %d (%d) | %d | %d | %d |\n", s.Shape, s.MergesOK, s.MergesFailed, tasks,
-			s.TooManyWriters, s.ThrottledFailures, drained, fmtDur(s.Elapsed), fmtDur(s.MergeTimes.P50), fmtDur(s.MergeTimes.Max),
-			s.Requests, s.Refused, s.PutIfAbsent, s.PeakInFlight, s.Versions)
-	}
-	if len(r.Storm) >= 2 {
-		o := r.Storm[0]
-		for _, n := range r.Storm[1:] {
-			p("| %s / old | | | | | %s | | %s | %s | | |\n", n.Shape, fmtRatio(ratio(n.Elapsed, o.Elapsed)),
-				fmtRatio(float64(n.Requests)/float64(o.Requests)), fmtRatio(float64(n.PutIfAbsent)/float64(o.PutIfAbsent)))
-		}
-		for _, s := range r.Storm {
-			if s.FirstError != "" {
-				p("\n%s: first error: `%s`\n", s.Shape, s.FirstError)
-			}
-		}
+	stormTable(p, c, r.Storm)
+	if len(r.StormS3) > 0 {
+		p("\nThe same storm on a real S3 store, `%s` (credentials from the environment), through the AWS SDK as a worker's "+
+			"requests go, behind `internal/testutil/faultproxy`, which adds the same latency per HTTP request and answers what is "+
+			"over %d in flight with S3's own `503 SlowDown` (XML body and headers) without forwarding it. The SDK resends a "+
+			"refused request itself first (up to 3 attempts, exponential backoff with jitter up to 20 s), then `objstore.WithRetry` "+
+			"and the commit loop do. Requests, refusals, conditional writes and peak in flight are the proxy's counts of HTTP "+
+			"requests, the SDK's resends included.\n\n", r.StormS3URL, c.MaxConcurrent)
+		stormTable(p, c, r.StormS3)
 	}
 	if len(r.FanOutRuns) > 0 {
 		f := r.FanOutRuns[0].Config
@@ -167,6 +151,41 @@ func (r *Report) stormSection(p printer) {
 		}
 	}
 	p("\n")
+}
+
+// stormTable prints one table of the storm's shapes, old shape first, with the new
+// shapes' ratios to it.
+func stormTable(p printer, c StormConfig, runs []StormResult) {
+	p("| shape | merges ok / failed | \"too many concurrent writers\" | failed: throttled | drained | time to drain | one worker's merge: p50 / max | object-store requests (refused) | conditional writes | peak in flight | base versions |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range runs {
+		drained := "yes"
+		if !s.Drained {
+			drained = "**no** (after " + fmtDur(c.Deadline) + ")"
+		}
+		tasks := ""
+		if s.Tasks > 0 {
+			tasks = fmt.Sprintf(" (%d task)", s.Tasks)
+			if s.Tasks > 1 {
+				tasks = fmt.Sprintf(" (%d tasks)", s.Tasks)
+			}
+		}
+		p("| %s | %d / %d%s | %d | %d | %s | %s | %s / %s | %d (%d) | %d | %d | %d |\n", s.Shape, s.MergesOK, s.MergesFailed, tasks,
+			s.TooManyWriters, s.ThrottledFailures, drained, fmtDur(s.Elapsed), fmtDur(s.MergeTimes.P50), fmtDur(s.MergeTimes.Max),
+			s.Requests, s.Refused, s.PutIfAbsent, s.PeakInFlight, s.Versions)
+	}
+	if len(runs) >= 2 {
+		o := runs[0]
+		for _, n := range runs[1:] {
+			p("| %s / old | | | | | %s | | %s | %s | | |\n", n.Shape, fmtRatio(ratio(n.Elapsed, o.Elapsed)),
+				fmtRatio(float64(n.Requests)/float64(o.Requests)), fmtRatio(float64(n.PutIfAbsent)/float64(o.PutIfAbsent)))
+		}
+		for _, s := range runs {
+			if s.FirstError != "" {
+				p("\n%s: first error: `%s`\n", s.Shape, s.FirstError)
+			}
+		}
+	}
 }
 
 func (r *Report) ingestSection(p printer) {

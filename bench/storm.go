@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/tidemark-io/tidemark/internal/testutil/faultproxy"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
@@ -66,6 +68,13 @@ type StormConfig struct {
 	// Deadline bounds the measured phase; whatever is left is reported as not
 	// drained (and merged afterwards, without faults, so the rows can be checked).
 	Deadline time.Duration
+	// S3URL, if set, runs the storm on a real S3-compatible store instead of
+	// mem://: the bucket of this s3:// URL (DATA_URL form, credentials from the
+	// environment), behind a fault proxy that adds Latency and Jitter and answers
+	// what is over MaxConcurrent with S3's 503 SlowDown (Throttle must be
+	// ThrottleReject). Request counts are then the proxy's: HTTP requests,
+	// the SDK's own resends included.
+	S3URL string
 }
 
 // DefaultStormConfig is the commit storm of the reference system, with the issue's
@@ -185,7 +194,9 @@ const stormStore = "storm"
 
 type stormWorld struct {
 	raw, bucket *objstore.Bucket
-	faults      *objstore.Faults
+	faults      *objstore.Faults // mem:// runs
+	s3          *s3Storm         // S3URL runs
+	log         *slog.Logger
 	workers     []*benchWorker
 	stores      []*store.Store
 	releases    []store.Release
@@ -200,16 +211,34 @@ func (w *stormWorld) close() {
 	for _, wk := range w.workers {
 		wk.close()
 	}
+	if w.s3 != nil {
+		if err := w.s3.close(context.Background()); err != nil {
+			w.log.Warn("storm: objects left in the bucket", "err", err)
+		}
+	}
 }
 
 // newStormWorld builds the backlog, without faults: one rollout store, each worker's
 // shard holding its pending generations.
 func newStormWorld(ctx context.Context, env *Env, cfg StormConfig) (*stormWorld, error) {
-	raw, faulty, f, err := openMem(ctx, env.Seed)
-	if err != nil {
-		return nil, err
+	w := &stormWorld{want: map[string]bool{}, log: env.log()}
+	if cfg.S3URL != "" {
+		if cfg.Throttle != objstore.ThrottleReject {
+			return nil, errors.New("storm on S3: the fault proxy refuses what is over MaxConcurrent (ThrottleReject); it cannot queue")
+		}
+		s3, err := openS3Storm(ctx, cfg.S3URL, env.Seed)
+		if err != nil {
+			return nil, err
+		}
+		w.raw, w.bucket, w.s3 = s3.raw, s3.proxied, s3
+	} else {
+		raw, faulty, f, err := openMem(ctx, env.Seed)
+		if err != nil {
+			return nil, err
+		}
+		w.raw, w.bucket, w.faults = raw, faulty, f
 	}
-	w := &stormWorld{raw: raw, bucket: faulty, faults: f, want: map[string]bool{}}
+	faulty := w.bucket
 	sc := store.Config{TableOptions: []table.Option{table.WithRetryTimeout(cfg.RetryTimeout)}}
 	for i := range cfg.Workers {
 		w.workers = append(w.workers, newWorker(faulty, fmt.Sprintf("worker-%02d", i), sc, defaultMergeConfig()))
@@ -262,9 +291,13 @@ func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) 
 	env.log().Info("storm: backlog built", "shape", string(shape), "workers", cfg.Workers,
 		"generations", cfg.Workers*cfg.GenerationsPerWorker, "rows", len(w.want))
 
-	w.faults.SetLatency(cfg.Latency, cfg.Jitter)
-	w.faults.SetMaxConcurrent(cfg.MaxConcurrent, cfg.Throttle)
-	w.faults.ResetCounters()
+	if w.s3 != nil {
+		w.s3.inject(cfg)
+	} else {
+		w.faults.SetLatency(cfg.Latency, cfg.Jitter)
+		w.faults.SetMaxConcurrent(cfg.MaxConcurrent, cfg.Throttle)
+		w.faults.ResetCounters()
+	}
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Deadline+2*cfg.RetryTimeout)
 	defer cancel()
 	switch shape {
@@ -281,12 +314,20 @@ func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) 
 	default:
 		return res, fmt.Errorf("storm: unknown shape %q", shape)
 	}
-	byOp := w.faults.RequestCounts()
-	res.Requests = w.faults.TotalRequests()
-	res.PutIfAbsent = w.faults.Requests(objstore.OpPutIfAbsent)
-	res.PeakInFlight = w.faults.PeakInFlight()
-	res.Refused = w.faults.Throttled()
-	w.faults.Clear()
+	var byOp any
+	if w.s3 != nil {
+		c := w.s3.proxy.Counts()
+		byOp = c
+		res.Requests, res.PutIfAbsent, res.PeakInFlight, res.Refused = c.Requests, c.ConditionalWrites, c.PeakInFlight, c.Throttled
+		w.s3.proxy.Set(faultproxy.Faults{})
+	} else {
+		byOp = w.faults.RequestCounts()
+		res.Requests = w.faults.TotalRequests()
+		res.PutIfAbsent = w.faults.Requests(objstore.OpPutIfAbsent)
+		res.PeakInFlight = w.faults.PeakInFlight()
+		res.Refused = w.faults.Throttled()
+		w.faults.Clear()
+	}
 
 	pending, err := pendingGenerations(ctx, w.raw, w.dir)
 	if err != nil {
@@ -310,7 +351,7 @@ func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) 
 	res.Versions = m.Version - 1 // version 1 is the create
 	env.log().Info("storm: done", "shape", string(shape), "drained", res.Drained, "elapsed", res.Elapsed.Round(time.Millisecond),
 		"merges_ok", res.MergesOK, "merges_failed", res.MergesFailed, "too_many_writers", res.TooManyWriters, "requests", res.Requests,
-		"requests_by_op", fmt.Sprint(byOp))
+		"requests_by_op", fmt.Sprintf("%+v", byOp))
 	return res, nil
 }
 

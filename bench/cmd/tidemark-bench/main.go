@@ -68,6 +68,7 @@ type runFlags struct {
 	seed       uint64
 	// Sizes that may need adjusting to a slower machine.
 	stormScale  float64
+	stormS3     string
 	memoryBytes int64
 	// ingestDuration is each sustained-ingest run's length; ingestShort adds the
 	// runs with short scan and sweep intervals to those at the master's defaults.
@@ -97,6 +98,9 @@ func newRunCmd() *cobra.Command {
 	fs.StringVar(&f.dir, "dir", "", "scratch directory (default: a new temporary directory, removed at the end)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of every generator of rows, jitter and client choices")
 	fs.Float64Var(&f.stormScale, "storm-time-scale", 1, "commit storm: multiply the reference's 50 ms latency, 30 s retry timeout and 30 s timer by this (below 1: a shorter, less faithful run)")
+	fs.StringVar(&f.stormS3, "storm-s3", "", "commit storm: also run its shapes on this S3-compatible bucket (DATA_URL form, e.g. "+
+		"s3://tidemark-test?endpoint=http://127.0.0.1:9100&region=us-east-1&use_path_style=true, credentials from AWS_ACCESS_KEY_ID and "+
+		"AWS_SECRET_ACCESS_KEY; scripts/minio.sh's MinIO), behind a fault proxy adding the latency and answering 503 SlowDown over the concurrency")
 	fs.DurationVar(&f.ingestDuration, "ingest-duration", 3*time.Minute, "sustained ingest: length of each run (4 or 8 runs)")
 	fs.BoolVar(&f.ingestShort, "ingest-short-intervals", true, "sustained ingest: also run with a 10 s stats scan and a 5 s merge sweep, besides the master's defaults")
 	fs.Int64Var(&f.memoryBytes, "memory-backlog-bytes", 1<<30, "memory scenario: generation bytes of the backlog merged")
@@ -173,6 +177,18 @@ func run(ctx context.Context, f runFlags) error {
 				return fmt.Errorf("commit storm: %w", err)
 			}
 			r.Storm = append(r.Storm, res)
+		}
+		if f.stormS3 != "" {
+			cfg := r.StormConfig
+			cfg.S3URL = f.stormS3
+			for _, shape := range []bench.StormShape{bench.OldShapePerWorkerTimers, bench.NewShapeSerialFanOut, bench.NewShapeTwoPhaseFanOut} {
+				res, err := bench.RunStorm(ctx, env, cfg, shape)
+				if err != nil {
+					return fmt.Errorf("commit storm on %s: %w", f.stormS3, err)
+				}
+				r.StormS3 = append(r.StormS3, res)
+			}
+			r.StormS3URL = f.stormS3
 		}
 		for _, cfg := range bench.FanOutThroughputConfigs() {
 			for _, shape := range []bench.StormShape{bench.NewShapeSerialFanOut, bench.NewShapeTwoPhaseFanOut} {
