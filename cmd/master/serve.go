@@ -195,11 +195,6 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return fmt.Errorf("data url (--data-url, DATA_URL): %w", err)
 	}
 	defer bucket.Close()
-	// Before anything is written: every commit, seal, claim and fence of the
-	// stores on this bucket rests on conditional writes.
-	if err := objstore.CheckConditionalWrites(ctx, resendThrottled(bucket)); err != nil {
-		return fmt.Errorf("data url (--data-url, DATA_URL): %w", err)
-	}
 	if bucket, err = chaos.WrapBucket(bucket, log); err != nil { // faults only in -tags chaos builds
 		return err
 	}
