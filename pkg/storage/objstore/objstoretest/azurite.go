@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +46,7 @@ func azuriteTestURL(t testing.TB) string {
 	t.Helper()
 	addr := AzuriteAddr(t)
 	name := newContainer(t, addr)
-	registerAzuriteScheme()
+	registerSchemes()
 	return azuriteScheme + "://" + name + "?" + azuriteQuery(addr)
 }
 
@@ -79,25 +78,22 @@ func azuriteQuery(addr string) string {
 	return url.Values{"protocol": {"http"}, "domain": {addr}, "localemu": {"true"}}.Encode()
 }
 
-var registerAzuriteOnce sync.Once
-
-func registerAzuriteScheme() {
-	registerAzuriteOnce.Do(func() {
-		cred, err := azblob.NewSharedKeyCredential(AzuriteAccount, AzuriteKey)
-		if err != nil {
-			panic(fmt.Sprintf("objstoretest: Azurite credential: %v", err))
-		}
-		blob.DefaultURLMux().RegisterBucket(azuriteScheme, &azureblob.URLOpener{
-			MakeClient: func(svc azureblob.ServiceURL, c azureblob.ContainerName) (*container.Client, error) {
-				u, err := url.JoinPath(string(svc), string(c))
-				if err != nil {
-					return nil, err
-				}
-				return container.NewClientWithSharedKeyCredential(u, cred, nil)
-			},
-			ServiceURLOptions: azureblob.ServiceURLOptions{AccountName: AzuriteAccount},
-		})
-	})
+// azuriteOpener opens azuriteScheme's URLs with Azurite's shared key.
+func azuriteOpener() blob.BucketURLOpener {
+	cred, err := azblob.NewSharedKeyCredential(AzuriteAccount, AzuriteKey)
+	if err != nil {
+		panic(fmt.Sprintf("objstoretest: Azurite credential: %v", err))
+	}
+	return &azureblob.URLOpener{
+		MakeClient: func(svc azureblob.ServiceURL, c azureblob.ContainerName) (*container.Client, error) {
+			u, err := url.JoinPath(string(svc), string(c))
+			if err != nil {
+				return nil, err
+			}
+			return container.NewClientWithSharedKeyCredential(u, cred, nil)
+		},
+		ServiceURLOptions: azureblob.ServiceURLOptions{AccountName: AzuriteAccount},
+	}
 }
 
 // newContainer creates a container with a random name and deletes it when t ends.

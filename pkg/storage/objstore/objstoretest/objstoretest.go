@@ -100,6 +100,7 @@ func FileURL(t testing.TB) string {
 
 func open(t testing.TB, rawURL string) *objstore.Bucket {
 	t.Helper()
+	registerSchemes() // before any open reads the mux (see registerSchemes)
 	b, err := objstore.Open(context.Background(), rawURL)
 	if err != nil {
 		t.Fatalf("open %s: %v", rawURL, err)
@@ -141,7 +142,7 @@ func OpenURL(t testing.TB, dataURL string) *objstore.Bucket {
 	q := u.Query()
 	switch u.Scheme {
 	case "azblob":
-		registerAzuriteScheme()
+		registerSchemes()
 		u.Scheme = azuriteScheme
 		return open(t, u.String())
 	case "s3":

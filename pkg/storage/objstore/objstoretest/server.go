@@ -64,13 +64,27 @@ type bucketServer struct {
 	server
 	scheme string // s3-test
 	opener blob.BucketURLOpener
-	once   sync.Once
+}
+
+var registerOnce sync.Once
+
+// registerSchemes registers every test-only scheme on gocloud's default URL mux,
+// all at once: the mux's registry is a plain map, so a registration beside another
+// (parallel subtests on two drivers) or beside an open is a data race. Every open
+// of this package passes through here first.
+func registerSchemes() {
+	registerOnce.Do(func() {
+		mux := blob.DefaultURLMux()
+		mux.RegisterBucket(azuriteScheme, azuriteOpener())
+		mux.RegisterBucket(minio.scheme, minio.opener)
+		mux.RegisterBucket(gcs.scheme, gcs.opener)
+	})
 }
 
 // schemeURL returns the URL of prefix in TestBucket reached through endpoint under
-// the test-only scheme, which it registers on first use.
+// the test-only scheme.
 func (s *bucketServer) schemeURL(endpoint, prefix string) string {
-	s.once.Do(func() { blob.DefaultURLMux().RegisterBucket(s.scheme, s.opener) })
+	registerSchemes()
 	return s.scheme + "://" + TestBucket + "?" + url.Values{"endpoint": {endpoint}, "prefix": {prefix}}.Encode()
 }
 
