@@ -136,8 +136,11 @@ func newEnv(t *testing.T, mutate func(*Config)) *env {
 	}
 	srv := httptest.NewUnstartedServer(d)
 	// Short server timeouts, as the master has (longer) ones: an event stream
-	// must outlive them.
+	// must outlive them. The idle timeout is not short: without one, the read
+	// timeout bounds a kept-alive connection's idle time too, and a test's next
+	// request on a loaded machine raced the server closing it (a GET failing EOF).
 	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
+	srv.Config.IdleTimeout = time.Minute
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return &env{admin: admin, dash: d, srv: srv, cfg: cfg}
