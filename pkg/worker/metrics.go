@@ -91,6 +91,11 @@ type Metrics struct {
 	// tables and WAL shards) deleted by garbage collection, by store kind.
 	CleanupObjects *prometheus.CounterVec
 	CleanupBytes   *prometheus.CounterVec
+	// DrainedFiles counts the drained generation files whose delete delay passed,
+	// by what the cleanup sweeper made of them: deleted, failed (the delete failed)
+	// or dropped (the delete queue was full). Failed and dropped files are garbage
+	// that the next garbage collection deletes. Merges delete none.
+	DrainedFiles *prometheus.CounterVec
 	// VerifyProblems counts problems verify and repair tasks found, by store kind;
 	// RepairDroppedFragments the fragments repairs removed. Either rising needs a
 	// human: data is missing or damaged.
@@ -190,6 +195,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		CleanupBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_cleanup_deleted_bytes_total", Help: "Bytes of the objects deleted by garbage collection, by store kind.",
 		}, []string{"kind"}),
+		DrainedFiles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_wal_drained_files_total", Help: "Drained WAL generation files whose delete delay passed, by what the cleanup sweeper made of them (deleted, failed, dropped: the queue was full; failed and dropped ones are left for garbage collection).",
+		}, []string{"result"}),
 		VerifyProblems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_verify_problems_total", Help: "Missing or damaged objects found by verify and repair tasks, by store kind.",
 		}, []string{"kind"}),
@@ -206,7 +214,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.BlobBudgetRejections, m.BlobBytes)
 	reg.MustRegister(m.Compactions, m.CompactedFragments, m.CompactionBytes, m.CleanupObjects, m.CleanupBytes,
-		m.VerifyProblems, m.RepairDroppedFragments)
+		m.DrainedFiles, m.VerifyProblems, m.RepairDroppedFragments)
 	reg.MustRegister(m.ShardsAdopted, m.FencingRefusals, m.Flushes, m.Cleanups, m.Merges, m.MergeDuration, m.MergedGenerations,
 		m.PendingGenerations, m.ReadFanoutWarnings, m.Requests, m.RequestDuration, m.AppendedRows)
 	reg.MustRegister(m.GenerationsReclaimed, m.ReadPendingGenerations, m.AddDuration, m.AddErrors, m.AddRequestDuration,
@@ -220,6 +228,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, o := range []string{FlushSealed, FlushNoop, FlushFenced} {
 		m.FlushDuration.WithLabelValues(o)
+	}
+	for _, r := range []string{DrainedDeleted, DrainedFailed, DrainedDropped} {
+		m.DrainedFiles.WithLabelValues(r)
 	}
 	return m
 }
@@ -237,6 +248,13 @@ const (
 	FlushSealed = "sealed"
 	FlushNoop   = "noop"
 	FlushFenced = "fenced"
+)
+
+// Label values of tidemark_wal_drained_files_total{result}.
+const (
+	DrainedDeleted = "deleted"
+	DrainedFailed  = "failed"
+	DrainedDropped = "dropped"
 )
 
 // ObserveAdd records a rollout store's durable append that took d (the

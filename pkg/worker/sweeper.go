@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
@@ -36,7 +37,11 @@ type SweeperConfig struct {
 	// shard has this many pending generations. 0 disables it (it is never
 	// "threshold 0").
 	MergeAfterGenerations int
-	// StepTimeout bounds one store's step of a sweep.
+	// Deletes, if set, is the queue the worker's WAL drains hand the drained files
+	// that came due to (wal.WithDeleteQueue); the cleanup sweeper deletes them as
+	// soon as it is woken, so no merge waits for them.
+	Deletes *wal.DeleteQueue
+	// StepTimeout bounds one store's step of a sweep, and one pass of deletes.
 	StepTimeout time.Duration
 	Clock       clock.WithTicker
 	Logger      *slog.Logger
@@ -70,12 +75,25 @@ func NewSweeper(cfg SweeperConfig) *Sweeper {
 	return &Sweeper{cfg: cfg, log: cfg.Logger}
 }
 
-// Run runs both sweepers until ctx is done.
+// Run runs both sweepers until ctx is done. The cleanup sweeper's deletes of
+// drained files run apart from its periodic pass, whenever drains queue some: a
+// pass that seals and merges every store must not hold them back, nor they it.
 func (sw *Sweeper) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); sw.every(ctx, sw.cfg.FlushInterval, sw.FlushPass) }()
-	go func() { defer wg.Done(); sw.every(ctx, sw.cfg.CleanupInterval, sw.CleanupPass) }()
+	wg.Go(func() { sw.every(ctx, sw.cfg.FlushInterval, sw.FlushPass) })
+	wg.Go(func() { sw.every(ctx, sw.cfg.CleanupInterval, sw.CleanupPass) })
+	if q := sw.cfg.Deletes; q != nil {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return // what is still queued is garbage for wal.Cleanup
+				case <-q.Ready():
+					sw.DeletePass(ctx)
+				}
+			}
+		})
+	}
 	wg.Wait()
 }
 
@@ -130,6 +148,31 @@ func (sw *Sweeper) CleanupPass(ctx context.Context) {
 			})
 		}
 	})
+}
+
+// DeletePass deletes the drained generation files the worker's drains queued
+// (their delete delay has passed and no manifest lists them), bounded by
+// StepTimeout, and reports them under tidemark_wal_drained_files_total. This is
+// where those deletes are counted: a merge's drain only queues them.
+func (sw *Sweeper) DeletePass(ctx context.Context) wal.DeleteResult {
+	q := sw.cfg.Deletes
+	if q == nil {
+		return wal.DeleteResult{}
+	}
+	ctx, cancel := context.WithTimeout(ctx, sw.cfg.StepTimeout)
+	defer cancel()
+	r := q.Delete(ctx)
+	sw.cfg.Metrics.DrainedFiles.WithLabelValues(DrainedDeleted).Add(float64(r.Deleted))
+	sw.cfg.Metrics.DrainedFiles.WithLabelValues(DrainedFailed).Add(float64(r.Failed))
+	sw.cfg.Metrics.DrainedFiles.WithLabelValues(DrainedDropped).Add(float64(r.Dropped))
+	switch {
+	case r.Failed > 0 || r.Dropped > 0:
+		sw.log.Warn("cleanup sweeper: drained WAL files left for garbage collection", "deleted", r.Deleted,
+			"failed", r.Failed, "dropped", r.Dropped, "err", r.Err)
+	case r.Deleted > 0:
+		sw.log.Debug("cleanup sweeper: deleted drained WAL files", "deleted", r.Deleted)
+	}
+	return r
 }
 
 // merge runs one sweeper merge and reports it under the cleanup counters.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/maintain"
 	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
@@ -135,8 +137,12 @@ func New(cfg Config) (*Worker, error) {
 	}
 	series := NewMetrics(cfg.Metrics)
 
+	// The drains of this worker's WAL writers hand the files that came due to the
+	// cleanup sweeper instead of deleting them inside a merge's commit.
+	deletes := wal.NewDeleteQueue(0)
 	sc := cfg.Store
 	sc.Shard, sc.Logger = cfg.InstanceID, log
+	sc.WALOptions = append(slices.Clip(sc.WALOptions), wal.WithDeleteQueue(deletes))
 	sc.OnSlowRead = func(target string, _ int) { series.ReadFanoutWarnings.WithLabelValues(kindOf(target)).Inc() }
 	sc.OnRead = func(_ string, pending int) { series.ReadPendingGenerations.Observe(float64(pending)) }
 	stores := store.NewStores(sc, cfg.MaxOpenStores)
@@ -146,7 +152,7 @@ func New(cfg Config) (*Worker, error) {
 	merger := merge.New(mc)
 
 	wc := cfg.Sweep
-	wc.Stores, wc.Merger, wc.Metrics, wc.Logger = stores, merger, series, log
+	wc.Stores, wc.Merger, wc.Metrics, wc.Logger, wc.Deletes = stores, merger, series, log, deletes
 	sweeper := NewSweeper(wc)
 
 	ac := cfg.Maintain

@@ -126,9 +126,10 @@ func (o *observation) row(now time.Time) stats.Row {
 
 // RetiredFilesAfter is how long after a drain a retired shard's drained files are
 // taken as due for deletion: the default WAL delete delay (5 min) with a margin. A
-// retired shard that lists older ones is active again, so an adopter deletes them
-// (merge.Merger.Adopt); with a longer delete delay (wal.WithDeleteDelay) it deletes only
-// what is due, and the shard stays active until the rest is.
+// retired shard that lists older ones is active again, so an adopter drains them
+// out of its manifest for its cleanup sweeper to delete (merge.Merger.Adopt); with a
+// longer delete delay (wal.WithDeleteDelay) it drains only what is due, and the shard
+// stays active until the rest is.
 const RetiredFilesAfter = 10 * time.Minute
 
 // filesDue reports whether retired shard m lists a drained file due for deletion.

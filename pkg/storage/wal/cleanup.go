@@ -78,11 +78,13 @@ type CleanupResult struct {
 //     age, and kept ranges stop stale writers (fence.go).
 //   - a generation file that no kept manifest lists (generations or
 //     deferred_deletes) and whose number is at most current_generation. Drained
-//     files are the drain's to delete (deferred_deletes, after the delete delay):
-//     while any kept manifest lists them they are left alone. What is left are
-//     files nothing else will ever delete: a seal's file whose manifest write failed
-//     and whose delete failed too (or whose process died between the two), and a
-//     drained file whose deferred delete failed. A file numbered above
+//     files wait under deferred_deletes for the delete delay, then a drain hands
+//     them to its worker's DeleteQueue: while any kept manifest lists them they are
+//     left alone. What is left are files nothing else will ever delete: a seal's
+//     file whose manifest write failed and whose delete failed too (or whose
+//     process died between the two), and a drained file whose queued delete
+//     failed, did not fit in the queue, or was lost with the process that queued
+//     it. A file numbered above
 //     current_generation may be a seal in progress (its manifest edit not yet
 //     written) and is kept however old it is.
 //

@@ -38,7 +38,10 @@
 // each shard's merged watermark through a GenerationCache, and merge rows by id,
 // highest _seq first. A drained generation's file outlives the drain by a delete delay;
 // a reader whose snapshot is older still than that gets objstore.ErrNotFound and
-// refreshes (the base table has the rows by then).
+// refreshes (the base table has the rows by then). A drain deletes no file: the
+// drains after the delay take the file out of the manifest and hand it to a
+// DeleteQueue, whose deleter (the worker's cleanup sweeper) deletes it off the
+// merge's path, and Cleanup collects what a lost queue never deleted.
 //
 // Nothing a shard writes grows without bound: Cleanup prunes manifest versions older
 // than a safety window (beyond the newest few) and deletes the leftovers of crashes

@@ -3,9 +3,6 @@ package wal
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 )
@@ -15,8 +12,12 @@ type DrainResult struct {
 	// Generations and Rows count the generations removed from the manifest.
 	Generations int
 	Rows        int64
-	// Deleted counts generation files of earlier drains deleted now.
-	Deleted int
+	// Due counts the files of earlier drains whose delete delay has passed, which
+	// this drain took out of deferred_deletes. The drain deletes none of them: it
+	// hands them to Options.Deletes (the worker's cleanup sweeper deletes them and
+	// counts what it deleted), and Dropped of them found the queue full or no queue
+	// at all; Cleanup collects those.
+	Due, Dropped int
 	// Manifest is the version written, or the latest one if nothing changed.
 	Manifest *Manifest
 }
@@ -30,9 +31,12 @@ type DrainResult struct {
 //
 // Drained files are not deleted at once: a reader holding a snapshot taken before the
 // drain may still read them (the base manifest it pairs them with predates the merge).
-// The manifest lists them under deferred_deletes, and a later drain deletes those
-// that have been drained for at least Options.DeleteDelay (best effort; a file whose
-// delete fails is left as garbage and logged).
+// The manifest lists them under deferred_deletes, and a later drain takes out those
+// that have been drained for at least Options.DeleteDelay. Drain deletes nothing
+// itself, since it runs inside a merge's serialized commit: once the manifest that
+// stops listing the due files is written, it hands them to Options.Deletes, whose
+// deleter removes them later. Without a queue (or with a full one) they are garbage
+// that Cleanup collects, as after a crash between the drain and the delete.
 func Drain(ctx context.Context, bucket *objstore.Bucket, dir, shard string, upTo, preparedEpoch uint64, opts ...Option) (DrainResult, error) {
 	o := buildOptions(opts)
 	sh, err := newShard(bucket, dir, shard, o)
@@ -41,7 +45,7 @@ func Drain(ctx context.Context, bucket *objstore.Bucket, dir, shard string, upTo
 	}
 	res, due, err := drain(ctx, sh, nil, upTo, preparedEpoch)
 	if err == nil {
-		res.Deleted = deleteDrained(ctx, sh, due)
+		res.Dropped = sh.queueDrained(due)
 	}
 	return res, err
 }
@@ -51,16 +55,13 @@ func Drain(ctx context.Context, bucket *objstore.Bucket, dir, shard string, upTo
 // the writer's own seals for the next manifest version, frequent seals could starve
 // it (measured: a drain gave up after 32 lost races against back-to-back seals).
 //
-// The files that came due are deleted after the seal lock is released: seals need
-// not wait for them, and neither does the next merge's commit of another worker
-// (a drain is inside a merge's serialized commit). A drain after DeleteDelay's
-// first expiry deletes as many files as it drained; one after another, inside the
-// lock, that stepped a 20-worker cluster's backlog up at about 5 minutes
-// (BENCHMARKS.md, sustained ingest).
+// Like Drain, it only queues the files that came due (after the seal lock is
+// released): neither the writer's seals nor the next merge's commit of another
+// worker wait for their deletes.
 func (w *Writer) Drain(ctx context.Context, upTo uint64) (DrainResult, error) {
 	res, due, err := w.drainLocked(ctx, upTo)
 	if err == nil {
-		res.Deleted = deleteDrained(ctx, w.sh, due)
+		res.Dropped = w.sh.queueDrained(due)
 	}
 	return res, err
 }
@@ -81,7 +82,7 @@ func (w *Writer) drainLocked(ctx context.Context, upTo uint64) (DrainResult, []D
 
 // drain writes the manifest without the generations up to upTo and returns the
 // drained files whose DeleteDelay has passed, no longer listed by it, for the
-// caller to delete (deleteDrained).
+// caller to queue (queueDrained).
 func drain(ctx context.Context, sh *shard, known *Manifest, upTo, preparedEpoch uint64) (DrainResult, []DeferredDelete, error) {
 	o := sh.opts
 	var (
@@ -128,29 +129,29 @@ func drain(ctx context.Context, sh *shard, known *Manifest, upTo, preparedEpoch 
 		return DrainResult{}, nil, err
 	}
 	res.Manifest = m
+	res.Due = len(due)
 	return res, due, nil
 }
 
-// drainedDeletes bounds the deletes of drained files in flight at once.
-const drainedDeletes = 8
-
-// deleteDrained deletes files the manifest no longer lists (best effort: a file
-// whose delete fails is logged and left as garbage) and returns how many it
-// deleted. Only after the manifest that stops listing them has been written.
-func deleteDrained(ctx context.Context, sh *shard, due []DeferredDelete) int {
-	var deleted atomic.Int64
-	g := errgroup.Group{}
-	g.SetLimit(drainedDeletes)
-	for _, d := range due {
-		g.Go(func() error {
-			if err := sh.bucket.Delete(ctx, sh.dir+"/"+d.Path); err != nil {
-				sh.logger.Warn("wal: deleting a drained generation file failed; it is garbage now", "path", d.Path, "err", err)
-				return nil
-			}
-			deleted.Add(1)
-			return nil
-		})
+// queueDrained hands the due files, which the manifest written no longer lists,
+// to the shard's delete queue and returns how many it could not take (all of them
+// without a queue): those are left for Cleanup.
+func (s *shard) queueDrained(due []DeferredDelete) (dropped int) {
+	if len(due) == 0 {
+		return 0
 	}
-	_ = g.Wait()
-	return int(deleted.Load())
+	keys := make([]string, len(due))
+	for i, d := range due {
+		keys[i] = s.dir + "/" + d.Path
+	}
+	q := s.opts.Deletes
+	if q == nil {
+		s.logger.Debug("wal: drained generation files left for cleanup: no delete queue", "files", len(due))
+		return len(due)
+	}
+	if dropped = q.add(s.bucket, keys); dropped > 0 {
+		s.logger.Warn("wal: drained generation files left for cleanup: the delete queue is full",
+			"files", dropped, "queued", len(due)-dropped)
+	}
+	return dropped
 }

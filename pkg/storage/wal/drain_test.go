@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
@@ -120,7 +118,8 @@ func TestDrainChecksThePreparedEpoch(t *testing.T) {
 
 // TestDrainedFilesAreDeletedLater: a reader that took its snapshot just before a
 // drain still reads the drained generation, so its file outlives the drain by the
-// delete delay and is removed by a later drain.
+// delete delay; a later drain takes it out of deferred_deletes and hands it to the
+// delete queue, whose deleter removes it.
 func TestDrainedFilesAreDeletedLater(t *testing.T) {
 	ctx := context.Background()
 	b := objstoretest.Mem(t)
@@ -131,53 +130,51 @@ func TestDrainedFilesAreDeletedLater(t *testing.T) {
 	mustAppend(t, w, "b")
 	g2 := mustSeal(t, w)
 	epoch := w.Stats().Epoch
-	exists := func(g *wal.Generation) bool {
-		ok, err := b.Exists(ctx, wal.GenerationKey(testDir, *g))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ok
-	}
+	q := wal.NewDeleteQueue(0)
 	drain := func(upTo uint64) wal.DrainResult {
 		t.Helper()
-		res, err := wal.Drain(ctx, b, testDir, testShard, upTo, epoch, wal.WithClock(clk), wal.WithDeleteDelay(time.Minute))
+		res, err := wal.Drain(ctx, b, testDir, testShard, upTo, epoch, wal.WithClock(clk),
+			wal.WithDeleteDelay(time.Minute), wal.WithDeleteQueue(q))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
 	drain(1)
-	if !exists(g1) {
-		t.Fatal("generation 1's file was deleted by the drain that removed it")
-	}
+	mustExist(t, b, wal.GenerationKey(testDir, *g1), true) // not by the drain that removed it
 	clk.SetTime(clk.Now().Add(30 * time.Second))
-	if res := drain(2); res.Deleted != 0 || !exists(g1) {
-		t.Fatalf("deleted %d files before the delete delay passed", res.Deleted)
+	if res := drain(2); res.Due != 0 || q.Len() != 0 {
+		t.Fatalf("%d files due, %d queued before the delete delay passed", res.Due, q.Len())
 	}
 	clk.SetTime(clk.Now().Add(31 * time.Second))
 	res := drain(2) // nothing left to drain, but generation 1's delay has passed
-	if res.Deleted != 1 || exists(g1) {
-		t.Fatalf("deleted %d files, generation 1 exists: %v", res.Deleted, exists(g1))
-	}
-	if !exists(g2) {
-		t.Fatal("generation 2 was deleted before its delay passed")
+	if res.Due != 1 || res.Dropped != 0 || q.Len() != 1 {
+		t.Fatalf("drain: %d due, %d dropped, %d queued; want generation 1's file queued", res.Due, res.Dropped, q.Len())
 	}
 	if got := res.Manifest.DeferredDeletes; len(got) != 1 || got[0].Path != g2.Path {
 		t.Errorf("deferred deletes %+v, want generation 2's file", got)
 	}
+	mustExist(t, b, wal.GenerationKey(testDir, *g1), true) // queued, not deleted
+	if r := q.Delete(ctx); r.Deleted != 1 || r.Failed != 0 || r.Dropped != 0 {
+		t.Fatalf("queue's delete: %+v, want generation 1's file deleted", r)
+	}
+	mustExist(t, b, wal.GenerationKey(testDir, *g1), false)
+	mustExist(t, b, wal.GenerationKey(testDir, *g2), true) // its delay has not passed
 }
 
-// A writer's drain deletes the files that came due after it releases the seal lock:
-// a seal goes on while those deletes are still in flight. Failure it guards: a
-// drain deleted them one by one under the lock, inside a merge's serialized
-// commit, and once the delete delay first expired a 20-worker cluster's backlog
-// stepped up (BENCHMARKS.md, sustained ingest).
-func TestAWritersDrainDeletesDueFilesOutsideTheSealLock(t *testing.T) {
+// A drain is inside a merge's serialized commit, so it writes its manifest edit and
+// sends no delete: the files that came due go to the delete queue, and its deleter
+// (the worker's cleanup sweeper) deletes them afterwards. Failure it guards: drains
+// deleted the files themselves, 8 at a time inside the merge's answer, and once the
+// delete delay first expired a 20-worker cluster's backlog stepped up
+// (BENCHMARKS.md, sustained ingest).
+func TestAWritersDrainSendsNoDeletes(t *testing.T) {
 	ctx := context.Background()
 	f := objstore.NewFaults(nil)
 	b := objstore.WithFaults(objstoretest.Mem(t), f)
 	clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	w := openWriter(t, b, testShard, wal.WithClock(clk), wal.WithDeleteDelay(time.Minute))
+	q := wal.NewDeleteQueue(0)
+	w := openWriter(t, b, testShard, wal.WithClock(clk), wal.WithDeleteDelay(time.Minute), wal.WithDeleteQueue(q))
 	var gens []*wal.Generation
 	for i := range 3 {
 		mustAppend(t, w, fmt.Sprint("g", i))
@@ -187,35 +184,79 @@ func TestAWritersDrainDeletesDueFilesOutsideTheSealLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.SetTime(clk.Now().Add(2 * time.Minute))
+	mustAppend(t, w, "g3")
+	g3 := mustSeal(t, w)
 
-	release := make(chan struct{})
-	var inDelete atomic.Int32
-	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpDelete}, KeyContains: "/gen/",
-		Before: func(context.Context, objstore.Op, string) {
-			inDelete.Add(1)
-			<-release
-		}})
-	done := make(chan wal.DrainResult, 1)
-	go func() {
-		res, err := w.Drain(ctx, 3) // nothing to drain; the 3 files are due
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
-	testwait.For(t, 10*time.Second, "the drain's deletes in flight", func() (bool, string) {
-		n := inDelete.Load()
-		return n == 3, fmt.Sprintf("%d of 3 deletes started", n)
-	})
-	mustAppend(t, w, "during")
-	mustSeal(t, w) // would wait for the deletes if the drain still held the lock
-	close(release)
-	if res := <-done; res.Deleted != 3 {
-		t.Fatalf("deleted %d files, want 3", res.Deleted)
+	before := f.Requests(objstore.OpDelete)
+	res, err := w.Drain(ctx, 4) // drains generation 4; the first 3 files are due
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Requests(objstore.OpDelete) - before; n != 0 {
+		t.Fatalf("the drain sent %d deletes, want none", n)
+	}
+	if res.Generations != 1 || res.Due != 3 || res.Dropped != 0 || q.Len() != 3 {
+		t.Fatalf("drain: %d drained, %d due, %d dropped, %d queued; want 1, 3, 0, 3", res.Generations, res.Due, res.Dropped, q.Len())
+	}
+	select {
+	case <-q.Ready():
+	default:
+		t.Fatal("the queue did not wake its deleter")
 	}
 	for _, g := range gens {
-		if ok, err := b.Exists(ctx, wal.GenerationKey(testDir, *g)); err != nil || ok {
-			t.Fatalf("generation %d: exists %v, %v; want deleted", g.Generation, ok, err)
-		}
+		mustExist(t, b, wal.GenerationKey(testDir, *g), true)
+	}
+
+	r := q.Delete(ctx)
+	if r.Deleted != 3 || r.Failed != 0 {
+		t.Fatalf("queue's delete: %+v, want 3 deleted", r)
+	}
+	if n := f.Requests(objstore.OpDelete) - before; n != 3 {
+		t.Fatalf("%d deletes sent, want the 3 due files'", n)
+	}
+	for _, g := range gens {
+		mustExist(t, b, wal.GenerationKey(testDir, *g), false)
+	}
+	mustExist(t, b, wal.GenerationKey(testDir, *g3), true) // drained now: its delay runs
+	if q.Len() != 0 {
+		t.Fatalf("%d files still queued", q.Len())
+	}
+}
+
+// A full queue drops what does not fit rather than hold the drain: the manifest no
+// longer lists the dropped files, which are garbage for Cleanup, and a failed
+// delete is not retried by the queue (Cleanup's too).
+func TestDeleteQueueIsBounded(t *testing.T) {
+	ctx := context.Background()
+	f := objstore.NewFaults(nil)
+	b := objstore.WithFaults(objstoretest.Mem(t), f)
+	clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	q := wal.NewDeleteQueue(2)
+	w := openWriter(t, b, testShard, wal.WithClock(clk), wal.WithDeleteDelay(time.Minute), wal.WithDeleteQueue(q))
+	for i := range 3 {
+		mustAppend(t, w, fmt.Sprint("g", i))
+		mustSeal(t, w)
+	}
+	if _, err := w.Drain(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(clk.Now().Add(2 * time.Minute))
+	res, err := w.Drain(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Due != 3 || res.Dropped != 1 || q.Len() != 2 {
+		t.Fatalf("drain into a queue of 2: %d due, %d dropped, %d queued; want 3, 1, 2", res.Due, res.Dropped, q.Len())
+	}
+	if m := res.Manifest; len(m.DeferredDeletes) != 0 {
+		t.Fatalf("deferred deletes %+v after the drain, want none", m.DeferredDeletes)
+	}
+	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpDelete}, KeyContains: "/gen/"})
+	r := q.Delete(ctx)
+	if r.Deleted != 0 || r.Failed != 2 || r.Dropped != 1 || !errors.Is(r.Err, objstore.ErrInjected) {
+		t.Fatalf("queue's delete under failing deletes: %+v, want 2 failed (injected), 1 dropped", r)
+	}
+	if q.Len() != 0 {
+		t.Fatalf("%d files queued again after failing; Cleanup is their backstop", q.Len())
 	}
 }

@@ -27,9 +27,14 @@ type Options struct {
 	// MaxQueuedBytes bounds the memory of appends waiting for the committer (64 MiB);
 	// Append waits (or returns its context's error) while the queue is full.
 	MaxQueuedBytes int64
-	// DeleteDelay is how long a drained generation file is kept before a later drain
-	// deletes it (5 min), so readers holding an older snapshot can still read it.
+	// DeleteDelay is how long a drained generation file stays listed under
+	// deferred_deletes before a later drain hands it to Deletes (5 min), so readers
+	// holding an older snapshot can still read it.
 	DeleteDelay time.Duration
+	// Deletes receives the drained files whose delete delay has passed, once the
+	// manifest no longer lists them; its deleter (the worker's cleanup sweeper)
+	// deletes them off the merge's path. Nil: they are left for Cleanup.
+	Deletes *DeleteQueue
 
 	// beforeManifestWrite, if set, runs before every manifest version write (tests use
 	// it to interleave a seal with a drain).
@@ -54,7 +59,7 @@ func WithLinger(d time.Duration) Option { return func(o *Options) { o.Linger = d
 // WithMaxQueuedBytes sets Options.MaxQueuedBytes.
 func WithMaxQueuedBytes(n int64) Option { return func(o *Options) { o.MaxQueuedBytes = n } }
 
-// WithDeleteDelay sets Options.DeleteDelay (negative: delete at the next drain).
+// WithDeleteDelay sets Options.DeleteDelay (negative: due at the next drain).
 func WithDeleteDelay(d time.Duration) Option { return func(o *Options) { o.DeleteDelay = d } }
 
 const (

@@ -19,8 +19,10 @@ type AdoptResult struct {
 	// Retired reports that the shard is retired (now or before); Adopted that
 	// this call retired it.
 	Retired, Adopted bool
-	// Deleted counts drained generation files deleted (of a shard retired earlier).
-	Deleted int
+	// Due counts the drained generation files of a shard retired earlier whose
+	// delete delay had passed: taken out of its manifest and handed to the worker's
+	// delete queue (wal.DrainResult.Due); the cleanup sweeper deletes them.
+	Due int
 }
 
 // Adopt drains the shard of s (a handle from store.Stores.OpenShard, whose shard is
@@ -36,10 +38,11 @@ type AdoptResult struct {
 //  3. The shard is marked retired (wal.Writer.Retire): nothing of it is pending, and
 //     it needs no owner until its worker returns and opens it again.
 //
-// A retired shard is not reopened: Adopt only deletes the drained generation files
-// whose delete delay has passed. The caller holds the store's target lock, so no
-// merge of the store runs meanwhile; each step is idempotent, so an adoption that
-// fails part-way is simply run again.
+// A retired shard is not reopened: Adopt only takes the drained generation files
+// whose delete delay has passed out of its manifest, for the cleanup sweeper to
+// delete. The caller holds the store's target lock, so no merge of the store runs
+// meanwhile; each step is idempotent, so an adoption that fails part-way is simply
+// run again.
 func (m *Merger) Adopt(ctx context.Context, s *store.Store, by string) (AdoptResult, error) {
 	var res AdoptResult
 	sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
@@ -53,13 +56,13 @@ func (m *Merger) Adopt(ctx context.Context, s *store.Store, by string) (AdoptRes
 		}
 		d, err := wal.Drain(ctx, s.Bucket(), s.Entry().URI, s.Shard(), 0, sm.WriterEpoch, s.WALOptions()...)
 		if errors.Is(err, wal.ErrFenced) {
-			// Its worker came back and opened it: the files are its to delete.
+			// Its worker came back and opened it: its own drains hand the files over.
 			return AdoptResult{}, nil
 		}
 		if err != nil {
-			return res, fmt.Errorf("adopt shard %s of %s: delete drained files: %w", s.Shard(), s.Target(), err)
+			return res, fmt.Errorf("adopt shard %s of %s: drain the files due for deletion: %w", s.Shard(), s.Target(), err)
 		}
-		res.Deleted = d.Deleted
+		res.Due = d.Due
 		return res, nil
 	}
 	w, err := s.Writer(ctx)

@@ -14,7 +14,9 @@
 //     advanced watermark merged_generations[shard], rebasing and retrying on
 //     conflict; then swap the store's read snapshot. Only then drain the merged
 //     generations from the shard manifest (the order reads rely on, see pkg/worker/store);
-//     their files are deleted by a later drain (wal.Drain defers deletes).
+//     the drain writes that manifest edit and nothing else: a later drain hands
+//     their files, once their delete delay has passed, to the worker's cleanup
+//     sweeper (wal.DeleteQueue), which deletes them off the merge's path.
 //
 // Merge runs both halves at once. Prepare and Prepared.Commit run them apart, for the
 // master's two-phase fan-out: every worker prepares at once, then they commit one

@@ -52,7 +52,7 @@ const (
 	PhaseRead   Phase = "read"   // reading the pass's generation objects
 	PhaseAppend Phase = "append" // writing the fragment the rows go into (staged)
 	PhaseCommit Phase = "commit" // the manifest commit that publishes it (Tidemark's own)
-	PhaseDrain  Phase = "drain"  // dropping the merged generations from the shard, with due deletes
+	PhaseDrain  Phase = "drain"  // dropping the merged generations from the shard manifest (no deletes: the cleanup sweeper's)
 )
 
 // Phases lists every Phase, for metrics that show each from the start.
