@@ -19,7 +19,7 @@ var ErrNotDrained = errors.New("WAL shard not drained")
 //
 // The drained files that still wait for their delete delay stay listed in
 // deferred_deletes; a later Drain of the retired shard (package Drain, with the
-// retired epoch) deletes them without reopening it.
+// retired epoch) takes them out for its DeleteQueue without reopening it.
 func (w *Writer) Retire(ctx context.Context, by string) (*Manifest, error) {
 	w.sealMu.Lock()
 	defer w.sealMu.Unlock()
