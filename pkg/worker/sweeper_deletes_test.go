@@ -3,47 +3,24 @@ package worker
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
-	"github.com/tidemark-io/tidemark/pkg/worker/merge"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
-// newDeleteFixture is a sweep fixture wired as worker.New wires a worker: the WAL
-// writers' drains hand due files to the sweeper's delete queue. Drained files are
-// due at the next drain (no delete delay), and the bucket counts requests.
+// newDeleteFixture is a sweep fixture wired as worker.New wires a worker, with a
+// delete queue. Drained files are due at the next drain (no delete delay), and the
+// bucket counts requests.
 func newDeleteFixture(t *testing.T) (*sweepFixture, *objstore.Faults, *objstore.Bucket) {
 	t.Helper()
-	ctx := context.Background()
-	quiet := slog.New(slog.DiscardHandler)
 	faults := objstore.NewFaults(nil)
 	b := objstore.WithFaults(objstoretest.Mem(t), faults)
-	q := wal.NewDeleteQueue(0)
-	ss := store.NewStores(store.Config{Bucket: b, Shard: "w1", Logger: quiet, SnapshotTTL: -1,
-		WALOptions: []wal.Option{wal.WithLogger(quiet), wal.WithDeleteDelay(-1), wal.WithDeleteQueue(q)}}, 0)
-	t.Cleanup(func() { _ = ss.Close(context.Background()) })
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "r"}); err != nil {
-		t.Fatal(err)
-	}
-	s, rel, err := ss.Open(ctx, registry.KindRollout, "r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rel)
-	m := merge.New(merge.Config{Concurrency: 1, Logger: quiet})
-	metrics := NewMetrics(prometheus.NewRegistry())
-	sw := NewSweeper(SweeperConfig{Stores: ss, Merger: m, Metrics: metrics, Deletes: q, Logger: quiet})
-	return &sweepFixture{sw: sw, merger: m, metrics: metrics, s: s}, faults, b
+	return newSweepFixtureOn(t, 0, b, wal.NewDeleteQueue(0), wal.WithDeleteDelay(-1)), faults, b
 }
 
 // mergeOne seals one new row and merges it. It returns the files the shard

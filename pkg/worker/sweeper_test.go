@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
@@ -27,11 +28,22 @@ type sweepFixture struct {
 }
 
 func newSweepFixture(t *testing.T, mergeAfter int) *sweepFixture {
+	return newSweepFixtureOn(t, mergeAfter, objstoretest.Mem(t), nil)
+}
+
+// newSweepFixtureOn is newSweepFixture on bucket b; with a delete queue it is
+// wired as worker.New wires it: the WAL writers' drains hand the files that came
+// due to the sweeper, and extra WAL options follow.
+func newSweepFixtureOn(t *testing.T, mergeAfter int, b *objstore.Bucket, deletes *wal.DeleteQueue, opts ...wal.Option) *sweepFixture {
 	t.Helper()
 	ctx := context.Background()
 	quiet := slog.New(slog.DiscardHandler)
-	ss := store.NewStores(store.Config{Bucket: objstoretest.Mem(t), Shard: "w1", Logger: quiet, SnapshotTTL: -1,
-		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
+	walOpts := []wal.Option{wal.WithLogger(quiet)}
+	if deletes != nil {
+		walOpts = append(walOpts, wal.WithDeleteQueue(deletes))
+	}
+	ss := store.NewStores(store.Config{Bucket: b, Shard: "w1", Logger: quiet, SnapshotTTL: -1,
+		WALOptions: append(walOpts, opts...)}, 0)
 	t.Cleanup(func() { _ = ss.Close(context.Background()) })
 	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "r"}); err != nil {
 		t.Fatal(err)
@@ -43,7 +55,8 @@ func newSweepFixture(t *testing.T, mergeAfter int) *sweepFixture {
 	t.Cleanup(rel)
 	m := merge.New(merge.Config{Concurrency: 1, Logger: quiet})
 	metrics := NewMetrics(prometheus.NewRegistry())
-	sw := NewSweeper(SweeperConfig{Stores: ss, Merger: m, Metrics: metrics, MergeAfterGenerations: mergeAfter, Logger: quiet})
+	sw := NewSweeper(SweeperConfig{Stores: ss, Merger: m, Metrics: metrics, MergeAfterGenerations: mergeAfter,
+		Deletes: deletes, Logger: quiet})
 	return &sweepFixture{sw: sw, merger: m, metrics: metrics, s: s}
 }
 
