@@ -95,7 +95,7 @@ func newServeCmd() *cobra.Command {
 	bind("shutdown-timeout", "SHUTDOWN_TIMEOUT")
 	fs.DurationVar(&f.flushInterval, "flush-interval", worker.DefaultFlushInterval, "period of the flush sweeper: seal every resident store, then the count trigger")
 	bind("flush-interval", "FLUSH_INTERVAL")
-	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", worker.DefaultCleanupInterval, "period of the cleanup sweeper: seal and merge everything pending in this worker's shards")
+	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", worker.DefaultCleanupInterval, "period of the cleanup sweeper: seal and merge everything pending in this worker's shards (its deletes of drained WAL files do not wait for it: a drain wakes them)")
 	bind("cleanup-interval", "CLEANUP_INTERVAL")
 	fs.DurationVar(&f.stepTimeout, "sweep-step-timeout", worker.DefaultStepTimeout, "bound on one store's step of a sweep")
 	bind("sweep-step-timeout", "SWEEP_STEP_TIMEOUT")
