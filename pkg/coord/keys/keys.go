@@ -12,6 +12,8 @@
 //	P/coordination/<name>        holder name, under the holder's lease       package tasks
 //	P/stats/<target>             stats row                                   package stats
 //	P/workers/<instance>         worker record, under the worker's lease     package membership
+//	P/pending/<instance>         the worker's pending generations by store,  package pending
+//	                             under the worker's lease
 //	P/health                     never written: the master's quorum read
 //
 // The package that writes a key owns its value; this one owns only the names.
@@ -103,6 +105,12 @@ func (k Schema) WorkersPrefix() string { return k.prefix + "/workers/" }
 
 // Worker is P/workers/<instance>.
 func (k Schema) Worker(instanceID string) string { return k.WorkersPrefix() + instanceID }
+
+// PendingPrefix is P/pending/.
+func (k Schema) PendingPrefix() string { return k.prefix + "/pending/" }
+
+// Pending is P/pending/<instance>.
+func (k Schema) Pending(instanceID string) string { return k.PendingPrefix() + instanceID }
 
 // Health is P/health.
 func (k Schema) Health() string { return k.prefix + "/health" }

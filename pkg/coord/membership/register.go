@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -50,6 +51,9 @@ type Registration struct {
 	// last is the lease of the previous registration, used by Run only: finding our
 	// own record still under it is expected after a lost keepalive, not a conflict.
 	last clientv3.LeaseID
+	// current is the lease the record lives under now (0 while unregistered), for
+	// records that must live and die with this worker's (Lease).
+	current atomic.Int64
 }
 
 type options struct {
@@ -158,6 +162,12 @@ func NewRegistration(client *clientv3.Client, rec Worker, opts ...Option) (*Regi
 // Key is the record's key, P/workers/<instance>.
 func (r *Registration) Key() string { return r.key }
 
+// Lease is the lease the worker record lives under now, 0 while the worker is not
+// registered. A key put under it goes away when the worker does (its lease expires
+// or is revoked at shutdown); after a lost lease the worker registers under a new
+// one, and such a key must be put again under that.
+func (r *Registration) Lease() clientv3.LeaseID { return clientv3.LeaseID(r.current.Load()) }
+
 // Record is the registered record.
 func (r *Registration) Record() Worker { return r.record }
 
@@ -180,7 +190,9 @@ func (r *Registration) Run(ctx context.Context) error {
 			r.log.Info("worker registered", "lease", fmt.Sprintf("%x", int64(lease)), "ttl", r.opts.ttl.String(),
 				"grpc_addr", r.record.GRPCAddr, "http_addr", r.record.HTTPAddr)
 			held := r.opts.clock.Now()
+			r.current.Store(int64(lease))
 			lost := r.hold(ctx, lease, rev)
+			r.current.Store(0)
 			if !lost {
 				r.revoke(ctx, lease)
 				return nil

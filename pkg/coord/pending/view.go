@@ -1,0 +1,214 @@
+package pending
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/utils/clock"
+
+	"github.com/tidemark-io/tidemark/pkg/coord/keys"
+)
+
+// relistWait is the wait before listing again after etcd refused a listing.
+const relistWait = time.Second
+
+// Demand is one store's pending work, summed over the workers' records.
+type Demand struct {
+	Target      string
+	Generations int
+	Bytes       int64
+	// OldestSealedAt is the oldest of the workers' OldestSealedAt.
+	OldestSealedAt time.Time
+	// Workers counts the records that list the store.
+	Workers int
+}
+
+// observed is a record as the View holds it: when it arrived (the View's clock)
+// and its mod revision, which tells a relisted record from a changed one.
+type observed struct {
+	rec        Record
+	modRev     int64
+	receivedAt time.Time
+}
+
+// View follows every worker's pending record. Run keeps it current; Demand sums
+// it. It is safe for concurrent use.
+type View struct {
+	client *clientv3.Client
+	prefix string
+	clock  clock.Clock
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	records map[string]observed // by key
+	synced  bool
+	changed chan struct{}
+}
+
+// NewView returns a View of the records under prefix P (keys.DefaultPrefix when
+// empty), timing arrivals on clk (the real clock when nil).
+func NewView(client *clientv3.Client, prefix string, clk clock.Clock, log *slog.Logger) *View {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &View{
+		client: client, prefix: keys.Under(prefix).PendingPrefix(), clock: clk,
+		log:     log.With("component", "pending-view"),
+		records: map[string]observed{},
+		changed: make(chan struct{}, 1),
+	}
+}
+
+// Changed receives after every change to the records (changes coalesce: one
+// receive may stand for many).
+func (v *View) Changed() <-chan struct{} { return v.changed }
+
+// Synced reports whether the View has listed the records at least once.
+func (v *View) Synced() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.synced
+}
+
+// Run lists the records and follows them with a watch until ctx is done. A watch
+// that breaks (etcd away, history compacted) is replaced by a fresh listing, so a
+// change made meanwhile arrives late but is never lost.
+func (v *View) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		rev, err := v.list(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				v.log.Warn("pending records not listed; listing again", "err", err, "retry_in", relistWait.String())
+			}
+			select {
+			case <-ctx.Done():
+			case <-v.clock.After(relistWait):
+			}
+			continue
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		v.follow(wctx, v.client.Watch(clientv3.WithRequireLeader(wctx), v.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)))
+		cancel()
+	}
+}
+
+// list replaces the records by a fresh listing and returns its revision.
+func (v *View) list(ctx context.Context) (int64, error) {
+	lctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	resp, err := v.client.Get(lctx, v.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", v.prefix, err)
+	}
+	now := v.clock.Now()
+	v.mu.Lock()
+	old := v.records
+	v.records = make(map[string]observed, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		if prev, ok := old[key]; ok && prev.modRev == kv.ModRevision {
+			v.records[key] = prev // unchanged: it arrived when it first did
+			continue
+		}
+		v.putLocked(key, kv.Value, kv.ModRevision, now)
+	}
+	v.synced = true
+	v.mu.Unlock()
+	v.signal()
+	return resp.Header.Revision, nil
+}
+
+// follow applies the watch's events until it breaks or ctx is done.
+func (v *View) follow(ctx context.Context, watch clientv3.WatchChan) {
+	for wr := range watch {
+		if wr.Err() != nil || wr.Canceled {
+			if ctx.Err() == nil {
+				v.log.Info("pending records watch broke; listing again", "err", wr.Err())
+			}
+			return
+		}
+		if len(wr.Events) == 0 {
+			continue // progress notification
+		}
+		now := v.clock.Now()
+		v.mu.Lock()
+		for _, ev := range wr.Events {
+			key := string(ev.Kv.Key)
+			if ev.Type == mvccpb.DELETE {
+				delete(v.records, key)
+				continue
+			}
+			v.putLocked(key, ev.Kv.Value, ev.Kv.ModRevision, now)
+		}
+		v.mu.Unlock()
+		v.signal()
+	}
+}
+
+func (v *View) putLocked(key string, value []byte, modRev int64, now time.Time) {
+	rec, err := decode(value)
+	if err != nil {
+		// A hint we cannot read is a hint we do without: the stats scan still
+		// sees the worker's shards.
+		v.log.Warn("pending record skipped", "key", key, "err", err)
+		delete(v.records, key)
+		return
+	}
+	v.records[key] = observed{rec: rec, modRev: modRev, receivedAt: now}
+}
+
+func (v *View) signal() {
+	select {
+	case v.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Demand sums the records by store, most pending generations first (then by
+// target). A record that arrived before since(target) does not count towards
+// that target: the caller knows its pending work was taken by a merge that
+// started then, and waits for the worker's next record. since may be nil.
+func (v *View) Demand(since func(target string) time.Time) []Demand {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	by := map[string]*Demand{}
+	for _, o := range v.records {
+		for _, e := range o.rec.Stores {
+			if since != nil && o.receivedAt.Before(since(e.Target)) {
+				continue
+			}
+			d := by[e.Target]
+			if d == nil {
+				d = &Demand{Target: e.Target, OldestSealedAt: e.OldestSealedAt}
+				by[e.Target] = d
+			}
+			d.Generations += e.Generations
+			d.Bytes += e.Bytes
+			d.Workers++
+			if e.OldestSealedAt.Before(d.OldestSealedAt) {
+				d.OldestSealedAt = e.OldestSealedAt
+			}
+		}
+	}
+	out := make([]Demand, 0, len(by))
+	for _, d := range by {
+		out = append(out, *d)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Generations != out[j].Generations {
+			return out[i].Generations > out[j].Generations
+		}
+		return strings.Compare(out[i].Target, out[j].Target) < 0
+	})
+	return out
+}
