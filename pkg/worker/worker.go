@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
+	"github.com/tidemark-io/tidemark/pkg/coord/pending"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
@@ -103,6 +104,7 @@ type Worker struct {
 	grpc         *grpc.Server
 	sweeper      *Sweeper
 	registration *membership.Registration // nil: not registered
+	publisher    *pending.Publisher       // nil: not registered
 }
 
 // New builds the worker of cfg; Run starts it. Nothing is served, registered or
@@ -137,6 +139,31 @@ func New(cfg Config) (*Worker, error) {
 	}
 	series := NewMetrics(cfg.Metrics)
 
+	var registration *membership.Registration
+	var queue TaskQueue
+	var publisher *pending.Publisher // nil: not registered
+	var stores *store.Stores
+	if cfg.Etcd != nil {
+		ttl := cfg.LeaseTTL
+		if ttl == 0 {
+			ttl = membership.DefaultLeaseTTL
+		}
+		registration, err = membership.NewRegistration(cfg.Etcd, membership.Worker{
+			InstanceID: cfg.InstanceID,
+			GRPCAddr:   cfg.AdvertiseGRPC,
+			HTTPAddr:   cfg.AdvertiseHTTP,
+			Version:    cfg.Version,
+		}, membership.WithPrefix(cfg.Prefix), membership.WithLeaseTTL(ttl), membership.WithLogger(log))
+		if err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+		queue = tasks.New(cfg.Etcd, cfg.Prefix, tasks.WithLogger(log), tasks.WithHolder(cfg.InstanceID))
+		// The master merges a store as soon as this record says it is due,
+		// instead of at its next stats scan.
+		publisher = pending.NewPublisher(cfg.Etcd, func() []pending.Entry { return pendingEntries(stores) },
+			registration.Lease, pending.PublisherConfig{Prefix: cfg.Prefix, Instance: cfg.InstanceID, Logger: log})
+	}
+
 	// The drains of this worker's WAL writers hand the files that came due to the
 	// cleanup sweeper instead of deleting them inside a merge's commit.
 	deletes := wal.NewDeleteQueue(0)
@@ -144,8 +171,11 @@ func New(cfg Config) (*Worker, error) {
 	sc.Shard, sc.Logger = cfg.InstanceID, log
 	sc.WALOptions = append(slices.Clip(sc.WALOptions), wal.WithDeleteQueue(deletes))
 	sc.OnSlowRead = func(target string, _ int) { series.ReadFanoutWarnings.WithLabelValues(kindOf(target)).Inc() }
-	sc.OnRead = func(_ string, pending int) { series.ReadPendingGenerations.Observe(float64(pending)) }
-	stores := store.NewStores(sc, cfg.MaxOpenStores)
+	sc.OnRead = func(_ string, n int) { series.ReadPendingGenerations.Observe(float64(n)) }
+	if publisher != nil {
+		sc.OnSnapshot = func(string) { publisher.Notify() }
+	}
+	stores = store.NewStores(sc, cfg.MaxOpenStores)
 
 	mc := cfg.Merge
 	mc.Logger, mc.OnPhase = log, series.ObserveMergePhase
@@ -173,25 +203,6 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 
-	var registration *membership.Registration
-	var queue TaskQueue
-	if cfg.Etcd != nil {
-		ttl := cfg.LeaseTTL
-		if ttl == 0 {
-			ttl = membership.DefaultLeaseTTL
-		}
-		registration, err = membership.NewRegistration(cfg.Etcd, membership.Worker{
-			InstanceID: cfg.InstanceID,
-			GRPCAddr:   cfg.AdvertiseGRPC,
-			HTTPAddr:   cfg.AdvertiseHTTP,
-			Version:    cfg.Version,
-		}, membership.WithPrefix(cfg.Prefix), membership.WithLeaseTTL(ttl), membership.WithLogger(log))
-		if err != nil {
-			return nil, fmt.Errorf("worker: %w", err)
-		}
-		queue = tasks.New(cfg.Etcd, cfg.Prefix, tasks.WithLogger(log), tasks.WithHolder(cfg.InstanceID))
-	}
-
 	srv, err := NewServer(ServerConfig{
 		InstanceID:           cfg.InstanceID,
 		Logger:               log,
@@ -217,7 +228,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{cfg: cfg, log: log, stores: stores, service: svc, http: srv, grpc: gs,
-		sweeper: sweeper, registration: registration}, nil
+		sweeper: sweeper, registration: registration, publisher: publisher}, nil
 }
 
 // Handler returns the worker's HTTP routes, for tests that need no listener.
@@ -262,6 +273,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	registered := make(chan struct{})
 	if w.registration != nil {
 		go func() { defer close(registered); _ = w.registration.Run(runCtx) }()
+		// The record lives under the registration's lease and goes when Run
+		// revokes it.
+		go w.publisher.Run(runCtx)
 	} else {
 		log.Info("no etcd client: not registering (the master needs this worker in WORKER_ENDPOINTS)")
 		close(registered)

@@ -58,6 +58,11 @@ type Config struct {
 	// OnRead, if set, is told the pending-generation count of every read (for
 	// the rollout_wal_pending_generations histogram).
 	OnRead func(target string, pending int)
+	// OnSnapshot, if set, is told of every new snapshot of a store (its open, a
+	// seal, a merge, a refresh): what is pending may have changed. It runs under
+	// the store's snapshot lock and must not block (the worker's pending record
+	// only wakes its publisher).
+	OnSnapshot func(target string)
 }
 
 func (c *Config) setDefaults() {
@@ -158,6 +163,7 @@ func newStore(ctx context.Context, cfg *Config, e registry.Entry, tb *table.Tabl
 		return nil, fmt.Errorf("store %s: %w", e.Target(), err)
 	}
 	s.snap.Store(&Snapshot{Base: tb.Latest(), WAL: ws, taken: cfg.Clock.Now()})
+	s.snapshotChanged()
 	return s, nil
 }
 
@@ -212,6 +218,13 @@ func (s *Store) swap(next func(cur *Snapshot) *Snapshot) {
 	defer s.snapMu.Unlock()
 	if n := next(s.snap.Load()); n != nil {
 		s.snap.Store(n)
+		s.snapshotChanged()
+	}
+}
+
+func (s *Store) snapshotChanged() {
+	if s.cfg.OnSnapshot != nil {
+		s.cfg.OnSnapshot(s.Target())
 	}
 }
 

@@ -1,0 +1,40 @@
+package worker
+
+import (
+	"github.com/tidemark-io/tidemark/pkg/coord/pending"
+	"github.com/tidemark-io/tidemark/pkg/worker/store"
+)
+
+// pendingEntries is this worker's pending record (package pending): for each store
+// it holds open, the generations of its own shard above the base table's merged
+// watermark, from the store's current snapshot (no I/O). A store it does not hold
+// open is left to the master's stats scan.
+func pendingEntries(stores *store.Stores) []pending.Entry {
+	resident, releases := stores.Resident()
+	defer func() {
+		for _, release := range releases {
+			release()
+		}
+	}()
+	var out []pending.Entry
+	for _, s := range resident {
+		snap := s.Snapshot()
+		sh := snap.WAL.Shards[s.Shard()]
+		if sh == nil {
+			continue
+		}
+		gens := sh.Pending(snap.Base.Watermark(s.Shard()))
+		if len(gens) == 0 {
+			continue
+		}
+		e := pending.Entry{Target: s.Target(), Generations: len(gens), OldestSealedAt: gens[0].SealedAt}
+		for _, g := range gens {
+			e.Bytes += g.Bytes
+			if g.SealedAt.Before(e.OldestSealedAt) {
+				e.OldestSealedAt = g.SealedAt
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
