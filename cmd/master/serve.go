@@ -77,6 +77,8 @@ func (f *serveFlags) bind(fs *pflag.FlagSet) {
 	bind("merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
 	fs.IntVar(&c.MergeSweep.MaxEnqueues, "merge-wal-max-enqueues", scanner.DefaultMergeMaxEnqueues, "most new merge_wal tasks one sweep enqueues (worst targets first)")
 	bind("merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
+	fs.DurationVar(&c.MergeDemand.MaxDelay, "merge-max-delay", scanner.DefaultMergeMaxDelay, "a store whose oldest pending WAL generation was sealed this long ago is merged however few it has (workers report pending generations within a second; a store at --merge-wal-min-generations is merged at once)")
+	bind("merge-max-delay", "MERGE_MAX_DELAY")
 	fs.DurationVar(&c.CompactionSweep.Interval, "compaction-interval", scanner.DefaultCompactionInterval, "period of the compaction sweep that enqueues compact tasks")
 	bind("compaction-interval", "COMPACTION_INTERVAL")
 	fs.IntVar(&c.CompactionSweep.MinFragments, "min-fragments", scanner.DefaultMinFragments, "the compaction sweep enqueues compact for targets with at least this many level-0 base table fragments (what merges write; a point read probes each), besides those with a level over its capacity or fragments to sort")
@@ -140,6 +142,7 @@ func (f serveFlags) check() error {
 	c := f.cfg
 	positive(c.Scan.Interval, "stats-scan-interval", "STATS_SCAN_INTERVAL")
 	positive(c.MergeSweep.Interval, "merge-wal-interval", "MERGE_WAL_INTERVAL")
+	positive(c.MergeDemand.MaxDelay, "merge-max-delay", "MERGE_MAX_DELAY")
 	positive(c.FanOut.WorkerTimeout, "merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
 	if c.FanOut.PrepareConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("--merge-prepare-concurrency (MERGE_PREPARE_CONCURRENCY) must not be negative, got %d", c.FanOut.PrepareConcurrency))

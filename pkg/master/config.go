@@ -84,6 +84,10 @@ type Config struct {
 	// MERGE_WAL_MIN_GENERATIONS, MERGE_WAL_MAX_ENQUEUES); New sets its
 	// ScanInterval (Scan's), Rescan, Orphans, Logger and Registerer.
 	MergeSweep scanner.MergeSweepConfig
+	// MergeDemand configures merges on demand (MERGE_MAX_DELAY:
+	// MergeDemand.MaxDelay); New sets its MinGenerations (MergeSweep's),
+	// RetryAfterFailure (MergeSweep's interval), Logger and Registerer.
+	MergeDemand scanner.DemandConfig
 	// CompactionSweep configures the compaction sweep (COMPACTION_INTERVAL,
 	// MIN_FRAGMENTS, COMPACTION_DELETED_RATIO, CLEANUP_EVERY_VERSIONS,
 	// COMPACTION_MAX_ENQUEUES); New sets its Logger and Registerer.

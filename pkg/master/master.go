@@ -42,6 +42,7 @@ type Master struct {
 	tasks   *tasks.Queue
 	scanner *scanner.Scanner
 	sweeper *scanner.MergeSweeper
+	demand  *scanner.MergeDemand
 	compact *scanner.CompactionSweeper
 	orphans *fanout.Orphans
 	sched   *Scheduler
@@ -120,8 +121,8 @@ func (c Config) withDefaults() (_ Config, ttl int, _ error) {
 	return c, ttl, nil
 }
 
-// newScanning builds the stats scanner, the merge and compaction sweeps, and the
-// orphan tracker the merge sweep and the fan-out share.
+// newScanning builds the stats scanner, the merge and compaction sweeps, merges on
+// demand, and the orphan tracker the merge sweep and the fan-out share.
 func (m *Master) newScanning() {
 	cfg, log := m.cfg, m.cfg.Logger
 	scan := cfg.Scan
@@ -142,6 +143,13 @@ func (m *Master) newScanning() {
 		sweep.Orphans = m.orphans.Check
 	}
 	m.sweeper = scanner.NewMergeSweeper(cfg.Client, m.tasks, m.session.scannerLease, sweep)
+
+	// Workers say within a second that a store is due; the sweep above stays
+	// the reconciliation (and the only path for orphaned shards).
+	demand := cfg.MergeDemand
+	demand.MinGenerations, demand.RetryAfterFailure = sweep.MinGenerations, sweep.Interval
+	demand.Logger, demand.Registerer = log, cfg.Metrics
+	m.demand = scanner.NewMergeDemand(cfg.Client, m.tasks, m.session.scannerLease, demand)
 
 	compaction := cfg.CompactionSweep
 	compaction.Logger, compaction.Registerer = log, cfg.Metrics
@@ -288,6 +296,7 @@ func (m *Master) Run(ctx context.Context) error {
 	wg.Go(func() { m.sched.Run(runCtx, m.cfg.ShutdownTimeout) })
 	wg.Go(func() { m.scanner.Run(runCtx) })
 	wg.Go(func() { m.sweeper.Run(runCtx) })
+	wg.Go(func() { m.demand.Run(runCtx) })
 	wg.Go(func() { m.compact.Run(runCtx) })
 	wg.Go(func() { m.pruneLoop(runCtx) })
 	wg.Go(func() { m.probeLoop(runCtx) })

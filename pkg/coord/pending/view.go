@@ -49,6 +49,7 @@ type View struct {
 	mu      sync.Mutex
 	records map[string]observed // by key
 	synced  bool
+	rev     int64 // the etcd revision the records are current to
 	changed chan struct{}
 }
 
@@ -78,6 +79,14 @@ func (v *View) Synced() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.synced
+}
+
+// Revision is the etcd revision the View is current to: every change to the
+// records up to it is applied.
+func (v *View) Revision() int64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.rev
 }
 
 // Run lists the records and follows them with a watch until ctx is done. A watch
@@ -123,6 +132,7 @@ func (v *View) list(ctx context.Context) (int64, error) {
 		v.putLocked(key, kv.Value, kv.ModRevision, now)
 	}
 	v.synced = true
+	v.rev = resp.Header.Revision
 	v.mu.Unlock()
 	v.signal()
 	return resp.Header.Revision, nil
@@ -137,11 +147,9 @@ func (v *View) follow(ctx context.Context, watch clientv3.WatchChan) {
 			}
 			return
 		}
-		if len(wr.Events) == 0 {
-			continue // progress notification
-		}
 		now := v.clock.Now()
 		v.mu.Lock()
+		v.rev = max(v.rev, wr.Header.Revision)
 		for _, ev := range wr.Events {
 			key := string(ev.Kv.Key)
 			if ev.Type == mvccpb.DELETE {
@@ -151,7 +159,9 @@ func (v *View) follow(ctx context.Context, watch clientv3.WatchChan) {
 			v.putLocked(key, ev.Kv.Value, ev.Kv.ModRevision, now)
 		}
 		v.mu.Unlock()
-		v.signal()
+		if len(wr.Events) > 0 {
+			v.signal()
+		}
 	}
 }
 

@@ -121,3 +121,24 @@ func (s *Queue) List(ctx context.Context, f ListFilter) ([]Task, string, error) 
 		}
 	}
 }
+
+// LiveIDs returns, by target, the id of the live task of kind as the enqueue
+// deduplication keys (P/dedupe/<kind>/) record it: one range read, whatever the
+// number of finished tasks. A key that outlived its task (a finish whose
+// deduplication delete was lost) still shows until the next Enqueue of its target
+// replaces it, so a caller takes the answer as "probably live".
+func (s *Queue) LiveIDs(ctx context.Context, kind Kind) (map[string]string, error) {
+	if err := validateKind(kind); err != nil {
+		return nil, err
+	}
+	prefix := s.keys.Dedupe(string(kind), "")
+	resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list live %s tasks: %w", kind, err)
+	}
+	out := make(map[string]string, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key[len(prefix):])] = string(kv.Value)
+	}
+	return out, nil
+}

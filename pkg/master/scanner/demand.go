@@ -1,0 +1,342 @@
+package scanner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/utils/clock"
+
+	"github.com/tidemark-io/tidemark/pkg/coord/pending"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+)
+
+// Defaults of merges on demand (DemandConfig).
+const (
+	// DefaultMergeMaxDelay is MERGE_MAX_DELAY: a store whose oldest pending
+	// generation was sealed this long ago is merged even below
+	// MERGE_WAL_MIN_GENERATIONS, so a quiet store's rows do not wait for seven
+	// more generations that may never come.
+	DefaultMergeMaxDelay = 30 * time.Second
+	// demandTick re-judges the records without a change, for the age rule.
+	demandTick = time.Second
+	// demandSpacing spaces rounds: twenty workers sealing every second change
+	// their records twenty times a second, and one round judges them all.
+	demandSpacing = 250 * time.Millisecond
+	// demandMaxEnqueues caps the new tasks of one round, as the sweep's cap does;
+	// the rest are enqueued a round later.
+	demandMaxEnqueues = 256
+	// demandSettle is how long a finished merge's start stays the cutoff of its
+	// target's records (see MergeDemand): a worker that merged republishes
+	// within its MinInterval, so a record still older than the merge after this
+	// long was not changed by it, and counts again.
+	demandSettle = 10 * time.Second
+)
+
+// MergeDemandLock is the coordination lock of merges on demand,
+// P/coordination/merge-demand.
+const MergeDemandLock = "merge-demand"
+
+// DemandConfig configures a MergeDemand. Zero fields take their defaults.
+type DemandConfig struct {
+	// MinGenerations is MERGE_WAL_MIN_GENERATIONS (DefaultMinGenerations), the
+	// merge sweep's threshold: a store with at least this many pending
+	// generations summed over the workers' records is merged.
+	MinGenerations int
+	// MaxDelay is MERGE_MAX_DELAY (DefaultMergeMaxDelay): a store whose oldest
+	// pending generation is older is merged, however few it has.
+	MaxDelay time.Duration
+	// RetryAfterFailure is how long a store whose merge failed waits before
+	// merges on demand try it again (the merge sweep's interval): a failing
+	// merge must not be retried four times a second.
+	RetryAfterFailure time.Duration
+
+	// Clock, Logger and Registerer are as in Config.
+	Clock      clock.Clock
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+func (c DemandConfig) withDefaults() DemandConfig {
+	c.Clock, c.Logger = orDefault(c.Clock, c.Logger)
+	setDefault(&c.MinGenerations, DefaultMinGenerations)
+	setDefault(&c.MaxDelay, DefaultMergeMaxDelay)
+	setDefault(&c.RetryAfterFailure, DefaultMergeSweepInterval)
+	return c
+}
+
+// DemandSummary says what one round of merges on demand did.
+type DemandSummary struct {
+	Skipped bool
+	// Due counts the stores found due, by generations or by age; Live of them
+	// already had a merge queued or running, and FailedLately had a merge that
+	// failed less than RetryAfterFailure ago.
+	Due, Live, FailedLately int
+	// Enqueued, Deduplicated and Errors are the enqueues' outcomes;
+	// SkippedByCap were left for the next round.
+	Enqueued, Deduplicated, Errors, SkippedByCap int
+	// Pending is the pending generations summed over every record.
+	Pending int
+}
+
+// tracked is a merge this MergeDemand enqueued, until it has settled.
+type tracked struct {
+	id string
+	// started is the merge's start once it finished (zero while live, or when
+	// it failed); records of the target that arrived before it do not count.
+	started time.Time
+	// finishedSeen is when a round first saw it finished (this clock).
+	finishedSeen time.Time
+	failed       bool
+}
+
+// MergeDemand enqueues merge_wal for a store as soon as the workers' pending
+// records (package pending) show it due: at least MinGenerations pending
+// generations over all its shards, or an oldest pending generation older than
+// MaxDelay. It judges the records after every change (at most every 250 ms) and
+// every second, instead of at the next stats scan, so pending generations stay
+// near the threshold from a store's first second.
+//
+// It complements the merge sweep, never replaces it: records cover only the
+// stores workers hold open, and a dead worker's record dies with it, so the
+// stats scan and the merge sweep remain the authoritative reconciliation (and
+// the only path for orphaned shards).
+//
+// A merge's own record lag: a worker republishes its record after the merge took
+// its generations, at most MinInterval later; a record that arrived before that
+// merge started still counts them, and judging it would enqueue a merge that
+// finds nothing. So once a merge of a target finishes, records of the target that
+// arrived before the merge started are left out until they are republished (or,
+// at most demandSettle later, taken as they are: a worker that did not republish
+// was not changed by the merge). A store with a live merge is not judged at all:
+// the queue's deduplication would return the live task anyway.
+//
+// Enqueues deduplicate onto a live task, so replicas never double a merge; the
+// coordination lock only keeps them from doubling the etcd reads. Rounds of one
+// MergeDemand run one at a time (Run's goroutine).
+type MergeDemand struct {
+	ts      *tasks.Queue
+	view    *pending.View
+	cfg     DemandConfig
+	log     *slog.Logger
+	coord   *roundLock
+	metrics *demandMetrics
+
+	merges map[string]*tracked // by target; Run's goroutine only
+}
+
+// NewMergeDemand returns a MergeDemand following the pending records under the
+// task queue's prefix and taking the "merge-demand" coordination lock under
+// lease.
+func NewMergeDemand(client *clientv3.Client, ts *tasks.Queue, lease Lease, cfg DemandConfig) *MergeDemand {
+	cfg = cfg.withDefaults()
+	log := cfg.Logger.With("component", "merge-demand")
+	return &MergeDemand{
+		ts:      ts,
+		view:    pending.NewView(client, ts.Keys().Prefix(), cfg.Clock, cfg.Logger),
+		cfg:     cfg,
+		log:     log,
+		coord:   &roundLock{ts: ts, name: MergeDemandLock, lease: lease, log: log},
+		metrics: newDemandMetrics(cfg.Registerer),
+		merges:  map[string]*tracked{},
+	}
+}
+
+// Run follows the records and judges them after each change and every second,
+// until ctx is done; then it gives up the lock.
+func (d *MergeDemand) Run(ctx context.Context) {
+	defer d.coord.release(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	followed := make(chan struct{})
+	go func() { defer close(followed); d.view.Run(ctx) }()
+	defer func() { cancel(); <-followed }()
+	for {
+		start := d.cfg.Clock.Now()
+		if _, err := d.Round(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("merges on demand: round failed", "err", err)
+		}
+		tick := d.cfg.Clock.NewTimer(demandTick)
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return
+		case <-d.view.Changed():
+		case <-tick.C():
+		}
+		tick.Stop()
+		if wait := demandSpacing - d.cfg.Clock.Since(start); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.cfg.Clock.After(wait):
+			}
+		}
+	}
+}
+
+// Round judges the records once, if this replica holds (or can take) the lock.
+func (d *MergeDemand) Round(ctx context.Context) (DemandSummary, error) {
+	var sum DemandSummary
+	if !d.view.Synced() {
+		return sum, nil
+	}
+	if _, err := d.coord.hold(ctx); errors.Is(err, tasks.ErrCoordinationHeld) {
+		sum.Skipped = true
+		d.metrics.rounds.WithLabelValues("skipped").Inc()
+		return sum, nil
+	} else if err != nil {
+		d.metrics.rounds.WithLabelValues("failed").Inc()
+		return sum, fmt.Errorf("merges on demand: %w", err)
+	}
+	sum, err := d.round(ctx)
+	if err != nil {
+		d.metrics.rounds.WithLabelValues("failed").Inc()
+		return sum, err
+	}
+	d.metrics.rounds.WithLabelValues("done").Inc()
+	d.metrics.pending.Set(float64(sum.Pending))
+	if sum.Enqueued+sum.Errors+sum.SkippedByCap > 0 {
+		d.log.Debug("merges on demand: round done", "due", sum.Due, "live", sum.Live, "enqueued", sum.Enqueued,
+			"deduplicated", sum.Deduplicated, "errors", sum.Errors, "skipped_by_cap", sum.SkippedByCap, "pending", sum.Pending)
+	}
+	return sum, nil
+}
+
+func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
+	var sum DemandSummary
+	live, err := d.ts.LiveIDs(ctx, tasks.KindMergeWAL)
+	if err != nil {
+		return sum, fmt.Errorf("merges on demand: %w", err)
+	}
+	now := d.cfg.Clock.Now()
+	d.settle(ctx, live, now)
+
+	demand := d.view.Demand(func(target string) time.Time {
+		if m := d.merges[target]; m != nil {
+			return m.started
+		}
+		return time.Time{}
+	})
+	for _, dm := range demand {
+		sum.Pending += dm.Generations
+	}
+	type due struct {
+		pending.Demand
+		reason string
+	}
+	var byCount, byAge []due
+	for _, dm := range demand {
+		switch {
+		case dm.Generations >= d.cfg.MinGenerations:
+			byCount = append(byCount, due{dm, "generations"})
+		case dm.Generations > 0 && now.Sub(dm.OldestSealedAt) >= d.cfg.MaxDelay:
+			byAge = append(byAge, due{dm, "age"})
+		default:
+			continue
+		}
+		sum.Due++
+	}
+	// Most pending first (Demand's order), then the stores due by age.
+	for i, c := range append(byCount, byAge...) {
+		if _, ok := live[c.Target]; ok {
+			sum.Live++
+			continue
+		}
+		if m := d.merges[c.Target]; m != nil && m.failed && now.Sub(m.finishedSeen) < d.cfg.RetryAfterFailure {
+			sum.FailedLately++
+			continue
+		}
+		if sum.Enqueued >= demandMaxEnqueues {
+			sum.SkippedByCap = len(byCount) + len(byAge) - i
+			break
+		}
+		task, dedup, err := d.ts.Enqueue(ctx, tasks.KindMergeWAL, c.Target)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return sum, fmt.Errorf("merges on demand: %w", err)
+		case err != nil:
+			sum.Errors++
+			d.metrics.targets.WithLabelValues(c.reason, "error").Inc()
+			d.log.Warn("merges on demand: enqueue failed", "target", c.Target, "err", err)
+			continue
+		case dedup:
+			sum.Deduplicated++
+			d.metrics.targets.WithLabelValues(c.reason, "deduplicated").Inc()
+		default:
+			sum.Enqueued++
+			d.metrics.targets.WithLabelValues(c.reason, "enqueued").Inc()
+			d.log.Info("merge_wal enqueued on demand", "task", task.ID, "target", c.Target, "reason", c.reason,
+				"pending_wal_generations", c.Generations, "pending_wal_bytes", c.Bytes,
+				"oldest_sealed_at", c.OldestSealedAt, "workers", c.Workers)
+		}
+		d.merges[c.Target] = &tracked{id: task.ID}
+	}
+	return sum, nil
+}
+
+// settle learns how the merges it tracks ended: a merge no longer live is read
+// once, for its start (the cutoff of its target's records) and whether it failed;
+// a finished merge is forgotten demandSettle after it was seen finished.
+func (d *MergeDemand) settle(ctx context.Context, live map[string]string, now time.Time) {
+	for target, m := range d.merges {
+		switch {
+		case live[target] == m.id:
+			continue
+		case !m.finishedSeen.IsZero():
+			if now.Sub(m.finishedSeen) >= max(demandSettle, d.cfg.RetryAfterFailure) {
+				delete(d.merges, target)
+			}
+			continue
+		}
+		m.finishedSeen = now
+		task, err := d.ts.Get(ctx, m.id)
+		switch {
+		case err != nil:
+			// Pruned, or etcd did not answer: no cutoff. At worst one merge that
+			// finds little.
+			if !errors.Is(err, tasks.ErrTaskNotFound) {
+				d.log.Debug("merges on demand: finished merge not read", "target", target, "task", m.id, "err", err)
+			}
+		case task.State == tasks.StateDone:
+			m.started = task.StartedAt
+		case task.State.Live():
+			// Live again under the same id (requeued by orphan recovery) after a
+			// listing that missed it: look again next round.
+			m.finishedSeen = time.Time{}
+		default:
+			m.failed = true
+		}
+	}
+}
+
+// demandMetrics are MergeDemand's series.
+type demandMetrics struct {
+	// rounds counts rounds by result: done, skipped, failed.
+	rounds *prometheus.CounterVec
+	// targets counts due stores by reason (generations, age) and outcome
+	// (enqueued, deduplicated, error).
+	targets *prometheus.CounterVec
+	// pending is the pending generations summed over the workers' records as of
+	// the last round.
+	pending prometheus.Gauge
+}
+
+func newDemandMetrics(reg prometheus.Registerer) *demandMetrics {
+	return &demandMetrics{
+		rounds: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_merge_demand_rounds_total", Help: "Rounds of merges on demand, by result (done, skipped, failed).",
+		}, []string{"result"})),
+		targets: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_merge_demand_targets_total",
+			Help: "Stores merges on demand found due, by reason (generations, age) and outcome (enqueued, deduplicated, error).",
+		}, []string{"reason", "outcome"})),
+		pending: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tidemark_merge_demand_pending_generations",
+			Help: "Pending WAL generations summed over the workers' pending records, as of the last round of merges on demand.",
+		})),
+	}
+}

@@ -1,0 +1,179 @@
+package scanner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/pkg/coord/pending"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+)
+
+// demandWorld is a MergeDemand whose rounds a test runs one at a time, over the
+// pending records the test puts, with one fake clock for it and the task queue.
+type demandWorld struct {
+	*env
+	clk *clocktesting.FakeClock
+	d   *MergeDemand
+}
+
+func newDemandWorld(t *testing.T) *demandWorld {
+	e := newEnv(t)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC))
+	e.ts = tasks.New(e.client, "/test/"+t.Name(), tasks.WithHolder("replica-a"), tasks.WithLogger(e.log), tasks.WithClock(clk))
+	d := NewMergeDemand(e.client, e.ts, StaticLease(e.grant()), DemandConfig{
+		MinGenerations: 8, MaxDelay: 30 * time.Second, RetryAfterFailure: 10 * time.Second, Clock: clk, Logger: e.log,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.view.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &demandWorld{env: e, clk: clk, d: d}
+}
+
+// publish puts worker's record and waits until the MergeDemand's view has it.
+func (w *demandWorld) publish(worker string, entries ...pending.Entry) {
+	w.t.Helper()
+	rec := pending.Record{Instance: worker, PublishedAt: w.clk.Now(), Stores: entries}
+	value, err := json.Marshal(rec)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	resp, err := w.client.Put(w.ctx, w.ts.Keys().Pending(worker), string(value))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	testwait.Until(w.t, 10*time.Second, "the view has the record", func() bool {
+		return w.d.view.Revision() >= resp.Header.Revision
+	})
+}
+
+func (w *demandWorld) round() DemandSummary {
+	w.t.Helper()
+	sum, err := w.d.Round(w.ctx)
+	if err != nil || sum.Skipped {
+		w.t.Fatalf("round = %+v, %v", sum, err)
+	}
+	return sum
+}
+
+// finish claims the oldest queued merge, steps the clock, and finishes it with err.
+func (w *demandWorld) finish(target string, err error) {
+	w.t.Helper()
+	c, cerr := w.ts.Claim(w.ctx, w.grant(), tasks.ClaimFilter{Kinds: []tasks.Kind{tasks.KindMergeWAL}})
+	if cerr != nil {
+		w.t.Fatalf("claim: %v", cerr)
+	}
+	if c.Task.Target != target {
+		w.t.Fatalf("claimed a merge of %s, want %s", c.Task.Target, target)
+	}
+	w.clk.Step(time.Second)
+	if _, ferr := w.ts.Finish(w.ctx, c, tasks.Result{Err: err}); ferr != nil {
+		w.t.Fatalf("finish: %v", ferr)
+	}
+}
+
+func gens(target string, n int, sealedAt time.Time) pending.Entry {
+	return pending.Entry{Target: target, Generations: n, Bytes: int64(n) << 10, OldestSealedAt: sealedAt}
+}
+
+// A store is merged as soon as the records say so: enough generations summed over
+// its workers' shards, or an oldest generation older than MERGE_MAX_DELAY; a store
+// below both waits, and a store with a live merge gets no second one.
+func TestMergeDemandEnqueuesStoresDueByGenerationsOrAge(t *testing.T) {
+	w := newDemandWorld(t)
+	now := w.clk.Now()
+	w.publish("w1", gens("busy", 5, now), gens("quiet", 1, now.Add(-40*time.Second)), gens("young", 2, now))
+	w.publish("w2", gens("busy", 3, now))
+
+	sum := w.round()
+	if sum.Due != 2 || sum.Enqueued != 2 || sum.Pending != 11 {
+		t.Fatalf("round = %+v, want busy (8 generations over two shards) and quiet (40 s old) enqueued", sum)
+	}
+	if got := w.queuedTargets(); !slices.Equal(got, []string{"busy", "quiet"}) {
+		t.Fatalf("queued %v, want busy (most pending) then quiet", got)
+	}
+	if sum := w.round(); sum.Live != 2 || sum.Enqueued+sum.Deduplicated != 0 {
+		t.Fatalf("round with both merges live = %+v, want no enqueue", sum)
+	}
+	w.clk.Step(30 * time.Second)
+	if sum := w.round(); sum.Due != 3 || sum.Live != 2 || sum.Enqueued != 1 {
+		t.Fatalf("round 30 s after young's seal = %+v, want young enqueued by age", sum)
+	}
+}
+
+// After a merge, a record that arrived before the merge started still counts the
+// generations it took: judging it would merge nothing. The store waits for its
+// workers' next records (or demandSettle); a failed merge is retried after
+// RetryAfterFailure, not at every round.
+func TestMergeDemandWaitsForRecordsNewerThanTheLastMerge(t *testing.T) {
+	w := newDemandWorld(t)
+	now := w.clk.Now()
+	w.publish("w1", gens("a", 9, now), gens("b", 8, now))
+	if sum := w.round(); sum.Enqueued != 2 {
+		t.Fatalf("first round = %+v, want a and b enqueued", sum)
+	}
+	w.clk.Step(time.Second)
+	w.finish("a", nil)
+	w.finish("b", errors.New("worker w2: unavailable"))
+
+	if sum := w.round(); sum.Enqueued != 0 || sum.Due != 1 || sum.FailedLately != 1 {
+		t.Fatalf("round after the merges on the old record = %+v, want nothing due: a's record predates its merge, b failed", sum)
+	}
+	if got := w.queuedTargets(); len(got) != 0 {
+		t.Fatalf("queued %v after the merges, want none", got)
+	}
+
+	// w1 republishes after a's merge: a counts again.
+	w.clk.Step(time.Second)
+	w.publish("w1", gens("a", 8, now.Add(2*time.Second)), gens("b", 8, now))
+	sum := w.round()
+	if got := w.queuedTargets(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("queued %v after w1's new record (round %+v), want a only: b's merge failed %s ago", got, sum, 2*time.Second)
+	}
+	w.clk.Step(10 * time.Second)
+	w.round()
+	if got := w.queuedTargets(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("queued %v after RetryAfterFailure, want b retried", got)
+	}
+}
+
+// A record that does not change after a merge of its store was not changed by it:
+// it counts again demandSettle after the merge was seen finished.
+func TestMergeDemandTakesAnUnchangedRecordAgainAfterItSettles(t *testing.T) {
+	w := newDemandWorld(t)
+	w.publish("w1", gens("a", 8, w.clk.Now()))
+	w.round()
+	w.clk.Step(time.Second)
+	w.finish("a", nil)
+	if sum := w.round(); sum.Enqueued != 0 {
+		t.Fatalf("round right after the merge = %+v, want a left alone", sum)
+	}
+	w.clk.Step(demandSettle)
+	if sum := w.round(); sum.Enqueued != 1 {
+		t.Fatalf("round %s after the merge = %+v, want a enqueued on its unchanged record", demandSettle, sum)
+	}
+}
+
+// Only the replica holding the lock judges; the other skips.
+func TestMergeDemandRunsOnOneReplica(t *testing.T) {
+	w := newDemandWorld(t)
+	other := NewMergeDemand(w.client, w.replica("replica-b"), StaticLease(w.grant()), DemandConfig{Clock: w.clk, Logger: w.log})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); other.view.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	w.publish("w1", gens("a", 8, w.clk.Now()))
+	w.round()
+	testwait.Until(t, 10*time.Second, "the other replica's view synced", other.view.Synced)
+	sum, err := other.Round(w.ctx)
+	if err != nil || !sum.Skipped {
+		t.Fatalf("other replica's round = %+v, %v; want skipped", sum, err)
+	}
+}
