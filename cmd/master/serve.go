@@ -75,8 +75,11 @@ func (f *serveFlags) bind(fs *pflag.FlagSet) {
 	bind("merge-wal-interval", "MERGE_WAL_INTERVAL")
 	fs.IntVar(&c.MergeSweep.MinGenerations, "merge-wal-min-generations", scanner.DefaultMinGenerations, "the merge sweep enqueues merge_wal for targets with at least this many pending WAL generations")
 	bind("merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
-	fs.IntVar(&c.MergeSweep.MaxEnqueues, "merge-wal-max-enqueues", scanner.DefaultMergeMaxEnqueues, "most new merge_wal tasks one sweep enqueues (worst targets first)")
-	bind("merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
+	// Folded (issue 31): merges are enqueued on demand as stores become due, so a
+	// cap on one sweep's enqueues is a fixed bound now. Parsed and ignored with a
+	// warning, so a deployment that sets it still starts.
+	fs.Int("merge-wal-max-enqueues", scanner.DefaultMergeMaxEnqueues, "")
+	_ = fs.MarkDeprecated("merge-wal-max-enqueues", "ignored: merges are enqueued on demand, at most 256 new ones a round")
 	fs.DurationVar(&c.MergeDemand.MaxDelay, "merge-max-delay", scanner.DefaultMergeMaxDelay, "a store whose oldest pending WAL generation was sealed this long ago is merged however few it has (workers report pending generations within a second; a store at --merge-wal-min-generations is merged at once)")
 	bind("merge-max-delay", "MERGE_MAX_DELAY")
 	fs.DurationVar(&c.CompactionSweep.Interval, "compaction-interval", scanner.DefaultCompactionInterval, "period of the compaction sweep that enqueues compact tasks")
@@ -161,7 +164,6 @@ func (f serveFlags) check() error {
 		errs = append(errs, fmt.Errorf("--compaction-deleted-ratio (COMPACTION_DELETED_RATIO) must be in (0, 1], got %g", r))
 	}
 	atLeastOne(c.MergeSweep.MinGenerations, "merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
-	atLeastOne(c.MergeSweep.MaxEnqueues, "merge-wal-max-enqueues", "MERGE_WAL_MAX_ENQUEUES")
 	atLeastOne(c.Scheduler.TaskConcurrency, "task-concurrency", "TASK_CONCURRENCY")
 	atLeastOne(c.Scheduler.MergeConcurrency, "merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
 	atLeastOne(c.TaskRetention.Count, "task-retention-count", "TASK_RETENTION_COUNT")

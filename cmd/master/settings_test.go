@@ -33,7 +33,7 @@ func TestServeSettingsReachTheConfigFieldsNamedLikeThem(t *testing.T) {
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	f.bind(fs)
 	err := fs.Parse([]string{"--master-id=m1", "--stats-scan-interval=11s", "--merge-wal-interval=12s",
-		"--merge-wal-min-generations=13", "--merge-wal-max-enqueues=14", "--merge-max-delay=31s", "--compaction-interval=15s",
+		"--merge-wal-min-generations=13", "--merge-max-delay=31s", "--compaction-interval=15s",
 		"--min-fragments=16", "--compaction-deleted-ratio=0.17", "--cleanup-every-versions=18",
 		"--compaction-max-enqueues=19", "--task-concurrency=20", "--merge-wal-concurrency=21"})
 	if err != nil {
@@ -48,7 +48,7 @@ func TestServeSettingsReachTheConfigFieldsNamedLikeThem(t *testing.T) {
 	want := master.Config{
 		ID:              "m1",
 		Scan:            scanner.Config{Interval: 11 * time.Second},
-		MergeSweep:      scanner.MergeSweepConfig{Interval: 12 * time.Second, MinGenerations: 13, MaxEnqueues: 14},
+		MergeSweep:      scanner.MergeSweepConfig{Interval: 12 * time.Second, MinGenerations: 13},
 		MergeDemand:     scanner.DemandConfig{MaxDelay: 31 * time.Second},
 		CompactionSweep: scanner.CompactionSweepConfig{Interval: 15 * time.Second, MinFragments: 16, DeletedRatio: 0.17, CleanupEveryVersions: 18, MaxEnqueues: 19},
 		Scheduler:       master.SchedulerConfig{TaskConcurrency: 20, MergeConcurrency: 21, TaskTimeout: 25 * time.Second},

@@ -96,6 +96,13 @@ var referenceIgnored = []string{
 	"MAINTENANCE_TIMEOUT_SECS", "MAINTENANCE_IDLE_TIMEOUT_SECS", "MAINTENANCE_DRAIN_TIMEOUT_SECS",
 }
 
+// retiredSettings are Tidemark's own settings that were removed or folded into
+// others, with what took their place: set, each is a startup warning saying it
+// is ignored and why, never silence and never a refusal to start.
+var retiredSettings = map[string]string{
+	"MERGE_WAL_MAX_ENQUEUES": "merges are enqueued on demand as stores become due, at most 256 new ones a sweep or round",
+}
+
 // settingPrefixes are the prefixes of the two systems' settings: a variable with
 // one of them that neither knows is probably a misspelt setting, and is warned
 // about. Generic prefixes other software uses too (HTTP_, TLS_, LOG_) are left

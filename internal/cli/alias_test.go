@@ -111,6 +111,7 @@ func TestUnknownSettingIsWarnedAboutWithTheNearestName(t *testing.T) {
 		"HTTP_PROXY":                     "x",  // not a setting's prefix
 		"TIDEMARK_CHAOS_FAULTS_FILE":     "f",
 		"TIDEMARK_AZURITE_ADDRESS_TYPO_": "x",
+		"MERGE_WAL_MAX_ENQUEUES":         "64", // retired
 	})
 	got := map[string]EnvWarning{}
 	for _, x := range w {
@@ -127,6 +128,9 @@ func TestUnknownSettingIsWarnedAboutWithTheNearestName(t *testing.T) {
 		if _, ok := got[quiet]; ok {
 			t.Errorf("%s was warned about: %+v", quiet, got[quiet])
 		}
+	}
+	if !strings.Contains(got["MERGE_WAL_MAX_ENQUEUES"].Message, "no longer a setting") {
+		t.Errorf("retired setting: %q", got["MERGE_WAL_MAX_ENQUEUES"].Message)
 	}
 	if !strings.Contains(got["ROLLOUT_KEY_INDEX_TYPE"].Message, "no equivalent") {
 		t.Errorf("reference setting without equivalent: %q", got["ROLLOUT_KEY_INDEX_TYPE"].Message)

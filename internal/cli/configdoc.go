@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,6 +86,11 @@ func AliasDoc() string {
 		ignored[i] = "`" + n + "`"
 	}
 	fmt.Fprintf(&b, "\nIgnored, with a warning (no Tidemark equivalent): %s.\n", strings.Join(ignored, ", "))
+	retired := slices.Sorted(maps.Keys(retiredSettings))
+	for i, n := range retired {
+		retired[i] = fmt.Sprintf("`%s` (%s)", n, retiredSettings[n])
+	}
+	fmt.Fprintf(&b, "\nTidemark settings removed, ignored with a warning: %s.\n", strings.Join(retired, "; "))
 	return b.String()
 }
 

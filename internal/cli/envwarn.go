@@ -122,6 +122,9 @@ func unknownSettings(fs *pflag.FlagSet, environ []string) []EnvWarning {
 		case slices.Contains(referenceIgnored, name):
 			warnings = append(warnings, EnvWarning{Variable: name,
 				Message: fmt.Sprintf("environment: %s is a setting of the reference system that Tidemark has no equivalent of; it is ignored", name)})
+		case retiredSettings[name] != "":
+			warnings = append(warnings, EnvWarning{Variable: name,
+				Message: fmt.Sprintf("environment: %s is no longer a setting of Tidemark (%s); it is ignored", name, retiredSettings[name])})
 		case known[name] || !looksLikeSetting(name):
 		default:
 			w := EnvWarning{Variable: name, Message: fmt.Sprintf("environment: %s is not a setting of Tidemark or of the reference system; it is ignored", name)}

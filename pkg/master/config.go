@@ -81,7 +81,7 @@ type Config struct {
 	// sets its Logger and Registerer.
 	Scan scanner.Config
 	// MergeSweep configures the merge sweep (MERGE_WAL_INTERVAL,
-	// MERGE_WAL_MIN_GENERATIONS, MERGE_WAL_MAX_ENQUEUES); New sets its
+	// MERGE_WAL_MIN_GENERATIONS); New sets its
 	// ScanInterval (Scan's), Rescan, Orphans, Logger and Registerer.
 	MergeSweep scanner.MergeSweepConfig
 	// MergeDemand configures merges on demand (MERGE_MAX_DELAY:

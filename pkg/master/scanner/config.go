@@ -105,9 +105,10 @@ type MergeSweepConfig struct {
 	// MinGenerations is MERGE_WAL_MIN_GENERATIONS (DefaultMinGenerations): a
 	// merge is enqueued for targets with at least this many pending generations.
 	MinGenerations int
-	// MaxEnqueues caps the new tasks one sweep enqueues, MERGE_WAL_MAX_ENQUEUES
+	// MaxEnqueues caps the new tasks one sweep enqueues
 	// (DefaultMergeMaxEnqueues); enqueues that deduplicate onto a live task do
-	// not count.
+	// not count. No setting since merges on demand (MERGE_WAL_MAX_ENQUEUES is
+	// retired): tests lower it.
 	MaxEnqueues int
 	// ScanInterval is the stats scan's period (Config.Interval,
 	// DefaultScanInterval): a row scanned before its target's last merge is

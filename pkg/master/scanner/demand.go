@@ -29,7 +29,7 @@ const (
 	demandSpacing = 250 * time.Millisecond
 	// demandMaxEnqueues caps the new tasks of one round, as the sweep's cap does;
 	// the rest are enqueued a round later.
-	demandMaxEnqueues = 256
+	demandMaxEnqueues = DefaultMergeMaxEnqueues
 	// demandSettle is how long a finished merge's start stays the cutoff of its
 	// target's records (see MergeDemand): a worker that merged republishes
 	// within its MinInterval, so a record still older than the merge after this

@@ -14,7 +14,7 @@ import (
 
 // MergeSweeper enqueues merge_wal tasks for the targets whose stats rows show at
 // least MERGE_WAL_MIN_GENERATIONS pending WAL generations, or orphaned shards to
-// adopt: most pending first, at most MERGE_WAL_MAX_ENQUEUES new tasks a sweep,
+// adopt: most pending first, at most MaxEnqueues (256) new tasks a sweep,
 // none for a target whose row predates its last merge (see mergedSinceScan). It
 // is safe for concurrent use; sweeps run one at a time.
 type MergeSweeper struct {
