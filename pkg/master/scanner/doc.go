@@ -1,5 +1,5 @@
 // Package scanner is the master's stats scanner and its two sweeps, the merge
-// sweep and the compaction sweep.
+// sweep and the compaction sweep, and merges on demand (MergeDemand).
 //
 // The Scanner, every STATS_SCAN_INTERVAL (60 s; the first round at once), lists
 // both store registries (a rollout store's target is its bare name, a generic
@@ -18,8 +18,14 @@
 // shape (CompactionSweeper says when). Both are one loop (sweeper) with their own
 // rule: which rows are due, which of those wait, and which come first.
 //
-// Each of the three loops has its own Config (Config, MergeSweepConfig,
-// CompactionSweepConfig); a zero field takes its default.
+// MergeDemand does not wait for a scan: it follows the workers' pending records
+// (package pending, P/pending/<instance>) and enqueues merge_wal within a second of
+// a store reaching MERGE_WAL_MIN_GENERATIONS summed over its shards, or of its oldest
+// pending generation passing MERGE_MAX_DELAY. The records are hints; the scan and
+// the merge sweep stay the reconciliation, and the only path for orphaned shards.
+//
+// Each of the loops has its own Config (Config, MergeSweepConfig,
+// CompactionSweepConfig, DemandConfig); a zero field takes its default.
 //
 // Invariants:
 //
