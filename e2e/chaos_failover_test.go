@@ -47,8 +47,9 @@ func TestChaosStandbyMasterTakesOverARunningMerge(t *testing.T) {
 		"MERGE_MAX_GENERATIONS": "1",
 		"FLUSH_INTERVAL":        "1h", // only ?flush=true seals: the backlog is exact
 	}, map[string]string{
-		// Only the requeued task runs: the sweep never finds enough generations.
+		// Only the requeued task runs: neither the sweep nor merges on demand find a store due.
 		"MERGE_WAL_MIN_GENERATIONS": "1000000",
+		"MERGE_MAX_DELAY":           "1h", // nor merges on demand
 	})
 	keepChaosLogs(t, c)
 	names := [2]string{"m1", "m2"}

@@ -27,7 +27,7 @@ func TestConformanceOfAMasterProcessWithTheReferenceAPI(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, nil, nil)
 	w := c.startWorker("w1")
-	m := c.startMaster("m1", map[string]string{"MERGE_WAL_MIN_GENERATIONS": "1000"})
+	m := c.startMaster("m1", map[string]string{"MERGE_WAL_MIN_GENERATIONS": "1000", "MERGE_MAX_DELAY": "1h"})
 	data := refClient{t: t, base: w.url() + "/api/v1"}
 	ref := refClient{t: t, base: c.base(m.httpAddr) + "/api/v1"}
 

@@ -111,8 +111,8 @@ func TestWorkerKilledDuringMergesLosesNoAcknowledgedRow(t *testing.T) {
 func TestSecondMasterFinishesTheTaskOfAKilledMaster(t *testing.T) {
 	t.Parallel()
 	etcdctl := etcdctlPath(t)
-	// Only the requeued task runs: the sweep never finds enough generations.
-	c := newCluster(t, nil, map[string]string{"MERGE_WAL_MIN_GENERATIONS": "1000000"})
+	// Only the requeued task runs: neither the sweep nor merges on demand find a store due.
+	c := newCluster(t, nil, map[string]string{"MERGE_WAL_MIN_GENERATIONS": "1000000", "MERGE_MAX_DELAY": "1h"})
 	m1 := c.startMaster("m1", map[string]string{
 		// A frozen worker must hold the task up, not be skipped as unreachable.
 		"WORKER_DIAL_TIMEOUT":      "2m",
