@@ -1,8 +1,11 @@
 package store
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 )
 
 // The rule AdmitAdd applies: nothing below warn, linear from warn up to refuse,
@@ -38,5 +41,20 @@ func TestAddDelayGrowsLinearlyFromWarnAndRefusesAtRefuse(t *testing.T) {
 	}
 	if d, ok := addDelay(9, 20, 10, time.Second); !ok || d != 0 {
 		t.Errorf("refuse below warn, under both: %s, admitted %v; want no wait", d, ok)
+	}
+}
+
+// The decision every add pays while its store keeps up: it reads the current
+// snapshot and does no I/O, so it must cost nanoseconds beside the WAL write.
+func BenchmarkAdmitAddBelowWarn(b *testing.B) {
+	ss := newStores(b, objstoretest.Mem(b), "w1")
+	createGeneric(b, ss, "g")
+	s := open(b, ss, "g")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if a, err := s.AdmitAdd(ctx); err != nil || a.Delay != 0 {
+			b.Fatalf("admission %+v, %v below warn", a, err)
+		}
 	}
 }
