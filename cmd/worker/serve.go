@@ -43,6 +43,7 @@ type serveFlags struct {
 	mergeMaxGenerations, mergeConcurrency       int
 	mergeMaxBytes, mergeBudget                  int64
 	pendingWarn, pendingMax                     int
+	addMaxDelay                                 time.Duration
 	maxOpenStores                               int
 	generationCache, tableCache, maxBodyBytes   int64
 	maxInflightBlobBytes                        int64
@@ -111,10 +112,12 @@ func newServeCmd() *cobra.Command {
 	bind("merge-concurrency", "MERGE_CONCURRENCY")
 	fs.Int64Var(&f.mergeBudget, "merge-memory-budget", 2<<30, "bytes of prepared merge data held at once by this worker")
 	bind("merge-memory-budget", "MERGE_MEMORY_BUDGET")
-	fs.IntVar(&f.pendingWarn, "wal-pending-warn-generations", 256, "log reads that fan out over more pending generations than this")
+	fs.IntVar(&f.pendingWarn, "wal-pending-warn-generations", 256, "log reads that fan out over more pending generations than this; adds to a store with at least this many wait (--add-backpressure-max-delay)")
 	bind("wal-pending-warn-generations", "WAL_PENDING_WARN_GENERATIONS")
-	fs.IntVar(&f.pendingMax, "wal-pending-max-generations", 4096, "refuse reads (503) over more pending generations than this")
+	fs.IntVar(&f.pendingMax, "wal-pending-max-generations", 4096, "refuse reads (503) over more pending generations than this, and adds (503) at this many")
 	bind("wal-pending-max-generations", "WAL_PENDING_MAX_GENERATIONS")
+	fs.DurationVar(&f.addMaxDelay, "add-backpressure-max-delay", store.DefaultMaxAddDelay, "longest wait of an add to a store behind on its merges: from 0 at --wal-pending-warn-generations pending to this just under --wal-pending-max-generations; 0 disables the wait (adds are still refused at the max)")
+	bind("add-backpressure-max-delay", "ADD_BACKPRESSURE_MAX_DELAY")
 	fs.IntVar(&f.maxOpenStores, "max-open-stores", 1024, "store handles kept open; the least recently used are sealed and closed")
 	bind("max-open-stores", "MAX_OPEN_STORES")
 	fs.Int64Var(&f.generationCache, "generation-cache-bytes", 256<<20, "budget of the decoded-generation cache for reads")
@@ -283,6 +286,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			SnapshotTTL:       f.snapshotTTL,
 			WarnGenerations:   f.pendingWarn,
 			RefuseGenerations: f.pendingMax,
+			MaxAddDelay:       zeroDisables(f.addMaxDelay),
 			TableOptions:      []table.Option{table.WithLogger(log), table.WithCacheBytes(f.tableCache)},
 			WALOptions:        []wal.Option{wal.WithLogger(log), wal.WithClock(seqClock)},
 		},
@@ -323,9 +327,10 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 }
 
 // zeroDisables maps a flag whose 0 disables what it sets (the reference's
-// meaning of ROLLOUT_MAX_INFLIGHT_BLOB_BYTES=0 and ROLLOUT_LARGE_BLOB_LOG_BYTES=0)
-// to worker.Config's terms (zero is the default there, negative disables).
-func zeroDisables(flag int64) int64 {
+// meaning of ROLLOUT_MAX_INFLIGHT_BLOB_BYTES=0 and ROLLOUT_LARGE_BLOB_LOG_BYTES=0,
+// and ADD_BACKPRESSURE_MAX_DELAY=0) to worker.Config's terms (zero is the default
+// there, negative disables).
+func zeroDisables[T int64 | time.Duration](flag T) T {
 	if flag == 0 {
 		return -1
 	}

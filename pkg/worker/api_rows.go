@@ -137,6 +137,9 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 		if k.kind == registry.KindRollout {
 			s.observeBlobSizes(name, rec)
 		}
+		if err := s.admitAdd(w, r, st); err != nil {
+			return err
+		}
 
 		// Accepted: from here on the client cannot cancel the write.
 		ctx, cancel := detached(r)

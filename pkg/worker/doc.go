@@ -20,6 +20,10 @@
 //     its blob route, a generic blob column by naming it (api_blob.go). The bytes
 //     of adds and blob downloads in memory at once stay within the in-flight blob
 //     budget, but for one request admitted alone (blobBudget); the rest are 503s.
+//   - An add to a store behind on its merges waits before it is written, in
+//     proportion to its pending generations, and is refused (503) at the refuse
+//     threshold (admitAdd, store.Store.AdmitAdd); the wait follows the client and
+//     the server's shutdown, and an add that did not finish it wrote nothing.
 //   - Metrics come from the registry the server is given, never from the process-wide
 //     default registry, so two servers in one test process do not share counters.
 //   - Serve returns only after the listener is closed and in-flight requests have

@@ -101,6 +101,12 @@ type Metrics struct {
 	// human: data is missing or damaged.
 	VerifyProblems         *prometheus.CounterVec
 	RepairDroppedFragments *prometheus.CounterVec
+	// BackpressureDelay observes, by store kind, the wait of every add that its
+	// store's backpressure slowed (Server.admitAdd); an add that did not wait is
+	// not observed. BackpressureRefusals counts adds refused (503) because their
+	// store had RefuseGenerations pending generations or more.
+	BackpressureDelay    *prometheus.HistogramVec
+	BackpressureRefusals *prometheus.CounterVec
 	// BlobBudgetRejections counts adds and blob downloads refused (503) by the
 	// in-flight blob budget; BlobBytes observes the size of every rollout
 	// record's binary_payload added (the reference's names).
@@ -204,6 +210,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		RepairDroppedFragments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_repair_dropped_fragments_total", Help: "Fragments removed by repair tasks (an operator's --drop-missing), by store kind.",
 		}, []string{"kind"}),
+		BackpressureDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tidemark_add_backpressure_delay_seconds", Help: "The wait of each add its store's backpressure slowed (pending generations between the warn and refuse thresholds), by store kind.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}, []string{"kind"}),
+		BackpressureRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_add_backpressure_refusals_total", Help: "Adds refused with 503 because their store had as many pending generations as the refuse threshold or more, by store kind.",
+		}, []string{"kind"}),
 		BlobBudgetRejections: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rollout_blob_budget_rejections_total", Help: "Adds and blob downloads refused with 503 by the in-flight blob budget.",
 		}),
@@ -212,7 +225,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(1024, 4, 10),
 		}),
 	}
-	reg.MustRegister(m.BlobBudgetRejections, m.BlobBytes)
+	reg.MustRegister(m.BlobBudgetRejections, m.BlobBytes, m.BackpressureDelay, m.BackpressureRefusals)
 	reg.MustRegister(m.Compactions, m.CompactedFragments, m.CompactionBytes, m.CleanupObjects, m.CleanupBytes,
 		m.DrainedFiles, m.VerifyProblems, m.RepairDroppedFragments)
 	reg.MustRegister(m.ShardsAdopted, m.FencingRefusals, m.Flushes, m.Cleanups, m.Merges, m.MergeDuration, m.MergedGenerations,
@@ -231,6 +244,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range []string{DrainedDeleted, DrainedFailed, DrainedDropped} {
 		m.DrainedFiles.WithLabelValues(r)
+	}
+	for _, k := range registry.Kinds() {
+		m.BackpressureDelay.WithLabelValues(string(k))
+		m.BackpressureRefusals.WithLabelValues(string(k))
 	}
 	return m
 }

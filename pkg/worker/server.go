@@ -95,6 +95,10 @@ type Server struct {
 	// draining is set once Serve's context is done: new requests are refused with
 	// 503 while accepted ones finish (see admit).
 	draining atomic.Bool
+	// stopping is cancelled when draining is set: what waits inside a request
+	// that has not begun its work (an add's backpressure wait) ends with it.
+	stopping context.Context
+	stop     context.CancelFunc
 	// blobs is the in-flight blob budget (ServerConfig.MaxInflightBlobBytes).
 	blobs *blobBudget
 }
@@ -138,6 +142,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.LargeBlobLogBytes = DefaultLargeBlobLogBytes
 	}
 	s := &Server{cfg: cfg, blobs: newBlobBudget(cfg.MaxInflightBlobBytes)}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/health", s.health)
 	if cfg.Stores != nil {
@@ -174,7 +179,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// New requests are refused (health answers draining) before the shutdown
 	// starts waiting for the accepted ones.
 	return httpserver.Serve(ctx, hs, ln, s.cfg.ShutdownTimeout, log.With("instance_id", s.cfg.InstanceID, "tls", s.cfg.TLS != nil),
-		func() { s.draining.Store(true) })
+		func() { s.draining.Store(true); s.stop() })
 }
 
 // healthResponse is the body of GET /api/v1/health.

@@ -37,6 +37,10 @@
 //   - Above RefuseGenerations pending generations a read fails with ErrOverloaded
 //     instead of fanning out over all of them (the reference system ran out of memory
 //     at 12.6k); above WarnGenerations it logs.
+//   - Adds slow down before they are refused (AdmitAdd): from WarnGenerations
+//     pending generations an add waits in proportion to how far past it the store
+//     is, up to MaxAddDelay, and from RefuseGenerations it fails with ErrOverloaded
+//     without being written. Below WarnGenerations the decision costs no I/O.
 //   - Stores are opened through Stores, which serializes create/open/delete per name,
 //     keeps at most MaxOpen handles, and closes an evicted handle only after its last
 //     user releases it. A deleted store's handle is fenced: later appends fail.

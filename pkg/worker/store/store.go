@@ -24,7 +24,8 @@ var (
 	// ErrDeleted means the store was deleted while this handle was open.
 	ErrDeleted = errclass.New(errclass.Gone, "store deleted")
 	// ErrOverloaded means a read would fan out over more pending generations than
-	// Config.RefuseGenerations; merges must catch up first.
+	// Config.RefuseGenerations, or an add would add to a store with that many
+	// (AdmitAdd); merges must catch up first.
 	ErrOverloaded = errclass.New(errclass.Overloaded, "too many pending WAL generations")
 )
 
@@ -35,8 +36,13 @@ type Config struct {
 	Shard string
 	// Generations caches decoded generations for reads and merges.
 	Generations *wal.GenerationCache
-	// WarnGenerations and RefuseGenerations bound a read's fan-out (256, 4096).
+	// WarnGenerations and RefuseGenerations bound a read's fan-out (256, 4096),
+	// and are where adds start to wait and are refused (AdmitAdd).
 	WarnGenerations, RefuseGenerations int
+	// MaxAddDelay is the longest an add waits for the store's backpressure, at one
+	// generation short of RefuseGenerations (DefaultMaxAddDelay; negative: adds
+	// never wait, and are still refused at RefuseGenerations).
+	MaxAddDelay time.Duration
 	// SealAfterBytes seals a store's memtable as soon as it holds this many bytes
 	// (64 MiB), so memory stays bounded between flush sweeps however fast rows come.
 	SealAfterBytes int64
@@ -71,6 +77,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RefuseGenerations == 0 {
 		c.RefuseGenerations = 4096
+	}
+	if c.MaxAddDelay == 0 {
+		c.MaxAddDelay = DefaultMaxAddDelay
 	}
 	if c.SealAfterBytes <= 0 {
 		c.SealAfterBytes = 64 << 20

@@ -1,0 +1,60 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+)
+
+// The rule AdmitAdd applies: nothing below warn, linear from warn up to refuse,
+// refused at refuse; a zero or negative maximum never waits but still refuses.
+func TestAddDelayGrowsLinearlyFromWarnAndRefusesAtRefuse(t *testing.T) {
+	const warn, refuse = 256, 4096
+	for _, c := range []struct {
+		pending int
+		max     time.Duration
+		want    time.Duration
+		refused bool
+	}{
+		{pending: 0, max: 2 * time.Second},
+		{pending: warn - 1, max: 2 * time.Second},
+		{pending: warn, max: 2 * time.Second},
+		{pending: warn + (refuse-warn)/4, max: 2 * time.Second, want: 500 * time.Millisecond},
+		{pending: warn + (refuse-warn)/2, max: 2 * time.Second, want: time.Second},
+		{pending: refuse - 1, max: 2 * time.Second, want: 2 * time.Second * (refuse - 1 - warn) / (refuse - warn)},
+		{pending: refuse, max: 2 * time.Second, refused: true},
+		{pending: 1 << 40, max: 2 * time.Second, refused: true},
+		{pending: refuse - 1, max: 0},
+		{pending: refuse - 1, max: -1},
+		{pending: refuse, max: -1, refused: true},
+	} {
+		got, ok := addDelay(c.pending, warn, refuse, c.max)
+		if got != c.want || ok == c.refused {
+			t.Errorf("addDelay(%d pending, max %s) = %s, admitted %v; want %s, admitted %v", c.pending, c.max, got, ok, c.want, !c.refused)
+		}
+	}
+	// Thresholds set the wrong way round have no range in between: refuse wins.
+	if d, ok := addDelay(10, 20, 10, time.Second); ok || d != 0 {
+		t.Errorf("refuse below warn: %s, admitted %v; want refused", d, ok)
+	}
+	if d, ok := addDelay(9, 20, 10, time.Second); !ok || d != 0 {
+		t.Errorf("refuse below warn, under both: %s, admitted %v; want no wait", d, ok)
+	}
+}
+
+// The decision every add pays while its store keeps up: it reads the current
+// snapshot and does no I/O, so it must cost nanoseconds beside the WAL write.
+func BenchmarkAdmitAddBelowWarn(b *testing.B) {
+	ss := newStores(b, objstoretest.Mem(b), "w1")
+	createGeneric(b, ss, "g")
+	s := open(b, ss, "g")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if a, err := s.AdmitAdd(ctx); err != nil || a.Delay != 0 {
+			b.Fatalf("admission %+v, %v below warn", a, err)
+		}
+	}
+}
