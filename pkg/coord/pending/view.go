@@ -185,16 +185,18 @@ func (v *View) signal() {
 }
 
 // Demand sums the records by store, most pending generations first (then by
-// target). A record that arrived before since(target) does not count towards
-// that target: the caller knows its pending work was taken by a merge that
-// started then, and waits for the worker's next record. since may be nil.
-func (v *View) Demand(since func(target string) time.Time) []Demand {
+// target). A record written before etcd revision since(target) does not count
+// towards that target: the caller knows its pending work was taken by a merge
+// claimed at that revision (its fencing token), and waits for the worker's next
+// record. Revisions, not clocks: the claim and the arrival are stamped by one
+// etcd, whatever the skew between master replicas. since may be nil.
+func (v *View) Demand(since func(target string) int64) []Demand {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	by := map[string]*Demand{}
 	for _, o := range v.records {
 		for _, e := range o.rec.Stores {
-			if since != nil && o.receivedAt.Before(since(e.Target)) {
+			if since != nil && o.modRev < since(e.Target) {
 				continue
 			}
 			d := by[e.Target]

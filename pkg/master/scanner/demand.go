@@ -86,9 +86,15 @@ type DemandSummary struct {
 // tracked is a merge this MergeDemand enqueued, until it has settled.
 type tracked struct {
 	id string
-	// started is the merge's start once it finished (zero while live, or when
-	// it failed); records of the target that arrived before it do not count.
-	started time.Time
+	// claimedRev is the etcd revision the merge was claimed at (its fencing
+	// token) once it finished (zero while live, or when it failed); records of
+	// the target written before it do not count.
+	claimedRev int64
+	// checkedAt is when a round last read the task while its dedupe key still
+	// named it: a key that outlived its task is found within RetryAfterFailure.
+	checkedAt time.Time
+	// stale: the dedupe key names a finished or missing task; Enqueue replaces it.
+	stale bool
 	// finishedSeen is when a round first saw it finished (this clock).
 	finishedSeen time.Time
 	failed       bool
@@ -107,13 +113,17 @@ type tracked struct {
 // the only path for orphaned shards).
 //
 // A merge's own record lag: a worker republishes its record after the merge took
-// its generations, at most MinInterval later; a record that arrived before that
-// merge started still counts them, and judging it would enqueue a merge that
-// finds nothing. So once a merge of a target finishes, records of the target that
-// arrived before the merge started are left out until they are republished (or,
-// at most demandSettle later, taken as they are: a worker that did not republish
-// was not changed by the merge). A store with a live merge is not judged at all:
-// the queue's deduplication would return the live task anyway.
+// its generations, at most MinInterval later; a record written before that merge
+// was claimed still counts them, and judging it would enqueue a merge that finds
+// nothing. So once a merge of a target finishes (ours, the merge sweep's or an
+// operator's), records of the target whose etcd mod revision is below the merge's
+// fencing token (the revision of its claim) are left out until they are
+// republished (or, at most demandSettle later, taken as they are: a worker that
+// did not republish was not changed by the merge). Revisions, not clocks: the
+// claiming replica's clock may be skewed against this one's. A store with a live
+// merge is not judged at all: the queue's deduplication would return the live task
+// anyway; a dedupe key that names a task no longer live is checked once per
+// RetryAfterFailure and then replaced by an Enqueue.
 //
 // Enqueues deduplicate onto a live task, so replicas never double a merge; the
 // coordination lock only keeps them from doubling the etcd reads. Rounds of one
@@ -215,11 +225,18 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 	now := d.cfg.Clock.Now()
 	d.settle(ctx, live, now)
 
-	demand := d.view.Demand(func(target string) time.Time {
-		if m := d.merges[target]; m != nil {
-			return m.started
+	// A merge this MergeDemand did not enqueue (the merge sweep's, an operator's)
+	// is followed too: its end is a cutoff like ours.
+	for target, id := range live {
+		if m := d.merges[target]; m == nil || m.id != id {
+			d.merges[target] = &tracked{id: id, checkedAt: now}
 		}
-		return time.Time{}
+	}
+	demand := d.view.Demand(func(target string) int64 {
+		if m := d.merges[target]; m != nil {
+			return m.claimedRev
+		}
+		return 0
 	})
 	for _, dm := range demand {
 		sum.Pending += dm.Generations
@@ -242,7 +259,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 	}
 	// Most pending first (Demand's order), then the stores due by age.
 	for i, c := range append(byCount, byAge...) {
-		if _, ok := live[c.Target]; ok {
+		if _, ok := live[c.Target]; ok && !d.merges[c.Target].stale {
 			sum.Live++
 			continue
 		}
@@ -284,7 +301,14 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 func (d *MergeDemand) settle(ctx context.Context, live map[string]string, now time.Time) {
 	for target, m := range d.merges {
 		switch {
+		case live[target] == m.id && now.Sub(m.checkedAt) < d.cfg.RetryAfterFailure:
+			continue
 		case live[target] == m.id:
+			// Live for a while: LiveIDs reads dedupe keys, and one that outlived
+			// its task would hide the store from us for good.
+			m.checkedAt = now
+			task, err := d.ts.Get(ctx, m.id)
+			m.stale = errors.Is(err, tasks.ErrTaskNotFound) || (err == nil && !task.State.Live())
 			continue
 		case !m.finishedSeen.IsZero():
 			if now.Sub(m.finishedSeen) >= max(demandSettle, d.cfg.RetryAfterFailure) {
@@ -302,7 +326,7 @@ func (d *MergeDemand) settle(ctx context.Context, live map[string]string, now ti
 				d.log.Debug("merges on demand: finished merge not read", "target", target, "task", m.id, "err", err)
 			}
 		case task.State == tasks.StateDone:
-			m.started = task.StartedAt
+			m.claimedRev = task.FencingToken
 		case task.State.Live():
 			// Live again under the same id (requeued by orphan recovery) after a
 			// listing that missed it: look again next round.
