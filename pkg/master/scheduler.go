@@ -431,7 +431,7 @@ const (
 )
 
 // SkippedDetail is the detail of a task skipped because its store was deleted.
-const SkippedDetail = "skipped: store deleted"
+const SkippedDetail = tasks.SkippedDetail
 
 // taskResult is what a run's report and error make of its task, by the error's
 // class: Gone (the store was deleted before or while it ran) is a task with nothing

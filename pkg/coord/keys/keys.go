@@ -12,8 +12,8 @@
 //	P/coordination/<name>        holder name, under the holder's lease       package tasks
 //	P/stats/<target>             stats row                                   package stats
 //	P/workers/<instance>         worker record, under the worker's lease     package membership
-//	P/pending/<instance>         the worker's pending generations by store,  package pending
-//	                             under the worker's lease
+//	P/pending/<instance>/<target> one store's pending generations in one     package pending
+//	                             worker's shard, under the worker's lease
 //	P/health                     never written: the master's quorum read
 //
 // The package that writes a key owns its value; this one owns only the names.
@@ -109,8 +109,11 @@ func (k Schema) Worker(instanceID string) string { return k.WorkersPrefix() + in
 // PendingPrefix is P/pending/.
 func (k Schema) PendingPrefix() string { return k.prefix + "/pending/" }
 
-// Pending is P/pending/<instance>.
-func (k Schema) Pending(instanceID string) string { return k.PendingPrefix() + instanceID }
+// PendingOf is P/pending/<instance>/: every store's entry of one worker.
+func (k Schema) PendingOf(instanceID string) string { return k.PendingPrefix() + instanceID + "/" }
+
+// Pending is P/pending/<instance>/<target>.
+func (k Schema) Pending(instanceID, target string) string { return k.PendingOf(instanceID) + target }
 
 // Health is P/health.
 func (k Schema) Health() string { return k.prefix + "/health" }

@@ -10,6 +10,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
@@ -50,7 +52,7 @@ func run(t *testing.T, f func(ctx context.Context)) {
 }
 
 func demandOf(v *View, target string) Demand {
-	for _, d := range v.Demand(nil) {
+	for _, d := range v.Demand(time.Now(), nil) {
 		if d.Target == target {
 			return d
 		}
@@ -58,7 +60,7 @@ func demandOf(v *View, target string) Demand {
 	return Demand{}
 }
 
-func TestViewSumsTheWorkersRecordsAndForgetsAWorkerWithItsLease(t *testing.T) {
+func TestViewSumsTheWorkersEntriesAndForgetsAWorkerWithItsLease(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	const prefix = "/pending-test"
 	t0 := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
@@ -81,7 +83,7 @@ func TestViewSumsTheWorkersRecordsAndForgetsAWorkerWithItsLease(t *testing.T) {
 	pubs[1].Notify()
 	testwait.For(t, 10*time.Second, "both records summed", func() (bool, string) {
 		d := demandOf(view, "a")
-		return d.Generations == 8 && d.Bytes == 80 && d.Workers == 2 && d.OldestSealedAt.Equal(t0), fmt.Sprintf("%+v", view.Demand(nil))
+		return d.Generations == 8 && d.Bytes == 80 && d.Workers == 2, fmt.Sprintf("%+v", view.Demand(time.Now(), nil))
 	})
 	if d := demandOf(view, "idle"); d.Target != "" {
 		t.Fatalf("a store with nothing pending is listed: %+v", d)
@@ -90,9 +92,9 @@ func TestViewSumsTheWorkersRecordsAndForgetsAWorkerWithItsLease(t *testing.T) {
 	// A merge took worker 0's generations: its record goes.
 	sources[0].set()
 	pubs[0].Notify()
-	testwait.For(t, 10*time.Second, "worker 0's record deleted", func() (bool, string) {
-		resp, err := client.Get(context.Background(), prefix+"/pending/w0")
-		return err == nil && len(resp.Kvs) == 0 && demandOf(view, "a").Generations == 5, fmt.Sprintf("%+v", view.Demand(nil))
+	testwait.For(t, 10*time.Second, "worker 0's entries deleted", func() (bool, string) {
+		resp, err := client.Get(context.Background(), prefix+"/pending/w0/", clientv3.WithPrefix())
+		return err == nil && len(resp.Kvs) == 0 && demandOf(view, "a").Generations == 5, fmt.Sprintf("%+v", view.Demand(time.Now(), nil))
 	})
 
 	// Worker 1 dies: its record goes with its lease.
@@ -100,18 +102,18 @@ func TestViewSumsTheWorkersRecordsAndForgetsAWorkerWithItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.For(t, 10*time.Second, "worker 1's record gone with its lease", func() (bool, string) {
-		return len(view.Demand(nil)) == 0, fmt.Sprintf("%+v", view.Demand(nil))
+		return len(view.Demand(time.Now(), nil)) == 0, fmt.Sprintf("%+v", view.Demand(time.Now(), nil))
 	})
 
 	// It registers again under a new lease: the record comes back without a Notify
 	// (the refresh notices the lease).
 	leases[1].Store(int64(grant(t, client)))
 	testwait.For(t, 10*time.Second, "worker 1's record put under its new lease", func() (bool, string) {
-		return demandOf(view, "a").Generations == 5, fmt.Sprintf("%+v", view.Demand(nil))
+		return demandOf(view, "a").Generations == 5, fmt.Sprintf("%+v", view.Demand(time.Now(), nil))
 	})
 }
 
-func TestDemandLeavesOutRecordsThatArrivedBeforeSince(t *testing.T) {
+func TestDemandLeavesOutEntriesWrittenBeforeSince(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	const prefix = "/pending-since"
 	var src source
@@ -124,7 +126,7 @@ func TestDemandLeavesOutRecordsThatArrivedBeforeSince(t *testing.T) {
 
 	src.set(Entry{Target: "a", Generations: 9}, Entry{Target: "b", Generations: 1})
 	pub.Notify()
-	testwait.For(t, 10*time.Second, "record seen", func() (bool, string) { return len(view.Demand(nil)) == 2, "" })
+	testwait.For(t, 10*time.Second, "record seen", func() (bool, string) { return len(view.Demand(time.Now(), nil)) == 2, "" })
 
 	cut := view.Revision() + 1 // a merge of a claimed after the record was written
 	since := func(target string) int64 {
@@ -133,34 +135,85 @@ func TestDemandLeavesOutRecordsThatArrivedBeforeSince(t *testing.T) {
 		}
 		return 0
 	}
-	if got := view.Demand(since); len(got) != 1 || got[0].Target != "b" {
+	if got := view.Demand(time.Now(), since); len(got) != 1 || got[0].Target != "b" {
 		t.Fatalf("Demand(since) = %+v, want only b: a's record arrived before a's merge started", got)
 	}
 	src.set(Entry{Target: "a", Generations: 2}, Entry{Target: "b", Generations: 1})
 	pub.Notify()
 	testwait.For(t, 10*time.Second, "a counted again from its next record", func() (bool, string) {
-		got := view.Demand(since)
+		got := view.Demand(time.Now(), since)
 		return len(got) == 2 && got[0].Target == "a" && got[0].Generations == 2, fmt.Sprintf("%+v", got)
 	})
 }
 
-func TestRecordKeepsTheMostPendingStoresWithinItsBound(t *testing.T) {
-	entries := make([]Entry, 0, MaxStores+10)
-	for i := range MaxStores + 10 {
-		entries = append(entries, Entry{Target: fmt.Sprintf("s%05d", i), Generations: i + 1})
+// An entry is aged by its worker's clock between seal and publication, plus the
+// View's own clock since it arrived: a worker clock hours off changes nothing.
+func TestDemandAgesEntriesWithoutComparingClocks(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	const prefix = "/pending-age"
+	skewed := time.Now().Add(-3 * time.Hour) // the worker's clock, 3 h behind
+	var src source
+	lease := grant(t, client)
+	pub := NewPublisher(client, src.get, func() clientv3.LeaseID { return lease },
+		PublisherConfig{Prefix: prefix, Instance: "w", MinInterval: time.Millisecond,
+			Clock: clocktesting.NewFakeClock(skewed.Add(20 * time.Second))})
+	src.set(Entry{Target: "a", Generations: 1, OldestSealedAt: skewed})
+	run(t, pub.Run)
+	view := NewView(client, prefix, nil, nil)
+	run(t, view.Run)
+	testwait.For(t, 10*time.Second, "entry seen", func() (bool, string) {
+		return len(view.Demand(time.Now(), nil)) == 1, ""
+	})
+	d := view.Demand(time.Now().Add(5*time.Second), nil)[0]
+	if d.Age < 25*time.Second || d.Age > 35*time.Second {
+		t.Fatalf("age %s, want about 25 s: 20 s old when published (the worker's clock) and 5 s since (the view's)", d.Age)
 	}
-	r := newRecord("w", entries, time.Now())
-	if len(r.Stores) != MaxStores || r.Omitted != 10 {
-		t.Fatalf("record lists %d stores and omits %d, want %d and 10", len(r.Stores), r.Omitted, MaxStores)
+}
+
+// A seal of one store rewrites that store's entry only: the bytes a worker
+// writes to etcd follow what changed, not how many stores it holds.
+func TestPublisherWritesOnlyTheEntriesThatChanged(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	const prefix = "/pending-diff"
+	var src source
+	lease := grant(t, client)
+	entries := make([]Entry, 100)
+	for i := range entries {
+		entries[i] = Entry{Target: fmt.Sprintf("s%03d", i), Generations: 1, OldestSealedAt: time.Now()}
 	}
-	for _, e := range r.Stores {
-		if e.Generations <= 10 {
-			t.Fatalf("kept %+v, one of the 10 least pending", e)
+	src.set(entries...)
+	pub := NewPublisher(client, src.get, func() clientv3.LeaseID { return lease }, PublisherConfig{Prefix: prefix, Instance: "w"})
+	ctx := context.Background()
+	if err := pub.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before, err := client.Get(ctx, prefix+"/pending/w/", clientv3.WithPrefix())
+	if err != nil || len(before.Kvs) != 100 {
+		t.Fatalf("after the first publish: %d entries, %v; want 100", len(before.Kvs), err)
+	}
+	entries[7].Generations = 2
+	src.set(entries...)
+	if err := pub.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := client.Get(ctx, prefix+"/pending/w/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := 0
+	for i, kv := range after.Kvs {
+		if kv.ModRevision != before.Kvs[i].ModRevision {
+			changed++
 		}
 	}
-	for i := 1; i < len(r.Stores); i++ {
-		if r.Stores[i-1].Target >= r.Stores[i].Target {
-			t.Fatal("stores not sorted by target")
-		}
+	if changed != 1 {
+		t.Fatalf("%d entries rewritten after one store's seal, want 1", changed)
+	}
+	if err := pub.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := client.Get(ctx, prefix+"/pending/w/", clientv3.WithPrefix())
+	if err != nil || again.Header.Revision != after.Header.Revision {
+		t.Fatalf("a publish with nothing changed wrote (revision %d -> %d, %v)", after.Header.Revision, again.Header.Revision, err)
 	}
 }

@@ -2,9 +2,10 @@ package pending
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -15,24 +16,26 @@ import (
 
 // Publisher defaults.
 const (
-	// DefaultMinInterval spaces a worker's record writes: a worker sealing many
-	// stores a second writes once, and the master hears of a new generation
+	// DefaultMinInterval spaces a worker's writes: a worker sealing many stores a
+	// second writes one transaction, and the master hears of a new generation
 	// within about this long.
 	DefaultMinInterval = 500 * time.Millisecond
-	// DefaultRefresh is how often the record is checked even without a Notify:
-	// it catches a new registration lease (the record died with the old one)
-	// and pending work that changed without a seal or merge of this worker's
-	// (another worker's merge of the store moved the watermark).
+	// DefaultRefresh is how often the entries are checked even without a Notify:
+	// it catches pending work that changed without a seal or merge of this
+	// worker's (another worker's merge of the store moved the watermark).
 	DefaultRefresh = 5 * time.Second
 	// opTimeout bounds each etcd call.
 	opTimeout = 5 * time.Second
+	// txnOps bounds the operations of one transaction, under etcd's default
+	// --max-txn-ops (128).
+	txnOps = 64
 )
 
 // Source returns this worker's pending generations, one entry per store (entries
 // with none are dropped). It must not block on I/O: it reads what the worker holds.
 type Source func() []Entry
 
-// Lease returns the lease the record is put under: the worker's registration
+// Lease returns the lease the entries are put under: the worker's registration
 // lease, 0 while unregistered (nothing is published then).
 type Lease func() clientv3.LeaseID
 
@@ -46,21 +49,21 @@ type PublisherConfig struct {
 	Logger      *slog.Logger
 }
 
-// Publisher keeps a worker's P/pending/<instance> record up to date. Notify is
+// Publisher keeps a worker's P/pending/<instance>/ entries up to date. Notify is
 // safe to call from any goroutine; Run does the writes.
 type Publisher struct {
 	client *clientv3.Client
 	source Source
 	lease  Lease
 	cfg    PublisherConfig
-	key    string
+	keys   keys.Schema
 	log    *slog.Logger
 	wake   chan struct{}
 
-	// What Run last wrote, and under which lease (Run's goroutine only).
-	last      Record
+	// What Run last wrote, by target, and under which lease (Run's goroutine
+	// only). Entries written under an older lease died with it.
+	last      map[string]Entry
 	lastLease clientv3.LeaseID
-	written   bool
 }
 
 // NewPublisher returns a Publisher of source's entries under lease.
@@ -77,11 +80,12 @@ func NewPublisher(client *clientv3.Client, source Source, lease Lease, cfg Publi
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	key := keys.Under(cfg.Prefix).Pending(cfg.Instance)
+	k := keys.Under(cfg.Prefix)
 	return &Publisher{
-		client: client, source: source, lease: lease, cfg: cfg, key: key,
-		log:  cfg.Logger.With("component", "pending-publisher", "key", key),
+		client: client, source: source, lease: lease, cfg: cfg, keys: k,
+		log:  cfg.Logger.With("component", "pending-publisher", "prefix", k.PendingOf(cfg.Instance)),
 		wake: make(chan struct{}, 1),
+		last: map[string]Entry{},
 	}
 }
 
@@ -96,15 +100,21 @@ func (p *Publisher) Notify() {
 
 // Run publishes at once, then after every Notify (at most once per MinInterval)
 // and every Refresh, until ctx is done. A failed write is logged and tried again
-// at the next wake or refresh. It leaves the record to die with the lease: the
+// at the next wake or refresh. It leaves the entries to die with the lease: the
 // worker revokes it when it stops.
 func (p *Publisher) Run(ctx context.Context) {
 	for {
 		start := p.cfg.Clock.Now()
 		if err := p.publish(ctx); err != nil && ctx.Err() == nil {
-			p.log.Warn("pending record not written; tried again at the next change", "err", err)
+			p.log.Warn("pending entries not written; tried again at the next change", "err", err)
 		}
-		refresh := p.cfg.Clock.NewTimer(p.cfg.Refresh)
+		// Unregistered: look again soon, so the first entries follow the
+		// registration by moments, not by a Refresh.
+		wait := p.cfg.Refresh
+		if p.lastLease == 0 {
+			wait = p.cfg.MinInterval
+		}
+		refresh := p.cfg.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			refresh.Stop()
@@ -124,33 +134,66 @@ func (p *Publisher) Run(ctx context.Context) {
 	}
 }
 
-// publish writes the record if it changed or the lease did: a put of the stores
-// with pending generations, or a delete when there are none.
+// publish writes the entries that changed since the last write (all of them under
+// a new lease) and deletes those of stores with nothing pending any more.
 func (p *Publisher) publish(ctx context.Context) error {
 	lease := p.lease()
+	if lease != p.lastLease {
+		// Under a new lease (or none) nothing of ours is left: the old lease's
+		// entries died with it.
+		clear(p.last)
+		p.lastLease = lease
+	}
 	if lease == 0 {
-		p.written = false // whatever we wrote died with the old lease
 		return nil
 	}
-	rec := newRecord(p.cfg.Instance, p.source(), p.cfg.Clock.Now())
-	if p.written && lease == p.lastLease && sameContents(rec, p.last) {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	if len(rec.Stores) == 0 && rec.Omitted == 0 {
-		if _, err := p.client.Delete(ctx, p.key); err != nil {
-			return fmt.Errorf("delete %s: %w", p.key, err)
+	cur := map[string]Entry{}
+	for _, e := range p.source() {
+		if e.Generations > 0 {
+			cur[e.Target] = e
 		}
-	} else {
-		value, err := json.Marshal(rec)
+	}
+	now := p.cfg.Clock.Now()
+	type change struct {
+		op    clientv3.Op
+		entry Entry
+		del   bool
+	}
+	var changes []change
+	for _, target := range slices.Sorted(maps.Keys(cur)) {
+		e := cur[target]
+		if old, ok := p.last[target]; ok && same(old, e) {
+			continue
+		}
+		v, err := encode(e, now)
 		if err != nil {
-			return fmt.Errorf("pending record: %w", err)
+			return err
 		}
-		if _, err := p.client.Put(ctx, p.key, string(value), clientv3.WithLease(lease)); err != nil {
-			return fmt.Errorf("put %s: %w", p.key, err)
+		changes = append(changes, change{op: clientv3.OpPut(p.keys.Pending(p.cfg.Instance, target), v, clientv3.WithLease(lease)), entry: e})
+	}
+	for _, target := range slices.Sorted(maps.Keys(p.last)) {
+		if _, ok := cur[target]; !ok {
+			changes = append(changes, change{op: clientv3.OpDelete(p.keys.Pending(p.cfg.Instance, target)), entry: Entry{Target: target}, del: true})
 		}
 	}
-	p.last, p.lastLease, p.written = rec, lease, true
+	for batch := range slices.Chunk(changes, txnOps) {
+		ops := make([]clientv3.Op, len(batch))
+		for i, c := range batch {
+			ops[i] = c.op
+		}
+		tctx, cancel := context.WithTimeout(ctx, opTimeout)
+		_, err := p.client.Txn(tctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("write %d pending entries under %s: %w", len(ops), p.keys.PendingOf(p.cfg.Instance), err)
+		}
+		for _, c := range batch {
+			if c.del {
+				delete(p.last, c.entry.Target)
+			} else {
+				p.last[c.entry.Target] = c.entry
+			}
+		}
+	}
 	return nil
 }

@@ -19,27 +19,30 @@ import (
 // relistWait is the wait before listing again after etcd refused a listing.
 const relistWait = time.Second
 
-// Demand is one store's pending work, summed over the workers' records.
+// Demand is one store's pending work, summed over the workers' entries.
 type Demand struct {
 	Target      string
 	Generations int
 	Bytes       int64
-	// OldestSealedAt is the oldest of the workers' OldestSealedAt.
-	OldestSealedAt time.Time
-	// Workers counts the records that list the store.
+	// Age is how long the oldest of them has waited since its seal, as of the
+	// Demand call: the largest over the entries of the entry's age when its
+	// worker wrote it (both ends on the worker's clock) plus how long ago the View
+	// received it (its own clock).
+	Age time.Duration
+	// Workers counts the entries (one per worker shard) that list the store.
 	Workers int
 }
 
-// observed is a record as the View holds it: when it arrived (the View's clock)
-// and its mod revision, which tells a relisted record from a changed one.
+// observed is an entry as the View holds it: when it arrived (the View's clock)
+// and its mod revision, which tells a relisted entry from a changed one.
 type observed struct {
-	rec        Record
+	v          value
 	modRev     int64
 	receivedAt time.Time
 }
 
-// View follows every worker's pending record. Run keeps it current; Demand sums
-// it. It is safe for concurrent use.
+// View follows every worker's pending entries. Run keeps it current; Demand sums
+// them. It is safe for concurrent use.
 type View struct {
 	client *clientv3.Client
 	prefix string
@@ -47,7 +50,7 @@ type View struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	records map[string]observed // by key
+	entries map[string]observed // by key
 	synced  bool
 	rev     int64 // the etcd revision the records are current to
 	changed chan struct{}
@@ -65,16 +68,16 @@ func NewView(client *clientv3.Client, prefix string, clk clock.Clock, log *slog.
 	return &View{
 		client: client, prefix: keys.Under(prefix).PendingPrefix(), clock: clk,
 		log:     log.With("component", "pending-view"),
-		records: map[string]observed{},
+		entries: map[string]observed{},
 		changed: make(chan struct{}, 1),
 	}
 }
 
-// Changed receives after every change to the records (changes coalesce: one
+// Changed receives after every change to the entries (changes coalesce: one
 // receive may stand for many).
 func (v *View) Changed() <-chan struct{} { return v.changed }
 
-// Synced reports whether the View has listed the records at least once.
+// Synced reports whether the View has listed the entries at least once.
 func (v *View) Synced() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -89,7 +92,7 @@ func (v *View) Revision() int64 {
 	return v.rev
 }
 
-// Run lists the records and follows them with a watch until ctx is done. A watch
+// Run lists the entries and follows them with a watch until ctx is done. A watch
 // that breaks (etcd away, history compacted) is replaced by a fresh listing, so a
 // change made meanwhile arrives late but is never lost.
 func (v *View) Run(ctx context.Context) {
@@ -97,7 +100,7 @@ func (v *View) Run(ctx context.Context) {
 		rev, err := v.list(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				v.log.Warn("pending records not listed; listing again", "err", err, "retry_in", relistWait.String())
+				v.log.Warn("pending entries not listed; listing again", "err", err, "retry_in", relistWait.String())
 			}
 			select {
 			case <-ctx.Done():
@@ -111,7 +114,7 @@ func (v *View) Run(ctx context.Context) {
 	}
 }
 
-// list replaces the records by a fresh listing and returns its revision.
+// list replaces the entries by a fresh listing and returns its revision.
 func (v *View) list(ctx context.Context) (int64, error) {
 	lctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -121,12 +124,12 @@ func (v *View) list(ctx context.Context) (int64, error) {
 	}
 	now := v.clock.Now()
 	v.mu.Lock()
-	old := v.records
-	v.records = make(map[string]observed, len(resp.Kvs))
+	old := v.entries
+	v.entries = make(map[string]observed, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		if prev, ok := old[key]; ok && prev.modRev == kv.ModRevision {
-			v.records[key] = prev // unchanged: it arrived when it first did
+			v.entries[key] = prev // unchanged: it arrived when it first did
 			continue
 		}
 		v.putLocked(key, kv.Value, kv.ModRevision, now)
@@ -143,7 +146,7 @@ func (v *View) follow(ctx context.Context, watch clientv3.WatchChan) {
 	for wr := range watch {
 		if wr.Err() != nil || wr.Canceled {
 			if ctx.Err() == nil {
-				v.log.Info("pending records watch broke; listing again", "err", wr.Err())
+				v.log.Info("pending entries watch broke; listing again", "err", wr.Err())
 			}
 			return
 		}
@@ -153,7 +156,7 @@ func (v *View) follow(ctx context.Context, watch clientv3.WatchChan) {
 		for _, ev := range wr.Events {
 			key := string(ev.Kv.Key)
 			if ev.Type == mvccpb.DELETE {
-				delete(v.records, key)
+				delete(v.entries, key)
 				continue
 			}
 			v.putLocked(key, ev.Kv.Value, ev.Kv.ModRevision, now)
@@ -165,16 +168,18 @@ func (v *View) follow(ctx context.Context, watch clientv3.WatchChan) {
 	}
 }
 
-func (v *View) putLocked(key string, value []byte, modRev int64, now time.Time) {
-	rec, err := decode(value)
-	if err != nil {
+func (v *View) putLocked(key string, data []byte, modRev int64, now time.Time) {
+	// P/pending/<instance>/<target>: instance ids have no slash.
+	_, target, ok := strings.Cut(strings.TrimPrefix(key, v.prefix), "/")
+	val, err := decode(target, data)
+	if !ok || target == "" || err != nil {
 		// A hint we cannot read is a hint we do without: the stats scan still
 		// sees the worker's shards.
-		v.log.Warn("pending record skipped", "key", key, "err", err)
-		delete(v.records, key)
+		v.log.Warn("pending entry skipped", "key", key, "err", err)
+		delete(v.entries, key)
 		return
 	}
-	v.records[key] = observed{rec: rec, modRev: modRev, receivedAt: now}
+	v.entries[key] = observed{v: val, modRev: modRev, receivedAt: now}
 }
 
 func (v *View) signal() {
@@ -184,33 +189,32 @@ func (v *View) signal() {
 	}
 }
 
-// Demand sums the records by store, most pending generations first (then by
-// target). A record written before etcd revision since(target) does not count
-// towards that target: the caller knows its pending work was taken by a merge
-// claimed at that revision (its fencing token), and waits for the worker's next
-// record. Revisions, not clocks: the claim and the arrival are stamped by one
-// etcd, whatever the skew between master replicas. since may be nil.
-func (v *View) Demand(since func(target string) int64) []Demand {
+// Demand sums the entries by store, most pending generations first (then by
+// target), aged as of now (the View's clock). An entry written before etcd
+// revision since(target) does not count towards that target: the caller knows its
+// pending work was taken by a merge claimed at that revision (its fencing token),
+// and waits for the worker's next entry. Revisions, not clocks: the claim and the
+// write are stamped by one etcd, whatever the skew between machines. since may be
+// nil.
+func (v *View) Demand(now time.Time, since func(target string) int64) []Demand {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	by := map[string]*Demand{}
-	for _, o := range v.records {
-		for _, e := range o.rec.Stores {
-			if since != nil && o.modRev < since(e.Target) {
-				continue
-			}
-			d := by[e.Target]
-			if d == nil {
-				d = &Demand{Target: e.Target, OldestSealedAt: e.OldestSealedAt}
-				by[e.Target] = d
-			}
-			d.Generations += e.Generations
-			d.Bytes += e.Bytes
-			d.Workers++
-			if e.OldestSealedAt.Before(d.OldestSealedAt) {
-				d.OldestSealedAt = e.OldestSealedAt
-			}
+	for _, o := range v.entries {
+		e := o.v.Entry
+		if since != nil && o.modRev < since(e.Target) {
+			continue
 		}
+		d := by[e.Target]
+		if d == nil {
+			d = &Demand{Target: e.Target}
+			by[e.Target] = d
+		}
+		d.Generations += e.Generations
+		d.Bytes += e.Bytes
+		d.Workers++
+		age := max(o.v.PublishedAt.Sub(e.OldestSealedAt), 0) + max(now.Sub(o.receivedAt), 0)
+		d.Age = max(d.Age, age)
 	}
 	out := make([]Demand, 0, len(by))
 	for _, d := range by {

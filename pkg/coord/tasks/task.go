@@ -38,6 +38,10 @@ const (
 	KindRepair Kind = "repair"
 )
 
+// SkippedDetail is the detail of a task recorded done without running because its
+// store was deleted before or while it ran.
+const SkippedDetail = "skipped: store deleted"
+
 // Kinds lists every task kind, in a fixed order.
 //
 // There is no id index kind: a point lookup reads the bounds and bloom filter of

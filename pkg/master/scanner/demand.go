@@ -22,17 +22,21 @@ const (
 	// MERGE_WAL_MIN_GENERATIONS, so a quiet store's rows do not wait for seven
 	// more generations that may never come.
 	DefaultMergeMaxDelay = 30 * time.Second
-	// demandTick re-judges the records without a change, for the age rule.
+	// demandTick re-judges the entries without a change, for the age rule.
 	demandTick = time.Second
+	// demandStandby is how often a replica that does not hold the lock tries it:
+	// how long merges on demand can pause after the holder dies, beside the
+	// holder's lease TTL.
+	demandStandby = 5 * time.Second
 	// demandSpacing spaces rounds: twenty workers sealing every second change
-	// their records twenty times a second, and one round judges them all.
+	// their entries twenty times a second, and one round judges them all.
 	demandSpacing = 250 * time.Millisecond
 	// demandMaxEnqueues caps the new tasks of one round, as the sweep's cap does;
 	// the rest are enqueued a round later.
 	demandMaxEnqueues = DefaultMergeMaxEnqueues
 	// demandSettle is how long a finished merge's start stays the cutoff of its
-	// target's records (see MergeDemand): a worker that merged republishes
-	// within its MinInterval, so a record still older than the merge after this
+	// target's entries (see MergeDemand): a worker that merged republishes
+	// within its MinInterval, so an entry still older than the merge after this
 	// long was not changed by it, and counts again.
 	demandSettle = 10 * time.Second
 )
@@ -45,7 +49,7 @@ const MergeDemandLock = "merge-demand"
 type DemandConfig struct {
 	// MinGenerations is MERGE_WAL_MIN_GENERATIONS (DefaultMinGenerations), the
 	// merge sweep's threshold: a store with at least this many pending
-	// generations summed over the workers' records is merged.
+	// generations summed over the workers' entries is merged.
 	MinGenerations int
 	// MaxDelay is MERGE_MAX_DELAY (DefaultMergeMaxDelay): a store whose oldest
 	// pending generation is older is merged, however few it has.
@@ -79,7 +83,7 @@ type DemandSummary struct {
 	// Enqueued, Deduplicated and Errors are the enqueues' outcomes;
 	// SkippedByCap were left for the next round.
 	Enqueued, Deduplicated, Errors, SkippedByCap int
-	// Pending is the pending generations summed over every record.
+	// Pending is the pending generations summed over every entry.
 	Pending int
 }
 
@@ -87,7 +91,7 @@ type DemandSummary struct {
 type tracked struct {
 	id string
 	// claimedRev is the etcd revision the merge was claimed at (its fencing
-	// token) once it finished (zero while live, or when it failed); records of
+	// token) once it finished (zero while live, or when it failed); entries of
 	// the target written before it do not count.
 	claimedRev int64
 	// checkedAt is when a round last read the task while its dedupe key still
@@ -95,35 +99,44 @@ type tracked struct {
 	checkedAt time.Time
 	// stale: the dedupe key names a finished or missing task; Enqueue replaces it.
 	stale bool
+	// gone: the merge was skipped because the store was deleted; its cutoff holds
+	// for as long as any worker still lists the store.
+	gone bool
 	// finishedSeen is when a round first saw it finished (this clock).
 	finishedSeen time.Time
 	failed       bool
 }
 
 // MergeDemand enqueues merge_wal for a store as soon as the workers' pending
-// records (package pending) show it due: at least MinGenerations pending
+// entries (package pending) show it due: at least MinGenerations pending
 // generations over all its shards, or an oldest pending generation older than
-// MaxDelay. It judges the records after every change (at most every 250 ms) and
+// MaxDelay. It judges the entries after every change (at most every 250 ms) and
 // every second, instead of at the next stats scan, so pending generations stay
 // near the threshold from a store's first second.
 //
-// It complements the merge sweep, never replaces it: records cover only the
-// stores workers hold open, and a dead worker's record dies with it, so the
+// It complements the merge sweep, never replaces it: entries cover only the
+// stores workers hold open, and a dead worker's entries die with it, so the
 // stats scan and the merge sweep remain the authoritative reconciliation (and
 // the only path for orphaned shards).
 //
-// A merge's own record lag: a worker republishes its record after the merge took
-// its generations, at most MinInterval later; a record written before that merge
+// A merge's own entry lag: a worker republishes its entry after the merge took
+// its generations, at most MinInterval later; an entry written before that merge
 // was claimed still counts them, and judging it would enqueue a merge that finds
 // nothing. So once a merge of a target finishes (ours, the merge sweep's or an
-// operator's), records of the target whose etcd mod revision is below the merge's
+// operator's), entries of the target whose etcd mod revision is below the merge's
 // fencing token (the revision of its claim) are left out until they are
 // republished (or, at most demandSettle later, taken as they are: a worker that
 // did not republish was not changed by the merge). Revisions, not clocks: the
 // claiming replica's clock may be skewed against this one's. A store with a live
 // merge is not judged at all: the queue's deduplication would return the live task
 // anyway; a dedupe key that names a task no longer live is checked once per
-// RetryAfterFailure and then replaced by an Enqueue.
+// RetryAfterFailure and then replaced by an Enqueue. A merge skipped because the
+// store was deleted cuts off every entry of it written before: a worker holding an
+// idle handle of the deleted store would otherwise list it for ever, and every
+// demandSettle bring a merge of nothing.
+//
+// Ages are the entries' (package pending): a worker's clock skew neither makes its
+// stores overdue nor hides them.
 //
 // Enqueues deduplicate onto a live task, so replicas never double a merge; the
 // coordination lock only keeps them from doubling the etcd reads. Rounds of one
@@ -139,7 +152,7 @@ type MergeDemand struct {
 	merges map[string]*tracked // by target; Run's goroutine only
 }
 
-// NewMergeDemand returns a MergeDemand following the pending records under the
+// NewMergeDemand returns a MergeDemand following the pending entries under the
 // task queue's prefix and taking the "merge-demand" coordination lock under
 // lease.
 func NewMergeDemand(client *clientv3.Client, ts *tasks.Queue, lease Lease, cfg DemandConfig) *MergeDemand {
@@ -156,7 +169,7 @@ func NewMergeDemand(client *clientv3.Client, ts *tasks.Queue, lease Lease, cfg D
 	}
 }
 
-// Run follows the records and judges them after each change and every second,
+// Run follows the entries and judges them after each change and every second,
 // until ctx is done; then it gives up the lock.
 func (d *MergeDemand) Run(ctx context.Context) {
 	defer d.coord.release(ctx)
@@ -166,15 +179,22 @@ func (d *MergeDemand) Run(ctx context.Context) {
 	defer func() { cancel(); <-followed }()
 	for {
 		start := d.cfg.Clock.Now()
-		if _, err := d.Round(ctx); err != nil && ctx.Err() == nil {
+		sum, err := d.Round(ctx)
+		if err != nil && ctx.Err() == nil {
 			d.log.Warn("merges on demand: round failed", "err", err)
 		}
-		tick := d.cfg.Clock.NewTimer(demandTick)
+		// A standby replica (another holds the lock) tries the lock again every
+		// demandStandby, not at every change: each try is an etcd transaction.
+		wait, changed := demandTick, d.view.Changed()
+		if sum.Skipped {
+			wait, changed = demandStandby, nil
+		}
+		tick := d.cfg.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			tick.Stop()
 			return
-		case <-d.view.Changed():
+		case <-changed:
 		case <-tick.C():
 		}
 		tick.Stop()
@@ -188,7 +208,7 @@ func (d *MergeDemand) Run(ctx context.Context) {
 	}
 }
 
-// Round judges the records once, if this replica holds (or can take) the lock.
+// Round judges the entries once, if this replica holds (or can take) the lock.
 func (d *MergeDemand) Round(ctx context.Context) (DemandSummary, error) {
 	var sum DemandSummary
 	if !d.view.Synced() {
@@ -232,7 +252,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 			d.merges[target] = &tracked{id: id, checkedAt: now}
 		}
 	}
-	demand := d.view.Demand(func(target string) int64 {
+	demand := d.view.Demand(now, func(target string) int64 {
 		if m := d.merges[target]; m != nil {
 			return m.claimedRev
 		}
@@ -250,7 +270,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 		switch {
 		case dm.Generations >= d.cfg.MinGenerations:
 			byCount = append(byCount, due{dm, "generations"})
-		case dm.Generations > 0 && now.Sub(dm.OldestSealedAt) >= d.cfg.MaxDelay:
+		case dm.Generations > 0 && dm.Age >= d.cfg.MaxDelay:
 			byAge = append(byAge, due{dm, "age"})
 		default:
 			continue
@@ -258,7 +278,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 		sum.Due++
 	}
 	// Most pending first (Demand's order), then the stores due by age.
-	for i, c := range append(byCount, byAge...) {
+	for _, c := range append(byCount, byAge...) {
 		if _, ok := live[c.Target]; ok && !d.merges[c.Target].stale {
 			sum.Live++
 			continue
@@ -268,8 +288,8 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 			continue
 		}
 		if sum.Enqueued >= demandMaxEnqueues {
-			sum.SkippedByCap = len(byCount) + len(byAge) - i
-			break
+			sum.SkippedByCap++ // the least due: a round later
+			continue
 		}
 		task, dedup, err := d.ts.Enqueue(ctx, tasks.KindMergeWAL, c.Target)
 		switch {
@@ -288,7 +308,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 			d.metrics.targets.WithLabelValues(c.reason, "enqueued").Inc()
 			d.log.Info("merge_wal enqueued on demand", "task", task.ID, "target", c.Target, "reason", c.reason,
 				"pending_wal_generations", c.Generations, "pending_wal_bytes", c.Bytes,
-				"oldest_sealed_at", c.OldestSealedAt, "workers", c.Workers)
+				"oldest_age", c.Age.Round(time.Millisecond).String(), "workers", c.Workers)
 		}
 		d.merges[c.Target] = &tracked{id: task.ID}
 	}
@@ -296,9 +316,14 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 }
 
 // settle learns how the merges it tracks ended: a merge no longer live is read
-// once, for its start (the cutoff of its target's records) and whether it failed;
-// a finished merge is forgotten demandSettle after it was seen finished.
+// once, for its claim's revision (the cutoff of its target's entries) and whether
+// it failed; a finished merge is forgotten demandSettle after it was seen
+// finished, a merge of a deleted store once no worker lists the store.
 func (d *MergeDemand) settle(ctx context.Context, live map[string]string, now time.Time) {
+	listed := map[string]bool{}
+	for _, dm := range d.view.Demand(now, nil) {
+		listed[dm.Target] = true
+	}
 	for target, m := range d.merges {
 		switch {
 		case live[target] == m.id && now.Sub(m.checkedAt) < d.cfg.RetryAfterFailure:
@@ -309,6 +334,11 @@ func (d *MergeDemand) settle(ctx context.Context, live map[string]string, now ti
 			m.checkedAt = now
 			task, err := d.ts.Get(ctx, m.id)
 			m.stale = errors.Is(err, tasks.ErrTaskNotFound) || (err == nil && !task.State.Live())
+			continue
+		case m.gone:
+			if !listed[target] {
+				delete(d.merges, target)
+			}
 			continue
 		case !m.finishedSeen.IsZero():
 			if now.Sub(m.finishedSeen) >= max(demandSettle, d.cfg.RetryAfterFailure) {
@@ -325,6 +355,11 @@ func (d *MergeDemand) settle(ctx context.Context, live map[string]string, now ti
 			if !errors.Is(err, tasks.ErrTaskNotFound) {
 				d.log.Debug("merges on demand: finished merge not read", "target", target, "task", m.id, "err", err)
 			}
+		case task.State == tasks.StateDone && task.Detail == tasks.SkippedDetail:
+			// The store is gone, but a worker that still holds an idle handle of
+			// it keeps its entry: only entries written from now on count, and the
+			// cutoff lasts until the store's entries change or go (gone).
+			m.claimedRev, m.gone = d.view.Revision()+1, true
 		case task.State == tasks.StateDone:
 			m.claimedRev = task.FencingToken
 		case task.State.Live():
@@ -344,7 +379,7 @@ type demandMetrics struct {
 	// targets counts due stores by reason (generations, age) and outcome
 	// (enqueued, deduplicated, error).
 	targets *prometheus.CounterVec
-	// pending is the pending generations summed over the workers' records as of
+	// pending is the pending generations summed over the workers' entries as of
 	// the last round.
 	pending prometheus.Gauge
 }
@@ -360,7 +395,7 @@ func newDemandMetrics(reg prometheus.Registerer) *demandMetrics {
 		}, []string{"reason", "outcome"})),
 		pending: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tidemark_merge_demand_pending_generations",
-			Help: "Pending WAL generations summed over the workers' pending records, as of the last round of merges on demand.",
+			Help: "Pending WAL generations summed over the workers' pending entries, as of the last round of merges on demand.",
 		})),
 	}
 }

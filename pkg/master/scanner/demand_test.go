@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
@@ -37,20 +38,41 @@ func newDemandWorld(t *testing.T) *demandWorld {
 	return &demandWorld{env: e, clk: clk, d: d}
 }
 
-// publish puts worker's record and waits until the MergeDemand's view has it.
+// publish replaces worker's entries by entries, each written anew as a worker
+// writes a changed entry (the JSON of package pending's keys), and waits until the
+// MergeDemand's view has them.
 func (w *demandWorld) publish(worker string, entries ...pending.Entry) {
 	w.t.Helper()
-	rec := pending.Record{Instance: worker, PublishedAt: w.clk.Now(), Stores: entries}
-	value, err := json.Marshal(rec)
+	keep := map[string]bool{}
+	var rev int64
+	for _, e := range entries {
+		keep[w.ts.Keys().Pending(worker, e.Target)] = true
+		value, err := json.Marshal(map[string]any{"generations": e.Generations, "bytes": e.Bytes,
+			"oldest_sealed_at": e.OldestSealedAt, "published_at": w.clk.Now()})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		resp, err := w.client.Put(w.ctx, w.ts.Keys().Pending(worker, e.Target), string(value))
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	old, err := w.client.Get(w.ctx, w.ts.Keys().PendingOf(worker), clientv3.WithPrefix())
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	resp, err := w.client.Put(w.ctx, w.ts.Keys().Pending(worker), string(value))
-	if err != nil {
-		w.t.Fatal(err)
+	for _, kv := range old.Kvs {
+		if !keep[string(kv.Key)] {
+			resp, err := w.client.Delete(w.ctx, string(kv.Key))
+			if err != nil {
+				w.t.Fatal(err)
+			}
+			rev = resp.Header.Revision
+		}
 	}
-	testwait.Until(w.t, 10*time.Second, "the view has the record", func() bool {
-		return w.d.view.Revision() >= resp.Header.Revision
+	testwait.Until(w.t, 10*time.Second, "the view has the entries", func() bool {
+		return w.d.view.Revision() >= rev
 	})
 }
 
