@@ -271,11 +271,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	registered := make(chan struct{})
+	var published sync.WaitGroup
+	defer published.Wait()
 	if w.registration != nil {
 		go func() { defer close(registered); _ = w.registration.Run(runCtx) }()
-		// The record lives under the registration's lease and goes when Run
-		// revokes it.
-		go w.publisher.Run(runCtx)
+		// The pending entries live under the registration's lease and go when
+		// Run revokes it.
+		published.Go(func() { w.publisher.Run(runCtx) })
 	} else {
 		log.Info("no etcd client: not registering (the master needs this worker in WORKER_ENDPOINTS)")
 		close(registered)
