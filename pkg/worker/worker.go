@@ -272,7 +272,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopRun()
 	registered := make(chan struct{})
 	var published sync.WaitGroup
-	defer published.Wait()
+	defer func() { stopRun(); published.Wait() }()
 	if w.registration != nil {
 		go func() { defer close(registered); _ = w.registration.Run(runCtx) }()
 		// The pending entries live under the registration's lease and go when
