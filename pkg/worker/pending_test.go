@@ -24,26 +24,26 @@ import (
 func TestWorkerPublishesItsPendingGenerations(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	const prefix = "/wp"
-	key := keys.Under(prefix).Pending("w1")
+	key := keys.Under(prefix).Pending("w1", "generic:g")
 	base, stop := runWorker(t, Config{InstanceID: "w1", HTTPListener: listen(t), GRPCListener: listen(t),
 		Etcd: client, Prefix: prefix, LeaseTTL: 5 * time.Second, Store: store.Config{Bucket: objstoretest.Mem(t)}})
 
-	record := func() (pending.Record, bool) {
+	record := func() (pending.Entry, bool) {
 		resp, err := client.Get(context.Background(), key)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(resp.Kvs) == 0 {
-			return pending.Record{}, false
+			return pending.Entry{}, false
 		}
-		var r pending.Record
-		if err := json.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
-			t.Fatalf("record %s: %v", resp.Kvs[0].Value, err)
+		var e pending.Entry
+		if err := json.Unmarshal(resp.Kvs[0].Value, &e); err != nil {
+			t.Fatalf("entry %s: %v", resp.Kvs[0].Value, err)
 		}
 		if resp.Kvs[0].Lease == 0 {
-			t.Fatal("the pending record is not under a lease: it would outlive its worker")
+			t.Fatal("the pending entry is not under a lease: it would outlive its worker")
 		}
-		return r, true
+		return e, true
 	}
 
 	if code := postJSON(t, base+"/api/v1/generic", `{"name":"g","schema":`+apiSpec+`}`); code/100 != 2 {
@@ -55,16 +55,15 @@ func TestWorkerPublishesItsPendingGenerations(t *testing.T) {
 			t.Fatalf("add %d: %d", i, code)
 		}
 	}
-	testwait.For(t, 10*time.Second, "three pending generations in the record", func() (bool, string) {
-		r, ok := record()
-		return ok && len(r.Stores) == 1 && r.Stores[0].Target == "generic:g" && r.Stores[0].Generations == 3 &&
-			r.Stores[0].Bytes > 0 && !r.Stores[0].OldestSealedAt.Before(before.Add(-time.Second)), fmt.Sprintf("%+v (found %v)", r, ok)
+	testwait.For(t, 10*time.Second, "three pending generations in the entry", func() (bool, string) {
+		e, ok := record()
+		return ok && e.Generations == 3 && e.Bytes > 0 && !e.OldestSealedAt.Before(before.Add(-time.Second)), fmt.Sprintf("%+v (found %v)", e, ok)
 	})
 
 	if code := postJSON(t, base+"/api/v1/generic/g/merge-wal", ``); code/100 != 2 {
 		t.Fatalf("merge: %d", code)
 	}
-	testwait.For(t, 10*time.Second, "the record deleted once nothing is pending", func() (bool, string) {
+	testwait.For(t, 10*time.Second, "the entry deleted once nothing is pending", func() (bool, string) {
 		r, ok := record()
 		return !ok, fmt.Sprintf("%+v", r)
 	})
@@ -72,9 +71,9 @@ func TestWorkerPublishesItsPendingGenerations(t *testing.T) {
 	if code := postJSON(t, base+"/api/v1/generic/g/rows?flush=true", `{"rows":[{"id":"z","n":1}]}`); code != http.StatusCreated {
 		t.Fatalf("add: %d", code)
 	}
-	testwait.Until(t, 10*time.Second, "the record back", func() bool { _, ok := record(); return ok })
+	testwait.Until(t, 10*time.Second, "the entry back", func() bool { _, ok := record(); return ok })
 	stop()
 	if r, ok := record(); ok {
-		t.Fatalf("record left after the worker stopped: %+v", r)
+		t.Fatalf("entry left after the worker stopped: %+v", r)
 	}
 }
