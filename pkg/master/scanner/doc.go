@@ -18,10 +18,10 @@
 // shape (CompactionSweeper says when). Both are one loop (sweeper) with their own
 // rule: which rows are due, which of those wait, and which come first.
 //
-// MergeDemand does not wait for a scan: it follows the workers' pending records
-// (package pending, P/pending/<instance>) and enqueues merge_wal within a second of
+// MergeDemand does not wait for a scan: it follows the workers' pending entries
+// (package pending, P/pending/<instance>/<target>) and enqueues merge_wal within a second of
 // a store reaching MERGE_WAL_MIN_GENERATIONS summed over its shards, or of its oldest
-// pending generation passing MERGE_MAX_DELAY. The records are hints; the scan and
+// pending generation passing MERGE_MAX_DELAY. The entries are hints; the scan and
 // the merge sweep stay the reconciliation, and the only path for orphaned shards.
 //
 // Each of the loops has its own Config (Config, MergeSweepConfig,
