@@ -81,7 +81,7 @@ func TestViewSumsTheWorkersEntriesAndForgetsAWorkerWithItsLease(t *testing.T) {
 	sources[1].set(Entry{Target: "a", Generations: 5, Bytes: 50, OldestSealedAt: t0})
 	pubs[0].Notify()
 	pubs[1].Notify()
-	testwait.For(t, 10*time.Second, "both records summed", func() (bool, string) {
+	testwait.For(t, 10*time.Second, "both entries summed", func() (bool, string) {
 		d := demandOf(view, "a")
 		return d.Generations == 8 && d.Bytes == 80 && d.Workers == 2, fmt.Sprintf("%+v", view.Demand(time.Now(), nil))
 	})

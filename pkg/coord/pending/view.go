@@ -52,11 +52,11 @@ type View struct {
 	mu      sync.Mutex
 	entries map[string]observed // by key
 	synced  bool
-	rev     int64 // the etcd revision the records are current to
+	rev     int64 // the etcd revision the entries are current to
 	changed chan struct{}
 }
 
-// NewView returns a View of the records under prefix P (keys.DefaultPrefix when
+// NewView returns a View of the entries under prefix P (keys.DefaultPrefix when
 // empty), timing arrivals on clk (the real clock when nil).
 func NewView(client *clientv3.Client, prefix string, clk clock.Clock, log *slog.Logger) *View {
 	if clk == nil {
@@ -85,7 +85,7 @@ func (v *View) Synced() bool {
 }
 
 // Revision is the etcd revision the View is current to: every change to the
-// records up to it is applied.
+// entries up to it is applied.
 func (v *View) Revision() int64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
