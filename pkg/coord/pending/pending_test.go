@@ -89,7 +89,7 @@ func TestViewSumsTheWorkersEntriesAndForgetsAWorkerWithItsLease(t *testing.T) {
 		t.Fatalf("a store with nothing pending is listed: %+v", d)
 	}
 
-	// A merge took worker 0's generations: its record goes.
+	// A merge took worker 0's generations: its entry goes.
 	sources[0].set()
 	pubs[0].Notify()
 	testwait.For(t, 10*time.Second, "worker 0's entries deleted", func() (bool, string) {
@@ -97,18 +97,18 @@ func TestViewSumsTheWorkersEntriesAndForgetsAWorkerWithItsLease(t *testing.T) {
 		return err == nil && len(resp.Kvs) == 0 && demandOf(view, "a").Generations == 5, fmt.Sprintf("%+v", view.Demand(time.Now(), nil))
 	})
 
-	// Worker 1 dies: its record goes with its lease.
+	// Worker 1 dies: its entries go with its lease.
 	if _, err := client.Revoke(context.Background(), clientv3.LeaseID(leases[1].Load())); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, 10*time.Second, "worker 1's record gone with its lease", func() (bool, string) {
+	testwait.For(t, 10*time.Second, "worker 1's entries gone with its lease", func() (bool, string) {
 		return len(view.Demand(time.Now(), nil)) == 0, fmt.Sprintf("%+v", view.Demand(time.Now(), nil))
 	})
 
-	// It registers again under a new lease: the record comes back without a Notify
+	// It registers again under a new lease: the entries come back without a Notify
 	// (the refresh notices the lease).
 	leases[1].Store(int64(grant(t, client)))
-	testwait.For(t, 10*time.Second, "worker 1's record put under its new lease", func() (bool, string) {
+	testwait.For(t, 10*time.Second, "worker 1's entries put under its new lease", func() (bool, string) {
 		return demandOf(view, "a").Generations == 5, fmt.Sprintf("%+v", view.Demand(time.Now(), nil))
 	})
 }
@@ -126,9 +126,9 @@ func TestDemandLeavesOutEntriesWrittenBeforeSince(t *testing.T) {
 
 	src.set(Entry{Target: "a", Generations: 9}, Entry{Target: "b", Generations: 1})
 	pub.Notify()
-	testwait.For(t, 10*time.Second, "record seen", func() (bool, string) { return len(view.Demand(time.Now(), nil)) == 2, "" })
+	testwait.For(t, 10*time.Second, "entries seen", func() (bool, string) { return len(view.Demand(time.Now(), nil)) == 2, "" })
 
-	cut := view.Revision() + 1 // a merge of a claimed after the record was written
+	cut := view.Revision() + 1 // a merge of a claimed after the entry was written
 	since := func(target string) int64 {
 		if target == "a" {
 			return cut
@@ -136,11 +136,11 @@ func TestDemandLeavesOutEntriesWrittenBeforeSince(t *testing.T) {
 		return 0
 	}
 	if got := view.Demand(time.Now(), since); len(got) != 1 || got[0].Target != "b" {
-		t.Fatalf("Demand(since) = %+v, want only b: a's record arrived before a's merge started", got)
+		t.Fatalf("Demand(since) = %+v, want only b: a's entry was written before a's merge started", got)
 	}
 	src.set(Entry{Target: "a", Generations: 2}, Entry{Target: "b", Generations: 1})
 	pub.Notify()
-	testwait.For(t, 10*time.Second, "a counted again from its next record", func() (bool, string) {
+	testwait.For(t, 10*time.Second, "a counted again from its next entry", func() (bool, string) {
 		got := view.Demand(time.Now(), since)
 		return len(got) == 2 && got[0].Target == "a" && got[0].Generations == 2, fmt.Sprintf("%+v", got)
 	})
