@@ -187,14 +187,14 @@ func stormTable(p printer, c StormConfig, runs []StormResult) {
 		}
 	}
 	if limit > 0 {
-		p("\nStore-bound limit: %s. The fewest requests the store served for any shape here are %s's %d (%d requests "+
-			"minus %d refused); the bucket serves at most %.0f requests/s (%d in flight for %s each on average: %s plus half "+
+		p("\nStore-bound limit: %s. The fewest requests the store served for any shape here are %d, for \"%s\" (%d "+
+			"requests minus %d refused); the bucket serves at most %.0f requests/s (%d in flight for %s each on average: %s plus half "+
 			"the jitter of up to %s), so those %d requests hold its slots for %s at least. A shape that needs that many "+
 			"requests cannot drain faster, whatever its order; a refused request holds no slot and costs only the "+
 			"sender's backoff. It is a floor, not a schedule any shape can reach: it counts every slot busy from the "+
 			"first request to the last, nothing serial left over (the commits' round trips are one after another), and "+
 			"no time of the machine's own. \"x limit\" is each shape's time to drain over it.\n",
-			fmtDur(limit), fewest.label(), fewest.Served(), fewest.Requests, fewest.Refused, c.RequestRate(), c.MaxConcurrent,
+			fmtDur(limit), fewest.Served(), fewest.label(), fewest.Requests, fewest.Refused, c.RequestRate(), c.MaxConcurrent,
 			fmtDur(c.Latency+c.Jitter/2), fmtDur(c.Latency), fmtDur(c.Jitter), fewest.Served(), fmtDur(limit))
 	}
 	for _, s := range runs {
