@@ -125,7 +125,10 @@ func (r *Report) stormSection(p printer) {
 		"`pkg/coord/tasks` on embedded etcd; the master's `Scheduler` claims it and `FanOut` calls the %d workers' real gRPC "+
 		"`WorkerService` (over loopback): serial, `MergeWal` on one worker after another (each prepares and commits in "+
 		"turn); two-phase (the default), `PrepareMerge` on every worker at once, then `CommitMerge` on one after "+
-		"another, each commit rebasing onto the ones before it.\n\n", c.Workers)
+		"another, each commit rebasing onto the ones before it; at the master's default (MERGE_PREPARE_CONCURRENCY 0) "+
+		"all %d prepares start at once, and the row \"MERGE_PREPARE_CONCURRENCY=%d\" runs the same task with that many "+
+		"in flight: the store's %d slots over the %d generations a prepare reads at once (`merge.GenerationReads`).\n\n",
+		c.Workers, c.Workers, c.StoreBoundPrepareConcurrency(), c.MaxConcurrent, merge.GenerationReads)
 	stormTable(p, c, r.Storm)
 	if len(r.StormS3) > 0 {
 		p("\nThe same storm on a real S3 store, `%s` (credentials from the environment), through the AWS SDK as a worker's "+
@@ -154,10 +157,12 @@ func (r *Report) stormSection(p printer) {
 }
 
 // stormTable prints one table of the storm's shapes, old shape first, with the new
-// shapes' ratios to it.
+// shapes' ratios to it, and each shape's drain time over the store-bound limit
+// (storeBound).
 func stormTable(p printer, c StormConfig, runs []StormResult) {
-	p("| shape | merges ok / failed | \"too many concurrent writers\" | failed: throttled | drained | time to drain | one worker's merge: p50 / max | object-store requests (refused) | conditional writes | peak in flight | base versions |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	limit, fewest := storeBound(c, runs)
+	p("| shape | merges ok / failed | \"too many concurrent writers\" | failed: throttled | drained | time to drain | x limit | one worker's merge: p50 / max | object-store requests (refused) | conditional writes | peak in flight | base versions |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range runs {
 		drained := "yes"
 		if !s.Drained {
@@ -170,22 +175,50 @@ func stormTable(p printer, c StormConfig, runs []StormResult) {
 				tasks = fmt.Sprintf(" (%d tasks)", s.Tasks)
 			}
 		}
-		p("| %s | %d / %d%s | %d | %d | %s | %s | %s / %s | %d (%d) | %d | %d | %d |\n", s.Shape, s.MergesOK, s.MergesFailed, tasks,
-			s.TooManyWriters, s.ThrottledFailures, drained, fmtDur(s.Elapsed), fmtDur(s.MergeTimes.P50), fmtDur(s.MergeTimes.Max),
-			s.Requests, s.Refused, s.PutIfAbsent, s.PeakInFlight, s.Versions)
+		p("| %s | %d / %d%s | %d | %d | %s | %s | %s | %s / %s | %d (%d) | %d | %d | %d |\n", s.label(), s.MergesOK, s.MergesFailed, tasks,
+			s.TooManyWriters, s.ThrottledFailures, drained, fmtDur(s.Elapsed), fmtRatio(ratio(s.Elapsed, limit)),
+			fmtDur(s.MergeTimes.P50), fmtDur(s.MergeTimes.Max), s.Requests, s.Refused, s.PutIfAbsent, s.PeakInFlight, s.Versions)
 	}
 	if len(runs) >= 2 {
 		o := runs[0]
 		for _, n := range runs[1:] {
-			p("| %s / old | | | | | %s | | %s | %s | | |\n", n.Shape, fmtRatio(ratio(n.Elapsed, o.Elapsed)),
+			p("| %s / old | | | | | %s | | | %s | %s | | |\n", n.label(), fmtRatio(ratio(n.Elapsed, o.Elapsed)),
 				fmtRatio(float64(n.Requests)/float64(o.Requests)), fmtRatio(float64(n.PutIfAbsent)/float64(o.PutIfAbsent)))
 		}
-		for _, s := range runs {
-			if s.FirstError != "" {
-				p("\n%s: first error: `%s`\n", s.Shape, s.FirstError)
-			}
+	}
+	if limit > 0 {
+		p("\nStore-bound limit: %s. The fewest requests the store served for any shape here are %d, for \"%s\" (%d "+
+			"requests minus %d refused); the bucket serves at most %.0f requests/s (%d in flight for %s each on average: %s plus half "+
+			"the jitter of up to %s), so those %d requests hold its slots for %s at least. A shape that needs that many "+
+			"requests cannot drain faster, whatever its order; a refused request holds no slot and costs only the "+
+			"sender's backoff. It is a floor, not a schedule any shape can reach: it counts every slot busy from the "+
+			"first request to the last, nothing serial left over (the commits' round trips are one after another), and "+
+			"no time of the machine's own. \"x limit\" is each shape's time to drain over it.\n",
+			fmtDur(limit), fewest.Served(), fewest.label(), fewest.Requests, fewest.Refused, c.RequestRate(), c.MaxConcurrent,
+			fmtDur(c.Latency+c.Jitter/2), fmtDur(c.Latency), fmtDur(c.Jitter), fewest.Served(), fmtDur(limit))
+	}
+	for _, s := range runs {
+		if s.FirstError != "" {
+			p("\n%s: first error: `%s`\n", s.label(), s.FirstError)
 		}
 	}
+}
+
+// storeBound is the store-bound limit of a storm table: the fewest requests the
+// store served for any of the shapes (Served), over the bucket's RequestRate, and
+// the shape that needed them. Zero when no shape drained or the rate is unbounded.
+func storeBound(c StormConfig, runs []StormResult) (time.Duration, StormResult) {
+	var fewest StormResult
+	for _, s := range runs {
+		if s.Drained && (fewest.Requests == 0 || s.Served() < fewest.Served()) {
+			fewest = s
+		}
+	}
+	rate := c.RequestRate()
+	if fewest.Requests == 0 || rate <= 0 {
+		return 0, fewest
+	}
+	return time.Duration(float64(fewest.Served()) / rate * float64(time.Second)), fewest
 }
 
 func (r *Report) ingestSection(p printer) {

@@ -65,6 +65,10 @@ type StormConfig struct {
 	// RetryInterval is when a failed merge is tried again: the old shape's next
 	// timer tick, the new shape's next merge sweep.
 	RetryInterval time.Duration
+	// PrepareConcurrency is the two-phase fan-out's prepares in flight
+	// (fanout.Config.PrepareConcurrency, MERGE_PREPARE_CONCURRENCY); 0 leaves the
+	// master's default.
+	PrepareConcurrency int
 	// Deadline bounds the measured phase; whatever is left is reported as not
 	// drained (and merged afterwards, without faults, so the rows can be checked).
 	Deadline time.Duration
@@ -121,6 +125,25 @@ func (f FanOutThroughput) RowsPerSecond() float64 {
 	return float64(f.Config.Workers*f.Config.GenerationsPerWorker*f.Config.RowsPerGeneration) / f.Result.Elapsed.Seconds()
 }
 
+// RequestRate is the most requests per second the storm's bucket serves: at most
+// MaxConcurrent in flight, each holding its slot for the mean latency (Latency plus
+// half the Jitter, which is drawn uniformly from [0, Jitter)). A refused request
+// holds no slot: it is answered at once.
+func (c StormConfig) RequestRate() float64 {
+	mean := c.Latency + c.Jitter/2
+	if mean <= 0 || c.MaxConcurrent <= 0 {
+		return 0
+	}
+	return float64(c.MaxConcurrent) / mean.Seconds()
+}
+
+// StoreBoundPrepareConcurrency is the two-phase fan-out's prepares in flight that
+// fill the storm's bucket and no more: its requests in flight over one prepare's
+// generation reads at once (merge.GenerationReads), at least 1.
+func (c StormConfig) StoreBoundPrepareConcurrency() int {
+	return max(1, c.MaxConcurrent/merge.GenerationReads)
+}
+
 // ScaledStormConfig is DefaultStormConfig with every time (latency, jitter, retry
 // timeout, retry interval) multiplied by f, which keeps their ratios: how many
 // commit attempts fit in a retry timeout stays the same.
@@ -147,6 +170,9 @@ type StormResult struct {
 	MergeTimes Quantiles
 	// Tasks is the number of merge_wal tasks the new shape ran.
 	Tasks int
+	// PrepareConcurrency is the two-phase fan-out's prepares in flight
+	// (StormConfig.PrepareConcurrency; 0: the master's default).
+	PrepareConcurrency int
 	// Drained is set when no generation was pending at the end of the measured
 	// phase; Elapsed is the time until then.
 	Drained bool
@@ -164,6 +190,10 @@ type StormResult struct {
 	// check (every acknowledged row present, none twice, nothing pending).
 	Rows int64
 }
+
+// Served is how many requests the store served: Requests minus the Refused, which
+// it answered at once without a slot.
+func (r StormResult) Served() int64 { return r.Requests - r.Refused }
 
 func (r *StormResult) record(err error, d time.Duration, times *durations) {
 	*times = append(*times, d)
@@ -283,6 +313,9 @@ func newStormWorld(ctx context.Context, env *Env, cfg StormConfig) (*stormWorld,
 // RunStorm builds the backlog and drains it in the given shape.
 func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) (StormResult, error) {
 	res := StormResult{Shape: shape}
+	if shape == NewShapeTwoPhaseFanOut {
+		res.PrepareConcurrency = cfg.PrepareConcurrency
+	}
 	w, err := newStormWorld(ctx, env, cfg)
 	if err != nil {
 		return res, err
@@ -415,6 +448,7 @@ func (w *stormWorld) runFanOut(ctx context.Context, env *Env, cfg StormConfig, m
 	var mu sync.Mutex
 	var times durations
 	fan := fanout.New(fanout.Config{Discovery: discovery, Caller: caller, Shape: mode, WorkerTimeout: cfg.Deadline, Logger: quiet,
+		PrepareConcurrency: cfg.PrepareConcurrency,
 		OnWorkerDone: func(_ fanout.Worker, d time.Duration, err error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -486,4 +520,13 @@ func waitFinished(ctx context.Context, ts *tasks.Queue, id string) (tasks.Task, 
 			return t, fmt.Errorf("task %s still %s: %w", id, t.State, err)
 		}
 	}
+}
+
+// label names the result's row: its shape, and the two-phase fan-out's prepare
+// concurrency when it is not the master's default.
+func (r StormResult) label() string {
+	if r.PrepareConcurrency > 0 {
+		return fmt.Sprintf("%s, MERGE_PREPARE_CONCURRENCY=%d", r.Shape, r.PrepareConcurrency)
+	}
+	return string(r.Shape)
 }

@@ -171,22 +171,14 @@ func run(ctx context.Context, f runFlags) error {
 
 	if want("storm") {
 		r.StormConfig = bench.ScaledStormConfig(f.stormScale)
-		for _, shape := range []bench.StormShape{bench.OldShapePerWorkerTimers, bench.NewShapeSerialFanOut, bench.NewShapeTwoPhaseFanOut} {
-			res, err := bench.RunStorm(ctx, env, r.StormConfig, shape)
-			if err != nil {
-				return fmt.Errorf("commit storm: %w", err)
-			}
-			r.Storm = append(r.Storm, res)
+		if r.Storm, err = runStormShapes(ctx, env, r.StormConfig); err != nil {
+			return fmt.Errorf("commit storm: %w", err)
 		}
 		if f.stormS3 != "" {
 			cfg := r.StormConfig
 			cfg.S3URL = f.stormS3
-			for _, shape := range []bench.StormShape{bench.OldShapePerWorkerTimers, bench.NewShapeSerialFanOut, bench.NewShapeTwoPhaseFanOut} {
-				res, err := bench.RunStorm(ctx, env, cfg, shape)
-				if err != nil {
-					return fmt.Errorf("commit storm on %s: %w", f.stormS3, err)
-				}
-				r.StormS3 = append(r.StormS3, res)
+			if r.StormS3, err = runStormShapes(ctx, env, cfg); err != nil {
+				return fmt.Errorf("commit storm on %s: %w", f.stormS3, err)
 			}
 			r.StormS3URL = f.stormS3
 		}
@@ -321,4 +313,29 @@ func newMemoryMergeCmd() *cobra.Command {
 	fs.StringVar(&heapProfile, "heap-profile", "", "write the heap profile taken at the peak Go heap here")
 	_ = cmd.MarkFlagRequired("dir")
 	return cmd
+}
+
+// runStormShapes runs the commit storm of cfg in every shape, old first, and the
+// two-phase fan-out once more with its prepares sized to the store
+// (StormConfig.StoreBoundPrepareConcurrency), as an operator would set
+// MERGE_PREPARE_CONCURRENCY for a store that serves this few requests at once.
+func runStormShapes(ctx context.Context, env *bench.Env, cfg bench.StormConfig) ([]bench.StormResult, error) {
+	sized := cfg
+	sized.PrepareConcurrency = cfg.StoreBoundPrepareConcurrency()
+	runs := []struct {
+		cfg   bench.StormConfig
+		shape bench.StormShape
+	}{
+		{cfg, bench.OldShapePerWorkerTimers}, {cfg, bench.NewShapeSerialFanOut}, {cfg, bench.NewShapeTwoPhaseFanOut},
+		{sized, bench.NewShapeTwoPhaseFanOut},
+	}
+	var out []bench.StormResult
+	for _, r := range runs {
+		res, err := bench.RunStorm(ctx, env, r.cfg, r.shape)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res)
+	}
+	return out, nil
 }

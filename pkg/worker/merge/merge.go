@@ -74,8 +74,10 @@ func (m *Merger) timed(p Phase, fn func() error) error {
 // has the measurement.
 const PassCostFactor = 4
 
-// generationReads bounds the generation objects one pass reads at once.
-const generationReads = 4
+// GenerationReads bounds the generation objects one pass reads at once: a
+// prepare's share of the store's requests in flight (the commit-storm bench sizes
+// the two-phase fan-out's prepares to the store by it).
+const GenerationReads = 4
 
 // Defaults of the merge caps (MERGE_MAX_GENERATIONS, MERGE_MAX_BYTES). Bytes bound
 // a pass (with the memory budget); the generation cap is high so that a backlog of
@@ -395,12 +397,12 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 	pp.upTo = pick[len(pick)-1].Generation
 	pp.drainTo = pp.upTo
 
-	// The generations are read generationReads at a time: one after another, a pass
+	// The generations are read GenerationReads at a time: one after another, a pass
 	// of 8 would wait 8 round trips for them.
 	parts := make([][]arrow.RecordBatch, len(pick))
 	err = m.timed(PhaseRead, func() error {
 		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(generationReads)
+		g.SetLimit(GenerationReads)
 		for i, gen := range pick {
 			g.Go(func() error {
 				data, err := m.reads.Read(gctx, s.Bucket(), wal.GenerationKey(s.Entry().URI, gen))
