@@ -38,7 +38,9 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 16))
 	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "1h", "SNAPSHOT_TTL": "1ms"},
-		map[string]string{"MERGE_WAL_INTERVAL": "1h", "MERGE_WAL_WORKER_TIMEOUT": "1m"})
+		// Only the merges the test requeues run: no sweep, no merge on demand.
+		map[string]string{"MERGE_WAL_INTERVAL": "1h", "MERGE_WAL_WORKER_TIMEOUT": "1m",
+			"MERGE_WAL_MIN_GENERATIONS": "1000000", "MERGE_MAX_DELAY": "1h"})
 	m := c.startMaster("m1", nil)
 	faults := filepath.Join(c.dir, "w1-faults.json")
 	if err := os.WriteFile(faults, nil, 0o644); err != nil {
