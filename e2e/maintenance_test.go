@@ -41,6 +41,11 @@ func TestMaintenanceBoundsATableAndKeepsEveryRow(t *testing.T) {
 		"COMPACTION_INTERVAL":    "1s",
 		"MIN_FRAGMENTS":          "6",
 		"CLEANUP_EVERY_VERSIONS": "10",
+		// A merge about every ten rounds of writes, as the bounds below assume:
+		// merges on demand would otherwise merge every second generation (the
+		// harness's threshold), and the last ten versions' files, which no
+		// cleanup follows once writes stop, would exceed them.
+		"MERGE_WAL_MIN_GENERATIONS": "10",
 	})
 	m := c.startMaster("m1", nil)
 	w1, w2 := c.startWorker("w1"), c.startWorker("w2")
