@@ -38,9 +38,9 @@ func TestIngestMergesWhileWorkersSeal(t *testing.T) {
 	}
 }
 
-// At the master's defaults the stats scan that could count a pending generation
-// comes five minutes after the start, so only merges on demand can merge within a
-// run: the workers' pending records must reach the master (the bench's workers
+// At the master's defaults the first stats scan runs at the start, before anything
+// is pending, and the next one a minute later (the merge sweep enqueues only what a
+// scan counted), so within a few seconds only merges on demand can merge: the workers' pending records must reach the master (the bench's workers
 // publish them as registered workers do, under the master's prefix) and every
 // merge of the run is enqueued on demand. What it guards: a bench whose workers
 // publish nothing, which measures the scan interval instead of merges on demand.
