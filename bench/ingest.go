@@ -130,9 +130,12 @@ type IngestResult struct {
 	// Bounded is set when LastMax <= 1.1 x MiddleMax + Workers (a growing backlog
 	// fails it).
 	MaxPending, FirstMinuteMax, MedianPending int
-	SteadyP50, FinalPending                   int
-	MiddleMax, LastMax                        int
-	Bounded                                   bool
+	// MinuteMax is the maximum of each minute of the run (the last may be
+	// partial): where a backlog rose.
+	MinuteMax               []int
+	SteadyP50, FinalPending int
+	MiddleMax, LastMax      int
+	Bounded                 bool
 	// SealToMerged are the times from each generation's seal to the first
 	// sample that saw it merged (resolution: SampleEvery); Unmerged counts the
 	// generations sealed in the measured phase that no sample saw merged.
@@ -459,6 +462,12 @@ func (r *IngestResult) summarize(cfg IngestConfig) {
 		if s.At <= time.Minute {
 			r.FirstMinuteMax = max(r.FirstMinuteMax, s.Pending)
 		}
+		// A sample at exactly n minutes closes minute n.
+		minute := max(0, int((s.At-1)/time.Minute))
+		for len(r.MinuteMax) <= minute {
+			r.MinuteMax = append(r.MinuteMax, 0)
+		}
+		r.MinuteMax[minute] = max(r.MinuteMax[minute], s.Pending)
 		switch {
 		case s.At >= 2*third:
 			r.LastMax = max(r.LastMax, s.Pending)

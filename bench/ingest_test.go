@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,13 +71,28 @@ func TestIngestSectionMarkdown(t *testing.T) {
 	cfg := DefaultIngestConfig(3)
 	r := &Report{IngestRuns: []IngestRun{
 		{Config: cfg, Result: IngestResult{Mode: fanout.Serial, Sealed: 540, Elapsed: 3 * time.Minute, MaxPending: 540, Bounded: false}},
-		{Config: cfg, Result: IngestResult{Mode: fanout.TwoPhase, Sealed: 540, Merged: 500, Elapsed: 3 * time.Minute, Bounded: true}},
+		{Config: cfg, Result: IngestResult{Mode: fanout.TwoPhase, Sealed: 540, Merged: 500, Elapsed: 3 * time.Minute, Bounded: true,
+			MinuteMax: []int{30, 20, 25}}},
 	}}
 	md := r.Markdown()
 	for _, want := range []string{"### 1b. Sustained ingest\n", "| 3 | ", " (defaults) | serial | 540 (3.0) | 0.0 |", "| **no** |", "| two-phase |",
-		"| **no**: max 540 > 64, seal to merged p99 0s > 15s |"} {
+		"| **no**: max 540 > 64, seal to merged p99 0s > 15s |", "3 workers, two-phase: pending, maximum of each minute: 30, 20, 25.\n"} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("no %q in:\n%s", want, md)
 		}
+	}
+}
+
+// The summary's first-minute maximum, median and per-minute maxima come from the
+// samples as taken: a sample at exactly one minute closes the first minute.
+func TestIngestSummaryByMinute(t *testing.T) {
+	var r IngestResult
+	for i := 1; i <= 150; i++ {
+		r.Samples = append(r.Samples, IngestSample{At: time.Duration(i) * time.Second, Pending: i})
+	}
+	r.Elapsed, r.FinalPending = 150*time.Second, 7
+	r.summarize(quickIngest())
+	if r.FirstMinuteMax != 60 || r.MaxPending != 150 || r.MedianPending != 76 || !slices.Equal(r.MinuteMax, []int{60, 120, 150}) {
+		t.Fatalf("first minute %d, max %d, median %d, by minute %v", r.FirstMinuteMax, r.MaxPending, r.MedianPending, r.MinuteMax)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -253,6 +254,11 @@ func (r *Report) ingestSection(p printer) {
 			s.DemandByAge, s.EmptyTasks, s.FailedTasks, taskTime, s.FirstMinuteMax, s.MaxPending, s.MedianPending,
 			s.SteadyP50, s.FinalPending, sealToMerged, bounded, s.goals(), s.Requests,
 			cmp.Or(s.LoadStart, "unknown"), cmp.Or(s.LoadEnd, "unknown"))
+	}
+	for _, run := range r.IngestRuns {
+		if s := run.Result; len(s.MinuteMax) > 1 {
+			p("\n%d workers, %s: pending, maximum of each minute: %s.\n", run.Config.Workers, s.Mode, joinInts(s.MinuteMax))
+		}
 	}
 	for _, run := range r.IngestRuns {
 		if s := run.Result; s.FirstError != "" {
@@ -556,4 +562,12 @@ func (r *Report) UpdateSections(path string) error {
 		doc = mdreport.Replace(doc, sub, heading+"\n\n"+note+strings.Trim(body, "\n")+"\n")
 	}
 	return mdreport.WriteFile(path, doc)
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
 }
