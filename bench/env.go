@@ -166,15 +166,23 @@ func verifyBase(ctx context.Context, b *objstore.Bucket, dir string, want, maybe
 // merged watermark. The WAL snapshot is read before the base manifest, so a merge
 // in between can only make the count too high, never too low.
 func pendingGenerations(ctx context.Context, b *objstore.Bucket, dir string) (int, error) {
+	n, _, err := pendingAndWatermarks(ctx, b, dir)
+	return n, err
+}
+
+// pendingAndWatermarks is pendingGenerations with the base table's merged
+// watermark of every shard, as one read saw them.
+func pendingAndWatermarks(ctx context.Context, b *objstore.Bucket, dir string) (int, map[string]uint64, error) {
 	ws, err := wal.LoadSnapshot(ctx, b, dir)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	t, err := table.Open(ctx, b, dir, table.WithLogger(quiet))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return ws.PendingGenerations(t.Latest().MergedGenerations), nil
+	watermarks := t.Latest().MergedGenerations
+	return ws.PendingGenerations(watermarks), watermarks, nil
 }
 
 // durations summarizes latencies.

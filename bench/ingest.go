@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
@@ -70,17 +73,23 @@ const (
 	IngestShortSweepInterval = 5 * time.Second
 )
 
-// IngestConfigs are the runs of the scenario, each for both fan-out shapes: 3 and
-// 20 workers with the master at its defaults, then the same with the short scan
-// and sweep intervals (short false leaves those out). d is each run's duration.
-func IngestConfigs(d time.Duration, short bool) []IngestConfig {
+// IngestWorkers are the worker counts of the scenario's runs.
+var IngestWorkers = []int{3, 20}
+
+// IngestConfigs are the runs of the scenario: each of workers (IngestWorkers when
+// empty) with the master at its defaults, then the same with the short scan and
+// sweep intervals (short false leaves those out). d is each run's duration.
+func IngestConfigs(d time.Duration, short bool, workers []int) []IngestConfig {
 	var out []IngestConfig
 	intervals := [][2]time.Duration{{0, 0}}
 	if short {
 		intervals = append(intervals, [2]time.Duration{IngestShortScanInterval, IngestShortSweepInterval})
 	}
+	if len(workers) == 0 {
+		workers = IngestWorkers
+	}
 	for _, iv := range intervals {
-		for _, n := range []int{3, 20} {
+		for _, n := range workers {
 			c := DefaultIngestConfig(n)
 			c.Duration, c.ScanInterval, c.SweepInterval = d, iv[0], iv[1]
 			out = append(out, c)
@@ -114,13 +123,24 @@ type IngestResult struct {
 	// Samples are the pending generations over the run (every worker's shard, above
 	// its merged watermark, read from the bucket without the latency).
 	Samples []IngestSample
-	// MaxPending is the maximum over the run, SteadyP50 the median of the last
-	// third, FinalPending the count right after the ingest stopped. MiddleMax and
-	// LastMax are the maxima of the middle and the last third; Bounded is set when
-	// LastMax <= 1.1 x MiddleMax + Workers (a growing backlog fails it).
-	MaxPending, SteadyP50, FinalPending int
-	MiddleMax, LastMax                  int
-	Bounded                             bool
+	// MaxPending is the maximum over the run, FirstMinuteMax over its first
+	// minute, MedianPending the median of every sample, SteadyP50 the median of
+	// the last third, FinalPending the count right after the ingest stopped.
+	// MiddleMax and LastMax are the maxima of the middle and the last third;
+	// Bounded is set when LastMax <= 1.1 x MiddleMax + Workers (a growing backlog
+	// fails it).
+	MaxPending, FirstMinuteMax, MedianPending int
+	// MinuteMax is the maximum of each minute of the run (the last may be
+	// partial): where a backlog rose.
+	MinuteMax               []int
+	SteadyP50, FinalPending int
+	MiddleMax, LastMax      int
+	Bounded                 bool
+	// SealToMerged are the times from each generation's seal to the first
+	// sample that saw it merged (resolution: SampleEvery); Unmerged counts the
+	// generations sealed in the measured phase that no sample saw merged.
+	SealToMerged Quantiles
+	Unmerged     int
 	// Sealed counts the generations the workers sealed in the measured phase;
 	// Merged = Sealed - FinalPending, the ones merged by its end.
 	Sealed, Merged int
@@ -133,7 +153,12 @@ type IngestResult struct {
 	Tasks, EmptyTasks, FailedTasks int
 	TaskTimes                      Quantiles
 	MergedByTasks                  int64
-	FirstError                     string
+	// DemandByGenerations and DemandByAge count the tasks merges on demand
+	// enqueued (scanner.MergeDemand, from the workers' pending records): for
+	// MERGE_WAL_MIN_GENERATIONS pending generations, or for an oldest one older
+	// than MERGE_MAX_DELAY. The sweep enqueued the rest.
+	DemandByGenerations, DemandByAge int
+	FirstError                       string
 	// Requests are the object-store requests of the measured phase (ingest,
 	// scans, merges); PeakInFlight the most in flight at once.
 	Requests     int64
@@ -177,7 +202,8 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	if err != nil {
 		return res, err
 	}
-	var workers []*benchWorker
+	prefix := fmt.Sprintf("/bench/ingest-%d", time.Now().UnixNano())
+	var workers []*recordingWorker
 	var stores []*store.Store
 	defer func() {
 		for _, wk := range workers {
@@ -185,7 +211,11 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 		}
 	}()
 	for i := range cfg.Workers {
-		workers = append(workers, newWorker(faulty, fmt.Sprintf("worker-%02d", i), store.Config{}, defaultMergeConfig()))
+		wk, err := newRecordingWorker(ctx, env.Etcd, faulty, fmt.Sprintf("worker-%02d", i), prefix)
+		if err != nil {
+			return res, fmt.Errorf("ingest: %w", err)
+		}
+		workers = append(workers, wk)
 	}
 	e, err := workers[0].stores.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: ingestStore})
 	if err != nil {
@@ -200,7 +230,11 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 		defer rel()
 		stores = append(stores, s)
 	}
-	discovery, stopWorkers, err := serveWorkers(workers)
+	benchWorkers := make([]*benchWorker, len(workers))
+	for i, wk := range workers {
+		benchWorkers[i] = wk.benchWorker
+	}
+	discovery, stopWorkers, err := serveWorkers(benchWorkers)
 	if err != nil {
 		return res, err
 	}
@@ -209,10 +243,11 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	caller := fanout.NewGRPCCaller(fanout.GRPCCallerConfig{})
 	defer caller.Close()
 	scan, sweep := cfg.Intervals()
+	metrics := prometheus.NewRegistry()
 	m, err := master.New(master.Config{
-		Client: env.Etcd, Prefix: fmt.Sprintf("/bench/ingest-%d", time.Now().UnixNano()), Bucket: faulty,
+		Client: env.Etcd, Prefix: prefix, Bucket: faulty,
 		Discovery: discovery, Caller: caller, FanOut: fanout.Config{Shape: mode}, Scan: scanner.Config{Interval: scan},
-		MergeSweep: scanner.MergeSweepConfig{Interval: sweep}, ID: "bench-master", Logger: quiet,
+		MergeSweep: scanner.MergeSweepConfig{Interval: sweep}, ID: "bench-master", Logger: quiet, Metrics: metrics,
 	})
 	if err != nil {
 		return res, fmt.Errorf("ingest: master: %w", err)
@@ -241,7 +276,15 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	}
 	defer func() { _ = stopMasterNow() }()
 
-	in := &ingest{want: map[string]bool{}, maybe: map[string]bool{}}
+	// The workers publish their pending records while the master runs.
+	recordsCtx, stopRecords := context.WithCancel(ctx)
+	var records sync.WaitGroup
+	defer func() { stopRecords(); records.Wait() }()
+	for _, wk := range workers {
+		records.Go(func() { wk.run(recordsCtx) })
+	}
+
+	in := &ingest{want: map[string]bool{}, maybe: map[string]bool{}, seals: newSealWatch()}
 	start := time.Now()
 	ingestCtx, stopIngest := context.WithTimeout(ctx, cfg.Duration)
 	defer stopIngest()
@@ -257,7 +300,7 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	samplerDone := make(chan struct{})
 	go func() {
 		defer close(samplerDone)
-		samplerErr = sample(ingestCtx, raw, dir, start, cfg.SampleEvery, &res.Samples)
+		samplerErr = sample(ingestCtx, raw, dir, start, cfg.SampleEvery, in.seals, &res.Samples)
 	}()
 	wg.Wait()
 	<-samplerDone
@@ -268,9 +311,13 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	if samplerErr != nil {
 		return res, samplerErr
 	}
-	if res.FinalPending, err = pendingGenerations(ctx, raw, dir); err != nil {
+	final, watermarks, err := pendingAndWatermarks(ctx, raw, dir)
+	if err != nil {
 		return res, fmt.Errorf("ingest: final pending count: %w", err)
 	}
+	res.FinalPending = final
+	in.seals.merged(watermarks, time.Now())
+	res.SealToMerged, res.Unmerged = in.seals.result()
 	res.LoadEnd = mdreport.ThisMachine().LoadAvg
 	res.Requests, res.PeakInFlight = faults.TotalRequests(), faults.PeakInFlight()
 	res.Sealed, res.AppendFailures, res.SealFailures = in.sealed, in.appendFailures, in.sealFailures
@@ -281,6 +328,9 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 		return res, fmt.Errorf("ingest: master: %w", err)
 	}
 	if err := res.readTasks(ctx, m.Tasks()); err != nil {
+		return res, err
+	}
+	if res.DemandByGenerations, res.DemandByAge, err = demandEnqueues(metrics); err != nil {
 		return res, err
 	}
 	faults.Clear()
@@ -305,8 +355,10 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	}
 	res.Versions = bm.Version - 1 // version 1 is the create
 	env.log().Info("ingest: done", "mode", mode, "workers", cfg.Workers, "sealed", res.Sealed, "merged", res.Merged,
-		"max_pending", res.MaxPending, "steady_p50", res.SteadyP50, "final_pending", res.FinalPending, "bounded", res.Bounded,
-		"tasks", res.Tasks, "empty_tasks", res.EmptyTasks, "failed_tasks", res.FailedTasks, "requests", res.Requests)
+		"max_pending", res.MaxPending, "first_minute_max", res.FirstMinuteMax, "median_pending", res.MedianPending,
+		"steady_p50", res.SteadyP50, "final_pending", res.FinalPending, "bounded", res.Bounded,
+		"seal_to_merged_p50", res.SealToMerged.P50, "seal_to_merged_p99", res.SealToMerged.P99, "unmerged", res.Unmerged,
+		"tasks", res.Tasks, "demand_by_generations", res.DemandByGenerations, "demand_by_age", res.DemandByAge, "empty_tasks", res.EmptyTasks, "failed_tasks", res.FailedTasks, "requests", res.Requests)
 	return res, nil
 }
 
@@ -314,6 +366,7 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 type ingest struct {
 	mu                           sync.Mutex
 	want, maybe                  map[string]bool
+	seals                        *sealWatch
 	sealed                       int
 	appendFailures, sealFailures int
 	err                          error
@@ -361,6 +414,7 @@ func (in *ingest) worker(ctx context.Context, s *store.Store, gen *rowGen, cfg I
 				in.sealFailures++ // the rows stay in the memtable for the next seal
 			case err == nil && g != nil:
 				in.sealed++
+				in.seals.sealed(s.Shard(), g)
 			}
 			in.mu.Unlock()
 		}
@@ -373,9 +427,10 @@ func (in *ingest) worker(ctx context.Context, s *store.Store, gen *rowGen, cfg I
 }
 
 // sample counts the pending generations of the store at dir every interval until
-// ctx ends. It reads raw, the bucket without latency or counters, so the sampling
-// neither slows the run nor shows in its request counts.
-func sample(ctx context.Context, raw *objstore.Bucket, dir string, start time.Time, every time.Duration, out *[]IngestSample) error {
+// ctx ends, and tells seals the merged watermarks it read. It reads raw, the bucket
+// without latency or counters, so the sampling neither slows the run nor shows in
+// its request counts.
+func sample(ctx context.Context, raw *objstore.Bucket, dir string, start time.Time, every time.Duration, seals *sealWatch, out *[]IngestSample) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -384,13 +439,14 @@ func sample(ctx context.Context, raw *objstore.Bucket, dir string, start time.Ti
 			return nil
 		case <-t.C:
 		}
-		n, err := pendingGenerations(ctx, raw, dir)
+		n, watermarks, err := pendingAndWatermarks(ctx, raw, dir)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("ingest: count pending generations: %w", err)
 		}
+		seals.merged(watermarks, time.Now())
 		*out = append(*out, IngestSample{At: time.Since(start), Pending: n})
 	}
 }
@@ -398,10 +454,20 @@ func sample(ctx context.Context, raw *objstore.Bucket, dir string, start time.Ti
 // summarize derives the maxima, the steady-state median and Bounded from the
 // samples.
 func (r *IngestResult) summarize(cfg IngestConfig) {
-	var last []int
+	var all, last []int
 	third := r.Elapsed / 3
 	for _, s := range r.Samples {
 		r.MaxPending = max(r.MaxPending, s.Pending)
+		all = append(all, s.Pending)
+		if s.At <= time.Minute {
+			r.FirstMinuteMax = max(r.FirstMinuteMax, s.Pending)
+		}
+		// A sample at exactly n minutes closes minute n.
+		minute := max(0, int((s.At-1)/time.Minute))
+		for len(r.MinuteMax) <= minute {
+			r.MinuteMax = append(r.MinuteMax, 0)
+		}
+		r.MinuteMax[minute] = max(r.MinuteMax[minute], s.Pending)
 		switch {
 		case s.At >= 2*third:
 			r.LastMax = max(r.LastMax, s.Pending)
@@ -414,6 +480,7 @@ func (r *IngestResult) summarize(cfg IngestConfig) {
 	r.LastMax = max(r.LastMax, r.FinalPending)
 	last = append(last, r.FinalPending)
 	r.SteadyP50 = medianInt(last)
+	r.MedianPending = medianInt(all)
 	r.Bounded = float64(r.LastMax) <= 1.1*float64(r.MiddleMax)+float64(cfg.Workers)
 }
 
@@ -494,4 +561,29 @@ func serveWorkers(workers []*benchWorker) (fanout.StaticDiscovery, func(), error
 		discovery = append(discovery, fanout.Worker{InstanceID: wk.id, GRPCAddr: ln.Addr().String()})
 	}
 	return discovery, stop, nil
+}
+
+// Issue 31's goals for sustained ingest, as measured in one run.
+const (
+	IngestGoalMaxPending      = 64
+	IngestGoalMedianPending   = 24
+	IngestGoalSealToMergedP99 = 15 * time.Second
+)
+
+// goals says whether the run met IngestGoal*: "yes", or the ones it missed.
+func (r IngestResult) goals() string {
+	var missed []string
+	if r.MaxPending > IngestGoalMaxPending {
+		missed = append(missed, fmt.Sprintf("max %d > %d", r.MaxPending, IngestGoalMaxPending))
+	}
+	if r.MedianPending > IngestGoalMedianPending {
+		missed = append(missed, fmt.Sprintf("median %d > %d", r.MedianPending, IngestGoalMedianPending))
+	}
+	if r.SealToMerged.N == 0 || r.SealToMerged.P99 > IngestGoalSealToMergedP99 {
+		missed = append(missed, fmt.Sprintf("seal to merged p99 %s > %s", r.SealToMerged.P99.Round(time.Second), IngestGoalSealToMergedP99))
+	}
+	if len(missed) == 0 {
+		return "yes"
+	}
+	return "**no**: " + strings.Join(missed, ", ")
 }

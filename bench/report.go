@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -235,23 +236,32 @@ func (r *Report) ingestSection(p printer) {
 		"seal them into a generation every %s, at phases spread over the interval, for %s per run. The bucket is "+
 		"`mem://` with %s (+ up to %s) per request and at most %d requests in flight (the rest wait), the latency of "+
 		"the merge-throughput runs above, from the start: appends, seals, scans and merges all pay their round trips. "+
-		"A master built by `master.New` as `cmd/master` builds it (static discovery of the workers, every setting at "+
-		"its default except MERGE_FANOUT and, where the table says so, STATS_SCAN_INTERVAL and MERGE_WAL_INTERVAL) runs "+
-		"its stats scanner, merge sweep (MERGE_WAL_MIN_GENERATIONS %d), scheduler and fan-out on embedded etcd; "+
-		"nothing else merges (the workers' own sweepers are not run: the cleanup timer's first merge would come after "+
-		"300 s, and the count trigger is off by default).\n\n",
+		"Each worker publishes its pending record (`P/pending/<instance>`, package `coord/pending`) as a registered "+
+		"worker does: under a lease of its own on the embedded etcd, from `store.Stores.Pending`, woken by every new "+
+		"store snapshot. A master built by `master.New` as `cmd/master` builds it (static discovery of the workers, every "+
+		"setting at its default except MERGE_FANOUT and, where the table says so, STATS_SCAN_INTERVAL and "+
+		"MERGE_WAL_INTERVAL) runs its stats scanner, merge sweep, merges on demand (MERGE_WAL_MIN_GENERATIONS %d "+
+		"summed over the shards, MERGE_MAX_DELAY %s), scheduler and fan-out on that etcd; nothing else merges (the "+
+		"workers' own sweepers are not run).\n\n",
 		strings.Join(counts, " and "), c.RowsPerGeneration, rowDesc(c.Row), fmtDur(c.SealEvery), fmtDur(c.Duration),
-		fmtDur(c.Latency), fmtDur(c.Jitter), c.MaxConcurrent, scanner.DefaultMinGenerations)
+		fmtDur(c.Latency), fmtDur(c.Jitter), c.MaxConcurrent, scanner.DefaultMinGenerations, fmtDur(scanner.DefaultMergeMaxDelay))
 	p("Pending generations (every shard's, above its merged watermark) are counted every %s from the bucket, "+
-		"outside the latency and the request counts. \"Steady p50\" is the median of the last third of the run; "+
-		"\"bounded\" means the last third's maximum is at most 1.1x the middle third's plus one generation per worker "+
-		"(one round of seals), which a backlog that keeps growing fails. Merged generations/s is (generations sealed "+
-		"- pending at the end) / run time. Tasks are the `merge_wal` tasks the sweep enqueued (empty: merged nothing), "+
-		"with their time from claim to finish. After each run whatever is pending is merged without latency and every "+
-		"acknowledged row is checked to be in the base table once. Load averages (1, 5, 15 min) are this shared "+
-		"2-core machine's at the start and end of each run: other agents' work ran alongside.\n\n", fmtDur(c.SampleEvery))
-	p("| workers | scan / sweep interval | fan-out | generations sealed (/s) | merged /s | merge_wal tasks (empty, failed) | task time p50 / max | pending: max | steady p50 | final | max: middle / last third | bounded | object-store requests | load average start / end |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"outside the latency and the request counts: the maximum of the first minute and of the whole run, the median "+
+		"of every sample, and \"steady p50\", the median of the last third. \"Bounded\" means the last third's "+
+		"maximum is at most 1.1x the middle third's plus one generation per worker (one round of seals), which a "+
+		"backlog that keeps growing fails. Seal to merged is, for each generation sealed in the run, the time from its "+
+		"seal (the writer's `sealed_at`) to the first sample whose base manifest's watermark of its shard covers it: "+
+		"a resolution of %s, so the times are up to that much long; generations no sample saw merged are left out "+
+		"and counted. Merged generations/s is (generations sealed - pending at the end) / run time. Tasks are the "+
+		"`merge_wal` tasks of the run (on demand: enqueued by merges on demand for their generations or their age, "+
+		"the sweep enqueued the rest; empty: merged nothing), with their time from claim to finish. The goals are "+
+		"issue 31's: pending at most %d at every sample, median at most %d, seal to merged p99 at most %s. After "+
+		"each run whatever is pending is merged without latency and every acknowledged row is checked to be in the "+
+		"base table once. Load averages (1, 5, 15 min) are this shared 2-core machine's at the start and end of each "+
+		"run: other agents' work ran alongside.\n\n",
+		fmtDur(c.SampleEvery), fmtDur(c.SampleEvery), IngestGoalMaxPending, IngestGoalMedianPending, fmtDur(IngestGoalSealToMergedP99))
+	p("| workers | scan / sweep interval | fan-out | generations sealed (/s) | merged /s | merge_wal tasks (on demand: generations / age; empty, failed) | task time p50 / max | pending: first minute max | max | median | steady p50 | final | seal to merged p50 / p99 / max (not merged) | bounded | goals | object-store requests | load average start / end |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range r.IngestRuns {
 		c, s := run.Config, run.Result
 		scan, sweep := c.Intervals()
@@ -267,18 +277,20 @@ func (r *Report) ingestSection(p printer) {
 		if s.TaskTimes.N > 0 {
 			taskTime = fmtDur(s.TaskTimes.P50) + " / " + fmtDur(s.TaskTimes.Max)
 		}
-		p("| %d | %s | %s | %d (%.1f) | %.1f | %d (%d, %d) | %s | %d | %d | %d | %d / %d | %s | %d | %s / %s |\n",
-			c.Workers, iv, s.Mode, s.Sealed, s.SealedPerSecond(), s.MergedPerSecond(), s.Tasks, s.EmptyTasks, s.FailedTasks,
-			taskTime, s.MaxPending, s.SteadyP50, s.FinalPending, s.MiddleMax, s.LastMax, bounded, s.Requests,
+		sealToMerged := "-"
+		if s.SealToMerged.N > 0 {
+			sealToMerged = fmt.Sprintf("%s / %s / %s (%d)", fmtDur(s.SealToMerged.P50), fmtDur(s.SealToMerged.P99),
+				fmtDur(s.SealToMerged.Max), s.Unmerged)
+		}
+		p("| %d | %s | %s | %d (%.1f) | %.1f | %d (%d / %d; %d, %d) | %s | %d | %d | %d | %d | %d | %s | %s | %s | %d | %s / %s |\n",
+			c.Workers, iv, s.Mode, s.Sealed, s.SealedPerSecond(), s.MergedPerSecond(), s.Tasks, s.DemandByGenerations,
+			s.DemandByAge, s.EmptyTasks, s.FailedTasks, taskTime, s.FirstMinuteMax, s.MaxPending, s.MedianPending,
+			s.SteadyP50, s.FinalPending, sealToMerged, bounded, s.goals(), s.Requests,
 			cmp.Or(s.LoadStart, "unknown"), cmp.Or(s.LoadEnd, "unknown"))
 	}
 	for _, run := range r.IngestRuns {
-		if scan, _ := run.Config.Intervals(); run.Config.ScanInterval <= 0 && scan >= run.Config.Duration {
-			p("\nAt the master's defaults the stats scan runs at the start, when nothing is pending yet, and then "+
-				"every %s, longer than these %s runs; the sweep enqueues merges only on what a scan counted, so no "+
-				"merge can start within a run, in either fan-out shape, and pending generations grow at the rate the "+
-				"workers seal.\n", fmtDur(scan), fmtDur(run.Config.Duration))
-			break
+		if s := run.Result; len(s.MinuteMax) > 1 {
+			p("\n%d workers, %s: pending, maximum of each minute: %s.\n", run.Config.Workers, s.Mode, joinInts(s.MinuteMax))
 		}
 	}
 	for _, run := range r.IngestRuns {
@@ -583,4 +595,12 @@ func (r *Report) UpdateSections(path string) error {
 		doc = mdreport.Replace(doc, sub, heading+"\n\n"+note+strings.Trim(body, "\n")+"\n")
 	}
 	return mdreport.WriteFile(path, doc)
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
 }

@@ -160,7 +160,7 @@ func New(cfg Config) (*Worker, error) {
 		queue = tasks.New(cfg.Etcd, cfg.Prefix, tasks.WithLogger(log), tasks.WithHolder(cfg.InstanceID))
 		// The master merges a store as soon as this record says it is due,
 		// instead of at its next stats scan.
-		publisher = pending.NewPublisher(cfg.Etcd, func() []pending.Entry { return pendingEntries(stores) },
+		publisher = pending.NewPublisher(cfg.Etcd, func() []pending.Entry { return stores.Pending() },
 			registration.Lease, pending.PublisherConfig{Prefix: cfg.Prefix, Instance: cfg.InstanceID, Logger: log})
 	}
 

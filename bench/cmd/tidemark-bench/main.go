@@ -74,6 +74,10 @@ type runFlags struct {
 	// runs with short scan and sweep intervals to those at the master's defaults.
 	ingestDuration time.Duration
 	ingestShort    bool
+	// ingestWorkers and ingestFanout choose the runs: each worker count in each
+	// fan-out shape.
+	ingestWorkers []int
+	ingestFanout  []string
 	// scaleRows are the scale scenario's store sizes; scaleProfiles, if set, the
 	// directory of its CPU profiles.
 	scaleRows     []int64
@@ -101,8 +105,10 @@ func newRunCmd() *cobra.Command {
 	fs.StringVar(&f.stormS3, "storm-s3", "", "commit storm: also run its shapes on this S3-compatible bucket (DATA_URL form, e.g. "+
 		"s3://tidemark-test?endpoint=http://127.0.0.1:9100&region=us-east-1&use_path_style=true, credentials from AWS_ACCESS_KEY_ID and "+
 		"AWS_SECRET_ACCESS_KEY; scripts/minio.sh's MinIO), behind a fault proxy adding the latency and answering 503 SlowDown over the concurrency")
-	fs.DurationVar(&f.ingestDuration, "ingest-duration", 3*time.Minute, "sustained ingest: length of each run (4 or 8 runs)")
+	fs.DurationVar(&f.ingestDuration, "ingest-duration", 3*time.Minute, "sustained ingest: length of each run")
 	fs.BoolVar(&f.ingestShort, "ingest-short-intervals", true, "sustained ingest: also run with a 10 s stats scan and a 5 s merge sweep, besides the master's defaults")
+	fs.IntSliceVar(&f.ingestWorkers, "ingest-workers", bench.IngestWorkers, "sustained ingest: the worker counts of the runs")
+	fs.StringSliceVar(&f.ingestFanout, "ingest-fanout", []string{string(fanout.Serial), string(fanout.TwoPhase)}, "sustained ingest: the fan-out shapes (MERGE_FANOUT) of the runs")
 	fs.Int64Var(&f.memoryBytes, "memory-backlog-bytes", 1<<30, "memory scenario: generation bytes of the backlog merged")
 	fs.Int64SliceVar(&f.scaleRows, "scale-rows", bench.DefaultScaleRows, "scale scenario: rows of each store measured, smallest first (100000000: a run of hours, by hand)")
 	fs.Int64Var(&f.scaleCache, "scale-table-cache-bytes", 0, "scale scenario: the measuring workers' TABLE_CACHE_BYTES (0: the worker's default)")
@@ -115,6 +121,17 @@ func run(ctx context.Context, f runFlags) error {
 		if !slices.Contains(scenarios, s) && !slices.Contains(named, s) {
 			return fmt.Errorf("--only: unknown scenario %q (want %s)", s, strings.Join(append(slices.Clone(scenarios), named...), ","))
 		}
+	}
+	var ingestShapes []fanout.Shape
+	for _, name := range f.ingestFanout {
+		sh, err := fanout.ParseShape(name)
+		if err != nil {
+			return fmt.Errorf("--ingest-fanout: %w", err)
+		}
+		ingestShapes = append(ingestShapes, sh)
+	}
+	if len(f.ingestWorkers) == 0 || slices.Min(f.ingestWorkers) < 1 {
+		return fmt.Errorf("--ingest-workers %v: want positive worker counts", f.ingestWorkers)
 	}
 	if !slices.IsSorted(f.scaleRows) || len(f.scaleRows) == 0 || f.scaleRows[0] <= 0 {
 		return fmt.Errorf("--scale-rows %v: want positive sizes, smallest first", f.scaleRows)
@@ -193,8 +210,8 @@ func run(ctx context.Context, f runFlags) error {
 		}
 	}
 	if want("ingest") {
-		for _, cfg := range bench.IngestConfigs(f.ingestDuration, f.ingestShort) {
-			for _, mode := range []fanout.Shape{fanout.Serial, fanout.TwoPhase} {
+		for _, cfg := range bench.IngestConfigs(f.ingestDuration, f.ingestShort, f.ingestWorkers) {
+			for _, mode := range ingestShapes {
 				res, err := bench.RunIngest(ctx, env, cfg, mode)
 				if err != nil {
 					return fmt.Errorf("sustained ingest: %w", err)

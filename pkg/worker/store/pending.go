@@ -1,16 +1,14 @@
-package worker
+package store
 
-import (
-	"github.com/tidemark-io/tidemark/pkg/coord/pending"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
-)
+import "github.com/tidemark-io/tidemark/pkg/coord/pending"
 
-// pendingEntries is this worker's pending record (package pending): for each store
-// it holds open, the generations of its own shard above the base table's merged
+// Pending is this worker's pending record (package pending): for each store it
+// holds open, the generations of its own shard above the base table's merged
 // watermark, from the store's current snapshot (no I/O). A store it does not hold
-// open is left to the master's stats scan.
-func pendingEntries(stores *store.Stores) []pending.Entry {
-	resident, releases := stores.Resident()
+// open is left to the master's stats scan. It is the Source of the worker's
+// pending.Publisher.
+func (ss *Stores) Pending() []pending.Entry {
+	resident, releases := ss.Resident()
 	defer func() {
 		for _, release := range releases {
 			release()

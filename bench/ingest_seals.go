@@ -1,0 +1,67 @@
+package bench
+
+import (
+	"sync"
+	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+)
+
+// sealWatch measures each generation's time from seal to merged: the workers tell
+// it every generation they seal, and each sample of the base table tells it every
+// shard's merged watermark, which covers the generations merged by then. A
+// generation counts as merged at the first sample that saw it so: the times are
+// up to one sample interval long.
+type sealWatch struct {
+	mu sync.Mutex
+	// open are the sealed generations no sample has seen merged, by shard, in
+	// generation order (a shard's generations are numbered upwards).
+	open  map[string][]sealedGeneration
+	waits durations
+}
+
+type sealedGeneration struct {
+	generation uint64
+	at         time.Time
+}
+
+func newSealWatch() *sealWatch { return &sealWatch{open: map[string][]sealedGeneration{}} }
+
+// sealed records g, just sealed in shard. Its time is the writer's SealedAt, the
+// clock MERGE_MAX_DELAY judges by.
+func (w *sealWatch) sealed(shard string, g *wal.Generation) {
+	at := g.SealedAt
+	if at.IsZero() {
+		at = time.Now()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.open[shard] = append(w.open[shard], sealedGeneration{generation: g.Generation, at: at})
+}
+
+// merged takes the watermarks a sample read at now: every open generation at or
+// below its shard's watermark was merged by now.
+func (w *sealWatch) merged(watermarks map[string]uint64, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for shard, open := range w.open {
+		n := 0
+		for n < len(open) && open[n].generation <= watermarks[shard] {
+			w.waits = append(w.waits, now.Sub(open[n].at))
+			n++
+		}
+		w.open[shard] = open[n:]
+	}
+}
+
+// result returns the seal-to-merged times and how many sealed generations no
+// sample saw merged.
+func (w *sealWatch) result() (Quantiles, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	unmerged := 0
+	for _, open := range w.open {
+		unmerged += len(open)
+	}
+	return w.waits.quantiles(), unmerged
+}
