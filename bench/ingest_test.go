@@ -53,7 +53,9 @@ func TestIngestMergesOnDemandAtTheMastersDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.DemandByGenerations == 0 || res.MergedByTasks == 0 || res.SealToMerged.N == 0 || res.FailedTasks > 0 {
+	// MergedByTasks, not SealToMerged: under a loaded -race run the first merge may
+	// finish after the last sample; what this guards is that merges on demand ran.
+	if res.DemandByGenerations == 0 || res.MergedByTasks == 0 || res.FailedTasks > 0 {
 		t.Fatalf("no merge on demand within the run: %+v", res)
 	}
 	if res.Tasks != res.DemandByGenerations+res.DemandByAge {
