@@ -158,8 +158,8 @@ func New(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
 		queue = tasks.New(cfg.Etcd, cfg.Prefix, tasks.WithLogger(log), tasks.WithHolder(cfg.InstanceID))
-		// The master merges a store as soon as this record says it is due,
-		// instead of at its next stats scan.
+		// The master merges a store as soon as its pending entries say it is
+		// due, instead of at its next stats scan.
 		publisher = pending.NewPublisher(cfg.Etcd, func() []pending.Entry { return stores.Pending() },
 			registration.Lease, pending.PublisherConfig{Prefix: cfg.Prefix, Instance: cfg.InstanceID, Logger: log})
 	}

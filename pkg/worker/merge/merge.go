@@ -270,14 +270,7 @@ func (p *Prepared) Abort(ctx context.Context) {
 
 // PendingOwn counts this worker's generations of s above the merged watermark, from
 // the store's current snapshot (no I/O).
-func PendingOwn(s *store.Store) int {
-	snap := s.Snapshot()
-	sh := snap.WAL.Shards[s.Shard()]
-	if sh == nil {
-		return 0
-	}
-	return len(sh.Pending(snap.Base.Watermark(s.Shard())))
-}
+func PendingOwn(s *store.Store) int { return len(s.OwnPending()) }
 
 // AcquireSlot takes a merge slot, waiting for one, for work that must not overlap
 // this worker's merges (maintenance, tests). Call release when done.
