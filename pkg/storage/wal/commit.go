@@ -238,12 +238,12 @@ func (w *Writer) commit(batch []*pending) error {
 		return fenced
 	}
 	recs := make([]arrow.RecordBatch, len(batch))
+	var after uint64
 	for i, p := range batch {
 		recs[i] = p.rec
-		w.clock.observe(p.after)
+		after = max(after, p.after)
 	}
-	w.clock.observe(w.observed.Load())
-	his, err := w.writeEntry(w.ctx, recs)
+	his, err := w.writeEntry(w.ctx, recs, after)
 	for i, p := range batch {
 		if err == nil {
 			p.seq = his[i]
@@ -257,13 +257,25 @@ func (w *Writer) commit(batch []*pending) error {
 // are in the memtable and lastPos is the entry's position. A failed write leaves
 // lastPos alone, so the next write retries the same position. his[i] is the highest
 // _seq given to recs[i].
-func (w *Writer) writeEntry(ctx context.Context, recs []arrow.RecordBatch) (his []uint64, err error) {
+func (w *Writer) writeEntry(ctx context.Context, recs []arrow.RecordBatch, after uint64) (his []uint64, err error) {
 	for walked := 0; ; walked++ {
 		var rec arrow.RecordBatch
 		if len(recs) > 0 {
 			// Built per attempt: after walking over a taken position the rows get
 			// fresh sequence numbers, above anything adopted from that position.
-			if rec, his, err = buildBatch(w.schema, recs, &w.clock); err != nil {
+			// Numbered under mu, so a Promise sees them as unsure until they are
+			// in the memtable.
+			w.mu.Lock()
+			w.clock.observe(after)
+			w.clock.observe(w.observed.Load())
+			rec, his, err = buildBatch(w.schema, recs, &w.clock)
+			if err == nil && rec.NumRows() > 0 {
+				if lo, _, _ := seqRange([]arrow.RecordBatch{rec}); w.unsureLo == 0 || lo < w.unsureLo {
+					w.unsureLo = lo
+				}
+			}
+			w.mu.Unlock()
+			if err != nil {
 				return nil, fmt.Errorf("%s: %w", w.sh, err)
 			}
 		}
@@ -284,6 +296,9 @@ func (w *Writer) writeEntry(ctx context.Context, recs []arrow.RecordBatch) (his 
 				w.mem.add(pos, rec)
 			}
 			w.lastPos = pos
+			// Every earlier attempt was at this position (a failed write leaves
+			// lastPos alone): it did not land, or resolveTaken adopted it.
+			w.unsureLo = 0
 			w.mu.Unlock()
 			return his, nil
 		}

@@ -17,8 +17,8 @@ const logicalBits = 16
 // one, and the _seqs a worker reads (Writer.Observe) order its writes after what it
 // has shown.
 //
-// It is not safe for concurrent use: the committer goroutine owns it (OpenWriter
-// seeds it before starting the committer).
+// It is not safe for concurrent use: the Writer guards it with its mu, so that a
+// promise (Writer.Promise) and the committer's sequence numbers are ordered.
 type hlc struct {
 	clock clock.PassiveClock
 	last  uint64
@@ -28,6 +28,15 @@ type hlc struct {
 // every _seq already in its shard (the manifest's max_seq and replayed entries).
 func (h *hlc) observe(seq uint64) {
 	h.last = max(h.last, seq)
+}
+
+// now moves the clock to the present (if it is behind) and returns its last
+// sequence number: every later next() is above it.
+func (h *hlc) now() uint64 {
+	if ms := h.clock.Now().UnixMilli(); ms > 0 {
+		h.last = max(h.last, uint64(ms)<<logicalBits)
+	}
+	return h.last
 }
 
 // next returns the next sequence number.

@@ -13,8 +13,9 @@ type memtable struct {
 }
 
 type memBatch struct {
-	pos uint64 // the entry the rows are durable in
-	rec arrow.RecordBatch
+	pos   uint64 // the entry the rows are durable in
+	rec   arrow.RecordBatch
+	seqLo uint64 // the lowest _seq in rec
 }
 
 // add takes ownership of rec.
@@ -23,7 +24,8 @@ func (m *memtable) add(pos uint64, rec arrow.RecordBatch) {
 		rec.Release()
 		return
 	}
-	m.batches = append(m.batches, memBatch{pos: pos, rec: rec})
+	lo, _, _ := seqRange([]arrow.RecordBatch{rec})
+	m.batches = append(m.batches, memBatch{pos: pos, rec: rec, seqLo: lo})
 	m.rows += rec.NumRows()
 	m.bytes += recordBytes(rec)
 }
@@ -55,3 +57,16 @@ func (m *memtable) dropThrough(pos uint64) {
 }
 
 func (m *memtable) release() { m.dropThrough(^uint64(0)) }
+
+// seqLo is the lowest _seq of the unsealed rows, 0 when there are none. Entries
+// adopted from a taken position may hold rows below later entries', so it is a
+// minimum over every batch, not the first batch's.
+func (m *memtable) seqLo() uint64 {
+	var lo uint64
+	for _, b := range m.batches {
+		if lo == 0 || b.seqLo < lo {
+			lo = b.seqLo
+		}
+	}
+	return lo
+}

@@ -79,7 +79,14 @@ type Writer struct {
 	// merge the kept ranges below it (mergeKept).
 	cleanThrough uint64
 
-	clock hlc // owned by the committer goroutine (seeded before it starts)
+	// clock gives _seqs; guarded by mu, so a Promise is ordered with every batch
+	// the committer numbers (seeded before the committer starts).
+	clock hlc
+	// unsureLo is the lowest _seq of rows numbered for an entry whose write has not
+	// succeeded yet, 0 if none (guarded by mu). A write that failed may still have
+	// landed, and the next write at its position adopts it (resolveTaken): its rows
+	// stay possible until a write at that position succeeds.
+	unsureLo uint64
 	// observed is the highest _seq Observe was told of; the committer moves clock
 	// past it before each entry.
 	observed atomic.Uint64
@@ -157,9 +164,9 @@ func OpenWriter(ctx context.Context, bucket *objstore.Bucket, dir, shard string,
 // takes ownership of e's batches.
 func (w *Writer) adopt(pos uint64, e *entry) {
 	_, hi, _ := seqRange(e.recs)
-	w.clock.observe(hi)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.clock.observe(hi)
 	for _, r := range e.recs {
 		w.mem.add(pos, r)
 	}
