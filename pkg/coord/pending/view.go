@@ -2,7 +2,6 @@ package pending
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -13,11 +12,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/utils/clock"
 
+	"github.com/tidemark-io/tidemark/pkg/coord/follow"
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 )
-
-// relistWait is the wait before listing again after etcd refused a listing.
-const relistWait = time.Second
 
 // Demand is one store's pending work, summed over the workers' entries.
 type Demand struct {
@@ -92,41 +89,24 @@ func (v *View) Revision() int64 {
 	return v.rev
 }
 
-// Run lists the entries and follows them with a watch until ctx is done. A watch
-// that breaks (etcd away, history compacted) is replaced by a fresh listing, so a
-// change made meanwhile arrives late but is never lost.
+// Run lists the entries and follows them with a watch until ctx is done (package
+// follow): a change made while the watch was broken arrives late, never lost.
 func (v *View) Run(ctx context.Context) {
-	for ctx.Err() == nil {
-		rev, err := v.list(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				v.log.Warn("pending entries not listed; listing again", "err", err, "retry_in", relistWait.String())
-			}
-			select {
-			case <-ctx.Done():
-			case <-v.clock.After(relistWait):
-			}
-			continue
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		v.follow(wctx, v.client.Watch(clientv3.WithRequireLeader(wctx), v.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)))
-		cancel()
-	}
+	follow.Run(ctx, v.client, v.prefix, (*viewHandler)(v), v.clock, v.log, "pending entries")
 }
 
-// list replaces the entries by a fresh listing and returns its revision.
-func (v *View) list(ctx context.Context) (int64, error) {
-	lctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	resp, err := v.client.Get(lctx, v.prefix, clientv3.WithPrefix())
-	if err != nil {
-		return 0, fmt.Errorf("list %s: %w", v.prefix, err)
-	}
+// viewHandler is the View as follow's Handler: Reset and Apply are not the View's
+// API.
+type viewHandler View
+
+// Reset replaces the entries by a fresh listing.
+func (h *viewHandler) Reset(kvs []*mvccpb.KeyValue, rev int64) {
+	v := (*View)(h)
 	now := v.clock.Now()
 	v.mu.Lock()
 	old := v.entries
-	v.entries = make(map[string]observed, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	v.entries = make(map[string]observed, len(kvs))
+	for _, kv := range kvs {
 		key := string(kv.Key)
 		if prev, ok := old[key]; ok && prev.modRev == kv.ModRevision {
 			v.entries[key] = prev // unchanged: it arrived when it first did
@@ -135,37 +115,27 @@ func (v *View) list(ctx context.Context) (int64, error) {
 		v.putLocked(key, kv.Value, kv.ModRevision, now)
 	}
 	v.synced = true
-	v.rev = resp.Header.Revision
+	v.rev = rev
 	v.mu.Unlock()
 	v.signal()
-	return resp.Header.Revision, nil
 }
 
-// follow applies the watch's events until it breaks or ctx is done.
-func (v *View) follow(ctx context.Context, watch clientv3.WatchChan) {
-	for wr := range watch {
-		if wr.Err() != nil || wr.Canceled {
-			if ctx.Err() == nil {
-				v.log.Info("pending entries watch broke; listing again", "err", wr.Err())
-			}
-			return
+// Apply applies one watch response's events.
+func (h *viewHandler) Apply(events []*clientv3.Event, rev int64) {
+	v := (*View)(h)
+	now := v.clock.Now()
+	v.mu.Lock()
+	v.rev = max(v.rev, rev)
+	for _, ev := range events {
+		key := string(ev.Kv.Key)
+		if ev.Type == mvccpb.DELETE {
+			delete(v.entries, key)
+			continue
 		}
-		now := v.clock.Now()
-		v.mu.Lock()
-		v.rev = max(v.rev, wr.Header.Revision)
-		for _, ev := range wr.Events {
-			key := string(ev.Kv.Key)
-			if ev.Type == mvccpb.DELETE {
-				delete(v.entries, key)
-				continue
-			}
-			v.putLocked(key, ev.Kv.Value, ev.Kv.ModRevision, now)
-		}
-		v.mu.Unlock()
-		if len(wr.Events) > 0 {
-			v.signal()
-		}
+		v.putLocked(key, ev.Kv.Value, ev.Kv.ModRevision, now)
 	}
+	v.mu.Unlock()
+	v.signal()
 }
 
 func (v *View) putLocked(key string, data []byte, modRev int64, now time.Time) {
