@@ -14,6 +14,8 @@
 //	P/workers/<instance>         worker record, under the worker's lease     package membership
 //	P/pending/<instance>/<target> one store's pending generations in one     package pending
 //	                             worker's shard, under the worker's lease
+//	P/horizon/<target>/<shard>   a shard's change-feed promise {epoch,        package horizon
+//	                             promise, open}; durable (no lease)
 //	P/health                     never written: the master's quorum read
 //
 // The package that writes a key owns its value; this one owns only the names.
@@ -114,6 +116,15 @@ func (k Schema) PendingOf(instanceID string) string { return k.PendingPrefix() +
 
 // Pending is P/pending/<instance>/<target>.
 func (k Schema) Pending(instanceID, target string) string { return k.PendingOf(instanceID) + target }
+
+// HorizonPrefix is P/horizon/.
+func (k Schema) HorizonPrefix() string { return k.prefix + "/horizon/" }
+
+// HorizonOf is P/horizon/<target>/: the promises of every shard of a store.
+func (k Schema) HorizonOf(target string) string { return k.HorizonPrefix() + target + "/" }
+
+// Horizon is P/horizon/<target>/<shard>.
+func (k Schema) Horizon(target, shard string) string { return k.HorizonOf(target) + shard }
 
 // Health is P/health.
 func (k Schema) Health() string { return k.prefix + "/health" }
