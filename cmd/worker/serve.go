@@ -36,6 +36,7 @@ type serveFlags struct {
 	grpcAddr                     string
 	advertiseGRPC, advertiseHTTP string
 	etcd                         etcdcli.Config
+	horizonInterval              time.Duration
 	leaseTTL                     time.Duration
 
 	flushInterval, cleanupInterval, stepTimeout time.Duration
@@ -88,6 +89,9 @@ func newServeCmd() *cobra.Command {
 	f.etcd.AddFlags(fs, "empty: the worker does not register (the master then needs WORKER_ENDPOINTS)")
 	fs.DurationVar(&f.leaseTTL, "worker-lease-ttl", membership.DefaultLeaseTTL, "TTL of the lease the worker's etcd registration lives under: how long a dead worker stays listed")
 	bind("worker-lease-ttl", "WORKER_LEASE_TTL")
+	fs.DurationVar(&f.horizonInterval, "feed-horizon-interval", worker.DefaultHorizonInterval,
+		"how often the worker publishes its shards' change-feed promises to etcd when nothing seals: how long an idle shard may hold a store's change feed back (one etcd transaction per interval)")
+	bind("feed-horizon-interval", "FEED_HORIZON_INTERVAL")
 	fs.StringVar(&f.instanceID, "instance-id", "", "this worker's stable id, and its shard name in every store (default: the hostname)")
 	bind("instance-id", "INSTANCE_ID")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -269,15 +273,16 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	defer gln.Close()
 	w, err := worker.New(worker.Config{
-		InstanceID:    instanceID,
-		Version:       cli.Version(),
-		HTTPListener:  ln,
-		GRPCListener:  gln,
-		AdvertiseHTTP: f.advertiseHTTP,
-		AdvertiseGRPC: f.advertiseGRPC,
-		Etcd:          client,
-		Prefix:        f.etcd.NormalizedPrefix(),
-		LeaseTTL:      f.leaseTTL,
+		InstanceID:      instanceID,
+		Version:         cli.Version(),
+		HTTPListener:    ln,
+		GRPCListener:    gln,
+		AdvertiseHTTP:   f.advertiseHTTP,
+		AdvertiseGRPC:   f.advertiseGRPC,
+		Etcd:            client,
+		Prefix:          f.etcd.NormalizedPrefix(),
+		LeaseTTL:        f.leaseTTL,
+		HorizonInterval: f.horizonInterval,
 		Store: store.Config{
 			Bucket:            bucket,
 			ThrottleRetry:     f.throttleRetry,

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
+	"github.com/tidemark-io/tidemark/pkg/coord/horizon"
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/coord/pending"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
@@ -54,6 +55,10 @@ type Config struct {
 	Etcd     *clientv3.Client
 	Prefix   string
 	LeaseTTL time.Duration
+	// HorizonInterval is how often the worker publishes its writers' change-feed
+	// promises when nothing seals (DefaultHorizonInterval when zero): how far an
+	// idle shard may hold the store's feed back. Only with Etcd.
+	HorizonInterval time.Duration
 
 	// Store configures every store handle (Store.Bucket is required); New sets
 	// its Shard, Logger and read hooks. MaxOpenStores bounds the handles kept
@@ -105,7 +110,17 @@ type Worker struct {
 	sweeper      *Sweeper
 	registration *membership.Registration // nil: not registered
 	publisher    *pending.Publisher       // nil: not registered
+	keeper       *horizon.Keeper          // nil: no etcd, no change feed
+	horizons     *horizon.View            // nil: no etcd, no change feed
+	horizonWake  chan struct{}
 }
+
+// DefaultHorizonInterval is Config.HorizonInterval's default.
+const DefaultHorizonInterval = time.Second
+
+// horizonSpacing is the least time between two publications of the promises: a
+// worker sealing many stores at once writes them in one transaction.
+const horizonSpacing = 100 * time.Millisecond
 
 // New builds the worker of cfg; Run starts it. Nothing is served, registered or
 // swept before Run.
@@ -143,7 +158,14 @@ func New(cfg Config) (*Worker, error) {
 	var queue TaskQueue
 	var publisher *pending.Publisher // nil: not registered
 	var stores *store.Stores
+	var keeper *horizon.Keeper
+	var horizons *horizon.View
+	horizonWake := make(chan struct{}, 1)
 	if cfg.Etcd != nil {
+		// Every writer registers its shard for the change feed before it numbers a
+		// row, and this worker's feed reads every store's horizon.
+		keeper = horizon.NewKeeper(cfg.Etcd, cfg.Prefix, cfg.InstanceID, nil, log)
+		horizons = horizon.NewView(cfg.Etcd, cfg.Prefix, nil, log)
 		ttl := cfg.LeaseTTL
 		if ttl == 0 {
 			ttl = membership.DefaultLeaseTTL
@@ -173,7 +195,17 @@ func New(cfg Config) (*Worker, error) {
 	sc.OnSlowRead = func(target string, _ int) { series.ReadFanoutWarnings.WithLabelValues(kindOf(target)).Inc() }
 	sc.OnRead = func(_ string, n int) { series.ReadPendingGenerations.Observe(float64(n)) }
 	if publisher != nil {
-		sc.OnSnapshot = func(string) { publisher.Notify() }
+		sc.OnSnapshot = func(string) {
+			publisher.Notify()
+			// A seal may have moved a promise: publish it soon, not at the next tick.
+			select {
+			case horizonWake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if keeper != nil {
+		sc.Horizon = keeper
 	}
 	stores = store.NewStores(sc, cfg.MaxOpenStores)
 
@@ -228,7 +260,8 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{cfg: cfg, log: log, stores: stores, service: svc, http: srv, grpc: gs,
-		sweeper: sweeper, registration: registration, publisher: publisher}, nil
+		sweeper: sweeper, registration: registration, publisher: publisher,
+		keeper: keeper, horizons: horizons, horizonWake: horizonWake}, nil
 }
 
 // Handler returns the worker's HTTP routes, for tests that need no listener.
@@ -278,6 +311,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		// The pending entries live under the registration's lease and go when
 		// Run revokes it.
 		published.Go(func() { w.publisher.Run(runCtx) })
+		interval := w.cfg.HorizonInterval
+		if interval <= 0 {
+			interval = DefaultHorizonInterval
+		}
+		published.Go(func() {
+			w.keeper.Run(runCtx, w.stores.Promises, w.horizonWake, interval, horizonSpacing, nil)
+		})
+		published.Go(func() { w.horizons.Run(runCtx) })
 	} else {
 		log.Info("no etcd client: not registering (the master needs this worker in WORKER_ENDPOINTS)")
 		close(registered)

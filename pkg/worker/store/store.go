@@ -69,6 +69,9 @@ type Config struct {
 	// the store's snapshot lock and must not block (the worker's pending record
 	// only wakes its publisher).
 	OnSnapshot func(target string)
+	// Horizon, if set, registers every writer's shard for the change feed when it
+	// opens and leaves it when it closes (nil without etcd: no feed).
+	Horizon HorizonKeeper
 }
 
 func (c *Config) setDefaults() {
@@ -270,6 +273,12 @@ func (s *Store) Writer(ctx context.Context) (*wal.Writer, error) {
 		return nil, fmt.Errorf("store %s: open WAL shard %s: %w", s.Target(), s.cfg.Shard, err)
 	}
 	w.Observe(s.maxSeq.Load())
+	if err := s.openHorizon(ctx, w); err != nil {
+		if cerr := w.Close(ctx); cerr != nil {
+			s.log.Warn("closing a WAL writer whose horizon was not registered", "err", cerr)
+		}
+		return nil, err
+	}
 	s.writer = w
 	return w, nil
 }
@@ -566,5 +575,6 @@ func (s *Store) close(ctx context.Context, seal bool) error {
 	if err := w.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("store %s: close WAL: %w", s.Target(), err))
 	}
+	s.closeHorizon(ctx, w)
 	return errors.Join(errs...)
 }

@@ -287,6 +287,11 @@ func (ss *Stores) Delete(ctx context.Context, k registry.Kind, name string) erro
 	if err := ss.deleteData(ctx, e.URI); err != nil {
 		return err
 	}
+	if ss.cfg.Horizon != nil {
+		if err := ss.cfg.Horizon.DeleteStore(ctx, target); err != nil {
+			return fmt.Errorf("delete %s: %w", target, err)
+		}
+	}
 	return ss.reg.Delete(ctx, k, name)
 }
 
