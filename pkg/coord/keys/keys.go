@@ -14,6 +14,8 @@
 //	P/workers/<instance>         worker record, under the worker's lease     package membership
 //	P/pending/<instance>/<target> one store's pending generations in one     package pending
 //	                             worker's shard, under the worker's lease
+//	P/consumers/<target>/<consumer> a named consumer's committed feed       package consumers
+//	                             cursor {cursor, committed_at}
 //	P/health                     never written: the master's quorum read
 //
 // The package that writes a key owns its value; this one owns only the names.
@@ -114,6 +116,16 @@ func (k Schema) PendingOf(instanceID string) string { return k.PendingPrefix() +
 
 // Pending is P/pending/<instance>/<target>.
 func (k Schema) Pending(instanceID, target string) string { return k.PendingOf(instanceID) + target }
+
+// ConsumersPrefix is P/consumers/.
+func (k Schema) ConsumersPrefix() string { return k.prefix + "/consumers/" }
+
+// ConsumersOf is P/consumers/<target>/: every consumer of one store. Targets
+// have no slash, so one store's consumers never match another's.
+func (k Schema) ConsumersOf(target string) string { return k.ConsumersPrefix() + target + "/" }
+
+// Consumer is P/consumers/<target>/<consumer>.
+func (k Schema) Consumer(target, consumer string) string { return k.ConsumersOf(target) + consumer }
 
 // Health is P/health.
 func (k Schema) Health() string { return k.prefix + "/health" }
