@@ -2,6 +2,7 @@
 // instance id) in every store it writes.
 //
 //	worker serve     serve HTTP until SIGINT or SIGTERM
+//	worker tail      print a store's change feed as JSON lines
 //	worker version   print the version
 //
 // Every flag is also an environment variable; `worker serve --help` lists them.
@@ -21,5 +22,5 @@ func main() {
 
 func newRootCmd() *cobra.Command {
 	return cli.NewRootCmd("worker", "Tidemark worker: ingests writes into per-worker WAL shards",
-		newServeCmd(), cli.NewVersionCmd(), newLoadCmd())
+		newServeCmd(), cli.NewVersionCmd(), newLoadCmd(), newTailCmd())
 }

@@ -245,6 +245,7 @@ func (s *Server) deleteStore(k kindAPI) apiHandler {
 			return err
 		}
 		s.cfg.Series.PendingGenerations.DeleteLabelValues(string(k.kind), name)
+		s.forgetConsumers(ctx, k.kind, name)
 		s.cfg.Logger.Info("store deleted", "store", name, "kind", k.kind)
 		w.WriteHeader(http.StatusNoContent)
 		return nil

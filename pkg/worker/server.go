@@ -17,6 +17,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/internal/httpserver"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
+	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
@@ -72,6 +73,9 @@ type ServerConfig struct {
 	// Tasks, if set, is where POST .../compact enqueues compact tasks (the task
 	// store in etcd); without it that route answers 503.
 	Tasks TaskQueue
+	// Consumers, if set, keeps the change feed's named consumers' committed
+	// cursors (etcd); without it the consumer routes answer 503.
+	Consumers *consumers.Cursors
 
 	// Auth guards the control routes (POST /api/v1/internal/*, the merge-wal and
 	// compact routes) always, and every data route (flush included) too when
@@ -147,6 +151,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("GET /api/v1/health", s.health)
 	if cfg.Stores != nil {
 		s.registerDataRoutes(mux)
+		s.registerConsumerRoutes(mux)
+		if cfg.Consumers != nil {
+			// Lead: pass the feed's horizons (the changes route's) instead of nil.
+			cfg.Metrics.MustRegister(newConsumerLag(cfg.Stores, cfg.Consumers, nil, cfg.Logger))
+		}
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{
 		Registry: cfg.Metrics, // promhttp's own error counters land in the same registry

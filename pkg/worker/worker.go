@@ -19,6 +19,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
+	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/coord/horizon"
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/coord/pending"
@@ -49,9 +50,9 @@ type Config struct {
 
 	// Etcd, if set, lists the worker under Prefix/workers/ for the life of Run
 	// (a lease of LeaseTTL, membership.DefaultLeaseTTL when zero), and is the
-	// task queue the compact routes enqueue to. nil: the worker is not
-	// registered (the master then calls it through WORKER_ENDPOINTS) and the
-	// compact routes answer 503.
+	// task queue the compact routes enqueue to and where named consumers keep
+	// their cursors. nil: the worker is not registered (the master then calls it
+	// through WORKER_ENDPOINTS) and the compact and consumer routes answer 503.
 	Etcd     *clientv3.Client
 	Prefix   string
 	LeaseTTL time.Duration
@@ -161,6 +162,7 @@ func New(cfg Config) (*Worker, error) {
 	var keeper *horizon.Keeper
 	var horizons *horizon.View
 	horizonWake := make(chan struct{}, 1)
+	var cursors *consumers.Cursors // nil: no etcd, no named consumers
 	if cfg.Etcd != nil {
 		// Every writer registers its shard for the change feed before it numbers a
 		// row, and this worker's feed reads every store's horizon.
@@ -180,6 +182,7 @@ func New(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
 		queue = tasks.New(cfg.Etcd, cfg.Prefix, tasks.WithLogger(log), tasks.WithHolder(cfg.InstanceID))
+		cursors = consumers.New(cfg.Etcd, cfg.Prefix)
 		// The master merges a store as soon as its pending entries say it is
 		// due, instead of at its next stats scan.
 		publisher = pending.NewPublisher(cfg.Etcd, func() []pending.Entry { return stores.Pending() },
@@ -248,6 +251,7 @@ func New(cfg Config) (*Worker, error) {
 		LargeBlobLogBytes:    cfg.LargeBlobLogBytes,
 		Service:              svc,
 		Tasks:                queue,
+		Consumers:            cursors,
 		Auth:                 cfg.Auth,
 		AuthDataRoutes:       cfg.AuthDataRoutes,
 		TLS:                  cfg.TLS,

@@ -16,6 +16,8 @@
 //	                             worker's shard, under the worker's lease
 //	P/horizon/<target>/<shard>   a shard's change-feed promise {epoch,        package horizon
 //	                             promise, open}; durable (no lease)
+//	P/consumers/<target>/<consumer> a named consumer's committed feed       package consumers
+//	                             cursor {cursor, committed_at}
 //	P/health                     never written: the master's quorum read
 //
 // The package that writes a key owns its value; this one owns only the names.
@@ -125,6 +127,16 @@ func (k Schema) HorizonOf(target string) string { return k.HorizonPrefix() + tar
 
 // Horizon is P/horizon/<target>/<shard>.
 func (k Schema) Horizon(target, shard string) string { return k.HorizonOf(target) + shard }
+
+// ConsumersPrefix is P/consumers/.
+func (k Schema) ConsumersPrefix() string { return k.prefix + "/consumers/" }
+
+// ConsumersOf is P/consumers/<target>/: every consumer of one store. Targets
+// have no slash, so one store's consumers never match another's.
+func (k Schema) ConsumersOf(target string) string { return k.ConsumersPrefix() + target + "/" }
+
+// Consumer is P/consumers/<target>/<consumer>.
+func (k Schema) Consumer(target, consumer string) string { return k.ConsumersOf(target) + consumer }
 
 // Health is P/health.
 func (k Schema) Health() string { return k.prefix + "/health" }

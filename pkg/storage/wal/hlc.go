@@ -1,6 +1,10 @@
 package wal
 
-import "k8s.io/utils/clock"
+import (
+	"time"
+
+	"k8s.io/utils/clock"
+)
 
 // logicalBits is the width of the logical counter below the millisecond wall time in
 // a _seq: 65,536 sequence numbers per millisecond before the counter spills into the
@@ -48,3 +52,9 @@ func (h *hlc) next() uint64 {
 	h.last = max(wall, h.last+1)
 	return h.last
 }
+
+// SeqTime is the wall time a _seq carries: its writer's clock, to the
+// millisecond, when it wrote the row (later by the logical counter's spill when
+// the writer wrote more than 65,536 rows in a millisecond, or had observed a
+// _seq from a clock ahead of its own). The change feed's lag is measured with it.
+func SeqTime(seq uint64) time.Time { return time.UnixMilli(int64(seq >> logicalBits)) }
