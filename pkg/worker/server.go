@@ -72,6 +72,12 @@ type ServerConfig struct {
 	// Tasks, if set, is where POST .../compact enqueues compact tasks (the task
 	// store in etcd); without it that route answers 503.
 	Tasks TaskQueue
+	// Horizons, if set, is the worker's view of each store's horizon, up to which
+	// the change feed (GET .../changes) delivers rows; without it (no etcd) that
+	// route answers 503. FeedMaxWait caps its long polls' ?wait=
+	// (DefaultFeedMaxWait when zero).
+	Horizons    horizons
+	FeedMaxWait time.Duration
 
 	// Auth guards the control routes (POST /api/v1/internal/*, the merge-wal and
 	// compact routes) always, and every data route (flush included) too when
@@ -137,6 +143,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.MaxInflightBlobBytes == 0 {
 		cfg.MaxInflightBlobBytes = DefaultMaxInflightBlobBytes
+	}
+	if cfg.FeedMaxWait <= 0 {
+		cfg.FeedMaxWait = DefaultFeedMaxWait
 	}
 	if cfg.LargeBlobLogBytes == 0 {
 		cfg.LargeBlobLogBytes = DefaultLargeBlobLogBytes

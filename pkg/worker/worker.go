@@ -71,6 +71,11 @@ type Config struct {
 	// PreparedTTL bounds how long a prepared merge waits for its commit
 	// (DefaultPreparedTTL when zero).
 	PreparedTTL time.Duration
+	// Horizons and FeedMaxWait are ServerConfig's: the stores' horizons the
+	// change feed delivers up to (nil: the feed answers 503), and the cap of its
+	// long polls.
+	Horizons    horizons
+	FeedMaxWait time.Duration
 
 	// MaxBodyBytes, MaxInflightBlobBytes and LargeBlobLogBytes are
 	// ServerConfig's.
@@ -216,6 +221,8 @@ func New(cfg Config) (*Worker, error) {
 		LargeBlobLogBytes:    cfg.LargeBlobLogBytes,
 		Service:              svc,
 		Tasks:                queue,
+		Horizons:             cfg.Horizons,
+		FeedMaxWait:          cfg.FeedMaxWait,
 		Auth:                 cfg.Auth,
 		AuthDataRoutes:       cfg.AuthDataRoutes,
 		TLS:                  cfg.TLS,
