@@ -61,8 +61,8 @@ type feedRequest struct {
 	now    bool // ?cursor=now: from the horizon when the request began
 	limit  int
 	wait   time.Duration
-	// columns is ?columns= when given: the columns answered (id always); nil
-	// otherwise (every column but the blobs).
+	// columns is what ?columns= names: the columns answered (id always); nil
+	// when it names none (every column but the blobs).
 	columns []string
 	filter  rowFilter
 }
@@ -97,12 +97,10 @@ func (s *Server) parseFeedRequest(r *http.Request, k kindAPI) (feedRequest, erro
 		}
 		fr.wait = min(d, s.cfg.FeedMaxWait)
 	}
-	if text, ok := q["columns"]; ok {
-		fr.columns = []string{}
-		for c := range strings.SplitSeq(text[0], ",") {
-			if c = strings.TrimSpace(c); c != "" && !slices.Contains(fr.columns, c) {
-				fr.columns = append(fr.columns, c)
-			}
+	// No name at all (?columns=) is every column but the blobs, as in a get.
+	for c := range strings.SplitSeq(q.Get("columns"), ",") {
+		if c = strings.TrimSpace(c); c != "" && !slices.Contains(fr.columns, c) {
+			fr.columns = append(fr.columns, c)
 		}
 	}
 	if fr.filter, err = parseRowFilter(r, k); err != nil {

@@ -182,11 +182,14 @@ func TestChangesRouteFollowsTheStoreUpToTheHorizon(t *testing.T) {
 	if strings.Join(p.ids(), ",") != "c" || len(p.Changes[0].Row) != 2 || p.Changes[0].Row["n"] == nil {
 		t.Fatalf("after the horizon moved, with columns=n: %+v, want c with id and n alone", p)
 	}
+	if p := e.changes("?columns=&cursor=" + cursor); len(p.Changes) != 1 || len(p.Changes[0].Row) != 4 {
+		t.Fatalf("with columns= naming none: %+v, want c with every column", p)
+	}
 	if pages := e.count(e.series.FeedPages, string(registry.KindGeneric)); pages < 5 {
 		t.Fatalf("tidemark_feed_pages_total = %d, want every page answered", pages)
 	}
-	if rows := e.count(e.series.FeedRows, string(registry.KindGeneric)); rows != 3 {
-		t.Fatalf("tidemark_feed_rows_total = %d, want 3", rows)
+	if rows := e.count(e.series.FeedRows, string(registry.KindGeneric)); rows != 4 {
+		t.Fatalf("tidemark_feed_rows_total = %d, want 4 (c answered twice)", rows)
 	}
 }
 
