@@ -20,11 +20,12 @@ import (
 // (besides the binaries' build, which every test of the package shares).
 const churnDuration = 15 * time.Second
 
-// answer is one HTTP answer: status, Retry-After and body.
+// answer is one HTTP answer: status, Retry-After, body and headers.
 type answer struct {
 	status     int
 	retryAfter string
 	body       string
+	header     http.Header
 }
 
 // send sends method u with the test clusters' token and a JSON body (if not empty).
@@ -47,7 +48,7 @@ func send(client *http.Client, method, u, body string) (answer, error) {
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
-	return answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: string(out)}, err
+	return answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: string(out), header: resp.Header}, err
 }
 
 // acceptable reports whether a is an answer a client can act on under churn: done,

@@ -53,6 +53,7 @@ type serveFlags struct {
 	opTimeout, snapshotTTL                      time.Duration
 	throttleRetry                               time.Duration
 	preparedTTL                                 time.Duration
+	feedMaxWait                                 time.Duration
 
 	targetRows                    int64
 	compactMaxSources             int
@@ -130,6 +131,8 @@ func newServeCmd() *cobra.Command {
 	bind("seal-after-bytes", "SEAL_AFTER_BYTES")
 	fs.Int64Var(&f.tableCache, "table-cache-bytes", 64<<20, "per-store budget of decoded base-table objects (key indexes, blooms, deletion vectors, footers)")
 	bind("table-cache-bytes", "TABLE_CACHE_BYTES")
+	fs.DurationVar(&f.feedMaxWait, "feed-max-wait", worker.DefaultFeedMaxWait, "longest a change-feed long poll (GET .../changes?wait=) waits for rows; a longer wait asked for is cut to this")
+	bind("feed-max-wait", "FEED_MAX_WAIT")
 	fs.DurationVar(&f.snapshotTTL, "snapshot-ttl", time.Second, "how stale a read's view of other workers' seals and merges may be before it refreshes (more object-store requests when shorter)")
 	bind("snapshot-ttl", "SNAPSHOT_TTL")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", worker.DefaultMaxBodyBytes, "largest request body accepted (413 above)")
@@ -314,6 +317,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			WAL:       wal.Retention{KeepManifests: f.walManifest, SafetyWindow: f.gcWindow},
 		},
 		PreparedTTL:  f.preparedTTL,
+		FeedMaxWait:  f.feedMaxWait,
 		MaxBodyBytes: f.maxBodyBytes,
 		// The flags' 0 (no budget, no log) is a negative here.
 		MaxInflightBlobBytes: zeroDisables(f.maxInflightBlobBytes),

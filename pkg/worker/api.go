@@ -46,6 +46,7 @@ func (s *Server) registerDataRoutes(mux *http.ServeMux) {
 		mux.Handle("POST "+base+"/{name}/"+k.rows, s.data(s.api(s.addRows(k))))
 		mux.Handle("GET "+base+"/{name}/"+k.rows, s.data(s.api(s.listRows(k))))
 		mux.Handle("GET "+base+"/{name}/"+k.rows+"/{id}", s.data(s.api(s.getRow(k))))
+		mux.Handle("GET "+base+"/{name}/changes", s.data(s.api(s.listChanges(k))))
 		mux.Handle("POST "+base+"/{name}/compact", s.control(s.api(s.compactStore(k))))
 		mux.Handle("GET "+base+"/{name}/compact/stats", s.data(s.api(s.compactStatsOf(k))))
 	}

@@ -137,10 +137,11 @@ func TestConsumerRoutesWithoutEtcdSayWhy(t *testing.T) {
 	e.ok(http.StatusNoContent, http.MethodDelete, "/api/v1/rollouts/r", nil, nil)
 }
 
-// fixedHorizons is the horizon of each store, as a test sets it.
-type fixedHorizons map[string]uint64
+// storeHorizons is the horizon of each store, as a test sets it (the lag
+// collector reads only Horizon).
+type storeHorizons map[string]uint64
 
-func (f fixedHorizons) Horizon(_ context.Context, target string) (uint64, bool, error) {
+func (f storeHorizons) Horizon(_ context.Context, target string) (uint64, bool, error) {
 	h, ok := f[target]
 	return h, ok, nil
 }
@@ -169,7 +170,7 @@ func TestConsumerLagIsTheWallTimeFromTheCommittedCursorToTheHorizon(t *testing.T
 	if _, err := cursors.Commit(ctx, "idle", "slow", rowkey.Position{Seq: seqAt(t0, 0), ID: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	horizons := fixedHorizons{"r": seqAt(t0.Add(90*time.Second), 3)} // idle has none yet
+	horizons := storeHorizons{"r": seqAt(t0.Add(90*time.Second), 3)} // idle has none yet
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newConsumerLag(e.stores, cursors, horizons, e.srv.cfg.Logger))

@@ -219,32 +219,17 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 			return err
 		}
 		opts := store.ListOptions{Limit: limit, Offset: offset, StartAfter: start}
-		text, hasFilters := r.URL.Query()["filters"]
-		switch {
-		case hasFilters && k.kind == registry.KindRollout:
-			f, err := schema.ParseRolloutFilters(text[0])
-			if err != nil {
-				return fmt.Errorf("filters: %w", err)
-			}
-			if !f.Empty() {
-				opts.Filter, opts.FilterColumns = f.Mask, f.Columns()
-			}
-		case hasFilters:
-			return badRequest("filters are supported on rollout stores only")
-		}
-		predicate, hasFilter := r.URL.Query()["filter"]
-		if hasFilter && k.kind == registry.KindRollout {
-			return badRequest("filter is supported on generic stores only (rollout lists take filters=)")
+		fp, err := parseRowFilter(r, k)
+		if err != nil {
+			return err
 		}
 		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
 		if err != nil {
 			return err
 		}
 		defer release()
-		if hasFilter {
-			if err := applyRowFilter(st, predicate[0], &opts); err != nil {
-				return err
-			}
+		if opts.Filter, opts.FilterColumns, err = fp.compile(st); err != nil {
+			return err
 		}
 		src, err := rowsAt(r, st, version)
 		if err != nil {
@@ -277,22 +262,63 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 	}
 }
 
-// applyRowFilter compiles the SQL predicate of a generic list's ?filter=
-// against st's schema into opts, so that paging counts matching rows only. A
+// rowFilter is the filter of a read of rows: ?filters= on rollout stores (a
+// JSON object of equalities, parsed at once), ?filter= on generic stores (a SQL
+// predicate, package rowfilter, compiled against the store's schema).
+type rowFilter struct {
+	rollout   *schema.Filters
+	predicate *string
+}
+
+// parseRowFilter reads the filter parameters of r, before the store is opened:
+// a filter of the other kind of store, or rollout filters that do not parse,
+// are 400s.
+func parseRowFilter(r *http.Request, k kindAPI) (rowFilter, error) {
+	var fp rowFilter
+	text, hasFilters := r.URL.Query()["filters"]
+	switch {
+	case hasFilters && k.kind == registry.KindRollout:
+		f, err := schema.ParseRolloutFilters(text[0])
+		if err != nil {
+			return rowFilter{}, fmt.Errorf("filters: %w", err)
+		}
+		if !f.Empty() {
+			fp.rollout = &f
+		}
+	case hasFilters:
+		return rowFilter{}, badRequest("filters are supported on rollout stores only")
+	}
+	predicate, hasFilter := r.URL.Query()["filter"]
+	if hasFilter && k.kind == registry.KindRollout {
+		return rowFilter{}, badRequest("filter is supported on generic stores only (rollout lists take filters=)")
+	}
+	if hasFilter {
+		fp.predicate = &predicate[0]
+	}
+	return fp, nil
+}
+
+// compile returns the filter's mask function and the columns it reads for
+// st (nil, nil: no filter), so that paging counts matching rows only. A
 // predicate that does not parse, names a column the schema lacks or compares
 // mismatched types is a 400 saying which (rowfilter.Error).
-func applyRowFilter(st *store.Store, predicate string, opts *store.ListOptions) error {
+func (fp rowFilter) compile(st *store.Store) (func(arrow.RecordBatch) ([]bool, error), []string, error) {
+	switch {
+	case fp.rollout != nil:
+		return fp.rollout.Mask, fp.rollout.Columns(), nil
+	case fp.predicate == nil:
+		return nil, nil, nil
+	}
 	e := st.Entry()
 	spec, err := schema.ParseSpec(e.Schema)
 	if err != nil {
-		return internalError(err, "generic store %q has an unreadable registered schema", e.Name)
+		return nil, nil, internalError(err, "generic store %q has an unreadable registered schema", e.Name)
 	}
-	f, err := rowfilter.Compile(predicate, spec.Schema())
+	f, err := rowfilter.Compile(*fp.predicate, spec.Schema())
 	if err != nil {
-		return badRequest("%v", err)
+		return nil, nil, badRequest("%v", err)
 	}
-	opts.Filter, opts.FilterColumns = f.Mask, f.Columns()
-	return nil
+	return f.Mask, f.Columns(), nil
 }
 
 // listChunkBytes is how much of a streamed list is encoded before it is written

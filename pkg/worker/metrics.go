@@ -72,6 +72,11 @@ type Metrics struct {
 	MergePhaseErrors   *prometheus.CounterVec
 	// AppendedRows counts rows acknowledged by adds, by kind.
 	AppendedRows *prometheus.CounterVec
+	// FeedPages counts the change feed's answered pages (empty ones included:
+	// a long poll that ended without rows), FeedRows the rows they carried, by
+	// store kind.
+	FeedPages *prometheus.CounterVec
+	FeedRows  *prometheus.CounterVec
 	// FencingRefusals counts merge calls refused for a stale fencing token, by
 	// kind: a master merging under a claim that was superseded. Any increase means
 	// two claims of one target were live at once (a takeover after a lost lease);
@@ -180,6 +185,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		AppendedRows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_appended_rows_total", Help: "Rows acknowledged durable by adds, by store kind.",
 		}, []string{"kind"}),
+		FeedPages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_feed_pages_total", Help: "Pages answered by the change feed (GET .../changes), empty ones included, by store kind.",
+		}, []string{"kind"}),
+		FeedRows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_feed_rows_total", Help: "Rows answered by the change feed, by store kind.",
+		}, []string{"kind"}),
 		FencingRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_merge_fencing_refusals_total", Help: "Merge calls refused for a fencing token older than the newest seen for the target, by store kind.",
 		}, []string{"kind"}),
@@ -226,6 +237,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.BlobBudgetRejections, m.BlobBytes, m.BackpressureDelay, m.BackpressureRefusals)
+	reg.MustRegister(m.FeedPages, m.FeedRows)
 	reg.MustRegister(m.Compactions, m.CompactedFragments, m.CompactionBytes, m.CleanupObjects, m.CleanupBytes,
 		m.DrainedFiles, m.VerifyProblems, m.RepairDroppedFragments)
 	reg.MustRegister(m.ShardsAdopted, m.FencingRefusals, m.Flushes, m.Cleanups, m.Merges, m.MergeDuration, m.MergedGenerations,
@@ -248,6 +260,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, k := range registry.Kinds() {
 		m.BackpressureDelay.WithLabelValues(string(k))
 		m.BackpressureRefusals.WithLabelValues(string(k))
+		m.FeedPages.WithLabelValues(string(k))
+		m.FeedRows.WithLabelValues(string(k))
 	}
 	return m
 }

@@ -76,6 +76,12 @@ type ServerConfig struct {
 	// Consumers, if set, keeps the change feed's named consumers' committed
 	// cursors (etcd); without it the consumer routes answer 503.
 	Consumers *consumers.Cursors
+	// Horizons, if set, is the worker's view of each store's horizon, up to which
+	// the change feed (GET .../changes) delivers rows; without it (no etcd) that
+	// route answers 503. FeedMaxWait caps its long polls' ?wait=
+	// (DefaultFeedMaxWait when zero).
+	Horizons    horizons
+	FeedMaxWait time.Duration
 
 	// Auth guards the control routes (POST /api/v1/internal/*, the merge-wal and
 	// compact routes) always, and every data route (flush included) too when
@@ -142,6 +148,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.MaxInflightBlobBytes == 0 {
 		cfg.MaxInflightBlobBytes = DefaultMaxInflightBlobBytes
 	}
+	if cfg.FeedMaxWait <= 0 {
+		cfg.FeedMaxWait = DefaultFeedMaxWait
+	}
 	if cfg.LargeBlobLogBytes == 0 {
 		cfg.LargeBlobLogBytes = DefaultLargeBlobLogBytes
 	}
@@ -153,8 +162,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.registerDataRoutes(mux)
 		s.registerConsumerRoutes(mux)
 		if cfg.Consumers != nil {
-			// Lead: pass the feed's horizons (the changes route's) instead of nil.
-			cfg.Metrics.MustRegister(newConsumerLag(cfg.Stores, cfg.Consumers, nil, cfg.Logger))
+			cfg.Metrics.MustRegister(newConsumerLag(cfg.Stores, cfg.Consumers, cfg.Horizons, cfg.Logger))
 		}
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{

@@ -77,6 +77,9 @@ type Config struct {
 	// PreparedTTL bounds how long a prepared merge waits for its commit
 	// (DefaultPreparedTTL when zero).
 	PreparedTTL time.Duration
+	// FeedMaxWait caps the change feed's long polls (ServerConfig's). The feed
+	// needs Etcd: the stores' horizons are there.
+	FeedMaxWait time.Duration
 
 	// MaxBodyBytes, MaxInflightBlobBytes and LargeBlobLogBytes are
 	// ServerConfig's.
@@ -160,14 +163,14 @@ func New(cfg Config) (*Worker, error) {
 	var publisher *pending.Publisher // nil: not registered
 	var stores *store.Stores
 	var keeper *horizon.Keeper
-	var horizons *horizon.View
+	var view *horizon.View
 	horizonWake := make(chan struct{}, 1)
 	var cursors *consumers.Cursors // nil: no etcd, no named consumers
 	if cfg.Etcd != nil {
 		// Every writer registers its shard for the change feed before it numbers a
 		// row, and this worker's feed reads every store's horizon.
 		keeper = horizon.NewKeeper(cfg.Etcd, cfg.Prefix, cfg.InstanceID, nil, log)
-		horizons = horizon.NewView(cfg.Etcd, cfg.Prefix, nil, log)
+		view = horizon.NewView(cfg.Etcd, cfg.Prefix, nil, log)
 		ttl := cfg.LeaseTTL
 		if ttl == 0 {
 			ttl = membership.DefaultLeaseTTL
@@ -238,6 +241,10 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 
+	var feed horizons // nil, not a nil *horizon.View: the feed's 503 tests for it
+	if view != nil {
+		feed = view
+	}
 	srv, err := NewServer(ServerConfig{
 		InstanceID:           cfg.InstanceID,
 		Logger:               log,
@@ -252,6 +259,8 @@ func New(cfg Config) (*Worker, error) {
 		Service:              svc,
 		Tasks:                queue,
 		Consumers:            cursors,
+		Horizons:             feed,
+		FeedMaxWait:          cfg.FeedMaxWait,
 		Auth:                 cfg.Auth,
 		AuthDataRoutes:       cfg.AuthDataRoutes,
 		TLS:                  cfg.TLS,
@@ -265,7 +274,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	return &Worker{cfg: cfg, log: log, stores: stores, service: svc, http: srv, grpc: gs,
 		sweeper: sweeper, registration: registration, publisher: publisher,
-		keeper: keeper, horizons: horizons, horizonWake: horizonWake}, nil
+		keeper: keeper, horizons: view, horizonWake: horizonWake}, nil
 }
 
 // Handler returns the worker's HTTP routes, for tests that need no listener.

@@ -29,6 +29,17 @@ func (p Position) Less(o Position) bool {
 	return p.ID < o.ID
 }
 
+// Compare returns -1, 0 or +1 as p is before, at or after o (for slices.SortFunc).
+func (p Position) Compare(o Position) int {
+	switch {
+	case p.Less(o):
+		return -1
+	case o.Less(p):
+		return 1
+	}
+	return 0
+}
+
 // After returns the first Position past every row whose _seq is at most seq: the
 // cursor of a reader that has seen everything up to a horizon. Ids are never
 // empty, so (seq+1, "") is before every row written at seq+1.

@@ -18,8 +18,11 @@ func TestCursorRoundTripsAndOrders(t *testing.T) {
 		if err != nil || got != p {
 			t.Errorf("ParseCursor(%q) = %+v, %v; want %+v", c, got, err, p)
 		}
-		if i > 0 && !ps[i-1].Less(p) {
+		if i > 0 && (!ps[i-1].Less(p) || ps[i-1].Compare(p) != -1 || p.Compare(ps[i-1]) != 1) {
 			t.Errorf("%+v not before %+v", ps[i-1], p)
+		}
+		if p.Compare(p) != 0 {
+			t.Errorf("%+v does not compare equal to itself", p)
 		}
 	}
 	if p, err := ParseCursor(""); err != nil || p != (Position{}) {

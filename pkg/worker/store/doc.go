@@ -34,6 +34,11 @@
 //     compactions and retention do meanwhile; a version no longer retained, or
 //     never written, fails with ErrVersionNotFound naming the readable range
 //     (version.go).
+//   - A change-feed page (Changes, changes.go) after cursor c under horizon H
+//     answers each live row with c < Position <= H once, in Position order, from
+//     a snapshot refreshed after H was read; it reads only the fragments and
+//     pending generations whose _seq range reaches c, and holds candidates
+//     bounded by its limit, never by the store.
 //   - Above RefuseGenerations pending generations a read fails with ErrOverloaded
 //     instead of fanning out over all of them (the reference system ran out of memory
 //     at 12.6k); above WarnGenerations it logs.

@@ -51,6 +51,11 @@ func (s *Store) getManyIn(ctx context.Context, snap *Snapshot, ids, cols []strin
 	if err != nil {
 		return err
 	}
+	return s.getManyWith(ctx, snap, p, ids, cols, fn)
+}
+
+// getManyWith is getManyIn with snap's pending rows already loaded.
+func (s *Store) getManyWith(ctx context.Context, snap *Snapshot, p *pendingRows, ids, cols []string, fn func(rec arrow.RecordBatch) error) error {
 	size := getManyWindow
 	if s.readsBlob(cols) {
 		size = 1

@@ -50,7 +50,13 @@ type rowRef struct {
 // loadPending reads (through the cache) every generation above the watermarks and
 // indexes the newest row per id across them.
 func (s *Store) loadPending(ctx context.Context, snap *Snapshot) (*pendingRows, error) {
-	pending := snap.Pending()
+	return s.loadPendingOf(ctx, snap.Pending())
+}
+
+// loadPendingOf is loadPending of some of a snapshot's pending generations (a
+// feed page reads those whose _seq range reaches its cursor); p.gens are in the
+// order of pending.
+func (s *Store) loadPendingOf(ctx context.Context, pending []wal.PendingGeneration) (*pendingRows, error) {
 	if s.cfg.OnRead != nil {
 		s.cfg.OnRead(s.Target(), len(pending))
 	}
