@@ -76,6 +76,10 @@ type ServerConfig struct {
 	// Consumers, if set, keeps the change feed's named consumers' committed
 	// cursors (etcd); without it the consumer routes answer 503.
 	Consumers *consumers.Cursors
+	// Horizons, if set, is the worker's view of each store's change-feed horizon
+	// (nil without etcd): the consumer lag metric and max_consumer_lag measure
+	// consumers' cursors against it.
+	Horizons horizonReader
 
 	// Auth guards the control routes (POST /api/v1/internal/*, the merge-wal and
 	// compact routes) always, and every data route (flush included) too when
@@ -105,6 +109,9 @@ type Server struct {
 	stop     context.CancelFunc
 	// blobs is the in-flight blob budget (ServerConfig.MaxInflightBlobBytes).
 	blobs *blobBudget
+	// consumerLag refuses adds to stores whose consumers lag beyond their
+	// max_consumer_lag; nil (every add admitted) without Consumers and Horizons.
+	consumerLag *consumerBackpressure
 }
 
 // NewServer returns a server for cfg.
@@ -153,8 +160,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.registerDataRoutes(mux)
 		s.registerConsumerRoutes(mux)
 		if cfg.Consumers != nil {
-			// Lead: pass the feed's horizons (the changes route's) instead of nil.
-			cfg.Metrics.MustRegister(newConsumerLag(cfg.Stores, cfg.Consumers, nil, cfg.Logger))
+			cfg.Metrics.MustRegister(newConsumerLag(cfg.Stores, cfg.Consumers, cfg.Horizons, cfg.Logger))
+			if cfg.Horizons != nil {
+				s.consumerLag = newConsumerBackpressure(cfg.Consumers, cfg.Horizons, nil, cfg.Logger)
+			}
 		}
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{

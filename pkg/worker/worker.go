@@ -238,6 +238,10 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 
+	var horizonsOf horizonReader // nil, not a nil *horizon.View, without etcd
+	if horizons != nil {
+		horizonsOf = horizons
+	}
 	srv, err := NewServer(ServerConfig{
 		InstanceID:           cfg.InstanceID,
 		Logger:               log,
@@ -252,6 +256,7 @@ func New(cfg Config) (*Worker, error) {
 		Service:              svc,
 		Tasks:                queue,
 		Consumers:            cursors,
+		Horizons:             horizonsOf,
 		Auth:                 cfg.Auth,
 		AuthDataRoutes:       cfg.AuthDataRoutes,
 		TLS:                  cfg.TLS,
