@@ -3,11 +3,16 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
@@ -123,5 +128,69 @@ func TestAddsAreRefusedWhileAConsumerLagsBeyondMaxConsumerLag(t *testing.T) {
 	testwait.For(t, 10*time.Second, "adds to held to be admitted after the consumer caught up", func() (bool, string) {
 		code, body := add("held")
 		return code/100 == 2, body
+	})
+}
+
+// countedLister counts the etcd reads of the verdicts (each List is one).
+type countedLister struct {
+	*consumers.Cursors
+	n atomic.Int64
+}
+
+func (c *countedLister) List(ctx context.Context, target string, limit int) ([]consumers.Record, bool, error) {
+	c.n.Add(1)
+	return c.Cursors.List(ctx, target, limit)
+}
+
+// An add reads a cached verdict, not etcd: however many adds a store takes, its
+// consumers are read once per lagVerdictTTL, in the background after the first.
+// While etcd is away adds are admitted, and the refusal comes back with it.
+// Production failure it guards: one etcd round trip on every add's path, which
+// an etcd slowdown would turn into every store's add latency, or an etcd outage
+// into a write outage.
+func TestConsumerLagVerdictIsCachedAndAdmitsWhileEtcdIsAway(t *testing.T) {
+	srv := etcdtest.StartServer(t)
+	lister := &countedLister{Cursors: consumers.New(srv.Client(t), "/lagv")}
+	clk := testingclock.NewFakePassiveClock(time.Now())
+	t0 := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	const target = "r"
+	if _, err := lister.Commit(context.Background(), target, "trainer", rowkey.Position{Seq: seqAt(t0, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	b := newConsumerBackpressure(lister, fixedHorizons{target: seqAt(t0.Add(time.Hour), 0)}, clk, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	refused := func() bool {
+		err := b.admit(ctx, target, time.Minute)
+		var ae *apiError
+		if err != nil && (!errors.As(err, &ae) || ae.code != CodeConsumerLag) {
+			t.Fatalf("admit: %v; want nil or %s", err, CodeConsumerLag)
+		}
+		return err != nil
+	}
+
+	for range 100 {
+		if !refused() {
+			t.Fatal("an add admitted while the consumer lags 1h behind a limit of 1m")
+		}
+	}
+	if n := lister.n.Load(); n != 1 {
+		t.Fatalf("100 adds within one verdict's age read the consumers %d times; want once", n)
+	}
+	if err := b.admit(ctx, target, 2*time.Hour); err != nil {
+		t.Fatalf("a limit above the lag: %v; want the add admitted", err)
+	}
+	if err := b.admit(ctx, "other", 0); err != nil || lister.n.Load() != 1 {
+		t.Fatalf("a store without max_consumer_lag: %v after %d reads; want admitted without a read", err, lister.n.Load())
+	}
+
+	srv.Stop()
+	testwait.Until(t, 20*time.Second, "adds to be admitted with etcd away", func() bool {
+		clk.SetTime(clk.Now().Add(lagVerdictTTL))
+		return !refused()
+	})
+	srv.Restart(t)
+	testwait.Until(t, 20*time.Second, "adds to be refused again with etcd back", func() bool {
+		clk.SetTime(clk.Now().Add(lagVerdictTTL))
+		return refused()
 	})
 }
