@@ -21,6 +21,8 @@ import (
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/grpcserver"
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
+	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
+	"github.com/tidemark-io/tidemark/pkg/coord/horizon"
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
@@ -51,6 +53,9 @@ type Master struct {
 	grpc    *grpc.Server
 	http    http.Handler
 	ui      *dashboard.Dashboard // nil when disabled
+	// horizons follows every store's change-feed horizon for the dashboard's
+	// consumer lags; nil when the dashboard is disabled.
+	horizons *horizon.View
 }
 
 // New checks cfg and builds a master; Run runs it.
@@ -207,9 +212,11 @@ func (m *Master) newServers() error {
 	workers := workerhttp.New(wc)
 	var ui http.Handler
 	if !cfg.Dashboard.Disabled {
+		m.horizons = horizon.NewView(cfg.Client, cfg.Prefix, clock.RealClock{}, log)
 		m.ui, err = dashboard.New(dashboard.Config{
 			Admin: admin, Client: cfg.Client, Prefix: cfg.Prefix, Guard: cfg.Auth, Secure: cfg.TLS != nil,
 			Workers: workers, Logger: log.With("component", "dashboard"),
+			Consumers: consumers.New(cfg.Client, cfg.Prefix), Horizons: m.horizons,
 		})
 		if err != nil {
 			return err
@@ -302,6 +309,7 @@ func (m *Master) Run(ctx context.Context) error {
 	wg.Go(func() { m.probeLoop(runCtx) })
 	if m.ui != nil {
 		wg.Go(func() { m.ui.Run(runCtx) })
+		wg.Go(func() { m.horizons.Run(runCtx) })
 	}
 	if d, ok := m.cfg.Discovery.(*membership.Discovery); ok {
 		if r, ok := m.cfg.Caller.(fanout.ConnRetainer); ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
@@ -16,7 +17,10 @@ var errShuttingDown = &apiError{status: http.StatusServiceUnavailable, code: Cod
 	message: "worker is shutting down; the add was not written, send it again"}
 
 // admitAdd is the add backpressure every add request goes through before its rows
-// are written (store.Store.AdmitAdd): it waits while the store is behind on its
+// are written. First, a store with max_consumer_lag refuses the add (503
+// CONSUMER_LAG, Retry-After) while one of its named consumers lags behind by more
+// (consumerBackpressure, counted in tidemark_add_consumer_lag_refusals_total).
+// Then store.Store.AdmitAdd: it waits while the store is behind on its
 // merges, and refuses (503 OVERLOADED, Retry-After) when it is too far behind. A
 // wait is answered in httpjson.BackpressureHeader and observed in
 // tidemark_add_backpressure_delay_seconds; a refusal is counted in
@@ -36,7 +40,15 @@ func (s *Server) admitAdd(w http.ResponseWriter, r *http.Request, st *store.Stor
 	defer cancel(nil)
 	stop := context.AfterFunc(s.stopping, func() { cancel(errShuttingDown) })
 	defer stop()
-	kind := string(st.Entry().Kind)
+	e := st.Entry()
+	kind := string(e.Kind)
+	if err := s.consumerLag.admit(ctx, e.Target(), time.Duration(e.MaxConsumerLag)); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.code == CodeConsumerLag {
+			s.cfg.Series.ConsumerLagRefusals.WithLabelValues(kind).Inc()
+		}
+		return err
+	}
 	a, err := st.AdmitAdd(ctx)
 	if a.Delay > 0 {
 		w.Header().Set(httpjson.BackpressureHeader, strconv.FormatInt(a.Delay.Milliseconds(), 10))

@@ -161,7 +161,6 @@ func TestConsumerLagIsTheWallTimeFromTheCommittedCursorToTheHorizon(t *testing.T
 		release()
 	}
 	t0 := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
-	seqAt := func(t time.Time, logical uint64) uint64 { return uint64(t.UnixMilli())<<16 | logical }
 	for consumer, at := range map[string]time.Time{"slow": t0, "fast": t0.Add(85 * time.Second)} {
 		if _, err := cursors.Commit(ctx, "r", consumer, rowkey.Position{Seq: seqAt(at, 7), ID: "x"}); err != nil {
 			t.Fatal(err)

@@ -43,12 +43,18 @@ type storeInfo struct {
 	// out (a reference client reads a missing one as true).
 	Schema    json.RawMessage `json:"schema,omitempty"`
 	SealOnAdd *bool           `json:"seal_on_add,omitempty"` // generic stores only
+	// MaxConsumerLag is the store's max_consumer_lag ("10m0s"), left out when
+	// off: adds are refused while a named consumer lags behind by more.
+	MaxConsumerLag string `json:"max_consumer_lag,omitempty"`
 }
 
 // infoOf describes e; a generic store's registered schema that does not parse is
 // an internal error (the registry holds only specs that did).
 func (s *Server) infoOf(e registry.Entry) (storeInfo, error) {
 	info := storeInfo{Name: e.Name, URI: s.storeURI(e), Kind: e.Kind, Target: e.Target(), CreatedAt: e.CreatedAt}
+	if e.MaxConsumerLag > 0 {
+		info.MaxConsumerLag = time.Duration(e.MaxConsumerLag).String()
+	}
 	if e.Kind == registry.KindGeneric {
 		spec, err := schema.ParseSpec(e.Schema)
 		if err != nil {
@@ -104,6 +110,9 @@ type createStoreRequest struct {
 	Name      string          `json:"name"`
 	Schema    json.RawMessage `json:"schema"`
 	SealOnAdd *bool           `json:"seal_on_add"`
+	// MaxConsumerLag ("10m"; absent, "" or "0": off) refuses adds while a named
+	// consumer of the store lags behind its horizon by more (consumerBackpressure).
+	MaxConsumerLag string `json:"max_consumer_lag"`
 	// StorageOptions are per-store object-store settings in the reference API,
 	// whose clients send null. Every Tidemark store lives under DATA_URL, with the
 	// worker's credentials, so only null or {} can be honoured.
@@ -123,10 +132,15 @@ func (s *Server) createStore(k kindAPI) apiHandler {
 			return badRequest("storage_options are not supported: every store lives under the worker's DATA_URL, with its credentials; send null or leave the field out")
 		}
 		e := registry.Entry{Kind: k.kind, Name: req.Name}
+		maxLag, err := registry.ParseMaxConsumerLag(req.MaxConsumerLag)
+		if err != nil {
+			return err
+		}
+		e.MaxConsumerLag = registry.Duration(maxLag)
 		switch k.kind {
 		case registry.KindRollout:
 			if req.Schema != nil || req.SealOnAdd != nil {
-				return badRequest("rollout stores have a fixed schema and take only \"name\" (and \"storage_options\": null)")
+				return badRequest("rollout stores have a fixed schema and take only \"name\", \"max_consumer_lag\" (and \"storage_options\": null)")
 			}
 		case registry.KindGeneric:
 			if len(req.Schema) == 0 || string(req.Schema) == "null" {
@@ -246,6 +260,7 @@ func (s *Server) deleteStore(k kindAPI) apiHandler {
 		}
 		s.cfg.Series.PendingGenerations.DeleteLabelValues(string(k.kind), name)
 		s.forgetConsumers(ctx, k.kind, name)
+		s.consumerLag.forget(registry.Target(k.kind, name))
 		s.cfg.Logger.Info("store deleted", "store", name, "kind", k.kind)
 		w.WriteHeader(http.StatusNoContent)
 		return nil

@@ -11,7 +11,6 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
-	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
@@ -35,7 +34,7 @@ type horizonReader interface {
 // consumerLag is a collector of tidemark_feed_consumer_lag_seconds: for each
 // named consumer of the stores this worker holds open, how far its committed
 // cursor is behind the store's horizon, in the wall time the two _seqs carry
-// (wal.SeqTime). It reads etcd at scrape time, so an idle worker writes nothing
+// (consumers.Record.Lag). It reads etcd at scrape time, so an idle worker writes nothing
 // and a worker nobody scrapes reads nothing.
 type consumerLag struct {
 	stores   *store.Stores
@@ -95,10 +94,10 @@ func (c *consumerLag) Collect(ch chan<- prometheus.Metric) {
 			continue // every resident store has a valid target
 		}
 		for _, rec := range byTarget[target] {
-			if rec.Cursor.Seq == 0 {
+			lag, ok := rec.Lag(h)
+			if !ok {
 				continue
 			}
-			lag := max(wal.SeqTime(h).Sub(wal.SeqTime(rec.Cursor.Seq)), 0)
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, lag.Seconds(), string(kind), name, rec.Consumer)
 		}
 	}

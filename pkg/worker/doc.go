@@ -24,6 +24,11 @@
 //     proportion to its pending generations, and is refused (503) at the refuse
 //     threshold (admitAdd, store.Store.AdmitAdd); the wait follows the client and
 //     the server's shutdown, and an add that did not finish it wrote nothing.
+//   - An add to a store with max_consumer_lag is refused (503 CONSUMER_LAG, naming
+//     the consumer) while a named consumer lags behind the store's horizon by more
+//     (consumerBackpressure). It decides on a per-store verdict at most
+//     lagVerdictTTL old, refreshed in the background: no add waits for etcd but a
+//     store's first on this worker, and an etcd that cannot be read admits.
 //   - Metrics come from the registry the server is given, never from the process-wide
 //     default registry, so two servers in one test process do not share counters.
 //   - Serve returns only after the listener is closed and in-flight requests have

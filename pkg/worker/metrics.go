@@ -112,6 +112,9 @@ type Metrics struct {
 	// store had RefuseGenerations pending generations or more.
 	BackpressureDelay    *prometheus.HistogramVec
 	BackpressureRefusals *prometheus.CounterVec
+	// ConsumerLagRefusals counts adds refused (503 CONSUMER_LAG), by store kind,
+	// because a named consumer of their store lagged beyond its max_consumer_lag.
+	ConsumerLagRefusals *prometheus.CounterVec
 	// BlobBudgetRejections counts adds and blob downloads refused (503) by the
 	// in-flight blob budget; BlobBytes observes the size of every rollout
 	// record's binary_payload added (the reference's names).
@@ -228,6 +231,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BackpressureRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_add_backpressure_refusals_total", Help: "Adds refused with 503 because their store had as many pending generations as the refuse threshold or more, by store kind.",
 		}, []string{"kind"}),
+		ConsumerLagRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_add_consumer_lag_refusals_total", Help: "Adds refused with 503 because a named consumer of their store lagged behind its horizon by more than the store's max_consumer_lag, by store kind.",
+		}, []string{"kind"}),
 		BlobBudgetRejections: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rollout_blob_budget_rejections_total", Help: "Adds and blob downloads refused with 503 by the in-flight blob budget.",
 		}),
@@ -236,7 +242,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(1024, 4, 10),
 		}),
 	}
-	reg.MustRegister(m.BlobBudgetRejections, m.BlobBytes, m.BackpressureDelay, m.BackpressureRefusals)
+	reg.MustRegister(m.BlobBudgetRejections, m.BlobBytes, m.BackpressureDelay, m.BackpressureRefusals, m.ConsumerLagRefusals)
 	reg.MustRegister(m.FeedPages, m.FeedRows)
 	reg.MustRegister(m.Compactions, m.CompactedFragments, m.CompactionBytes, m.CleanupObjects, m.CleanupBytes,
 		m.DrainedFiles, m.VerifyProblems, m.RepairDroppedFragments)

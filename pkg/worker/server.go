@@ -111,6 +111,9 @@ type Server struct {
 	stop     context.CancelFunc
 	// blobs is the in-flight blob budget (ServerConfig.MaxInflightBlobBytes).
 	blobs *blobBudget
+	// consumerLag refuses adds to stores whose consumers lag beyond their
+	// max_consumer_lag; nil (every add admitted) without Consumers and Horizons.
+	consumerLag *consumerBackpressure
 }
 
 // NewServer returns a server for cfg.
@@ -163,6 +166,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.registerConsumerRoutes(mux)
 		if cfg.Consumers != nil {
 			cfg.Metrics.MustRegister(newConsumerLag(cfg.Stores, cfg.Consumers, cfg.Horizons, cfg.Logger))
+			if cfg.Horizons != nil {
+				s.consumerLag = newConsumerBackpressure(cfg.Consumers, cfg.Horizons, nil, cfg.Logger)
+			}
 		}
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{

@@ -56,6 +56,11 @@ type Config struct {
 	// Workers reads records through a worker's HTTP data API (with the master's
 	// outgoing credential). Required.
 	Workers *workerhttp.Client
+	// Consumers and Horizons, if both set, show each store's named consumers
+	// on its page, with their lag behind the store's horizon (the master's
+	// consumers.Cursors and horizon.View, which the master runs).
+	Consumers ConsumerCursors
+	Horizons  Horizons
 	// WarnGenerations marks stores with at least this many pending generations
 	// (DefaultWarnGenerations).
 	WarnGenerations int

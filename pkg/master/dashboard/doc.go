@@ -1,7 +1,8 @@
 // Package dashboard is the operator's web UI, served by the master under /ui/:
 // an overview of the cluster, the stores (searchable, sortable, with a marker for
-// those falling behind), one store's history, tasks, records and its merge,
-// compact and verify buttons, and the task queue updating live.
+// those falling behind), one store's history, tasks, records, named consumers
+// with their lag, and its merge, compact and verify buttons, and the task queue
+// updating live.
 //
 // Pages are rendered on the server with html/template; a little JavaScript from
 // the binary (go:embed, no CDN) filters tables, posts the buttons and follows the
@@ -16,6 +17,10 @@
 //     P/tasks/ (Feed): every replica keeps a bounded in-memory history of the
 //     scans (no new storage), and browsers get task changes as server-sent events,
 //     not by polling.
+//   - A store's named consumers are read from etcd when its page is asked for
+//     (ConsumerCursors, the master's consumers.Cursors), and each one's lag is
+//     measured against the store's horizon as the master's horizon.View follows
+//     it (Horizons): the lag of the workers' tidemark_feed_consumer_lag_seconds.
 //   - Records are read through a registered worker's HTTP data API, with the
 //     master's own outgoing credential (package workerhttp, the client the HTTP
 //     API's record routes use too: a worker that cannot be reached is passed over

@@ -332,6 +332,7 @@ type storeData struct {
 	Window       string
 	Tasks        []*tidemarkv1.Task
 	Records      recordsPage
+	Consumers    consumersPanel
 	Kinds        []string
 }
 
@@ -368,6 +369,7 @@ func (d *Dashboard) store(w http.ResponseWriter, r *http.Request, sess session) 
 	}
 	data.Tasks = tresp.GetTasks()
 	data.Records = d.records(ctx, r, target)
+	data.Consumers = d.consumers(ctx, target)
 	d.render(w, r, http.StatusOK, "store", d.newPage(sess, "stores", target, data))
 }
 

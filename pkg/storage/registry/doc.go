@@ -4,7 +4,7 @@
 //
 // A store is registered by one object per store under DATA_URL:
 //
-//	_registry/rollout/<name>.json   {name, kind, uri, created_at}
+//	_registry/rollout/<name>.json   {name, kind, uri, created_at[, max_consumer_lag]}
 //	_registry/generic/<name>.json   the same, plus {schema, seal_on_add}
 //
 // Invariants:

@@ -41,6 +41,10 @@ type Entry struct {
 	Schema json.RawMessage `json:"schema,omitempty"`
 	// SealOnAdd makes every add to a generic store seal before it is acknowledged.
 	SealOnAdd bool `json:"seal_on_add,omitempty"`
+	// MaxConsumerLag, when positive, refuses adds to the store while one of its
+	// named consumers lags behind the change feed's horizon by more than it (the
+	// worker's add backpressure); zero (absent in objects written before it) is off.
+	MaxConsumerLag Duration `json:"max_consumer_lag,omitempty"`
 }
 
 // Target is the entry's target string.
@@ -69,6 +73,9 @@ func check(k Kind, name string) error {
 func (r *Registry) Create(ctx context.Context, e Entry) (Entry, error) {
 	if err := check(e.Kind, e.Name); err != nil {
 		return Entry{}, err
+	}
+	if e.MaxConsumerLag < 0 {
+		return Entry{}, fmt.Errorf("register %s: %w: max_consumer_lag %s is negative", e.Target(), ErrInvalidOption, time.Duration(e.MaxConsumerLag))
 	}
 	if e.URI == "" {
 		e.URI = Dir(e.Kind, e.Name)
