@@ -144,6 +144,10 @@ type FeedCatchUp struct {
 	// (every worker's shard flushed and merged through its merge-wal route) and
 	// under the horizon.
 	Build, Settle time.Duration
+	// Fragments is the base table's fragment count once settled: a feed page
+	// from the beginning reads the id and _seq columns of every fragment whose
+	// _seq range reaches its cursor.
+	Fragments int
 	// Feed and List are each round's time to read every row: a new named
 	// consumer from the beginning (pages of Limit, a commit after each), and the
 	// list route paged by cursor (limit Limit).
@@ -339,7 +343,7 @@ func runFeedCatchUp(ctx context.Context, env *Env, cfg FeedConfig, cl *feedClust
 	env.log().Info("feed: catch-up store written", "rows", st.Rows, "took", out.Build)
 
 	start = time.Now()
-	if err := cl.settle(ctx, feedCatchUpStore, cfg.CatchUpRows, cfg.SettleTimeout); err != nil {
+	if out.Fragments, err = cl.settle(ctx, feedCatchUpStore, cfg.CatchUpRows, cfg.SettleTimeout); err != nil {
 		return out, err
 	}
 	out.Settle = time.Since(start)

@@ -132,14 +132,15 @@ func buildBinaries(ctx context.Context, dir string) error {
 // the time the seals ended, then for the workers' snapshots to be refreshed:
 // from then on a reader of the store reads the base table alone and the feed
 // answers every row.
-func (cl *feedCluster) settle(ctx context.Context, store string, want int64, timeout time.Duration) error {
+// It returns the base table's fragments.
+func (cl *feedCluster) settle(ctx context.Context, store string, want int64, timeout time.Duration) (fragments int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	path := "/api/v1/generic/" + url.PathEscape(store)
 	for _, base := range cl.addrs {
 		for _, route := range []string{"/flush", "/merge-wal"} {
 			if err := cl.post(ctx, base+path+route); err != nil {
-				return fmt.Errorf("feed: settle %s: %w", store, err)
+				return 0, fmt.Errorf("feed: settle %s: %w", store, err)
 			}
 		}
 	}
@@ -149,24 +150,25 @@ func (cl *feedCluster) settle(ctx context.Context, store string, want int64, tim
 	defer tick.Stop()
 	for {
 		var info struct {
-			Rows    int64 `json:"row_count"`
-			Pending int   `json:"pending_generations"`
+			Rows      int64 `json:"row_count"`
+			Fragments int   `json:"fragment_count"`
+			Pending   int   `json:"pending_generations"`
 		}
 		if err := cl.getJSON(ctx, cl.addrs[0]+path, &info); err != nil {
-			return fmt.Errorf("feed: settle %s: %w", store, err)
+			return 0, fmt.Errorf("feed: settle %s: %w", store, err)
 		}
 		h, ok, err := cl.view.Horizon(ctx, target)
 		if err != nil {
-			return fmt.Errorf("feed: settle %s: horizon: %w", store, err)
+			return 0, fmt.Errorf("feed: settle %s: horizon: %w", store, err)
 		}
 		if info.Rows == want && info.Pending == 0 && ok && !wal.SeqTime(h).Before(sealed) {
 			// The store's info reads a fresh snapshot; a list reads one up to
 			// SNAPSHOT_TTL old, which may predate the other workers' merges.
-			return sleepCtx(ctx, 2*workerSnapshotTTL)
+			return info.Fragments, sleepCtx(ctx, 2*workerSnapshotTTL)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("feed: settle %s: %d of %d rows merged, %d generations pending, horizon %d (known %v) not past the seals within %s",
+			return 0, fmt.Errorf("feed: settle %s: %d of %d rows merged, %d generations pending, horizon %d (known %v) not past the seals within %s",
 				store, info.Rows, want, info.Pending, h, ok, timeout)
 		case <-tick.C:
 		}

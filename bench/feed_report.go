@@ -22,11 +22,12 @@ func feedSubheading(workers int) string { return fmt.Sprintf("### %d workers", w
 // RunFeedSection runs the scenario, prints its subsection (under the section's
 // heading) to out, and with path set writes it into that Markdown file.
 func RunFeedSection(ctx context.Context, env *Env, cfg FeedConfig, out io.Writer, command, path string) error {
+	machine := mdreport.ThisMachine() // its load average is the one at the start
 	res, err := RunFeed(ctx, env, cfg)
 	if err != nil {
 		return err
 	}
-	res.Date, res.Command, res.Machine = time.Now(), command, mdreport.ThisMachine()
+	res.Date, res.Command, res.Machine = time.Now(), command, machine
 	if _, err := io.WriteString(out, FeedHeading+"\n\n"+res.Markdown()); err != nil {
 		return err
 	}
@@ -86,8 +87,8 @@ func (r FeedResult) Markdown() string {
 	if u.ListRate() > 0 {
 		ratio = u.FeedRate() / u.ListRate()
 	}
-	p("Feed / list: %s of the list's rows/s. Catch-up store written in %s, flushed, merged and under the horizon %s later.\n",
-		fmtRatio(ratio), fmtDur(u.Build), fmtDur(u.Settle))
+	p("Feed / list: %s of the list's rows/s. Catch-up store written in %s, flushed, merged (%d fragments) and under the horizon %s later.\n",
+		fmtRatio(ratio), fmtDur(u.Build), u.Fragments, fmtDur(u.Settle))
 	return b.String()
 }
 
