@@ -31,6 +31,11 @@
 //     and compacted into levels, read, merged into and compacted on file:// and
 //     behind a latency, against issue 29's goals (its own BENCHMARKS.md section;
 //     only when named: tens of minutes at its default sizes).
+//   - RunFeed, the change feed (issue 32): a master and 20 worker processes
+//     (devcluster) sealing every second under a steady writer, one consumer
+//     following with long polls and commits; the delay from acknowledgement to
+//     delivery, the horizon's lag, and the rows/s of a consumer catching up
+//     beside the list route's (its own BENCHMARKS.md section; only when named).
 //
 // Invariants:
 //
@@ -39,7 +44,9 @@
 //   - Every scenario checks its data before it reports: every acknowledged row is in
 //     the base table exactly once and no generation is left pending (a shape that
 //     did not drain in time is drained afterwards, without faults, and then
-//     checked). A shape cannot win by losing rows.
+//     checked). A shape cannot win by losing rows. The feed scenario checks what
+//     it reads instead: every acknowledged row reached the consumer, and each
+//     catch-up read, feed and list alike, answered every row of its store.
 //   - Runs are repeatable: rows, ids, jitter and client choices come from
 //     generators seeded by Env.Seed. Timings still vary with the machine's load.
 //   - Every run is bounded in time (deadlines, durations, fixed sizes), and the

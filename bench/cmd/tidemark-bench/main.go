@@ -1,10 +1,12 @@
 // Command tidemark-bench runs the incident reproductions of package bench and
 // writes their table into BENCHMARKS.md. `make bench` runs it (scripts/bench.sh).
 //
-//	tidemark-bench run [--only storm,ingest,lock,fanout,throughput,memory,maintenance,scale] [--write BENCHMARKS.md [--keep-others]]
+//	tidemark-bench run [--only storm,ingest,lock,fanout,throughput,memory,maintenance,scale,feed] [--write BENCHMARKS.md [--keep-others]]
 //
 // scale (stores of millions of rows) runs only when named: at its default sizes
-// it takes tens of minutes.
+// it takes tens of minutes. feed (the change feed followed on a cluster of
+// processes) runs only when named too: it starts a master and --feed-workers
+// worker processes.
 //
 // memory-build and memory-merge are the worker processes of the memory scenario;
 // run starts them itself.
@@ -32,12 +34,12 @@ import (
 // scenarios run by default; named adds those that run only when --only names them.
 var (
 	scenarios = []string{"storm", "ingest", "lock", "fanout", "throughput", "memory", "maintenance"}
-	named     = []string{"scale"}
+	named     = []string{"scale", "feed"}
 )
 
 // ownSection are the scenarios that write a section of their own, not a
 // subsection of the incident reproductions.
-var ownSection = []string{"maintenance", "scale"}
+var ownSection = []string{"maintenance", "scale", "feed"}
 
 func main() {
 	// The production packages log through slog.Default where no logger is passed;
@@ -83,6 +85,8 @@ type runFlags struct {
 	scaleRows     []int64
 	scaleProfiles string
 	scaleCache    int64
+	// feed sizes the feed scenario (bench.DefaultFeedConfig, then the flags).
+	feed bench.FeedConfig
 }
 
 func newRunCmd() *cobra.Command {
@@ -113,6 +117,18 @@ func newRunCmd() *cobra.Command {
 	fs.Int64SliceVar(&f.scaleRows, "scale-rows", bench.DefaultScaleRows, "scale scenario: rows of each store measured, smallest first (100000000: a run of hours, by hand)")
 	fs.Int64Var(&f.scaleCache, "scale-table-cache-bytes", 0, "scale scenario: the measuring workers' TABLE_CACHE_BYTES (0: the worker's default)")
 	fs.StringVar(&f.scaleProfiles, "scale-profiles", "", "scale scenario: write a CPU profile of every measured phase into this directory")
+	f.feed = bench.DefaultFeedConfig(bench.FeedWorkers)
+	fs.IntVar(&f.feed.Workers, "feed-workers", f.feed.Workers, "feed scenario: worker processes (each seals every --feed-seal-every)")
+	fs.DurationVar(&f.feed.SealEvery, "feed-seal-every", f.feed.SealEvery, "feed scenario: the workers' FLUSH_INTERVAL")
+	fs.Float64Var(&f.feed.Rate, "feed-rate", f.feed.Rate, "feed scenario: rows/s the writer adds through every worker while the consumer follows")
+	fs.IntVar(&f.feed.Batch, "feed-batch", f.feed.Batch, "feed scenario: rows per add request of the followed load")
+	fs.DurationVar(&f.feed.Duration, "feed-duration", f.feed.Duration, "feed scenario: length of the followed load")
+	fs.DurationVar(&f.feed.Warmup, "feed-warmup", f.feed.Warmup, "feed scenario: first part of the load left out of the delays")
+	fs.IntVar(&f.feed.Limit, "feed-limit", f.feed.Limit, "feed scenario: the consumer's page size (and the list's)")
+	fs.DurationVar(&f.feed.Wait, "feed-wait", f.feed.Wait, "feed scenario: the consumer's long poll (?wait=)")
+	fs.Int64Var(&f.feed.CatchUpRows, "feed-catchup-rows", f.feed.CatchUpRows, "feed scenario: rows of the store read from the beginning by the feed and by the list")
+	fs.IntVar(&f.feed.Rounds, "feed-rounds", f.feed.Rounds, "feed scenario: reads of the catch-up store by each of the feed and the list")
+	fs.StringVar(&f.feed.BinDir, "feed-bin", "", "feed scenario: directory holding the master and worker binaries (default: go build them into the scratch directory)")
 	return cmd
 }
 
@@ -178,6 +194,11 @@ func run(ctx context.Context, f runFlags) error {
 		cfg.ProfileDir, cfg.TableCacheBytes = f.scaleProfiles, f.scaleCache
 		if err := bench.RunScaleSection(ctx, env, cfg, os.Stdout, f.command, f.write); err != nil {
 			return fmt.Errorf("scale: %w", err)
+		}
+	}
+	if want("feed") {
+		if err := bench.RunFeedSection(ctx, env, f.feed, os.Stdout, f.command, f.write); err != nil {
+			return fmt.Errorf("feed: %w", err)
 		}
 	}
 	if len(slices.DeleteFunc(slices.Clone(f.only), func(s string) bool { return slices.Contains(ownSection, s) })) == 0 {
