@@ -160,7 +160,7 @@ func TestFeedConsumersSeeEveryAcknowledgedRowThroughKillsMergesAndAdoption(t *te
 	// The final value of every row, as the store lists it once everything is sealed
 	// and w3's orphan adopted.
 	truth := map[string]int64{}
-	testwait.ForEvery(t, 90*time.Second, poll, "the store lists every acknowledged row at its newest acknowledged value or a newer one", func() (bool, string) {
+	testwait.ForEvery(t, 3*time.Minute, poll, "the store lists every acknowledged row at its newest acknowledged value or a newer one", func() (bool, string) {
 		got, err := listGenericValues(w1.url() + rows)
 		if err != nil {
 			return false, err.Error()
@@ -175,7 +175,7 @@ func TestFeedConsumersSeeEveryAcknowledgedRowThroughKillsMergesAndAdoption(t *te
 		truth = got
 		return true, ""
 	})
-	testwait.ForEvery(t, 90*time.Second, poll, "every consumer has seen the final value of every row", func() (bool, string) {
+	testwait.ForEvery(t, 3*time.Minute, poll, "every consumer has seen the final value of every row", func() (bool, string) {
 		for _, fc := range consumers {
 			mu.Lock()
 			missing := 0
