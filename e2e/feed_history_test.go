@@ -29,7 +29,9 @@ type feedVersion struct {
 // consumer process killed) now and then.
 type feedConsumer struct {
 	name string
-	// seen is the newest version of each id it was given, over all its lives.
+	// seen is the newest version of each id it was given, over all its lives;
+	// mu guards it (the test's final check reads it while the consumer runs).
+	mu   sync.Mutex
 	seen map[string]feedVersion
 	// cursor is where this life reads next ("": a new life, from the committed
 	// cursor), floor the committed cursor this life started from: every position
@@ -177,7 +179,7 @@ func TestFeedConsumersSeeEveryAcknowledgedRowThroughKillsMergesAndAdoption(t *te
 	})
 	testwait.ForEvery(t, 3*time.Minute, poll, "every consumer has seen the final value of every row", func() (bool, string) {
 		for _, fc := range consumers {
-			mu.Lock()
+			fc.mu.Lock()
 			missing := 0
 			var example string
 			for id, want := range truth {
@@ -186,7 +188,7 @@ func TestFeedConsumersSeeEveryAcknowledgedRowThroughKillsMergesAndAdoption(t *te
 					example = fmt.Sprintf("%s: seen %d, final %d", id, fc.seen[id].n, want)
 				}
 			}
-			mu.Unlock()
+			fc.mu.Unlock()
 			if missing > 0 {
 				return false, fmt.Sprintf("%s misses %d rows (%s)", fc.name, missing, example)
 			}
@@ -258,11 +260,16 @@ func (fc *feedConsumer) page(client *http.Client, w *workerProc, store string, r
 		if p.ID != ch.Row.ID {
 			return fmt.Errorf("position %+v of row %s", p, ch.Row.ID)
 		}
-		if prev := fc.seen[p.ID]; prev.seq > p.Seq {
+		fc.mu.Lock()
+		prev := fc.seen[p.ID]
+		if prev.seq <= p.Seq {
+			fc.seen[p.ID] = feedVersion{ch.Row.N, p.Seq}
+		}
+		fc.mu.Unlock()
+		if prev.seq > p.Seq {
 			return fmt.Errorf("through %s: %s at _seq %d after _seq %d: an older version after a newer one", w.id, p.ID, p.Seq, prev.seq)
 		}
 		fc.last = p
-		fc.seen[p.ID] = feedVersion{ch.Row.N, p.Seq}
 	}
 	next, err := rowkey.ParseCursor(page.NextCursor)
 	if err != nil {
