@@ -539,20 +539,7 @@ func (cl *feedCluster) listAll(ctx context.Context, store string, limit int, wan
 
 // getJSON decodes the 200 answer of GET u into v.
 func (cl *feedCluster) getJSON(ctx context.Context, u string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := cl.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("GET %s: %s: %s", u, resp.Status, msg)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return cl.do(ctx, http.MethodGet, u, func(body io.Reader) error { return json.NewDecoder(body).Decode(v) })
 }
 
 // sampleHorizon appends wall time minus the horizon's wall time of target to

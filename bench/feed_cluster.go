@@ -177,7 +177,12 @@ func (cl *feedCluster) settle(ctx context.Context, store string, want int64, tim
 
 // post sends an empty POST to u and wants a 2xx answer.
 func (cl *feedCluster) post(ctx context.Context, u string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	return cl.do(ctx, http.MethodPost, u, nil)
+}
+
+// do sends an empty request and wants a 2xx answer, whose body read reads.
+func (cl *feedCluster) do(ctx context.Context, method, u string, read func(io.Reader) error) error {
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return err
 	}
@@ -188,7 +193,10 @@ func (cl *feedCluster) post(ctx context.Context, u string) error {
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("POST %s: %s: %s", u, resp.Status, msg)
+		return fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, msg)
 	}
-	return nil
+	if read == nil {
+		return nil
+	}
+	return read(resp.Body)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -267,7 +268,7 @@ func (k *Keeper) DeleteStore(ctx context.Context, target string) error {
 	prefix := k.keys.HorizonOf(target)
 	k.mu.Lock()
 	for key := range k.held {
-		if len(key) > len(prefix) && key[:len(prefix)] == prefix {
+		if strings.HasPrefix(key, prefix) {
 			delete(k.held, key)
 		}
 	}
