@@ -44,17 +44,71 @@ type Append struct {
 	// Generation in the same manifest that adds the rows.
 	Shard      string
 	Generation uint64
+	// Parts, when set, are the rows of several shards, each with the watermark it
+	// brings its shard to, all in one fragment and one version: a merge of a whole
+	// store (merge.Merger.MergeStore) commits once, not once per shard. Records,
+	// Shard and Generation must then be empty.
+	Parts []Part
 }
+
+// Part is one shard's rows of an Append, and the generation they bring the
+// shard's watermark to.
+type Part struct {
+	Shard      string
+	Generation uint64
+	Records    []arrow.RecordBatch
+}
+
+// parts returns a's rows by shard, in increasing shard order (the order that
+// makes NewestPerID's "on a tie, the later row" the Version order across shards),
+// leaving out the parts base's watermarks cover: their rows landed already.
+func (a Append) parts(base *Manifest) ([]Part, error) {
+	if len(a.Parts) == 0 {
+		if a.Shard != "" && base.Watermark(a.Shard) >= a.Generation {
+			return nil, fmt.Errorf("shard %s generation %d (watermark %d): %w",
+				a.Shard, a.Generation, base.Watermark(a.Shard), ErrAlreadyCommitted)
+		}
+		return []Part{{Shard: a.Shard, Generation: a.Generation, Records: a.Records}}, nil
+	}
+	if a.Shard != "" || a.Records != nil {
+		return nil, errors.New("an append has either Parts or Records and Shard")
+	}
+	parts := slices.Clone(a.Parts)
+	slices.SortFunc(parts, func(p, q Part) int { return strings.Compare(p.Shard, q.Shard) })
+	kept := parts[:0]
+	for i, p := range parts {
+		if p.Shard == "" {
+			// Rows of several shards are ordered by their shard (rowkey.Version).
+			return nil, errors.New("an append part needs its shard")
+		}
+		if i > 0 && parts[i-1].Shard == p.Shard {
+			return nil, fmt.Errorf("shard %s appears twice in one append", p.Shard)
+		}
+		if base.Watermark(p.Shard) < p.Generation {
+			kept = append(kept, p)
+		}
+	}
+	if len(kept) == 0 {
+		return nil, fmt.Errorf("every shard of the append is merged up to its generation: %w", ErrAlreadyCommitted)
+	}
+	return kept, nil
+}
+
 
 // Txn is a prepared transaction: its data files are written; Commit only writes a
 // manifest (unless it must rebase over concurrent commits). A Txn is used by one
 // goroutine.
 type Txn struct {
-	t     *Table
-	id    string
-	base  *Manifest
-	shard string
-	gen   uint64
+	t    *Table
+	id   string
+	base *Manifest
+	// shard wrote every incoming row; "" when they come from several shards, whose
+	// names shards then holds, row by row in ids' order.
+	shard  string
+	shards []string
+	// marks are the watermarks the transaction advances: merged_generations[shard]
+	// to at least marks[shard].
+	marks map[string]uint64
 
 	frag *Fragment // the new fragment; nil when there are no rows
 	// ids are the new fragment's ids in increasing order, and seqs and offs each
@@ -93,12 +147,12 @@ func (t *Table) Prepare(ctx context.Context, base *Manifest, a Append) (*Txn, er
 	if base == nil {
 		return nil, fmt.Errorf("prepare %s: nil base manifest", t.dir)
 	}
-	if a.Shard != "" && base.Watermark(a.Shard) >= a.Generation {
-		return nil, fmt.Errorf("prepare %s: shard %s generation %d (watermark %d): %w",
-			t.dir, a.Shard, a.Generation, base.Watermark(a.Shard), ErrAlreadyCommitted)
+	parts, err := a.parts(base)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", t.dir, err)
 	}
 	x := &Txn{
-		t: t, id: uuid.NewString(), base: base, shard: a.Shard, gen: a.Generation,
+		t: t, id: uuid.NewString(), base: base, marks: map[string]uint64{},
 		checked: map[string]bool{},
 		dels:    map[string]*roaring.Bitmap{}, selfDel: roaring.New(), dvRefs: map[string]writtenDV{},
 		staged: staged{t: t},
@@ -109,7 +163,15 @@ func (t *Table) Prepare(ctx context.Context, base *Manifest, a Append) (*Txn, er
 			x.Abort(context.WithoutCancel(ctx))
 		}
 	}()
-	if err := x.stageFragment(ctx, a.Records); err != nil {
+	for _, p := range parts {
+		if p.Shard != "" {
+			x.marks[p.Shard] = p.Generation
+		}
+	}
+	if len(parts) == 1 {
+		x.shard = parts[0].Shard
+	}
+	if err := x.stageFragment(ctx, parts); err != nil {
 		return nil, fmt.Errorf("prepare %s: %w", t.dir, err)
 	}
 	if err := x.resolve(ctx, base); err != nil {
@@ -122,16 +184,21 @@ func (t *Table) Prepare(ctx context.Context, base *Manifest, a Append) (*Txn, er
 	return x, nil
 }
 
-// stageFragment deduplicates recs by id (highest _seq wins; on a tie the later row)
-// and writes them, sorted by id, as one fragment with its key index and bloom
-// filter.
-func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error {
+// stageFragment deduplicates the parts' rows by id (highest _seq wins; on a tie
+// the later row, and across shards the Version order) and writes them, sorted by
+// id, as one fragment with its key index and bloom filter.
+func (x *Txn) stageFragment(ctx context.Context, parts []Part) error {
 	s := x.base.ArrowSchema()
-	for _, rec := range recs {
-		if err := checkRecord(s, rec); err != nil {
-			return err
+	var recs []arrow.RecordBatch
+	for _, p := range parts {
+		for _, rec := range p.Records {
+			if err := checkRecord(s, rec); err != nil {
+				return err
+			}
 		}
+		recs = append(recs, p.Records...)
 	}
+	shardOfID := winningShards(parts)
 	kept, err := rowkey.NewestPerID(ctx, recs)
 	if err != nil {
 		return err
@@ -151,10 +218,18 @@ func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error
 			r.Release()
 		}
 	}()
-	f, _, err := x.staged.writeFragment(ctx, s, sorted, func(int, int) string { return x.shard }, func(id string, seq uint64, off uint32) {
+	shardOf := func(int, int) string { return x.shard }
+	if shardOfID != nil {
+		idCol := s.FieldIndices(rowkey.IDColumn)[0]
+		shardOf = func(r, i int) string { return shardOfID[sorted[r].Column(idCol).(*array.String).Value(i)] }
+	}
+	f, _, err := x.staged.writeFragment(ctx, s, sorted, shardOf, func(id string, seq uint64, off uint32) {
 		x.ids = append(x.ids, id)
 		x.seqs = append(x.seqs, seq)
 		x.offs = append(x.offs, off)
+		if shardOfID != nil {
+			x.shards = append(x.shards, shardOfID[id])
+		}
 	})
 	if err != nil || f == nil {
 		return err
@@ -166,7 +241,49 @@ func (x *Txn) stageFragment(ctx context.Context, recs []arrow.RecordBatch) error
 	return nil
 }
 
-// sortIncoming orders ids, seqs and offs by id, for a fragment written unsorted.
+// winningShards maps each id of parts (sorted by shard) to the shard of its
+// newest row, by NewestPerID's rule over the parts in order; nil for one part,
+// whose shard is every row's.
+func winningShards(parts []Part) map[string]string {
+	if len(parts) < 2 {
+		return nil
+	}
+	type win struct {
+		seq   uint64
+		shard string
+	}
+	wins := map[string]win{}
+	for _, p := range parts {
+		for _, rec := range p.Records {
+			ids, seqs, err := rowkey.Columns(rec)
+			if err != nil {
+				continue // checkRecord has refused it already
+			}
+			for i := 0; i < ids.Len(); i++ {
+				id, seq := ids.Value(i), seqs.Value(i)
+				if w, ok := wins[id]; !ok || seq >= w.seq {
+					wins[id] = win{seq, p.Shard}
+				}
+			}
+		}
+	}
+	out := make(map[string]string, len(wins))
+	for id, w := range wins {
+		out[id] = w.shard
+	}
+	return out
+}
+
+// incoming is the Version of the incoming row k (in ids' order).
+func (x *Txn) incoming(k int) rowkey.Version {
+	if x.shards != nil {
+		return rowkey.Version{Seq: x.seqs[k], Shard: x.shards[k]}
+	}
+	return rowkey.Version{Seq: x.seqs[k], Shard: x.shard}
+}
+
+// sortIncoming orders ids, seqs, offs (and shards) by id, for a fragment written
+// unsorted.
 func (x *Txn) sortIncoming() {
 	perm := make([]int, len(x.ids))
 	for i := range perm {
@@ -174,10 +291,17 @@ func (x *Txn) sortIncoming() {
 	}
 	slices.SortFunc(perm, func(a, b int) int { return strings.Compare(x.ids[a], x.ids[b]) })
 	ids, seqs, offs := make([]string, len(perm)), make([]uint64, len(perm)), make([]uint32, len(perm))
+	var shards []string
+	if x.shards != nil {
+		shards = make([]string, len(perm))
+	}
 	for k, i := range perm {
 		ids[k], seqs[k], offs[k] = x.ids[i], x.seqs[i], x.offs[i]
+		if shards != nil {
+			shards[k] = x.shards[i]
+		}
 	}
-	x.ids, x.seqs, x.offs = ids, seqs, offs
+	x.ids, x.seqs, x.offs, x.shards = ids, seqs, offs, shards
 }
 
 // staged is the objects a commit wrote ahead of its manifest (fragments, bloom
@@ -372,7 +496,7 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 			in := x.offs[r.lo+k] // the incoming row's offset
 			// Equal versions are the same write (a generation merged again):
 			// the incoming copy replaces the existing one.
-			if !h.v.Newer(rowkey.Version{Seq: x.seqs[r.lo+k], Shard: x.shard}) {
+			if !h.v.Newer(x.incoming(r.lo + k)) {
 				if x.dels[f.Path] == nil {
 					x.dels[f.Path] = roaring.New()
 				}
@@ -460,8 +584,10 @@ func (x *Txn) build(m *Manifest) *Manifest {
 		f.Deletions = x.selfDelRef
 		n.Fragments = append(n.Fragments, f)
 	}
-	if x.shard != "" && n.MergedGenerations[x.shard] < x.gen {
-		n.MergedGenerations[x.shard] = x.gen
+	for shard, gen := range x.marks {
+		if n.MergedGenerations[shard] < gen {
+			n.MergedGenerations[shard] = gen
+		}
 	}
 	return n
 }
@@ -490,12 +616,23 @@ func (x *Txn) Commit(ctx context.Context) (*Manifest, error) {
 
 func (x *Txn) proposal() *Manifest { return x.build(x.base) }
 
-// settle stops the commit when the watermark shows its rows landed already.
+// settle stops the commit when the watermarks show its rows landed already: every
+// shard's. When only some did (their worker merged them meanwhile), the commit goes
+// on: their rows are the same writes as those landed, which resolve replaces
+// (equal versions) or drops (newer ones), so nothing is added twice.
 func (x *Txn) settle(latest *Manifest) error {
-	if x.shard != "" && latest.Watermark(x.shard) >= x.gen {
-		return fmt.Errorf("shard %s generation %d landed in an earlier version: %w", x.shard, x.gen, ErrAlreadyCommitted)
+	if len(x.marks) == 0 {
+		return nil
 	}
-	return nil
+	for shard, gen := range x.marks {
+		if latest.Watermark(shard) < gen {
+			return nil
+		}
+	}
+	if x.shard != "" {
+		return fmt.Errorf("shard %s generation %d landed in an earlier version: %w", x.shard, x.marks[x.shard], ErrAlreadyCommitted)
+	}
+	return fmt.Errorf("the generations of all %d shards landed in earlier versions: %w", len(x.marks), ErrAlreadyCommitted)
 }
 
 // optimistic is a commit that can move onto a newer version when it loses the race
