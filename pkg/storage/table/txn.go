@@ -94,7 +94,6 @@ func (a Append) parts(base *Manifest) ([]Part, error) {
 	return kept, nil
 }
 
-
 // Txn is a prepared transaction: its data files are written; Commit only writes a
 // manifest (unless it must rebase over concurrent commits). A Txn is used by one
 // goroutine.
