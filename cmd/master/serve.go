@@ -98,8 +98,8 @@ func (f *serveFlags) bind(fs *pflag.FlagSet) {
 	bind("merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
 	fs.DurationVar(&c.FanOut.WorkerTimeout, "merge-wal-worker-timeout", fanout.DefaultWorkerTimeout, "bound on one worker's merge in a merge_wal fan-out (in the two-phase shape, on each of its prepare and commit)")
 	bind("merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
-	c.FanOut.Shape = fanout.TwoPhase
-	fs.Var(&c.FanOut.Shape, "merge-fanout", "shape of a merge_wal fan-out: two-phase (every worker prepares at once, then they commit one after another) or serial (each worker prepares and commits in turn)")
+	c.FanOut.Shape = fanout.Gather
+	fs.Var(&c.FanOut.Shape, "merge-fanout", "shape of a merge_wal fan-out: gather (one worker merges every shard of the store in one commit, the others drain theirs; a worker without it makes the task two-phase), two-phase (every worker prepares at once, then they commit one after another) or serial (each worker prepares and commits in turn)")
 	bind("merge-fanout", "MERGE_FANOUT")
 	fs.IntVar(&c.FanOut.PrepareConcurrency, "merge-prepare-concurrency", 0, "prepares in flight at once in a two-phase merge_wal fan-out; 0 means every worker of the task")
 	bind("merge-prepare-concurrency", "MERGE_PREPARE_CONCURRENCY")

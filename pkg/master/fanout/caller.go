@@ -204,6 +204,39 @@ func (c *GRPCCaller) AbortMerge(ctx context.Context, w Worker, target string, fe
 	return err
 }
 
+// MergeStore has worker w merge every shard of target's store in one commit per
+// pass (WorkerService.MergeStore); the result's Merged names the shards merged.
+func (c *GRPCCaller) MergeStore(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
+	client, release, err := c.client(ctx, w)
+	if err != nil {
+		return MergeResult{}, err
+	}
+	defer release()
+	resp, err := client.MergeStore(ctx,
+		&tidemarkv1.MergeStoreRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
+	if err != nil {
+		return MergeResult{}, err
+	}
+	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows(), Reclaimed: resp.GetReclaimed(),
+		BaseVersion: resp.GetBaseVersion(), Merged: resp.GetMerged()}, nil
+}
+
+// DrainMerged has worker w drain its shard of target up to the base watermark
+// (WorkerService.DrainMerged); it returns the generations drained.
+func (c *GRPCCaller) DrainMerged(ctx context.Context, w Worker, target string, fencingToken int64) (int64, error) {
+	client, release, err := c.client(ctx, w)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	resp, err := client.DrainMerged(ctx,
+		&tidemarkv1.DrainMergedRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetReclaimed(), nil
+}
+
 // AdoptShard has worker w adopt shard of target (WorkerService.AdoptShard).
 func (c *GRPCCaller) AdoptShard(ctx context.Context, w Worker, target, shard string, fencingToken int64) (AdoptResult, error) {
 	client, release, err := c.client(ctx, w)

@@ -35,6 +35,9 @@ type MergeResult struct {
 	Reclaimed   int64
 	// BaseVersion is the base table version the merge committed last (0: none).
 	BaseVersion uint64
+	// Merged, for a merge of a whole store (the gather shape), maps each shard it
+	// merged to the generation the shard is now merged up to.
+	Merged map[string]uint64
 }
 
 // Caller calls workers. MergeWal returns an error wrapping ErrUnreachable when the
@@ -68,8 +71,12 @@ type Shape string
 
 // Fan-out shapes.
 const (
+	// Gather has one worker merge every shard of the store in one commit per pass,
+	// then every other worker whose shard it merged drain it, all at once (the
+	// default): a task is one commit whatever the number of workers.
+	Gather Shape = "gather"
 	// TwoPhase prepares the merge on every worker at once, then commits one
-	// worker after another (the default).
+	// worker after another.
 	TwoPhase Shape = "two-phase"
 	// Serial calls MergeWal on one worker after another, each preparing and
 	// committing in turn (the reference system's shape).
@@ -79,10 +86,10 @@ const (
 // ParseShape returns the shape named s, or an error naming the shapes there are.
 func ParseShape(s string) (Shape, error) {
 	switch sh := Shape(s); sh {
-	case TwoPhase, Serial:
+	case Gather, TwoPhase, Serial:
 		return sh, nil
 	}
-	return "", fmt.Errorf("fan-out shape %q: want %q or %q", s, TwoPhase, Serial)
+	return "", fmt.Errorf("fan-out shape %q: want %q, %q or %q", s, Gather, TwoPhase, Serial)
 }
 
 // String is the shape's name.
@@ -108,8 +115,9 @@ const DefaultWorkerTimeout = 10 * time.Minute
 // Config configures a FanOut: its settings, and the parts it calls (which the
 // master sets).
 type Config struct {
-	// Shape is MERGE_FANOUT: TwoPhase (also when empty; it needs a Caller that
-	// can prepare, as the GRPCCaller can) or Serial.
+	// Shape is MERGE_FANOUT: Gather (also when empty; it needs a Caller that can
+	// merge a store, as the GRPCCaller can, else TwoPhase is used), TwoPhase (with
+	// a Caller that can prepare, else Serial) or Serial.
 	Shape Shape
 	// WorkerTimeout bounds one worker's merge, MERGE_WAL_WORKER_TIMEOUT
 	// (DefaultWorkerTimeout when zero): a stuck worker fails the task with a
@@ -213,9 +221,18 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) 
 		}
 		live = append(live, w)
 	}
-	if tp, ok := f.cfg.Caller.(twoPhaseCaller); ok && f.cfg.Shape != Serial {
+	gc, canGather := f.cfg.Caller.(gatherCaller)
+	tp, canPrepare := f.cfg.Caller.(twoPhaseCaller)
+	switch {
+	case canGather && (f.cfg.Shape == Gather || f.cfg.Shape == ""):
+		err = f.gather(ctx, c, gc, live, t, log)
+		if errors.Is(err, errNoGather) && canPrepare {
+			log.Warn("merge_wal: a worker cannot merge a whole store (an older version); this task prepares on every worker", "err", err)
+			err = f.twoPhase(ctx, c, tp, live, t, log)
+		}
+	case canPrepare && f.cfg.Shape != Serial:
 		err = f.twoPhase(ctx, c, tp, live, t, log)
-	} else {
+	default:
 		err = f.serial(ctx, c, live, t, log)
 	}
 	if err != nil {

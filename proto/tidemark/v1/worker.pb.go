@@ -442,6 +442,258 @@ func (x *AbortMergeResponse) GetAborted() bool {
 	return false
 }
 
+type MergeStoreRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target and fencing_token are as in MergeWalRequest.
+	Target        string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	FencingToken  int64  `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergeStoreRequest) Reset() {
+	*x = MergeStoreRequest{}
+	mi := &file_tidemark_v1_worker_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergeStoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergeStoreRequest) ProtoMessage() {}
+
+func (x *MergeStoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_worker_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergeStoreRequest.ProtoReflect.Descriptor instead.
+func (*MergeStoreRequest) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MergeStoreRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *MergeStoreRequest) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+type MergeStoreResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// generations and rows were merged into the base table by this call, over
+	// every shard.
+	Generations int64 `protobuf:"varint,1,opt,name=generations,proto3" json:"generations,omitempty"`
+	Rows        int64 `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	// reclaimed counts generations drained from this worker's own shard manifest.
+	Reclaimed int64 `protobuf:"varint,3,opt,name=reclaimed,proto3" json:"reclaimed,omitempty"`
+	// base_version is the base table version after the merge; 0 if nothing was
+	// committed.
+	BaseVersion uint64 `protobuf:"varint,4,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	// instance_id is the answering worker.
+	InstanceId string `protobuf:"bytes,5,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// merged maps each shard whose watermark the call advanced to the generation it
+	// is now merged up to: the shards whose workers are to drain (DrainMerged).
+	Merged        map[string]uint64 `protobuf:"bytes,6,rep,name=merged,proto3" json:"merged,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergeStoreResponse) Reset() {
+	*x = MergeStoreResponse{}
+	mi := &file_tidemark_v1_worker_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergeStoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergeStoreResponse) ProtoMessage() {}
+
+func (x *MergeStoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_worker_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergeStoreResponse.ProtoReflect.Descriptor instead.
+func (*MergeStoreResponse) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MergeStoreResponse) GetGenerations() int64 {
+	if x != nil {
+		return x.Generations
+	}
+	return 0
+}
+
+func (x *MergeStoreResponse) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *MergeStoreResponse) GetReclaimed() int64 {
+	if x != nil {
+		return x.Reclaimed
+	}
+	return 0
+}
+
+func (x *MergeStoreResponse) GetBaseVersion() uint64 {
+	if x != nil {
+		return x.BaseVersion
+	}
+	return 0
+}
+
+func (x *MergeStoreResponse) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *MergeStoreResponse) GetMerged() map[string]uint64 {
+	if x != nil {
+		return x.Merged
+	}
+	return nil
+}
+
+type DrainMergedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target and fencing_token are as in MergeWalRequest.
+	Target        string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	FencingToken  int64  `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainMergedRequest) Reset() {
+	*x = DrainMergedRequest{}
+	mi := &file_tidemark_v1_worker_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainMergedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainMergedRequest) ProtoMessage() {}
+
+func (x *DrainMergedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_worker_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainMergedRequest.ProtoReflect.Descriptor instead.
+func (*DrainMergedRequest) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DrainMergedRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *DrainMergedRequest) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+type DrainMergedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reclaimed counts generations drained from this worker's shard manifest.
+	Reclaimed int64 `protobuf:"varint,1,opt,name=reclaimed,proto3" json:"reclaimed,omitempty"`
+	// instance_id is the answering worker.
+	InstanceId    string `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainMergedResponse) Reset() {
+	*x = DrainMergedResponse{}
+	mi := &file_tidemark_v1_worker_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainMergedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainMergedResponse) ProtoMessage() {}
+
+func (x *DrainMergedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_worker_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainMergedResponse.ProtoReflect.Descriptor instead.
+func (*DrainMergedResponse) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DrainMergedResponse) GetReclaimed() int64 {
+	if x != nil {
+		return x.Reclaimed
+	}
+	return 0
+}
+
+func (x *DrainMergedResponse) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
 type AdoptShardRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// target is "<name>" (rollout store) or "generic:<name>" (generic store).
@@ -456,7 +708,7 @@ type AdoptShardRequest struct {
 
 func (x *AdoptShardRequest) Reset() {
 	*x = AdoptShardRequest{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[7]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +720,7 @@ func (x *AdoptShardRequest) String() string {
 func (*AdoptShardRequest) ProtoMessage() {}
 
 func (x *AdoptShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[7]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +733,7 @@ func (x *AdoptShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptShardRequest.ProtoReflect.Descriptor instead.
 func (*AdoptShardRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AdoptShardRequest) GetTarget() string {
@@ -525,7 +777,7 @@ type AdoptShardResponse struct {
 
 func (x *AdoptShardResponse) Reset() {
 	*x = AdoptShardResponse{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[8]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +789,7 @@ func (x *AdoptShardResponse) String() string {
 func (*AdoptShardResponse) ProtoMessage() {}
 
 func (x *AdoptShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[8]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +802,7 @@ func (x *AdoptShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptShardResponse.ProtoReflect.Descriptor instead.
 func (*AdoptShardResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AdoptShardResponse) GetSealedRows() int64 {
@@ -609,7 +861,7 @@ type MaintainRequest struct {
 
 func (x *MaintainRequest) Reset() {
 	*x = MaintainRequest{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[9]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +873,7 @@ func (x *MaintainRequest) String() string {
 func (*MaintainRequest) ProtoMessage() {}
 
 func (x *MaintainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[9]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +886,7 @@ func (x *MaintainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaintainRequest.ProtoReflect.Descriptor instead.
 func (*MaintainRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MaintainRequest) GetTarget() string {
@@ -695,7 +947,7 @@ type MaintainResponse struct {
 
 func (x *MaintainResponse) Reset() {
 	*x = MaintainResponse{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[10]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +959,7 @@ func (x *MaintainResponse) String() string {
 func (*MaintainResponse) ProtoMessage() {}
 
 func (x *MaintainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[10]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +972,7 @@ func (x *MaintainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaintainResponse.ProtoReflect.Descriptor instead.
 func (*MaintainResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MaintainResponse) GetInstanceId() string {
@@ -845,7 +1097,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[11]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1109,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[11]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1122,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FlushRequest) GetTarget() string {
@@ -891,7 +1143,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[12]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1155,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[12]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1168,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FlushResponse) GetSealedGenerations() int64 {
@@ -934,7 +1186,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[13]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1198,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[13]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1211,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 type InfoResponse struct {
@@ -979,7 +1231,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[14]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1243,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[14]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1256,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InfoResponse) GetInstanceId() string {
@@ -1060,7 +1312,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[15]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1324,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[15]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1337,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ShardInfo) GetTarget() string {
@@ -1147,7 +1399,28 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\".\n" +
 	"\x12AbortMergeResponse\x12\x18\n" +
-	"\aaborted\x18\x01 \x01(\bR\aaborted\"f\n" +
+	"\aaborted\x18\x01 \x01(\bR\aaborted\"P\n" +
+	"\x11MergeStoreRequest\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xac\x02\n" +
+	"\x12MergeStoreResponse\x12 \n" +
+	"\vgenerations\x18\x01 \x01(\x03R\vgenerations\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\x03R\x04rows\x12\x1c\n" +
+	"\treclaimed\x18\x03 \x01(\x03R\treclaimed\x12!\n" +
+	"\fbase_version\x18\x04 \x01(\x04R\vbaseVersion\x12\x1f\n" +
+	"\vinstance_id\x18\x05 \x01(\tR\n" +
+	"instanceId\x12C\n" +
+	"\x06merged\x18\x06 \x03(\v2+.tidemark.v1.MergeStoreResponse.MergedEntryR\x06merged\x1a9\n" +
+	"\vMergedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Q\n" +
+	"\x12DrainMergedRequest\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"T\n" +
+	"\x13DrainMergedResponse\x12\x1c\n" +
+	"\treclaimed\x18\x01 \x01(\x03R\treclaimed\x12\x1f\n" +
+	"\vinstance_id\x18\x02 \x01(\tR\n" +
+	"instanceId\"f\n" +
 	"\x11AdoptShardRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\tR\x05shard\x12#\n" +
@@ -1200,13 +1473,16 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12/\n" +
 	"\x13pending_generations\x18\x02 \x01(\x03R\x12pendingGenerations\x12#\n" +
 	"\rmemtable_rows\x18\x03 \x01(\x03R\fmemtableRows\x12!\n" +
-	"\fwriter_epoch\x18\x04 \x01(\x04R\vwriterEpoch2\xe0\x04\n" +
+	"\fwriter_epoch\x18\x04 \x01(\x04R\vwriterEpoch2\x81\x06\n" +
 	"\rWorkerService\x12G\n" +
 	"\bMergeWal\x12\x1c.tidemark.v1.MergeWalRequest\x1a\x1d.tidemark.v1.MergeWalResponse\x12S\n" +
 	"\fPrepareMerge\x12 .tidemark.v1.PrepareMergeRequest\x1a!.tidemark.v1.PrepareMergeResponse\x12M\n" +
 	"\vCommitMerge\x12\x1f.tidemark.v1.CommitMergeRequest\x1a\x1d.tidemark.v1.MergeWalResponse\x12M\n" +
 	"\n" +
 	"AbortMerge\x12\x1e.tidemark.v1.AbortMergeRequest\x1a\x1f.tidemark.v1.AbortMergeResponse\x12M\n" +
+	"\n" +
+	"MergeStore\x12\x1e.tidemark.v1.MergeStoreRequest\x1a\x1f.tidemark.v1.MergeStoreResponse\x12P\n" +
+	"\vDrainMerged\x12\x1f.tidemark.v1.DrainMergedRequest\x1a .tidemark.v1.DrainMergedResponse\x12M\n" +
 	"\n" +
 	"AdoptShard\x12\x1e.tidemark.v1.AdoptShardRequest\x1a\x1f.tidemark.v1.AdoptShardResponse\x12G\n" +
 	"\bMaintain\x12\x1c.tidemark.v1.MaintainRequest\x1a\x1d.tidemark.v1.MaintainResponse\x12>\n" +
@@ -1225,7 +1501,7 @@ func file_tidemark_v1_worker_proto_rawDescGZIP() []byte {
 	return file_tidemark_v1_worker_proto_rawDescData
 }
 
-var file_tidemark_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_tidemark_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_tidemark_v1_worker_proto_goTypes = []any{
 	(*MergeWalRequest)(nil),      // 0: tidemark.v1.MergeWalRequest
 	(*MergeWalResponse)(nil),     // 1: tidemark.v1.MergeWalResponse
@@ -1234,39 +1510,49 @@ var file_tidemark_v1_worker_proto_goTypes = []any{
 	(*CommitMergeRequest)(nil),   // 4: tidemark.v1.CommitMergeRequest
 	(*AbortMergeRequest)(nil),    // 5: tidemark.v1.AbortMergeRequest
 	(*AbortMergeResponse)(nil),   // 6: tidemark.v1.AbortMergeResponse
-	(*AdoptShardRequest)(nil),    // 7: tidemark.v1.AdoptShardRequest
-	(*AdoptShardResponse)(nil),   // 8: tidemark.v1.AdoptShardResponse
-	(*MaintainRequest)(nil),      // 9: tidemark.v1.MaintainRequest
-	(*MaintainResponse)(nil),     // 10: tidemark.v1.MaintainResponse
-	(*FlushRequest)(nil),         // 11: tidemark.v1.FlushRequest
-	(*FlushResponse)(nil),        // 12: tidemark.v1.FlushResponse
-	(*InfoRequest)(nil),          // 13: tidemark.v1.InfoRequest
-	(*InfoResponse)(nil),         // 14: tidemark.v1.InfoResponse
-	(*ShardInfo)(nil),            // 15: tidemark.v1.ShardInfo
+	(*MergeStoreRequest)(nil),    // 7: tidemark.v1.MergeStoreRequest
+	(*MergeStoreResponse)(nil),   // 8: tidemark.v1.MergeStoreResponse
+	(*DrainMergedRequest)(nil),   // 9: tidemark.v1.DrainMergedRequest
+	(*DrainMergedResponse)(nil),  // 10: tidemark.v1.DrainMergedResponse
+	(*AdoptShardRequest)(nil),    // 11: tidemark.v1.AdoptShardRequest
+	(*AdoptShardResponse)(nil),   // 12: tidemark.v1.AdoptShardResponse
+	(*MaintainRequest)(nil),      // 13: tidemark.v1.MaintainRequest
+	(*MaintainResponse)(nil),     // 14: tidemark.v1.MaintainResponse
+	(*FlushRequest)(nil),         // 15: tidemark.v1.FlushRequest
+	(*FlushResponse)(nil),        // 16: tidemark.v1.FlushResponse
+	(*InfoRequest)(nil),          // 17: tidemark.v1.InfoRequest
+	(*InfoResponse)(nil),         // 18: tidemark.v1.InfoResponse
+	(*ShardInfo)(nil),            // 19: tidemark.v1.ShardInfo
+	nil,                          // 20: tidemark.v1.MergeStoreResponse.MergedEntry
 }
 var file_tidemark_v1_worker_proto_depIdxs = []int32{
-	15, // 0: tidemark.v1.InfoResponse.stores:type_name -> tidemark.v1.ShardInfo
-	0,  // 1: tidemark.v1.WorkerService.MergeWal:input_type -> tidemark.v1.MergeWalRequest
-	2,  // 2: tidemark.v1.WorkerService.PrepareMerge:input_type -> tidemark.v1.PrepareMergeRequest
-	4,  // 3: tidemark.v1.WorkerService.CommitMerge:input_type -> tidemark.v1.CommitMergeRequest
-	5,  // 4: tidemark.v1.WorkerService.AbortMerge:input_type -> tidemark.v1.AbortMergeRequest
-	7,  // 5: tidemark.v1.WorkerService.AdoptShard:input_type -> tidemark.v1.AdoptShardRequest
-	9,  // 6: tidemark.v1.WorkerService.Maintain:input_type -> tidemark.v1.MaintainRequest
-	11, // 7: tidemark.v1.WorkerService.Flush:input_type -> tidemark.v1.FlushRequest
-	13, // 8: tidemark.v1.WorkerService.Info:input_type -> tidemark.v1.InfoRequest
-	1,  // 9: tidemark.v1.WorkerService.MergeWal:output_type -> tidemark.v1.MergeWalResponse
-	3,  // 10: tidemark.v1.WorkerService.PrepareMerge:output_type -> tidemark.v1.PrepareMergeResponse
-	1,  // 11: tidemark.v1.WorkerService.CommitMerge:output_type -> tidemark.v1.MergeWalResponse
-	6,  // 12: tidemark.v1.WorkerService.AbortMerge:output_type -> tidemark.v1.AbortMergeResponse
-	8,  // 13: tidemark.v1.WorkerService.AdoptShard:output_type -> tidemark.v1.AdoptShardResponse
-	10, // 14: tidemark.v1.WorkerService.Maintain:output_type -> tidemark.v1.MaintainResponse
-	12, // 15: tidemark.v1.WorkerService.Flush:output_type -> tidemark.v1.FlushResponse
-	14, // 16: tidemark.v1.WorkerService.Info:output_type -> tidemark.v1.InfoResponse
-	9,  // [9:17] is the sub-list for method output_type
-	1,  // [1:9] is the sub-list for method input_type
-	1,  // [1:1] is the sub-list for extension type_name
-	1,  // [1:1] is the sub-list for extension extendee
-	0,  // [0:1] is the sub-list for field type_name
+	20, // 0: tidemark.v1.MergeStoreResponse.merged:type_name -> tidemark.v1.MergeStoreResponse.MergedEntry
+	19, // 1: tidemark.v1.InfoResponse.stores:type_name -> tidemark.v1.ShardInfo
+	0,  // 2: tidemark.v1.WorkerService.MergeWal:input_type -> tidemark.v1.MergeWalRequest
+	2,  // 3: tidemark.v1.WorkerService.PrepareMerge:input_type -> tidemark.v1.PrepareMergeRequest
+	4,  // 4: tidemark.v1.WorkerService.CommitMerge:input_type -> tidemark.v1.CommitMergeRequest
+	5,  // 5: tidemark.v1.WorkerService.AbortMerge:input_type -> tidemark.v1.AbortMergeRequest
+	7,  // 6: tidemark.v1.WorkerService.MergeStore:input_type -> tidemark.v1.MergeStoreRequest
+	9,  // 7: tidemark.v1.WorkerService.DrainMerged:input_type -> tidemark.v1.DrainMergedRequest
+	11, // 8: tidemark.v1.WorkerService.AdoptShard:input_type -> tidemark.v1.AdoptShardRequest
+	13, // 9: tidemark.v1.WorkerService.Maintain:input_type -> tidemark.v1.MaintainRequest
+	15, // 10: tidemark.v1.WorkerService.Flush:input_type -> tidemark.v1.FlushRequest
+	17, // 11: tidemark.v1.WorkerService.Info:input_type -> tidemark.v1.InfoRequest
+	1,  // 12: tidemark.v1.WorkerService.MergeWal:output_type -> tidemark.v1.MergeWalResponse
+	3,  // 13: tidemark.v1.WorkerService.PrepareMerge:output_type -> tidemark.v1.PrepareMergeResponse
+	1,  // 14: tidemark.v1.WorkerService.CommitMerge:output_type -> tidemark.v1.MergeWalResponse
+	6,  // 15: tidemark.v1.WorkerService.AbortMerge:output_type -> tidemark.v1.AbortMergeResponse
+	8,  // 16: tidemark.v1.WorkerService.MergeStore:output_type -> tidemark.v1.MergeStoreResponse
+	10, // 17: tidemark.v1.WorkerService.DrainMerged:output_type -> tidemark.v1.DrainMergedResponse
+	12, // 18: tidemark.v1.WorkerService.AdoptShard:output_type -> tidemark.v1.AdoptShardResponse
+	14, // 19: tidemark.v1.WorkerService.Maintain:output_type -> tidemark.v1.MaintainResponse
+	16, // 20: tidemark.v1.WorkerService.Flush:output_type -> tidemark.v1.FlushResponse
+	18, // 21: tidemark.v1.WorkerService.Info:output_type -> tidemark.v1.InfoResponse
+	12, // [12:22] is the sub-list for method output_type
+	2,  // [2:12] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_tidemark_v1_worker_proto_init() }
@@ -1280,7 +1566,7 @@ func file_tidemark_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tidemark_v1_worker_proto_rawDesc), len(file_tidemark_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,8 @@ const (
 	WorkerService_PrepareMerge_FullMethodName = "/tidemark.v1.WorkerService/PrepareMerge"
 	WorkerService_CommitMerge_FullMethodName  = "/tidemark.v1.WorkerService/CommitMerge"
 	WorkerService_AbortMerge_FullMethodName   = "/tidemark.v1.WorkerService/AbortMerge"
+	WorkerService_MergeStore_FullMethodName   = "/tidemark.v1.WorkerService/MergeStore"
+	WorkerService_DrainMerged_FullMethodName  = "/tidemark.v1.WorkerService/DrainMerged"
 	WorkerService_AdoptShard_FullMethodName   = "/tidemark.v1.WorkerService/AdoptShard"
 	WorkerService_Maintain_FullMethodName     = "/tidemark.v1.WorkerService/Maintain"
 	WorkerService_Flush_FullMethodName        = "/tidemark.v1.WorkerService/Flush"
@@ -78,6 +80,23 @@ type WorkerServiceClient interface {
 	// AbortMerge gives up the merge prepared under the fencing token, deleting what
 	// it staged. Aborting nothing is not an error.
 	AbortMerge(ctx context.Context, in *AbortMergeRequest, opts ...grpc.CallOption) (*AbortMergeResponse, error)
+	// MergeStore merges the pending generations of EVERY shard of the target's
+	// store, this worker's and the other workers', into the base table in one
+	// commit per pass (the "gather" fan-out: a store's merge cycle is one commit
+	// whatever its number of workers). It reads the other shards' manifests and
+	// generations and writes none of them; it drains this worker's own shard, and
+	// the owners of the others drain theirs on DrainMerged. Generations sealed after
+	// it began wait for the next call.
+	//
+	// Errors: as MergeWal.
+	MergeStore(ctx context.Context, in *MergeStoreRequest, opts ...grpc.CallOption) (*MergeStoreResponse, error)
+	// DrainMerged drains this worker's shard of the target's store up to the base
+	// table's merged watermark: the generations a MergeStore on another worker
+	// merged. It merges nothing, and a worker without a shard in the store drains
+	// nothing.
+	//
+	// Errors: as MergeWal.
+	DrainMerged(ctx context.Context, in *DrainMergedRequest, opts ...grpc.CallOption) (*DrainMergedResponse, error)
 	// AdoptShard drains the shard of another worker that is gone (no registered
 	// worker has its name): it opens the shard as its writer under a new epoch
 	// (fencing the old owner, should it still be alive), replays and seals its
@@ -154,6 +173,26 @@ func (c *workerServiceClient) AbortMerge(ctx context.Context, in *AbortMergeRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AbortMergeResponse)
 	err := c.cc.Invoke(ctx, WorkerService_AbortMerge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerServiceClient) MergeStore(ctx context.Context, in *MergeStoreRequest, opts ...grpc.CallOption) (*MergeStoreResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MergeStoreResponse)
+	err := c.cc.Invoke(ctx, WorkerService_MergeStore_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerServiceClient) DrainMerged(ctx context.Context, in *DrainMergedRequest, opts ...grpc.CallOption) (*DrainMergedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainMergedResponse)
+	err := c.cc.Invoke(ctx, WorkerService_DrainMerged_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -244,6 +283,23 @@ type WorkerServiceServer interface {
 	// AbortMerge gives up the merge prepared under the fencing token, deleting what
 	// it staged. Aborting nothing is not an error.
 	AbortMerge(context.Context, *AbortMergeRequest) (*AbortMergeResponse, error)
+	// MergeStore merges the pending generations of EVERY shard of the target's
+	// store, this worker's and the other workers', into the base table in one
+	// commit per pass (the "gather" fan-out: a store's merge cycle is one commit
+	// whatever its number of workers). It reads the other shards' manifests and
+	// generations and writes none of them; it drains this worker's own shard, and
+	// the owners of the others drain theirs on DrainMerged. Generations sealed after
+	// it began wait for the next call.
+	//
+	// Errors: as MergeWal.
+	MergeStore(context.Context, *MergeStoreRequest) (*MergeStoreResponse, error)
+	// DrainMerged drains this worker's shard of the target's store up to the base
+	// table's merged watermark: the generations a MergeStore on another worker
+	// merged. It merges nothing, and a worker without a shard in the store drains
+	// nothing.
+	//
+	// Errors: as MergeWal.
+	DrainMerged(context.Context, *DrainMergedRequest) (*DrainMergedResponse, error)
 	// AdoptShard drains the shard of another worker that is gone (no registered
 	// worker has its name): it opens the shard as its writer under a new epoch
 	// (fencing the old owner, should it still be alive), replays and seals its
@@ -297,6 +353,12 @@ func (UnimplementedWorkerServiceServer) CommitMerge(context.Context, *CommitMerg
 }
 func (UnimplementedWorkerServiceServer) AbortMerge(context.Context, *AbortMergeRequest) (*AbortMergeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AbortMerge not implemented")
+}
+func (UnimplementedWorkerServiceServer) MergeStore(context.Context, *MergeStoreRequest) (*MergeStoreResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MergeStore not implemented")
+}
+func (UnimplementedWorkerServiceServer) DrainMerged(context.Context, *DrainMergedRequest) (*DrainMergedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainMerged not implemented")
 }
 func (UnimplementedWorkerServiceServer) AdoptShard(context.Context, *AdoptShardRequest) (*AdoptShardResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AdoptShard not implemented")
@@ -403,6 +465,42 @@ func _WorkerService_AbortMerge_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkerService_MergeStore_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MergeStoreRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).MergeStore(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_MergeStore_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).MergeStore(ctx, req.(*MergeStoreRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkerService_DrainMerged_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainMergedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).DrainMerged(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_DrainMerged_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).DrainMerged(ctx, req.(*DrainMergedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _WorkerService_AdoptShard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AdoptShardRequest)
 	if err := dec(in); err != nil {
@@ -497,6 +595,14 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AbortMerge",
 			Handler:    _WorkerService_AbortMerge_Handler,
+		},
+		{
+			MethodName: "MergeStore",
+			Handler:    _WorkerService_MergeStore_Handler,
+		},
+		{
+			MethodName: "DrainMerged",
+			Handler:    _WorkerService_DrainMerged_Handler,
 		},
 		{
 			MethodName: "AdoptShard",

@@ -1,0 +1,109 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+)
+
+// gatherCaller is a Caller that can have one worker merge every shard of a store
+// and the others drain what it merged of theirs (the GRPCCaller can).
+type gatherCaller interface {
+	MergeStore(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
+	DrainMerged(ctx context.Context, w Worker, target string, fencingToken int64) (int64, error)
+}
+
+// errNoGather means the worker asked to merge the store does not implement it (a
+// worker of an older version, during a rolling upgrade): the task falls back to the
+// two-phase shape.
+var errNoGather = errors.New("worker cannot merge a whole store")
+
+// gather has one worker merge every shard of the store, in one commit per pass
+// (WorkerService.MergeStore), then has the workers whose shards it merged drain
+// them, all at once: drains edit each worker's own shard manifest and conflict
+// with nothing. A task is therefore one commit, not one per worker, which is what
+// lets pending generations stay low at many workers.
+//
+// The merging worker rotates with the fencing token, so that the reading and
+// staging spread over the workers across tasks; one that cannot be reached is
+// passed over for the next. Its other outcomes follow the serial fan-out's rules
+// (FanOut.call). A drain that fails is logged and left for the shard's next
+// drain, which drains up to the watermark whatever it covers: until then reads
+// skip the merged generations by the watermark, so the task does not fail for it.
+func (f *FanOut) gather(ctx context.Context, c *tasks.Claim, gc gatherCaller, workers []Worker, t *tally, log *slog.Logger) error {
+	if len(workers) == 0 {
+		return nil
+	}
+	target, token := c.Task.Target, c.FencingToken
+	first := int(token % int64(len(workers)))
+	var (
+		by     Worker
+		merged MergeResult
+		done   bool
+	)
+	for k := range workers {
+		w := workers[(first+k)%len(workers)]
+		try := &tally{total: t.total}
+		err := f.call(ctx, w, "merge of the store", try, log, func(ctx context.Context) (MergeResult, error) {
+			r, err := gc.MergeStore(ctx, w, target, token)
+			if status.Code(err) == codes.Unimplemented {
+				err = fmt.Errorf("worker %s (%s): %w: %w", w.InstanceID, w.GRPCAddr, errNoGather, err)
+			}
+			merged = r
+			return r, err
+		})
+		if err != nil {
+			return err // errNoGather included: the caller falls back
+		}
+		t.corrupt = append(t.corrupt, try.corrupt...)
+		if len(try.corrupt) > 0 {
+			return nil // the worker answered: the object it found is every worker's
+		}
+		if try.ok == 1 {
+			by, done = w, true
+			break
+		}
+		// Unreachable: the next worker merges the store.
+	}
+	if !done {
+		return fmt.Errorf("merge of the store: %w: none of %s could be reached", ErrUnreachable, count(int64(len(workers)), "worker"))
+	}
+	t.ok = 1
+	t.merged, t.rows = merged.Generations, merged.Rows
+	t.version = max(t.version, merged.BaseVersion)
+
+	var drain []Worker
+	for _, w := range workers {
+		if _, ok := merged.Merged[w.InstanceID]; ok && w.InstanceID != by.InstanceID {
+			drain = append(drain, w)
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, w := range drain {
+		wg.Go(func() {
+			_, _, _, err := f.bounded(ctx, w, func(ctx context.Context) (MergeResult, error) {
+				n, err := gc.DrainMerged(ctx, w, target, token)
+				return MergeResult{Reclaimed: n}, err
+			})
+			if err != nil {
+				log.Warn("merge_wal: drain of the merged generations failed; the next task drains them", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
+				return
+			}
+			mu.Lock()
+			t.ok++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	log.Info("merge_wal: store merged", "by", by.InstanceID, "shards", len(merged.Merged), "generations", merged.Generations,
+		"rows", merged.Rows, "version", merged.BaseVersion, "drained", t.ok-1)
+	return nil
+}
