@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -59,6 +61,9 @@ type grpcEnvOptions struct {
 	bucket *objstore.Bucket
 	// preparedTTL is the service's PreparedTTL (its default when 0).
 	preparedTTL time.Duration
+	// instance is the worker's INSTANCE_ID and shard ("w1" when empty); a second
+	// worker on the same bucket finds the stores the first created.
+	instance string
 }
 
 func newGRPCEnv(t *testing.T, o grpcEnvOptions) *grpcEnv {
@@ -69,7 +74,8 @@ func newGRPCEnv(t *testing.T, o grpcEnvOptions) *grpcEnv {
 	if bucket == nil {
 		bucket = objstoretest.Mem(t)
 	}
-	ss := store.NewStores(store.Config{Bucket: bucket, Shard: "w1", Logger: quiet, SnapshotTTL: -1,
+	instance := cmp.Or(o.instance, "w1")
+	ss := store.NewStores(store.Config{Bucket: bucket, Shard: instance, Logger: quiet, SnapshotTTL: -1,
 		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
 	t.Cleanup(func() { _ = ss.Close(context.Background()) })
 	spec, err := schema.ParseSpec([]byte(grpcTestSpec))
@@ -80,10 +86,10 @@ func newGRPCEnv(t *testing.T, o grpcEnvOptions) *grpcEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "gs"}); err != nil {
+	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: "gs"}); err != nil && !errors.Is(err, registry.ErrExists) {
 		t.Fatal(err)
 	}
-	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindGeneric, Name: "gs", Schema: canon}); err != nil {
+	if _, err := ss.Create(ctx, registry.Entry{Kind: registry.KindGeneric, Name: "gs", Schema: canon}); err != nil && !errors.Is(err, registry.ErrExists) {
 		t.Fatal(err)
 	}
 	e := &grpcEnv{stores: ss, entered: make(chan string, 64)}
@@ -100,7 +106,7 @@ func newGRPCEnv(t *testing.T, o grpcEnvOptions) *grpcEnv {
 	e.merger = merge.New(merge.Config{Concurrency: 1, Logger: quiet})
 	e.metrics = NewMetrics(prometheus.NewRegistry())
 	e.svc, err = NewWorkerService(WorkerServiceConfig{
-		InstanceID: "w1", Version: "v-test", GRPCAddr: "grpc.example:9090", HTTPAddr: "http.example:8080",
+		InstanceID: instance, Version: "v-test", GRPCAddr: "grpc.example:9090", HTTPAddr: "http.example:8080",
 		Stores: ss, Merger: e.merger, Metrics: e.metrics, Logger: quiet, PreparedTTL: o.preparedTTL,
 	})
 	if err != nil {
