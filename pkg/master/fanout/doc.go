@@ -1,16 +1,18 @@
 // Package fanout is how the master reaches the workers: the merge_wal fan-out
-// (serial and two-phase), the maintenance runner (compact, verify, repair on one
+// (gather, two-phase and serial), the maintenance runner (compact, verify, repair on one
 // worker), the worker Caller over gRPC (GRPCCaller), worker discovery
 // (StaticDiscovery, or membership.Discovery through etcd), and the tracker of
 // orphaned shards whose adoption a merge_wal asks for.
 //
 // Invariants:
 //
-//   - A merge_wal task commits on the live workers one after another, never two at
-//     once: every worker's merge commits a new version of the same base table, and
-//     parallel commits are the commit storm this system exists to prevent. Only
-//     prepares, which commit nothing, run on every worker at once (the two-phase
-//     shape, TwoPhase; Serial prepares and commits each in turn). Each call carries
+//   - A merge_wal task's commits never overlap: every merge commits a new version
+//     of the same base table, and parallel commits are the commit storm this
+//     system exists to prevent. In the gather shape (Gather, the default) one
+//     worker merges every shard of the store, one commit per pass, and the others
+//     only drain their own shards afterwards (drains commit nothing to the table);
+//     in the two-phase shape (TwoPhase) every worker prepares at once and they
+//     commit one after another; Serial prepares and commits each in turn. Each call carries
 //     the task's fencing token (the target lock's etcd revision), so a worker
 //     refuses a call from a master that lost the target to a newer claim.
 //   - A worker that cannot be reached before admission (no connection) is skipped and

@@ -144,8 +144,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// FanOut runs merge_wal tasks. Commits of one target never overlap: in both
-// shapes the workers commit one after another, in discovery's order.
+// FanOut runs merge_wal tasks. Commits of one target never overlap: one worker
+// commits the whole store (gather), or the workers commit one after another, in
+// discovery's order (two-phase, serial).
 type FanOut struct {
 	cfg Config
 }

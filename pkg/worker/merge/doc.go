@@ -21,7 +21,10 @@
 // Merge runs both halves at once. Prepare and Prepared.Commit run them apart, for the
 // master's two-phase fan-out: every worker prepares at once, then they commit one
 // after another, each commit first catching up with (rebasing onto) the versions the
-// commits before it made.
+// commits before it made. MergeStore, for the gather fan-out (the master's
+// default), merges every shard of a store, other workers' too, in one commit per
+// pass; it reads their manifests and generations and writes neither, and their
+// workers drain them afterwards (DrainMerged).
 //
 // Invariants:
 //
@@ -36,5 +39,6 @@
 //     wait for a slot, sweepers only try), and prepared data is charged to a worker-wide
 //     memory budget before it is read.
 //   - A merge never claims a WAL writer epoch of its own: it drains under the epoch of
-//     this worker's writer, and a fenced writer cannot drain.
+//     this worker's writer, and a fenced writer cannot drain. Only a shard's own
+//     worker drains it, and only up to a watermark it read from a committed version.
 package merge
