@@ -62,7 +62,8 @@ type SchedulerConfig struct {
 	// merge_wal run calls every worker in turn, so it must allow for that.
 	TaskTimeout time.Duration
 	// PollInterval is how often the scheduler looks for work when idle
-	// (DefaultPollInterval).
+	// (DefaultPollInterval); an enqueue, by any replica, wakes it at once
+	// (tasks.Queue.FollowEnqueues), so the poll is only the fallback.
 	PollInterval time.Duration
 	// FinishTimeout bounds one attempt to record a task's result
 	// (DefaultFinishTimeout); attempts are repeated until one succeeds, the claim
@@ -179,6 +180,10 @@ func (s *Scheduler) Run(ctx context.Context, drain time.Duration) {
 	var wg sync.WaitGroup
 	ticker := s.cfg.Clock.NewTicker(s.cfg.PollInterval)
 	defer ticker.Stop()
+	followCtx, stopFollowing := context.WithCancel(ctx)
+	followed := make(chan struct{})
+	go func() { defer close(followed); s.cfg.Tasks.FollowEnqueues(followCtx, s.Wake) }()
+	defer func() { stopFollowing(); <-followed }()
 	retry := claimRetry.Start()
 	for ctx.Err() == nil {
 		if s.unsure {

@@ -251,3 +251,36 @@ func TestSchedulerCancelsTheRunsOfALostLeaseAndDoesNotFinishThem(t *testing.T) {
 		t.Fatalf("task is %s after its run was abandoned, want still running (until orphan recovery)", got.State)
 	}
 }
+
+// An enqueue by anyone (here another queue handle, as another replica's would be)
+// wakes an idle scheduler at once: with a poll of an hour, tasks still run. The
+// invariant is that a merge enqueued on demand does not wait for a poll.
+func TestAnEnqueueWakesAnIdleScheduler(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ts := tasks.New(client, "/sched")
+	ran := make(chan string, 8)
+	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: time.Hour,
+		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(_ context.Context, c *tasks.Claim) (tasks.Report, error) {
+			ran <- c.Task.Target
+			return tasks.Report{}, nil
+		})}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx, time.Second); close(done) }()
+	defer func() { cancel(); <-done }()
+	other := tasks.New(client, "/sched")
+	for _, target := range []string{"a", "b", "c"} {
+		time.Sleep(50 * time.Millisecond) // the scheduler idles between them
+		if _, _, err := other.Enqueue(context.Background(), tasks.KindMergeWAL, target); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-ran:
+			if got != target {
+				t.Fatalf("ran %s, want %s", got, target)
+			}
+		case <-time.After(30 * time.Second): // liveness bound, far below the poll
+			t.Fatalf("task of %s not run: the enqueue did not wake the scheduler", target)
+		}
+	}
+}
