@@ -51,7 +51,7 @@ func (w *WorkerService) DrainMerged(ctx context.Context, req *tidemarkv1.DrainMe
 		return nil, grpcError(storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err))
 	}
 	defer release()
-	n, err := w.cfg.Merger.DrainMerged(ctx, s, nil)
+	n, err := w.cfg.Merger.DrainMerged(ctx, s, nil, req.GetBaseVersion())
 	if err != nil {
 		log.Warn("drain of merged generations failed", "err", err)
 		return nil, grpcError(storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err))

@@ -223,14 +223,14 @@ func (c *GRPCCaller) MergeStore(ctx context.Context, w Worker, target string, fe
 
 // DrainMerged has worker w drain its shard of target up to the base watermark
 // (WorkerService.DrainMerged); it returns the generations drained.
-func (c *GRPCCaller) DrainMerged(ctx context.Context, w Worker, target string, fencingToken int64) (int64, error) {
+func (c *GRPCCaller) DrainMerged(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64) (int64, error) {
 	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return 0, err
 	}
 	defer release()
 	resp, err := client.DrainMerged(ctx,
-		&tidemarkv1.DrainMergedRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
+		&tidemarkv1.DrainMergedRequest{Target: target, FencingToken: fencingToken, BaseVersion: baseVersion}, grpc.WaitForReady(false))
 	if err != nil {
 		return 0, err
 	}

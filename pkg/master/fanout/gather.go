@@ -17,7 +17,7 @@ import (
 // and the others drain what it merged of theirs (the GRPCCaller can).
 type gatherCaller interface {
 	MergeStore(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
-	DrainMerged(ctx context.Context, w Worker, target string, fencingToken int64) (int64, error)
+	DrainMerged(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64) (int64, error)
 }
 
 // errNoGather means the worker asked to merge the store does not implement it (a
@@ -90,7 +90,7 @@ func (f *FanOut) gather(ctx context.Context, c *tasks.Claim, gc gatherCaller, wo
 	for _, w := range drain {
 		wg.Go(func() {
 			_, _, _, err := f.bounded(ctx, w, func(ctx context.Context) (MergeResult, error) {
-				n, err := gc.DrainMerged(ctx, w, target, token)
+				n, err := gc.DrainMerged(ctx, w, target, token, merged.BaseVersion)
 				return MergeResult{Reclaimed: n}, err
 			})
 			if err != nil {

@@ -11,7 +11,7 @@ import (
 )
 
 // refreshConcurrency bounds the shards a Snapshot refresh probes at once.
-const refreshConcurrency = 8
+const refreshConcurrency = 16
 
 // ListShards returns the names of the shards of the store in dir, sorted.
 func ListShards(ctx context.Context, bucket *objstore.Bucket, dir string) ([]string, error) {

@@ -89,8 +89,8 @@ func (m *Merger) MergeStore(ctx context.Context, s *store.Store, wait bool) (Sto
 		}
 		base = next
 	}
-	if _, ok := snap.Shards[s.Shard()]; ok && len(snap.Shards[s.Shard()].Generations) > 0 {
-		n, err := m.DrainMerged(ctx, s, base)
+	if own := snap.Shards[s.Shard()]; own != nil && len(own.Generations) > 0 && own.Retired == nil {
+		n, err := m.DrainMerged(ctx, s, base, 0)
 		res.Reclaimed += n
 		if err != nil {
 			return res, err
@@ -232,31 +232,38 @@ func (m *Merger) chooseAcross(pending map[string][]wal.Generation) map[string][]
 	return out
 }
 
-// DrainMerged drains this worker's shard of s up to the watermark of base (the
-// newest base version when nil): the generations another worker's MergeStore
-// merged. It returns the generations drained. A worker without a shard in the
-// store drains nothing; its writer is opened if it was not (a drain is a writer's
-// edit of its manifest, under its epoch).
-func (m *Merger) DrainMerged(ctx context.Context, s *store.Store, base *table.Manifest) (int, error) {
+// DrainMerged drains this worker's shard of s up to the watermark of base, or of
+// the newest base version when base is nil (known, if not 0, is a version likely
+// the newest: the one the merge created). It returns the generations drained. The
+// base is put into the store's snapshot before the drained shard manifest is, so
+// no read of this worker pairs the drained shard with a base that lacks its rows.
+// A worker without a shard in the store drains nothing; its writer is opened if it
+// was not (a drain is a writer's edit of its manifest, under its epoch).
+func (m *Merger) DrainMerged(ctx context.Context, s *store.Store, base *table.Manifest, known uint64) (int, error) {
 	if base == nil {
 		var err error
-		if base, err = m.refreshBase(ctx, s); err != nil {
-			return 0, err
+		if base, err = s.Table().RefreshFrom(ctx, known); err != nil {
+			return 0, fmt.Errorf("merge %s: drain: %w", s.Target(), err)
 		}
+		s.ObserveBase(base)
 	}
 	wm := base.Watermark(s.Shard())
 	if wm == 0 {
 		return 0, nil // nothing of this shard merged, ever
 	}
-	sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
-	if errors.Is(err, wal.ErrNoShard) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("merge %s: drain: %w", s.Target(), err)
-	}
-	if len(sm.Generations) == 0 || sm.Generations[0].Generation > wm || sm.Retired != nil {
-		return 0, nil
+	if _, open := s.WriterStats(); !open {
+		// Not written since this worker started: look before opening a writer,
+		// which would create the shard of a store it never wrote.
+		sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
+		if errors.Is(err, wal.ErrNoShard) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("merge %s: drain: %w", s.Target(), err)
+		}
+		if len(sm.Generations) == 0 || sm.Generations[0].Generation > wm || sm.Retired != nil {
+			return 0, nil
+		}
 	}
 	w, err := s.Writer(ctx)
 	if err != nil {

@@ -49,7 +49,7 @@ func TestAStoreMergeCommitsEveryShardInOneVersion(t *testing.T) {
 	// The runner drained its own shard; the others drain theirs.
 	for _, s := range shards {
 		if s != shards[1] {
-			if _, err := m.DrainMerged(ctx, s, nil); err != nil {
+			if _, err := m.DrainMerged(ctx, s, nil, 0); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -124,7 +124,7 @@ func TestStoreMergesRacingSealsOwnMergesAndDrainsLoseNoRow(t *testing.T) {
 					case 2:
 						_, err = m.Merge(ctx, s, true)
 					default:
-						_, err = m.DrainMerged(ctx, s, nil)
+						_, err = m.DrainMerged(ctx, s, nil, 0)
 					}
 					if err != nil {
 						errs <- err

@@ -590,8 +590,12 @@ func (x *MergeStoreResponse) GetMerged() map[string]uint64 {
 type DrainMergedRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// target and fencing_token are as in MergeWalRequest.
-	Target        string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
-	FencingToken  int64  `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	Target       string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	FencingToken int64  `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// base_version, if not 0, is the base table version the MergeStore created: the
+	// worker reads it directly instead of searching for the newest version. Only a
+	// hint, as in CommitMergeRequest.
+	BaseVersion   uint64 `protobuf:"varint,3,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -636,6 +640,13 @@ func (x *DrainMergedRequest) GetTarget() string {
 func (x *DrainMergedRequest) GetFencingToken() int64 {
 	if x != nil {
 		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *DrainMergedRequest) GetBaseVersion() uint64 {
+	if x != nil {
+		return x.BaseVersion
 	}
 	return 0
 }
@@ -1413,10 +1424,11 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\x06merged\x18\x06 \x03(\v2+.tidemark.v1.MergeStoreResponse.MergedEntryR\x06merged\x1a9\n" +
 	"\vMergedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Q\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"t\n" +
 	"\x12DrainMergedRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12#\n" +
-	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"T\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12!\n" +
+	"\fbase_version\x18\x03 \x01(\x04R\vbaseVersion\"T\n" +
 	"\x13DrainMergedResponse\x12\x1c\n" +
 	"\treclaimed\x18\x01 \x01(\x03R\treclaimed\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
