@@ -37,10 +37,14 @@ const (
 	// claimed by the master's Scheduler, whose FanOut calls every worker's gRPC
 	// WorkerService.MergeWal one after another.
 	NewShapeSerialFanOut StormShape = "new: master task, serial fan-out"
-	// NewShapeTwoPhaseFanOut is the same task with the master's default fan-out
-	// (MERGE_FANOUT=two-phase): every worker's PrepareMerge at once, then each
-	// worker's CommitMerge one after another.
+	// NewShapeTwoPhaseFanOut is the same task with MERGE_FANOUT=two-phase: every
+	// worker's PrepareMerge at once, then each worker's CommitMerge one after
+	// another.
 	NewShapeTwoPhaseFanOut StormShape = "new: master task, two-phase fan-out"
+	// NewShapeGatherFanOut is the same task with the master's default fan-out
+	// (MERGE_FANOUT=gather): one worker's MergeStore merges every shard in one
+	// commit, then the others' DrainMerged at once.
+	NewShapeGatherFanOut StormShape = "new: master task, gather fan-out"
 )
 
 // StormConfig sizes the commit-storm scenario.
@@ -340,6 +344,10 @@ func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) 
 		if err := w.runFanOut(runCtx, env, cfg, fanout.Serial, &res); err != nil {
 			return res, err
 		}
+	case NewShapeGatherFanOut:
+		if err := w.runFanOut(runCtx, env, cfg, fanout.Gather, &res); err != nil {
+			return res, err
+		}
 	case NewShapeTwoPhaseFanOut:
 		if err := w.runFanOut(runCtx, env, cfg, fanout.TwoPhase, &res); err != nil {
 			return res, err
@@ -420,7 +428,8 @@ func (w *stormWorld) runPerWorkerTimers(ctx context.Context, cfg StormConfig, re
 	res.MergeTimes = times.quantiles()
 }
 
-// runFanOut is NewShapeSerialFanOut or NewShapeTwoPhaseFanOut (mode): every worker
+// runFanOut is NewShapeSerialFanOut, NewShapeTwoPhaseFanOut or
+// NewShapeGatherFanOut (mode): every worker
 // serves its real gRPC WorkerService on loopback; one merge_wal task is enqueued in
 // etcd and the master's Scheduler runs it with the FanOut runner in that mode. A
 // failed task is enqueued again after RetryInterval (the next merge sweep would).

@@ -112,7 +112,7 @@ func newRunCmd() *cobra.Command {
 	fs.DurationVar(&f.ingestDuration, "ingest-duration", 3*time.Minute, "sustained ingest: length of each run")
 	fs.BoolVar(&f.ingestShort, "ingest-short-intervals", true, "sustained ingest: also run with a 10 s stats scan and a 5 s merge sweep, besides the master's defaults")
 	fs.IntSliceVar(&f.ingestWorkers, "ingest-workers", bench.IngestWorkers, "sustained ingest: the worker counts of the runs")
-	fs.StringSliceVar(&f.ingestFanout, "ingest-fanout", []string{string(fanout.Serial), string(fanout.TwoPhase)}, "sustained ingest: the fan-out shapes (MERGE_FANOUT) of the runs")
+	fs.StringSliceVar(&f.ingestFanout, "ingest-fanout", []string{string(fanout.Gather)}, "sustained ingest: the fan-out shapes (MERGE_FANOUT) of the runs")
 	fs.Int64Var(&f.memoryBytes, "memory-backlog-bytes", 1<<30, "memory scenario: generation bytes of the backlog merged")
 	fs.Int64SliceVar(&f.scaleRows, "scale-rows", bench.DefaultScaleRows, "scale scenario: rows of each store measured, smallest first (100000000: a run of hours, by hand)")
 	fs.Int64Var(&f.scaleCache, "scale-table-cache-bytes", 0, "scale scenario: the measuring workers' TABLE_CACHE_BYTES (0: the worker's default)")
@@ -365,7 +365,7 @@ func runStormShapes(ctx context.Context, env *bench.Env, cfg bench.StormConfig) 
 		shape bench.StormShape
 	}{
 		{cfg, bench.OldShapePerWorkerTimers}, {cfg, bench.NewShapeSerialFanOut}, {cfg, bench.NewShapeTwoPhaseFanOut},
-		{sized, bench.NewShapeTwoPhaseFanOut},
+		{sized, bench.NewShapeTwoPhaseFanOut}, {cfg, bench.NewShapeGatherFanOut},
 	}
 	var out []bench.StormResult
 	for _, r := range runs {
