@@ -377,15 +377,11 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 		return pp, nil
 	}
 	pick := m.choose(pending)
-	need := min(PassCostFactor*sumBytes(pick), m.cfg.BudgetBytes)
-	if wait {
-		if err := m.budget.Acquire(ctx, need); err != nil {
-			return pp, err
-		}
-	} else if !m.budget.TryAcquire(need) {
-		return pp, ErrBusy
+	release, err := m.charge(ctx, pick, wait)
+	if err != nil {
+		return pp, err
 	}
-	pp.release = func() { m.budget.Release(need) }
+	pp.release = release
 	pp.pick, pp.more = pick, len(pending) > len(pick)
 	pp.upTo = pick[len(pick)-1].Generation
 	pp.drainTo = pp.upTo
@@ -504,6 +500,21 @@ func (m *Merger) drain(ctx context.Context, w *wal.Writer, s *store.Store, upTo 
 	}
 	s.ObserveShard(d.Manifest)
 	return d.Generations, nil
+}
+
+// charge takes a pass's memory charge for reading gens from the worker-wide
+// budget (PassCostFactor per byte, at most the whole budget), waiting for it with
+// wait, else ErrBusy when it is taken; release gives it back.
+func (m *Merger) charge(ctx context.Context, gens []wal.Generation, wait bool) (release func(), err error) {
+	need := min(PassCostFactor*sumBytes(gens), m.cfg.BudgetBytes)
+	if wait {
+		if err := m.budget.Acquire(ctx, need); err != nil {
+			return nil, err
+		}
+	} else if !m.budget.TryAcquire(need) {
+		return nil, ErrBusy
+	}
+	return func() { m.budget.Release(need) }, nil
 }
 
 // choose takes the oldest pending generations within the caps and what the memory

@@ -110,20 +110,16 @@ func (m *Merger) storePass(ctx context.Context, s *store.Store, base *table.Mani
 	for _, gens := range pick {
 		all = append(all, gens...)
 	}
-	need := min(PassCostFactor*sumBytes(all), m.cfg.BudgetBytes)
-	if wait {
-		if err := m.budget.Acquire(ctx, need); err != nil {
-			return nil, err
-		}
-	} else if !m.budget.TryAcquire(need) {
-		return nil, ErrBusy
+	release, err := m.charge(ctx, all, wait)
+	if err != nil {
+		return nil, err
 	}
-	defer m.budget.Release(need)
+	defer release()
 	res.Passes++
 
 	shards := slices.Sorted(maps.Keys(pick))
 	recs := make([][][]arrow.RecordBatch, len(shards)) // by shard, then generation
-	err := m.timed(PhaseRead, func() error {
+	err = m.timed(PhaseRead, func() error {
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(StoreGenerationReads)
 		for i, shard := range shards {
