@@ -40,7 +40,7 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "1h", "SNAPSHOT_TTL": "1ms"},
 		// Only the merges the test requeues run: no sweep, no merge on demand.
 		map[string]string{"MERGE_WAL_INTERVAL": "1h", "MERGE_WAL_WORKER_TIMEOUT": "1m",
-			"MERGE_WAL_MIN_GENERATIONS": "1000000", "MERGE_MAX_DELAY": "1h"})
+			"MERGE_WAL_MIN_GENERATIONS": "1000000", "MERGE_MAX_DELAY": "1h", "MERGE_FANOUT": "two-phase"})
 	m := c.startMaster("m1", nil)
 	faults := filepath.Join(c.dir, "w1-faults.json")
 	if err := os.WriteFile(faults, nil, 0o644); err != nil {

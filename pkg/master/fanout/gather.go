@@ -75,7 +75,9 @@ func (f *FanOut) gather(ctx context.Context, c *tasks.Claim, gc gatherCaller, wo
 	if !done {
 		return fmt.Errorf("merge of the store: %w: none of %s could be reached", ErrUnreachable, count(int64(len(workers)), "worker"))
 	}
-	t.ok = 1
+	// Every worker's shard is merged now, unless its drain fails below: a worker
+	// whose shard had nothing pending had nothing to do.
+	t.ok = len(workers)
 	t.merged, t.rows = merged.Generations, merged.Rows
 	t.version = max(t.version, merged.BaseVersion)
 
@@ -95,15 +97,14 @@ func (f *FanOut) gather(ctx context.Context, c *tasks.Claim, gc gatherCaller, wo
 			})
 			if err != nil {
 				log.Warn("merge_wal: drain of the merged generations failed; the next task drains them", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
-				return
+				mu.Lock()
+				t.ok--
+				mu.Unlock()
 			}
-			mu.Lock()
-			t.ok++
-			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	log.Info("merge_wal: store merged", "by", by.InstanceID, "shards", len(merged.Merged), "generations", merged.Generations,
-		"rows", merged.Rows, "version", merged.BaseVersion, "drained", t.ok-1)
+		"rows", merged.Rows, "version", merged.BaseVersion, "drains", len(drain), "drains_failed", len(workers)-t.ok)
 	return nil
 }

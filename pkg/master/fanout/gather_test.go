@@ -64,8 +64,8 @@ func TestGatherMergesTheStoreOnceAndHasTheOthersDrain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Stats.GenerationsMerged != 8 || r.Stats.BaseVersion != 42 {
-			t.Fatalf("token %d: report %+v, want 8 generations at version 42", token, r.Stats)
+		if r.Stats.GenerationsMerged != 8 || r.Stats.BaseVersion != 42 || r.Stats.WorkersMerged != 4 {
+			t.Fatalf("token %d: report %+v, want 8 generations at version 42 across 4 workers", token, r.Stats)
 		}
 		var by []string
 		for i, w := range ws {
