@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
@@ -453,39 +452,63 @@ func medianInt(v []int) int {
 // readTasks counts the run's merge_wal tasks of target ("": of every target) from
 // the master's task queue.
 func (r *IngestResult) readTasks(ctx context.Context, ts *tasks.Queue, target string) error {
+	all, err := listMergeTasks(ctx, ts, target)
+	if err != nil {
+		return err
+	}
+	r.countTasks(all)
+	return nil
+}
+
+// countTasks counts ts, merge_wal tasks, into r.
+func (r *IngestResult) countTasks(ts []tasks.Task) {
 	var times durations
+	for _, t := range ts {
+		r.Tasks++
+		if t.State == tasks.StateFailed {
+			r.FailedTasks++
+			if r.FirstError == "" {
+				r.FirstError = t.Error
+			}
+		}
+		// Workers > 0: the fan-out ran and counted (not a skipped or refused task).
+		if s := t.Stats; s.Workers > 0 {
+			r.MergedByTasks += s.GenerationsMerged
+			if s.GenerationsMerged == 0 {
+				r.EmptyTasks++
+			}
+		}
+		if d, ok := taskTime(t); ok {
+			times = append(times, d)
+		}
+	}
+	r.TaskTimes = times.quantiles()
+}
+
+// taskTime is a finished task's run time, claim to finish.
+func taskTime(t tasks.Task) (time.Duration, bool) {
+	if !t.State.Finished() || t.StartedAt.IsZero() {
+		return 0, false
+	}
+	return t.FinishedAt.Sub(t.StartedAt), true
+}
+
+// listMergeTasks returns the merge_wal tasks of target ("": of every target) in
+// the master's task queue.
+func listMergeTasks(ctx context.Context, ts *tasks.Queue, target string) ([]tasks.Task, error) {
+	var out []tasks.Task
 	token := ""
 	for {
 		page, next, err := ts.List(ctx, tasks.ListFilter{Kind: tasks.KindMergeWAL, Target: target, Limit: tasks.MaxListLimit, PageToken: token})
 		if err != nil {
-			return fmt.Errorf("ingest: list merge_wal tasks: %w", err)
+			return nil, fmt.Errorf("list merge_wal tasks: %w", err)
 		}
-		for _, t := range page {
-			r.Tasks++
-			if t.State == tasks.StateFailed {
-				r.FailedTasks++
-				if r.FirstError == "" {
-					r.FirstError = t.Error
-				}
-			}
-			// Workers > 0: the fan-out ran and counted (not a skipped or refused task).
-			if s := t.Stats; s.Workers > 0 {
-				r.MergedByTasks += s.GenerationsMerged
-				if s.GenerationsMerged == 0 {
-					r.EmptyTasks++
-				}
-			}
-			if t.State.Finished() && !t.StartedAt.IsZero() {
-				times = append(times, t.FinishedAt.Sub(t.StartedAt))
-			}
-		}
+		out = append(out, page...)
 		if next == "" {
-			break
+			return out, nil
 		}
 		token = next
 	}
-	r.TaskTimes = times.quantiles()
-	return nil
 }
 
 // serveWorkers serves every worker's real gRPC WorkerService on a loopback port and

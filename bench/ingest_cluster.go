@@ -25,8 +25,8 @@ import (
 // scheduler and fan-out) on the bench's etcd under a prefix of its own.
 //
 // Its life: newIngestCluster, addStore for every store (without faults), start
-// (the faults from then on, the master and the pending records running),
-// stopMaster once the ingest ended, drain, close.
+// (the faults from then on, the master and the pending records running; or
+// fault, then run), stopMaster once the ingest ended, drain, close.
 type ingestCluster struct {
 	raw, faulty *objstore.Bucket
 	faults      *objstore.Faults
@@ -135,12 +135,22 @@ type faultsConfig struct {
 	Throttle        objstore.ThrottleMode
 }
 
-// start turns the faults on and resets their counters, then runs the master and
-// the workers' pending records until stopMaster and close.
+// start turns the faults on and runs the cluster.
 func (c *ingestCluster) start(ctx context.Context, f faultsConfig) {
+	c.fault(f)
+	c.run(ctx)
+}
+
+// fault turns the faults on and resets their counters.
+func (c *ingestCluster) fault(f faultsConfig) {
 	c.faults.SetLatency(f.Latency, f.Jitter)
 	c.faults.SetMaxConcurrent(f.MaxConcurrent, f.Throttle)
 	c.faults.ResetCounters()
+}
+
+// run runs the master and the workers' pending records until stopMaster and
+// close.
+func (c *ingestCluster) run(ctx context.Context) {
 	// The master outlives the ingest: stopping it lets a running task finish (its
 	// shutdown timeout) so that a drain afterwards does not race a fan-out.
 	masterCtx, stop := context.WithCancel(ctx)
