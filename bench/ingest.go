@@ -106,10 +106,13 @@ func (c IngestConfig) Intervals() (scan, sweep time.Duration) {
 	return scan, sweep
 }
 
-// IngestSample is the number of pending generations At into the measured phase.
+// IngestSample is the number of pending generations At into the measured phase,
+// and Merged, the sum of every shard's merged watermark then: a shard numbers its
+// generations one by one, so the sum grows by the generations merged.
 type IngestSample struct {
 	At      time.Duration
 	Pending int
+	Merged  uint64
 }
 
 // IngestResult is one run of the scenario in one fan-out shape.
@@ -239,7 +242,7 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	if samplerErr != nil {
 		return res, samplerErr
 	}
-	if res.FinalPending, err = watched.final(ctx, c.raw); err != nil {
+	if res.FinalPending, err = watched.final(ctx, c.raw, res.Elapsed); err != nil {
 		return res, err
 	}
 	res.SealToMerged, res.Unmerged = in.seals.result()
@@ -366,17 +369,29 @@ type watchedStore struct {
 	dir     string
 	seals   *sealWatch
 	samples []IngestSample
+	// last is final's count, after the samples.
+	last *IngestSample
 }
 
-// final counts the store's pending generations right after the ingest stopped
-// and tells its seal watch the watermarks.
-func (w *watchedStore) final(ctx context.Context, raw *objstore.Bucket) (int, error) {
+// final counts the store's pending generations right after the ingest stopped,
+// tells its seal watch the watermarks and keeps the count as the last sample,
+// at elapsed.
+func (w *watchedStore) final(ctx context.Context, raw *objstore.Bucket, elapsed time.Duration) (int, error) {
 	n, watermarks, err := pendingAndWatermarks(ctx, raw, w.dir)
 	if err != nil {
 		return 0, fmt.Errorf("final pending count of %s: %w", w.dir, err)
 	}
 	w.seals.merged(watermarks, time.Now())
+	w.last = &IngestSample{At: elapsed, Pending: n, Merged: sumWatermarks(watermarks)}
 	return n, nil
+}
+
+func sumWatermarks(watermarks map[string]uint64) uint64 {
+	var sum uint64
+	for _, g := range watermarks {
+		sum += g
+	}
+	return sum
 }
 
 // sample counts the pending generations of every store every interval until ctx
@@ -402,7 +417,7 @@ func sample(ctx context.Context, raw *objstore.Bucket, start time.Time, every ti
 				return fmt.Errorf("count pending generations of %s: %w", w.dir, err)
 			}
 			w.seals.merged(watermarks, time.Now())
-			w.samples = append(w.samples, IngestSample{At: time.Since(start), Pending: n})
+			w.samples = append(w.samples, IngestSample{At: time.Since(start), Pending: n, Merged: sumWatermarks(watermarks)})
 		}
 	}
 }

@@ -21,11 +21,11 @@ import (
 // sealed into a generation of its own) at Factor times what merges sustain.
 type OverloadConfig struct {
 	// Workers each serve the HTTP API and the gRPC WorkerService and own one shard
-	// of one rollout store; one writer per worker adds RowsPerAdd rows at a time
-	// to its worker and waits for the answer.
-	Workers    int
-	RowsPerAdd int
-	Row        RowShape
+	// of one rollout store; Writers per worker add RowsPerAdd rows at a time to
+	// it, each waiting for its answer before its next add.
+	Workers, Writers int
+	RowsPerAdd       int
+	Row              RowShape
 	// ProbeGenerations is the backlog of the probe, per worker: sealed before
 	// the master starts, drained by its merges, and the rate they drained it at
 	// is what merges sustain. ProbeTimeout bounds the drain.
@@ -47,12 +47,14 @@ type OverloadConfig struct {
 }
 
 // DefaultOverloadConfig is issue 31's overload for d: the 20 workers and the
-// bucket of the sustained ingest (DefaultIngestConfig), adds of 50 small rows,
-// a probe of 24 generations per worker (three merges' worth at
-// MERGE_MAX_GENERATIONS 8), and writers at twice its rate.
+// bucket of the sustained ingest (DefaultIngestConfig), 3 writers per worker
+// (one writer waiting for its answers cannot offer twice what merges sustain
+// here: an add with its seal takes about 250 ms on this machine), adds of 50
+// small rows, a probe of 24 generations per worker, and writers at twice its
+// rate.
 func DefaultOverloadConfig(d time.Duration) OverloadConfig {
 	in := DefaultIngestConfig(20)
-	return OverloadConfig{Workers: in.Workers, RowsPerAdd: in.RowsPerGeneration, Row: in.Row, ProbeGenerations: 24,
+	return OverloadConfig{Workers: in.Workers, Writers: 3, RowsPerAdd: in.RowsPerGeneration, Row: in.Row, ProbeGenerations: 24,
 		ProbeTimeout: 5 * time.Minute, Factor: 2, Duration: d, SampleEvery: in.SampleEvery,
 		Latency: in.Latency, Jitter: in.Jitter, MaxConcurrent: in.MaxConcurrent, Throttle: in.Throttle}
 }
@@ -65,12 +67,23 @@ type OverloadMinute struct {
 	// Delayed adds carried the backpressure header; Delay is its value.
 	Delayed int
 	Delay   Quantiles
-	// PendingMax is the most pending generations a sample of the minute saw.
-	PendingMax int
-	// Merged are the generations merged in the minute: the adds answered in it
-	// (each sealed one) less the growth of pending, from the samples closest to
-	// its ends.
-	Merged int
+	// PendingMax is the most pending generations a sample of the minute saw;
+	// ViewMax the most any worker's own snapshot counted (the count AdmitAdd
+	// decides on without refreshing).
+	PendingMax, ViewMax int
+	// Merged are the generations merged and Sealed those sealed (merged plus the
+	// growth of pending) between the samples closest to the minute's ends,
+	// Length apart.
+	Merged, Sealed int
+	Length         time.Duration
+}
+
+// rate is n per second of the minute.
+func (m OverloadMinute) rate(n int) float64 {
+	if m.Length <= 0 {
+		return 0
+	}
+	return float64(n) / m.Length.Seconds()
 }
 
 // OverloadResult is one run of the overload.
@@ -99,9 +112,18 @@ type OverloadResult struct {
 	MetricDelayed  uint64
 	MetricDelaySum float64
 	MetricRefusals float64
+	// The workers' mean times of the phase's (and the probe's, which adds no
+	// requests) successful adds: MeanRequest the add request past body parsing
+	// (rollout_add_request_duration_seconds{flush="true"}: backpressure, append
+	// and seal), MeanAppend its durable WAL append (rollout_add_duration_seconds),
+	// MeanSeal a seal (rollout_flush_duration_seconds, the probe's included).
+	MeanRequest, MeanAppend, MeanSeal time.Duration
 	// Ingest holds the phase's pending samples and their summary and its
 	// merge_wal tasks (those enqueued after the probe).
 	Ingest IngestResult
+	// ViewMax is the most pending generations any worker's own store snapshot
+	// counted at a sample: what AdmitAdd decides on below WarnGenerations.
+	ViewMax int
 	// WarnGenerations and RefuseGenerations are the workers' thresholds.
 	WarnGenerations, RefuseGenerations int
 	Requests                           int64
@@ -131,7 +153,7 @@ const overloadStore = "overload"
 // acknowledged row is checked.
 func RunOverload(ctx context.Context, env *Env, cfg OverloadConfig, mode fanout.Shape) (OverloadResult, error) {
 	res := OverloadResult{Mode: mode, FailedByStatus: map[int]int{}, Ingest: IngestResult{Mode: mode}}
-	if cfg.Workers < 1 || cfg.RowsPerAdd < 1 || cfg.ProbeGenerations < 1 || cfg.ProbeTimeout <= 0 || cfg.Factor <= 0 ||
+	if cfg.Workers < 1 || cfg.Writers < 1 || cfg.RowsPerAdd < 1 || cfg.ProbeGenerations < 1 || cfg.ProbeTimeout <= 0 || cfg.Factor <= 0 ||
 		cfg.Duration <= 0 || cfg.SampleEvery <= 0 {
 		return res, fmt.Errorf("overload: config %+v: workers, rows, probe, factor, duration and sample interval must be positive", cfg)
 	}
@@ -146,7 +168,7 @@ func RunOverload(ctx context.Context, env *Env, cfg OverloadConfig, mode fanout.
 	}
 	// The bench's workers take the store's defaults, as cmd/worker does.
 	res.WarnGenerations, res.RefuseGenerations = store.DefaultWarnGenerations, store.DefaultRefuseGenerations
-	api, err := serveWorkerAPIs(c.workers)
+	api, err := serveWorkerAPIs(c.workers, cfg.Writers)
 	if err != nil {
 		return res, fmt.Errorf("overload: %w", err)
 	}
@@ -159,7 +181,8 @@ func RunOverload(ctx context.Context, env *Env, cfg OverloadConfig, mode fanout.
 		return res, err
 	}
 	res.Offered = cfg.Factor * res.ProbeRate
-	res.Period = time.Duration(float64(cfg.Workers) / res.Offered * float64(time.Second))
+	writers := cfg.Workers * cfg.Writers
+	res.Period = time.Duration(float64(writers) / res.Offered * float64(time.Second))
 	res.LoadStart = mdreport.ThisMachine().LoadAvg
 	c.faults.ResetCounters()
 	env.log().Info("overload: start", "mode", mode, "workers", cfg.Workers, "probe_rate", res.ProbeRate,
@@ -167,40 +190,47 @@ func RunOverload(ctx context.Context, env *Env, cfg OverloadConfig, mode fanout.
 
 	watched := &watchedStore{dir: cs.dir, seals: newSealWatch()}
 	adds := &addLog{in: in}
+	n, watermarks, err := pendingAndWatermarks(ctx, c.raw, cs.dir)
+	if err != nil {
+		return res, fmt.Errorf("overload: %w", err)
+	}
+	first := IngestSample{Pending: n, Merged: sumWatermarks(watermarks)}
 	start := time.Now()
 	phaseCtx, stopPhase := context.WithTimeout(ctx, cfg.Duration)
 	defer stopPhase()
 	var wg sync.WaitGroup
-	for i := range cfg.Workers {
+	for i := range writers {
 		gen := newRowGen(env.Seed+uint64(cfg.Workers+i)+1, cfg.Row)
-		phase := res.Period * time.Duration(i) / time.Duration(cfg.Workers)
-		url := api.urls[i] + "/api/v1/rollouts/" + overloadStore + "/records?flush=true"
+		phase := res.Period * time.Duration(i) / time.Duration(writers)
+		url := api.urls[i%cfg.Workers] + "/api/v1/rollouts/" + overloadStore + "/records?flush=true"
 		wg.Go(func() { adds.writer(phaseCtx, api.client, url, gen, cfg.RowsPerAdd, res.Period, phase, start) })
 	}
 	var samplerErr error
-	samplerDone := make(chan struct{})
-	go func() {
-		defer close(samplerDone)
-		samplerErr = sample(phaseCtx, c.raw, start, cfg.SampleEvery, watched)
-	}()
+	var samplers sync.WaitGroup
+	samplers.Go(func() { samplerErr = sample(phaseCtx, c.raw, start, cfg.SampleEvery, watched) })
+	views := &viewSamples{}
+	samplers.Go(func() { views.run(phaseCtx, cs.handles, start, cfg.SampleEvery) })
 	wg.Wait()
-	<-samplerDone
+	samplers.Wait()
 	res.Elapsed = time.Since(start)
 	if samplerErr != nil {
 		return res, fmt.Errorf("overload: %w", samplerErr)
 	}
 	ig := &res.Ingest
 	ig.Elapsed, ig.Samples = res.Elapsed, watched.samples
-	if ig.FinalPending, err = watched.final(ctx, c.raw); err != nil {
+	if ig.FinalPending, err = watched.final(ctx, c.raw, res.Elapsed); err != nil {
 		return res, fmt.Errorf("overload: %w", err)
 	}
+	counts := append(append([]IngestSample{first}, watched.samples...), *watched.last)
 	res.LoadEnd = mdreport.ThisMachine().LoadAvg
 	res.Requests = c.faults.TotalRequests()
 	ig.Requests, ig.PeakInFlight = res.Requests, c.faults.PeakInFlight()
 	ig.summarize(IngestConfig{Workers: cfg.Workers})
-	adds.summarize(&res)
-	ig.Sealed, ig.Merged = res.Adds, res.Adds-ig.FinalPending+pendingAt(ig.Samples, 0)
-	if res.MetricDelayed, res.MetricDelaySum, res.MetricRefusals, err = api.backpressure(); err != nil {
+	adds.summarize(&res, counts)
+	views.summarize(&res)
+	ig.Merged = int(watched.last.Merged - first.Merged)
+	ig.Sealed = ig.Merged + watched.last.Pending - first.Pending
+	if err := res.readWorkerMetrics(api); err != nil {
 		return res, fmt.Errorf("overload: %w", err)
 	}
 
@@ -231,6 +261,33 @@ func RunOverload(ctx context.Context, env *Env, cfg OverloadConfig, mode fanout.
 		"latency_p99", res.Latency.P99, "delayed", res.Delayed, "delay_p99", res.Delay.P99, "max_pending", ig.MaxPending,
 		"refuse", res.RefuseGenerations, "tasks", ig.Tasks, "failed_tasks", ig.FailedTasks, "requests", res.Requests)
 	return res, nil
+}
+
+// readWorkerMetrics reads the backpressure's metrics and the add path's mean
+// times from the workers' registries.
+func (r *OverloadResult) readWorkerMetrics(api *workerAPIs) error {
+	var err error
+	if r.MetricDelayed, r.MetricDelaySum, err = api.histogram("tidemark_add_backpressure_delay_seconds"); err != nil {
+		return err
+	}
+	if r.MetricRefusals, err = api.counter("tidemark_add_backpressure_refusals_total"); err != nil {
+		return err
+	}
+	for _, m := range []struct {
+		name string
+		into *time.Duration
+	}{
+		{"rollout_add_request_duration_seconds", &r.MeanRequest},
+		{"rollout_add_duration_seconds", &r.MeanAppend},
+		{"rollout_flush_duration_seconds", &r.MeanSeal},
+	} {
+		n, sum, err := api.histogram(m.name)
+		if err != nil {
+			return err
+		}
+		*m.into = mean(n, sum)
+	}
+	return nil
 }
 
 // probe seals cfg.ProbeGenerations generations on every worker, starts the
@@ -315,18 +372,53 @@ func (r *OverloadResult) probe(ctx context.Context, env *Env, c *ingestCluster, 
 	return drained, nil
 }
 
-// pendingAt returns the pending generations of the last sample at or before at
-// (the first sample when none is).
-func pendingAt(samples []IngestSample, at time.Duration) int {
-	if len(samples) == 0 {
-		return 0
+// viewSamples are the largest pending count any worker's own snapshot of the
+// store held, at each sample, by minute.
+type viewSamples struct {
+	minuteMax []int
+}
+
+// run samples the handles' snapshots every interval until ctx ends; it reads
+// memory only.
+func (v *viewSamples) run(ctx context.Context, handles []*store.Store, start time.Time, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := 0
+		for _, h := range handles {
+			n = max(n, h.Snapshot().PendingCount())
+		}
+		m := int(time.Since(start) / time.Minute)
+		for len(v.minuteMax) <= m {
+			v.minuteMax = append(v.minuteMax, 0)
+		}
+		v.minuteMax[m] = max(v.minuteMax[m], n)
 	}
-	n := samples[0].Pending
+}
+
+func (v *viewSamples) summarize(r *OverloadResult) {
+	for m, n := range v.minuteMax {
+		r.ViewMax = max(r.ViewMax, n)
+		if m < len(r.Minutes) {
+			r.Minutes[m].ViewMax = n
+		}
+	}
+}
+
+// sampleAt returns the last of samples (in time order, not empty) taken at or
+// before at, or the first.
+func sampleAt(samples []IngestSample, at time.Duration) IngestSample {
+	out := samples[0]
 	for _, s := range samples {
 		if s.At > at {
 			break
 		}
-		n = s.Pending
+		out = s
 	}
-	return n
+	return out
 }

@@ -31,9 +31,10 @@ type workerAPIs struct {
 }
 
 // serveWorkerAPIs serves every worker's HTTP API on a loopback port until close.
-func serveWorkerAPIs(workers []*recordingWorker) (*workerAPIs, error) {
+// Its client keeps up to conns connections to each of them alive.
+func serveWorkerAPIs(workers []*recordingWorker, conns int) (*workerAPIs, error) {
 	ctx, stop := context.WithCancel(context.Background())
-	a := &workerAPIs{stop: stop, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}}
+	a := &workerAPIs{stop: stop, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns}}}
 	for _, wk := range workers {
 		reg := prometheus.NewRegistry()
 		srv, err := worker.NewServer(worker.ServerConfig{InstanceID: wk.id, Logger: quiet, Metrics: reg,
@@ -62,28 +63,50 @@ func (a *workerAPIs) close() {
 	a.client.CloseIdleConnections()
 }
 
-// backpressure sums the workers' tidemark_add_backpressure_delay_seconds (how
-// many adds waited, for how long in all) and
-// tidemark_add_backpressure_refusals_total.
-func (a *workerAPIs) backpressure() (delayed uint64, delaySum, refusals float64, err error) {
+// histogram sums the workers' histogram name over its labels: how many
+// observations, and their sum.
+func (a *workerAPIs) histogram(name string) (count uint64, sum float64, err error) {
 	for _, reg := range a.metrics {
 		families, err := reg.Gather()
 		if err != nil {
-			return 0, 0, 0, fmt.Errorf("worker metrics: %w", err)
+			return 0, 0, fmt.Errorf("worker metrics: %w", err)
 		}
-		for _, f := range families {
-			for _, m := range f.GetMetric() {
-				switch f.GetName() {
-				case "tidemark_add_backpressure_delay_seconds":
-					delayed += m.GetHistogram().GetSampleCount()
-					delaySum += m.GetHistogram().GetSampleSum()
-				case "tidemark_add_backpressure_refusals_total":
-					refusals += m.GetCounter().GetValue()
+		for _, fam := range families {
+			for _, m := range fam.GetMetric() {
+				if fam.GetName() == name {
+					count += m.GetHistogram().GetSampleCount()
+					sum += m.GetHistogram().GetSampleSum()
 				}
 			}
 		}
 	}
-	return delayed, delaySum, refusals, nil
+	return count, sum, nil
+}
+
+// counter sums the workers' counter name over its labels.
+func (a *workerAPIs) counter(name string) (sum float64, err error) {
+	for _, reg := range a.metrics {
+		families, err := reg.Gather()
+		if err != nil {
+			return 0, fmt.Errorf("worker metrics: %w", err)
+		}
+		for _, fam := range families {
+			for _, m := range fam.GetMetric() {
+				if fam.GetName() == name {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum, nil
+}
+
+// mean is sum over count as a duration of seconds (zero without observations).
+func mean(count uint64, sum float64) time.Duration {
+	if count == 0 {
+		return 0
+	}
+	return time.Duration(sum / float64(count) * float64(time.Second))
 }
 
 // addOutcome is one add request of the overload phase.
@@ -196,9 +219,10 @@ func post(ctx context.Context, client *http.Client, url string, body []byte) (in
 	return resp.StatusCode, delay, nil
 }
 
-// summarize fills r's counts, latencies, delays and minutes from the outcomes and
-// r.Ingest's samples (summarized already).
-func (l *addLog) summarize(r *OverloadResult) {
+// summarize fills r's counts, latencies, delays and minutes from the outcomes,
+// r.Ingest's per-minute maxima (summarized already) and counts, the phase's
+// pending and merged counts from its start to its end.
+func (l *addLog) summarize(r *OverloadResult, counts []IngestSample) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var all, delays durations
@@ -236,7 +260,9 @@ func (l *addLog) summarize(r *OverloadResult) {
 		if m < len(r.Ingest.MinuteMax) {
 			mm.PendingMax = r.Ingest.MinuteMax[m]
 		}
-		from, to := time.Duration(m)*time.Minute, time.Duration(m+1)*time.Minute
-		mm.Merged = mm.Adds - (pendingAt(r.Ingest.Samples, to) - pendingAt(r.Ingest.Samples, from))
+		from, to := sampleAt(counts, time.Duration(m)*time.Minute), sampleAt(counts, time.Duration(m+1)*time.Minute)
+		mm.Length = to.At - from.At
+		mm.Merged = int(to.Merged - from.Merged)
+		mm.Sealed = mm.Merged + to.Pending - from.Pending
 	}
 }

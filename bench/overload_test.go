@@ -10,7 +10,7 @@ import (
 )
 
 func quickOverload() OverloadConfig {
-	return OverloadConfig{Workers: 2, RowsPerAdd: 5, Row: SmallRow, ProbeGenerations: 12, ProbeTimeout: time.Minute,
+	return OverloadConfig{Workers: 2, Writers: 2, RowsPerAdd: 5, Row: SmallRow, ProbeGenerations: 12, ProbeTimeout: time.Minute,
 		Factor: 2, Duration: 4 * time.Second, SampleEvery: 100 * time.Millisecond, Latency: time.Millisecond, MaxConcurrent: 16}
 }
 
@@ -26,12 +26,12 @@ func TestOverloadAddsThroughTheHTTPRouteAfterAProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.ProbeSealed != 24 || res.ProbeTasks == 0 || res.ProbeRate <= 0 || res.Adds == 0 || len(res.Minutes) == 0 ||
-		res.Rows < int64(res.Adds*5) || len(res.Ingest.Samples) == 0 {
+		res.Rows < int64(res.Adds*5) || len(res.Ingest.Samples) == 0 || res.Ingest.Sealed == 0 {
 		t.Fatalf("%+v", res)
 	}
 	r := &Report{Overload: &OverloadRun{Config: quickOverload(), Result: res}}
 	md := r.Markdown()
-	for _, want := range []string{OverloadHeading + "\n", "| 2 | two-phase | 24 in ", "\n| 1 | "} {
+	for _, want := range []string{OverloadHeading + "\n", "| 2 (2) | two-phase | 24 in ", "\n| 1 | "} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("no %q in:\n%s", want, md)
 		}

@@ -200,13 +200,13 @@ func RunSkew(ctx context.Context, env *Env, cfg SkewConfig, mode fanout.Shape) (
 	if err := errors.Join(hotErr, quietErr); err != nil {
 		return res, fmt.Errorf("skew: %w", err)
 	}
-	if res.Hot.FinalPending, err = hotWatch.final(ctx, c.raw); err != nil {
+	if res.Hot.FinalPending, err = hotWatch.final(ctx, c.raw, res.Elapsed); err != nil {
 		return res, fmt.Errorf("skew: %w", err)
 	}
 	end := time.Now()
 	var quietWaits durations
 	for i, w := range quietWatch {
-		if _, err := w.final(ctx, c.raw); err != nil {
+		if _, err := w.final(ctx, c.raw, res.Elapsed); err != nil {
 			return res, fmt.Errorf("skew: %w", err)
 		}
 		waits := quietIn[i].seals.waitTimes()

@@ -138,6 +138,8 @@ func newRunCmd() *cobra.Command {
 	f.overload = bench.DefaultOverloadConfig(5 * time.Minute)
 	fs.DurationVar(&f.overload.Duration, "overload-duration", f.overload.Duration, "overload: length of the overload phase, after the probe")
 	fs.IntVar(&f.overload.Workers, "overload-workers", f.overload.Workers, "overload: workers, each with one writer adding through its HTTP add route")
+	fs.IntVar(&f.overload.Writers, "overload-writers", f.overload.Writers, "overload: writers per worker, each waiting for its answers")
+	fs.IntVar(&f.overload.RowsPerAdd, "overload-rows", f.overload.RowsPerAdd, "overload: rows per add (each add is sealed into a generation of its own)")
 	fs.Float64Var(&f.overload.Factor, "overload-factor", f.overload.Factor, "overload: the writers' rate in all, as a multiple of what the probe measured merges sustain")
 	fs.IntVar(&f.overload.ProbeGenerations, "overload-probe-generations", f.overload.ProbeGenerations, "overload: generations each worker seals for the probe of what merges sustain")
 	fs.StringVar(&f.feed.BinDir, "feed-bin", "", "feed scenario: directory holding the master and worker binaries (default: go build them into the scratch directory)")
