@@ -48,10 +48,9 @@ type OverloadConfig struct {
 
 // DefaultOverloadConfig is issue 31's overload for d: the 20 workers and the
 // bucket of the sustained ingest (DefaultIngestConfig), 3 writers per worker
-// (one writer waiting for its answers cannot offer twice what merges sustain
-// here: an add with its seal takes about 250 ms on this machine), adds of 50
-// small rows, a probe of 24 generations per worker, and writers at twice its
-// rate.
+// (an add and its seal are several round trips, so one writer waiting for its
+// answers offers too little), adds of 50 small rows, a probe of 24 generations
+// per worker, and writers at twice its rate.
 func DefaultOverloadConfig(d time.Duration) OverloadConfig {
 	in := DefaultIngestConfig(20)
 	return OverloadConfig{Workers: in.Workers, Writers: 3, RowsPerAdd: in.RowsPerGeneration, Row: in.Row, ProbeGenerations: 24,
@@ -147,9 +146,9 @@ const overloadStore = "overload"
 // with every worker also serving its real HTTP API (worker.NewServer) on
 // loopback. First the probe: every worker seals cfg.ProbeGenerations generations
 // through its store handle, then the master starts and its merges drain them;
-// their rate is what merges sustain. Then for cfg.Duration one writer per worker
-// adds through the HTTP add route with ?flush=true at cfg.Factor times that rate
-// in all. Afterwards whatever is pending is merged without faults and every
+// their rate is what merges sustain. Then for cfg.Duration cfg.Writers writers
+// per worker add through the HTTP add route with ?flush=true at cfg.Factor times
+// that rate in all. Afterwards whatever is pending is merged without faults and every
 // acknowledged row is checked.
 func RunOverload(ctx context.Context, env *Env, cfg OverloadConfig, mode fanout.Shape) (OverloadResult, error) {
 	res := OverloadResult{Mode: mode, FailedByStatus: map[int]int{}, Ingest: IngestResult{Mode: mode}}
