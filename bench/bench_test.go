@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
+	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 )
@@ -199,12 +200,36 @@ func TestUpdateSectionsReplacesOnlyItsScenarios(t *testing.T) {
 			t.Fatalf("got:\n%s", doc)
 		}
 	}
-	if err := os.WriteFile(path, []byte(head+storm), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := &Report{Lock: []LockResult{{Shape: OldShapeLockAcrossRead, Mergers: 1}}}
-	if err := r.UpdateSections(path); err == nil {
-		t.Fatal("a missing subsection was not reported")
+}
+
+// A scenario the section does not have yet gets its subsection in the order of
+// the numbered headings, and everything else stays: what guards a first run of a
+// new scenario with --keep-others.
+func TestUpdateSectionsInsertsANewScenarioInOrder(t *testing.T) {
+	path := t.TempDir() + "/BENCHMARKS.md"
+	head := "# Benchmarks\n\n" + SectionHeading + " (`bench/`), 2026-11-29\n\n"
+	storm, ingest := "### 1. Commit storm\n\nold storm\n\n", "### 1b. Sustained ingest\n\nold ingest\n\n"
+	lock := "### 2. Lock held across the read\n\nold lock\n"
+	later := "\n## Later\n\nkept\n"
+	r := &Report{Date: time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC), Command: "tidemark-bench run --only skew",
+		SkewRuns: []SkewRun{{Config: DefaultSkewConfig(5 * time.Minute), Result: SkewResult{Mode: fanout.TwoPhase}}}}
+	for _, c := range []struct{ doc, before, after string }{
+		{head + storm + ingest + lock + later, head + storm + ingest, lock + later},
+		{head + storm + ingest + later, head + storm + ingest, later},
+	} {
+		if err := os.WriteFile(path, []byte(c.doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.UpdateSections(path); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(path)
+		doc := string(got)
+		i := strings.Index(doc, "### 1c. Skewed ingest\n\nRerun alone on 2026-12-07")
+		j := strings.Index(doc, "\n\n"+strings.TrimPrefix(c.after, "\n"))
+		if i < 0 || doc[:i] != c.before || j < i || !strings.HasSuffix(doc, c.after) {
+			t.Fatalf("got:\n%s", doc)
+		}
 	}
 }
 

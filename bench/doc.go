@@ -14,6 +14,14 @@
 //   - RunIngest, sustained ingest: workers seal a generation every second while a
 //     real master (master.New) scans, sweeps and merges; do pending generations stay
 //     bounded, with the serial and the two-phase fan-out?
+//   - RunSkew, skewed ingest (issue 31): the cluster of RunIngest with one hot
+//     store taking 90% of the rows and 50 quiet stores sharing the rest; is every
+//     quiet store merged within MERGE_MAX_DELAY plus one merge time, and the hot
+//     store bounded? (only when named: over 5 minutes)
+//   - RunOverload (issue 31): a probe measures what merges sustain, then writers
+//     add through the workers' real HTTP add route at twice that; do adds slow
+//     down instead of failing, and pending generations stay under the refusal
+//     threshold? (only when named: over 5 minutes)
 //   - RunLock, the lock held across the read: adds and gets while one worker
 //     merges, and while two merge at once and their commits conflict.
 //     OldShapeLockAcrossRead (the exclusive lock from the first read to the end of

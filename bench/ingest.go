@@ -10,15 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
 	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
-	"github.com/tidemark-io/tidemark/pkg/master"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/worker"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
@@ -110,10 +106,13 @@ func (c IngestConfig) Intervals() (scan, sweep time.Duration) {
 	return scan, sweep
 }
 
-// IngestSample is the number of pending generations At into the measured phase.
+// IngestSample is the number of pending generations At into the measured phase,
+// and Merged, the sum of every shard's merged watermark then: a shard numbers its
+// generations one by one, so the sum grows by the generations merged.
 type IngestSample struct {
 	At      time.Duration
 	Pending int
+	Merged  uint64
 }
 
 // IngestResult is one run of the scenario in one fan-out shape.
@@ -198,98 +197,29 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	if cfg.Workers < 1 || cfg.SealEvery <= 0 || cfg.Duration <= 0 || cfg.SampleEvery <= 0 {
 		return res, fmt.Errorf("ingest: config %+v: workers, seal interval, duration and sample interval must be positive", cfg)
 	}
-	raw, faulty, faults, err := openMem(ctx, env.Seed)
-	if err != nil {
-		return res, err
-	}
-	prefix := fmt.Sprintf("/bench/ingest-%d", time.Now().UnixNano())
-	var workers []*recordingWorker
-	var stores []*store.Store
-	defer func() {
-		for _, wk := range workers {
-			wk.close()
-		}
-	}()
-	for i := range cfg.Workers {
-		wk, err := newRecordingWorker(ctx, env.Etcd, faulty, fmt.Sprintf("worker-%02d", i), prefix)
-		if err != nil {
-			return res, fmt.Errorf("ingest: %w", err)
-		}
-		workers = append(workers, wk)
-	}
-	e, err := workers[0].stores.Create(ctx, registry.Entry{Kind: registry.KindRollout, Name: ingestStore})
-	if err != nil {
-		return res, fmt.Errorf("ingest: create the store: %w", err)
-	}
-	dir := e.URI
-	for _, wk := range workers {
-		s, rel, err := wk.stores.Open(ctx, registry.KindRollout, ingestStore)
-		if err != nil {
-			return res, fmt.Errorf("ingest: open the store on %s: %w", wk.id, err)
-		}
-		defer rel()
-		stores = append(stores, s)
-	}
-	benchWorkers := make([]*benchWorker, len(workers))
-	for i, wk := range workers {
-		benchWorkers[i] = wk.benchWorker
-	}
-	discovery, stopWorkers, err := serveWorkers(benchWorkers)
-	if err != nil {
-		return res, err
-	}
-	defer stopWorkers()
-
-	caller := fanout.NewGRPCCaller(fanout.GRPCCallerConfig{})
-	defer caller.Close()
 	scan, sweep := cfg.Intervals()
-	metrics := prometheus.NewRegistry()
-	m, err := master.New(master.Config{
-		Client: env.Etcd, Prefix: prefix, Bucket: faulty,
-		Discovery: discovery, Caller: caller, FanOut: fanout.Config{Shape: mode}, Scan: scanner.Config{Interval: scan},
-		MergeSweep: scanner.MergeSweepConfig{Interval: sweep}, ID: "bench-master", Logger: quiet, Metrics: metrics,
-	})
+	c, err := newIngestCluster(ctx, env, ingestClusterConfig{Name: "ingest", Workers: cfg.Workers, Mode: mode,
+		Scan: cfg.ScanInterval, Sweep: cfg.SweepInterval})
 	if err != nil {
-		return res, fmt.Errorf("ingest: master: %w", err)
+		return res, err
 	}
-
-	faults.SetLatency(cfg.Latency, cfg.Jitter)
-	faults.SetMaxConcurrent(cfg.MaxConcurrent, cfg.Throttle)
-	faults.ResetCounters()
+	defer c.close()
+	cs, err := c.addStore(ctx, ingestStore)
+	if err != nil {
+		return res, fmt.Errorf("ingest: %w", err)
+	}
+	c.start(ctx, cfg.faults())
 	res.LoadStart = mdreport.ThisMachine().LoadAvg
 	env.log().Info("ingest: start", "mode", mode, "workers", cfg.Workers, "duration", cfg.Duration,
 		"scan_interval", scan, "sweep_interval", sweep)
 
-	// The master outlives the ingest: stopping it lets a running task finish (its
-	// shutdown timeout) so that the drain below does not race a fan-out.
-	masterCtx, stopMaster := context.WithCancel(ctx)
-	masterDone := make(chan error, 1)
-	go func() { masterDone <- m.Run(masterCtx) }()
-	masterStopped := false
-	stopMasterNow := func() error {
-		if masterStopped {
-			return nil
-		}
-		masterStopped = true
-		stopMaster()
-		return <-masterDone
-	}
-	defer func() { _ = stopMasterNow() }()
-
-	// The workers publish their pending records while the master runs.
-	recordsCtx, stopRecords := context.WithCancel(ctx)
-	var records sync.WaitGroup
-	defer func() { stopRecords(); records.Wait() }()
-	for _, wk := range workers {
-		records.Go(func() { wk.run(recordsCtx) })
-	}
-
-	in := &ingest{want: map[string]bool{}, maybe: map[string]bool{}, seals: newSealWatch()}
+	in := newIngest()
+	watched := &watchedStore{dir: cs.dir, seals: in.seals}
 	start := time.Now()
 	ingestCtx, stopIngest := context.WithTimeout(ctx, cfg.Duration)
 	defer stopIngest()
 	var wg sync.WaitGroup
-	for i, s := range stores {
+	for i, s := range cs.handles {
 		gen := newRowGen(env.Seed+uint64(i)+1, cfg.Row)
 		// Workers seal at evenly spread phases of the interval, as independent
 		// processes would, not all in the same instant.
@@ -300,56 +230,44 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	samplerDone := make(chan struct{})
 	go func() {
 		defer close(samplerDone)
-		samplerErr = sample(ingestCtx, raw, dir, start, cfg.SampleEvery, in.seals, &res.Samples)
+		samplerErr = sample(ingestCtx, c.raw, start, cfg.SampleEvery, watched)
 	}()
 	wg.Wait()
 	<-samplerDone
 	res.Elapsed = time.Since(start)
+	res.Samples = watched.samples
 	if in.err != nil {
 		return res, in.err
 	}
 	if samplerErr != nil {
 		return res, samplerErr
 	}
-	final, watermarks, err := pendingAndWatermarks(ctx, raw, dir)
-	if err != nil {
-		return res, fmt.Errorf("ingest: final pending count: %w", err)
+	if res.FinalPending, err = watched.final(ctx, c.raw, res.Elapsed); err != nil {
+		return res, err
 	}
-	res.FinalPending = final
-	in.seals.merged(watermarks, time.Now())
 	res.SealToMerged, res.Unmerged = in.seals.result()
 	res.LoadEnd = mdreport.ThisMachine().LoadAvg
-	res.Requests, res.PeakInFlight = faults.TotalRequests(), faults.PeakInFlight()
+	res.Requests, res.PeakInFlight = c.faults.TotalRequests(), c.faults.PeakInFlight()
 	res.Sealed, res.AppendFailures, res.SealFailures = in.sealed, in.appendFailures, in.sealFailures
 	res.Merged = res.Sealed - res.FinalPending
 	res.summarize(cfg)
 
-	if err := stopMasterNow(); err != nil {
+	if err := c.stopMaster(); err != nil {
 		return res, fmt.Errorf("ingest: master: %w", err)
 	}
-	if err := res.readTasks(ctx, m.Tasks()); err != nil {
+	if err := res.readTasks(ctx, c.master.Tasks(), ""); err != nil {
 		return res, err
 	}
-	if res.DemandByGenerations, res.DemandByAge, err = demandEnqueues(metrics); err != nil {
+	if res.DemandByGenerations, res.DemandByAge, err = demandEnqueues(c.metrics); err != nil {
 		return res, err
 	}
-	faults.Clear()
-
-	// Whatever is left (rows of a seal that failed, generations the master did not
-	// reach) is sealed and merged now, without faults, so every run is held to the
-	// same check: nothing acknowledged lost, nothing doubled, nothing pending.
-	for i, wk := range workers {
-		if _, err := stores[i].Seal(ctx); err != nil {
-			return res, fmt.Errorf("ingest: final seal of %s: %w", wk.id, err)
-		}
-		if _, err := wk.merger.Merge(ctx, stores[i], true); err != nil {
-			return res, fmt.Errorf("ingest: finishing the drain of %s: %w", wk.id, err)
-		}
+	if err := c.drain(ctx, cs); err != nil {
+		return res, fmt.Errorf("ingest: %w", err)
 	}
-	if res.Rows, err = verifyBase(ctx, raw, dir, in.want, in.maybe); err != nil {
+	if res.Rows, err = verifyBase(ctx, c.raw, cs.dir, in.want, in.maybe); err != nil {
 		return res, fmt.Errorf("ingest (%s, %d workers): %w", mode, cfg.Workers, err)
 	}
-	_, bm, err := baseIDs(ctx, raw, dir)
+	_, bm, err := baseIDs(ctx, c.raw, cs.dir)
 	if err != nil {
 		return res, err
 	}
@@ -362,7 +280,12 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	return res, nil
 }
 
-// ingest is the workers' shared record of what was acknowledged.
+// faults is the run's latency and concurrency of the object store.
+func (c IngestConfig) faults() faultsConfig {
+	return faultsConfig{Latency: c.Latency, Jitter: c.Jitter, MaxConcurrent: c.MaxConcurrent, Throttle: c.Throttle}
+}
+
+// ingest is the writers' shared record of what was acknowledged in one store.
 type ingest struct {
 	mu                           sync.Mutex
 	want, maybe                  map[string]bool
@@ -370,6 +293,10 @@ type ingest struct {
 	sealed                       int
 	appendFailures, sealFailures int
 	err                          error
+}
+
+func newIngest() *ingest {
+	return &ingest{want: map[string]bool{}, maybe: map[string]bool{}, seals: newSealWatch()}
 }
 
 // worker appends a generation's rows and seals them every cfg.SealEvery, starting
@@ -383,40 +310,8 @@ func (in *ingest) worker(ctx context.Context, s *store.Store, gen *rowGen, cfg I
 	t := time.NewTicker(cfg.SealEvery)
 	defer t.Stop()
 	for {
-		rec, ids, err := gen.batch(cfg.RowsPerGeneration)
-		if err != nil {
-			in.mu.Lock()
-			in.err = errors.Join(in.err, err)
-			in.mu.Unlock()
+		if !in.add(ctx, s, gen, cfg.RowsPerGeneration) {
 			return
-		}
-		err = s.Append(ctx, rec)
-		rec.Release()
-		in.mu.Lock()
-		into := in.want
-		if err != nil {
-			// Not acknowledged, yet maybe durable (the WAL entry may have been
-			// written before the context ended).
-			into = in.maybe
-			if ctx.Err() == nil {
-				in.appendFailures++
-			}
-		}
-		for _, id := range ids {
-			into[id] = true
-		}
-		in.mu.Unlock()
-		if err == nil {
-			g, err := s.Seal(ctx)
-			in.mu.Lock()
-			switch {
-			case err != nil && ctx.Err() == nil:
-				in.sealFailures++ // the rows stay in the memtable for the next seal
-			case err == nil && g != nil:
-				in.sealed++
-				in.seals.sealed(s.Shard(), g)
-			}
-			in.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
@@ -426,11 +321,85 @@ func (in *ingest) worker(ctx context.Context, s *store.Store, gen *rowGen, cfg I
 	}
 }
 
-// sample counts the pending generations of the store at dir every interval until
-// ctx ends, and tells seals the merged watermarks it read. It reads raw, the bucket
-// without latency or counters, so the sampling neither slows the run nor shows in
-// its request counts.
-func sample(ctx context.Context, raw *objstore.Bucket, dir string, start time.Time, every time.Duration, seals *sealWatch, out *[]IngestSample) error {
+// add appends n new rows to s and, once they are acknowledged, seals them into a
+// generation, recording both; false means the rows could not be generated (the
+// run's error is set).
+func (in *ingest) add(ctx context.Context, s *store.Store, gen *rowGen, n int) bool {
+	rec, ids, err := gen.batch(n)
+	if err != nil {
+		in.mu.Lock()
+		in.err = errors.Join(in.err, err)
+		in.mu.Unlock()
+		return false
+	}
+	err = s.Append(ctx, rec)
+	rec.Release()
+	in.mu.Lock()
+	into := in.want
+	if err != nil {
+		// Not acknowledged, yet maybe durable (the WAL entry may have been
+		// written before the context ended).
+		into = in.maybe
+		if ctx.Err() == nil {
+			in.appendFailures++
+		}
+	}
+	for _, id := range ids {
+		into[id] = true
+	}
+	in.mu.Unlock()
+	if err == nil {
+		g, err := s.Seal(ctx)
+		in.mu.Lock()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			in.sealFailures++ // the rows stay in the memtable for the next seal
+		case err == nil && g != nil:
+			in.sealed++
+			in.seals.sealed(s.Shard(), g)
+		}
+		in.mu.Unlock()
+	}
+	return true
+}
+
+// watchedStore is a store the sampler counts: its table directory, the seal
+// watch its merged watermarks go to, and the pending generations of each sample.
+type watchedStore struct {
+	dir     string
+	seals   *sealWatch
+	samples []IngestSample
+	// last is final's count, after the samples.
+	last *IngestSample
+}
+
+// final counts the store's pending generations right after the ingest stopped,
+// tells its seal watch the watermarks and keeps the count as the last sample,
+// at elapsed.
+func (w *watchedStore) final(ctx context.Context, raw *objstore.Bucket, elapsed time.Duration) (int, error) {
+	n, watermarks, err := pendingAndWatermarks(ctx, raw, w.dir)
+	if err != nil {
+		return 0, fmt.Errorf("final pending count of %s: %w", w.dir, err)
+	}
+	w.seals.merged(watermarks, time.Now())
+	w.last = &IngestSample{At: elapsed, Pending: n, Merged: sumWatermarks(watermarks)}
+	return n, nil
+}
+
+func sumWatermarks(watermarks map[string]uint64) uint64 {
+	var sum uint64
+	for _, g := range watermarks {
+		sum += g
+	}
+	return sum
+}
+
+// sample counts the pending generations of every store every interval until ctx
+// ends, and tells each store's seal watch the merged watermarks it read. It reads
+// raw, the bucket without latency or counters, so the sampling neither slows the
+// run nor shows in its request counts. A round that takes longer than every
+// drops the ticks it overran (time.Ticker): the samples say when they were taken.
+func sample(ctx context.Context, raw *objstore.Bucket, start time.Time, every time.Duration, stores ...*watchedStore) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -439,15 +408,17 @@ func sample(ctx context.Context, raw *objstore.Bucket, dir string, start time.Ti
 			return nil
 		case <-t.C:
 		}
-		n, watermarks, err := pendingAndWatermarks(ctx, raw, dir)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+		for _, w := range stores {
+			n, watermarks, err := pendingAndWatermarks(ctx, raw, w.dir)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("count pending generations of %s: %w", w.dir, err)
 			}
-			return fmt.Errorf("ingest: count pending generations: %w", err)
+			w.seals.merged(watermarks, time.Now())
+			w.samples = append(w.samples, IngestSample{At: time.Since(start), Pending: n, Merged: sumWatermarks(watermarks)})
 		}
-		seals.merged(watermarks, time.Now())
-		*out = append(*out, IngestSample{At: time.Since(start), Pending: n})
 	}
 }
 
@@ -493,41 +464,66 @@ func medianInt(v []int) int {
 	return s[len(s)/2]
 }
 
-// readTasks counts the run's merge_wal tasks from the master's task queue.
-func (r *IngestResult) readTasks(ctx context.Context, ts *tasks.Queue) error {
+// readTasks counts the run's merge_wal tasks of target ("": of every target) from
+// the master's task queue.
+func (r *IngestResult) readTasks(ctx context.Context, ts *tasks.Queue, target string) error {
+	all, err := listMergeTasks(ctx, ts, target)
+	if err != nil {
+		return err
+	}
+	r.countTasks(all)
+	return nil
+}
+
+// countTasks counts ts, merge_wal tasks, into r.
+func (r *IngestResult) countTasks(ts []tasks.Task) {
 	var times durations
+	for _, t := range ts {
+		r.Tasks++
+		if t.State == tasks.StateFailed {
+			r.FailedTasks++
+			if r.FirstError == "" {
+				r.FirstError = t.Error
+			}
+		}
+		// Workers > 0: the fan-out ran and counted (not a skipped or refused task).
+		if s := t.Stats; s.Workers > 0 {
+			r.MergedByTasks += s.GenerationsMerged
+			if s.GenerationsMerged == 0 {
+				r.EmptyTasks++
+			}
+		}
+		if d, ok := taskTime(t); ok {
+			times = append(times, d)
+		}
+	}
+	r.TaskTimes = times.quantiles()
+}
+
+// taskTime is a finished task's run time, claim to finish.
+func taskTime(t tasks.Task) (time.Duration, bool) {
+	if !t.State.Finished() || t.StartedAt.IsZero() {
+		return 0, false
+	}
+	return t.FinishedAt.Sub(t.StartedAt), true
+}
+
+// listMergeTasks returns the merge_wal tasks of target ("": of every target) in
+// the master's task queue.
+func listMergeTasks(ctx context.Context, ts *tasks.Queue, target string) ([]tasks.Task, error) {
+	var out []tasks.Task
 	token := ""
 	for {
-		page, next, err := ts.List(ctx, tasks.ListFilter{Kind: tasks.KindMergeWAL, Limit: tasks.MaxListLimit, PageToken: token})
+		page, next, err := ts.List(ctx, tasks.ListFilter{Kind: tasks.KindMergeWAL, Target: target, Limit: tasks.MaxListLimit, PageToken: token})
 		if err != nil {
-			return fmt.Errorf("ingest: list merge_wal tasks: %w", err)
+			return nil, fmt.Errorf("list merge_wal tasks: %w", err)
 		}
-		for _, t := range page {
-			r.Tasks++
-			if t.State == tasks.StateFailed {
-				r.FailedTasks++
-				if r.FirstError == "" {
-					r.FirstError = t.Error
-				}
-			}
-			// Workers > 0: the fan-out ran and counted (not a skipped or refused task).
-			if s := t.Stats; s.Workers > 0 {
-				r.MergedByTasks += s.GenerationsMerged
-				if s.GenerationsMerged == 0 {
-					r.EmptyTasks++
-				}
-			}
-			if t.State.Finished() && !t.StartedAt.IsZero() {
-				times = append(times, t.FinishedAt.Sub(t.StartedAt))
-			}
-		}
+		out = append(out, page...)
 		if next == "" {
-			break
+			return out, nil
 		}
 		token = next
 	}
-	r.TaskTimes = times.quantiles()
-	return nil
 }
 
 // serveWorkers serves every worker's real gRPC WorkerService on a loopback port and

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -64,4 +65,26 @@ func (w *sealWatch) result() (Quantiles, int) {
 		unmerged += len(open)
 	}
 	return w.waits.quantiles(), unmerged
+}
+
+// oldestOpen returns how long before now the oldest generation no sample saw
+// merged was sealed (zero when every one was seen merged): a wait still running
+// at the end of a run, which its quantiles leave out.
+func (w *sealWatch) oldestOpen(now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var oldest time.Duration
+	for _, open := range w.open {
+		if len(open) > 0 {
+			oldest = max(oldest, now.Sub(open[0].at))
+		}
+	}
+	return oldest
+}
+
+// waitTimes returns the seal-to-merged times measured so far.
+func (w *sealWatch) waitTimes() durations {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.waits)
 }

@@ -35,6 +35,10 @@ type Report struct {
 	// IngestRuns are issue 16's sustained-ingest runs, both fan-out shapes of
 	// each configuration (IngestConfigs).
 	IngestRuns []IngestRun
+	// SkewRuns are issue 31's skewed-ingest runs (RunSkew), Overload its
+	// overload run (RunOverload).
+	SkewRuns   []SkewRun
+	Overload   *OverloadRun
 	LockConfig LockConfig
 	Lock       []LockResult // by Mergers, old shape first
 	FanoutCfg  FanoutConfig
@@ -85,6 +89,12 @@ func (r *Report) scenarioSections() []string {
 	}
 	if len(r.IngestRuns) > 0 {
 		add(r.ingestSection)
+	}
+	if len(r.SkewRuns) > 0 {
+		add(r.skewSection)
+	}
+	if r.Overload != nil {
+		add(r.overloadSection)
 	}
 	if len(r.Lock) > 0 {
 		add(r.lockSection)
@@ -572,8 +582,10 @@ func WriteSection(path, section string) error {
 // heading to the next "### " or "## " heading) and keeps the rest: a rerun of some
 // scenarios leaves the others' figures, and the section's header, which describe
 // an earlier run. Each replaced subsection says under its heading which run it
-// comes from. A subsection the file lacks is an error (WriteSection writes a
-// whole section).
+// comes from. A scenario the section lacks gets its subsection before the first
+// one whose heading sorts after its own (the headings are numbered in the
+// section's order: "### 1b." before "### 1c." before "### 2."), or at the
+// section's end.
 func (r *Report) UpdateSections(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -589,12 +601,32 @@ func (r *Report) UpdateSections(path string) error {
 		heading, body, _ := strings.Cut(s, "\n")
 		sec, _ := mdreport.Find(doc, mdreport.All(doc), SectionHeading)
 		sub, ok := mdreport.Find(doc, sec, heading+"\n")
+		text := heading + "\n\n" + note + strings.Trim(body, "\n") + "\n"
 		if !ok {
-			return fmt.Errorf("%s: no %q subsection to replace", path, heading)
+			// Inserted after the line before it and one blank line; the blank
+			// lines that were there stay after it.
+			at := subsectionAfter(doc, sec, heading)
+			for at >= 2 && doc[at-1] == '\n' && doc[at-2] == '\n' {
+				at--
+			}
+			sub, text = mdreport.Span{Start: at, End: at}, "\n"+text
 		}
-		doc = mdreport.Replace(doc, sub, heading+"\n\n"+note+strings.Trim(body, "\n")+"\n")
+		doc = mdreport.Replace(doc, sub, text)
 	}
 	return mdreport.WriteFile(path, doc)
+}
+
+// subsectionAfter returns where, within sec of doc, the first "### " heading
+// that sorts after heading starts, or sec's end.
+func subsectionAfter(doc string, sec mdreport.Span, heading string) int {
+	for i := sec.Start; i < sec.End; {
+		line, _, _ := strings.Cut(doc[i:sec.End], "\n")
+		if strings.HasPrefix(line, "### ") && line > heading {
+			return i
+		}
+		i += len(line) + 1
+	}
+	return sec.End
 }
 
 func joinInts(v []int) string {

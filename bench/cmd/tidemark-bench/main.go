@@ -1,12 +1,14 @@
 // Command tidemark-bench runs the incident reproductions of package bench and
 // writes their table into BENCHMARKS.md. `make bench` runs it (scripts/bench.sh).
 //
-//	tidemark-bench run [--only storm,ingest,lock,fanout,throughput,memory,maintenance,scale,feed] [--write BENCHMARKS.md [--keep-others]]
+//	tidemark-bench run [--only storm,ingest,lock,fanout,throughput,memory,maintenance,scale,feed,skew,overload] [--write BENCHMARKS.md [--keep-others]]
 //
 // scale (stores of millions of rows) runs only when named: at its default sizes
 // it takes tens of minutes. feed (the change feed followed on a cluster of
 // processes) runs only when named too: it starts a master and --feed-workers
-// worker processes.
+// worker processes. So do skew (one hot store and 50 quiet ones, --skew-duration)
+// and overload (adds at twice what merges sustain, --overload-duration), issue
+// 31's: each takes over 5 minutes.
 //
 // memory-build and memory-merge are the worker processes of the memory scenario;
 // run starts them itself.
@@ -34,7 +36,7 @@ import (
 // scenarios run by default; named adds those that run only when --only names them.
 var (
 	scenarios = []string{"storm", "ingest", "lock", "fanout", "throughput", "memory", "maintenance"}
-	named     = []string{"scale", "feed"}
+	named     = []string{"scale", "feed", "skew", "overload"}
 )
 
 // ownSection are the scenarios that write a section of their own, not a
@@ -87,6 +89,10 @@ type runFlags struct {
 	scaleCache    int64
 	// feed sizes the feed scenario (bench.DefaultFeedConfig, then the flags).
 	feed bench.FeedConfig
+	// skewDuration is the skewed ingest's length; overload sizes the overload
+	// (bench.DefaultOverloadConfig, then the flags).
+	skewDuration time.Duration
+	overload     bench.OverloadConfig
 }
 
 func newRunCmd() *cobra.Command {
@@ -128,6 +134,14 @@ func newRunCmd() *cobra.Command {
 	fs.DurationVar(&f.feed.Wait, "feed-wait", f.feed.Wait, "feed scenario: the consumer's long poll (?wait=)")
 	fs.Int64Var(&f.feed.CatchUpRows, "feed-catchup-rows", f.feed.CatchUpRows, "feed scenario: rows of the store read from the beginning by the feed and by the list")
 	fs.IntVar(&f.feed.Rounds, "feed-rounds", f.feed.Rounds, "feed scenario: reads of the catch-up store by each of the feed and the list")
+	fs.DurationVar(&f.skewDuration, "skew-duration", 5*time.Minute, "skewed ingest: length of the run (20 workers on one hot store and 50 quiet ones)")
+	f.overload = bench.DefaultOverloadConfig(5 * time.Minute)
+	fs.DurationVar(&f.overload.Duration, "overload-duration", f.overload.Duration, "overload: length of the overload phase, after the probe")
+	fs.IntVar(&f.overload.Workers, "overload-workers", f.overload.Workers, "overload: workers, each with one writer adding through its HTTP add route")
+	fs.IntVar(&f.overload.Writers, "overload-writers", f.overload.Writers, "overload: writers per worker, each waiting for its answers")
+	fs.IntVar(&f.overload.RowsPerAdd, "overload-rows", f.overload.RowsPerAdd, "overload: rows per add (each add is sealed into a generation of its own)")
+	fs.Float64Var(&f.overload.Factor, "overload-factor", f.overload.Factor, "overload: the writers' rate in all, as a multiple of what the probe measured merges sustain")
+	fs.IntVar(&f.overload.ProbeGenerations, "overload-probe-generations", f.overload.ProbeGenerations, "overload: generations each worker seals for the probe of what merges sustain")
 	fs.StringVar(&f.feed.BinDir, "feed-bin", "", "feed scenario: directory holding the master and worker binaries (default: go build them into the scratch directory)")
 	return cmd
 }
@@ -173,7 +187,7 @@ func run(ctx context.Context, f runFlags) error {
 	env := &bench.Env{Dir: dir, Log: log, Seed: f.seed, Exe: exe}
 	// Only the scenarios with a master need etcd; the others measure one process,
 	// whose resident set an idle etcd server would add to.
-	if want("storm") || want("ingest") || want("throughput") {
+	if want("storm") || want("ingest") || want("throughput") || want("skew") || want("overload") {
 		etcd, err := bench.StartEtcd(dir + "/etcd")
 		if err != nil {
 			return err
@@ -240,6 +254,21 @@ func run(ctx context.Context, f runFlags) error {
 				r.IngestRuns = append(r.IngestRuns, bench.IngestRun{Config: cfg, Result: res})
 			}
 		}
+	}
+	if want("skew") {
+		cfg := bench.DefaultSkewConfig(f.skewDuration)
+		res, err := bench.RunSkew(ctx, env, cfg, fanout.TwoPhase)
+		if err != nil {
+			return fmt.Errorf("skewed ingest: %w", err)
+		}
+		r.SkewRuns = append(r.SkewRuns, bench.SkewRun{Config: cfg, Result: res})
+	}
+	if want("overload") {
+		res, err := bench.RunOverload(ctx, env, f.overload, fanout.TwoPhase)
+		if err != nil {
+			return fmt.Errorf("overload: %w", err)
+		}
+		r.Overload = &bench.OverloadRun{Config: f.overload, Result: res}
 	}
 	if want("lock") {
 		r.LockConfig = bench.DefaultLockConfig()

@@ -6,9 +6,18 @@ import (
 	"time"
 )
 
-// DefaultMaxAddDelay is Config.MaxAddDelay when it is left zero: the wait of an add
-// to a store one generation short of RefuseGenerations.
-const DefaultMaxAddDelay = 2 * time.Second
+// Defaults of the backpressure's settings (Config), where a zero field takes them.
+const (
+	// DefaultWarnGenerations is Config.WarnGenerations: reads log, and adds
+	// start to wait, from this many pending generations.
+	DefaultWarnGenerations = 256
+	// DefaultRefuseGenerations is Config.RefuseGenerations: reads and adds are
+	// refused from this many.
+	DefaultRefuseGenerations = 4096
+	// DefaultMaxAddDelay is Config.MaxAddDelay: the wait of an add to a store one
+	// generation short of RefuseGenerations.
+	DefaultMaxAddDelay = 2 * time.Second
+)
 
 // AddAdmission is what the backpressure of a store asked of one add: the pending
 // generations it was decided on and how long the add waits before it is written.

@@ -76,10 +76,10 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.WarnGenerations == 0 {
-		c.WarnGenerations = 256
+		c.WarnGenerations = DefaultWarnGenerations
 	}
 	if c.RefuseGenerations == 0 {
-		c.RefuseGenerations = 4096
+		c.RefuseGenerations = DefaultRefuseGenerations
 	}
 	if c.MaxAddDelay == 0 {
 		c.MaxAddDelay = DefaultMaxAddDelay
