@@ -114,6 +114,7 @@ type Worker struct {
 	sweeper      *Sweeper
 	registration *membership.Registration // nil: not registered
 	publisher    *pending.Publisher       // nil: not registered
+	peers        *pending.View            // nil: not registered
 	keeper       *horizon.Keeper          // nil: no etcd, no change feed
 	horizons     *horizon.View            // nil: no etcd, no change feed
 	horizonWake  chan struct{}
@@ -161,6 +162,7 @@ func New(cfg Config) (*Worker, error) {
 	var registration *membership.Registration
 	var queue TaskQueue
 	var publisher *pending.Publisher // nil: not registered
+	var peers *pending.View          // every worker's entries; nil: not registered
 	var stores *store.Stores
 	var keeper *horizon.Keeper
 	var view *horizon.View
@@ -190,6 +192,9 @@ func New(cfg Config) (*Worker, error) {
 		// due, instead of at its next stats scan.
 		publisher = pending.NewPublisher(cfg.Etcd, func() []pending.Entry { return stores.Pending() },
 			registration.Lease, pending.PublisherConfig{Prefix: cfg.Prefix, Instance: cfg.InstanceID, Logger: log})
+		// And adds slow down on the whole store's pending count, every worker's
+		// shard, not only on what this worker's snapshot holds.
+		peers = pending.NewView(cfg.Etcd, cfg.Prefix, nil, log)
 	}
 
 	// The drains of this worker's WAL writers hand the files that came due to the
@@ -212,6 +217,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if keeper != nil {
 		sc.Horizon = keeper
+	}
+	if peers != nil {
+		sc.StorePending = peers.Generations
 	}
 	stores = store.NewStores(sc, cfg.MaxOpenStores)
 
@@ -273,7 +281,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{cfg: cfg, log: log, stores: stores, service: svc, http: srv, grpc: gs,
-		sweeper: sweeper, registration: registration, publisher: publisher,
+		sweeper: sweeper, registration: registration, publisher: publisher, peers: peers,
 		keeper: keeper, horizons: view, horizonWake: horizonWake}, nil
 }
 
@@ -332,6 +340,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.keeper.Run(runCtx, w.stores.Promises, w.horizonWake, interval, horizonSpacing, nil)
 		})
 		published.Go(func() { w.horizons.Run(runCtx) })
+		published.Go(func() { w.peers.Run(runCtx) })
 	} else {
 		log.Info("no etcd client: not registering (the master needs this worker in WORKER_ENDPOINTS)")
 		close(registered)

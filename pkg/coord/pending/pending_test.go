@@ -88,6 +88,9 @@ func TestViewSumsTheWorkersEntriesAndForgetsAWorkerWithItsLease(t *testing.T) {
 	if d := demandOf(view, "idle"); d.Target != "" {
 		t.Fatalf("a store with nothing pending is listed: %+v", d)
 	}
+	if n, m := view.Generations("a"), view.Generations("idle"); n != 8 || m != 0 {
+		t.Fatalf("Generations: a %d, idle %d; want 8 over both workers, and 0", n, m)
+	}
 
 	// A merge took worker 0's generations: its entry goes.
 	sources[0].set()

@@ -159,6 +159,23 @@ func (v *View) signal() {
 	}
 }
 
+// Generations sums the pending generations every worker's entry lists for target:
+// the store's pending count across its shards, as current as the workers' last
+// publications (a worker writes within MinInterval of a change), with no
+// object-store request. A worker that only writes sees only its own shard in its
+// snapshot; this is how it sees the others' (its add backpressure).
+func (v *View) Generations(target string) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := 0
+	for _, o := range v.entries {
+		if o.v.Entry.Target == target {
+			n += o.v.Entry.Generations
+		}
+	}
+	return n
+}
+
 // Demand sums the entries by store, most pending generations first (then by
 // target), aged as of now (the View's clock). An entry written before etcd
 // revision since(target) does not count towards that target: the caller knows its

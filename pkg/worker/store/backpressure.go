@@ -56,12 +56,17 @@ func addDelay(pending, warn, refuse int, maxDelay time.Duration) (d time.Duratio
 // refuse adds on a count merges brought down long ago. A failed refresh decides on
 // the snapshot at hand.
 //
+// The count is the larger of the snapshot's and, when Config.StorePending is set,
+// the workers' published entries': a worker that only writes holds a snapshot of
+// its own shard's generations, not of the 19 others' that a read would fan out
+// over.
+//
 // The wait runs on Config.Clock and ends with ctx: the error is then ctx's cause,
 // and the add must not be written. The returned admission says what was decided
 // (its Delay, also when the wait was cut short).
 func (s *Store) AdmitAdd(ctx context.Context) (AddAdmission, error) {
 	snap := s.Snapshot()
-	if snap.PendingCount() >= s.cfg.WarnGenerations {
+	if s.pendingForAdds(snap) >= s.cfg.WarnGenerations {
 		fresh, err := s.Fresh(ctx)
 		if err != nil {
 			s.log.Warn("refreshing the snapshot for add backpressure failed; deciding on the one at hand", "err", err)
@@ -69,7 +74,7 @@ func (s *Store) AdmitAdd(ctx context.Context) (AddAdmission, error) {
 			snap = fresh
 		}
 	}
-	a := AddAdmission{Pending: snap.PendingCount()}
+	a := AddAdmission{Pending: s.pendingForAdds(snap)}
 	d, ok := addDelay(a.Pending, s.cfg.WarnGenerations, s.cfg.RefuseGenerations, s.cfg.MaxAddDelay)
 	if !ok {
 		return a, fmt.Errorf("store %s: %w: %d pending, refusing adds at %d until merges catch up",
@@ -87,4 +92,14 @@ func (s *Store) AdmitAdd(ctx context.Context) (AddAdmission, error) {
 	case <-ctx.Done():
 		return a, fmt.Errorf("store %s: add given up during its backpressure delay of %s: %w", s.Target(), d, context.Cause(ctx))
 	}
+}
+
+// pendingForAdds is the pending count add backpressure decides on: the snapshot's,
+// or the workers' published count of the store when that is higher.
+func (s *Store) pendingForAdds(snap *Snapshot) int {
+	n := snap.PendingCount()
+	if s.cfg.StorePending != nil {
+		n = max(n, s.cfg.StorePending(s.Target()))
+	}
+	return n
 }

@@ -2,10 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 )
 
 // The rule AdmitAdd applies: nothing below warn, linear from warn up to refuse,
@@ -56,5 +59,32 @@ func BenchmarkAdmitAddBelowWarn(b *testing.B) {
 		if a, err := s.AdmitAdd(ctx); err != nil || a.Delay != 0 {
 			b.Fatalf("admission %+v, %v below warn", a, err)
 		}
+	}
+}
+
+// A worker that only writes holds a snapshot of its own shard: the store's count
+// over every shard comes from the workers' published entries (Config.StorePending),
+// and adds slow down and are refused on it. Invariant: backpressure acts on the
+// fan-out a read of the store would pay, not on one shard's share of it.
+func TestAdmitAddDecidesOnTheWholeStoresPendingCount(t *testing.T) {
+	var others atomic.Int64
+	b := objstoretest.Mem(t)
+	ss := NewStores(Config{Bucket: b, Shard: "w1", Logger: quiet(), SnapshotTTL: -1, MaxAddDelay: time.Millisecond,
+		WALOptions:   []wal.Option{wal.WithLogger(quiet())},
+		StorePending: func(string) int { return int(others.Load()) }}, 0)
+	t.Cleanup(func() { _ = ss.Close(context.Background()) })
+	createGeneric(t, ss, "g")
+	s := open(t, ss, "g")
+	ctx := context.Background()
+	if a, err := s.AdmitAdd(ctx); err != nil || a.Delay != 0 || a.Pending != 0 {
+		t.Fatalf("nothing pending: %+v %v", a, err)
+	}
+	others.Store(DefaultWarnGenerations + (DefaultRefuseGenerations-DefaultWarnGenerations)/2)
+	if a, err := s.AdmitAdd(ctx); err != nil || a.Delay <= 0 || a.Pending != int(others.Load()) {
+		t.Fatalf("the other shards past warn: %+v %v, want a delay decided on %d", a, err, others.Load())
+	}
+	others.Store(DefaultRefuseGenerations)
+	if a, err := s.AdmitAdd(ctx); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("the other shards at refuse: %+v %v, want ErrOverloaded", a, err)
 	}
 }

@@ -72,6 +72,11 @@ type Config struct {
 	// Horizon, if set, registers every writer's shard for the change feed when it
 	// opens and leaves it when it closes (nil without etcd: no feed).
 	Horizon HorizonKeeper
+	// StorePending, if set, counts a store's pending generations over every
+	// worker's shard from the workers' published entries (pending.View.Generations),
+	// for add backpressure: a worker that only writes refreshes no snapshot of the
+	// other shards, and would otherwise slow adds only on its own shard's count.
+	StorePending func(target string) int
 }
 
 func (c *Config) setDefaults() {
