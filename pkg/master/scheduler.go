@@ -42,7 +42,7 @@ func (f RunnerFunc) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, erro
 // Defaults of the scheduler's settings (SchedulerConfig).
 const (
 	DefaultTaskConcurrency  = 2
-	DefaultMergeConcurrency = 2
+	DefaultMergeConcurrency = 4
 	DefaultTaskTimeout      = time.Hour
 	DefaultPollInterval     = time.Second
 	DefaultFinishTimeout    = 10 * time.Second
