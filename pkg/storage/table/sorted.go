@@ -25,7 +25,7 @@ func (t *Table) indexTopOf(ctx context.Context, f Fragment) (*indexTop, error) {
 		return top, nil
 	}
 	key := t.key(f.Index.Path)
-	data, err := t.bucket.GetRange(ctx, key, f.Index.Top, f.Index.Bytes-f.Index.Top)
+	data, err := t.getRange(ctx, key, f.Index.Top, f.Index.Bytes-f.Index.Top)
 	if err != nil {
 		return nil, fmt.Errorf("key index: %w", err)
 	}
@@ -39,7 +39,8 @@ func (t *Table) indexTopOf(ctx context.Context, f Fragment) (*indexTop, error) {
 
 // indexBlocks returns blocks bs (ascending, distinct) of f's key index, from the
 // cache or by ranged reads: runs of adjacent blocks missing from the cache come in
-// one read each, lookupReads reads at once.
+// one read each, all at once within ctx's budget of requests (requestsInFlight
+// at most without one).
 func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs []int) ([]*indexBlock, error) {
 	out := make([]*indexBlock, len(bs))
 	var runs [][2]int // [first, last] positions in bs of runs of adjacent missing blocks
@@ -59,11 +60,11 @@ func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs [
 	}
 	key := t.key(f.Index.Path)
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(lookupReads)
+	g.SetLimit(requestsInFlight)
 	for _, r := range runs {
 		g.Go(func() error {
 			first, last := top.blocks[bs[r[0]]], top.blocks[bs[r[1]]]
-			data, err := t.bucket.GetRange(gctx, key, first.off, last.off+last.n-first.off)
+			data, err := t.getRange(gctx, key, first.off, last.off+last.n-first.off)
 			if err != nil {
 				return fmt.Errorf("key index: %w", err)
 			}

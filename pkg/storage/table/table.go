@@ -376,7 +376,7 @@ func (t *Table) bloom(ctx context.Context, f Fragment) (*bloom.BloomFilter, erro
 		return b, nil
 	}
 	key := t.key(f.Bloom)
-	data, err := t.bucket.Get(ctx, key)
+	data, err := t.get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("bloom filter: %w", err)
 	}
@@ -398,7 +398,7 @@ func (t *Table) deletions(ctx context.Context, f Fragment) (*roaring.Bitmap, err
 		return bm, nil
 	}
 	key := t.key(f.Deletions.Path)
-	data, err := t.bucket.Get(ctx, key)
+	data, err := t.get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("deletion vector: %w", err)
 	}
