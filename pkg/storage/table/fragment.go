@@ -120,8 +120,14 @@ func (t *Table) openFragmentFor(ctx context.Context, s *arrow.Schema, f Fragment
 	key := t.key(f.Path)
 	ra := newFragmentReader(ctx, t, key, f.Bytes)
 	defer recoverCorrupt(key, &err)
-	var ropts []file.ReadOption
-	if md, ok := t.footers.Get(f.Path); ok {
+	// Column chunks are read through a buffer over the fetched ranges rather than
+	// copied whole into a buffer of their own when opened: a point read opens a
+	// group's chunks twice (its decoder's start, then the seek to its row).
+	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	props.BufferedStreamEnabled = true
+	ropts := []file.ReadOption{file.WithReadProps(props)}
+	md, cached := t.footers.Get(f.Path)
+	if cached {
 		ropts = append(ropts, file.WithMetadata(md)) // skips the footer reads
 	} else {
 		if f.Bytes <= 0 {
@@ -150,7 +156,7 @@ func (t *Table) openFragmentFor(ctx context.Context, s *arrow.Schema, f Fragment
 	if err != nil {
 		return nil, ra.classify(err)
 	}
-	if len(ropts) == 0 {
+	if !cached {
 		// Footers are immutable; the in-memory form is a few times the encoded size.
 		t.footers.Add(f.Path, pf.MetaData(), 4*int64(pf.MetaData().Size()))
 	}
