@@ -120,12 +120,7 @@ func (t *Table) openFragmentFor(ctx context.Context, s *arrow.Schema, f Fragment
 	key := t.key(f.Path)
 	ra := newFragmentReader(ctx, t, key, f.Bytes)
 	defer recoverCorrupt(key, &err)
-	// Column chunks are read through a buffer over the fetched ranges rather than
-	// copied whole into a buffer of their own when opened: a point read opens a
-	// group's chunks twice (its decoder's start, then the seek to its row).
-	props := parquet.NewReaderProperties(memory.DefaultAllocator)
-	props.BufferedStreamEnabled = true
-	ropts := []file.ReadOption{file.WithReadProps(props)}
+	var ropts []file.ReadOption
 	md, cached := t.footers.Get(f.Path)
 	if cached {
 		ropts = append(ropts, file.WithMetadata(md)) // skips the footer reads
