@@ -245,9 +245,9 @@ type foundRow struct {
 
 // readRows reads the rows at (frag -1: none) with the columns of m's schema that
 // cols names (nil: every one): one read per row group that holds any of them,
-// within ctx's budget of requests. The rows are copied out of their row groups, so what is
-// held is the rows, not the groups; the caller releases the batches (one batch may
-// back several rows: each holds its own reference).
+// within ctx's budget of requests, decoded from the first row wanted to the last
+// (readRowsAt). What is held is the rows, not the groups; the caller releases the
+// batches (one batch may back several rows: each holds its own reference).
 func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []string) ([]foundRow, error) {
 	s := m.ArrowSchema()
 	var read []string

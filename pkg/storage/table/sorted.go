@@ -112,22 +112,26 @@ func (t *Table) lookupSorted(ctx context.Context, f Fragment, ids []string) ([]i
 			bs = append(bs, b)
 		}
 	}
-	blocks, err := t.indexBlocks(ctx, f, top, bs)
+	blocks, err := t.rawBlocks(ctx, f, top, bs)
 	if err != nil {
 		return nil, err
 	}
+	key := t.key(f.Index.Path)
 	hits := make([]indexHit, len(ids))
 	for i, id := range ids {
 		if of[i] < 0 {
 			continue
 		}
 		blk := blocks[slices.Index(bs, of[i])]
-		j, ok := blk.search(id)
+		j, seq, shard, ok, err := blk.find(key, len(top.shards), []byte(id))
+		if err != nil {
+			return nil, err
+		}
 		if !ok {
 			continue
 		}
 		hits[i] = indexHit{found: true, off: uint32(blk.row) + uint32(j),
-			v: rowkey.Version{Seq: blk.seqs[j], Shard: top.shards[blk.shards[j]]}}
+			v: rowkey.Version{Seq: seq, Shard: top.shards[shard]}}
 	}
 	return hits, nil
 }
