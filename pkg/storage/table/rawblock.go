@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // A point lookup wants one id of a key-index block of a few hundred: it keeps the
@@ -72,55 +70,15 @@ func (b *rawBlock) find(key string, nshards int, id []byte) (j int, seq uint64, 
 }
 
 // rawBlocks returns blocks bs (ascending, distinct) of f's key index as checked
-// bytes, from the cache or by ranged reads: runs of adjacent missing blocks in one
-// read each, all at once within ctx's budget of requests.
+// bytes, from the cache or by ranged reads (fetchBlocks).
 func (t *Table) rawBlocks(ctx context.Context, f Fragment, top *indexTop, bs []int) ([]*rawBlock, error) {
-	out := make([]*rawBlock, len(bs))
-	var runs [][2]int // [first, last] positions in bs of runs of adjacent missing blocks
-	for i, b := range bs {
-		if b < 0 || b >= len(top.blocks) {
-			return nil, fmt.Errorf("key index %s: no block %d of %d", t.key(f.Index.Path), b, len(top.blocks))
+	return fetchBlocks(ctx, t, f, top, bs, t.raws, func(key string, ref indexBlockRef, data []byte) (*rawBlock, int64, error) {
+		blk, err := checkRawBlock(key, ref, data)
+		if err != nil {
+			return nil, 0, err
 		}
-		if blk, ok := t.raws.GetBlock(f.Index.Path, b); ok {
-			out[i] = blk
-			continue
-		}
-		if k := len(runs) - 1; k >= 0 && runs[k][1] == i-1 && bs[i-1] == b-1 {
-			runs[k][1] = i
-		} else {
-			runs = append(runs, [2]int{i, i})
-		}
-	}
-	key := t.key(f.Index.Path)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(requestsInFlight)
-	for _, r := range runs {
-		g.Go(func() error {
-			first, last := top.blocks[bs[r[0]]], top.blocks[bs[r[1]]]
-			data, err := t.getRange(gctx, key, first.off, last.off+last.n-first.off)
-			if err != nil {
-				return fmt.Errorf("key index: %w", err)
-			}
-			for i := r[0]; i <= r[1]; i++ {
-				ref := top.blocks[bs[i]]
-				lo := ref.off - first.off
-				if lo+ref.n > int64(len(data)) {
-					return fmt.Errorf("key index %s: %w: object ends before byte %d", key, ErrCorrupt, ref.off+ref.n)
-				}
-				blk, err := checkRawBlock(key, ref, data[lo:lo+ref.n])
-				if err != nil {
-					return err
-				}
-				t.raws.AddBlock(f.Index.Path, bs[i], blk, blk.size())
-				out[i] = blk
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	return out, nil
+		return blk, blk.size(), nil
+	})
 }
 
 // checkRawBlock verifies block ref's bytes (its length and checksum) and keeps
