@@ -40,6 +40,7 @@
 // Reads cost as few round trips as the format allows: a fragment is opened without a
 // Stat (the manifest has its size), its footer and, if it is small, the whole fragment
 // come in one ranged read, a row group's column chunks in one coalesced read (or a few
-// in parallel), and a commit's conflict check reads the fragments it needs in parallel,
-// a bounded number at once.
+// in parallel), and a batch get or a commit's conflict check looks into every fragment
+// it needs at once, bounded by the requests it has in flight (inflight.go), not by
+// fragments.
 package table

@@ -21,7 +21,7 @@ import (
 )
 
 // encodeParquet writes recs (all of schema s) as one Parquet file: zstd, row groups
-// of rowGroupRows rows, the Arrow schema stored so nested and fixed-size types read
+// of rowGroupRows rows, the id column plain (no dictionary), the Arrow schema stored so nested and fixed-size types read
 // back exactly. It also returns where each row group lies in the file, which a
 // sorted fragment's key index records.
 func encodeParquet(s *arrow.Schema, recs []arrow.RecordBatch, rowGroupRows int64) ([]byte, []indexGroup, error) {
@@ -30,6 +30,9 @@ func encodeParquet(s *arrow.Schema, recs []arrow.RecordBatch, rowGroupRows int64
 		parquet.WithCompression(compress.Codecs.Zstd),
 		parquet.WithMaxRowGroupLength(rowGroupRows),
 		parquet.WithStats(true),
+		// A fragment's ids are distinct, so their dictionary would be as large as
+		// the column, and a point read would decode it whole before its one row.
+		parquet.WithDictionaryFor(rowkey.IDColumn, false),
 	)
 	w, err := pqarrow.NewFileWriter(s, &buf, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
@@ -118,7 +121,8 @@ func (t *Table) openFragmentFor(ctx context.Context, s *arrow.Schema, f Fragment
 	ra := newFragmentReader(ctx, t, key, f.Bytes)
 	defer recoverCorrupt(key, &err)
 	var ropts []file.ReadOption
-	if md, ok := t.footers.Get(f.Path); ok {
+	md, cached := t.footers.Get(f.Path)
+	if cached {
 		ropts = append(ropts, file.WithMetadata(md)) // skips the footer reads
 	} else {
 		if f.Bytes <= 0 {
@@ -147,7 +151,7 @@ func (t *Table) openFragmentFor(ctx context.Context, s *arrow.Schema, f Fragment
 	if err != nil {
 		return nil, ra.classify(err)
 	}
-	if len(ropts) == 0 {
+	if !cached {
 		// Footers are immutable; the in-memory form is a few times the encoded size.
 		t.footers.Add(f.Path, pf.MetaData(), 4*int64(pf.MetaData().Size()))
 	}
@@ -285,6 +289,82 @@ func (ff *fragmentFile) readGroup(ctx context.Context, want *arrow.Schema, leave
 		return 0, ff.ra.classify(err)
 	}
 	return offset - start, nil
+}
+
+// readRowsAt returns the rows at offs (ascending offsets within row group g) of
+// the named columns as one batch, in the order of offs. It fetches the group's
+// column chunks as readGroup does but decodes only from the first row wanted to
+// the last: the decoder skips to the first (SeekToRow: the values before it are
+// discarded, not built into arrays) and builds one batch of that span. A point
+// read of one row of a 2,048-row group then costs the pages' decompression, not
+// the group's arrays, which were most of a batch get's time.
+func (ff *fragmentFile) readRowsAt(ctx context.Context, columns []string, g int, offs []int64) (_ arrow.RecordBatch, err error) {
+	defer recoverCorrupt(ff.key, &err)
+	md := ff.pf.MetaData()
+	if g < 0 || g >= md.NumRowGroups() {
+		return nil, fmt.Errorf("fragment %s: %w: no row group %d", ff.key, ErrCorrupt, g)
+	}
+	first, last := offs[0], offs[len(offs)-1]
+	if first < 0 || last >= md.RowGroup(g).NumRows() {
+		return nil, fmt.Errorf("fragment %s: %w: rows [%d,%d] of row group %d of %d rows", ff.key, ErrCorrupt, first, last, g, md.RowGroup(g).NumRows())
+	}
+	leaves, err := ff.leaves(columns)
+	if err != nil {
+		return nil, err
+	}
+	fields := make([]arrow.Field, len(columns))
+	for i, c := range columns {
+		fields[i] = ff.schema.Field(ff.schema.FieldIndices(c)[0])
+	}
+	ranges, err := ff.chunkRanges(g, leaves)
+	if err != nil {
+		return nil, err
+	}
+	if err := ff.ra.prefetch(ctx, ranges); err != nil {
+		return nil, err
+	}
+	defer ff.ra.drop()
+	ff.fr.Props.BatchSize = last - first + 1 // this open file's reader, no one else's
+	rr, err := ff.fr.GetRecordReader(ctx, leaves, []int{g})
+	if err != nil {
+		return nil, ff.ra.classify(err)
+	}
+	defer rr.Release()
+	if first > 0 {
+		if err := rr.SeekToRow(first); err != nil {
+			return nil, ff.ra.classify(err)
+		}
+	}
+	if !rr.Next() {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err := rr.Err(); err != nil {
+			return nil, ff.ra.classify(err)
+		}
+		return nil, fmt.Errorf("fragment %s: %w: row group %d ends before row %d", ff.key, ErrCorrupt, g, first)
+	}
+	rec, err := retypeRecord(arrow.NewSchema(fields, nil), rr.RecordBatch())
+	if err != nil {
+		return nil, fmt.Errorf("fragment %s: %w: %v", ff.key, ErrCorrupt, err)
+	}
+	if rec.NumRows() != last-first+1 {
+		rec.Release()
+		return nil, fmt.Errorf("fragment %s: %w: %d rows from row %d of row group %d, want %d", ff.key, ErrCorrupt, rec.NumRows(), first, g, last-first+1)
+	}
+	if int64(len(offs)) == rec.NumRows() { // every row of the span
+		return rec, nil
+	}
+	defer rec.Release()
+	take := make([]int64, len(offs))
+	for i, o := range offs {
+		take[i] = o - first
+	}
+	rows, err := takeRows(ctx, rec, take)
+	if err != nil {
+		return nil, fmt.Errorf("fragment %s: %w", ff.key, err)
+	}
+	return rows, nil
 }
 
 // chunkRanges returns the byte ranges of the given leaf columns' chunks in row group

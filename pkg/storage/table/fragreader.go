@@ -22,12 +22,12 @@ const (
 	// fragmentReads bounds the fragments whose key indexes (and bloom filters,
 	// deletion vectors) a conflict check reads at once.
 	fragmentReads = 8
-	// lookupReads bounds the reads of one lookup of many ids (a batch get, a
-	// merge's conflict check): each fragment it looks into costs a request or two
-	// (a key-index block, a bloom filter, a row group), and on a store of many
-	// fragments the ids of one batch fall in as many fragments, so more of them at
-	// once, still a bounded number.
-	lookupReads = 32
+	// lookupFragments bounds the fragments one lookup of many ids (a batch get, a
+	// merge's conflict check and deletion vectors) works on at once. It bounds
+	// goroutines, not requests: those wait for the operation's budget
+	// (requestsInFlight, inflight.go), so it is twice that, to keep the budget's
+	// slots busy while some fragments are answered from the cache.
+	lookupFragments = 2 * requestsInFlight
 	// coalesceGap is the largest gap between two column chunks read as one range:
 	// reading 256 KiB more costs a few milliseconds, a second request a round trip.
 	coalesceGap = 256 << 10
@@ -138,7 +138,7 @@ func (r *fragmentReader) spanLocked(br byteRange) *span {
 
 // get fetches one range with one request.
 func (r *fragmentReader) get(ctx context.Context, br byteRange) ([]byte, error) {
-	data, err := r.t.bucket.GetRange(ctx, r.key, br.off, br.n)
+	data, err := r.t.getRange(ctx, r.key, br.off, br.n)
 	if err == nil && int64(len(data)) != br.n {
 		err = fmt.Errorf("fragment %s: %w: object ends before byte %d, manifest says %d bytes",
 			r.key, ErrCorrupt, br.off+br.n, r.size)

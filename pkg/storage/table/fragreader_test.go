@@ -56,7 +56,7 @@ func faultyTable(t *testing.T, nFrags, rowsEach int) (*objstore.Faults, *Table, 
 // the row group alone.
 func TestPointLookupReadsOneIndexBlockAndOneRowGroup(t *testing.T) {
 	ctx := context.Background()
-	f, tb, m := faultyTable(t, 1, 40_000) // 20 row groups, larger than a footer read
+	f, tb, m := faultyTable(t, 1, 100_000) // 49 row groups, larger than a footer read
 	get := func(id string, want int64) {
 		t.Helper()
 		f.ResetCounters()
@@ -73,8 +73,8 @@ func TestPointLookupReadsOneIndexBlockAndOneRowGroup(t *testing.T) {
 		}
 	}
 	get("f00-00001", 4) // the index's top, its block, the footer, the row group
-	get("f00-34500", 2) // another block, another row group
-	get("f00-34501", 1) // the same block, cached: the row group alone
+	get("f00-94500", 2) // another block, another row group
+	get("f00-94501", 1) // the same block, cached: the row group alone
 }
 
 func TestScanReadsEveryRowGroupWithOneRequestEach(t *testing.T) {

@@ -65,8 +65,9 @@ func (t *Table) GetColumns(ctx context.Context, m *Manifest, id string, cols []s
 // (nil: every column) valid during the call, and the row's version. ids must be
 // distinct. The ids are looked up together: one read per key-index block and per
 // row group they touch, not per id. Memory: the found rows (copied out of their row
-// groups) and the row groups being read, at most lookupReads at once.
+// groups) and the row groups being read, at most requestsInFlight at once.
 func (t *Table) GetMany(ctx context.Context, m *Manifest, ids, cols []string, fn func(i int, row arrow.RecordBatch, v rowkey.Version) error) error {
+	ctx = withRequestBudget(ctx, requestsInFlight)
 	at, err := t.locate(ctx, m, ids)
 	if err != nil {
 		return err
@@ -98,7 +99,7 @@ func (t *Table) GetMany(ctx context.Context, m *Manifest, ids, cols []string, fn
 
 // locate returns, for every id of ids (distinct), where its live row is in m. The
 // fragments that may hold some of the ids are looked into concurrently,
-// lookupReads at once; of two live rows of one id (which a table never has) the
+// lookupFragments at once (their requests within ctx's budget); of two live rows of one id (which a table never has) the
 // newer version wins, on a tie the later fragment's, as a commit's incoming copy
 // replaces the existing one.
 func (t *Table) locate(ctx context.Context, m *Manifest, ids []string) ([]rowAt, error) {
@@ -126,7 +127,7 @@ func (t *Table) locate(ctx context.Context, m *Manifest, ids []string) ([]rowAt,
 	}
 	results := make([][]found, len(m.Fragments))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(lookupReads)
+	g.SetLimit(lookupFragments)
 	for fi, f := range m.Fragments {
 		lo := sort.SearchStrings(sorted, f.IDMin)
 		hi := sort.Search(len(sorted), func(k int) bool { return sorted[k] > f.IDMax })
@@ -244,9 +245,9 @@ type foundRow struct {
 
 // readRows reads the rows at (frag -1: none) with the columns of m's schema that
 // cols names (nil: every one): one read per row group that holds any of them,
-// lookupReads at once. The rows are copied out of their row groups, so what is
-// held is the rows, not the groups; the caller releases the batches (one batch may
-// back several rows: each holds its own reference).
+// within ctx's budget of requests, decoded from the first row wanted to the last
+// (readRowsAt). What is held is the rows, not the groups; the caller releases the
+// batches (one batch may back several rows: each holds its own reference).
 func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []string) ([]foundRow, error) {
 	s := m.ArrowSchema()
 	var read []string
@@ -276,7 +277,7 @@ func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []st
 	slices.Sort(frags)
 	perFrag := make([][]groupJob, len(frags))
 	og, octx := errgroup.WithContext(ctx)
-	og.SetLimit(lookupReads)
+	og.SetLimit(lookupFragments)
 	for k, fi := range frags {
 		og.Go(func() error {
 			f, pos := m.Fragments[fi], byFrag[fi]
@@ -339,7 +340,7 @@ func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []st
 		return nil, err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(lookupReads)
+	g.SetLimit(lookupFragments)
 	for _, j := range jobs {
 		g.Go(func() error {
 			ff, err := t.openFragmentFor(gctx, s, j.f, j.at) // the footer and the group at once
@@ -347,30 +348,22 @@ func (t *Table) readRows(ctx context.Context, m *Manifest, at []rowAt, cols []st
 				return err
 			}
 			defer ff.Close()
-			return ff.read(gctx, read, []int{j.group}, func(rec arrow.RecordBatch, start int64) error {
-				var take []int64
-				var mine []int
-				for _, p := range j.pos {
-					if off := int64(at[p].off); off >= start && off < start+rec.NumRows() {
-						take = append(take, off-start)
-						mine = append(mine, p)
-					}
+			start := ff.groupStart(j.group)
+			offs := make([]int64, len(j.pos))
+			for k, p := range j.pos {
+				offs[k] = int64(at[p].off) - start
+			}
+			rows, err := ff.readRowsAt(gctx, read, j.group, offs)
+			if err != nil {
+				return err
+			}
+			for k, p := range j.pos {
+				if k > 0 {
+					rows.Retain()
 				}
-				if len(take) == 0 {
-					return nil
-				}
-				rows, err := takeRows(gctx, rec, take)
-				if err != nil {
-					return fmt.Errorf("fragment %s: %w", ff.key, err)
-				}
-				for k, p := range mine {
-					if k > 0 {
-						rows.Retain()
-					}
-					out[p] = foundRow{rec: rows, row: k}
-				}
-				return nil
-			})
+				out[p] = foundRow{rec: rows, row: k}
+			}
+			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {

@@ -368,6 +368,11 @@ func decodeIndexBlock(key string, top *indexTop, ref indexBlockRef, data []byte)
 	b := &indexBlock{row: ref.row, ids: make([]string, 0, ref.entries), seqs: make([]uint64, 0, ref.entries),
 		shards: make([]uint32, 0, ref.entries)}
 	r := &byteReader{p: body}
+	// The ids are built end to end in one buffer and become substrings of one
+	// string: a lookup decodes a block of a few hundred ids for one of them, and
+	// an allocation per id was most of its cost.
+	buf := make([]byte, 0, 2*len(body))
+	ends := make([]int, 0, ref.entries)
 	var prev []byte
 	for i := 0; i < ref.entries; i++ {
 		shared := r.uvarint()
@@ -382,21 +387,27 @@ func decodeIndexBlock(key string, top *indexTop, ref indexBlockRef, data []byte)
 		if shard >= uint64(len(top.shards)) {
 			return nil, bad("entry %d: shard %d of %d", i, shard, len(top.shards))
 		}
-		id := make([]byte, 0, int(shared)+len(rest))
-		id = append(append(id, prev[:shared]...), rest...)
+		start := len(buf)
+		buf = append(append(buf, prev[:shared]...), rest...)
+		id := buf[start:]
 		if i > 0 && bytes.Compare(id, prev) <= 0 {
 			return nil, bad("entry %d: id %q not after %q", i, id, prev)
 		}
 		if i == 0 && string(id) != ref.first {
 			return nil, bad("first id %q, top says %q", id, ref.first)
 		}
-		prev = id
-		b.ids = append(b.ids, string(id))
+		prev = id // stays valid when buf grows: the old array is never written again
+		ends = append(ends, len(buf))
 		b.seqs = append(b.seqs, seq)
 		b.shards = append(b.shards, uint32(shard))
 	}
 	if len(r.p) != 0 {
 		return nil, bad("%d bytes after %d entries", len(r.p), ref.entries)
+	}
+	all, start := string(buf), 0
+	for _, end := range ends {
+		b.ids = append(b.ids, all[start:end])
+		start = end
 	}
 	return b, nil
 }

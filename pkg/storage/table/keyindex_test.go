@@ -49,7 +49,11 @@ func TestKeyIndexRoundTrip(t *testing.T) {
 				t.Fatalf("%d rows in one block", c.n)
 			}
 			blocks := make([]*indexBlock, len(top.blocks))
+			raws := make([]*rawBlock, len(top.blocks)) // searched in place by lookups
 			for b, ref := range top.blocks {
+				if raws[b], err = checkRawBlock("k", ref, data[ref.off:ref.off+ref.n]); err != nil {
+					t.Fatal(err)
+				}
 				if ref.n > int64(indexBlockBytes+len(c.id(c.n-1))+64) {
 					t.Fatalf("block %d is %d bytes, cut at %d", b, ref.n, indexBlockBytes)
 				}
@@ -71,6 +75,13 @@ func TestKeyIndexRoundTrip(t *testing.T) {
 				}
 				if _, ok := blocks[b].search(c.id(i) + "\x00"); ok {
 					t.Fatalf("found %q, which is not there", c.id(i)+"\x00")
+				}
+				rj, seq, shard, ok, err := raws[b].find("k", len(top.shards), []byte(c.id(i)))
+				if err != nil || !ok || rj != j || seq != uint64(i*7) || top.shards[shard] != fmt.Sprint("s", i%c.shards) {
+					t.Fatalf("row %d in place: found %v at %d (seq %d, shard %d, %v), want %d", i, ok, rj, seq, shard, err, j)
+				}
+				if _, _, _, ok, err := raws[b].find("k", len(top.shards), []byte(c.id(i)+"\x00")); ok || err != nil {
+					t.Fatalf("found %q in place (%v), which is not there", c.id(i)+"\x00", err)
 				}
 			}
 			if top.blockOf(int64(c.n)) != -1 || top.blockOf(-1) != -1 {

@@ -19,6 +19,7 @@ const (
 	kindKeyIndex objectKind = iota
 	kindTop
 	kindBlock
+	kindRawBlock
 	kindBloom
 	kindDeletions
 	kindFooter

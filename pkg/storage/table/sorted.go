@@ -25,7 +25,7 @@ func (t *Table) indexTopOf(ctx context.Context, f Fragment) (*indexTop, error) {
 		return top, nil
 	}
 	key := t.key(f.Index.Path)
-	data, err := t.bucket.GetRange(ctx, key, f.Index.Top, f.Index.Bytes-f.Index.Top)
+	data, err := t.getRange(ctx, key, f.Index.Top, f.Index.Bytes-f.Index.Top)
 	if err != nil {
 		return nil, fmt.Errorf("key index: %w", err)
 	}
@@ -37,17 +37,32 @@ func (t *Table) indexTopOf(ctx context.Context, f Fragment) (*indexTop, error) {
 	return top, nil
 }
 
-// indexBlocks returns blocks bs (ascending, distinct) of f's key index, from the
-// cache or by ranged reads: runs of adjacent blocks missing from the cache come in
-// one read each, lookupReads reads at once.
+// indexBlocks returns blocks bs (ascending, distinct) of f's key index, decoded,
+// from the cache or by ranged reads (fetchBlocks).
 func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs []int) ([]*indexBlock, error) {
-	out := make([]*indexBlock, len(bs))
+	return fetchBlocks(ctx, t, f, top, bs, t.blocks, func(key string, ref indexBlockRef, data []byte) (*indexBlock, int64, error) {
+		blk, err := decodeIndexBlock(key, top, ref, data)
+		if err != nil {
+			return nil, 0, err
+		}
+		return blk, blk.size(), nil
+	})
+}
+
+// fetchBlocks returns blocks bs (ascending, distinct) of f's key index in the form
+// decode makes of a block's bytes (with its size for the cache), from cache or by
+// ranged reads: runs of adjacent blocks missing from the cache come in one read
+// each, all at once within ctx's budget of requests (requestsInFlight at most
+// without one).
+func fetchBlocks[B any](ctx context.Context, t *Table, f Fragment, top *indexTop, bs []int, cache objectView[B],
+	decode func(key string, ref indexBlockRef, data []byte) (B, int64, error)) ([]B, error) {
+	out := make([]B, len(bs))
 	var runs [][2]int // [first, last] positions in bs of runs of adjacent missing blocks
 	for i, b := range bs {
 		if b < 0 || b >= len(top.blocks) {
 			return nil, fmt.Errorf("key index %s: no block %d of %d", t.key(f.Index.Path), b, len(top.blocks))
 		}
-		if blk, ok := t.blocks.GetBlock(f.Index.Path, b); ok {
+		if blk, ok := cache.GetBlock(f.Index.Path, b); ok {
 			out[i] = blk
 			continue
 		}
@@ -59,11 +74,11 @@ func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs [
 	}
 	key := t.key(f.Index.Path)
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(lookupReads)
+	g.SetLimit(requestsInFlight)
 	for _, r := range runs {
 		g.Go(func() error {
 			first, last := top.blocks[bs[r[0]]], top.blocks[bs[r[1]]]
-			data, err := t.bucket.GetRange(gctx, key, first.off, last.off+last.n-first.off)
+			data, err := t.getRange(gctx, key, first.off, last.off+last.n-first.off)
 			if err != nil {
 				return fmt.Errorf("key index: %w", err)
 			}
@@ -73,11 +88,11 @@ func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs [
 				if lo+ref.n > int64(len(data)) {
 					return fmt.Errorf("key index %s: %w: object ends before byte %d", key, ErrCorrupt, ref.off+ref.n)
 				}
-				blk, err := decodeIndexBlock(key, top, ref, data[lo:lo+ref.n])
+				blk, size, err := decode(key, ref, data[lo:lo+ref.n])
 				if err != nil {
 					return err
 				}
-				t.blocks.AddBlock(f.Index.Path, bs[i], blk, blk.size())
+				cache.AddBlock(f.Index.Path, bs[i], blk, size)
 				out[i] = blk
 			}
 			return nil
@@ -111,22 +126,26 @@ func (t *Table) lookupSorted(ctx context.Context, f Fragment, ids []string) ([]i
 			bs = append(bs, b)
 		}
 	}
-	blocks, err := t.indexBlocks(ctx, f, top, bs)
+	blocks, err := t.rawBlocks(ctx, f, top, bs)
 	if err != nil {
 		return nil, err
 	}
+	key := t.key(f.Index.Path)
 	hits := make([]indexHit, len(ids))
 	for i, id := range ids {
 		if of[i] < 0 {
 			continue
 		}
 		blk := blocks[slices.Index(bs, of[i])]
-		j, ok := blk.search(id)
+		j, seq, shard, ok, err := blk.find(key, len(top.shards), []byte(id))
+		if err != nil {
+			return nil, err
+		}
 		if !ok {
 			continue
 		}
 		hits[i] = indexHit{found: true, off: uint32(blk.row) + uint32(j),
-			v: rowkey.Version{Seq: blk.seqs[j], Shard: top.shards[blk.shards[j]]}}
+			v: rowkey.Version{Seq: seq, Shard: top.shards[shard]}}
 	}
 	return hits, nil
 }

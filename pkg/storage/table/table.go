@@ -118,6 +118,7 @@ type Table struct {
 	keys    objectView[*keyIndex]
 	tops    objectView[*indexTop]
 	blocks  objectView[*indexBlock]
+	raws    objectView[*rawBlock]
 	blooms  objectView[*bloom.BloomFilter]
 	dvs     objectView[*roaring.Bitmap]
 	footers objectView[*metadata.FileMetaData]
@@ -146,6 +147,7 @@ func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 		keys:     objectView[*keyIndex]{objs, kindKeyIndex},
 		tops:     objectView[*indexTop]{objs, kindTop},
 		blocks:   objectView[*indexBlock]{blocks, kindBlock},
+		raws:     objectView[*rawBlock]{blocks, kindRawBlock},
 		blooms:   objectView[*bloom.BloomFilter]{objs, kindBloom},
 		dvs:      objectView[*roaring.Bitmap]{objs, kindDeletions},
 		footers:  objectView[*metadata.FileMetaData]{objs, kindFooter},
@@ -376,7 +378,7 @@ func (t *Table) bloom(ctx context.Context, f Fragment) (*bloom.BloomFilter, erro
 		return b, nil
 	}
 	key := t.key(f.Bloom)
-	data, err := t.bucket.Get(ctx, key)
+	data, err := t.get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("bloom filter: %w", err)
 	}
@@ -398,7 +400,7 @@ func (t *Table) deletions(ctx context.Context, f Fragment) (*roaring.Bitmap, err
 		return bm, nil
 	}
 	key := t.key(f.Deletions.Path)
-	data, err := t.bucket.Get(ctx, key)
+	data, err := t.get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("deletion vector: %w", err)
 	}

@@ -317,7 +317,7 @@ func (st *staged) put(ctx context.Context, rel string, data []byte) error {
 	st.mu.Lock()
 	st.files = append(st.files, rel)
 	st.mu.Unlock()
-	return st.t.bucket.Put(ctx, st.t.key(rel), data)
+	return st.t.put(ctx, st.t.key(rel), data)
 }
 
 // writeFragment writes recs, of schema s and in strictly increasing id order, as
@@ -436,12 +436,14 @@ func (st *staged) deleteAll(ctx context.Context) {
 // older existing rows go into dels, incoming rows older than an existing row go into
 // selfDel. Only the incoming ids within a fragment's id range are looked up in it,
 // together (lookupFragment: its bloom filter, then the key-index blocks they fall
-// in), lookupReads fragments at once: on an object store a conflict check that
-// reads them one after another waits one round trip per object.
+// in), every fragment at once, requestsInFlight requests at a time: on an object
+// store a conflict check that reads them one after another waits one round trip
+// per object, and one bounded by fragments one per few fragments.
 func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 	if x.frag == nil {
 		return nil
 	}
+	ctx = withRequestBudget(ctx, requestsInFlight)
 	var check []Fragment
 	for _, f := range m.Fragments {
 		if x.checked[f.Path] {
@@ -460,7 +462,7 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 	}
 	results := make([]found, len(check))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(lookupReads)
+	g.SetLimit(lookupFragments)
 	for i, f := range check {
 		g.Go(func() error {
 			lo := sort.SearchStrings(x.ids, f.IDMin)
@@ -512,8 +514,10 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 // writeDeletions writes, for every existing fragment this transaction deletes from,
 // the union of that fragment's vector in m and dels, unless one built from the same
 // base vector exists already; and the new fragment's own vector if it changed. The
-// vectors are read and written fragmentReads at a time.
+// vectors are read and written all at once, requestsInFlight requests at a time:
+// a merge of random ids touches most fragments of a large store.
 func (x *Txn) writeDeletions(ctx context.Context, m *Manifest) error {
+	ctx = withRequestBudget(ctx, requestsInFlight)
 	type job struct {
 		f    Fragment
 		from string
@@ -534,7 +538,7 @@ func (x *Txn) writeDeletions(ctx context.Context, m *Manifest) error {
 		jobs = append(jobs, job{f: f, from: from})
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(fragmentReads)
+	g.SetLimit(lookupFragments)
 	for i := range jobs {
 		j := &jobs[i]
 		ours := x.dels[j.f.Path]
