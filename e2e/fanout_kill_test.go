@@ -58,41 +58,7 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 
 	value := 0
 	for trial := range 2 {
-		// Sealed generations in every shard: new ids, and ids all three overwrite.
-		for _, id := range ids {
-			for g := 0; g < 3+rng.IntN(3); g++ {
-				var recs []string
-				for i := 0; i < 2+rng.IntN(3); i++ {
-					value++
-					recs = append(recs, record(fmt.Sprintf("t%d-%s-%d", trial, id, value), value))
-				}
-				value++
-				recs = append(recs, record(fmt.Sprintf("shared-%d", rng.IntN(4)), value))
-				body := `{"records":[` + strings.Join(recs, ",") + `]}`
-				if code, out, err := postWith(http.DefaultClient, c.workers[id].url()+records+"?flush=true", "", body); err != nil || code/100 != 2 {
-					t.Fatalf("add through %s: %d %s %v", id, code, out, err)
-				}
-			}
-		}
-		// The model: what every worker shows once they agree (each id's winner).
-		var want map[string]int
-		testwait.ForEvery(c.t, 30*time.Second, poll, "every worker shows the same rows", func() (bool, string) {
-			var lists []map[string]int
-			for _, id := range ids {
-				l, err := listValues(c.workers[id].url() + records)
-				if err != nil {
-					return false, err.Error()
-				}
-				lists = append(lists, l)
-			}
-			for _, l := range lists[1:] {
-				if fmt.Sprint(l) != fmt.Sprint(lists[0]) {
-					return false, "lists differ"
-				}
-			}
-			want = lists[0]
-			return true, ""
-		})
+		want := sealEverywhereAndAgree(c, rng, ids, records, trial, &value)
 
 		victim := ids[1+rng.IntN(2)]
 		writeFaults(t, faults, `{"latency": "300ms"}`) // w1's commit, the task's first, takes seconds
@@ -122,33 +88,11 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 		writeFaults(t, faults, "")
 		c.startWorker(victim)
 
-		// The next task merges the victim's shard too.
-		testwait.ForEvery(c.t, 2*time.Minute, poll, "a merge_wal task leaves nothing pending", func() (bool, string) {
-			again := c.requeueMerge(m, name)
-			var tk claimedTask
-			testwait.ForEvery(c.t, time.Minute, poll, "task "+again+" finishes", func() (bool, string) {
-				tk = c.taskRecord(again)
-				return tk.State == "done" || tk.State == "failed", tk.State
-			})
-			pending, err := pendingOf(c, name)
-			if err != nil {
-				return false, err.Error()
-			}
-			return tk.State == "done" && pending == 0, fmt.Sprintf("task %s %s %s; %d pending", tk.State, tk.Detail, tk.Error, pending)
-		})
-		// No acknowledged row lost or doubled, every id at the value that won.
-		for _, id := range ids {
-			got, err := listValues(c.workers[id].url() + records)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("trial %d: list through %s after the merges:\n%v\nwant the values shown before them:\n%v", trial, id, got, want)
-			}
-		}
-		// Whatever the killed prepare staged harms no version (verify fails the
-		// admin command, and so the test, on any problem).
-		c.admin(m, "verify", name, "--timeout", "60s")
+		// The next task merges the victim's shard too. No acknowledged row lost or
+		// doubled, every id at the value that won; whatever the killed prepare
+		// staged harms no version.
+		mergeUntilNothingPending(c, m, name)
+		wantRowsEverywhere(c, m, ids, name, records, want, trial)
 	}
 }
 
@@ -176,4 +120,82 @@ func pendingOf(c *cluster, name string) (int, error) {
 		return 0, fmt.Errorf("stats of %s: %v: %s", name, err, body)
 	}
 	return page.Pending, nil
+}
+
+// sealEverywhereAndAgree seals 2 to 5 generations in the shard of every worker of
+// ids (new ids of the trial, and shared ids all of them overwrite, with values
+// counted up from *value) and returns the rows every worker then shows alike: the
+// model a trial's merges must keep, each id at the value that won.
+func sealEverywhereAndAgree(c *cluster, rng *rand.Rand, ids []string, records string, trial int, value *int) map[string]int {
+	c.t.Helper()
+	for _, id := range ids {
+		for g := 0; g < 2+rng.IntN(4); g++ {
+			var recs []string
+			for i := 0; i < 2+rng.IntN(3); i++ {
+				*value++
+				recs = append(recs, record(fmt.Sprintf("t%d-%s-%d", trial, id, *value), *value))
+			}
+			*value++
+			recs = append(recs, record(fmt.Sprintf("shared-%d", rng.IntN(4)), *value))
+			body := `{"records":[` + strings.Join(recs, ",") + `]}`
+			if code, out, err := postWith(http.DefaultClient, c.workers[id].url()+records+"?flush=true", "", body); err != nil || code/100 != 2 {
+				c.t.Fatalf("add through %s: %d %s %v", id, code, out, err)
+			}
+		}
+	}
+	var want map[string]int
+	testwait.ForEvery(c.t, 30*time.Second, poll, "every worker shows the same rows", func() (bool, string) {
+		var lists []map[string]int
+		for _, id := range ids {
+			l, err := listValues(c.workers[id].url() + records)
+			if err != nil {
+				return false, err.Error()
+			}
+			lists = append(lists, l)
+		}
+		for _, l := range lists[1:] {
+			if fmt.Sprint(l) != fmt.Sprint(lists[0]) {
+				return false, "lists differ"
+			}
+		}
+		want = lists[0]
+		return true, ""
+	})
+	return want
+}
+
+// mergeUntilNothingPending requeues merge_wal tasks of store name until one is
+// done and leaves no generation of any shard pending.
+func mergeUntilNothingPending(c *cluster, m *masterProc, name string) {
+	c.t.Helper()
+	testwait.ForEvery(c.t, 2*time.Minute, poll, "a merge_wal task leaves nothing pending", func() (bool, string) {
+		again := c.requeueMerge(m, name)
+		var tk claimedTask
+		testwait.ForEvery(c.t, time.Minute, poll, "task "+again+" finishes", func() (bool, string) {
+			tk = c.taskRecord(again)
+			return tk.State == "done" || tk.State == "failed", tk.State
+		})
+		pending, err := pendingOf(c, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return tk.State == "done" && pending == 0, fmt.Sprintf("task %s %s %s; %d pending", tk.State, tk.Detail, tk.Error, pending)
+	})
+}
+
+// wantRowsEverywhere fails unless a list through every worker of ids shows want
+// (no acknowledged row lost or doubled, every id at the value that won), and then
+// has verify check the table whole (the admin command fails on any problem).
+func wantRowsEverywhere(c *cluster, m *masterProc, ids []string, name, records string, want map[string]int, trial int) {
+	c.t.Helper()
+	for _, id := range ids {
+		got, err := listValues(c.workers[id].url() + records)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			c.t.Fatalf("trial %d: list through %s after the merges:\n%v\nwant the values shown before them:\n%v", trial, id, got, want)
+		}
+	}
+	c.admin(m, "verify", name, "--timeout", "60s")
 }

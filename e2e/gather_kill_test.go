@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -52,39 +50,7 @@ func TestWorkerKilledDuringAStoreMergeLosesNothing(t *testing.T) {
 
 	value := 0
 	for trial := range 3 {
-		for _, id := range ids {
-			for g := 0; g < 2+rng.IntN(3); g++ {
-				var recs []string
-				for i := 0; i < 2+rng.IntN(3); i++ {
-					value++
-					recs = append(recs, record(fmt.Sprintf("t%d-%s-%d", trial, id, value), value))
-				}
-				value++
-				recs = append(recs, record(fmt.Sprintf("shared-%d", rng.IntN(4)), value))
-				body := `{"records":[` + strings.Join(recs, ",") + `]}`
-				if code, out, err := postWith(http.DefaultClient, c.workers[id].url()+records+"?flush=true", "", body); err != nil || code/100 != 2 {
-					t.Fatalf("add through %s: %d %s %v", id, code, out, err)
-				}
-			}
-		}
-		var want map[string]int
-		testwait.ForEvery(c.t, 30*time.Second, poll, "every worker shows the same rows", func() (bool, string) {
-			var lists []map[string]int
-			for _, id := range ids {
-				l, err := listValues(c.workers[id].url() + records)
-				if err != nil {
-					return false, err.Error()
-				}
-				lists = append(lists, l)
-			}
-			for _, l := range lists[1:] {
-				if fmt.Sprint(l) != fmt.Sprint(lists[0]) {
-					return false, "lists differ"
-				}
-			}
-			want = lists[0]
-			return true, ""
-		})
+		want := sealEverywhereAndAgree(c, rng, ids, records, trial, &value)
 
 		for _, id := range ids {
 			writeFaults(t, faults[id], `{"latency": "100ms"}`) // a merge of the store takes a second or more
@@ -105,28 +71,7 @@ func TestWorkerKilledDuringAStoreMergeLosesNothing(t *testing.T) {
 		}
 		c.startWorkerWith(victim, chaosWorker(t), map[string]string{chaos.FaultsFileEnv: faults[victim]})
 
-		testwait.ForEvery(c.t, 2*time.Minute, poll, "a merge_wal task leaves nothing pending", func() (bool, string) {
-			again := c.requeueMerge(m, name)
-			var tk claimedTask
-			testwait.ForEvery(c.t, time.Minute, poll, "task "+again+" finishes", func() (bool, string) {
-				tk = c.taskRecord(again)
-				return tk.State == "done" || tk.State == "failed", tk.State
-			})
-			pending, err := pendingOf(c, name)
-			if err != nil {
-				return false, err.Error()
-			}
-			return tk.State == "done" && pending == 0, fmt.Sprintf("task %s %s %s; %d pending", tk.State, tk.Detail, tk.Error, pending)
-		})
-		for _, id := range ids {
-			got, err := listValues(c.workers[id].url() + records)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("trial %d: list through %s after the merges:\n%v\nwant the values shown before them:\n%v", trial, id, got, want)
-			}
-		}
-		c.admin(m, "verify", name, "--timeout", "60s")
+		mergeUntilNothingPending(c, m, name)
+		wantRowsEverywhere(c, m, ids, name, records, want, trial)
 	}
 }
