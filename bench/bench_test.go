@@ -272,8 +272,8 @@ func TestReportMarkdown(t *testing.T) {
 		// The limit: the fewest requests served (2,400 - 400 refused) at 8 in flight
 		// for 55 ms each (50 ms + half the 10 ms jitter): 2,000 / 145.45/s.
 		"Store-bound limit: 13.75 s. The fewest requests the store served for any shape here are 2000, for " +
-			"\"new: master task, two-phase fan-out, MERGE_PREPARE_CONCURRENCY=2\" (2400 requests minus 400 refused)",
-		"| new: master task, two-phase fan-out, MERGE_PREPARE_CONCURRENCY=2 | 20 / 0 (1 task) | 0 | 0 | yes | 20.00 s | 1.45x |",
+			"\"new: master task, two-phase fan-out, 2 prepares at once\" (2400 requests minus 400 refused)",
+		"| new: master task, two-phase fan-out, 2 prepares at once | 20 / 0 (1 task) | 0 | 0 | yes | 20.00 s | 1.45x |",
 		"| new: master task, two-phase fan-out | 20 / 0 (1 task) | 0 | 0 | yes | 15.00 s | 1.09x |",
 		"The same storm on a real S3 store, `s3://b?endpoint=http://127.0.0.1:9100`",
 		"| new: master task, two-phase fan-out / old | | | | | 0.50x | | | 0.90x | 0.40x | | |",

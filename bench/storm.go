@@ -70,8 +70,7 @@ type StormConfig struct {
 	// timer tick, the new shape's next merge sweep.
 	RetryInterval time.Duration
 	// PrepareConcurrency is the two-phase fan-out's prepares in flight
-	// (fanout.Config.PrepareConcurrency, MERGE_PREPARE_CONCURRENCY); 0 leaves the
-	// master's default.
+	// (fanout.Config.PrepareConcurrency); 0: every worker's at once.
 	PrepareConcurrency int
 	// Deadline bounds the measured phase; whatever is left is reported as not
 	// drained (and merged afterwards, without faults, so the rows can be checked).
@@ -535,7 +534,7 @@ func waitFinished(ctx context.Context, ts *tasks.Queue, id string) (tasks.Task, 
 // concurrency when it is not the master's default.
 func (r StormResult) label() string {
 	if r.PrepareConcurrency > 0 {
-		return fmt.Sprintf("%s, MERGE_PREPARE_CONCURRENCY=%d", r.Shape, r.PrepareConcurrency)
+		return fmt.Sprintf("%s, %d prepares at once", r.Shape, r.PrepareConcurrency)
 	}
 	return string(r.Shape)
 }

@@ -101,8 +101,6 @@ func (f *serveFlags) bind(fs *pflag.FlagSet) {
 	c.FanOut.Shape = fanout.Gather
 	fs.Var(&c.FanOut.Shape, "merge-fanout", "shape of a merge_wal fan-out: gather (one worker merges every shard of the store in one commit, the others drain theirs; a worker without it makes the task two-phase), two-phase (every worker prepares at once, then they commit one after another) or serial (each worker prepares and commits in turn)")
 	bind("merge-fanout", "MERGE_FANOUT")
-	fs.IntVar(&c.FanOut.PrepareConcurrency, "merge-prepare-concurrency", 0, "prepares in flight at once in a two-phase merge_wal fan-out; 0 means every worker of the task")
-	bind("merge-prepare-concurrency", "MERGE_PREPARE_CONCURRENCY")
 	fs.DurationVar(&c.OrphanGrace, "orphan-grace", fanout.DefaultOrphanGrace, "a shard whose worker has been unregistered this long is adopted by a live worker (keep it several WORKER_LEASE_TTLs)")
 	bind("orphan-grace", "ORPHAN_GRACE")
 	fs.DurationVar(&f.workerDial, "worker-dial-timeout", fanout.DefaultDialTimeout, "a worker not connected within this is skipped as unreachable")
@@ -147,9 +145,6 @@ func (f serveFlags) check() error {
 	positive(c.MergeSweep.Interval, "merge-wal-interval", "MERGE_WAL_INTERVAL")
 	positive(c.MergeDemand.MaxDelay, "merge-max-delay", "MERGE_MAX_DELAY")
 	positive(c.FanOut.WorkerTimeout, "merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
-	if c.FanOut.PrepareConcurrency < 0 {
-		errs = append(errs, fmt.Errorf("--merge-prepare-concurrency (MERGE_PREPARE_CONCURRENCY) must not be negative, got %d", c.FanOut.PrepareConcurrency))
-	}
 	positive(c.OrphanGrace, "orphan-grace", "ORPHAN_GRACE")
 	positive(f.workerDial, "worker-dial-timeout", "WORKER_DIAL_TIMEOUT")
 	positive(c.Scheduler.TaskTimeout, "task-timeout", "TASK_TIMEOUT")

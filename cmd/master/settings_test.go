@@ -40,7 +40,7 @@ func TestServeSettingsReachTheConfigFieldsNamedLikeThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"MERGE_WAL_WORKER_TIMEOUT": "22s", "MERGE_FANOUT": "serial",
-		"MERGE_PREPARE_CONCURRENCY": "23", "ORPHAN_GRACE": "24s", "TASK_TIMEOUT": "25s", "MASTER_LEASE_TTL": "26s",
+		"ORPHAN_GRACE": "24s", "TASK_TIMEOUT": "25s", "MASTER_LEASE_TTL": "26s",
 		"SHUTDOWN_TIMEOUT": "27s", "TASK_PRUNE_INTERVAL": "28s", "TASK_RETENTION_COUNT": "29", "TASK_RETENTION_AGE": "30s"}
 	if err := cli.ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestServeSettingsReachTheConfigFieldsNamedLikeThem(t *testing.T) {
 		MergeDemand:     scanner.DemandConfig{MaxDelay: 31 * time.Second},
 		CompactionSweep: scanner.CompactionSweepConfig{Interval: 15 * time.Second, MinFragments: 16, DeletedRatio: 0.17, CleanupEveryVersions: 18, MaxEnqueues: 19},
 		Scheduler:       master.SchedulerConfig{TaskConcurrency: 20, MergeConcurrency: 21, TaskTimeout: 25 * time.Second},
-		FanOut:          fanout.Config{WorkerTimeout: 22 * time.Second, Shape: fanout.Serial, PrepareConcurrency: 23},
+		FanOut:          fanout.Config{WorkerTimeout: 22 * time.Second, Shape: fanout.Serial},
 		OrphanGrace:     24 * time.Second,
 		LeaseTTL:        26 * time.Second,
 		ShutdownTimeout: 27 * time.Second,

@@ -93,7 +93,7 @@ type Config struct {
 	// COMPACTION_MAX_ENQUEUES); New sets its Logger and Registerer.
 	CompactionSweep scanner.CompactionSweepConfig
 	// FanOut configures merge_wal's fan-out (MERGE_FANOUT: FanOut.Shape,
-	// MERGE_WAL_WORKER_TIMEOUT, MERGE_PREPARE_CONCURRENCY); New sets its
+	// MERGE_WAL_WORKER_TIMEOUT); New sets its
 	// Discovery, Caller, Row, Orphans, OnWorkerDone and Logger.
 	FanOut fanout.Config
 	// OrphanGrace is how long a shard's worker must be unregistered before the

@@ -385,7 +385,7 @@ func newMemoryMergeCmd() *cobra.Command {
 // runStormShapes runs the commit storm of cfg in every shape, old first, and the
 // two-phase fan-out once more with its prepares sized to the store
 // (StormConfig.StoreBoundPrepareConcurrency), as an operator would set
-// MERGE_PREPARE_CONCURRENCY for a store that serves this few requests at once.
+// the prepares in flight for a store that serves this few requests at once.
 func runStormShapes(ctx context.Context, env *bench.Env, cfg bench.StormConfig) ([]bench.StormResult, error) {
 	sized := cfg
 	sized.PrepareConcurrency = cfg.StoreBoundPrepareConcurrency()

@@ -124,8 +124,10 @@ type Config struct {
 	// message naming it instead of holding the target forever. In the two-phase
 	// shape it bounds each of a worker's prepare and commit.
 	WorkerTimeout time.Duration
-	// PrepareConcurrency bounds the prepares in flight in the two-phase shape,
-	// MERGE_PREPARE_CONCURRENCY; 0 means every worker of the task at once.
+	// PrepareConcurrency bounds the prepares in flight in the two-phase shape; 0
+	// means every worker of the task at once. No setting sets it any more (the
+	// gather shape, the default, prepares nothing); the commit-storm bench sizes it
+	// to its throttled bucket.
 	PrepareConcurrency int
 
 	// Discovery lists the workers and Caller calls them. Required.

@@ -256,7 +256,7 @@ func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
 	}
 }
 
-// MERGE_PREPARE_CONCURRENCY bounds the prepares in flight.
+// Config.PrepareConcurrency bounds the prepares in flight.
 func TestTwoPhasePreparesAtMostPrepareConcurrencyAtOnce(t *testing.T) {
 	var inFlight, maxSeen, prepInFlight, prepMax atomic.Int32
 	var workers StaticDiscovery
