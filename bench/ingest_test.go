@@ -22,7 +22,7 @@ func quickIngest() IngestConfig {
 // otherwise).
 func TestIngestMergesWhileWorkersSeal(t *testing.T) {
 	env := testEnv(t)
-	for _, mode := range []fanout.Shape{fanout.Serial, fanout.TwoPhase} {
+	for _, mode := range []fanout.Shape{fanout.Serial, fanout.TwoPhase, fanout.Gather} {
 		res, err := RunIngest(context.Background(), env, quickIngest(), mode)
 		if err != nil {
 			t.Fatalf("%s: %v", mode, err)

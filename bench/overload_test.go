@@ -21,7 +21,7 @@ func quickOverload() OverloadConfig {
 // its backlog) and a phase whose adds never reach the route.
 func TestOverloadAddsThroughTheHTTPRouteAfterAProbe(t *testing.T) {
 	env := testEnv(t)
-	res, err := RunOverload(context.Background(), env, quickOverload(), fanout.TwoPhase)
+	res, err := RunOverload(context.Background(), env, quickOverload(), fanout.Gather)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestOverloadAddsThroughTheHTTPRouteAfterAProbe(t *testing.T) {
 	}
 	r := &Report{Overload: &OverloadRun{Config: quickOverload(), Result: res}}
 	md := r.Markdown()
-	for _, want := range []string{OverloadHeading + "\n", "| 2 (2) | two-phase | 24 in ", "\n| 1 | "} {
+	for _, want := range []string{OverloadHeading + "\n", "| 2 (2) | gather | 24 in ", "\n| 1 | "} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("no %q in:\n%s", want, md)
 		}

@@ -26,7 +26,7 @@ func quickSkew() SkewConfig {
 // written, or never merged by the master, reporting an empty table as a result.
 func TestSkewMergesTheQuietStoresBesideTheHotOne(t *testing.T) {
 	env := testEnv(t)
-	res, err := RunSkew(context.Background(), env, quickSkew(), fanout.TwoPhase)
+	res, err := RunSkew(context.Background(), env, quickSkew(), fanout.Gather)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestSkewMergesTheQuietStoresBesideTheHotOne(t *testing.T) {
 	}
 	r := &Report{SkewRuns: []SkewRun{{Config: quickSkew(), Result: res}}}
 	md := r.Markdown()
-	for _, want := range []string{SkewHeading + "\n", "| 3 | two-phase | ", "worst quiet store"} {
+	for _, want := range []string{SkewHeading + "\n", "| 3 | gather | ", "worst quiet store"} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("no %q in:\n%s", want, md)
 		}

@@ -235,7 +235,7 @@ func run(ctx context.Context, f runFlags) error {
 			r.StormS3URL = f.stormS3
 		}
 		for _, cfg := range bench.FanOutThroughputConfigs() {
-			for _, shape := range []bench.StormShape{bench.NewShapeSerialFanOut, bench.NewShapeTwoPhaseFanOut} {
+			for _, shape := range []bench.StormShape{bench.NewShapeSerialFanOut, bench.NewShapeTwoPhaseFanOut, bench.NewShapeGatherFanOut} {
 				res, err := bench.RunStorm(ctx, env, cfg, shape)
 				if err != nil {
 					return fmt.Errorf("fan-out throughput: %w", err)
@@ -257,14 +257,14 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	if want("skew") {
 		cfg := bench.DefaultSkewConfig(f.skewDuration)
-		res, err := bench.RunSkew(ctx, env, cfg, fanout.TwoPhase)
+		res, err := bench.RunSkew(ctx, env, cfg, fanout.Gather)
 		if err != nil {
 			return fmt.Errorf("skewed ingest: %w", err)
 		}
 		r.SkewRuns = append(r.SkewRuns, bench.SkewRun{Config: cfg, Result: res})
 	}
 	if want("overload") {
-		res, err := bench.RunOverload(ctx, env, f.overload, fanout.TwoPhase)
+		res, err := bench.RunOverload(ctx, env, f.overload, fanout.Gather)
 		if err != nil {
 			return fmt.Errorf("overload: %w", err)
 		}
