@@ -42,7 +42,7 @@ func TestClusterOnS3KeepsEveryAcknowledgedRowThroughAKillAdoptionAndMaintenance(
 		"MERGE_WAL_MIN_GENERATIONS": "1",
 		"ORPHAN_GRACE":              orphanGrace,
 		"COMPACTION_INTERVAL":       "1s",
-		"MIN_FRAGMENTS":             "6",
+		"MIN_FRAGMENTS":             "2", // a gather merge is one fragment for every worker
 		"CLEANUP_EVERY_VERSIONS":    "10",
 	})
 	m := c.startMaster("m1", nil)
