@@ -19,7 +19,14 @@ type sealWatch struct {
 	// generation order (a shard's generations are numbered upwards).
 	open  map[string][]sealedGeneration
 	waits durations
+	// seen are the merged generations' seal and sample times, for a breakdown of
+	// their waits.
+	seen []seenMerged
 }
+
+// seenMerged is one generation's seal time and the sample that first saw it
+// merged.
+type seenMerged struct{ sealed, seen time.Time }
 
 type sealedGeneration struct {
 	generation uint64
@@ -49,6 +56,7 @@ func (w *sealWatch) merged(watermarks map[string]uint64, now time.Time) {
 		n := 0
 		for n < len(open) && open[n].generation <= watermarks[shard] {
 			w.waits = append(w.waits, now.Sub(open[n].at))
+			w.seen = append(w.seen, seenMerged{sealed: open[n].at, seen: now})
 			n++
 		}
 		w.open[shard] = open[n:]
@@ -87,4 +95,11 @@ func (w *sealWatch) waitTimes() durations {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.waits)
+}
+
+// mergedTimes returns the seal and sample times of the generations seen merged.
+func (w *sealWatch) mergedTimes() []seenMerged {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.seen)
 }

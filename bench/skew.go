@@ -97,6 +97,8 @@ type SkewResult struct {
 	Tasks, FailedTasks, QuietTasks int
 	TaskTimes, QuietTaskTimes      Quantiles
 	FirstError                     string
+	// Waits splits the late quiet generations' waits into their parts.
+	Waits WaitBreakdown
 	// MaxDelay is the master's MERGE_MAX_DELAY.
 	MaxDelay           time.Duration
 	Requests           int64
@@ -243,6 +245,15 @@ func RunSkew(ctx context.Context, env *Env, cfg SkewConfig, mode fanout.Shape) (
 	if err := res.countTasks(ctx, c.master.Tasks(), hot.name); err != nil {
 		return res, fmt.Errorf("skew: %w", err)
 	}
+	seen := map[string][]seenMerged{}
+	for i, qs := range quiet {
+		seen[qs.name] = quietIn[i].seals.mergedTimes()
+	}
+	everything, err := listAllTasks(ctx, c.master.Tasks())
+	if err != nil {
+		return res, fmt.Errorf("skew: %w", err)
+	}
+	res.Waits = breakdownWaits(everything, seen, hot.name, res.MaxDelay)
 	if h.DemandByGenerations, h.DemandByAge, err = demandEnqueues(c.metrics); err != nil {
 		return res, err
 	}

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"cmp"
+	"maps"
+	"slices"
 
 	"github.com/tidemark-io/tidemark/pkg/master"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
@@ -61,6 +63,19 @@ func (r *Report) skewSection(p printer) {
 		if len(s.Hot.MinuteMax) > 1 {
 			p("\n%d workers, %s: the hot store's pending, maximum of each minute: %s.\n", run.Config.Ingest.Workers, s.Mode,
 				joinInts(s.Hot.MinuteMax))
+		}
+		if w := s.Waits; w.Late > 0 {
+			p("\n%d workers, %s: the %d quiet generations that waited longer than MERGE_MAX_DELAY, their waits in parts "+
+				"(p50 / p99 / max), against the merge that took each: seal to its enqueue %s; in the queue %s, of which "+
+				"another task held the store %s; claim to the sample that saw it merged %s (%d explained by no task). "+
+				"Every merge_wal task's wait in the queue: quiet %s, hot %s.",
+				run.Config.Ingest.Workers, s.Mode, w.Late, fmtQuantiles(w.SealToEnqueue), fmtQuantiles(w.Queued),
+				fmtQuantiles(w.Blocked), fmtQuantiles(w.ClaimToSeen), w.Unmatched, fmtQuantiles(w.QuietQueue), fmtQuantiles(w.HotQueue))
+			for _, k := range slices.Sorted(maps.Keys(w.Others)) {
+				q := w.Others[k]
+				p(" %s tasks: %d, %s.", k, q.N, fmtQuantiles(q))
+			}
+			p("\n")
 		}
 		if s.FirstError != "" {
 			p("\n%d workers, %s: first failed task: `%s`\n", run.Config.Ingest.Workers, s.Mode, s.FirstError)

@@ -142,7 +142,8 @@ func (s *Scheduler) concurrency(kind tasks.Kind) int {
 	return s.cfg.TaskConcurrency
 }
 
-// Wake makes the scheduler look for work now (after an enqueue).
+// Wake makes the scheduler look for work now (after an enqueue, or a task of
+// its own that ended).
 func (s *Scheduler) Wake() {
 	select {
 	case s.wake <- struct{}{}:
@@ -313,6 +314,9 @@ func (s *Scheduler) claimRound(ctx, runCtx context.Context, wg *sync.WaitGroup) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// The freed slot, and the target lock the finish released, may make a
+			// queued task claimable: look now, not at the next poll or enqueue.
+			defer s.Wake()
 			defer func() { <-slots }()
 			defer cancel()
 			s.run(runCtx, claimCtx, kind, r)

@@ -284,3 +284,74 @@ func TestAnEnqueueWakesAnIdleScheduler(t *testing.T) {
 		}
 	}
 }
+
+// TestAnEndingTaskWakesTheScheduler: a task that ends frees its slot and its
+// target's lock, and the queued tasks that waited for either must be claimed
+// then, not at the next poll (an hour here) or the next enqueue (none comes). A
+// second merge waits for the one merge slot; a compaction of the same store waits
+// for its lock.
+func TestAnEndingTaskWakesTheScheduler(t *testing.T) {
+	client, _ := etcdtest.Start(t)
+	ts := tasks.New(client, "/sched")
+	ran := make(chan string, 8)
+	release := make(chan struct{})
+	runner := RunnerFunc(func(ctx context.Context, c *tasks.Claim) (tasks.Report, error) {
+		ran <- string(c.Task.Kind) + " " + c.Task.Target
+		if c.Task.Target == "a" && c.Task.Kind == tasks.KindMergeWAL {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return tasks.Report{}, nil
+	})
+	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: time.Hour,
+		MergeConcurrency: 1, Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: runner, tasks.KindCompact: runner}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx, time.Second); close(done) }()
+	defer func() { cancel(); <-done }()
+	wantRun := func(want string) {
+		t.Helper()
+		select {
+		case got := <-ran:
+			if got != want {
+				t.Fatalf("ran %q, want %q", got, want)
+			}
+		case <-time.After(30 * time.Second): // liveness bound, far below the poll
+			t.Fatalf("%s not run: nothing woke the scheduler", want)
+		}
+	}
+	if _, _, err := ts.Enqueue(ctx, tasks.KindMergeWAL, "a"); err != nil {
+		t.Fatal(err)
+	}
+	wantRun("merge_wal a")
+	// Both enqueues wake the scheduler while neither task can be claimed.
+	for _, e := range []struct {
+		kind   tasks.Kind
+		target string
+	}{{tasks.KindMergeWAL, "b"}, {tasks.KindCompact, "a"}} {
+		if _, _, err := ts.Enqueue(ctx, e.kind, e.target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // let the scheduler look and go idle
+	select {
+	case got := <-ran:
+		t.Fatalf("%s ran while its slot or its store was held", got)
+	default:
+	}
+	close(release)
+	got := map[string]bool{}
+	for range 2 {
+		select {
+		case r := <-ran:
+			got[r] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("after the first merge ended, only %v ran: its end did not wake the scheduler", got)
+		}
+	}
+	if !got["merge_wal b"] || !got["compact a"] {
+		t.Fatalf("ran %v, want merge_wal b and compact a", got)
+	}
+}

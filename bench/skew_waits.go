@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+)
+
+// WaitBreakdown splits the waits of the quiet generations that waited longer
+// than MERGE_MAX_DELAY into their parts, each against the merge that took the
+// generation (its store's merge_wal task started last before the sample that
+// saw the generation merged: a store's merges never overlap): seal to the task's
+// enqueue (merges on demand's age rule and its tick), enqueue to claim (the
+// queue), claim to the sample (the task up to its commit, and the sampler's
+// lag). Of the queue wait, Blocked is the part during which a task of another
+// kind (compaction, cleanup) held the store. Queue are every quiet and every hot
+// merge_wal task's waits in the queue; Others the other kinds' tasks by kind.
+type WaitBreakdown struct {
+	Late                                        int
+	SealToEnqueue, Queued, Blocked, ClaimToSeen Quantiles
+	// Unmatched counts the late generations no task explains.
+	Unmatched            int
+	QuietQueue, HotQueue Quantiles
+	Others               map[tasks.Kind]Quantiles
+}
+
+// listAllTasks returns every task of the run, of every kind.
+func listAllTasks(ctx context.Context, ts *tasks.Queue) ([]tasks.Task, error) {
+	var out []tasks.Task
+	token := ""
+	for {
+		page, next, err := ts.List(ctx, tasks.ListFilter{Limit: tasks.MaxListLimit, PageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("list tasks: %w", err)
+		}
+		out = append(out, page...)
+		if next == "" {
+			return out, nil
+		}
+		token = next
+	}
+}
+
+// breakdownWaits builds the WaitBreakdown of the generations in seen (by
+// store) from the run's tasks of every kind.
+func breakdownWaits(all []tasks.Task, seen map[string][]seenMerged, hot string, maxDelay time.Duration) WaitBreakdown {
+	b := WaitBreakdown{Others: map[tasks.Kind]Quantiles{}}
+	merges := map[string][]tasks.Task{}
+	others := map[string][]tasks.Task{}
+	otherTimes := map[tasks.Kind]durations{}
+	var quietQ, hotQ durations
+	for _, t := range all {
+		if t.StartedAt.IsZero() {
+			continue
+		}
+		if t.Kind != tasks.KindMergeWAL {
+			others[t.Target] = append(others[t.Target], t)
+			if d, ok := taskTime(t); ok {
+				otherTimes[t.Kind] = append(otherTimes[t.Kind], d)
+			}
+			continue
+		}
+		q := t.StartedAt.Sub(t.EnqueuedAt)
+		if t.Target == hot {
+			hotQ = append(hotQ, q)
+		} else {
+			quietQ = append(quietQ, q)
+		}
+		merges[t.Target] = append(merges[t.Target], t)
+	}
+	for k, d := range otherTimes {
+		b.Others[k] = d.quantiles()
+	}
+	b.QuietQueue, b.HotQueue = quietQ.quantiles(), hotQ.quantiles()
+	var toEnqueue, queued, blocked, toSeen durations
+	for store, gens := range seen {
+		ts := merges[store]
+		slices.SortFunc(ts, func(a, b tasks.Task) int { return a.StartedAt.Compare(b.StartedAt) })
+		for _, g := range gens {
+			if g.seen.Sub(g.sealed) <= maxDelay {
+				continue
+			}
+			b.Late++
+			i, _ := slices.BinarySearchFunc(ts, g.seen, func(t tasks.Task, at time.Time) int {
+				return t.StartedAt.Compare(at)
+			})
+			if i == 0 {
+				b.Unmatched++
+				continue
+			}
+			t := ts[i-1] // the last started before the sample
+			toEnqueue = append(toEnqueue, max(t.EnqueuedAt.Sub(g.sealed), 0))
+			queued = append(queued, t.StartedAt.Sub(t.EnqueuedAt))
+			var held time.Duration
+			for _, o := range others[store] {
+				end := o.FinishedAt
+				if end.IsZero() {
+					end = t.StartedAt
+				}
+				from, to := later(o.StartedAt, t.EnqueuedAt), earlier(end, t.StartedAt)
+				if to.After(from) {
+					held += to.Sub(from)
+				}
+			}
+			blocked = append(blocked, held)
+			toSeen = append(toSeen, g.seen.Sub(t.StartedAt))
+		}
+	}
+	b.SealToEnqueue, b.Queued, b.Blocked, b.ClaimToSeen = toEnqueue.quantiles(), queued.quantiles(), blocked.quantiles(), toSeen.quantiles()
+	return b
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// fmtQuantiles prints q as p50 / p99 / max.
+func fmtQuantiles(q Quantiles) string {
+	return fmtDur(q.P50) + " / " + fmtDur(q.P99) + " / " + fmtDur(q.Max)
+}
