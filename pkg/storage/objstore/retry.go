@@ -28,6 +28,20 @@ const DefaultThrottleRetry = 30 * time.Second
 // Any other error is returned at once: the store's own failures were already
 // retried by its SDK, and a lost put-if-absent is an answer.
 //
+// The Bucket also keeps a concurrency limit shared by all its requests (see
+// limit.go): none until the store first throttles, then halved on a throttled
+// answer (once per window of requests) and raised by one per limit's worth of
+// answers. A request waits for a slot under it before each attempt, within its
+// context; a ranged read holds its slot until its body is closed, and a listing
+// one slot for the whole walk (the backend delivers objects, not pages, so its
+// page requests are one stream; fn should not wait on requests of the same Bucket,
+// and none in Tidemark does). Under throttling the process therefore keeps at most
+// the limit in flight, so a store that refuses above N requests settles it near N
+// without losing a request or an answer, and callers see no error they did not see
+// before: a wait for a slot ends only with the caller's context. A resend whose
+// refusal the limit has already answered with a cut waits the first delay of p
+// rather than the next. ConcurrencyLimit reports the limit.
+//
 // What is resent is the request, never a part of an answer: a ranged read resends
 // the open, not a read of its body, and a listing throttled part way (one of its
 // pages) is resent from the start with the objects already delivered skipped, so
@@ -35,14 +49,14 @@ const DefaultThrottleRetry = 30 * time.Second
 //
 // A Bucket that already retries is returned as it is, so a layer that needs resends
 // (a table, a merger) can ask for them on whatever Bucket it is given without
-// multiplying its caller's. Both Buckets share b's storage; closing the result
-// closes b.
+// multiplying its caller's, and every layer of a process over one opened bucket
+// shares its limit. Both Buckets share b's storage; closing the result closes b.
 func WithRetry(b *Bucket, p backoff.Policy, clk clock.Clock, limit time.Duration) *Bucket {
 	if _, ok := b.be.(*retryBackend); ok {
 		return b
 	}
 	return &Bucket{
-		be:        &retryBackend{inner: b.be, p: p, clk: clk, limit: limit},
+		be:        &retryBackend{inner: b.be, p: p, clk: clk, limit: limit, lim: newConcurrencyLimit(maxConcurrencyLimit)},
 		name:      b.name,
 		opTimeout: b.opTimeout,
 	}
@@ -53,17 +67,40 @@ type retryBackend struct {
 	p     backoff.Policy
 	clk   clock.Clock
 	limit time.Duration
+	lim   *concurrencyLimit
 }
 
-// do runs op until it returns anything but a throttling error or the resends end
-// (see WithRetry).
-func (r *retryBackend) do(ctx context.Context, op func() error) error {
-	deadline := r.clk.Now().Add(r.limit)
+// do runs op, each attempt in a slot under the concurrency limit, until it
+// returns anything but a throttling error or the resends end (see WithRetry). op
+// may keep its slot past its return (s.keep) for an answer still being read.
+func (r *retryBackend) do(ctx context.Context, op func(s *slot) error) error {
+	var deadline time.Time
+	var last error // the last throttled answer, once there is one
 	b := r.p.Start()
 	for {
-		err := op()
+		s, err := r.lim.acquire(ctx)
+		switch {
+		case err != nil && last != nil:
+			return last // the caller gave up while the resend waited: as in its backoff
+		case err != nil:
+			return err
+		case last == nil:
+			deadline = r.clk.Now().Add(r.limit)
+		case r.clk.Now().After(deadline):
+			s.release() // the wait for a slot ran past the resends' time
+			return last
+		}
+		err = op(s)
+		cut := s.answer(err)
+		if !s.kept {
+			s.release()
+		}
 		if !errors.Is(err, ErrThrottled) {
 			return err
+		}
+		last = err
+		if cut {
+			b.Reset()
 		}
 		wait := b.Next()
 		if r.clk.Now().Add(wait).After(deadline) || backoff.Sleep(ctx, r.clk, wait) != nil {
@@ -73,30 +110,36 @@ func (r *retryBackend) do(ctx context.Context, op func() error) error {
 }
 
 func (r *retryBackend) get(ctx context.Context, key string, limit int64) (data []byte, err error) {
-	err = r.do(ctx, func() error { data, err = r.inner.get(ctx, key, limit); return err })
+	err = r.do(ctx, func(*slot) error { data, err = r.inner.get(ctx, key, limit); return err })
 	return data, err
 }
 
 func (r *retryBackend) getRange(ctx context.Context, key string, offset, length int64) (rc io.ReadCloser, err error) {
-	err = r.do(ctx, func() error { rc, err = r.inner.getRange(ctx, key, offset, length); return err })
+	err = r.do(ctx, func(s *slot) error {
+		rc, err = r.inner.getRange(ctx, key, offset, length)
+		if err == nil {
+			rc = &releasingReader{ReadCloser: rc, release: s.keep()}
+		}
+		return err
+	})
 	return rc, err
 }
 
 func (r *retryBackend) stat(ctx context.Context, key string) (o Object, err error) {
-	err = r.do(ctx, func() error { o, err = r.inner.stat(ctx, key); return err })
+	err = r.do(ctx, func(*slot) error { o, err = r.inner.stat(ctx, key); return err })
 	return o, err
 }
 
 func (r *retryBackend) put(ctx context.Context, key string, data []byte) error {
-	return r.do(ctx, func() error { return r.inner.put(ctx, key, data) })
+	return r.do(ctx, func(*slot) error { return r.inner.put(ctx, key, data) })
 }
 
 func (r *retryBackend) putIfAbsent(ctx context.Context, key string, data []byte) error {
-	return r.do(ctx, func() error { return r.inner.putIfAbsent(ctx, key, data) })
+	return r.do(ctx, func(*slot) error { return r.inner.putIfAbsent(ctx, key, data) })
 }
 
 func (r *retryBackend) delete(ctx context.Context, key string) error {
-	return r.do(ctx, func() error { return r.inner.delete(ctx, key) })
+	return r.do(ctx, func(*slot) error { return r.inner.delete(ctx, key) })
 }
 
 // list resends a throttled listing from the start and skips what it already
@@ -106,7 +149,7 @@ func (r *retryBackend) list(ctx context.Context, prefix, delimiter string, fn fu
 	var last string
 	delivered := false
 	var fnErr error
-	err := r.do(ctx, func() error {
+	err := r.do(ctx, func(*slot) error {
 		err := r.inner.list(ctx, prefix, delimiter, func(o Object) error {
 			if delivered && o.Key <= last {
 				return nil
