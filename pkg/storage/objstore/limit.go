@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // The concurrency limit of a retrying Bucket (WithRetry): how many of its requests
@@ -20,7 +23,11 @@ import (
 //     in flight (never above the limit, never below 1), if its request was sent
 //     under the limit in force. A request sent before the last cut was part of the
 //     load that cut already answered, so the refusals of one burst cut once.
-//  4. Additive increase: each limit's worth of answers (an object or a verdict on
+//  4. At the floor, a refused request keeps its slot through its backoff and is
+//     resent in it: one request in flight is already too many for the store (other
+//     processes fill it), so the process sends nothing until that backoff ends, as
+//     TCP at a window of one waits out its retransmission timer.
+//  5. Additive increase: each limit's worth of answers (an object or a verdict on
 //     it: not found, exists, too large) raises the limit by one; grown back to
 //     maxConcurrencyLimit, it is lifted (rule 1 again).
 //
@@ -30,7 +37,7 @@ import (
 // about N/2 and N+1, one refusal per climb instead of one per excess request.
 
 // maxConcurrencyLimit caps the limit after the store has throttled; a limit grown
-// back to it is lifted. It is far above what one process's merges and reads ask
+// back to it is lifted (rule 5). It is far above what one process's merges and reads ask
 // for at once (tens), so it only ends the limiter's part once the store has
 // answered several thousand requests without refusing one.
 const maxConcurrencyLimit = 256
@@ -38,7 +45,7 @@ const maxConcurrencyLimit = 256
 // concurrencyLimit is one Bucket's limit and the requests holding or awaiting its
 // slots. It is safe for concurrent use.
 type concurrencyLimit struct {
-	// max is the cap of rule 4: maxConcurrencyLimit but in tests; 0 never limits
+	// max is the cap of rule 5: maxConcurrencyLimit but in tests; 0 never limits
 	// (the comparison tests draw without the limiter).
 	max int
 
@@ -74,9 +81,13 @@ func (l *concurrencyLimit) current() int {
 	return l.limit
 }
 
-// acquire waits for a slot under the limit, first come first served, or for ctx
-// to end (then nothing is held and ctx's error is returned).
-func (l *concurrencyLimit) acquire(ctx context.Context) (*slot, error) {
+// errNoSlot is acquire's answer to a wait that outlasted its patience.
+var errNoSlot = errors.New("no slot under the concurrency limit")
+
+// acquire waits for a slot under the limit, first come first served, for at most
+// patience on clk (then errNoSlot) or until ctx ends (then ctx's error); a wait
+// that fails holds nothing.
+func (l *concurrencyLimit) acquire(ctx context.Context, clk clock.Clock, patience time.Duration) (*slot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -86,20 +97,27 @@ func (l *concurrencyLimit) acquire(ctx context.Context) (*slot, error) {
 		l.mu.Unlock()
 		return s, nil
 	}
+	if patience <= 0 {
+		l.mu.Unlock()
+		return nil, errNoSlot
+	}
 	w := &slotWaiter{ready: make(chan struct{})}
 	l.queue = append(l.queue, w)
 	l.mu.Unlock()
 
+	t := clk.NewTimer(patience)
+	defer t.Stop()
 	select {
 	case <-w.ready:
 		return w.s, nil
 	case <-ctx.Done():
+	case <-t.C():
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	select {
 	case <-w.ready:
-		// Granted while ctx ended: pass the slot on.
+		// Granted as the wait ended: pass the slot on.
 		l.releaseLocked(w.s)
 	default:
 		for i, q := range l.queue {
@@ -109,7 +127,10 @@ func (l *concurrencyLimit) acquire(ctx context.Context) (*slot, error) {
 			}
 		}
 	}
-	return nil, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return nil, errNoSlot
 }
 
 func (l *concurrencyLimit) freeLocked() bool { return l.limit == 0 || l.inFlight < l.limit }
@@ -139,33 +160,48 @@ func (l *concurrencyLimit) releaseLocked(s *slot) {
 	l.wakeLocked()
 }
 
+// verdict is what a throttled answer means for its request's resend.
+type verdict int
+
+const (
+	// resendLater: back off as the policy says, without the slot.
+	resendLater verdict = iota
+	// resendSoon: the limit fell since the request was sent, so the store's
+	// refusal has been met by fewer requests in flight; the resend need not wait
+	// longer than the policy's first delay.
+	resendSoon
+	// resendInSlot: refused at the floor (rule 4); keep the slot through the
+	// backoff and resend in it.
+	resendInSlot
+)
+
 // answer adjusts the limit to the answer err to the request s was granted for
-// (rules 3 and 4). It reports whether the limit is lower now than when the
-// request was sent: the store's refusal has been met by fewer requests in flight,
-// so the request's resend need not wait longer than the first backoff.
-func (s *slot) answer(err error) (cut bool) {
+// (rules 3 to 5) and says what a throttled answer means for the resend.
+func (s *slot) answer(err error) verdict {
 	l := s.l
 	if l.max <= 0 {
-		return false
+		return resendLater
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case errors.Is(err, ErrThrottled):
-		if s.window == l.cuts {
-			n := l.inFlight
-			if l.limit > 0 {
-				n = min(n, l.limit)
-			}
-			if next := min(max(n/2, 1), l.max); l.limit == 0 || next < l.limit {
-				l.limit, l.answers = next, 0
-				l.cuts++
-			}
+		if s.window != l.cuts {
+			return resendSoon
 		}
-		return s.window != l.cuts
+		n := l.inFlight
+		if l.limit > 0 {
+			n = min(n, l.limit)
+		}
+		if next := min(max(n/2, 1), l.max); l.limit == 0 || next < l.limit {
+			l.limit, l.answers = next, 0
+			l.cuts++
+			return resendSoon
+		}
+		return resendInSlot
 	case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrExists), errors.Is(err, ErrTooLarge):
 		if l.limit == 0 {
-			return false
+			return resendLater
 		}
 		if l.answers++; l.answers >= l.limit {
 			l.limit, l.answers = l.limit+1, 0
@@ -175,7 +211,15 @@ func (s *slot) answer(err error) (cut bool) {
 			l.wakeLocked()
 		}
 	}
-	return false
+	return resendLater
+}
+
+// renew makes a slot kept through a backoff (rule 4) count as sent now, under
+// the limit in force.
+func (s *slot) renew() {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	s.window = s.l.cuts
 }
 
 // release gives the slot back; a second release does nothing.

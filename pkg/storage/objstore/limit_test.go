@@ -171,28 +171,9 @@ func TestAWaitForASlotEndsWithTheContextAndLeaksNoSlot(t *testing.T) {
 	// One refusal with one request in flight sets the limit to 1; the resend's
 	// answer raises it to 2.
 	f.AddRule(Rule{Ops: []Op{OpGet}, Times: 1, Err: ErrThrottled})
-	if _, err := b.Get(context.Background(), "absent"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("get: %v, want ErrNotFound after one resend", err)
-	}
-	limit := b.ConcurrencyLimit()
-	if limit != 2 {
-		t.Fatalf("limit %d after one refusal and one answer, want 2", limit)
-	}
+	limit := throttleOnce(t, b, f)
 
-	// hold sends limit requests that the store keeps until their context ends.
-	f.AddRule(Rule{KeyPrefix: "hang/", Hang: true})
-	hold := func() (release func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		for i := range limit {
-			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = b.Get(ctx, fmt.Sprintf("hang/%d", i)) }()
-		}
-		testwait.For(t, 10*time.Second, "every slot held at the store", func() (bool, string) {
-			return f.InFlight() == limit, fmt.Sprintf("%d of %d in flight", f.InFlight(), limit)
-		})
-		return func() { cancel(); wg.Wait() }
-	}
+	hold := holdSlots(t, b, f, limit)
 	release := hold()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -224,6 +205,57 @@ func TestAWaitForASlotEndsWithTheContextAndLeaksNoSlot(t *testing.T) {
 	defer lim.mu.Unlock()
 	if lim.inFlight != 0 || len(lim.queue) != 0 || lim.limit != limit {
 		t.Fatalf("after the waits: %d slots held, %d waiting, limit %d; want 0, 0, %d", lim.inFlight, len(lim.queue), lim.limit, limit)
+	}
+}
+
+// throttleOnce has the store refuse one request while it is the only one in
+// flight, which cuts b's limit to 1, and the resend's answer raises it to 2.
+func throttleOnce(t *testing.T, b *Bucket, f *Faults) int {
+	t.Helper()
+	f.AddRule(Rule{Ops: []Op{OpGet}, Times: 1, Err: ErrThrottled})
+	if _, err := b.Get(context.Background(), "absent"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get: %v, want ErrNotFound after one resend", err)
+	}
+	limit := b.ConcurrencyLimit()
+	if limit != 2 {
+		t.Fatalf("limit %d after one refusal and one answer, want 2", limit)
+	}
+	return limit
+}
+
+// holdSlots returns hold, which sends n requests that the store keeps until
+// release ends them, and returns once all n are at the store.
+func holdSlots(t *testing.T, b *Bucket, f *Faults, n int) (hold func() (release func())) {
+	t.Helper()
+	f.AddRule(Rule{KeyPrefix: "hang/", Hang: true})
+	return func() func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = b.Get(ctx, fmt.Sprintf("hang/%d", i)) }()
+		}
+		testwait.For(t, 10*time.Second, "every slot held at the store", func() (bool, string) {
+			return f.InFlight() == n, fmt.Sprintf("%d of %d in flight", f.InFlight(), n)
+		})
+		return func() { cancel(); wg.Wait() }
+	}
+}
+
+// A request that finds no slot within the resend time is answered as one the
+// store refused for that long (ErrThrottled), unsent: a caller sees the error it
+// saw before the limit, not its own deadline's.
+func TestAWaitForASlotPastTheResendTimeIsAThrottledAnswer(t *testing.T) {
+	f := NewFaults(nil)
+	b := WithRetry(WithFaults(openMem(t), f), quick, clock.RealClock{}, 50*time.Millisecond)
+	release := holdSlots(t, b, f, throttleOnce(t, b, f))()
+	defer release()
+	before := f.Requests(OpPut)
+	if err := b.Put(context.Background(), "waiting", []byte("x")); !errors.Is(err, ErrThrottled) {
+		t.Fatalf("put: %v, want ErrThrottled after 50 ms without a slot", err)
+	}
+	if f.Requests(OpPut) != before {
+		t.Fatal("the put that found no slot was sent all the same")
 	}
 }
 
@@ -276,23 +308,28 @@ func TestTheLimitGrowsBackAndIsLiftedOnceTheStoreStopsRefusing(t *testing.T) {
 }
 
 // The rules on one limiter: the refusals of requests sent under one limit halve
-// it once, from what was in flight; a refusal of a request sent before that cut
-// does not cut again but is told the limit fell (its resend may come sooner); the
-// floor is 1, and a refusal there is no cut; a limit's worth of answers adds one.
+// it once, from what was in flight, and a refusal of a request sent before that
+// cut does not cut again but is told the limit fell (its resend may come sooner);
+// the floor is 1, and a refusal there is no cut but keeps its slot; a limit's
+// worth of answers adds one.
 func TestTheRefusalsOfOneBurstHalveTheLimitOnce(t *testing.T) {
 	ctx := context.Background()
 	l := newConcurrencyLimit(maxConcurrencyLimit)
-	var burst []*slot
-	for range 10 {
-		s, err := l.acquire(ctx)
+	acquire := func() *slot {
+		t.Helper()
+		s, err := l.acquire(ctx, clock.RealClock{}, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		burst = append(burst, s)
+		return s
+	}
+	var burst []*slot
+	for range 10 {
+		burst = append(burst, acquire())
 	}
 	for i, s := range burst[:8] {
-		if cut := s.answer(ErrThrottled); !cut {
-			t.Fatalf("refusal %d of the burst: not told the limit fell", i)
+		if v := s.answer(ErrThrottled); v != resendSoon {
+			t.Fatalf("refusal %d of the burst: verdict %d, want resendSoon (the limit fell)", i, v)
 		}
 		s.release()
 	}
@@ -305,22 +342,48 @@ func TestTheRefusalsOfOneBurstHalveTheLimitOnce(t *testing.T) {
 	}
 
 	// One request in flight, refused: halved from that 1 to the floor; refused
-	// again at the floor, nothing is cut and the resend is not told otherwise.
-	for i, want := range []uint64{2, 2} {
-		s, _ := l.acquire(ctx)
-		cut := s.answer(ErrThrottled)
+	// again at the floor, nothing is cut and the request keeps its slot.
+	for i, want := range []verdict{resendSoon, resendInSlot} {
+		s := acquire()
+		v := s.answer(ErrThrottled)
 		s.release()
-		if l.current() != 1 || l.cuts != want || cut != (i == 0) {
-			t.Fatalf("refusal %d of a lone request: limit %d after %d cuts (told cut: %v), want 1 after %d", i, l.current(), l.cuts, cut, want)
+		if l.current() != 1 || l.cuts != 2 || v != want {
+			t.Fatalf("refusal %d of a lone request: limit %d after %d cuts, verdict %d; want 1 after 2, %d", i, l.current(), l.cuts, v, want)
 		}
 	}
 	for _, want := range []int{2, 2, 3} {
-		s, _ := l.acquire(ctx)
+		s := acquire()
 		s.answer(nil)
 		s.release()
 		if l.current() != want {
 			t.Fatalf("limit %d after an answer, want %d", l.current(), want)
 		}
+	}
+}
+
+// At the floor a refused request keeps its slot through its backoff: while one
+// request is refused, the process sends no other (they all would be refused
+// too), so a request behind it reaches the store only after the refused one's
+// last attempt.
+func TestARequestRefusedAtTheFloorKeepsItsSlotThroughItsBackoff(t *testing.T) {
+	f := NewFaults(nil)
+	b := WithRetry(WithFaults(openMem(t), f), quick, clock.RealClock{}, 300*time.Millisecond)
+	f.AddRule(Rule{KeyPrefix: "refused", Err: ErrThrottled})
+	var refusalsBeforeB int64 = -1
+	f.AddRule(Rule{KeyPrefix: "b", Before: func(context.Context, Op, string) { refusalsBeforeB = f.Injected() }})
+
+	done := make(chan error, 1)
+	go func() { _, err := b.Get(context.Background(), "refused"); done <- err }()
+	// The first refusal cuts the limit to 1; the second is at the floor.
+	testwait.Until(t, 10*time.Second, "two refusals", func() bool { return f.Injected() >= 2 })
+	if _, err := b.Get(context.Background(), "b"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get b: %v, want ErrNotFound", err)
+	}
+	if err := <-done; !errors.Is(err, ErrThrottled) {
+		t.Fatalf("get refused: %v, want ErrThrottled once its resends ran out", err)
+	}
+	if refusalsBeforeB != f.Injected() {
+		t.Fatalf("b was sent after %d of the %d refusals: the refused request let go of its slot during a backoff", refusalsBeforeB, f.Injected())
 	}
 }
 

@@ -3,6 +3,7 @@ package objstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -31,16 +32,18 @@ const DefaultThrottleRetry = 30 * time.Second
 // The Bucket also keeps a concurrency limit shared by all its requests (see
 // limit.go): none until the store first throttles, then halved on a throttled
 // answer (once per window of requests) and raised by one per limit's worth of
-// answers. A request waits for a slot under it before each attempt, within its
-// context; a ranged read holds its slot until its body is closed, and a listing
-// one slot for the whole walk (the backend delivers objects, not pages, so its
-// page requests are one stream; fn should not wait on requests of the same Bucket,
-// and none in Tidemark does). Under throttling the process therefore keeps at most
-// the limit in flight, so a store that refuses above N requests settles it near N
-// without losing a request or an answer, and callers see no error they did not see
-// before: a wait for a slot ends only with the caller's context. A resend whose
-// refusal the limit has already answered with a cut waits the first delay of p
-// rather than the next. ConcurrencyLimit reports the limit.
+// answers. A request waits for a slot under it before each attempt; a ranged read
+// holds its slot until its body is closed, and a listing one slot for the whole
+// walk (the backend delivers objects, not pages, so its page requests are one
+// stream; fn should not wait on requests of the same Bucket, and none in Tidemark
+// does). Under throttling the process therefore keeps at most the limit in flight,
+// so a store that refuses above N requests settles it near N without losing a
+// request or an answer. Callers see no error they did not see before: a wait for a
+// slot ends with the caller's context, or after limit with ErrThrottled, as a
+// request refused for that long would. A resend whose refusal the limit has
+// already answered with a cut waits the first delay of p rather than the next; a
+// request refused at the limit's floor of 1 keeps its slot through its backoff, so
+// the process sends nothing else meanwhile. ConcurrencyLimit reports the limit.
 //
 // What is resent is the request, never a part of an answer: a ranged read resends
 // the open, not a read of its body, and a listing throttled part way (one of its
@@ -74,37 +77,57 @@ type retryBackend struct {
 // returns anything but a throttling error or the resends end (see WithRetry). op
 // may keep its slot past its return (s.keep) for an answer still being read.
 func (r *retryBackend) do(ctx context.Context, op func(s *slot) error) error {
-	var deadline time.Time
+	// Before the first attempt, the wait for a slot has the resends' time: a
+	// request that finds none in it is answered as one refused that long.
+	deadline := r.clk.Now().Add(r.limit)
 	var last error // the last throttled answer, once there is one
+	var s *slot    // held across a backoff at the floor (resendInSlot)
 	b := r.p.Start()
 	for {
-		s, err := r.lim.acquire(ctx)
+		if s == nil {
+			var err error
+			s, err = r.lim.acquire(ctx, r.clk, deadline.Sub(r.clk.Now()))
+			switch {
+			case err != nil && last != nil:
+				return last // the resend found no slot in time, or the caller gave up: as in its backoff
+			case errors.Is(err, errNoSlot):
+				return fmt.Errorf("%w: %w in %s", ErrThrottled, err, r.limit)
+			case err != nil:
+				return err
+			}
+		}
 		switch {
-		case err != nil && last != nil:
-			return last // the caller gave up while the resend waited: as in its backoff
-		case err != nil:
-			return err
 		case last == nil:
 			deadline = r.clk.Now().Add(r.limit)
 		case r.clk.Now().After(deadline):
 			s.release() // the wait for a slot ran past the resends' time
 			return last
 		}
-		err = op(s)
-		cut := s.answer(err)
-		if !s.kept {
-			s.release()
-		}
+		err := op(s)
+		v := s.answer(err)
 		if !errors.Is(err, ErrThrottled) {
+			if !s.kept {
+				s.release()
+			}
 			return err
 		}
 		last = err
-		if cut {
+		if v == resendSoon {
 			b.Reset()
+		}
+		if v != resendInSlot {
+			s.release()
+			s = nil
 		}
 		wait := b.Next()
 		if r.clk.Now().Add(wait).After(deadline) || backoff.Sleep(ctx, r.clk, wait) != nil {
+			if s != nil {
+				s.release()
+			}
 			return err
+		}
+		if s != nil {
+			s.renew()
 		}
 	}
 }
