@@ -17,8 +17,9 @@ import (
 //     refuses counts its requests and never waits for a slot.
 //  2. A request takes a slot before it is sent and gives it back when its answer is
 //     in: a ranged read when its body is closed, a listing when the walk ends. Over
-//     the limit it waits, first come first served, until a slot frees or its
-//     context ends; a wait that ends with the context holds nothing afterwards.
+//     the limit it waits, first come first served, until a slot frees, its context
+//     ends, or the resend time passes (WithRetry then answers ErrThrottled); a wait
+//     that ends unserved holds nothing afterwards.
 //  3. Multiplicative decrease: a throttled answer sets the limit to half of what was
 //     in flight (never above the limit, never below 1), if its request was sent
 //     under the limit in force. A request sent before the last cut was part of the
@@ -37,9 +38,9 @@ import (
 // about N/2 and N+1, one refusal per climb instead of one per excess request.
 
 // maxConcurrencyLimit caps the limit after the store has throttled; a limit grown
-// back to it is lifted (rule 5). It is far above what one process's merges and reads ask
-// for at once (tens), so it only ends the limiter's part once the store has
-// answered several thousand requests without refusing one.
+// back to it is lifted (rule 5). It is far above what one process's merges and
+// reads ask for at once (tens), so it only ends the limiter's part once the store
+// has answered several thousand requests without refusing one.
 const maxConcurrencyLimit = 256
 
 // concurrencyLimit is one Bucket's limit and the requests holding or awaiting its
