@@ -23,7 +23,14 @@
 //     it is refused from its size before the body is read. Metadata readers use it.
 //
 // WithRetry resends the requests a store throttles (refused for its rate, so not
-// performed), within the caller's deadline; it is the one place that does.
+// performed), within the caller's deadline; it is the one place that does. Its
+// Bucket keeps a concurrency limit shared by every request of the process on that
+// bucket: none until the store throttles, then halved on a throttled answer and
+// raised by one per limit's worth of answers (limit.go). Under throttling the
+// process keeps at most the limit in flight, so a store that refuses above N
+// requests settles it near N, without losing a request or an answer; callers see
+// no error they did not see before (a wait for a slot ends only with their
+// context).
 //
 // WithFaults wraps a Bucket with injected latency, transient errors, throttling and
 // per-key failures, so tests and benchmarks exercise the production code path against
