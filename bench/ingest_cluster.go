@@ -52,6 +52,9 @@ type ingestClusterConfig struct {
 	// Scan and Sweep are STATS_SCAN_INTERVAL and MERGE_WAL_INTERVAL (zero: the
 	// master's defaults).
 	Scan, Sweep time.Duration
+	// MergeMaxGenerations is the workers' MERGE_MAX_GENERATIONS (zero: the
+	// default).
+	MergeMaxGenerations int
 }
 
 // clusterStore is one store of the cluster: its table directory and every
@@ -78,7 +81,11 @@ func newIngestCluster(ctx context.Context, env *Env, cfg ingestClusterConfig) (*
 		}
 	}()
 	for i := range cfg.Workers {
-		wk, err := newRecordingWorker(ctx, env.Etcd, faulty, fmt.Sprintf("worker-%02d", i), c.prefix)
+		mc := defaultMergeConfig()
+		if cfg.MergeMaxGenerations > 0 {
+			mc.MaxGenerations = cfg.MergeMaxGenerations
+		}
+		wk, err := newRecordingWorker(ctx, env.Etcd, faulty, fmt.Sprintf("worker-%02d", i), c.prefix, mc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.Name, err)
 		}

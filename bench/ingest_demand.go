@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +12,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/coord/pending"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
@@ -24,11 +26,14 @@ type recordingWorker struct {
 	client    *clientv3.Client
 	lease     clientv3.LeaseID
 	publisher *pending.Publisher
+	// peers follows every worker's entries: the store-wide pending count its add
+	// backpressure decides on, as a registered worker's does.
+	peers *pending.View
 }
 
 // newRecordingWorker returns a worker on bucket whose record goes under prefix
 // (the master's), its lease granted and not yet kept alive (run does that).
-func newRecordingWorker(ctx context.Context, client *clientv3.Client, b *objstore.Bucket, id, prefix string) (*recordingWorker, error) {
+func newRecordingWorker(ctx context.Context, client *clientv3.Client, b *objstore.Bucket, id, prefix string, mc merge.Config) (*recordingWorker, error) {
 	resp, err := client.Grant(ctx, int64(membership.DefaultLeaseTTL/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("lease of %s: %w", id, err)
@@ -37,7 +42,9 @@ func newRecordingWorker(ctx context.Context, client *clientv3.Client, b *objstor
 	// The source is read only in Run, after the worker exists.
 	w.publisher = pending.NewPublisher(client, func() []pending.Entry { return w.stores.Pending() },
 		func() clientv3.LeaseID { return w.lease }, pending.PublisherConfig{Prefix: prefix, Instance: id, Logger: quiet})
-	w.benchWorker = newWorker(b, id, store.Config{OnSnapshot: func(string) { w.publisher.Notify() }}, defaultMergeConfig())
+	w.peers = pending.NewView(client, prefix, nil, quiet)
+	w.benchWorker = newWorker(b, id, store.Config{OnSnapshot: func(string) { w.publisher.Notify() },
+		StorePending: w.peers.Generations}, mc)
 	return w, nil
 }
 
@@ -50,7 +57,10 @@ func (w *recordingWorker) run(ctx context.Context) {
 			}
 		}()
 	}
+	var peers sync.WaitGroup
+	peers.Go(func() { w.peers.Run(ctx) })
 	w.publisher.Run(ctx)
+	peers.Wait()
 }
 
 // close revokes the lease (the record goes with it) and closes the stores.

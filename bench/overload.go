@@ -31,6 +31,12 @@ type OverloadConfig struct {
 	// is what merges sustain. ProbeTimeout bounds the drain.
 	ProbeGenerations int
 	ProbeTimeout     time.Duration
+	// MergeMaxGenerations is the workers' MERGE_MAX_GENERATIONS. A gather merge
+	// takes every shard's pending generations in passes of at most this many, so
+	// at the default (256) its rate grows with the load, and writers on the
+	// bench's own 2 cores cannot outrun it; a small cap makes the merges the
+	// bound, which is what an overload is.
+	MergeMaxGenerations int
 	// Factor times the probe's rate is the rate the writers offer, spread evenly
 	// over them; a writer that is late for its next add (its add took longer,
 	// backpressure included) drops the tick, as a client that waits for its
@@ -54,7 +60,7 @@ type OverloadConfig struct {
 func DefaultOverloadConfig(d time.Duration) OverloadConfig {
 	in := DefaultIngestConfig(20)
 	return OverloadConfig{Workers: in.Workers, Writers: 3, RowsPerAdd: in.RowsPerGeneration, Row: in.Row, ProbeGenerations: 24,
-		ProbeTimeout: 5 * time.Minute, Factor: 2, Duration: d, SampleEvery: in.SampleEvery,
+		MergeMaxGenerations: 8, ProbeTimeout: 5 * time.Minute, Factor: 2, Duration: d, SampleEvery: in.SampleEvery,
 		Latency: in.Latency, Jitter: in.Jitter, MaxConcurrent: in.MaxConcurrent, Throttle: in.Throttle}
 }
 
@@ -156,7 +162,8 @@ func RunOverload(ctx context.Context, env *Env, cfg OverloadConfig, mode fanout.
 		cfg.Duration <= 0 || cfg.SampleEvery <= 0 {
 		return res, fmt.Errorf("overload: config %+v: workers, rows, probe, factor, duration and sample interval must be positive", cfg)
 	}
-	c, err := newIngestCluster(ctx, env, ingestClusterConfig{Name: "overload", Workers: cfg.Workers, Mode: mode})
+	c, err := newIngestCluster(ctx, env, ingestClusterConfig{Name: "overload", Workers: cfg.Workers, Mode: mode,
+		MergeMaxGenerations: cfg.MergeMaxGenerations})
 	if err != nil {
 		return res, err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
@@ -21,16 +22,21 @@ func (r *Report) overloadSection(p printer) {
 	p("The cluster of 1b (%d workers, goroutines of this process, each with its own store handles and merger, its real "+
 		"gRPC `WorkerService` and now also its real HTTP API, `worker.NewServer`, on loopback; pending records in etcd; a "+
 		"master built by `master.New` with every setting at its default but MERGE_FANOUT) on one rollout store, the bucket "+
-		"`mem://` with %s (+ up to %s) per request and at most %d requests in flight (the rest wait). The workers' "+
-		"backpressure is at its defaults: adds wait from %d pending generations, linearly up to %s at %d, where they are "+
-		"refused (503 with `Retry-After`).\n\n",
+		"`mem://` with %s (+ up to %s) per request and at most %d requests in flight (the rest wait). Each worker follows "+
+		"every worker's pending records (`pending.View`), so its backpressure decides on the store's whole pending count "+
+		"as a registered worker's does, at its defaults: adds wait from %d pending generations, linearly up to %s at %d, "+
+		"where they are refused (503 with `Retry-After`). The workers' merges take at most MERGE_MAX_GENERATIONS %d "+
+		"generations a pass (the default is %d): a gather merge takes every shard's pending generations in passes of "+
+		"that many, so at the default its rate grows with the load and the writers this 2-core machine can run do not "+
+		"outrun it; the cap makes merges the bound, which an overload needs.\n\n",
 		c.Workers, fmtDur(c.Latency), fmtDur(c.Jitter), c.MaxConcurrent, store.DefaultWarnGenerations,
-		fmtDur(store.DefaultMaxAddDelay), store.DefaultRefuseGenerations)
+		fmtDur(store.DefaultMaxAddDelay), store.DefaultRefuseGenerations, cmp.Or(c.MergeMaxGenerations, merge.DefaultMaxGenerations),
+		merge.DefaultMaxGenerations)
 	p("What merges sustain, from a probe in the same run: before the master starts, every worker seals %d generations "+
 		"of %d rows through its store handle (%d in all); the master's merges on demand drain them, and their rate from "+
 		"the first task's claim to the last one's finish is what merges sustain. It is an upper bound for the phase "+
-		"that follows: the probe's merges have the machine to themselves and full batches (MERGE_MAX_GENERATIONS per "+
-		"shard), so twice its rate is at least twice what merges sustain under the writers' load.\n\n",
+		"that follows: the probe's merges have the machine to themselves and full batches (MERGE_MAX_GENERATIONS a "+
+		"pass), so twice its rate is at least twice what merges sustain under the writers' load.\n\n",
 		c.ProbeGenerations, c.RowsPerAdd, s.ProbeSealed)
 	p("Then for %s %d writers per worker each add %d rows (%s) at a time through the worker's HTTP add route, `POST "+
 		"/api/v1/rollouts/{name}/records?flush=true` (so every add goes through `store.Store.AdmitAdd`'s backpressure "+

@@ -71,6 +71,8 @@ func (r *Report) skewSection(p printer) {
 				"Every merge_wal task's wait in the queue: quiet %s, hot %s.",
 				run.Config.Ingest.Workers, s.Mode, w.Late, fmtQuantiles(w.SealToEnqueue), fmtQuantiles(w.Queued),
 				fmtQuantiles(w.Blocked), fmtQuantiles(w.ClaimToSeen), w.Unmatched, fmtQuantiles(w.QuietQueue), fmtQuantiles(w.HotQueue))
+			p(" %d merge_wal tasks waited longer than 1 s; while they waited, %.2f merge_wal tasks ran on the mean.",
+				w.LongWaits, w.BusySlots)
 			for _, k := range slices.Sorted(maps.Keys(w.Others)) {
 				q := w.Others[k]
 				p(" %s tasks: %d, %s.", k, q.N, fmtQuantiles(q))

@@ -25,6 +25,12 @@ type WaitBreakdown struct {
 	Unmatched            int
 	QuietQueue, HotQueue Quantiles
 	Others               map[tasks.Kind]Quantiles
+	// LongWaits counts the merge_wal tasks that waited in the queue longer than
+	// a second, and BusySlots is how many merge_wal tasks ran, on the mean,
+	// while they waited: below the master's merge slots, the wait was not for a
+	// slot.
+	LongWaits int
+	BusySlots float64
 }
 
 // listAllTasks returns every task of the run, of every kind.
@@ -70,6 +76,31 @@ func breakdownWaits(all []tasks.Task, seen map[string][]seenMerged, hot string, 
 			quietQ = append(quietQ, q)
 		}
 		merges[t.Target] = append(merges[t.Target], t)
+	}
+	var everyMerge []tasks.Task
+	for _, ts := range merges {
+		everyMerge = append(everyMerge, ts...)
+	}
+	var waited, busy time.Duration
+	for _, t := range everyMerge {
+		if t.StartedAt.Sub(t.EnqueuedAt) <= time.Second {
+			continue
+		}
+		b.LongWaits++
+		waited += t.StartedAt.Sub(t.EnqueuedAt)
+		for _, o := range everyMerge {
+			end := o.FinishedAt
+			if end.IsZero() {
+				end = t.StartedAt
+			}
+			from, to := later(o.StartedAt, t.EnqueuedAt), earlier(end, t.StartedAt)
+			if to.After(from) {
+				busy += to.Sub(from)
+			}
+		}
+	}
+	if waited > 0 {
+		b.BusySlots = float64(busy) / float64(waited)
 	}
 	for k, d := range otherTimes {
 		b.Others[k] = d.quantiles()

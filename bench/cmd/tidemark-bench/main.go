@@ -141,6 +141,7 @@ func newRunCmd() *cobra.Command {
 	fs.IntVar(&f.overload.Writers, "overload-writers", f.overload.Writers, "overload: writers per worker, each waiting for its answers")
 	fs.IntVar(&f.overload.RowsPerAdd, "overload-rows", f.overload.RowsPerAdd, "overload: rows per add (each add is sealed into a generation of its own)")
 	fs.Float64Var(&f.overload.Factor, "overload-factor", f.overload.Factor, "overload: the writers' rate in all, as a multiple of what the probe measured merges sustain")
+	fs.IntVar(&f.overload.MergeMaxGenerations, "overload-merge-max-generations", f.overload.MergeMaxGenerations, "overload: the workers' MERGE_MAX_GENERATIONS, the generations one merge pass takes (a small cap makes merges, not this machine's writers, the bound)")
 	fs.IntVar(&f.overload.ProbeGenerations, "overload-probe-generations", f.overload.ProbeGenerations, "overload: generations each worker seals for the probe of what merges sustain")
 	fs.StringVar(&f.feed.BinDir, "feed-bin", "", "feed scenario: directory holding the master and worker binaries (default: go build them into the scratch directory)")
 	return cmd
