@@ -375,6 +375,9 @@ func writeTask(w io.Writer, t *tidemarkv1.Task, dedup *bool) {
 		line("deduplicated", strconv.FormatBool(*dedup))
 	}
 	line("enqueued_at", when(t.GetEnqueuedAt()))
+	if t.GetDueAt() != nil {
+		line("due_at", when(t.GetDueAt()))
+	}
 	line("started_at", when(t.GetStartedAt()))
 	line("finished_at", when(t.GetFinishedAt()))
 	line("attempts", strconv.Itoa(int(t.GetAttempts())))

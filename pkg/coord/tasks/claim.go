@@ -44,10 +44,14 @@ type Claim struct {
 	Lease clientv3.LeaseID
 }
 
-// Claim picks the oldest claimable queued task and marks it running under lease
+// Claim picks the claimable queued task due first (Task.Due: DueAt, or its
+// enqueue time; ties in enqueue order) and marks it running under lease
 // (normally the claimer's session lease). A task is claimable when its kind passes
 // filter, its dependencies are all done, its kind+target is not in cooldown and
-// no task of any kind runs on its target.
+// no task of any kind runs on its target. The order is kept within a page of
+// queuePage queued tasks (the oldest first); the next page is read only when
+// nothing on the ones before it is claimable, so a queue longer than a page is in
+// enqueue order across pages, as it was before tasks had a due time.
 //
 // On the way, Claim recovers orphans (running tasks whose claim lease is gone) and
 // fails queued tasks whose dependency failed ("dependency <id> did not complete").
@@ -78,6 +82,9 @@ func (s *Queue) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimF
 	deps := map[string]Task{} // dependencies read during this call
 	page, more := snap.queue, snap.queueMore
 	for {
+		// The page's candidates, due first (then in enqueue order): a task due
+		// earlier overtakes the ones enqueued before it.
+		var candidates []Task
 		for _, kv := range page {
 			queued, err := decodeTask(string(kv.Key), kv.Value)
 			if err != nil {
@@ -86,9 +93,15 @@ func (s *Queue) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimF
 			if !filter.accepts(queued.Kind) || snap.locked[queued.Target] {
 				continue
 			}
-			cd, inCooldown := snap.cooldowns[string(queued.Kind)+"/"+queued.Target]
-			if inCooldown && now.Before(cd.Until) {
+			if cd, ok := snap.cooldowns[string(queued.Kind)+"/"+queued.Target]; ok && now.Before(cd.Until) {
 				continue
+			}
+			candidates = append(candidates, queued)
+		}
+		slices.SortStableFunc(candidates, func(a, b Task) int { return a.Due().Compare(b.Due()) })
+		for _, queued := range candidates {
+			if snap.locked[queued.Target] {
+				continue // taken by a claim lost below
 			}
 			ready, err := s.dependenciesDone(ctx, queued, deps)
 			if err != nil {
@@ -97,7 +110,7 @@ func (s *Queue) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimF
 			if !ready {
 				continue
 			}
-			c, err := s.tryClaim(ctx, queued.ID, lease, cd.rev)
+			c, err := s.tryClaim(ctx, queued.ID, lease, snap.cooldowns[string(queued.Kind)+"/"+queued.Target].rev)
 			if err != nil {
 				return nil, err
 			}

@@ -70,6 +70,61 @@ func TestClaimsFollowEnqueueOrder(t *testing.T) {
 	noClaim(t, s, lease)
 }
 
+// A task due earlier overtakes the ones enqueued before it (a quiet store whose
+// oldest rows have waited MERGE_MAX_DELAY goes before a busy store's merge, due
+// later), ties go in enqueue order, and a task without a due time is due at its
+// enqueue. A task whose target is held is passed over whatever its due time,
+// and goes first once the target is free.
+func TestClaimsTakeTheTaskDueFirst(t *testing.T) {
+	t.Parallel()
+	s, client := newStore(t)
+	ctx := context.Background()
+	lease := grant(t, client)
+	now := time.Now()
+	enqueueDue := func(kind Kind, target string, due time.Time) Task {
+		t.Helper()
+		task, dedup, err := s.EnqueueDue(ctx, kind, target, due)
+		if err != nil || dedup {
+			t.Fatalf("enqueue %s: dedup %v, %v", target, dedup, err)
+		}
+		return task
+	}
+	want := map[string]Task{}
+	for _, e := range []struct {
+		target string
+		due    time.Duration
+	}{{"hot", 25 * time.Second}, {"plain", 0}, {"quiet-a", -time.Second}, {"quiet-b", -time.Second}, {"late", -time.Minute}} {
+		due := time.Time{}
+		if e.due != 0 {
+			due = now.Add(e.due)
+		}
+		want[e.target] = enqueueDue(KindMergeWAL, e.target, due)
+	}
+	for i, target := range []string{"late", "quiet-a", "quiet-b", "plain", "hot"} {
+		c := claim(t, s, lease)
+		if c.Task.ID != want[target].ID {
+			t.Fatalf("claim %d got %s, want %s", i, c.Task.Target, target)
+		}
+		if !c.Task.DueAt.Equal(want[target].DueAt) {
+			t.Fatalf("%s claimed due %v, enqueued due %v", target, c.Task.DueAt, want[target].DueAt)
+		}
+		finish(t, s, c, nil)
+	}
+	noClaim(t, s, lease)
+
+	enqueueDue(KindCompact, "held", time.Time{})
+	compact := claim(t, s, lease)
+	overdue := enqueueDue(KindMergeWAL, "held", now.Add(-time.Hour))
+	next := enqueueDue(KindMergeWAL, "free", time.Time{})
+	if c := claim(t, s, lease); c.Task.ID != next.ID {
+		t.Fatalf("claimed %s %s while the overdue merge's store was held, want the merge of free", c.Task.Kind, c.Task.Target)
+	}
+	finish(t, s, compact, nil)
+	if c := claim(t, s, lease); c.Task.ID != overdue.ID {
+		t.Fatalf("claimed %s %s, want the overdue merge once its store is free", c.Task.Kind, c.Task.Target)
+	}
+}
+
 // At most one running task per target, whatever its kind: a compact must not
 // rewrite a base table while a merge commits into it.
 func TestOneRunningTaskPerTargetAcrossKinds(t *testing.T) {

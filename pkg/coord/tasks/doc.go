@@ -8,9 +8,10 @@
 // `etcdctl get --prefix P/tasks/` reads well, and targets appear raw in keys:
 //
 //	P/tasks/<id>                 task record {id, kind, target, state, error, detail, stats,
-//	                             enqueued_at, started_at, finished_at, depends_on, attempts,
+//	                             enqueued_at, due_at, started_at, finished_at, depends_on, attempts,
 //	                             claim_token, fencing_token}
-//	P/queue/<id>                 copy of the record while queued; ids are UUIDv7, so key order is FIFO
+//	P/queue/<id>                 copy of the record while queued; ids are UUIDv7, so key order is
+//	                             enqueue order
 //	P/running/<id>               copy of the record while running
 //	P/claims/<id>                claim token, under the claimer's lease
 //	P/target-locks/<target>      the same claim token, under the same lease; the key's create
@@ -39,8 +40,11 @@
 //     claim); with Release, that is the only way from running to queued.
 //   - Fencing tokens of a target only grow: each is the etcd revision that created
 //     the target lock, so a worker can refuse a token older than one it has seen.
-//   - Queued tasks are claimed in enqueue order, skipping those that wait for a
-//     dependency, a cooldown or a locked target, and kinds the claimer left out.
+//   - Queued tasks are claimed due first (due_at, or the enqueue time of a task
+//     enqueued without one), then in enqueue order, skipping those that wait for a
+//     dependency, a cooldown or a locked target, and kinds the claimer left out;
+//     the order holds within the oldest 256 queued tasks (a page), and pages go in
+//     enqueue order.
 //   - A failed task of a non-merge kind, or any task whose failure needs a human
 //     (Result.Halt: a corrupt object), blocks its kind+target's claims for a
 //     backoff that doubles with each failure in a row; a success ends it. Other

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,14 +22,22 @@ const maxTxnAttempts = 16
 // A bad kind or target is an ErrInvalidArgument (a malformed target also wraps
 // registry.ErrInvalidName); a dependency that does not exist is ErrTaskNotFound.
 func (s *Queue) Enqueue(ctx context.Context, kind Kind, target string, dependsOn ...string) (Task, bool, error) {
-	t, deduplicated, err := s.enqueue(ctx, kind, target, dependsOn...)
+	return s.EnqueueDue(ctx, kind, target, time.Time{}, dependsOn...)
+}
+
+// EnqueueDue is Enqueue of a task due at due (Task.DueAt; zero: at its enqueue):
+// Claim takes the claimable task due first, so a task due earlier than the
+// queued ones ahead of it overtakes them. A deduplicated call leaves the live
+// task's due as it is.
+func (s *Queue) EnqueueDue(ctx context.Context, kind Kind, target string, due time.Time, dependsOn ...string) (Task, bool, error) {
+	t, deduplicated, err := s.enqueue(ctx, kind, target, due, dependsOn...)
 	if err == nil && s.opts.onEnqueue != nil {
 		s.opts.onEnqueue(kind, deduplicated)
 	}
 	return t, deduplicated, err
 }
 
-func (s *Queue) enqueue(ctx context.Context, kind Kind, target string, dependsOn ...string) (Task, bool, error) {
+func (s *Queue) enqueue(ctx context.Context, kind Kind, target string, due time.Time, dependsOn ...string) (Task, bool, error) {
 	if err := validateKind(kind); err != nil {
 		return Task{}, false, err
 	}
@@ -57,6 +66,9 @@ func (s *Queue) enqueue(ctx context.Context, kind Kind, target string, dependsOn
 			EnqueuedAt: s.now(),
 			DependsOn:  deps,
 		}
+		if !due.IsZero() {
+			t.DueAt = due.UTC()
+		}
 		record := encodeTask(t)
 
 		// Enqueue transaction:
@@ -65,7 +77,7 @@ func (s *Queue) enqueue(ctx context.Context, kind Kind, target string, dependsOn
 		//        create_revision(P/tasks/<dep>) > 0, each dep      every dependency exists (Prune may delete
 		//                                                          finished tasks; it cannot race past this)
 		//   then put P/tasks/<id> = task                            the record
-		//        put P/queue/<id> = task                            the FIFO index (ids are UUIDv7)
+		//        put P/queue/<id> = task                            the queue (ids are UUIDv7: enqueue order)
 		//        put P/dedupe/<kind>/<target> = <id>                later enqueues find this task
 		//   else get P/dedupe/<kind>/<target>                       the live task, to return it
 		//        get P/tasks/<dep> (count only), each dep           which dependency is missing

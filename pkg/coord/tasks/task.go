@@ -124,6 +124,12 @@ type Task struct {
 	// until the task finishes, and in records written before it existed.
 	Stats      Stats     `json:"stats,omitzero"`
 	EnqueuedAt time.Time `json:"enqueued_at"`
+	// DueAt is when the task should start at the latest, as its enqueuer judged
+	// (EnqueueDue): merges on demand set it to when the store's oldest pending
+	// generation reaches MERGE_MAX_DELAY. Zero (every other enqueue, and records
+	// written before it existed) means due at EnqueuedAt. Claim takes the task due
+	// first.
+	DueAt time.Time `json:"due_at,omitzero"`
 	// StartedAt is when the current or last claim started it.
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
@@ -137,6 +143,15 @@ type Task struct {
 	ClaimToken string `json:"claim_token,omitempty"`
 	// FencingToken is the fencing token of the claim that finished the task.
 	FencingToken int64 `json:"fencing_token,omitempty"`
+}
+
+// Due is when the task should start at the latest: DueAt, or EnqueuedAt when
+// its enqueuer set none.
+func (t Task) Due() time.Time {
+	if t.DueAt.IsZero() {
+		return t.EnqueuedAt
+	}
+	return t.DueAt
 }
 
 // validateTarget checks a target string the way the registry does:

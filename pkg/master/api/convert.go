@@ -21,6 +21,7 @@ func TaskProto(t tasks.Task) *tidemarkv1.Task {
 		Error:        t.Error,
 		Detail:       t.Detail,
 		EnqueuedAt:   timestamp(t.EnqueuedAt),
+		DueAt:        timestamp(t.DueAt),
 		StartedAt:    timestamp(t.StartedAt),
 		FinishedAt:   timestamp(t.FinishedAt),
 		DependsOn:    t.DependsOn,

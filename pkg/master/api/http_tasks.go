@@ -41,6 +41,7 @@ type TaskRecord struct {
 	Error      string      `json:"error,omitempty"`
 	Detail     string      `json:"detail,omitempty"`
 	EnqueuedAt int64       `json:"enqueued_at"`
+	DueAt      *int64      `json:"due_at,omitempty"`
 	StartedAt  *int64      `json:"started_at,omitempty"`
 	FinishedAt *int64      `json:"finished_at,omitempty"`
 	DependsOn  []string    `json:"depends_on,omitempty"`
@@ -55,7 +56,7 @@ type TaskRecord struct {
 func NewTaskRecord(t tasks.Task) TaskRecord {
 	return TaskRecord{
 		ID: t.ID, Kind: t.Kind, Target: t.Target, State: t.State, Error: t.Error, Detail: t.Detail,
-		EnqueuedAt: t.EnqueuedAt.UnixMilli(), StartedAt: unixMilli(t.StartedAt), FinishedAt: unixMilli(t.FinishedAt),
+		EnqueuedAt: t.EnqueuedAt.UnixMilli(), DueAt: unixMilli(t.DueAt), StartedAt: unixMilli(t.StartedAt), FinishedAt: unixMilli(t.FinishedAt),
 		DependsOn: t.DependsOn, Attempts: t.Attempts, ClaimToken: t.ClaimToken, FencingToken: t.FencingToken,
 		Stats: t.Stats,
 	}

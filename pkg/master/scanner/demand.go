@@ -138,6 +138,12 @@ type tracked struct {
 // Ages are the entries' (package pending): a worker's clock skew neither makes its
 // stores overdue nor hides them.
 //
+// Each merge is due (tasks.Task.DueAt) when the store's oldest pending generation
+// reaches MaxDelay, and the scheduler claims the task due first: under more
+// demand than merge slots, the stores furthest behind their freshness go first,
+// and a hot store's back-to-back merges (due by count while its rows are young)
+// cannot keep a quiet store waiting past its own.
+//
 // Enqueues deduplicate onto a live task, so replicas never double a merge; the
 // coordination lock only keeps them from doubling the etcd reads. Rounds of one
 // MergeDemand run one at a time (Run's goroutine).
@@ -291,7 +297,12 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 			sum.SkippedByCap++ // the least due: a round later
 			continue
 		}
-		task, dedup, err := d.ts.Enqueue(ctx, tasks.KindMergeWAL, c.Target)
+		// Due when its oldest pending generation reaches MaxDelay: the scheduler
+		// takes the store furthest behind its freshness first, so a quiet store
+		// due by age goes before a busy store's next merge (due by count, its
+		// oldest rows young), and that one in turn before any whose rows are
+		// younger still.
+		task, dedup, err := d.ts.EnqueueDue(ctx, tasks.KindMergeWAL, c.Target, now.Add(d.cfg.MaxDelay-c.Age))
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return sum, fmt.Errorf("merges on demand: %w", err)

@@ -121,6 +121,18 @@ func TestMergeDemandEnqueuesStoresDueByGenerationsOrAge(t *testing.T) {
 	if got := w.queuedTargets(); !slices.Equal(got, []string{"busy", "quiet"}) {
 		t.Fatalf("queued %v, want busy (most pending) then quiet", got)
 	}
+	// Each is due when its oldest generation reaches MERGE_MAX_DELAY: quiet 10 s
+	// ago, busy 30 s from now; the scheduler takes quiet first.
+	queued, _, err := w.ts.List(w.ctx, tasks.ListFilter{State: tasks.StateQueued})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queued {
+		want := map[string]time.Time{"busy": now.Add(DefaultMergeMaxDelay), "quiet": now.Add(-10 * time.Second)}[q.Target]
+		if !q.DueAt.Equal(want) {
+			t.Fatalf("%s due %v, want %v", q.Target, q.DueAt, want)
+		}
+	}
 	if sum := w.round(); sum.Live != 2 || sum.Enqueued+sum.Deduplicated != 0 {
 		t.Fatalf("round with both merges live = %+v, want no enqueue", sum)
 	}
@@ -128,6 +140,7 @@ func TestMergeDemandEnqueuesStoresDueByGenerationsOrAge(t *testing.T) {
 	if sum := w.round(); sum.Due != 3 || sum.Live != 2 || sum.Enqueued != 1 {
 		t.Fatalf("round 30 s after young's seal = %+v, want young enqueued by age", sum)
 	}
+	w.finish("quiet", nil)
 }
 
 // After a merge, a record that arrived before the merge started still counts the

@@ -57,7 +57,12 @@ type Task struct {
 	// stats are what detail says, as numbers: read them, not detail, whose words
 	// may change. Always set; all zero until the task finishes, and for a task
 	// recorded before stats existed.
-	Stats         *TaskStats `protobuf:"bytes,14,opt,name=stats,proto3" json:"stats,omitempty"`
+	Stats *TaskStats `protobuf:"bytes,14,opt,name=stats,proto3" json:"stats,omitempty"`
+	// due_at is when the task should start at the latest: merges on demand set it
+	// to when the store's oldest pending generation reaches MERGE_MAX_DELAY. The
+	// scheduler claims the task due first; unset (every other enqueue) means due
+	// at enqueued_at.
+	DueAt         *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=due_at,json=dueAt,proto3" json:"due_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -186,6 +191,13 @@ func (x *Task) GetFencingToken() int64 {
 func (x *Task) GetStats() *TaskStats {
 	if x != nil {
 		return x.Stats
+	}
+	return nil
+}
+
+func (x *Task) GetDueAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueAt
 	}
 	return nil
 }
@@ -1647,7 +1659,7 @@ var File_tidemark_v1_admin_proto protoreflect.FileDescriptor
 
 const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17tidemark/v1/admin.proto\x12\vtidemark.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xea\x03\n" +
+	"\x17tidemark/v1/admin.proto\x12\vtidemark.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x04\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -1668,7 +1680,8 @@ const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"\vclaim_token\x18\f \x01(\tR\n" +
 	"claimToken\x12#\n" +
 	"\rfencing_token\x18\r \x01(\x03R\ffencingToken\x12,\n" +
-	"\x05stats\x18\x0e \x01(\v2\x16.tidemark.v1.TaskStatsR\x05stats\"\x86\x06\n" +
+	"\x05stats\x18\x0e \x01(\v2\x16.tidemark.v1.TaskStatsR\x05stats\x121\n" +
+	"\x06due_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x05dueAt\"\x86\x06\n" +
 	"\tTaskStats\x12\x18\n" +
 	"\aworkers\x18\x01 \x01(\x03R\aworkers\x12%\n" +
 	"\x0eworkers_merged\x18\x02 \x01(\x03R\rworkersMerged\x12'\n" +
@@ -1837,46 +1850,47 @@ var file_tidemark_v1_admin_proto_depIdxs = []int32{
 	24, // 1: tidemark.v1.Task.started_at:type_name -> google.protobuf.Timestamp
 	24, // 2: tidemark.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	1,  // 3: tidemark.v1.Task.stats:type_name -> tidemark.v1.TaskStats
-	0,  // 4: tidemark.v1.EnqueueTaskResponse.task:type_name -> tidemark.v1.Task
-	0,  // 5: tidemark.v1.RequeueMergeResponse.task:type_name -> tidemark.v1.Task
-	0,  // 6: tidemark.v1.GetTaskResponse.task:type_name -> tidemark.v1.Task
-	0,  // 7: tidemark.v1.ListTasksResponse.tasks:type_name -> tidemark.v1.Task
-	0,  // 8: tidemark.v1.CancelTaskResponse.task:type_name -> tidemark.v1.Task
-	23, // 9: tidemark.v1.StatsRow.pending_by_shard:type_name -> tidemark.v1.StatsRow.PendingByShardEntry
-	24, // 10: tidemark.v1.StatsRow.last_updated:type_name -> google.protobuf.Timestamp
-	24, // 11: tidemark.v1.StatsRow.scanned_at:type_name -> google.protobuf.Timestamp
-	13, // 12: tidemark.v1.StatsRow.missing_shards:type_name -> tidemark.v1.MissingShard
-	24, // 13: tidemark.v1.MissingShard.missing_since:type_name -> google.protobuf.Timestamp
-	24, // 14: tidemark.v1.MissingShard.orphaned_at:type_name -> google.protobuf.Timestamp
-	12, // 15: tidemark.v1.ListStatsResponse.stats:type_name -> tidemark.v1.StatsRow
-	12, // 16: tidemark.v1.RescanResponse.stats:type_name -> tidemark.v1.StatsRow
-	20, // 17: tidemark.v1.ListWorkersResponse.workers:type_name -> tidemark.v1.WorkerInfo
-	24, // 18: tidemark.v1.WorkerInfo.started_at:type_name -> google.protobuf.Timestamp
-	0,  // 19: tidemark.v1.ForceAdoptResponse.task:type_name -> tidemark.v1.Task
-	13, // 20: tidemark.v1.ForceAdoptResponse.shard:type_name -> tidemark.v1.MissingShard
-	2,  // 21: tidemark.v1.AdminService.EnqueueTask:input_type -> tidemark.v1.EnqueueTaskRequest
-	4,  // 22: tidemark.v1.AdminService.RequeueMerge:input_type -> tidemark.v1.RequeueMergeRequest
-	6,  // 23: tidemark.v1.AdminService.GetTask:input_type -> tidemark.v1.GetTaskRequest
-	8,  // 24: tidemark.v1.AdminService.ListTasks:input_type -> tidemark.v1.ListTasksRequest
-	10, // 25: tidemark.v1.AdminService.CancelTask:input_type -> tidemark.v1.CancelTaskRequest
-	14, // 26: tidemark.v1.AdminService.ListStats:input_type -> tidemark.v1.ListStatsRequest
-	16, // 27: tidemark.v1.AdminService.Rescan:input_type -> tidemark.v1.RescanRequest
-	18, // 28: tidemark.v1.AdminService.ListWorkers:input_type -> tidemark.v1.ListWorkersRequest
-	21, // 29: tidemark.v1.AdminService.ForceAdopt:input_type -> tidemark.v1.ForceAdoptRequest
-	3,  // 30: tidemark.v1.AdminService.EnqueueTask:output_type -> tidemark.v1.EnqueueTaskResponse
-	5,  // 31: tidemark.v1.AdminService.RequeueMerge:output_type -> tidemark.v1.RequeueMergeResponse
-	7,  // 32: tidemark.v1.AdminService.GetTask:output_type -> tidemark.v1.GetTaskResponse
-	9,  // 33: tidemark.v1.AdminService.ListTasks:output_type -> tidemark.v1.ListTasksResponse
-	11, // 34: tidemark.v1.AdminService.CancelTask:output_type -> tidemark.v1.CancelTaskResponse
-	15, // 35: tidemark.v1.AdminService.ListStats:output_type -> tidemark.v1.ListStatsResponse
-	17, // 36: tidemark.v1.AdminService.Rescan:output_type -> tidemark.v1.RescanResponse
-	19, // 37: tidemark.v1.AdminService.ListWorkers:output_type -> tidemark.v1.ListWorkersResponse
-	22, // 38: tidemark.v1.AdminService.ForceAdopt:output_type -> tidemark.v1.ForceAdoptResponse
-	30, // [30:39] is the sub-list for method output_type
-	21, // [21:30] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	24, // 4: tidemark.v1.Task.due_at:type_name -> google.protobuf.Timestamp
+	0,  // 5: tidemark.v1.EnqueueTaskResponse.task:type_name -> tidemark.v1.Task
+	0,  // 6: tidemark.v1.RequeueMergeResponse.task:type_name -> tidemark.v1.Task
+	0,  // 7: tidemark.v1.GetTaskResponse.task:type_name -> tidemark.v1.Task
+	0,  // 8: tidemark.v1.ListTasksResponse.tasks:type_name -> tidemark.v1.Task
+	0,  // 9: tidemark.v1.CancelTaskResponse.task:type_name -> tidemark.v1.Task
+	23, // 10: tidemark.v1.StatsRow.pending_by_shard:type_name -> tidemark.v1.StatsRow.PendingByShardEntry
+	24, // 11: tidemark.v1.StatsRow.last_updated:type_name -> google.protobuf.Timestamp
+	24, // 12: tidemark.v1.StatsRow.scanned_at:type_name -> google.protobuf.Timestamp
+	13, // 13: tidemark.v1.StatsRow.missing_shards:type_name -> tidemark.v1.MissingShard
+	24, // 14: tidemark.v1.MissingShard.missing_since:type_name -> google.protobuf.Timestamp
+	24, // 15: tidemark.v1.MissingShard.orphaned_at:type_name -> google.protobuf.Timestamp
+	12, // 16: tidemark.v1.ListStatsResponse.stats:type_name -> tidemark.v1.StatsRow
+	12, // 17: tidemark.v1.RescanResponse.stats:type_name -> tidemark.v1.StatsRow
+	20, // 18: tidemark.v1.ListWorkersResponse.workers:type_name -> tidemark.v1.WorkerInfo
+	24, // 19: tidemark.v1.WorkerInfo.started_at:type_name -> google.protobuf.Timestamp
+	0,  // 20: tidemark.v1.ForceAdoptResponse.task:type_name -> tidemark.v1.Task
+	13, // 21: tidemark.v1.ForceAdoptResponse.shard:type_name -> tidemark.v1.MissingShard
+	2,  // 22: tidemark.v1.AdminService.EnqueueTask:input_type -> tidemark.v1.EnqueueTaskRequest
+	4,  // 23: tidemark.v1.AdminService.RequeueMerge:input_type -> tidemark.v1.RequeueMergeRequest
+	6,  // 24: tidemark.v1.AdminService.GetTask:input_type -> tidemark.v1.GetTaskRequest
+	8,  // 25: tidemark.v1.AdminService.ListTasks:input_type -> tidemark.v1.ListTasksRequest
+	10, // 26: tidemark.v1.AdminService.CancelTask:input_type -> tidemark.v1.CancelTaskRequest
+	14, // 27: tidemark.v1.AdminService.ListStats:input_type -> tidemark.v1.ListStatsRequest
+	16, // 28: tidemark.v1.AdminService.Rescan:input_type -> tidemark.v1.RescanRequest
+	18, // 29: tidemark.v1.AdminService.ListWorkers:input_type -> tidemark.v1.ListWorkersRequest
+	21, // 30: tidemark.v1.AdminService.ForceAdopt:input_type -> tidemark.v1.ForceAdoptRequest
+	3,  // 31: tidemark.v1.AdminService.EnqueueTask:output_type -> tidemark.v1.EnqueueTaskResponse
+	5,  // 32: tidemark.v1.AdminService.RequeueMerge:output_type -> tidemark.v1.RequeueMergeResponse
+	7,  // 33: tidemark.v1.AdminService.GetTask:output_type -> tidemark.v1.GetTaskResponse
+	9,  // 34: tidemark.v1.AdminService.ListTasks:output_type -> tidemark.v1.ListTasksResponse
+	11, // 35: tidemark.v1.AdminService.CancelTask:output_type -> tidemark.v1.CancelTaskResponse
+	15, // 36: tidemark.v1.AdminService.ListStats:output_type -> tidemark.v1.ListStatsResponse
+	17, // 37: tidemark.v1.AdminService.Rescan:output_type -> tidemark.v1.RescanResponse
+	19, // 38: tidemark.v1.AdminService.ListWorkers:output_type -> tidemark.v1.ListWorkersResponse
+	22, // 39: tidemark.v1.AdminService.ForceAdopt:output_type -> tidemark.v1.ForceAdoptResponse
+	31, // [31:40] is the sub-list for method output_type
+	22, // [22:31] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_tidemark_v1_admin_proto_init() }
