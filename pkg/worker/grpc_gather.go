@@ -36,6 +36,8 @@ func (w *WorkerService) MergeStore(ctx context.Context, req *tidemarkv1.MergeSto
 		BaseVersion: r.Version,
 		InstanceId:  w.cfg.InstanceID,
 		Merged:      r.Merged,
+		// Level0 is of the last commit, as BaseVersion is.
+		Level0Fragments: int64(r.Level0),
 	}, nil
 }
 

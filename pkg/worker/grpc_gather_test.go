@@ -33,6 +33,10 @@ func TestMergeStoreCommitsEveryShardOnceAndDrainMergedDrainsTheOwner(t *testing.
 	if resp.GetGenerations() != 3 || resp.GetBaseVersion() != before+1 || resp.GetMerged()["w1"] != 1 || resp.GetMerged()["w2"] != 2 {
 		t.Fatalf("MergeStore answered %v, want 3 generations of w1 and w2 in version %d", resp, before+1)
 	}
+	// The master compacts on this count: the one fragment the commit wrote.
+	if want := int64(w1.generic.Table().Latest().Levels().Level0); resp.GetLevel0Fragments() != want || want < 1 {
+		t.Fatalf("MergeStore answered %d level-0 fragments, the table has %d", resp.GetLevel0Fragments(), want)
+	}
 	if n := merge.PendingOwn(w1.generic); n != 0 {
 		t.Fatalf("w1 has %d generations pending after merging the store", n)
 	}

@@ -59,4 +59,8 @@ type Stats struct {
 	// BaseVersion is the base table version the task's last commit created; 0 if
 	// it committed nothing.
 	BaseVersion uint64 `json:"base_version,omitempty"`
+	// Level0Fragments, of a merge_wal that merged a whole store (the gather
+	// fan-out), counts the base table's level-0 fragments its commit left: the
+	// master compacts the store once they reach MIN_FRAGMENTS.
+	Level0Fragments int64 `json:"level0_fragments,omitempty"`
 }

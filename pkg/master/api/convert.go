@@ -55,6 +55,7 @@ func TaskStatsProto(s tasks.Stats) *tidemarkv1.TaskStats {
 		FragmentsDropped:   s.FragmentsDropped,
 		RowsDropped:        s.RowsDropped,
 		BaseVersion:        s.BaseVersion,
+		Level0Fragments:    s.Level0Fragments,
 	}
 }
 

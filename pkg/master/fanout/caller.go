@@ -218,7 +218,7 @@ func (c *GRPCCaller) MergeStore(ctx context.Context, w Worker, target string, fe
 		return MergeResult{}, err
 	}
 	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows(), Reclaimed: resp.GetReclaimed(),
-		BaseVersion: resp.GetBaseVersion(), Merged: resp.GetMerged()}, nil
+		BaseVersion: resp.GetBaseVersion(), Merged: resp.GetMerged(), Level0: resp.GetLevel0Fragments()}, nil
 }
 
 // DrainMerged has worker w drain its shard of target up to the base watermark

@@ -38,6 +38,9 @@ type MergeResult struct {
 	// Merged, for a merge of a whole store (the gather shape), maps each shard it
 	// merged to the generation the shard is now merged up to.
 	Merged map[string]uint64
+	// Level0 counts the base table's level-0 fragments after a merge of a whole
+	// store (0 from the other shapes: they do not say).
+	Level0 int64
 }
 
 // Caller calls workers. MergeWal returns an error wrapping ErrUnreachable when the
@@ -250,6 +253,7 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) 
 		RowsMerged:        t.rows,
 		ShardsAdopted:     int64(adopted),
 		BaseVersion:       t.version,
+		Level0Fragments:   t.level0,
 	}}
 	s := report.Stats
 	report.Detail = fmt.Sprintf("merged %s across %d/%s", count(s.GenerationsMerged, "generation"), s.WorkersMerged, count(s.Workers, "worker"))
@@ -278,6 +282,7 @@ type tally struct {
 	merged      int64 // generations
 	rows        int64
 	version     uint64 // the base table version the latest commit created
+	level0      int64  // level-0 fragments after it (gather only)
 	unavailable []string
 	corrupt     []error
 	failures    []error // workers skipped for an error that did not stop the task

@@ -80,6 +80,7 @@ func (f *FanOut) gather(ctx context.Context, c *tasks.Claim, gc gatherCaller, wo
 	t.ok = len(workers)
 	t.merged, t.rows = merged.Generations, merged.Rows
 	t.version = max(t.version, merged.BaseVersion)
+	t.level0 = merged.Level0
 
 	var drain []Worker
 	for _, w := range workers {

@@ -27,6 +27,9 @@ type StoreResult struct {
 	// it is merged up to. Their workers drain them (DrainMerged); until then reads
 	// skip those generations by the watermark.
 	Merged map[string]uint64
+	// Level0 counts the base table's level-0 fragments after the merge's last
+	// commit (0 when it committed nothing): the master compacts on it.
+	Level0 int
 }
 
 // MergeStore merges the pending generations of every shard of s, this worker's
@@ -178,7 +181,7 @@ func (m *Merger) storePass(ctx context.Context, s *store.Store, base *table.Mani
 	for _, g := range all {
 		res.Rows += g.Rows
 	}
-	res.Version = committed.Version
+	res.Version, res.Level0 = committed.Version, committed.Levels().Level0
 	return committed, nil
 }
 

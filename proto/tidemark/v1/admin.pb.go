@@ -243,9 +243,12 @@ type TaskStats struct {
 	RowsDropped      int64 `protobuf:"varint,18,opt,name=rows_dropped,json=rowsDropped,proto3" json:"rows_dropped,omitempty"`
 	// base_version is the base table version the task's last commit created; 0 if
 	// it committed nothing.
-	BaseVersion   uint64 `protobuf:"varint,19,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BaseVersion uint64 `protobuf:"varint,19,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	// level0_fragments, of a merge_wal that merged a whole store (the gather
+	// fan-out), counts the base table's level-0 fragments its commit left.
+	Level0Fragments int64 `protobuf:"varint,20,opt,name=level0_fragments,json=level0Fragments,proto3" json:"level0_fragments,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TaskStats) Reset() {
@@ -407,6 +410,13 @@ func (x *TaskStats) GetRowsDropped() int64 {
 func (x *TaskStats) GetBaseVersion() uint64 {
 	if x != nil {
 		return x.BaseVersion
+	}
+	return 0
+}
+
+func (x *TaskStats) GetLevel0Fragments() int64 {
+	if x != nil {
+		return x.Level0Fragments
 	}
 	return 0
 }
@@ -1681,7 +1691,7 @@ const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"claimToken\x12#\n" +
 	"\rfencing_token\x18\r \x01(\x03R\ffencingToken\x12,\n" +
 	"\x05stats\x18\x0e \x01(\v2\x16.tidemark.v1.TaskStatsR\x05stats\x121\n" +
-	"\x06due_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x05dueAt\"\x86\x06\n" +
+	"\x06due_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x05dueAt\"\xb1\x06\n" +
 	"\tTaskStats\x12\x18\n" +
 	"\aworkers\x18\x01 \x01(\x03R\aworkers\x12%\n" +
 	"\x0eworkers_merged\x18\x02 \x01(\x03R\rworkersMerged\x12'\n" +
@@ -1703,7 +1713,8 @@ const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"\x0eproblems_found\x18\x10 \x01(\x03R\rproblemsFound\x12+\n" +
 	"\x11fragments_dropped\x18\x11 \x01(\x03R\x10fragmentsDropped\x12!\n" +
 	"\frows_dropped\x18\x12 \x01(\x03R\vrowsDropped\x12!\n" +
-	"\fbase_version\x18\x13 \x01(\x04R\vbaseVersion\"_\n" +
+	"\fbase_version\x18\x13 \x01(\x04R\vbaseVersion\x12)\n" +
+	"\x10level0_fragments\x18\x14 \x01(\x03R\x0flevel0Fragments\"_\n" +
 	"\x12EnqueueTaskRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x1d\n" +

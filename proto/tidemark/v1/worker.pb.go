@@ -510,9 +510,13 @@ type MergeStoreResponse struct {
 	InstanceId string `protobuf:"bytes,5,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	// merged maps each shard whose watermark the call advanced to the generation it
 	// is now merged up to: the shards whose workers are to drain (DrainMerged).
-	Merged        map[string]uint64 `protobuf:"bytes,6,rep,name=merged,proto3" json:"merged,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Merged map[string]uint64 `protobuf:"bytes,6,rep,name=merged,proto3" json:"merged,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// level0_fragments counts the base table's level-0 fragments after the merge
+	// (each pass writes one): the master enqueues a compaction once they reach
+	// MIN_FRAGMENTS, instead of waiting for its compaction sweep.
+	Level0Fragments int64 `protobuf:"varint,7,opt,name=level0_fragments,json=level0Fragments,proto3" json:"level0_fragments,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *MergeStoreResponse) Reset() {
@@ -585,6 +589,13 @@ func (x *MergeStoreResponse) GetMerged() map[string]uint64 {
 		return x.Merged
 	}
 	return nil
+}
+
+func (x *MergeStoreResponse) GetLevel0Fragments() int64 {
+	if x != nil {
+		return x.Level0Fragments
+	}
+	return 0
 }
 
 type DrainMergedRequest struct {
@@ -1413,7 +1424,7 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\aaborted\x18\x01 \x01(\bR\aaborted\"P\n" +
 	"\x11MergeStoreRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12#\n" +
-	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xac\x02\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xd7\x02\n" +
 	"\x12MergeStoreResponse\x12 \n" +
 	"\vgenerations\x18\x01 \x01(\x03R\vgenerations\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x03R\x04rows\x12\x1c\n" +
@@ -1421,7 +1432,8 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\fbase_version\x18\x04 \x01(\x04R\vbaseVersion\x12\x1f\n" +
 	"\vinstance_id\x18\x05 \x01(\tR\n" +
 	"instanceId\x12C\n" +
-	"\x06merged\x18\x06 \x03(\v2+.tidemark.v1.MergeStoreResponse.MergedEntryR\x06merged\x1a9\n" +
+	"\x06merged\x18\x06 \x03(\v2+.tidemark.v1.MergeStoreResponse.MergedEntryR\x06merged\x12)\n" +
+	"\x10level0_fragments\x18\a \x01(\x03R\x0flevel0Fragments\x1a9\n" +
 	"\vMergedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"t\n" +
