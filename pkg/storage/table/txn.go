@@ -445,7 +445,9 @@ func (st *staged) deleteAll(ctx context.Context) {
 // together (lookupFragment: its bloom filter, then the key-index blocks they fall
 // in), every fragment at once, requestsInFlight requests at a time: on an object
 // store a conflict check that reads them one after another waits one round trip
-// per object, and one bounded by fragments one per few fragments.
+// per object, and one bounded by fragments one per few fragments. Then the
+// deletion vectors of the fragments holding an incoming id are read together
+// (deletionsOf), a request per object of packed vectors.
 func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 	if x.frag == nil {
 		return nil
