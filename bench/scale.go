@@ -30,6 +30,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/maintain"
+	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
@@ -840,7 +841,12 @@ func (r *scaleRun) writes(ctx context.Context, next *uint64) error {
 		}
 		r.resetCounters()
 		cpu, start := processCPU(), time.Now()
-		res, err := r.w.merger.Merge(ctx, s, true)
+		var res merge.Result
+		// The label tells the two kinds of merge apart in the phase's CPU profile
+		// (go tool pprof -tagfocus=merge=overwrite).
+		pprof.Do(ctx, pprof.Labels("merge", [2]string{"new", "overwrite"}[kind]), func(ctx context.Context) {
+			res, err = r.w.merger.Merge(ctx, s, true)
+		})
 		d := time.Since(start)
 		cpu = processCPU() - cpu
 		if err != nil {

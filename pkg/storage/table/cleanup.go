@@ -43,7 +43,10 @@ import (
 //     if no manifest still there references it: the references are the union of the
 //     fragment, bloom filter, key index and deletion vector paths of every version left after
 //     the prune (all of them are read: a reader may load any), plus every version
-//     written while the files were being listed (read again after the listing).
+//     written while the files were being listed (read again after the listing). A
+//     deletion-vector object holds the vectors of every fragment one commit deleted
+//     from (format 3): it stays while any fragment of any kept version points into
+//     it, whichever part.
 //   - A file is deleted only if it is also older than SafetyWindow: a transaction
 //     stages its files before the manifest that references them exists, and one
 //     that commits after the cleanup read the versions must find them. A version

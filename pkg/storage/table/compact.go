@@ -15,7 +15,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/google/uuid"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 )
@@ -135,23 +134,18 @@ func (c *compaction) write(ctx context.Context) error {
 	s := c.base.ArrowSchema()
 	c.out.s, c.out.groupRows = s, c.t.opts.RowGroupRows
 	sources := c.plan.Sources
-	c.srcDV = make([]*roaring.Bitmap, len(sources))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(fragmentReads)
 	var rows int64
-	for i, f := range sources {
+	for _, f := range sources {
 		rows += f.Rows
 		c.res.BytesRead += f.Bytes
-		g.Go(func() (err error) {
-			c.srcDV[i], err = c.t.deletions(gctx, f)
-			return err
-		})
 	}
-	if err := g.Wait(); err != nil {
+	// The sources' vectors, a read per object for those one commit packed
+	// together, fragmentReads requests at a time.
+	var err error
+	if c.srcDV, err = c.t.deletionsOf(withRequestBudget(ctx, fragmentReads), sources); err != nil {
 		return err
 	}
 	c.res.Sources, c.res.Level = len(sources), c.plan.Level
-	var err error
 	if c.plan.Sort {
 		err = c.sortSources(ctx, s)
 	} else {
@@ -813,6 +807,7 @@ func (c *compaction) rebase(ctx context.Context, latest *Manifest) error {
 			}
 		}
 	}
+	var changed []int // outputs whose vector is new, written as one object
 	for o := range c.outputs {
 		switch {
 		case outDel[o] == nil:
@@ -820,22 +815,31 @@ func (c *compaction) rebase(ctx context.Context, latest *Manifest) error {
 		case c.outDV[o] != nil && c.outDV[o].Equals(outDel[o]):
 			// written by an earlier attempt
 		default:
-			ref, err := c.staged.writeDV(ctx, outDel[o])
-			if err != nil {
-				return err
-			}
-			c.outDV[o], c.outRef[o] = outDel[o], &ref
+			changed = append(changed, o)
 		}
+	}
+	bms := make([]*roaring.Bitmap, len(changed))
+	for k, o := range changed {
+		bms[k] = outDel[o]
+	}
+	refs, err := c.staged.writeDVs(ctx, bms)
+	if err != nil {
+		return err
+	}
+	for k, o := range changed {
+		c.outDV[o], c.outRef[o] = outDel[o], &refs[k]
 	}
 	c.base = latest
 	return nil
 }
 
+// sameDeletions reports whether a and b are the same vector: the same object,
+// and the same part of it.
 func sameDeletions(a, b *DeletionRef) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Path == b.Path
+	return *a == *b
 }
 
 // Abort deletes the compaction's staged files.

@@ -18,6 +18,11 @@
 //   - Data files are written before the manifest that references them and are never
 //     rewritten; a crash leaves at most unreferenced files, never a manifest that points
 //     at missing data.
+//   - A commit writes at most one deletion-vector object, whatever the number of
+//     fragments it deletes from: each vector in it is its own checked envelope at an
+//     offset the fragment's entry names (format 3), read alone, and the object lives
+//     while any retained version points into it. Refs of format 2 name a whole
+//     object and read as before.
 //   - A row keeps its version, (_seq, shard), for as long as it is live: a fragment
 //     records the shard that wrote its rows, or shard runs when it mixes shards, so
 //     ties of _seq between shards break the same way before and after a compaction.

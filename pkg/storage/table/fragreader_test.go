@@ -228,3 +228,45 @@ func TestAFragmentOfManySmallBatchesHasFullRowGroups(t *testing.T) {
 		t.Fatalf("a fragment of 32 batches of 100 rows has %d row groups, want 2 (of at most %d rows)", n, tb.opts.RowGroupRows)
 	}
 }
+
+// A lookup of ids in key-index blocks a few apart reads those blocks in one
+// request (the bytes between are read and dropped), and blocks further apart
+// than blockGap in one request each; every id is still found where it is.
+func TestLookupReadsNearbyIndexBlocksInOneRequest(t *testing.T) {
+	ctx := context.Background()
+	f, tb, m := faultyTable(t, 1, 100_000)
+	frag := m.Fragments[0]
+	top, err := tb.indexTopOf(ctx, frag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := top.blocks
+	far := slices.IndexFunc(blocks, func(b indexBlockRef) bool { return b.off > blocks[13].off+blocks[13].n+blockGap })
+	if far < 0 {
+		t.Fatalf("an index of %d blocks (%d bytes) has none %d bytes past block 13", len(blocks), frag.Index.Top, blockGap)
+	}
+	// The first id of blocks 10 and 13 (two blocks between: one read) and of a
+	// block more than blockGap past 13 (a read of its own).
+	ids := []string{blocks[10].first, blocks[13].first, blocks[far].first}
+	f.ResetCounters()
+	hits, err := tb.lookupSorted(ctx, frag, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Requests(objstore.OpGetRange); got != 2 {
+		t.Fatalf("a lookup in blocks 10, 13 and %d made %d ranged reads (%v), want 2", far, got, f.RequestCounts())
+	}
+	for i, h := range hits {
+		if want := uint32(blocks[[]int{10, 13, far}[i]].row); !h.found || h.off != want {
+			t.Fatalf("id %s: %+v, want found at row %d", ids[i], h, want)
+		}
+	}
+	// Blocks 11 and 12 were read through, not kept: a lookup there reads again.
+	f.ResetCounters()
+	if _, err := tb.lookupSorted(ctx, frag, []string{blocks[10].first, blocks[11].first}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Requests(objstore.OpGetRange); got != 1 {
+		t.Fatalf("a lookup in cached block 10 and block 11 made %d ranged reads, want 1", got)
+	}
+}

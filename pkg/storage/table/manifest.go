@@ -15,9 +15,16 @@ import (
 // FormatVersion is the manifest format this build writes and the newest it reads.
 // Version 2 added sorted fragments with key indexes (Fragment.Sorted, Index,
 // SeqMin); a version-1 reader would not know that a sorted fragment's shards are in
-// its index, so every manifest this build writes says 2, and a version-1 manifest
-// reads as one whose fragments are all unsorted.
-const FormatVersion = 2
+// its index, and a version-1 manifest reads as one whose fragments are all
+// unsorted. Version 3 added deletion vectors packed into one object per commit
+// (DeletionRef.Offset and Bytes); a version-2 reader would read a packed object
+// whole as one vector, so every manifest this build writes says 3, and a ref of a
+// version-2 manifest is a whole object.
+const FormatVersion = 3
+
+// packedFormat is the first format whose deletion refs may name a part of an
+// object.
+const packedFormat = 3
 
 var (
 	// ErrCorrupt means an object of the table could not be decoded. It is a halt
@@ -147,11 +154,20 @@ type IndexRef struct {
 	Top   int64  `json:"top"`
 }
 
-// DeletionRef points at an immutable deletion vector file.
+// DeletionRef points at an immutable deletion vector: the whole object at Path
+// when Bytes is 0 (every ref of a manifest before format 3), otherwise the Bytes
+// bytes at Offset of an object that holds the vectors of every fragment one commit
+// deleted from (deletion.go), each in its own envelope. Count is how many rows the
+// vector deletes.
 type DeletionRef struct {
-	Path  string `json:"path"`
-	Count int64  `json:"count"`
+	Path   string `json:"path"`
+	Count  int64  `json:"count"`
+	Offset int64  `json:"offset,omitempty"`
+	Bytes  int64  `json:"bytes,omitempty"`
 }
+
+// packed reports whether r names a part of its object.
+func (r DeletionRef) packed() bool { return r.Bytes > 0 }
 
 // LiveRows is the number of rows of the fragment that are not deleted.
 func (f Fragment) LiveRows() int64 {
@@ -221,15 +237,21 @@ func encodeManifest(m *Manifest) ([]byte, error) {
 
 // decodeManifest parses and validates a manifest read from key.
 func decodeManifest(key string, data []byte) (*Manifest, error) {
+	return decodeManifestUpTo(key, data, FormatVersion)
+}
+
+// decodeManifestUpTo is decodeManifest for a reader of formats up to newest: a
+// manifest of a newer format is refused before anything else of it is read.
+func decodeManifestUpTo(key string, data []byte, newest int) (*Manifest, error) {
 	var probe struct {
 		FormatVersion int `json:"format_version"`
 	}
 	if err := json.Unmarshal(data, &probe); err != nil {
 		return nil, fmt.Errorf("manifest %s: %w: %v", key, ErrCorrupt, err)
 	}
-	if probe.FormatVersion > FormatVersion {
+	if probe.FormatVersion > newest {
 		return nil, fmt.Errorf("manifest %s: %w: format version %d, this build reads up to %d; upgrade Tidemark",
-			key, ErrUnsupportedFormat, probe.FormatVersion, FormatVersion)
+			key, ErrUnsupportedFormat, probe.FormatVersion, newest)
 	}
 	var m Manifest
 	if err := json.Unmarshal(data, &m); err != nil {
@@ -264,8 +286,9 @@ func (m *Manifest) validate() error {
 			return fmt.Errorf("fragment %s listed twice", f.Path)
 		case f.Rows < 0 || f.Bytes < 0:
 			return fmt.Errorf("fragment %s: negative size", f.Path)
-		case f.Deletions != nil && (f.Deletions.Count < 0 || f.Deletions.Count > f.Rows || f.Deletions.Path == ""):
-			return fmt.Errorf("fragment %s: bad deletion vector reference", f.Path)
+		}
+		if err := f.validateDeletions(m.FormatVersion); err != nil {
+			return fmt.Errorf("fragment %s: %w", f.Path, err)
 		}
 		if err := f.validateRuns(); err != nil {
 			return fmt.Errorf("fragment %s: %w", f.Path, err)
@@ -280,6 +303,26 @@ func (m *Manifest) validate() error {
 	}
 	if c := m.LastCompaction; c != nil && (c.Version < 1 || c.Version > m.Version || c.Sources < 0 || c.Outputs < 0) {
 		return fmt.Errorf("last_compaction %+v in version %d", *c, m.Version)
+	}
+	return nil
+}
+
+// validateDeletions checks a fragment's deletion vector reference: a count within
+// the fragment's rows, and a part of an object only in a manifest of a format that
+// has them, holding at least an envelope.
+func (f Fragment) validateDeletions(format int) error {
+	d := f.Deletions
+	switch {
+	case d == nil:
+		return nil
+	case d.Count < 0 || d.Count > f.Rows || d.Path == "":
+		return fmt.Errorf("bad deletion vector reference %+v", *d)
+	case d.Offset < 0 || d.Bytes < 0 || (d.Offset > 0 && d.Bytes == 0):
+		return fmt.Errorf("deletion vector reference %+v: bad offset or bytes", *d)
+	case d.packed() && format < packedFormat:
+		return fmt.Errorf("deletion vector reference %+v names a part of an object in a format-%d manifest", *d, format)
+	case d.packed() && d.Bytes < envelopeHeader:
+		return fmt.Errorf("deletion vector reference %+v: %d bytes cannot hold an envelope", *d, d.Bytes)
 	}
 	return nil
 }

@@ -49,28 +49,40 @@ func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs [
 	})
 }
 
+// blockGap is the most bytes between two key-index blocks a lookup needs that
+// fetchBlocks reads through rather than reading the two apart: a request costs
+// what tens of KiB of transfer do, on an object store (a round trip) and on a
+// local disk (an open, a read and a close against a copy of a few microseconds),
+// and a merge of random ids into a fragment wants a few blocks of its index a few
+// blocks apart.
+const blockGap = 64 << 10
+
 // fetchBlocks returns blocks bs (ascending, distinct) of f's key index in the form
 // decode makes of a block's bytes (with its size for the cache), from cache or by
-// ranged reads: runs of adjacent blocks missing from the cache come in one read
-// each, all at once within ctx's budget of requests (requestsInFlight at most
-// without one).
+// ranged reads: blocks missing from the cache that lie within blockGap of each
+// other come in one read (the bytes between are read and dropped), all at once
+// within ctx's budget of requests (requestsInFlight at most without one).
 func fetchBlocks[B any](ctx context.Context, t *Table, f Fragment, top *indexTop, bs []int, cache objectView[B],
 	decode func(key string, ref indexBlockRef, data []byte) (B, int64, error)) ([]B, error) {
 	out := make([]B, len(bs))
-	var runs [][2]int // [first, last] positions in bs of runs of adjacent missing blocks
+	cached := make([]bool, len(bs))
+	var runs [][2]int // [first, last] positions in bs of runs of missing blocks read together
 	for i, b := range bs {
 		if b < 0 || b >= len(top.blocks) {
 			return nil, fmt.Errorf("key index %s: no block %d of %d", t.key(f.Index.Path), b, len(top.blocks))
 		}
 		if blk, ok := cache.GetBlock(f.Index.Path, b); ok {
-			out[i] = blk
+			out[i], cached[i] = blk, true
 			continue
 		}
-		if k := len(runs) - 1; k >= 0 && runs[k][1] == i-1 && bs[i-1] == b-1 {
-			runs[k][1] = i
-		} else {
-			runs = append(runs, [2]int{i, i})
+		if k := len(runs) - 1; k >= 0 {
+			prev := top.blocks[bs[runs[k][1]]]
+			if top.blocks[b].off-(prev.off+prev.n) <= blockGap {
+				runs[k][1] = i
+				continue
+			}
 		}
+		runs = append(runs, [2]int{i, i})
 	}
 	key := t.key(f.Index.Path)
 	g, gctx := errgroup.WithContext(ctx)
@@ -83,6 +95,9 @@ func fetchBlocks[B any](ctx context.Context, t *Table, f Fragment, top *indexTop
 				return fmt.Errorf("key index: %w", err)
 			}
 			for i := r[0]; i <= r[1]; i++ {
+				if cached[i] {
+					continue
+				}
 				ref := top.blocks[bs[i]]
 				lo := ref.off - first.off
 				if lo+ref.n > int64(len(data)) {

@@ -390,31 +390,6 @@ func (t *Table) bloom(ctx context.Context, f Fragment) (*bloom.BloomFilter, erro
 	return b, nil
 }
 
-// deletions returns a fragment's deletion vector (empty when it has none), cached.
-// Callers must not modify the result.
-func (t *Table) deletions(ctx context.Context, f Fragment) (*roaring.Bitmap, error) {
-	if f.Deletions == nil {
-		return roaring.New(), nil
-	}
-	if bm, ok := t.dvs.Get(f.Deletions.Path); ok {
-		return bm, nil
-	}
-	key := t.key(f.Deletions.Path)
-	data, err := t.get(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("deletion vector: %w", err)
-	}
-	bm, err := decodeDeletions(key, data, f.Rows)
-	if err != nil {
-		return nil, err
-	}
-	if int64(bm.GetCardinality()) != f.Deletions.Count {
-		return nil, fmt.Errorf("%s: %w: %d deletions, manifest says %d", key, ErrCorrupt, bm.GetCardinality(), f.Deletions.Count)
-	}
-	t.dvs.Add(f.Deletions.Path, bm, int64(len(data)))
-	return bm, nil
-}
-
 // mayContain reports whether f can hold id, from its bounds and bloom filter.
 func (t *Table) mayContain(ctx context.Context, f Fragment, id string) (bool, error) {
 	if id < f.IDMin || id > f.IDMax {

@@ -134,7 +134,7 @@ type Txn struct {
 
 type writtenDV struct {
 	ref  DeletionRef
-	from string // path of the vector it extends ("" for none)
+	from DeletionRef // the vector it extends (the zero ref for none)
 }
 
 // Prepare stages a transaction against base: it deduplicates the rows by id, writes
@@ -404,18 +404,25 @@ func (st *staged) writeFragment(ctx context.Context, s *arrow.Schema, recs []arr
 	return f, int64(len(bloomData) + len(idxData)), nil
 }
 
-// writeDV writes a deletion vector and caches it.
-func (st *staged) writeDV(ctx context.Context, bm *roaring.Bitmap) (DeletionRef, error) {
-	data, err := encodeDeletions(bm)
+// writeDVs writes the vectors bms as one object (packDeletions) and caches them;
+// it returns each one's ref, in bms's order. No vectors, no object.
+func (st *staged) writeDVs(ctx context.Context, bms []*roaring.Bitmap) ([]DeletionRef, error) {
+	if len(bms) == 0 {
+		return nil, nil
+	}
+	data, refs, err := packDeletions(bms)
 	if err != nil {
-		return DeletionRef{}, err
+		return nil, err
 	}
 	rel := deletesDir + "/" + uuid.NewString() + ".bin"
 	if err := st.put(ctx, rel, data); err != nil {
-		return DeletionRef{}, err
+		return nil, err
 	}
-	st.t.dvs.Add(rel, bm.Clone(), int64(len(data)))
-	return DeletionRef{Path: rel, Count: int64(bm.GetCardinality())}, nil
+	for i := range refs {
+		refs[i].Path = rel
+		st.t.dvs.AddBlock(rel, int(refs[i].Offset), bms[i].Clone(), refs[i].Bytes)
+	}
+	return refs, nil
 }
 
 // deleteAll deletes the staged objects (best effort: what is left is garbage, not
@@ -438,7 +445,9 @@ func (st *staged) deleteAll(ctx context.Context) {
 // together (lookupFragment: its bloom filter, then the key-index blocks they fall
 // in), every fragment at once, requestsInFlight requests at a time: on an object
 // store a conflict check that reads them one after another waits one round trip
-// per object, and one bounded by fragments one per few fragments.
+// per object, and one bounded by fragments one per few fragments. Then the
+// deletion vectors of the fragments holding an incoming id are read together
+// (deletionsOf), a request per object of packed vectors.
 func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 	if x.frag == nil {
 		return nil
@@ -458,7 +467,6 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 	type found struct {
 		lo   int // offset of the first incoming id looked up
 		hits []indexHit
-		dv   *roaring.Bitmap
 	}
 	results := make([]found, len(check))
 	g, gctx := errgroup.WithContext(ctx)
@@ -474,24 +482,33 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 			if err != nil {
 				return err
 			}
-			if !slices.ContainsFunc(hits, func(h indexHit) bool { return h.found }) {
-				return nil
-			}
-			dv, err := x.t.deletions(gctx, f)
-			if err != nil {
-				return err
-			}
-			results[i] = found{lo: lo, hits: hits, dv: dv}
+			results[i] = found{lo: lo, hits: hits}
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return err // the caller aborts the transaction
 	}
-	for i, f := range check {
-		r := results[i]
+	// The vectors of the fragments holding some incoming id, together: the
+	// vectors one commit packed into one object come in one read.
+	var hit []int // positions in check
+	for i, r := range results {
+		if slices.ContainsFunc(r.hits, func(h indexHit) bool { return h.found }) {
+			hit = append(hit, i)
+		}
+	}
+	hitFrags := make([]Fragment, len(hit))
+	for k, i := range hit {
+		hitFrags[k] = check[i]
+	}
+	dvs, err := x.t.deletionsOf(ctx, hitFrags)
+	if err != nil {
+		return err
+	}
+	for n, i := range hit {
+		f, r, dv := check[i], results[i], dvs[n]
 		for k, h := range r.hits {
-			if !h.found || r.dv.Contains(h.off) {
+			if !h.found || dv.Contains(h.off) {
 				continue
 			}
 			in := x.offs[r.lo+k] // the incoming row's offset
@@ -514,63 +531,52 @@ func (x *Txn) resolve(ctx context.Context, m *Manifest) error {
 // writeDeletions writes, for every existing fragment this transaction deletes from,
 // the union of that fragment's vector in m and dels, unless one built from the same
 // base vector exists already; and the new fragment's own vector if it changed. The
-// vectors are read and written all at once, requestsInFlight requests at a time:
-// a merge of random ids touches most fragments of a large store.
+// base vectors are read all at once (deletionsOf) and the new ones written as one
+// object: a merge of random ids touches most fragments of a large store, and a
+// write per fragment was most of its requests.
 func (x *Txn) writeDeletions(ctx context.Context, m *Manifest) error {
 	ctx = withRequestBudget(ctx, requestsInFlight)
-	type job struct {
-		f    Fragment
-		from string
-		ref  DeletionRef
-	}
-	var jobs []job
+	var (
+		frags []Fragment
+		from  []DeletionRef // the vector each one's union extends
+	)
 	for _, f := range m.Fragments {
 		if x.dels[f.Path] == nil {
 			continue
 		}
-		from := ""
+		var base DeletionRef
 		if f.Deletions != nil {
-			from = f.Deletions.Path
+			base = *f.Deletions
 		}
-		if w, ok := x.dvRefs[f.Path]; ok && w.from == from {
+		if w, ok := x.dvRefs[f.Path]; ok && w.from == base {
 			continue
 		}
-		jobs = append(jobs, job{f: f, from: from})
+		frags = append(frags, f)
+		from = append(from, base)
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(lookupFragments)
-	for i := range jobs {
-		j := &jobs[i]
-		ours := x.dels[j.f.Path]
-		g.Go(func() error {
-			cur, err := x.t.deletions(gctx, j.f)
-			if err != nil {
-				return err
-			}
-			j.ref, err = x.writeDV(gctx, roaring.Or(cur, ours))
-			return err
-		})
-	}
-	if x.selfDelDirty {
-		g.Go(func() error {
-			ref, err := x.writeDV(gctx, x.selfDel)
-			if err == nil {
-				x.selfDelRef, x.selfDelDirty = &ref, false
-			}
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
+	cur, err := x.t.deletionsOf(ctx, frags)
+	if err != nil {
 		return err
 	}
-	for _, j := range jobs {
-		x.dvRefs[j.f.Path] = writtenDV{ref: j.ref, from: j.from}
+	bms := make([]*roaring.Bitmap, 0, len(frags)+1)
+	for i, f := range frags {
+		bms = append(bms, roaring.Or(cur[i], x.dels[f.Path]))
+	}
+	if x.selfDelDirty {
+		bms = append(bms, x.selfDel)
+	}
+	refs, err := x.staged.writeDVs(ctx, bms)
+	if err != nil {
+		return err
+	}
+	for i, f := range frags {
+		x.dvRefs[f.Path] = writtenDV{ref: refs[i], from: from[i]}
+	}
+	if x.selfDelDirty {
+		ref := refs[len(frags)]
+		x.selfDelRef, x.selfDelDirty = &ref, false
 	}
 	return nil
-}
-
-func (x *Txn) writeDV(ctx context.Context, bm *roaring.Bitmap) (DeletionRef, error) {
-	return x.staged.writeDV(ctx, bm)
 }
 
 // build returns the manifest this transaction commits on top of m.

@@ -139,17 +139,42 @@ func (t *Table) checkFragment(ctx context.Context, s *arrow.Schema, f Fragment, 
 
 	if d := f.Deletions; d != nil {
 		objects++
-		if err := note(d.Path, t.checkSidecar(ctx, d.Path, checksums, func(key string, data []byte) error {
-			bm, err := decodeDeletions(key, data, f.Rows)
-			if err == nil && int64(bm.GetCardinality()) != d.Count {
-				err = fmt.Errorf("%s: %w: %d deletions, manifest says %d", key, ErrCorrupt, bm.GetCardinality(), d.Count)
-			}
-			return err
-		})); err != nil {
+		if err := note(d.Path, t.checkDeletions(ctx, f, checksums)); err != nil {
 			return nil, 0, err
 		}
 	}
 	return out, objects, nil
+}
+
+// checkDeletions checks f's deletion vector: that its object exists and, for a
+// part of an object, holds the part; with checksums, that the vector decodes
+// (its own envelope's CRC) and deletes as many rows as the manifest says. A
+// vector packed with others is checked alone: a damaged one is a problem of the
+// fragments that point at it, not of the others in its object.
+func (t *Table) checkDeletions(ctx context.Context, f Fragment, checksums bool) error {
+	d := *f.Deletions
+	if !d.packed() {
+		return t.checkSidecar(ctx, d.Path, checksums, func(key string, data []byte) error {
+			_, err := decodeDeletionRef(key, d, data, f.Rows)
+			return err
+		})
+	}
+	key := t.key(d.Path)
+	o, err := t.bucket.Stat(ctx, key)
+	switch {
+	case err != nil:
+		return err
+	case o.Size < d.Offset+d.Bytes:
+		return fmt.Errorf("%s: %w: %d bytes, the vector at %d needs %d", key, ErrCorrupt, o.Size, d.Offset, d.Offset+d.Bytes)
+	case !checksums:
+		return nil
+	}
+	data, err := t.bucket.GetRange(ctx, key, d.Offset, d.Bytes)
+	if err != nil {
+		return err
+	}
+	_, err = decodeDeletionRef(key, d, data, f.Rows)
+	return err
 }
 
 // checkSidecar checks a bloom filter or deletion vector: that it exists, and with
