@@ -87,6 +87,12 @@ type DemandSummary struct {
 	Pending int
 }
 
+// dueStore is a store found due, and why: "generations" or "age".
+type dueStore struct {
+	pending.Demand
+	reason string
+}
+
 // tracked is a merge this MergeDemand enqueued, until it has settled.
 type tracked struct {
 	id string
@@ -139,10 +145,9 @@ type tracked struct {
 // stores overdue nor hides them.
 //
 // Each merge is due (tasks.Task.DueAt) when the store's oldest pending generation
-// reaches MaxDelay, and the scheduler claims the task due first: under more
-// demand than merge slots, the stores furthest behind their freshness go first,
-// and a hot store's back-to-back merges (due by count while its rows are young)
-// cannot keep a quiet store waiting past its own.
+// reaches MaxDelay, or at once when its generations made it due, and the
+// scheduler claims the task due first: a store found due late goes before the
+// ones found due on time.
 //
 // Enqueues deduplicate onto a live task, so replicas never double a merge; the
 // coordination lock only keeps them from doubling the etcd reads. Rounds of one
@@ -267,17 +272,13 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 	for _, dm := range demand {
 		sum.Pending += dm.Generations
 	}
-	type due struct {
-		pending.Demand
-		reason string
-	}
-	var byCount, byAge []due
+	var byCount, byAge []dueStore
 	for _, dm := range demand {
 		switch {
 		case dm.Generations >= d.cfg.MinGenerations:
-			byCount = append(byCount, due{dm, "generations"})
+			byCount = append(byCount, dueStore{dm, "generations"})
 		case dm.Generations > 0 && dm.Age >= d.cfg.MaxDelay:
-			byAge = append(byAge, due{dm, "age"})
+			byAge = append(byAge, dueStore{dm, "age"})
 		default:
 			continue
 		}
@@ -297,12 +298,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 			sum.SkippedByCap++ // the least due: a round later
 			continue
 		}
-		// Due when its oldest pending generation reaches MaxDelay: the scheduler
-		// takes the store furthest behind its freshness first, so a quiet store
-		// due by age goes before a busy store's next merge (due by count, its
-		// oldest rows young), and that one in turn before any whose rows are
-		// younger still.
-		task, dedup, err := d.ts.EnqueueDue(ctx, tasks.KindMergeWAL, c.Target, now.Add(d.cfg.MaxDelay-c.Age))
+		task, dedup, err := d.ts.EnqueueDue(ctx, tasks.KindMergeWAL, c.Target, c.due(now, d.cfg.MaxDelay))
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return sum, fmt.Errorf("merges on demand: %w", err)
@@ -324,6 +320,18 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 		d.merges[c.Target] = &tracked{id: task.ID}
 	}
 	return sum, nil
+}
+
+// due is when a store's merge should start at the latest: when its oldest
+// pending generation reaches maxDelay, or now if its generations are what made
+// it due. A store enqueued late by age (a round that came late, a merge that
+// failed) is thus due before the ones enqueued on time, and overtakes them; a
+// busy store, due by count, is due at once, not when its young rows grow old.
+func (c dueStore) due(now time.Time, maxDelay time.Duration) time.Time {
+	if c.reason == "generations" {
+		return now
+	}
+	return now.Add(maxDelay - c.Age)
 }
 
 // settle learns how the merges it tracks ended: a merge no longer live is read

@@ -121,14 +121,14 @@ func TestMergeDemandEnqueuesStoresDueByGenerationsOrAge(t *testing.T) {
 	if got := w.queuedTargets(); !slices.Equal(got, []string{"busy", "quiet"}) {
 		t.Fatalf("queued %v, want busy (most pending) then quiet", got)
 	}
-	// Each is due when its oldest generation reaches MERGE_MAX_DELAY: quiet 10 s
-	// ago, busy 30 s from now; the scheduler takes quiet first.
+	// quiet is due when its oldest generation reached MERGE_MAX_DELAY, 10 s ago;
+	// busy, due by count, at once: the scheduler takes quiet first.
 	queued, _, err := w.ts.List(w.ctx, tasks.ListFilter{State: tasks.StateQueued})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range queued {
-		want := map[string]time.Time{"busy": now.Add(DefaultMergeMaxDelay), "quiet": now.Add(-10 * time.Second)}[q.Target]
+		want := map[string]time.Time{"busy": now, "quiet": now.Add(-10 * time.Second)}[q.Target]
 		if !q.DueAt.Equal(want) {
 			t.Fatalf("%s due %v, want %v", q.Target, q.DueAt, want)
 		}
