@@ -83,13 +83,8 @@ type SchedulerConfig struct {
 	// OnPhase, if set, observes how long each phase of a task's life took
 	// (metrics): PhaseClaim, PhasePermitWait, PhaseWork, PhaseCommit.
 	OnPhase func(kind tasks.Kind, phase string, d time.Duration)
-	// OnDone, if set, is called with every task that ran without error and whose
-	// result was recorded, and its report: what a task's result makes due next
-	// (a merge that left many level-0 fragments, a compaction). It runs on the
-	// task's goroutine before its slot is freed; ctx is the scheduler's.
-	OnDone func(ctx context.Context, t tasks.Task, report tasks.Report)
-	Clock  clock.WithTicker
-	Logger *slog.Logger
+	Clock   clock.WithTicker
+	Logger  *slog.Logger
 }
 
 // Scheduler claims tasks and runs them.
@@ -416,9 +411,6 @@ func (s *Scheduler) run(ctx, claimCtx context.Context, kind tasks.Kind, r *run) 
 		log.Warn("task failed", "err", err, "duration", d.String())
 	default:
 		log.Info("task done", "detail", report.Detail, "duration", d.String())
-		if s.cfg.OnDone != nil {
-			s.cfg.OnDone(ctx, c.Task, report)
-		}
 	}
 }
 
