@@ -277,7 +277,9 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 		switch {
 		case dm.Generations >= d.cfg.MinGenerations:
 			byCount = append(byCount, dueStore{dm, "generations"})
-		case dm.Generations > 0 && dm.Age >= d.cfg.MaxDelay:
+		case dm.Generations > 0 && dm.Age+demandTick >= d.cfg.MaxDelay:
+			// Judged once a tick: a store whose oldest generation reaches MaxDelay
+			// before the next round is due in this one, not up to a tick late.
 			byAge = append(byAge, dueStore{dm, "age"})
 		default:
 			continue

@@ -212,3 +212,19 @@ func TestMergeDemandRunsOnOneReplica(t *testing.T) {
 		t.Fatalf("other replica's round = %+v, %v; want skipped", sum, err)
 	}
 }
+
+// Rounds come a tick apart, so a store whose oldest generation reaches
+// MERGE_MAX_DELAY before the next round is enqueued in this one: never up to a
+// tick late. One a tick and more short of it waits.
+func TestMergeDemandEnqueuesAStoreThatTurnsDueBeforeTheNextRound(t *testing.T) {
+	w := newDemandWorld(t)
+	now := w.clk.Now()
+	w.publish("w1", gens("soon", 1, now.Add(-(DefaultMergeMaxDelay - demandTick/2))),
+		gens("later", 1, now.Add(-(DefaultMergeMaxDelay - 2*demandTick))))
+	if sum := w.round(); sum.Enqueued != 1 {
+		t.Fatalf("round = %+v, want soon enqueued", sum)
+	}
+	if got := w.queuedTargets(); !slices.Equal(got, []string{"soon"}) {
+		t.Fatalf("queued %v, want soon only", got)
+	}
+}
