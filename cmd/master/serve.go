@@ -94,7 +94,7 @@ func (f *serveFlags) bind(fs *pflag.FlagSet) {
 	bind("compaction-max-enqueues", "COMPACTION_MAX_ENQUEUES")
 	fs.IntVar(&c.Scheduler.TaskConcurrency, "task-concurrency", master.DefaultTaskConcurrency, "running tasks per kind other than merge_wal (compact, verify, repair), on this replica")
 	bind("task-concurrency", "TASK_CONCURRENCY")
-	fs.IntVar(&c.Scheduler.MergeConcurrency, "merge-wal-concurrency", master.DefaultMergeConcurrency, "merge_wal tasks running at once on this replica (different targets; each calls the workers one at a time)")
+	fs.IntVar(&c.Scheduler.MergeConcurrency, "merge-wal-concurrency", master.DefaultMergeConcurrency, "merge_wal tasks running at once on this replica (different stores; each occupies one merging worker and the drains of the others)")
 	bind("merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
 	fs.DurationVar(&c.FanOut.WorkerTimeout, "merge-wal-worker-timeout", fanout.DefaultWorkerTimeout, "bound on one worker's merge in a merge_wal fan-out (in the two-phase shape, on each of its prepare and commit)")
 	bind("merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
