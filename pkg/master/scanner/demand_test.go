@@ -219,8 +219,8 @@ func TestMergeDemandRunsOnOneReplica(t *testing.T) {
 func TestMergeDemandEnqueuesAStoreThatTurnsDueBeforeTheNextRound(t *testing.T) {
 	w := newDemandWorld(t)
 	now := w.clk.Now()
-	w.publish("w1", gens("soon", 1, now.Add(-(DefaultMergeMaxDelay - demandTick/2))),
-		gens("later", 1, now.Add(-(DefaultMergeMaxDelay - 2*demandTick))))
+	w.publish("w1", gens("soon", 1, now.Add(-(DefaultMergeMaxDelay-demandTick/2))),
+		gens("later", 1, now.Add(-(DefaultMergeMaxDelay-2*demandTick))))
 	if sum := w.round(); sum.Enqueued != 1 {
 		t.Fatalf("round = %+v, want soon enqueued", sum)
 	}
