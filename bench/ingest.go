@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -511,18 +512,23 @@ func taskTime(t tasks.Task) (time.Duration, bool) {
 // listMergeTasks returns the merge_wal tasks of target ("": of every target) in
 // the master's task queue.
 func listMergeTasks(ctx context.Context, ts *tasks.Queue, target string) ([]tasks.Task, error) {
+	return listTasks(ctx, ts, tasks.ListFilter{Kind: tasks.KindMergeWAL, Target: target})
+}
+
+// listTasks returns every task f matches, page after page.
+func listTasks(ctx context.Context, ts *tasks.Queue, f tasks.ListFilter) ([]tasks.Task, error) {
 	var out []tasks.Task
-	token := ""
+	f.Limit = tasks.MaxListLimit
 	for {
-		page, next, err := ts.List(ctx, tasks.ListFilter{Kind: tasks.KindMergeWAL, Target: target, Limit: tasks.MaxListLimit, PageToken: token})
+		page, next, err := ts.List(ctx, f)
 		if err != nil {
-			return nil, fmt.Errorf("list merge_wal tasks: %w", err)
+			return nil, fmt.Errorf("list %s tasks: %w", cmp.Or(string(f.Kind), "all"), err)
 		}
 		out = append(out, page...)
 		if next == "" {
 			return out, nil
 		}
-		token = next
+		f.PageToken = next
 	}
 }
 

@@ -249,7 +249,7 @@ func RunSkew(ctx context.Context, env *Env, cfg SkewConfig, mode fanout.Shape) (
 	for i, qs := range quiet {
 		seen[qs.name] = quietIn[i].seals.mergedTimes()
 	}
-	everything, err := listAllTasks(ctx, c.master.Tasks())
+	everything, err := listTasks(ctx, c.master.Tasks(), tasks.ListFilter{})
 	if err != nil {
 		return res, fmt.Errorf("skew: %w", err)
 	}

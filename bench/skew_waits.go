@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -31,23 +29,6 @@ type WaitBreakdown struct {
 	// slot.
 	LongWaits int
 	BusySlots float64
-}
-
-// listAllTasks returns every task of the run, of every kind.
-func listAllTasks(ctx context.Context, ts *tasks.Queue) ([]tasks.Task, error) {
-	var out []tasks.Task
-	token := ""
-	for {
-		page, next, err := ts.List(ctx, tasks.ListFilter{Limit: tasks.MaxListLimit, PageToken: token})
-		if err != nil {
-			return nil, fmt.Errorf("list tasks: %w", err)
-		}
-		out = append(out, page...)
-		if next == "" {
-			return out, nil
-		}
-		token = next
-	}
 }
 
 // breakdownWaits builds the WaitBreakdown of the generations in seen (by
@@ -89,14 +70,7 @@ func breakdownWaits(all []tasks.Task, seen map[string][]seenMerged, hot string, 
 		b.LongWaits++
 		waited += t.StartedAt.Sub(t.EnqueuedAt)
 		for _, o := range everyMerge {
-			end := o.FinishedAt
-			if end.IsZero() {
-				end = t.StartedAt
-			}
-			from, to := later(o.StartedAt, t.EnqueuedAt), earlier(end, t.StartedAt)
-			if to.After(from) {
-				busy += to.Sub(from)
-			}
+			busy += ranDuring(o, t.EnqueuedAt, t.StartedAt)
 		}
 	}
 	if waited > 0 {
@@ -127,14 +101,7 @@ func breakdownWaits(all []tasks.Task, seen map[string][]seenMerged, hot string, 
 			queued = append(queued, t.StartedAt.Sub(t.EnqueuedAt))
 			var held time.Duration
 			for _, o := range others[store] {
-				end := o.FinishedAt
-				if end.IsZero() {
-					end = t.StartedAt
-				}
-				from, to := later(o.StartedAt, t.EnqueuedAt), earlier(end, t.StartedAt)
-				if to.After(from) {
-					held += to.Sub(from)
-				}
+				held += ranDuring(o, t.EnqueuedAt, t.StartedAt)
 			}
 			blocked = append(blocked, held)
 			toSeen = append(toSeen, g.seen.Sub(t.StartedAt))
@@ -144,15 +111,21 @@ func breakdownWaits(all []tasks.Task, seen map[string][]seenMerged, hot string, 
 	return b
 }
 
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+// ranDuring is how long task o ran within [from, to) (a task still running at
+// the end runs to it).
+func ranDuring(o tasks.Task, from, to time.Time) time.Duration {
+	end := o.FinishedAt
+	if end.IsZero() || end.After(to) {
+		end = to
 	}
-	return b
+	if start := later(o.StartedAt, from); end.After(start) {
+		return end.Sub(start)
+	}
+	return 0
 }
 
-func earlier(a, b time.Time) time.Time {
-	if a.Before(b) {
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
 		return a
 	}
 	return b
