@@ -505,13 +505,42 @@ func (c *cluster) startWorkerWith(id, bin string, extra map[string]string) *work
 			env[k] = v
 		}
 	}
-	started := time.Now()
-	w.proc = startProc(c.t, c.dir, id, bin, []string{"serve"}, env)
-	c.track(w.proc)
 	c.workers[id] = w
 	key := c.prefix + "/workers/" + id
+	for attempt := 1; ; attempt++ {
+		env["HTTP_ADDR"], env["GRPC_ADDR"] = w.httpAddr, w.grpcAddr
+		started := time.Now()
+		w.proc = startProc(c.t, c.dir, id, bin, []string{"serve"}, env)
+		c.track(w.proc)
+		if !c.waitWorker(w, key, started, attempt) {
+			return w
+		}
+		w.httpAddr, w.grpcAddr = freeAddr(c.t), freeAddr(c.t)
+	}
+}
+
+// maxBindAttempts is how many times a process whose port was taken between
+// freeAddr and its listen is started again on new ports.
+const maxBindAttempts = 5
+
+// lostPortRace says whether p exited because a port freeAddr drew free was taken
+// before p listened on it: another test's process drew the same port. Nothing of
+// the test has happened yet, so starting it again on other ports is safe.
+func lostPortRace(p *proc, attempt int) bool {
+	return attempt < maxBindAttempts && strings.Contains(p.tail(20), "address already in use")
+}
+
+// waitWorker waits until w serves and is registered at key, after a start at
+// started; true: it lost a port race and must be started again on new ports.
+func (c *cluster) waitWorker(w *workerProc, key string, started time.Time, attempt int) (rebind bool) {
+	c.t.Helper()
+	id := w.id
 	testwait.ForEvery(c.t, 30*time.Second, poll, "worker "+id+" serves and is registered", func() (bool, string) {
 		if w.exited() {
+			if lostPortRace(w.proc, attempt) {
+				rebind = true
+				return true, ""
+			}
 			c.t.Fatalf("worker %s exited while starting: %v\n%s", id, w.err, w.tail(20))
 		}
 		if code, _, err := c.get(w.url() + "/api/v1/health"); err != nil || code != http.StatusOK {
@@ -533,7 +562,7 @@ func (c *cluster) startWorkerWith(id, bin string, extra map[string]string) *work
 		// A record of an earlier (killed) process of this id may still be there.
 		return rec.StartedAt.After(started.Add(-time.Second)) && rec.GRPCAddr == w.grpcAddr, string(resp.Kvs[0].Value)
 	})
-	return w
+	return rebind
 }
 
 // startMaster starts a master named name and waits until it is healthy.
@@ -560,17 +589,28 @@ func (c *cluster) startMaster(name string, extra map[string]string) *masterProc 
 			env[k] = v
 		}
 	}
-	m.proc = startProc(c.t, c.dir, name, c.bin.master, []string{"serve"}, env)
-	c.track(m.proc)
 	c.masters[name] = m
-	testwait.ForEvery(c.t, 30*time.Second, poll, "master "+name+" is healthy", func() (bool, string) {
-		if m.exited() {
-			c.t.Fatalf("master %s exited while starting: %v\n%s", name, m.err, m.tail(20))
+	for attempt := 1; ; attempt++ {
+		env["GRPC_ADDR"], env["HTTP_ADDR"] = m.grpcAddr, m.httpAddr
+		m.proc = startProc(c.t, c.dir, name, c.bin.master, []string{"serve"}, env)
+		c.track(m.proc)
+		rebind := false
+		testwait.ForEvery(c.t, 30*time.Second, poll, "master "+name+" is healthy", func() (bool, string) {
+			if m.exited() {
+				if lostPortRace(m.proc, attempt) {
+					rebind = true
+					return true, ""
+				}
+				c.t.Fatalf("master %s exited while starting: %v\n%s", name, m.err, m.tail(20))
+			}
+			code, body, err := c.get(c.base(m.httpAddr) + "/api/v1/health")
+			return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
+		})
+		if !rebind {
+			return m
 		}
-		code, body, err := c.get(c.base(m.httpAddr) + "/api/v1/health")
-		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
-	})
-	return m
+		m.grpcAddr, m.httpAddr = freeAddr(c.t), freeAddr(c.t)
+	}
 }
 
 // poll is how often at most the tests check what they wait for
@@ -948,4 +988,29 @@ func sortedIDs[V any](m map[string]V) []string {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// TestAWorkerWhosePortWasTakenStartsOnOthers tries the race lostPortRace covers:
+// another process listens on the port freeAddr drew for a worker before the
+// worker does. The harness starts it again on new ports instead of failing a
+// test that has not begun.
+func TestAWorkerWhosePortWasTakenStartsOnOthers(t *testing.T) {
+	c := newCluster(t, nil, nil)
+	held, err := net.Listen("tcp", freeAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	// A worker of this id that ran and exited, on the held port: startWorker
+	// starts it again on the ports it had.
+	gone := startProc(t, c.dir, "gone", "true", nil, nil)
+	<-gone.done
+	c.workers["w1"] = &workerProc{proc: gone, id: "w1", httpAddr: held.Addr().String(), grpcAddr: freeAddr(t)}
+	w := c.startWorker("w1")
+	if w.httpAddr == held.Addr().String() {
+		t.Fatalf("worker serves on %s, which another listener holds", w.httpAddr)
+	}
+	if !strings.Contains(w.tail(1000), "address already in use") {
+		t.Fatalf("the worker's first start did not lose its port:\n%s", w.tail(40))
+	}
 }
