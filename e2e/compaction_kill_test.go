@@ -42,9 +42,10 @@ import (
 // the mechanism of the other chaos tests): a rule makes the chosen request of the
 // compaction hang until the process dies, the hook's counters say when it hangs,
 // and only then is the worker killed. Nothing but the compaction makes those
-// requests while the rules are in force (no merge is pending, and merges of the
-// store wait for the compaction's target lock). While it hangs both workers take
-// more sealed writes, overwrites of its source rows included.
+// requests while the rules are in force (no merge is pending, and the master
+// merges nothing on its own in this test; a merge would run beside the compaction,
+// which holds the store's maintenance lock, not its merge lock). While it hangs
+// both workers take more sealed writes, overwrites of its source rows included.
 //
 // After each kill the worker restarts under the same INSTANCE_ID and the test checks
 // (each assertion names the invariant it guards):
@@ -73,7 +74,14 @@ func TestCompactionKilledMidwayConverges(t *testing.T) {
 		"WAL_MANIFEST_RETENTION_COUNT": "3",
 		"SNAPSHOT_TTL":                 killSnapshotTTL.String(),
 	}, map[string]string{
-		"COMPACTION_INTERVAL": "1h", // only the test compacts (the sweep at start finds no store)
+		// Only the test compacts (the sweep at start finds no store, and no merge
+		// leaves MIN_FRAGMENTS for a compaction on demand) and merges (through the
+		// workers' internal route): merges run beside a compaction of their store,
+		// and one of the master's would hang on the rules meant for the compaction.
+		"COMPACTION_INTERVAL":       "1h",
+		"MIN_FRAGMENTS":             "100000",
+		"MERGE_WAL_MIN_GENERATIONS": "100000",
+		"MERGE_MAX_DELAY":           "1h",
 	})
 	k := &killTest{t: t, c: c, rng: rng, name: "compaction_kill", faults: map[string]string{}, model: map[string]int{}}
 	k.m = c.startMaster("m1", nil)

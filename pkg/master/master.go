@@ -77,6 +77,7 @@ func New(cfg Config) (*Master, error) {
 	sc := cfg.Scheduler
 	sc.Tasks, sc.Lease, sc.Runners = m.tasks, m.session.lease, runners
 	sc.OnFinish, sc.OnPhase, sc.Logger = m.metrics.ObserveTask, m.metrics.ObservePhase, log.With("component", "scheduler")
+	sc.OnDone = m.compactOnDemand
 	m.sched = NewScheduler(sc)
 	m.session.lost = m.sched.AbandonLease
 	if err := m.newServers(); err != nil {

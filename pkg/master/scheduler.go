@@ -59,8 +59,9 @@ type SchedulerConfig struct {
 	// TaskConcurrency bounds the running tasks of each kind but merge_wal,
 	// TASK_CONCURRENCY (DefaultTaskConcurrency); MergeConcurrency the running
 	// merge_wal tasks, MERGE_WAL_CONCURRENCY (DefaultMergeConcurrency). Tasks of
-	// different targets may run at once; one target never has two (the task
-	// queue's target lock).
+	// different targets may run at once; one target has at most one merge and one
+	// maintenance task running (the task queue's locks of a target's two lanes,
+	// tasks.Kind.Lane).
 	TaskConcurrency  int
 	MergeConcurrency int
 	// TaskTimeout bounds one task run, TASK_TIMEOUT (DefaultTaskTimeout): a
@@ -88,8 +89,13 @@ type SchedulerConfig struct {
 	// OnPhase, if set, observes how long each phase of a task's life took
 	// (metrics): PhaseClaim, PhasePermitWait, PhaseWork, PhaseCommit.
 	OnPhase func(kind tasks.Kind, phase string, d time.Duration)
-	Clock   clock.WithTicker
-	Logger  *slog.Logger
+	// OnDone, if set, is called with every task that ran without error and whose
+	// result was recorded, and its report: what a task's result makes due next
+	// (a merge that left many level-0 fragments, a compaction). It runs on the
+	// task's goroutine before its slot is freed; ctx is the scheduler's.
+	OnDone func(ctx context.Context, t tasks.Task, report tasks.Report)
+	Clock  clock.WithTicker
+	Logger *slog.Logger
 }
 
 // Scheduler claims tasks and runs them.
@@ -416,6 +422,9 @@ func (s *Scheduler) run(ctx, claimCtx context.Context, kind tasks.Kind, r *run) 
 		log.Warn("task failed", "err", err, "duration", d.String())
 	default:
 		log.Info("task done", "detail", report.Detail, "duration", d.String())
+		if s.cfg.OnDone != nil {
+			s.cfg.OnDone(ctx, c.Task, report)
+		}
 	}
 }
 

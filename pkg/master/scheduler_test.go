@@ -288,8 +288,9 @@ func TestAnEnqueueWakesAnIdleScheduler(t *testing.T) {
 // TestAnEndingTaskWakesTheScheduler: a task that ends frees its slot and its
 // target's lock, and the queued tasks that waited for either must be claimed
 // then, not at the next poll (an hour here) or the next enqueue (none comes). A
-// second merge waits for the one merge slot; a compaction of the same store waits
-// for its lock.
+// second merge waits for the one merge slot; a verify of the store waits for the
+// lock of the compaction that runs beside the store's merge (the two lanes of a
+// target, tasks.Kind.Lane).
 func TestAnEndingTaskWakesTheScheduler(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	ts := tasks.New(client, "/sched")
@@ -297,7 +298,7 @@ func TestAnEndingTaskWakesTheScheduler(t *testing.T) {
 	release := make(chan struct{})
 	runner := RunnerFunc(func(ctx context.Context, c *tasks.Claim) (tasks.Report, error) {
 		ran <- string(c.Task.Kind) + " " + c.Task.Target
-		if c.Task.Target == "a" && c.Task.Kind == tasks.KindMergeWAL {
+		if c.Task.Target == "a" && c.Task.Kind != tasks.KindVerify {
 			select {
 			case <-release:
 			case <-ctx.Done():
@@ -306,7 +307,7 @@ func TestAnEndingTaskWakesTheScheduler(t *testing.T) {
 		return tasks.Report{}, nil
 	})
 	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: time.Hour,
-		MergeConcurrency: 1, Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: runner, tasks.KindCompact: runner}})
+		MergeConcurrency: 1, Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: runner, tasks.KindCompact: runner, tasks.KindVerify: runner}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx, time.Second); close(done) }()
@@ -322,15 +323,17 @@ func TestAnEndingTaskWakesTheScheduler(t *testing.T) {
 			t.Fatalf("%s not run: nothing woke the scheduler", want)
 		}
 	}
-	if _, _, err := ts.Enqueue(ctx, tasks.KindMergeWAL, "a"); err != nil {
-		t.Fatal(err)
+	for _, kind := range []tasks.Kind{tasks.KindMergeWAL, tasks.KindCompact} {
+		if _, _, err := ts.Enqueue(ctx, kind, "a"); err != nil {
+			t.Fatal(err)
+		}
+		wantRun(string(kind) + " a")
 	}
-	wantRun("merge_wal a")
 	// Both enqueues wake the scheduler while neither task can be claimed.
 	for _, e := range []struct {
 		kind   tasks.Kind
 		target string
-	}{{tasks.KindMergeWAL, "b"}, {tasks.KindCompact, "a"}} {
+	}{{tasks.KindMergeWAL, "b"}, {tasks.KindVerify, "a"}} {
 		if _, _, err := ts.Enqueue(ctx, e.kind, e.target); err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +341,7 @@ func TestAnEndingTaskWakesTheScheduler(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // let the scheduler look and go idle
 	select {
 	case got := <-ran:
-		t.Fatalf("%s ran while its slot or its store was held", got)
+		t.Fatalf("%s ran while its slot or its store's lock was held", got)
 	default:
 	}
 	close(release)
@@ -348,10 +351,10 @@ func TestAnEndingTaskWakesTheScheduler(t *testing.T) {
 		case r := <-ran:
 			got[r] = true
 		case <-time.After(30 * time.Second):
-			t.Fatalf("after the first merge ended, only %v ran: its end did not wake the scheduler", got)
+			t.Fatalf("after the first merge and compaction ended, only %v ran: their end did not wake the scheduler", got)
 		}
 	}
-	if !got["merge_wal b"] || !got["compact a"] {
-		t.Fatalf("ran %v, want merge_wal b and compact a", got)
+	if !got["merge_wal b"] || !got["verify a"] {
+		t.Fatalf("ran %v, want merge_wal b and verify a", got)
 	}
 }

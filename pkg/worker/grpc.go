@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
@@ -121,7 +122,7 @@ func NewWorkerService(cfg WorkerServiceConfig) (*WorkerService, error) {
 	return &WorkerService{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		fence:    fencingTokens{newest: map[string]int64{}},
+		fence:    fencingTokens{newest: map[fenced]int64{}},
 		prepared: preparedMerges{byTarget: map[string]*heldMerge{}},
 		health:   hs,
 	}, nil
@@ -174,7 +175,7 @@ func (w *WorkerService) MergeTarget(ctx context.Context, target string, token in
 	}
 	log := w.log.With("target", target, "store", name, "kind", kind, "trigger", trigger, "fencing_token", token)
 	if token > 0 {
-		if err := w.admit(target, kind, token, log); err != nil {
+		if err := w.admit(target, tasks.LaneMerge, kind, token, log); err != nil {
 			return merge.Result{}, err
 		}
 	}
@@ -195,9 +196,10 @@ func (w *WorkerService) MergeTarget(ctx context.Context, target string, token in
 }
 
 // admitFenced checks a master call's target and fencing token (required: only the
-// HTTP internal route merges unfenced) and admits the token (admit); its errors
-// are gRPC statuses. The log it returns names the target, store and token.
-func (w *WorkerService) admitFenced(target string, token int64) (registry.Kind, string, *slog.Logger, error) {
+// HTTP internal route merges unfenced) and admits the token in the task's lane
+// (admit); its errors are gRPC statuses. The log it returns names the target,
+// store and token.
+func (w *WorkerService) admitFenced(target string, lane tasks.Lane, token int64) (registry.Kind, string, *slog.Logger, error) {
 	kind, name, err := registry.ParseTarget(target)
 	if err != nil {
 		return "", "", nil, grpcError(err)
@@ -206,21 +208,27 @@ func (w *WorkerService) admitFenced(target string, token int64) (registry.Kind, 
 		return "", "", nil, err
 	}
 	log := w.log.With("target", target, "store", name, "kind", kind, "fencing_token", token)
-	if err := w.admit(target, kind, token, log); err != nil {
+	if err := w.admit(target, lane, kind, token, log); err != nil {
 		return "", "", nil, grpcError(err)
 	}
 	return kind, name, log, nil
 }
 
 // admit checks token against, and records it as, the newest fencing token of
-// target, and aborts a merge prepared under an older one; a refusal is counted and
-// logged. Merges and adoptions of a target share
-// one record: both write its base table under the master's lock.
-func (w *WorkerService) admit(target string, kind registry.Kind, token int64, log *slog.Logger) error {
-	if err := w.fence.admit(target, token); err != nil {
+// target in lane, and, in the merge lane, aborts a merge prepared under an older
+// one; a refusal is counted and logged. Merges and adoptions of a target share
+// one record (both run under the master's merge lock of the target); maintenance
+// has its own, as its lock is another key whose tokens interleave with the
+// merges' (a compaction claimed after a merge began must not make that merge's
+// later calls stale).
+func (w *WorkerService) admit(target string, lane tasks.Lane, kind registry.Kind, token int64, log *slog.Logger) error {
+	if err := w.fence.admit(target, lane, token); err != nil {
 		w.cfg.Metrics.FencingRefusals.WithLabelValues(string(kind)).Inc()
-		log.Warn("refused: stale fencing token", "err", err)
+		log.Warn("refused: stale fencing token", "lane", lane, "err", err)
 		return err
+	}
+	if lane != tasks.LaneMerge {
+		return nil
 	}
 	// A merge prepared under an older claim of the target will never be committed:
 	// give its merge slot back before this call takes one.
@@ -244,7 +252,7 @@ func (w *WorkerService) AdoptShard(ctx context.Context, req *tidemarkv1.AdoptSha
 	if shard == w.cfg.InstanceID {
 		return nil, status.Errorf(codes.InvalidArgument, "shard %q is this worker's own: MergeWal merges it", shard)
 	}
-	_, _, log, err := w.admitFenced(req.GetTarget(), req.GetFencingToken())
+	_, _, log, err := w.admitFenced(req.GetTarget(), tasks.LaneMerge, req.GetFencingToken())
 	if err != nil {
 		return nil, err
 	}
@@ -388,26 +396,34 @@ func (w *WorkerService) Info(context.Context, *tidemarkv1.InfoRequest) (*tidemar
 	}, nil
 }
 
-// fencingTokens keeps the newest fencing token seen per target, in memory: one
-// entry per target ever merged with a token, so bounded by the registered stores.
+// fencingTokens keeps the newest fencing token seen per target and lane, in
+// memory: at most two entries per target ever merged or maintained with a token,
+// so bounded by the registered stores.
 // A restarted worker starts empty and accepts the first token it sees for a target,
 // whatever its value. That costs no data (merges are idempotent and every commit is
 // put-if-absent); it only lets one stale call through after a restart.
 type fencingTokens struct {
 	mu     sync.Mutex
-	newest map[string]int64
+	newest map[fenced]int64
 }
 
-// admit accepts token for target if it is not older than the newest seen, and
-// records it as the newest.
-func (f *fencingTokens) admit(target string, token int64) error {
+// fenced is what one record of fencingTokens is for: a target's lane.
+type fenced struct {
+	target string
+	lane   tasks.Lane
+}
+
+// admit accepts token for target's lane if it is not older than the newest seen
+// there, and records it as the newest.
+func (f *fencingTokens) admit(target string, lane tasks.Lane, token int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if cur := f.newest[target]; token < cur {
-		return fmt.Errorf("target %s: %w: %d is older than %d, the newest this worker has seen (a newer claim of the target exists)",
-			target, ErrStaleFencingToken, token, cur)
+	k := fenced{target, lane}
+	if cur := f.newest[k]; token < cur {
+		return fmt.Errorf("target %s: %w: %d is older than %d, the newest this worker has seen in the %s lane (a newer claim of the target exists)",
+			target, ErrStaleFencingToken, token, cur, lane)
 	}
-	f.newest[target] = token
+	f.newest[k] = token
 	return nil
 }
 

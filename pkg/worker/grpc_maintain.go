@@ -25,7 +25,7 @@ func (w *WorkerService) Maintain(ctx context.Context, req *tidemarkv1.MaintainRe
 	if task != tasks.KindCompact && task != tasks.KindVerify && task != tasks.KindRepair {
 		return nil, status.Errorf(codes.InvalidArgument, "kind %q: Maintain runs compact, verify or repair", req.GetKind())
 	}
-	_, _, log, err := w.admitFenced(req.GetTarget(), req.GetFencingToken())
+	_, _, log, err := w.admitFenced(req.GetTarget(), task.Lane(), req.GetFencingToken())
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
@@ -88,7 +89,7 @@ func (h *heldMerge) abort() {
 // target and holds it for CommitMerge (merge.Merger.Prepare).
 func (w *WorkerService) PrepareMerge(ctx context.Context, req *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
 	target, token := req.GetTarget(), req.GetFencingToken()
-	kind, name, log, err := w.admitFenced(target, token)
+	kind, name, log, err := w.admitFenced(target, tasks.LaneMerge, token)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +127,7 @@ func (w *WorkerService) PrepareMerge(ctx context.Context, req *tidemarkv1.Prepar
 		w.prepared.mu.Unlock()
 		h.expiry.Stop()
 		h.abort()
-		return nil, grpcError(w.admit(target, kind, token, log))
+		return nil, grpcError(w.admit(target, tasks.LaneMerge, kind, token, log))
 	}
 	if cur != nil {
 		cur.expiry.Stop()
@@ -143,7 +144,7 @@ func (w *WorkerService) PrepareMerge(ctx context.Context, req *tidemarkv1.Prepar
 // CommitMerge commits the merge prepared under the request's fencing token.
 func (w *WorkerService) CommitMerge(ctx context.Context, req *tidemarkv1.CommitMergeRequest) (*tidemarkv1.MergeWalResponse, error) {
 	target, token := req.GetTarget(), req.GetFencingToken()
-	kind, name, log, err := w.admitFenced(target, token)
+	kind, name, log, err := w.admitFenced(target, tasks.LaneMerge, token)
 	if err != nil {
 		return nil, err
 	}

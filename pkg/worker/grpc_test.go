@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
@@ -539,30 +540,43 @@ func waitNotServing(t *testing.T, svc *WorkerService) {
 	})
 }
 
-// Concurrent admissions keep the newest token per target; every refusal is of a
-// token older than one admitted before it.
+// Concurrent admissions keep the newest token per target and lane; every refusal
+// is of a token older than one admitted before it in the same lane, and the
+// lanes fence apart: a maintenance claim taken while a merge runs does not make
+// the merge's later calls stale.
 func TestFencingTokensKeepTheNewestUnderConcurrency(t *testing.T) {
-	f := fencingTokens{newest: map[string]int64{}}
+	f := fencingTokens{newest: map[fenced]int64{}}
+	lanes := []tasks.Lane{tasks.LaneMerge, tasks.LaneMaintenance}
 	var wg sync.WaitGroup
 	for _, target := range []string{"a", "generic:a"} {
-		for tok := int64(1); tok <= 200; tok++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := f.admit(target, tok); err != nil && !strings.Contains(err.Error(), ErrStaleFencingToken.Error()) {
-					t.Errorf("admit(%s, %d): %v", target, tok, err)
-				}
-			}()
+		for l, lane := range lanes {
+			for tok := int64(1); tok <= 200; tok++ {
+				wg.Go(func() {
+					// Each lane's tokens interleave with the other's, as etcd revisions do.
+					tok := 2*tok + int64(l)
+					if err := f.admit(target, lane, tok); err != nil && !strings.Contains(err.Error(), ErrStaleFencingToken.Error()) {
+						t.Errorf("admit(%s, %s, %d): %v", target, lane, tok, err)
+					}
+				})
+			}
 		}
 	}
 	wg.Wait()
 	for _, target := range []string{"a", "generic:a"} {
-		if got := f.newest[target]; got != 200 {
-			t.Errorf("newest[%s] = %d, want 200", target, got)
+		for l, lane := range lanes {
+			if got, want := f.newest[fenced{target, lane}], 400+int64(l); got != want {
+				t.Errorf("newest[%s, %s] = %d, want %d", target, lane, got, want)
+			}
 		}
 	}
-	if err := f.admit("a", 199); err == nil {
-		t.Error("199 admitted after 200")
+	if err := f.admit("a", tasks.LaneMerge, 390); err == nil {
+		t.Error("a merge token of 390 admitted after 400")
+	}
+	if err := f.admit("a", tasks.LaneMaintenance, 500); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.admit("a", tasks.LaneMerge, 401); err != nil {
+		t.Errorf("a merge token of 401 after a maintenance token of 500: %v, want it admitted (its own lane's newest is 400)", err)
 	}
 }
 
@@ -644,9 +658,10 @@ func listContaining(b *objstore.Bucket, prefix, part string) ([]objstore.Object,
 	return out, err
 }
 
-// Maintain shares MergeWal's fencing: a stale master's compaction is refused
-// before it touches the store, and the newest token of the target is the one a
-// merge must then beat. An unknown kind and a token of 0 are INVALID_ARGUMENT.
+// Maintain is fenced like MergeWal, in its own lane: a stale master's compaction
+// is refused before it touches the store, and the newest maintenance token of the
+// target is the one a maintenance call must then beat, while merges, whose lock is
+// another key, keep theirs. An unknown kind and a token of 0 are INVALID_ARGUMENT.
 func TestMaintainIsFencedLikeMergesAndReportsItsWork(t *testing.T) {
 	e := newGRPCEnv(t, grpcEnvOptions{})
 	for _, id := range []string{"a", "b", "c"} {
@@ -658,14 +673,17 @@ func TestMaintainIsFencedLikeMergesAndReportsItsWork(t *testing.T) {
 	maintain := func(kind string, token int64) (*tidemarkv1.MaintainResponse, error) {
 		return e.client.Maintain(context.Background(), &tidemarkv1.MaintainRequest{Target: "generic:gs", Kind: kind, FencingToken: token})
 	}
+	if _, err := maintain("verify", 7); err != nil {
+		t.Fatal(err)
+	}
 	_, err := maintain("compact", 4)
-	wantCode(t, err, codes.FailedPrecondition, "4", "5")
-	_, err = maintain("index_id", 6)
+	wantCode(t, err, codes.FailedPrecondition, "4", "7")
+	_, err = maintain("index_id", 8)
 	wantCode(t, err, codes.InvalidArgument, "index_id")
 	_, err = maintain("compact", 0)
 	wantCode(t, err, codes.InvalidArgument, "fencing_token")
 
-	resp, err := maintain("compact", 6)
+	resp, err := maintain("compact", 8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -679,9 +697,12 @@ func TestMaintainIsFencedLikeMergesAndReportsItsWork(t *testing.T) {
 	if n := testutil.ToFloat64(e.metrics.Compactions.WithLabelValues("success")); n != 1 {
 		t.Errorf("rollout_compaction_total{result=success} = %v, want 1", n)
 	}
-	_, err = e.merge("generic:gs", 5)
-	wantCode(t, err, codes.FailedPrecondition, "5", "6")
-	if resp, err := maintain("verify", 6); err != nil || resp.GetCheckedObjects() == 0 || len(resp.GetProblems()) != 0 {
+	if _, err := e.merge("generic:gs", 5); err != nil {
+		t.Fatalf("a merge of token 5 after maintenance of token 8: %v, want it admitted (merges fence in their own lane)", err)
+	}
+	_, err = e.merge("generic:gs", 4)
+	wantCode(t, err, codes.FailedPrecondition, "4", "5")
+	if resp, err := maintain("verify", 8); err != nil || resp.GetCheckedObjects() == 0 || len(resp.GetProblems()) != 0 {
 		t.Fatalf("verify answered %v, %v", resp, err)
 	}
 }

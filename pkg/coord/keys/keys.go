@@ -5,8 +5,11 @@
 //	P/tasks/<id>                 task record                                 package tasks
 //	P/queue/<id>, P/running/<id> copies of the record acting as indexes      package tasks
 //	P/claims/<id>                claim token, under the claimer's lease      package tasks
-//	P/target-locks/<target>      claim token; its create revision is the     package tasks
-//	                             fencing token
+//	P/target-locks/<target>      claim token of the merge running on the     package tasks
+//	                             target; its create revision is the fencing
+//	                             token
+//	P/maintenance-locks/<target> the same, of the maintenance task (compact,  package tasks
+//	                             verify, repair) running on the target
 //	P/dedupe/<kind>/<target>     id of the live task of that kind and target package tasks
 //	P/cooldown/<kind>/<target>   {failures, until, last_error}               package tasks
 //	P/coordination/<name>        holder name, under the holder's lease       package tasks
@@ -78,6 +81,12 @@ func (k Schema) LocksPrefix() string { return k.prefix + "/target-locks/" }
 
 // Lock is P/target-locks/<target>.
 func (k Schema) Lock(target string) string { return k.LocksPrefix() + target }
+
+// MaintenanceLocksPrefix is P/maintenance-locks/.
+func (k Schema) MaintenanceLocksPrefix() string { return k.prefix + "/maintenance-locks/" }
+
+// MaintenanceLock is P/maintenance-locks/<target>.
+func (k Schema) MaintenanceLock(target string) string { return k.MaintenanceLocksPrefix() + target }
 
 // DedupePrefix is P/dedupe/.
 func (k Schema) DedupePrefix() string { return k.prefix + "/dedupe/" }

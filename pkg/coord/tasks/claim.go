@@ -33,12 +33,13 @@ func (f ClaimFilter) accepts(k Kind) bool { return len(f.Kinds) == 0 || slices.C
 type Claim struct {
 	// Task is the task as claimed: state running, StartedAt set, Attempts counted.
 	Task Task
-	// Token is the value of P/claims/<id> and P/target-locks/<target>; Finish and
+	// Token is the value of P/claims/<id> and of the target's lock of the task's
+	// lane (P/target-locks/<target> or P/maintenance-locks/<target>); Finish and
 	// Release compare both keys against it.
 	Token string
-	// FencingToken is the revision that created P/target-locks/<target>. Fencing
-	// tokens of one target only grow (etcd revisions are global and increasing),
-	// so a worker that has seen a newer one refuses this one.
+	// FencingToken is the revision that created that lock. Fencing tokens of one
+	// target and lane only grow (etcd revisions are global and increasing), so a
+	// worker that has seen a newer one in the lane refuses this one.
 	FencingToken int64
 	// Lease is the claimer's lease: the claim and the target lock die with it.
 	Lease clientv3.LeaseID
@@ -90,7 +91,7 @@ func (s *Queue) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimF
 			if err != nil {
 				return nil, err
 			}
-			if !filter.accepts(queued.Kind) || snap.locked[queued.Target] {
+			if !filter.accepts(queued.Kind) || snap.locked[s.lock(queued)] {
 				continue
 			}
 			if cd, ok := snap.cooldowns[string(queued.Kind)+"/"+queued.Target]; ok && now.Before(cd.Until) {
@@ -100,7 +101,7 @@ func (s *Queue) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimF
 		}
 		slices.SortStableFunc(candidates, func(a, b Task) int { return a.Due().Compare(b.Due()) })
 		for _, queued := range candidates {
-			if snap.locked[queued.Target] {
+			if snap.locked[s.lock(queued)] {
 				continue // taken by a claim lost below
 			}
 			ready, err := s.dependenciesDone(ctx, queued, deps)
@@ -117,8 +118,8 @@ func (s *Queue) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimF
 			if c != nil {
 				return c, nil
 			}
-			// Lost a race for the task or its target: the target is likely taken now.
-			snap.locked[queued.Target] = true
+			// Lost a race for the task or its lock: the lock is likely taken now.
+			snap.locked[s.lock(queued)] = true
 		}
 		if !more || len(page) == 0 {
 			return nil, ErrNoTask
@@ -156,16 +157,18 @@ func (s *Queue) tryClaim(ctx context.Context, id string, lease clientv3.LeaseID,
 	//   if   mod_revision(P/tasks/<id>) == r                    the task is as we read it: queued, and not
 	//                                                          claimed, cancelled or failed since
 	//        create_revision(P/claims/<id>) == 0               nobody holds a claim on it
-	//        create_revision(P/target-locks/<target>) == 0     no task of any kind runs on the target
+	//        create_revision(L) == 0                           no task of the lane runs on the target
+	//                                                          (L: P/target-locks/<target> for a merge,
+	//                                                          P/maintenance-locks/<target> otherwise)
 	//        mod_revision(P/cooldown/<kind>/<target>) == c     the cooldown we checked is still the one in
 	//                                                          force (c = 0: none)
 	//   then put P/tasks/<id> = running task                    started_at, attempts+1, claim token
 	//        delete P/queue/<id>                                out of the FIFO
 	//        put P/running/<id> = running task                  the running index
 	//        put P/claims/<id> = token (claimer's lease)        the claim dies with the claimer
-	//        put P/target-locks/<target> = token (same lease)   its create revision is the fencing token
+	//        put L = token (same lease)                        its create revision is the fencing token
 	//   else nothing: someone else won; the caller tries the next task
-	lock := s.keys.Lock(t.Target)
+	lock := s.lock(t)
 	resp, err := s.client.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(s.keys.Task(id)), "=", rev),
 		clientv3.Compare(clientv3.CreateRevision(s.keys.Claim(id)), "=", 0),
@@ -279,7 +282,7 @@ type snapshot struct {
 	queueMore bool
 	running   []*mvccpb.KeyValue // P/running/ records
 	claimed   map[string]bool    // task ids with a P/claims/ key
-	locked    map[string]bool    // targets with a P/target-locks/ key
+	locked    map[string]bool    // lock keys held (P/target-locks/, P/maintenance-locks/)
 	cooldowns map[string]cooldownAt
 }
 
@@ -296,6 +299,7 @@ func (s *Queue) readSnapshot(ctx context.Context) (*snapshot, error) {
 		clientv3.OpGet(s.keys.ClaimsPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.keys.LocksPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.keys.CooldownPrefix(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.MaintenanceLocksPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("read task queue %s: %w", s.keys.Prefix(), err)
@@ -312,8 +316,10 @@ func (s *Queue) readSnapshot(ctx context.Context) (*snapshot, error) {
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
 		snap.claimed[string(kv.Key[len(s.keys.ClaimsPrefix()):])] = true
 	}
-	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
-		snap.locked[string(kv.Key[len(s.keys.LocksPrefix()):])] = true
+	for _, r := range []int{3, 5} {
+		for _, kv := range resp.Responses[r].GetResponseRange().Kvs {
+			snap.locked[string(kv.Key)] = true
+		}
 	}
 	for _, kv := range resp.Responses[4].GetResponseRange().Kvs {
 		cd, err := decodeCooldown(string(kv.Key), kv.Value)

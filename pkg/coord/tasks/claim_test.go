@@ -114,38 +114,72 @@ func TestClaimsTakeTheTaskDueFirst(t *testing.T) {
 
 	enqueueDue(KindCompact, "held", time.Time{})
 	compact := claim(t, s, lease)
-	overdue := enqueueDue(KindMergeWAL, "held", now.Add(-time.Hour))
+	overdue := enqueueDue(KindVerify, "held", now.Add(-time.Hour)) // the compact's lane
 	next := enqueueDue(KindMergeWAL, "free", time.Time{})
 	if c := claim(t, s, lease); c.Task.ID != next.ID {
-		t.Fatalf("claimed %s %s while the overdue merge's store was held, want the merge of free", c.Task.Kind, c.Task.Target)
+		t.Fatalf("claimed %s %s while the overdue verify's store was held, want the merge of free", c.Task.Kind, c.Task.Target)
 	}
 	finish(t, s, compact, nil)
 	if c := claim(t, s, lease); c.Task.ID != overdue.ID {
-		t.Fatalf("claimed %s %s, want the overdue merge once its store is free", c.Task.Kind, c.Task.Target)
+		t.Fatalf("claimed %s %s, want the overdue verify once its store is free", c.Task.Kind, c.Task.Target)
 	}
 }
 
-// At most one running task per target, whatever its kind: a compact must not
-// rewrite a base table while a merge commits into it.
-func TestOneRunningTaskPerTargetAcrossKinds(t *testing.T) {
+// At most one running task per target and lane: a merge and a compaction of one
+// store run side by side (their commits rebase onto each other), two merges or
+// two maintenance tasks of one store never do, and each lane's fencing tokens
+// grow on their own.
+func TestOneRunningTaskPerTargetAndLane(t *testing.T) {
 	t.Parallel()
 	s, client := newStore(t)
+	ctx := context.Background()
 	lease := grant(t, client)
 	merge := enqueue(t, s, KindMergeWAL, "r1")
 	compact := enqueue(t, s, KindCompact, "r1")
-	other := enqueue(t, s, KindCompact, "r2")
+	verify := enqueue(t, s, KindVerify, "r1")
 
 	c1 := claim(t, s, lease)
 	c2 := claim(t, s, lease)
-	if c1.Task.ID != merge.ID || c2.Task.ID != other.ID {
-		t.Fatalf("claimed %s then %s, want the merge of r1 then the compact of r2 (r1 is locked)", c1.Task.ID, c2.Task.ID)
+	if c1.Task.ID != merge.ID || c2.Task.ID != compact.ID {
+		t.Fatalf("claimed %s %s then %s %s, want the merge of r1 then its compact (the other lane)",
+			c1.Task.Kind, c1.Task.Target, c2.Task.Kind, c2.Task.Target)
 	}
-	noClaim(t, s, lease)
+	noClaim(t, s, lease) // the verify of r1 waits for the compact's lane
+	for _, key := range []string{s.keys.Lock("r1"), s.keys.MaintenanceLock("r1")} {
+		if v, _ := raw(t, client, key); v == "" {
+			t.Fatalf("%s absent while its lane's task runs", key)
+		}
+	}
+
+	// The merge ends and a new one of r1 starts while the compaction still runs:
+	// its token is newer than the compaction's, and the compaction's still fences.
 	finish(t, s, c1, nil)
-	if c3 := claim(t, s, lease); c3.Task.ID != compact.ID {
-		t.Fatalf("claimed %s after the merge finished, want the compact of r1", c3.Task.ID)
-	} else if c3.FencingToken <= c1.FencingToken {
-		t.Fatalf("fencing token of r1 went from %d to %d, want it to grow", c1.FencingToken, c3.FencingToken)
+	again := enqueue(t, s, KindMergeWAL, "r1")
+	c3 := claim(t, s, lease)
+	if c3.Task.ID != again.ID || c3.FencingToken <= c2.FencingToken {
+		t.Fatalf("claimed %s (token %d) beside the compact (token %d), want the new merge of r1 with a newer token",
+			c3.Task.ID, c3.FencingToken, c2.FencingToken)
+	}
+	held, err := s.Held(ctx, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := map[string]int64{}
+	for _, h := range held {
+		tokens[h.Task.ID] = h.FencingToken
+	}
+	if tokens[c2.Task.ID] != c2.FencingToken || tokens[c3.Task.ID] != c3.FencingToken {
+		t.Fatalf("held claims' fencing tokens %v, want compact %d and merge %d (each its lane's lock)",
+			tokens, c2.FencingToken, c3.FencingToken)
+	}
+	finish(t, s, c2, nil)
+	if c4 := claim(t, s, lease); c4.Task.ID != verify.ID {
+		t.Fatalf("claimed %s after the compact finished, want the verify of r1", c4.Task.ID)
+	} else if c4.FencingToken <= c2.FencingToken {
+		t.Fatalf("maintenance fencing token of r1 went from %d to %d, want it to grow", c2.FencingToken, c4.FencingToken)
+	}
+	if v, _ := raw(t, client, s.keys.Lock("r1")); v != c3.Token {
+		t.Fatalf("merge lock of r1 is %q after the compact finished, want the running merge's token", v)
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package tasks is the master's task queue in etcd: deduplicated enqueue, claims
-// under the claimer's lease with a per-target lock whose revision is the fencing
-// token sent to workers, finish guarded by the claim token, orphan recovery,
+// under the claimer's lease with a per-target lock (one for merges, one for
+// maintenance) whose revision is the fencing token sent to workers, finish guarded by the claim token, orphan recovery,
 // dependencies, cooldown of failing tasks, pruning, and coordination locks that
 // let one master replica at a time scan or sweep.
 //
@@ -14,8 +14,9 @@
 //	                             enqueue order
 //	P/running/<id>               copy of the record while running
 //	P/claims/<id>                claim token, under the claimer's lease
-//	P/target-locks/<target>      the same claim token, under the same lease; the key's create
+//	P/target-locks/<target>      a merge's claim token, under the same lease; the key's create
 //	                             revision is the fencing token
+//	P/maintenance-locks/<target> the same, of a compact, verify or repair task
 //	P/dedupe/<kind>/<target>     id of the live task of that kind and target
 //	P/cooldown/<kind>/<target>   {failures, until, last_error}; no lease, until is checked
 //	P/coordination/<name>        holder name, under the holder's lease
@@ -26,9 +27,13 @@
 //
 // Invariants:
 //
-//   - At most one running task per target, whatever its kind, across every master
-//     replica: a claim creates the target lock in the same transaction and only if
-//     it is absent.
+//   - At most one running merge and one running maintenance task per target,
+//     across every master replica: a claim creates the lock of its task's lane
+//     (Kind.Lane) in the same transaction and only if it is absent. The two lanes
+//     run side by side because the base table's commits are optimistic and each
+//     rebases onto the other (a compaction onto a merge's deletions, a merge onto
+//     a compaction's outputs): a store's merges never wait for a compaction that
+//     takes seconds, and two rewrites of one table never race (table.Compact).
 //   - An enqueue of a live (queued or running) kind+target returns the live task
 //     instead of adding one: the dedupe key is created only if absent, in the same
 //     transaction as the task.
@@ -38,8 +43,9 @@
 //   - A claim lives no longer than the claimer's lease. A running task whose claim
 //     is gone goes back to the queue (orphan recovery, at startup and before every
 //     claim); with Release, that is the only way from running to queued.
-//   - Fencing tokens of a target only grow: each is the etcd revision that created
-//     the target lock, so a worker can refuse a token older than one it has seen.
+//   - Fencing tokens of a target's lane only grow: each is the etcd revision that
+//     created the lane's lock, so a worker can refuse a token older than one it has
+//     seen in that lane.
 //   - Queued tasks are claimed due first (due_at, or the enqueue time of a task
 //     enqueued without one), then in enqueue order, skipping those that wait for a
 //     dependency, a cooldown or a locked target, and kinds the claimer left out;

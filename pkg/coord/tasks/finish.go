@@ -64,33 +64,34 @@ func (s *Queue) Finish(ctx context.Context, c *Claim, r Result) (Task, error) {
 		// Finish transaction:
 		//   if   value(P/claims/<id>) == token                    we still hold the claim: lease alive, not
 		//                                                         recovered and claimed by someone else
-		//        value(P/target-locks/<target>) == token          and the target lock that fences the workers
+		//        value(L) == token                                and the lane's target lock (Queue.lock) that
+		//                                                          fences the workers
 		//        mod_revision(P/cooldown/<kind>/<target>) == c    (a failure that cools: of a non-merge kind,
 		//                                                         or halting) the failure count we add one
 		//                                                         to is current
 		//   then put P/tasks/<id> = done | failed task            finished_at, error, detail, stats, fencing token
 		//        delete P/running/<id>                            out of the running index
 		//        delete P/claims/<id>                             the claim is over
-		//        delete P/target-locks/<target>                   the target is free
+		//        delete L                                         the target's lane is free
 		//        put P/cooldown/<kind>/<target> = {failures+1, until, last_error}   (a failure that cools)
 		//        or delete P/cooldown/<kind>/<target>                              (success: the streak ends)
 		//        txn: if value(P/dedupe/<kind>/<target>) == <id>  no longer live: the next enqueue makes a
 		//             then delete P/dedupe/<kind>/<target>        new task; never drop another task's key
-		//   else get P/claims/<id>, get P/target-locks/<target>   to tell a lost claim from a cooldown race
+		//   else get P/claims/<id>, get L                          to tell a lost claim from a cooldown race
 		cmps := append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.Value(s.keys.Claim(t.ID)), "=", c.Token),
-			clientv3.Compare(clientv3.Value(s.keys.Lock(t.Target)), "=", c.Token),
+			clientv3.Compare(clientv3.Value(s.lock(t)), "=", c.Token),
 		}, cdCmps...)
 		ops := append([]clientv3.Op{
 			clientv3.OpPut(s.keys.Task(t.ID), record),
 			clientv3.OpDelete(s.keys.Running(t.ID)),
 			clientv3.OpDelete(s.keys.Claim(t.ID)),
-			clientv3.OpDelete(s.keys.Lock(t.Target)),
+			clientv3.OpDelete(s.lock(t)),
 			s.dropDedupe(t),
 		}, cdOps...)
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Else(
 			clientv3.OpGet(s.keys.Claim(t.ID)),
-			clientv3.OpGet(s.keys.Lock(t.Target)),
+			clientv3.OpGet(s.lock(t)),
 		).Commit()
 		if err != nil {
 			return Task{}, fmt.Errorf("finish task %s: %w", t.ID, err)
@@ -135,20 +136,20 @@ func (s *Queue) Release(ctx context.Context, c *Claim) (Task, error) {
 
 	// Release transaction:
 	//   if   value(P/claims/<id>) == token                    we still hold the claim
-	//        value(P/target-locks/<target>) == token          and the target lock
+	//        value(L) == token                                and the lane's target lock
 	//   then put P/tasks/<id> = queued task                   attempts kept
 	//        put P/queue/<id> = queued task                   back at its place in the FIFO (same id)
-	//        delete P/running/<id>, P/claims/<id>, P/target-locks/<target>
+	//        delete P/running/<id>, P/claims/<id>, L
 	//   else nothing: ErrClaimLost
 	resp, err := s.client.Txn(ctx).If(
 		clientv3.Compare(clientv3.Value(s.keys.Claim(t.ID)), "=", c.Token),
-		clientv3.Compare(clientv3.Value(s.keys.Lock(t.Target)), "=", c.Token),
+		clientv3.Compare(clientv3.Value(s.lock(t)), "=", c.Token),
 	).Then(
 		clientv3.OpPut(s.keys.Task(t.ID), record),
 		clientv3.OpPut(s.keys.Queue(t.ID), record),
 		clientv3.OpDelete(s.keys.Running(t.ID)),
 		clientv3.OpDelete(s.keys.Claim(t.ID)),
-		clientv3.OpDelete(s.keys.Lock(t.Target)),
+		clientv3.OpDelete(s.lock(t)),
 	).Commit()
 	if err != nil {
 		return Task{}, fmt.Errorf("release task %s: %w", t.ID, err)

@@ -39,9 +39,9 @@ func (s *Queue) Held(ctx context.Context, lease clientv3.LeaseID) ([]*Claim, err
 		if t.State != StateRunning || t.ClaimToken != token {
 			continue // finished or released since the read
 		}
-		lock, err := s.client.Get(ctx, s.keys.Lock(t.Target))
+		lock, err := s.client.Get(ctx, s.lock(t))
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", s.keys.Lock(t.Target), err)
+			return nil, fmt.Errorf("read %s: %w", s.lock(t), err)
 		}
 		if len(lock.Kvs) == 0 || string(lock.Kvs[0].Value) != token {
 			continue // finished or released since the read

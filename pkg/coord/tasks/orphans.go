@@ -74,10 +74,11 @@ func (s *Queue) recoverOrphan(ctx context.Context, id string) (bool, error) {
 	//   then put P/tasks/<id> = queued task                     attempts kept, to run again
 	//        put P/queue/<id> = queued task                     at its original place in the FIFO (same id)
 	//        delete P/running/<id>                              out of the running index
-	//        txn: if value(P/target-locks/<target>) == token   the lock normally died with the same lease; if
-	//             then delete P/target-locks/<target>          it did not, drop it, but never another claim's
+	//        txn: if value(L) == token                          the lock of the task's lane normally died with
+	//             then delete L                                the same lease; if it did not, drop it, but
+	//                                                          never another claim's
 	//   else nothing: someone else handled it
-	lock := s.keys.Lock(t.Target)
+	lock := s.lock(t)
 	ops := []clientv3.Op{
 		clientv3.OpPut(s.keys.Task(id), record),
 		clientv3.OpPut(s.keys.Queue(id), record),

@@ -127,6 +127,14 @@ func (s *Queue) Prefix() string { return s.keys.Prefix() }
 // Keys is the key schema under the store's prefix.
 func (s *Queue) Keys() keys.Schema { return s.keys }
 
+// lock is the key of the lock t runs under: its target's lock of t's lane.
+func (s *Queue) lock(t Task) string {
+	if t.Kind.Lane() == LaneMaintenance {
+		return s.keys.MaintenanceLock(t.Target)
+	}
+	return s.keys.Lock(t.Target)
+}
+
 func (s *Queue) now() time.Time { return s.opts.clock.Now().UTC() }
 
 func encodeTask(t Task) string {

@@ -51,6 +51,27 @@ const SkippedDetail = "skipped: store deleted"
 // probes per lookup while adding a second structure every commit must update.
 func Kinds() []Kind { return []Kind{KindMergeWAL, KindCompact, KindVerify, KindRepair} }
 
+// Lane is which of a target's two locks a task of a kind runs under: merges
+// under one, maintenance under the other, so that a store's merges go on while it
+// is compacted, verified or repaired.
+type Lane string
+
+const (
+	// LaneMerge is merge_wal's: P/target-locks/<target>.
+	LaneMerge Lane = "merge"
+	// LaneMaintenance is compact's, verify's and repair's:
+	// P/maintenance-locks/<target>.
+	LaneMaintenance Lane = "maintenance"
+)
+
+// Lane is the lane tasks of k run in.
+func (k Kind) Lane() Lane {
+	if k == KindMergeWAL {
+		return LaneMerge
+	}
+	return LaneMaintenance
+}
+
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool { return slices.Contains(Kinds(), k) }
 

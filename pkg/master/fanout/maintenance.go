@@ -32,8 +32,9 @@ type MaintainCaller interface {
 // Maintenance runs compact, verify and repair tasks: each on one live worker, the
 // same one for a target while the live workers stay the same (its caches hold the
 // target's footers and filters), or the next in ring order when that one cannot be
-// reached. The task's fencing token goes with the call, as for merges: the target
-// lock that keeps merges of a store one at a time covers maintenance too.
+// reached. The task's fencing token goes with the call, as for merges: the
+// target's maintenance lock keeps maintenance of a store one task at a time (a
+// merge may run beside it, on the other lock; see tasks.Kind.Lane).
 type Maintenance struct {
 	Discovery Discovery
 	Caller    MaintainCaller

@@ -32,7 +32,7 @@ type MergeWalRequest struct {
 	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
 	// fencing_token is the etcd revision of the master's target lock
 	// (P/target-locks/<target>). Tokens of a target only grow; the worker refuses one
-	// older than the newest it has seen for the target. Must be > 0.
+	// older than the newest it has seen for the target's merges. Must be > 0.
 	FencingToken  int64 `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -722,7 +722,10 @@ type AdoptShardRequest struct {
 	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
 	// shard is the shard to adopt: the INSTANCE_ID of the worker that is gone.
 	Shard string `protobuf:"bytes,2,opt,name=shard,proto3" json:"shard,omitempty"`
-	// fencing_token is as in MergeWalRequest. Must be > 0.
+	// fencing_token is the etcd revision of the master's maintenance lock of the
+	// target (P/maintenance-locks/<target>); the worker refuses one older than the
+	// newest it has seen for the target's maintenance (merges' tokens are another
+	// record). Must be > 0.
 	FencingToken  int64 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -875,7 +878,10 @@ type MaintainRequest struct {
 	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
 	// kind is "compact", "verify" or "repair".
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	// fencing_token is as in MergeWalRequest. Must be > 0.
+	// fencing_token is the etcd revision of the master's maintenance lock of the
+	// target (P/maintenance-locks/<target>); the worker refuses one older than the
+	// newest it has seen for the target's maintenance (merges' tokens are another
+	// record). Must be > 0.
 	FencingToken  int64 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

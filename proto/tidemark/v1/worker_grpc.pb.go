@@ -109,8 +109,9 @@ type WorkerServiceClient interface {
 	// worker's own shard, and NOT_FOUND if the store has no such shard.
 	AdoptShard(ctx context.Context, in *AdoptShardRequest, opts ...grpc.CallOption) (*AdoptShardResponse, error)
 	// Maintain runs one maintenance task of the target's store on this worker, under
-	// the master's target lock and fencing token (a maintenance task and a merge of
-	// one store never overlap). kind is the task kind:
+	// the master's maintenance lock of the target and its fencing token (two
+	// maintenance tasks of one store never overlap; a merge of the store may run
+	// beside it: their commits rebase onto each other). kind is the task kind:
 	//   - "compact": rewrite small fragments and fragments with many deleted rows
 	//     into fewer, then delete the manifests retention lets go and the files no
 	//     kept manifest references, of the base table and of every WAL shard;
@@ -312,8 +313,9 @@ type WorkerServiceServer interface {
 	// worker's own shard, and NOT_FOUND if the store has no such shard.
 	AdoptShard(context.Context, *AdoptShardRequest) (*AdoptShardResponse, error)
 	// Maintain runs one maintenance task of the target's store on this worker, under
-	// the master's target lock and fencing token (a maintenance task and a merge of
-	// one store never overlap). kind is the task kind:
+	// the master's maintenance lock of the target and its fencing token (two
+	// maintenance tasks of one store never overlap; a merge of the store may run
+	// beside it: their commits rebase onto each other). kind is the task kind:
 	//   - "compact": rewrite small fragments and fragments with many deleted rows
 	//     into fewer, then delete the manifests retention lets go and the files no
 	//     kept manifest references, of the base table and of every WAL shard;
