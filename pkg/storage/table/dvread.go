@@ -89,19 +89,12 @@ func (t *Table) deletionsOf(ctx context.Context, fs []Fragment) ([]*roaring.Bitm
 	for _, p := range paths {
 		pos := byPath[p]
 		slices.SortFunc(pos, func(a, b int) int { return cmp.Compare(fs[a].Deletions.Offset, fs[b].Deletions.Offset) })
-		for len(pos) > 0 {
-			// A run: vectors each starting within dvGap of the previous one's end.
-			n, end := 1, fs[pos[0]].Deletions.Offset+fs[pos[0]].Deletions.Bytes
-			for ; n < len(pos); n++ {
-				d := fs[pos[n]].Deletions
-				if d.Offset > end+dvGap {
-					break
-				}
-				end = max(end, d.Offset+d.Bytes)
-			}
-			run := pos[:n]
-			pos = pos[n:]
-			g.Go(func() error { return t.readDeletionRun(gctx, fs, run, end, out) })
+		runs := readRuns(len(pos), func(k int) byteRange {
+			d := fs[pos[k]].Deletions
+			return byteRange{d.Offset, d.Bytes}
+		}, dvGap)
+		for _, r := range runs {
+			g.Go(func() error { return t.readDeletionRun(gctx, fs, pos[r.first:r.end], r.span, out) })
 		}
 	}
 	if err := g.Wait(); err != nil {
@@ -111,19 +104,18 @@ func (t *Table) deletionsOf(ctx context.Context, fs []Fragment) ([]*roaring.Bitm
 }
 
 // readDeletionRun reads the vectors of fs at positions run (of one object, by
-// offset, the last ending at end) in one ranged read into out, and caches them.
-func (t *Table) readDeletionRun(ctx context.Context, fs []Fragment, run []int, end int64, out []*roaring.Bitmap) error {
-	first := fs[run[0]].Deletions
-	key := t.key(first.Path)
-	data, err := t.getRange(ctx, key, first.Offset, end-first.Offset)
+// offset, all within span) in one ranged read of span into out, and caches them.
+func (t *Table) readDeletionRun(ctx context.Context, fs []Fragment, run []int, span byteRange, out []*roaring.Bitmap) error {
+	key := t.key(fs[run[0]].Deletions.Path)
+	data, err := t.getRange(ctx, key, span.off, span.n)
 	if err != nil {
 		return fmt.Errorf("deletion vector: %w", err)
 	}
 	for _, i := range run {
 		d := fs[i].Deletions
-		lo := d.Offset - first.Offset
+		lo := d.Offset - span.off
 		if lo+d.Bytes > int64(len(data)) {
-			return fmt.Errorf("%s [%d,+%d): %w: object ends before byte %d", key, d.Offset, d.Bytes, ErrCorrupt, first.Offset+int64(len(data)))
+			return fmt.Errorf("%s [%d,+%d): %w: object ends before byte %d", key, d.Offset, d.Bytes, ErrCorrupt, span.off+int64(len(data)))
 		}
 		bm, err := decodeDeletionRef(key, *d, data[lo:lo+d.Bytes], fs[i].Rows)
 		if err != nil {

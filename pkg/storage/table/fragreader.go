@@ -41,18 +41,38 @@ type byteRange struct{ off, n int64 }
 
 // coalesce sorts rs and merges ranges that overlap or are at most gap bytes apart.
 func coalesce(rs []byteRange, gap int64) []byteRange {
-	rs = slices.Clone(rs)
+	rs = slices.DeleteFunc(slices.Clone(rs), func(r byteRange) bool { return r.n <= 0 })
 	slices.SortFunc(rs, func(a, b byteRange) int { return cmp.Compare(a.off, b.off) })
 	var out []byteRange
-	for _, r := range rs {
-		if r.n <= 0 {
+	for _, r := range readRuns(len(rs), func(i int) byteRange { return rs[i] }, gap) {
+		out = append(out, r.span)
+	}
+	return out
+}
+
+// readRun is items [first, end) of a list whose byte ranges one ranged read
+// covers: span, from the first's start to the furthest end.
+type readRun struct {
+	first, end int
+	span       byteRange
+}
+
+// readRuns splits n items, whose byte ranges (at) ascend by offset, into runs to
+// read with one request each: an item joins the run before it when it starts at
+// most gap bytes past the run's end, as a request costs more than reading that
+// gap through (on an object store a round trip, on a local disk an open and a
+// close). Key-index blocks, packed deletion vectors and column chunks are all
+// read this way, each with the gap that suits their sizes.
+func readRuns(n int, at func(i int) byteRange, gap int64) []readRun {
+	var out []readRun
+	for i := range n {
+		r := at(i)
+		if k := len(out) - 1; k >= 0 && r.off <= out[k].span.off+out[k].span.n+gap {
+			out[k].end = i + 1
+			out[k].span.n = max(out[k].span.n, r.off+r.n-out[k].span.off)
 			continue
 		}
-		if k := len(out) - 1; k >= 0 && r.off <= out[k].off+out[k].n+gap {
-			out[k].n = max(out[k].n, r.off+r.n-out[k].off)
-			continue
-		}
-		out = append(out, r)
+		out = append(out, readRun{first: i, end: i + 1, span: r})
 	}
 	return out
 }

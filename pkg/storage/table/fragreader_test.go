@@ -27,6 +27,29 @@ func TestCoalesceMergesRangesCloserThanTheGap(t *testing.T) {
 	}
 }
 
+// readRuns keeps each run's items: a reader of key-index blocks or packed
+// deletion vectors decodes item i from its run's read at i's offset, so a run
+// must cover every item it names, and an item inside another's range (a range
+// that ends before the run's furthest end) must not end the run.
+func TestReadRunsNameTheItemsEachReadCovers(t *testing.T) {
+	rs := []byteRange{{0, 100}, {10, 5}, {108, 10}, {200, 10}, {400, 1}, {411, 1}}
+	got := readRuns(len(rs), func(i int) byteRange { return rs[i] }, 10)
+	want := []readRun{{0, 3, byteRange{0, 118}}, {3, 4, byteRange{200, 10}}, {4, 6, byteRange{400, 12}}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("readRuns = %v, want %v", got, want)
+	}
+	for _, r := range got {
+		for _, it := range rs[r.first:r.end] {
+			if it.off < r.span.off || it.off+it.n > r.span.off+r.span.n {
+				t.Fatalf("run %v does not cover its item %v", r, it)
+			}
+		}
+	}
+	if got := readRuns(0, nil, 10); got != nil {
+		t.Fatalf("no items: %v", got)
+	}
+}
+
 // faultyTable is a table on a mem bucket behind a fault injector, with nFrags
 // fragments of rowsEach rows ("fNN-RRRRR"), and a second handle on it that has
 // nothing cached.

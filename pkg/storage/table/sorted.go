@@ -65,41 +65,33 @@ const blockGap = 64 << 10
 func fetchBlocks[B any](ctx context.Context, t *Table, f Fragment, top *indexTop, bs []int, cache objectView[B],
 	decode func(key string, ref indexBlockRef, data []byte) (B, int64, error)) ([]B, error) {
 	out := make([]B, len(bs))
-	cached := make([]bool, len(bs))
-	var runs [][2]int // [first, last] positions in bs of runs of missing blocks read together
+	var missing []int // positions in bs of the blocks to read
 	for i, b := range bs {
 		if b < 0 || b >= len(top.blocks) {
 			return nil, fmt.Errorf("key index %s: no block %d of %d", t.key(f.Index.Path), b, len(top.blocks))
 		}
 		if blk, ok := cache.GetBlock(f.Index.Path, b); ok {
-			out[i], cached[i] = blk, true
+			out[i] = blk
 			continue
 		}
-		if k := len(runs) - 1; k >= 0 {
-			prev := top.blocks[bs[runs[k][1]]]
-			if top.blocks[b].off-(prev.off+prev.n) <= blockGap {
-				runs[k][1] = i
-				continue
-			}
-		}
-		runs = append(runs, [2]int{i, i})
+		missing = append(missing, i)
 	}
+	runs := readRuns(len(missing), func(k int) byteRange {
+		ref := top.blocks[bs[missing[k]]]
+		return byteRange{ref.off, ref.n}
+	}, blockGap)
 	key := t.key(f.Index.Path)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(requestsInFlight)
 	for _, r := range runs {
 		g.Go(func() error {
-			first, last := top.blocks[bs[r[0]]], top.blocks[bs[r[1]]]
-			data, err := t.getRange(gctx, key, first.off, last.off+last.n-first.off)
+			data, err := t.getRange(gctx, key, r.span.off, r.span.n)
 			if err != nil {
 				return fmt.Errorf("key index: %w", err)
 			}
-			for i := r[0]; i <= r[1]; i++ {
-				if cached[i] {
-					continue
-				}
+			for _, i := range missing[r.first:r.end] {
 				ref := top.blocks[bs[i]]
-				lo := ref.off - first.off
+				lo := ref.off - r.span.off
 				if lo+ref.n > int64(len(data)) {
 					return fmt.Errorf("key index %s: %w: object ends before byte %d", key, ErrCorrupt, ref.off+ref.n)
 				}
