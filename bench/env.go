@@ -173,16 +173,26 @@ func pendingGenerations(ctx context.Context, b *objstore.Bucket, dir string) (in
 // pendingAndWatermarks is pendingGenerations with the base table's merged
 // watermark of every shard, as one read saw them.
 func pendingAndWatermarks(ctx context.Context, b *objstore.Bucket, dir string) (int, map[string]uint64, error) {
-	ws, err := wal.LoadSnapshot(ctx, b, dir)
+	n, _, m, err := pendingAndLatest(ctx, b, dir)
 	if err != nil {
 		return 0, nil, err
+	}
+	return n, m.MergedGenerations, nil
+}
+
+// pendingAndLatest is pendingGenerations with the base table it read and that
+// table's newest version, whose watermarks the count is against.
+func pendingAndLatest(ctx context.Context, b *objstore.Bucket, dir string) (int, *table.Table, *table.Manifest, error) {
+	ws, err := wal.LoadSnapshot(ctx, b, dir)
+	if err != nil {
+		return 0, nil, nil, err
 	}
 	t, err := table.Open(ctx, b, dir, table.WithLogger(quiet))
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	watermarks := t.Latest().MergedGenerations
-	return ws.PendingGenerations(watermarks), watermarks, nil
+	m := t.Latest()
+	return ws.PendingGenerations(m.MergedGenerations), t, m, nil
 }
 
 // durations summarizes latencies.

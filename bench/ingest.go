@@ -16,6 +16,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/worker"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
@@ -136,9 +137,10 @@ type IngestResult struct {
 	SteadyP50, FinalPending int
 	MiddleMax, LastMax      int
 	Bounded                 bool
-	// SealToMerged are the times from each generation's seal to the first
-	// sample that saw it merged (resolution: SampleEvery); Unmerged counts the
-	// generations sealed in the measured phase that no sample saw merged.
+	// SealToMerged are the times from each generation's seal to the commit of
+	// the version that merged it, as the samples found it (watchedStore.observe);
+	// Unmerged counts the generations sealed in the measured phase that no
+	// sample saw merged.
 	SealToMerged Quantiles
 	Unmerged     int
 	// Sealed counts the generations the workers sealed in the measured phase;
@@ -372,19 +374,38 @@ type watchedStore struct {
 	samples []IngestSample
 	// last is final's count, after the samples.
 	last *IngestSample
+	// version is the newest base table version a sample read.
+	version uint64
 }
 
 // final counts the store's pending generations right after the ingest stopped,
 // tells its seal watch the watermarks and keeps the count as the last sample,
 // at elapsed.
 func (w *watchedStore) final(ctx context.Context, raw *objstore.Bucket, elapsed time.Duration) (int, error) {
-	n, watermarks, err := pendingAndWatermarks(ctx, raw, w.dir)
+	n, t, m, err := pendingAndLatest(ctx, raw, w.dir)
 	if err != nil {
 		return 0, fmt.Errorf("final pending count of %s: %w", w.dir, err)
 	}
-	w.seals.merged(watermarks, time.Now())
-	w.last = &IngestSample{At: elapsed, Pending: n, Merged: sumWatermarks(watermarks)}
+	w.observe(ctx, t, m)
+	w.last = &IngestSample{At: elapsed, Pending: n, Merged: sumWatermarks(m.MergedGenerations)}
 	return n, nil
+}
+
+// observe tells w's seal watch the watermarks of every version committed since
+// the last sample up to m, each at its own commit time (the manifest's
+// updated_at, set as the commit is written): a generation counts as merged when
+// the version that merged it committed, not when the sampler next looked, which
+// was up to a sample interval (and a round of 50 stores) later. A version
+// retention pruned meanwhile is skipped: the next one's time stands for it,
+// which can only make a wait longer.
+func (w *watchedStore) observe(ctx context.Context, t *table.Table, m *table.Manifest) {
+	for v := w.version + 1; v < m.Version; v++ {
+		if mv, err := t.Load(ctx, v); err == nil {
+			w.seals.merged(mv.MergedGenerations, mv.UpdatedAt)
+		}
+	}
+	w.seals.merged(m.MergedGenerations, m.UpdatedAt)
+	w.version = max(w.version, m.Version)
 }
 
 func sumWatermarks(watermarks map[string]uint64) uint64 {
@@ -396,7 +417,8 @@ func sumWatermarks(watermarks map[string]uint64) uint64 {
 }
 
 // sample counts the pending generations of every store every interval until ctx
-// ends, and tells each store's seal watch the merged watermarks it read. It reads
+// ends, and tells each store's seal watch the merged watermarks of the versions
+// committed since its last round, at their commit times (observe). It reads
 // raw, the bucket without latency or counters, so the sampling neither slows the
 // run nor shows in its request counts. A round that takes longer than every
 // drops the ticks it overran (time.Ticker): the samples say when they were taken.
@@ -410,15 +432,15 @@ func sample(ctx context.Context, raw *objstore.Bucket, start time.Time, every ti
 		case <-t.C:
 		}
 		for _, w := range stores {
-			n, watermarks, err := pendingAndWatermarks(ctx, raw, w.dir)
+			n, t, m, err := pendingAndLatest(ctx, raw, w.dir)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				return fmt.Errorf("count pending generations of %s: %w", w.dir, err)
 			}
-			w.seals.merged(watermarks, time.Now())
-			w.samples = append(w.samples, IngestSample{At: time.Since(start), Pending: n, Merged: sumWatermarks(watermarks)})
+			w.observe(ctx, t, m)
+			w.samples = append(w.samples, IngestSample{At: time.Since(start), Pending: n, Merged: sumWatermarks(m.MergedGenerations)})
 		}
 	}
 }

@@ -10,9 +10,10 @@ import (
 
 // sealWatch measures each generation's time from seal to merged: the workers tell
 // it every generation they seal, and each sample of the base table tells it every
-// shard's merged watermark, which covers the generations merged by then. A
-// generation counts as merged at the first sample that saw it so: the times are
-// up to one sample interval long.
+// shard's merged watermark, which covers the generations merged by then, at the
+// time of the commit that merged them (watchedStore.observe reads each version
+// since the last sample): a generation counts as merged when its version
+// committed, which the samples find up to one interval later.
 type sealWatch struct {
 	mu sync.Mutex
 	// open are the sealed generations no sample has seen merged, by shard, in

@@ -261,8 +261,9 @@ func (r *Report) ingestSection(p printer) {
 		"of every sample, and \"steady p50\", the median of the last third. \"Bounded\" means the last third's "+
 		"maximum is at most 1.1x the middle third's plus one generation per worker (one round of seals), which a "+
 		"backlog that keeps growing fails. Seal to merged is, for each generation sealed in the run, the time from its "+
-		"seal (the writer's `sealed_at`) to the first sample whose base manifest's watermark of its shard covers it: "+
-		"a resolution of %s, so the times are up to that much long; generations no sample saw merged are left out "+
+		"seal (the writer's `sealed_at`) to the commit (the manifest's `updated_at`) of the first base table version "+
+		"whose watermark of its shard covers it, as each sample reads every version since the one before (every %s); "+
+		"generations no sample saw merged are left out "+
 		"and counted. Merged generations/s is (generations sealed - pending at the end) / run time. Tasks are the "+
 		"`merge_wal` tasks of the run (on demand: enqueued by merges on demand for their generations or their age, "+
 		"the sweep enqueued the rest; empty: merged nothing), with their time from claim to finish. The goals are "+

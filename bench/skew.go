@@ -78,7 +78,7 @@ type SkewResult struct {
 	// tasks only; the merges on demand counts are every store's).
 	Hot IngestResult
 	// QuietSealToMerged are the waits of every quiet store's generations, seal to
-	// the first sample that saw them merged; QuietUnmerged the quiet generations
+	// the commit that merged them, as the samples found it; QuietUnmerged the quiet generations
 	// no sample saw merged, QuietOldestUnmerged the longest of their waits at the
 	// end. Worst is the quiet store with the longest wait.
 	QuietSealToMerged   Quantiles

@@ -31,7 +31,8 @@ func (r *Report) skewSection(p printer) {
 	p("Every store's pending generations and merged watermarks are read from the bucket (outside the latency and "+
 		"the request counts) every %s: the hot store by one sampler, the quiet stores by another, one after another "+
 		"(\"quiet sampled every\" is that round's mean length). Seal to merged is, for each generation, the time from "+
-		"its seal (the writer's `sealed_at`) to the first sample whose watermark of its shard covers it; a quiet "+
+		"its seal (the writer's `sealed_at`) to the commit (the manifest's `updated_at`) of the first base table "+
+		"version whose watermark of its shard covers it, as each sample reads every version since the one before; a quiet "+
 		"generation no sample saw merged counts with its wait at the end (\"oldest unmerged\"), so a starved store "+
 		"cannot hide by never being merged. The goal (issue 31): every quiet store merged within MERGE_MAX_DELAY plus "+
 		"one merge time, taken here as the run's `merge_wal` task-time p99 over every store's tasks (claim to finish); "+
@@ -67,7 +68,7 @@ func (r *Report) skewSection(p printer) {
 		if w := s.Waits; w.Late > 0 {
 			p("\n%d workers, %s: the %d quiet generations that waited longer than MERGE_MAX_DELAY, their waits in parts "+
 				"(p50 / p99 / max), against the merge that took each: seal to its enqueue %s; in the queue %s, of which "+
-				"another task held the store %s; claim to the sample that saw it merged %s (%d explained by no task). "+
+				"another task held the store %s; claim to the commit that merged it %s (%d explained by no task). "+
 				"Every merge_wal task's wait in the queue: quiet %s, hot %s.",
 				run.Config.Ingest.Workers, s.Mode, w.Late, fmtQuantiles(w.SealToEnqueue), fmtQuantiles(w.Queued),
 				fmtQuantiles(w.Blocked), fmtQuantiles(w.ClaimToSeen), w.Unmatched, fmtQuantiles(w.QuietQueue), fmtQuantiles(w.HotQueue))
