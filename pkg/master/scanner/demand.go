@@ -18,7 +18,7 @@ import (
 // Defaults of merges on demand (DemandConfig).
 const (
 	// DefaultMergeMaxDelay is MERGE_MAX_DELAY: a store whose oldest pending
-	// generation was sealed this long ago is merged even below
+	// generation was sealed this long ago is merged (by then) even below
 	// MERGE_WAL_MIN_GENERATIONS, so a quiet store's rows do not wait for seven
 	// more generations that may never come.
 	DefaultMergeMaxDelay = 30 * time.Second
@@ -51,8 +51,9 @@ type DemandConfig struct {
 	// merge sweep's threshold: a store with at least this many pending
 	// generations summed over the workers' entries is merged.
 	MinGenerations int
-	// MaxDelay is MERGE_MAX_DELAY (DefaultMergeMaxDelay): a store whose oldest
-	// pending generation is older is merged, however few it has.
+	// MaxDelay is MERGE_MAX_DELAY (DefaultMergeMaxDelay): a store's oldest
+	// pending generation is merged by this age, however few it has (its merge
+	// starts that much earlier as recent merges took: mergeTimes.startBy).
 	MaxDelay time.Duration
 	// RetryAfterFailure is how long a store whose merge failed waits before
 	// merges on demand try it again (the merge sweep's interval): a failing
@@ -144,10 +145,13 @@ type tracked struct {
 // Ages are the entries' (package pending): a worker's clock skew neither makes its
 // stores overdue nor hides them.
 //
-// Each merge is due (tasks.Task.DueAt) when the store's oldest pending generation
-// reaches MaxDelay, or at once when its generations made it due, and the
-// scheduler claims the task due first: a store found due late goes before the
-// ones found due on time.
+// MaxDelay is a freshness target: the age by which a store's oldest pending
+// generation is in its base table. So a store is due by age that much less the
+// p90 of the recent merges' run times (mergeTimes.startBy): a merge started at
+// MaxDelay would land a merge time late. Each merge is due (tasks.Task.DueAt)
+// when the store's oldest pending generation reaches that age, or at once when
+// its generations made it due, and the scheduler claims the task due first: a
+// store found due late goes before the ones found due on time.
 //
 // Enqueues deduplicate onto a live task, so replicas never double a merge; the
 // coordination lock only keeps them from doubling the etcd reads. Rounds of one
@@ -161,6 +165,9 @@ type MergeDemand struct {
 	metrics *demandMetrics
 
 	merges map[string]*tracked // by target; Run's goroutine only
+	// times are the run times of the merges settle saw done: the age rule's
+	// lead. Run's goroutine only.
+	times mergeTimes
 }
 
 // NewMergeDemand returns a MergeDemand following the pending entries under the
@@ -273,13 +280,15 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 		sum.Pending += dm.Generations
 	}
 	var byCount, byAge []dueStore
+	startBy := d.times.startBy(d.cfg.MaxDelay)
 	for _, dm := range demand {
 		switch {
 		case dm.Generations >= d.cfg.MinGenerations:
 			byCount = append(byCount, dueStore{dm, "generations"})
-		case dm.Generations > 0 && dm.Age+demandTick >= d.cfg.MaxDelay:
-			// Judged once a tick: a store whose oldest generation reaches MaxDelay
-			// before the next round is due in this one, not up to a tick late.
+		case dm.Generations > 0 && dm.Age+demandTick >= startBy:
+			// Judged once a tick: a store whose oldest generation reaches the age
+			// its merge must start at before the next round is due in this one,
+			// not up to a tick late.
 			byAge = append(byAge, dueStore{dm, "age"})
 		default:
 			continue
@@ -300,7 +309,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 			sum.SkippedByCap++ // the least due: a round later
 			continue
 		}
-		task, dedup, err := d.ts.EnqueueDue(ctx, tasks.KindMergeWAL, c.Target, c.due(now, d.cfg.MaxDelay))
+		task, dedup, err := d.ts.EnqueueDue(ctx, tasks.KindMergeWAL, c.Target, c.due(now, startBy))
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return sum, fmt.Errorf("merges on demand: %w", err)
@@ -325,15 +334,15 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 }
 
 // due is when a store's merge should start at the latest: when its oldest
-// pending generation reaches maxDelay, or now if its generations are what made
-// it due. A store enqueued late by age (a round that came late, a merge that
+// pending generation reaches startBy (mergeTimes.startBy), or now if its
+// generations are what made it due. A store enqueued late by age (a round that came late, a merge that
 // failed) is thus due before the ones enqueued on time, and overtakes them; a
 // busy store, due by count, is due at once, not when its young rows grow old.
-func (c dueStore) due(now time.Time, maxDelay time.Duration) time.Time {
+func (c dueStore) due(now time.Time, startBy time.Duration) time.Time {
 	if c.reason == "generations" {
 		return now
 	}
-	return now.Add(maxDelay - c.Age)
+	return now.Add(startBy - c.Age)
 }
 
 // settle learns how the merges it tracks ended: a merge no longer live is read
@@ -383,6 +392,9 @@ func (d *MergeDemand) settle(ctx context.Context, live map[string]string, now ti
 			m.claimedRev, m.gone = d.view.Revision()+1, true
 		case task.State == tasks.StateDone:
 			m.claimedRev = task.FencingToken
+			if !task.StartedAt.IsZero() {
+				d.times.add(task.FinishedAt.Sub(task.StartedAt))
+			}
 		case task.State.Live():
 			// Live again under the same id (requeued by orphan recovery) after a
 			// listing that missed it: look again next round.

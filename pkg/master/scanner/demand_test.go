@@ -228,3 +228,66 @@ func TestMergeDemandEnqueuesAStoreThatTurnsDueBeforeTheNextRound(t *testing.T) {
 		t.Fatalf("queued %v, want soon only", got)
 	}
 }
+
+// MERGE_MAX_DELAY is the age by which a store's rows are merged, so a store due
+// by age is enqueued that much earlier than MERGE_MAX_DELAY as merges take: once
+// merges have taken 8 s, a store whose oldest generation is 23 s old (of 30 s) is
+// due, with due_at when it turns 22 s; one 20 s old is not yet.
+func TestMergeDemandStartsAMergeByAgeAsEarlyAsMergesTake(t *testing.T) {
+	w := newDemandWorld(t)
+	now := w.clk.Now()
+	w.publish("w1", gens("busy", 8, now))
+	if sum := w.round(); sum.Enqueued != 1 {
+		t.Fatalf("round = %+v, want busy enqueued", sum)
+	}
+	c, err := w.ts.Claim(w.ctx, w.grant(), tasks.ClaimFilter{Kinds: []tasks.Kind{tasks.KindMergeWAL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.clk.Step(8 * time.Second)
+	if _, err := w.ts.Finish(w.ctx, c, tasks.Result{}); err != nil {
+		t.Fatal(err)
+	}
+	w.publish("w1") // the merge took busy's generations
+	w.round()       // sees the merge done: 8 s
+
+	now = w.clk.Now()
+	w.publish("w1", gens("ripe", 1, now.Add(-23*time.Second)), gens("green", 1, now.Add(-20*time.Second)))
+	if sum := w.round(); sum.Enqueued != 1 {
+		t.Fatalf("round = %+v, want ripe enqueued (due by age 22 s: 30 s less the 8 s merges take)", sum)
+	}
+	queued, _, err := w.ts.List(w.ctx, tasks.ListFilter{State: tasks.StateQueued})
+	if err != nil || len(queued) != 1 || queued[0].Target != "ripe" {
+		t.Fatalf("queued %v (%v), want ripe only", queued, err)
+	}
+	if want := now.Add(-time.Second); !queued[0].DueAt.Equal(want) {
+		t.Fatalf("ripe due at %v, want %v (when its oldest generation turned 22 s)", queued[0].DueAt, want)
+	}
+}
+
+// The lead is the p90 of the kept merge times, and never more than half of
+// MERGE_MAX_DELAY: slow or clock-skewed merges cannot make quiet stores merge
+// much more often than asked.
+func TestMergeTimesLeadIsTheirP90BoundedByHalfTheDelay(t *testing.T) {
+	var m mergeTimes
+	if got := m.startBy(30 * time.Second); got != 30*time.Second {
+		t.Fatalf("no merges seen: start by %v, want 30 s", got)
+	}
+	for i := range mergeTimesKept {
+		d := time.Second
+		if i >= mergeTimesKept*9/10 { // the slowest tenth
+			d = 6 * time.Second
+		}
+		m.add(d)
+	}
+	if got := m.startBy(30 * time.Second); got != 24*time.Second {
+		t.Fatalf("start by %v, want 24 s (the slowest tenth took 6 s)", got)
+	}
+	m.add(time.Hour)
+	for range mergeTimesKept {
+		m.add(time.Minute)
+	}
+	if got := m.startBy(30 * time.Second); got != 15*time.Second {
+		t.Fatalf("start by %v after minute-long merges, want 15 s (half of 30 s)", got)
+	}
+}

@@ -59,8 +59,9 @@ type Task struct {
 	// recorded before stats existed.
 	Stats *TaskStats `protobuf:"bytes,14,opt,name=stats,proto3" json:"stats,omitempty"`
 	// due_at is when the task should start at the latest: merges on demand set it
-	// to when the store's oldest pending generation reaches MERGE_MAX_DELAY (or to
-	// the enqueue, when its count of pending generations made it due). The
+	// to when the store's oldest pending generation reaches MERGE_MAX_DELAY less
+	// what recent merges took (or to the enqueue, when its count of pending
+	// generations made it due). The
 	// scheduler claims the task due first; unset (every other enqueue) means due
 	// at enqueued_at.
 	DueAt         *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=due_at,json=dueAt,proto3" json:"due_at,omitempty"`
