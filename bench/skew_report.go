@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/tidemark-io/tidemark/pkg/master"
 	"github.com/tidemark-io/tidemark/pkg/master/scanner"
@@ -77,6 +78,13 @@ func (r *Report) skewSection(p printer) {
 			for _, k := range slices.Sorted(maps.Keys(w.Others)) {
 				q := w.Others[k]
 				p(" %s tasks: %d, %s.", k, q.N, fmtQuantiles(q))
+				if l, ok := w.Longest[k]; ok {
+					what := l.Detail
+					if l.Error != "" {
+						what = l.Error
+					}
+					p(" The longest (%s, %s): %s.", l.Target, l.State, strings.TrimSuffix(what, "."))
+				}
 			}
 			p("\n")
 		}

@@ -23,6 +23,9 @@ type WaitBreakdown struct {
 	Unmatched            int
 	QuietQueue, HotQueue Quantiles
 	Others               map[tasks.Kind]Quantiles
+	// Longest is the longest-running task of each kind in Others: which store
+	// it rewrote or checked, and what it said it did.
+	Longest map[tasks.Kind]tasks.Task
 	// LongWaits counts the merge_wal tasks that waited in the queue longer than
 	// a second, and BusySlots is how many merge_wal tasks ran, on the mean,
 	// while they waited: below the master's merge slots, the wait was not for a
@@ -34,7 +37,7 @@ type WaitBreakdown struct {
 // breakdownWaits builds the WaitBreakdown of the generations in seen (by
 // store) from the run's tasks of every kind.
 func breakdownWaits(all []tasks.Task, seen map[string][]seenMerged, hot string, maxDelay time.Duration) WaitBreakdown {
-	b := WaitBreakdown{Others: map[tasks.Kind]Quantiles{}}
+	b := WaitBreakdown{Others: map[tasks.Kind]Quantiles{}, Longest: map[tasks.Kind]tasks.Task{}}
 	merges := map[string][]tasks.Task{}
 	others := map[string][]tasks.Task{}
 	otherTimes := map[tasks.Kind]durations{}
@@ -47,6 +50,9 @@ func breakdownWaits(all []tasks.Task, seen map[string][]seenMerged, hot string, 
 			others[t.Target] = append(others[t.Target], t)
 			if d, ok := taskTime(t); ok {
 				otherTimes[t.Kind] = append(otherTimes[t.Kind], d)
+				if l, ok := b.Longest[t.Kind]; !ok || d > l.FinishedAt.Sub(l.StartedAt) {
+					b.Longest[t.Kind] = t
+				}
 			}
 			continue
 		}
