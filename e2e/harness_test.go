@@ -530,6 +530,18 @@ func lostPortRace(p *proc, attempt int) bool {
 	return attempt < maxBindAttempts && strings.Contains(p.tail(20), "address already in use")
 }
 
+// exitedWhileStarting answers for p (what names it), which exited before it
+// served: true if it lost a port race and must be started again on new ports;
+// otherwise the test fails with p's last lines.
+func (c *cluster) exitedWhileStarting(p *proc, what string, attempt int) bool {
+	c.t.Helper()
+	if lostPortRace(p, attempt) {
+		return true
+	}
+	c.t.Fatalf("%s exited while starting: %v\n%s", what, p.err, p.tail(20))
+	return false
+}
+
 // waitWorker waits until w serves and is registered at key, after a start at
 // started; true: it lost a port race and must be started again on new ports.
 func (c *cluster) waitWorker(w *workerProc, key string, started time.Time, attempt int) (rebind bool) {
@@ -537,11 +549,8 @@ func (c *cluster) waitWorker(w *workerProc, key string, started time.Time, attem
 	id := w.id
 	testwait.ForEvery(c.t, 30*time.Second, poll, "worker "+id+" serves and is registered", func() (bool, string) {
 		if w.exited() {
-			if lostPortRace(w.proc, attempt) {
-				rebind = true
-				return true, ""
-			}
-			c.t.Fatalf("worker %s exited while starting: %v\n%s", id, w.err, w.tail(20))
+			rebind = c.exitedWhileStarting(w.proc, "worker "+id, attempt)
+			return true, ""
 		}
 		if code, _, err := c.get(w.url() + "/api/v1/health"); err != nil || code != http.StatusOK {
 			return false, fmt.Sprintf("health: %d %v", code, err)
@@ -597,11 +606,8 @@ func (c *cluster) startMaster(name string, extra map[string]string) *masterProc 
 		rebind := false
 		testwait.ForEvery(c.t, 30*time.Second, poll, "master "+name+" is healthy", func() (bool, string) {
 			if m.exited() {
-				if lostPortRace(m.proc, attempt) {
-					rebind = true
-					return true, ""
-				}
-				c.t.Fatalf("master %s exited while starting: %v\n%s", name, m.err, m.tail(20))
+				rebind = c.exitedWhileStarting(m.proc, "master "+name, attempt)
+				return true, ""
 			}
 			code, body, err := c.get(c.base(m.httpAddr) + "/api/v1/health")
 			return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
