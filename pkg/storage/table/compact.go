@@ -35,6 +35,7 @@ type CompactResult struct {
 	Level        int    // the level of the outputs
 	Sources      int    // fragments rewritten
 	Outputs      int    // fragments written
+	Moved        int    // of Sources, fragments moved down a level as they are (written 0 rows)
 	RowsWritten  int64  // live rows carried over
 	RowsDropped  int64  // deleted rows materialized away
 	BytesRead    int64  // bytes of the source fragments
@@ -87,6 +88,9 @@ func (t *Table) Compact(ctx context.Context, o CompactOptions) (CompactResult, e
 	if p == nil {
 		return CompactResult{}, nil
 	}
+	if p.Move {
+		return t.commitMove(ctx, base, p)
+	}
 	c := &compaction{
 		t: t, id: "compact-" + uuid.NewString(), base: base, plan: p,
 		target: o.TargetRows, staged: staged{t: t},
@@ -105,6 +109,19 @@ func (t *Table) Compact(ctx context.Context, o CompactOptions) (CompactResult, e
 	}
 	c.res.Version = m.Version
 	return c.res, nil
+}
+
+// commitMove commits a move plan: no file is read or written.
+func (t *Table) commitMove(ctx context.Context, base *Manifest, p *CompactionPlan) (CompactResult, error) {
+	c := &move{t: t, id: "compact-" + uuid.NewString(), base: base, plan: p}
+	if err := movedDisjoint(c.proposal(), p.Sources); err != nil {
+		return CompactResult{}, fmt.Errorf("compact %s: plan: %w", t.dir, err) // a planner bug, not a race
+	}
+	m, err := t.commitOptimistic(ctx, c.id, c)
+	if err != nil {
+		return CompactResult{}, fmt.Errorf("compact %s: %w", t.dir, err)
+	}
+	return CompactResult{Version: m.Version, Level: p.Level, Sources: len(p.Sources), Moved: len(p.Sources)}, nil
 }
 
 // compaction is one rewrite of source fragments into output fragments.

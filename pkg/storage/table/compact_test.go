@@ -225,13 +225,13 @@ func TestCompactionRewritesSmallFragmentsReadingTheSame(t *testing.T) {
 	if bs.DeletedRows == 0 {
 		t.Fatal("the test table has no deleted row")
 	}
-	res, err := tb.Compact(ctx, CompactOptions{TargetRows: 32})
+	res, err := tb.Compact(ctx, CompactOptions{Level0Trigger: 2, TargetRows: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
 	after := tb.Latest()
 	as := after.Stats()
-	wantRes := CompactResult{Version: after.Version, Level: 1, Sources: bs.Fragments, Outputs: as.Fragments,
+	wantRes := CompactResult{Version: after.Version, Level: MaxLevel, Sources: bs.Fragments, Outputs: as.Fragments,
 		RowsWritten: bs.Rows, RowsDropped: bs.DeletedRows, BytesRead: bs.Bytes, BytesWritten: res.BytesWritten}
 	if res != wantRes || res.BytesWritten <= 0 {
 		t.Fatalf("result %+v, want %+v", res, wantRes)
@@ -255,11 +255,11 @@ func TestCompactionRewritesSmallFragmentsReadingTheSame(t *testing.T) {
 	}
 	sameState(t, "fresh handle", readAll(t, fresh, fresh.Latest()), want)
 
-	// Level 1 holds one fragment: the second moves down to level 2, and then the
-	// levels are within their capacity: nothing left to do, every id reading the
-	// same at each step.
+	// The outputs went to the bottom level of an empty table; what the levels do
+	// next (nothing, or a small tail merged) leaves every id reading the same at
+	// each step.
 	for i := 0; ; i++ {
-		res, err := tb.Compact(ctx, CompactOptions{TargetRows: 32})
+		res, err := tb.Compact(ctx, CompactOptions{Level0Trigger: 2, TargetRows: 32})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,6 +297,21 @@ func TestPlanCompaction(t *testing.T) {
 	unsorted := func(name string, rows int64) Fragment {
 		return Fragment{Path: name, Rows: rows, IDMin: "a", IDMax: "z"}
 	}
+	// run is n fragments of level l and rows rows each, over ids pfx0 .. pfx(n-1)~.
+	run := func(pfx string, l, n int, rows int64) []Fragment {
+		var fs []Fragment
+		for i := range n {
+			fs = append(fs, frag(fmt.Sprintf("%s%d", pfx, i), l, fmt.Sprintf("%s%d", pfx, i), fmt.Sprintf("%s%d~", pfx, i), rows, 0))
+		}
+		return fs
+	}
+	l0 := func(n int) []Fragment {
+		var fs []Fragment
+		for i := range n {
+			fs = append(fs, frag(fmt.Sprint("x", i), 0, "a", "z", 10, 0))
+		}
+		return fs
+	}
 	names := func(p *CompactionPlan) string {
 		if p == nil {
 			return ""
@@ -305,44 +320,79 @@ func TestPlanCompaction(t *testing.T) {
 		for _, f := range p.Sources {
 			s = append(s, f.Path)
 		}
-		return fmt.Sprintf("%s->L%d sort=%v", strings.Join(s, ","), p.Level, p.Sort)
+		kind := ""
+		switch {
+		case p.Sort:
+			kind = " sort"
+		case p.Move:
+			kind = " move"
+		}
+		return fmt.Sprintf("%s->L%d%s", strings.Join(s, ","), p.Level, kind)
 	}
-	o := CompactOptions{TargetRows: 100, MaxSources: 8}
+	// The bottom (level 9) of three 100-row fragments: level 8 targets 30 rows,
+	// at most one fragment's, so it is the base level.
+	bottom := run("l9-", 9, 3, 100)
+	o := CompactOptions{TargetRows: 100, MaxSources: 8, Level0Trigger: 2}
 	for _, c := range []struct {
 		name  string
 		frags []Fragment
 		want  string
 	}{
 		{"empty", nil, ""},
-		{"one level-0 fragment: nothing to merge it with", []Fragment{frag("a", 0, "a", "z", 10, 0)}, ""},
-		{"unsorted fragments are sorted first", []Fragment{frag("a", 0, "a", "z", 10, 0), frag("b", 0, "a", "z", 10, 0), unsorted("u", 5)}, "u->L0 sort=true"},
-		{"level 0 moves into the level-1 fragments it meets",
-			[]Fragment{frag("l1a", 1, "a", "f", 100, 0), frag("l1b", 1, "g", "p", 100, 0), frag("x", 0, "h", "k", 10, 0), frag("y", 0, "i", "m", 10, 0)},
-			"l1b,x,y->L1 sort=false"},
-		{"a level-0 fragment over the deleted ratio", []Fragment{frag("x", 0, "a", "z", 10, 2)}, "x->L1 sort=false"},
-		{"level 1 holds one fragment: the second moves down with what it meets",
-			[]Fragment{frag("l1a", 1, "a", "f", 100, 0), frag("l1b", 1, "g", "p", 100, 0), frag("l2a", 2, "a", "c", 100, 0), frag("l2b", 2, "d", "e", 100, 0), frag("l2c", 2, "g", "z", 100, 0)},
-			"l1b,l2c->L2 sort=false"},
-		{"within its capacity a level stays", []Fragment{frag("l1a", 1, "a", "f", 100, 0), frag("l2a", 2, "a", "c", 100, 0)}, ""},
-		{"a level-2 fragment over the deleted ratio is rewritten in place",
-			[]Fragment{frag("l2a", 2, "a", "c", 100, 19), frag("l2b", 2, "d", "e", 100, 20)}, "l2b->L2 sort=false"},
-		{"two small neighbours of a level merge", []Fragment{frag("l2a", 2, "a", "c", 40, 0), frag("l2b", 2, "d", "e", 100, 0), frag("l2c", 2, "f", "g", 10, 0), frag("l2d", 2, "h", "i", 30, 0)},
-			"l2c,l2d->L2 sort=false"},
-		{"fragments with nothing live go along", []Fragment{frag("l2a", 2, "a", "c", 100, 100), frag("l2b", 2, "d", "e", 100, 0)}, "l2a->L0 sort=false"},
+		{"one level-0 fragment: under the trigger", l0(1), ""},
+		{"unsorted fragments are sorted first", append(l0(2), unsorted("u", 5)), "u->L0 sort"},
+		{"levels numbered from the top shift down, one level a commit",
+			[]Fragment{frag("l1a", 1, "a", "f", 100, 0), frag("l2a", 2, "a", "c", 100, 0), frag("l2b", 2, "d", "z", 100, 0), frag("x", 0, "a", "z", 10, 0)},
+			"l1a,l2a,l2b->L3 move"},
+		{"level 0 of an empty table goes to the bottom", l0(2), "x0,x1->L9"},
+		{"level 0 moves into the base level, with all of it",
+			slices.Concat(bottom, []Fragment{frag("l8a", 8, "b", "k", 20, 0)}, l0(2)), "l8a,x0,x1->L8"},
+		{"a level-0 fragment over the deleted ratio", slices.Concat(bottom, []Fragment{frag("x", 0, "a", "z", 10, 2)}), "x->L8"},
+		{"within its target a level stays", slices.Concat(bottom, []Fragment{frag("l8a", 8, "b", "k", 20, 0)}), ""},
+		{"a level past its target moves its fragment costing the least per row moved, with what it meets",
+			slices.Concat(bottom, []Fragment{frag("l8a", 8, "l9-0", "l9-1", 50, 0), frag("l8b", 8, "l9-2", "l9-2~", 10, 0)} /* 200/50 rows against 100/10 */, l0(1)),
+			"l9-0,l9-1,l8a->L9"},
+		{"the score decides between level 0 and a level: level 8 is the further past",
+			slices.Concat(bottom, []Fragment{frag("l8a", 8, "l9-0", "l9-1", 90, 0)}, l0(4)),
+			"l9-0,l9-1,l8a->L9"},
+		{"... and level 0 on a tie", slices.Concat(bottom, []Fragment{frag("l8a", 8, "l9-0", "l9-1", 60, 0)}, l0(4)), "l8a,x0,x1,x2,x3->L8"},
+		{"fragments meeting nothing below move down as they are",
+			slices.Concat(bottom, []Fragment{frag("l8a", 8, "b", "c", 20, 0), frag("l8b", 8, "l9-0~~", "l9-1", 20, 0), frag("l8c", 8, "m", "n", 20, 0)}),
+			"l8a,l8c->L9 move"},
+		{"rows above the base level go down at once", slices.Concat(bottom, []Fragment{frag("l7a", 7, "b", "c", 1, 0), frag("l8a", 8, "d", "z", 20, 0)}, l0(3)),
+			"l7a->L8 move"},
+		{"a fragment over the deleted ratio is rewritten in place",
+			[]Fragment{frag("l9a", 9, "a", "c", 100, 19), frag("l9b", 9, "d", "e", 100, 20)}, "l9b->L9"},
+		{"two small neighbours of a level merge", []Fragment{frag("l9a", 9, "a", "c", 40, 0), frag("l9b", 9, "d", "e", 100, 0), frag("l9c", 9, "f", "g", 10, 0), frag("l9d", 9, "h", "i", 30, 0)},
+			"l9c,l9d->L9"},
+		{"fragments with nothing live go along", []Fragment{frag("l9a", 9, "a", "c", 100, 100), frag("l9b", 9, "d", "e", 100, 0)}, "l9a->L0"},
 	} {
-		if got := names(PlanCompaction(&Manifest{Fragments: c.frags}, o)); got != c.want {
+		m := &Manifest{Fragments: c.frags}
+		if got := names(PlanCompaction(m, o)); got != c.want {
 			t.Errorf("%s: plan %q, want %q", c.name, got, c.want)
 		}
 	}
-	// MaxSources bounds a plan: a level-1 fragment meeting more level-2 fragments
-	// than that is not moved.
-	var frags []Fragment
-	frags = append(frags, frag("l1a", 1, "a", "b", 100, 0), frag("l1b", 1, "c", "z", 100, 0))
-	for i := range 9 {
-		frags = append(frags, frag(fmt.Sprint("l2-", i), 2, fmt.Sprintf("c%d", i), fmt.Sprintf("c%d~", i), 100, 0))
+	// The trigger: three level-0 fragments wait for a fourth by default.
+	if got := names(PlanCompaction(&Manifest{Fragments: l0(3)}, CompactOptions{})); got != "" {
+		t.Errorf("three level-0 fragments under the default trigger: plan %q", got)
 	}
-	if got := names(PlanCompaction(&Manifest{Fragments: frags}, o)); got != "l1a->L2 sort=false" {
-		t.Errorf("capped plan %q", got)
+	if got := names(PlanCompaction(&Manifest{Fragments: l0(4)}, CompactOptions{})); got != "x0,x1,x2,x3->L9" {
+		t.Errorf("four level-0 fragments under the default trigger: plan %q", got)
+	}
+	// MaxSources bounds a plan. A level-8 fragment meeting more level-9 fragments
+	// than that is not moved, though it would cost the least per row...
+	wide := slices.Concat(run("c", 9, 9, 100), []Fragment{frag("l8a", 8, "a", "c0", 10, 0), frag("l8b", 8, "c", "z", 110, 0)})
+	if got := names(PlanCompaction(&Manifest{Fragments: wide}, o)); got != "c0,l8a->L9" {
+		t.Errorf("capped spill: plan %q", got)
+	}
+	// ... and level 0 waits while its base level holds too many fragments to
+	// take it: the base level, past its target, spills first.
+	crowded := slices.Concat(run("c", 9, 10, 100), l0(6))
+	for i := range 5 {
+		crowded = append(crowded, frag(fmt.Sprint("b", i), 8, fmt.Sprint("c", i), fmt.Sprint("c", i, "~"), 30, 0))
+	}
+	if got := names(PlanCompaction(&Manifest{Fragments: crowded}, o)); got != "c0,b0->L9" {
+		t.Errorf("level 0 against a crowded base level: plan %q", got)
 	}
 }
 
@@ -358,7 +408,7 @@ func TestCompactionKeepsEachRowsShardForTies(t *testing.T) {
 		mustAppend(t, tb, row{"v", 9, 0}, row{"u", 4, 0}) // no shard
 		if compact {
 			before := tb.Latest()
-			if _, err := tb.Compact(ctx, CompactOptions{}); err != nil {
+			if _, err := tb.Compact(ctx, CompactOptions{Level0Trigger: 2}); err != nil {
 				t.Fatal(err)
 			}
 			after := tb.Latest()
@@ -507,7 +557,7 @@ func TestCompactionInterleavedWithMerges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := compactor.Compact(ctx, CompactOptions{})
+	res, err := compactor.Compact(ctx, CompactOptions{Level0Trigger: 2})
 	if err != nil || res.Sources != 7 || res.Outputs != 1 {
 		t.Fatalf("compaction: %+v %v", res, err)
 	}
@@ -533,7 +583,7 @@ func TestCompactionInterleavedWithMerges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = compactor.Compact(ctx, CompactOptions{})
+	res, err = compactor.Compact(ctx, CompactOptions{Level0Trigger: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -632,7 +682,7 @@ func TestCompactionRacingMergesLosesNothing(t *testing.T) {
 						done = true // one more, after the last merge
 					default:
 					}
-					res, err := tb.Compact(ctx, CompactOptions{TargetRows: int64(6 + rng.IntN(30)), MaxSources: 2 + rng.IntN(6), DeletedRatio: 0.1})
+					res, err := tb.Compact(ctx, CompactOptions{TargetRows: int64(6 + rng.IntN(30)), MaxSources: 2 + rng.IntN(6), DeletedRatio: 0.1, Level0Trigger: 1 + rng.IntN(4)})
 					if err != nil {
 						t.Error(err)
 						return
@@ -692,7 +742,7 @@ func TestConcurrentCompactionsOneWins(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = h.Compact(ctx, CompactOptions{})
+			_, errs[i] = h.Compact(ctx, CompactOptions{Level0Trigger: 2})
 		}()
 	}
 	wg.Wait()
@@ -729,7 +779,7 @@ func TestConcurrentCompactionsOneWins(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := h.Compact(ctx, CompactOptions{MaxSources: 2 + round%3}); err != nil && !errors.Is(err, ErrConflict) {
+				if _, err := h.Compact(ctx, CompactOptions{MaxSources: 2 + round%3, Level0Trigger: 1 + round%4}); err != nil && !errors.Is(err, ErrConflict) {
 					t.Error(err)
 				}
 			}()
@@ -774,12 +824,12 @@ func TestInterruptedCompactionLeavesTheTable(t *testing.T) {
 	// Cancelled while writing its output's bloom filter.
 	faults.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, KeyContains: ".bloom", Times: 1,
 		Before: func(context.Context, objstore.Op, string) { cancel() }})
-	if _, err := h.Compact(cctx, CompactOptions{}); !errors.Is(err, context.Canceled) {
+	if _, err := h.Compact(cctx, CompactOptions{Level0Trigger: 2}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled compaction: %v, want context.Canceled", err)
 	}
 	// A write of its output failing.
 	faults.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, KeyContains: ".parquet", Times: 1})
-	if _, err := h.Compact(ctx, CompactOptions{}); !errors.Is(err, objstore.ErrInjected) {
+	if _, err := h.Compact(ctx, CompactOptions{Level0Trigger: 2}); !errors.Is(err, objstore.ErrInjected) {
 		t.Fatalf("compaction with a failing put: %v, want the injected error", err)
 	}
 	m, err := tb.Refresh(ctx)
@@ -793,7 +843,7 @@ func TestInterruptedCompactionLeavesTheTable(t *testing.T) {
 		t.Fatalf("failed compactions left %v", left)
 	}
 	// A crash after the outputs are written: only unreferenced files.
-	c := &compaction{t: h, id: "crashed", base: m, plan: PlanCompaction(m, CompactOptions{}), target: DefaultTargetRows, staged: staged{t: h}}
+	c := &compaction{t: h, id: "crashed", base: m, plan: PlanCompaction(m, CompactOptions{Level0Trigger: 2}), target: DefaultTargetRows, staged: staged{t: h}}
 	if err := c.write(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -809,7 +859,7 @@ func TestInterruptedCompactionLeavesTheTable(t *testing.T) {
 	}
 	md.check(t, fresh, fresh.Latest())
 	// And a compaction after all that works.
-	if res, err := tb.Compact(ctx, CompactOptions{}); err != nil || res.Sources != 4 {
+	if res, err := tb.Compact(ctx, CompactOptions{Level0Trigger: 2}); err != nil || res.Sources != 4 {
 		t.Fatalf("compaction: %+v %v", res, err)
 	}
 	md.check(t, fresh, tb.Latest())
@@ -822,7 +872,7 @@ func TestManifestRefusesBadShardRuns(t *testing.T) {
 	tb := createTable(t, b)
 	appendShard(t, tb, "a", 1, row{"x", 1, 1}, row{"y", 1, 1})
 	appendShard(t, tb, "b", 1, row{"z", 1, 1})
-	if _, err := tb.Compact(ctx, CompactOptions{}); err != nil {
+	if _, err := tb.Compact(ctx, CompactOptions{Level0Trigger: 2}); err != nil {
 		t.Fatal(err)
 	}
 	good := withShardRuns(tb.Latest(), ShardRun{"a", 2}, ShardRun{"b", 1})
@@ -924,7 +974,7 @@ func TestCompactionKeepsTheNewestOfDuplicateIDs(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			res, err := h.Compact(ctx, CompactOptions{})
+			res, err := h.Compact(ctx, CompactOptions{Level0Trigger: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -951,7 +1001,7 @@ func TestCompactionDropsAFragmentWithNothingLive(t *testing.T) {
 	tb := createTable(t, memBucket(t))
 	mustAppend(t, tb, row{"a", 1, 1}, row{"b", 1, 1})
 	m := mustAppend(t, tb, row{"a", 2, 2}, row{"b", 2, 2}, row{"c", 2, 2})
-	res, err := tb.Compact(ctx, CompactOptions{TargetRows: 2})
+	res, err := tb.Compact(ctx, CompactOptions{Level0Trigger: 2, TargetRows: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

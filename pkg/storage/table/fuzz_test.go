@@ -70,7 +70,7 @@ func compactedManifests(f *testing.F) (good []byte, bad [][]byte) {
 			f.Fatal(err)
 		}
 	}
-	if _, err := tb.Compact(ctx, CompactOptions{}); err != nil {
+	if _, err := tb.Compact(ctx, CompactOptions{Level0Trigger: 2}); err != nil {
 		f.Fatal(err)
 	}
 	m := withShardRuns(tb.Latest(), ShardRun{"", 2}, ShardRun{"a", 2}, ShardRun{"b", 2})

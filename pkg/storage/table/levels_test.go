@@ -1,6 +1,7 @@
 package table
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -103,7 +104,7 @@ func TestUnsortedAndSortedFragmentsReadTheSameThroughCompactions(t *testing.T) {
 			t.Fatalf("still compacting after %d compactions: levels %+v", i, tb.Latest().Levels())
 		}
 		before := tb.Latest()
-		res, err := tb.Compact(ctx, CompactOptions{TargetRows: 25, MaxSources: 8})
+		res, err := tb.Compact(ctx, CompactOptions{TargetRows: 25, MaxSources: 8, Level0Trigger: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,5 +128,164 @@ func TestUnsortedAndSortedFragmentsReadTheSameThroughCompactions(t *testing.T) {
 	lv := tb.Latest().Levels()
 	if !sorted || lv.Unsorted != 0 || lv.Spilling != 0 || lv.Level0 > 1 {
 		t.Fatalf("levels at the end %+v", lv)
+	}
+}
+
+// levelSim applies compaction plans to a manifest alone, with rows spread evenly
+// over ids: what the planner makes of a stream of merges, without the I/O.
+type levelSim struct {
+	t       testing.TB
+	m       *Manifest
+	o       CompactOptions
+	next    int
+	written int64 // rows rewritten by compactions
+	merged  int64 // rows merges added
+	plans   int
+	// Merges of mergeRows rows land while compactions rewrite: one for every
+	// mergeRows*speed rows rewritten (compactions rewrite speed times as many rows
+	// a second as merges add), as beside a real compact task.
+	mergeRows int64
+	speed     int64
+	owed      int64 // rows rewritten since the last merge that landed meanwhile
+}
+
+// id is the i-th of 2^32 ids in byte order.
+func simID(x uint64) string { return fmt.Sprintf("%08x", x) }
+
+func (s *levelSim) frag(level int, lo, hi uint64, rows int64) Fragment {
+	s.next++
+	return Fragment{Path: fmt.Sprint("f", s.next), Rows: rows, Level: level, IDMin: simID(lo), IDMax: simID(hi), Sorted: true}
+}
+
+// merge adds a level-0 fragment of rows rows over the whole key space.
+func (s *levelSim) merge(rows int64) {
+	s.m.Fragments = append(s.m.Fragments, s.frag(0, 0, 1<<32-1, rows))
+	s.merged += rows
+}
+
+// compact runs plans as a compact task does (at most 32), checking each.
+func (s *levelSim) compact() int {
+	for n := range 32 {
+		p := PlanCompaction(s.m, s.o)
+		if p == nil {
+			return n
+		}
+		s.apply(p)
+	}
+	return 32
+}
+
+// meanwhile lands the merges of the time w rows took to rewrite.
+func (s *levelSim) meanwhile(w int64) {
+	if s.speed == 0 {
+		return
+	}
+	for s.owed += w; s.owed >= s.mergeRows*s.speed; s.owed -= s.mergeRows * s.speed {
+		s.merge(s.mergeRows)
+	}
+}
+
+func (s *levelSim) apply(p *CompactionPlan) {
+	s.t.Helper()
+	s.plans++
+	in := map[string]bool{}
+	var rows int64
+	lo, hi := uint64(1<<32-1), uint64(0)
+	for _, f := range p.Sources {
+		in[f.Path] = true
+		rows += f.LiveRows()
+		var a, b uint64
+		fmt.Sscanf(f.IDMin, "%x", &a)
+		fmt.Sscanf(f.IDMax, "%x", &b)
+		lo, hi = min(lo, a), max(hi, b)
+	}
+	if !p.Move && len(p.Sources) > s.o.MaxSources {
+		s.t.Fatalf("plan of %d sources, over MaxSources %d", len(p.Sources), s.o.MaxSources)
+	}
+	var keep []Fragment
+	for _, f := range s.m.Fragments {
+		switch {
+		case !in[f.Path]:
+			keep = append(keep, f)
+		case p.Move:
+			f.Level++
+			keep = append(keep, f)
+		}
+	}
+	if !p.Move && rows > 0 {
+		s.written += rows
+		defer s.meanwhile(rows)
+		k := (rows + s.o.TargetRows - 1) / s.o.TargetRows
+		span := (hi - lo + 1) / uint64(k)
+		for i := range uint64(k) {
+			a, b := lo+i*span, lo+(i+1)*span-1
+			if i == uint64(k)-1 {
+				b = hi
+			}
+			keep = append(keep, s.frag(p.Level, a, b, rows/k))
+		}
+	}
+	s.m.Fragments = keep
+	byLevel := map[int][]Fragment{}
+	for _, f := range keep {
+		if f.Level > 0 {
+			byLevel[f.Level] = append(byLevel[f.Level], f)
+		}
+	}
+	for l, fs := range byLevel {
+		slices.SortFunc(fs, func(a, b Fragment) int { return cmp.Compare(a.IDMin, b.IDMin) })
+		for i := 1; i < len(fs); i++ {
+			if fs[i].IDMin <= fs[i-1].IDMax {
+				s.t.Fatalf("after plan %d: level %d: %s overlaps %s", s.plans, l, fs[i-1].Path, fs[i].Path)
+			}
+		}
+	}
+}
+
+// A compaction costs what it moves, not what the store holds: a store fed merges
+// (and compacted as the master has it: when level 0 reaches MIN_FRAGMENTS or a
+// level is past its target) rewrites each merged row about LevelFanout times per
+// level at most, whether it holds a hundred thousand rows or ten million. The
+// leveling before this one (levels of 1, 10, 100 fragments, level 0 first
+// whenever two fragments were there) rewrote the whole store for every move of
+// level 0: 25 and more rewrites per row at 300,000 rows, growing with the store.
+// Every level stays one sorted run at every step, and every rewrite within
+// MaxSources (levelSim.apply).
+func TestLevelsRewriteWhatTheyMoveAtEverySize(t *testing.T) {
+	for _, c := range []struct {
+		rows, merge, speed int64
+	}{
+		{300_000, 2_000, 16},     // the skew benchmark's hot store: 2.3M rows rewritten in 140 s, 1,000 merged a second
+		{3_000_000, 20_000, 16},  // a store of millions
+		{10_000_000, 250_000, 0}, // the scale benchmark's build: compactions after it
+	} {
+		s := &levelSim{t: t, m: &Manifest{}, o: CompactOptions{}.withDefaults(), mergeRows: c.merge, speed: c.speed}
+		maxL0 := 0
+		for s.merged < c.rows {
+			s.merge(c.merge)
+			if lv := s.m.Levels(); lv.Level0 >= 8 || lv.Spilling > 0 {
+				s.compact()
+			}
+			maxL0 = max(maxL0, s.m.Levels().Level0)
+		}
+		levels := map[int]int{}
+		for _, f := range s.m.Fragments {
+			levels[f.Level]++
+		}
+		amp := float64(s.written) / float64(s.merged)
+		t.Logf("%d rows in merges of %d, compactions %dx as fast: %d plans, %.1f rewrites per row, level 0 at most %d fragments, fragments by level %v",
+			c.rows, c.merge, c.speed, s.plans, amp, maxL0, levels)
+		nonEmpty := 0
+		for l, n := range levels {
+			if l > 0 && n > 0 {
+				nonEmpty++
+			}
+		}
+		if bound := float64(LevelFanout*nonEmpty + 2); amp > bound {
+			t.Errorf("%d rows: %.1f rewrites per merged row, over %v (LevelFanout per level, and level 0's move)", c.rows, amp, bound)
+		}
+		if maxL0 > 8+32 {
+			t.Errorf("%d rows: level 0 reached %d fragments", c.rows, maxL0)
+		}
 	}
 }

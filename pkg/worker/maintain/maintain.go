@@ -94,6 +94,7 @@ func addCompaction(t *table.CompactResult, c table.CompactResult) {
 	t.Version, t.Level = c.Version, c.Level
 	t.Sources += c.Sources
 	t.Outputs += c.Outputs
+	t.Moved += c.Moved
 	t.RowsWritten += c.RowsWritten
 	t.RowsDropped += c.RowsDropped
 	t.BytesRead += c.BytesRead
@@ -108,8 +109,12 @@ func (r Report) Summary() string {
 		if r.Compactions > 1 {
 			in = fmt.Sprintf(" in %d compactions", r.Compactions)
 		}
-		parts = append(parts, fmt.Sprintf("compacted %s into %d%s (%d rows, %d deleted rows dropped, version %d)",
-			plural(c.Sources, "fragment"), c.Outputs, in, c.RowsWritten, c.RowsDropped, c.Version))
+		moved := ""
+		if c.Moved > 0 {
+			moved = fmt.Sprintf(", %d of them moved down a level as they were", c.Moved)
+		}
+		parts = append(parts, fmt.Sprintf("compacted %s into %d%s (%d rows, %d deleted rows dropped%s, version %d)",
+			plural(c.Sources, "fragment"), c.Outputs, in, c.RowsWritten, c.RowsDropped, moved, c.Version))
 	} else if r.Verify == nil {
 		parts = append(parts, "nothing to compact")
 	}
@@ -149,14 +154,21 @@ func (m *Maintainer) Compact(ctx context.Context, s *store.Store) (Report, error
 		}
 		defer release()
 	}
-	// One compaction moves one level's worth of fragments; the table reaches its
-	// compacted shape in a few (a level over its capacity spills one fragment at a
-	// time), so a task runs them until there is nothing left to do, at most
-	// maxCompactions. Each is bounded in memory on its own: they run one after
-	// another under the same reservation.
-	for range maxCompactions {
+	// One compaction moves level 0 or one fragment's worth of a level past its
+	// target; the table reaches its shape in a few, so a task runs them until
+	// there is nothing left to do, at most maxCompactions. Each is bounded in
+	// memory on its own: they run one after another under the same reservation.
+	// The first takes level 0 from two fragments on (the task was asked for, by
+	// the master's MIN_FRAGMENTS or by an operator); the others wait for
+	// Level0Trigger, so a task does not spend its compactions rewriting the base
+	// level for each merge that lands meanwhile.
+	for i := range maxCompactions {
 		start := time.Now()
-		c, err := s.Table().Compact(ctx, m.cfg.Compact)
+		o := m.cfg.Compact
+		if i == 0 {
+			o = m.first()
+		}
+		c, err := s.Table().Compact(ctx, o)
 		if err != nil {
 			return r, fmt.Errorf("compact %s: %w", s.Target(), err)
 		}
@@ -166,7 +178,7 @@ func (m *Maintainer) Compact(ctx context.Context, s *store.Store) (Report, error
 		r.Compactions++
 		addCompaction(&r.Compaction, c)
 		r.Version = c.Version
-		log.Info("compacted", "sources", c.Sources, "outputs", c.Outputs, "level", c.Level, "rows", c.RowsWritten,
+		log.Info("compacted", "sources", c.Sources, "outputs", c.Outputs, "moved", c.Moved, "level", c.Level, "rows", c.RowsWritten,
 			"deleted_rows_dropped", c.RowsDropped, "bytes_read", c.BytesRead, "bytes_written", c.BytesWritten,
 			"version", c.Version, "duration", time.Since(start).String())
 	}
@@ -194,6 +206,15 @@ func (m *Maintainer) Compact(ctx context.Context, s *store.Store) (Report, error
 	return r, nil
 }
 
+// first is the options of a task's first compaction (Compact).
+func (m *Maintainer) first() table.CompactOptions {
+	o := m.cfg.Compact
+	if o.Level0Trigger <= 0 || o.Level0Trigger > 2 {
+		o.Level0Trigger = 2
+	}
+	return o
+}
+
 // charge estimates what one compaction of m holds in memory: one output
 // fragment's rows, decoded (rows are streamed through it), with the Parquet
 // writer's dictionaries and compressor state. Fragments are stored compressed, so
@@ -206,7 +227,7 @@ func (m *Maintainer) charge(latest *table.Manifest) int64 {
 	if latest == nil {
 		return 0
 	}
-	rows, bytes := table.PlanCompaction(latest, m.cfg.Compact).Rows()
+	rows, bytes := table.PlanCompaction(latest, m.first()).Rows()
 	if rows == 0 {
 		return 0
 	}

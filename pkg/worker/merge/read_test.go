@@ -430,7 +430,7 @@ func TestPagingByCursorReturnsEveryRowExactlyOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				if rng.IntN(4) == 0 {
-					if _, err := writer.Table().Compact(ctx, table.CompactOptions{TargetRows: 16}); err != nil {
+					if _, err := writer.Table().Compact(ctx, table.CompactOptions{TargetRows: 16, Level0Trigger: 2}); err != nil {
 						t.Fatal(err)
 					}
 				}

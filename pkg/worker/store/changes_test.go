@@ -206,7 +206,7 @@ func TestChangesAcrossMergesAndCompactionsNeitherSkipNorRepeat(t *testing.T) {
 				t.Fatal(err)
 			}
 		case 2:
-			res, err := w1.Table().Compact(ctx, table.CompactOptions{TargetRows: 16})
+			res, err := w1.Table().Compact(ctx, table.CompactOptions{TargetRows: 16, Level0Trigger: 2})
 			if err != nil && !errors.Is(err, table.ErrConflict) {
 				t.Fatal(err)
 			}

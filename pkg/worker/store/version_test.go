@@ -123,7 +123,7 @@ func TestReadAtVersionIsStableWhileMergesAndCompactionsCommit(t *testing.T) {
 					continue
 				}
 				// Compactions race the other shard's merges.
-				res, err := w.Table().Compact(wctx, table.CompactOptions{})
+				res, err := w.Table().Compact(wctx, table.CompactOptions{Level0Trigger: 2})
 				switch {
 				case errors.Is(err, table.ErrConflict):
 				case err != nil:
