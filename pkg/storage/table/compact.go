@@ -114,7 +114,7 @@ func (t *Table) Compact(ctx context.Context, o CompactOptions) (CompactResult, e
 // commitMove commits a move plan: no file is read or written.
 func (t *Table) commitMove(ctx context.Context, base *Manifest, p *CompactionPlan) (CompactResult, error) {
 	c := &move{t: t, id: "compact-" + uuid.NewString(), base: base, plan: p}
-	if err := movedDisjoint(c.proposal(), p.Sources); err != nil {
+	if err := movedDisjoint(c.proposal()); err != nil {
 		return CompactResult{}, fmt.Errorf("compact %s: plan: %w", t.dir, err) // a planner bug, not a race
 	}
 	m, err := t.commitOptimistic(ctx, c.id, c)

@@ -53,31 +53,14 @@ func (c *move) settle(latest *Manifest) error {
 	}
 	c2 := *c
 	c2.base = latest
-	return movedDisjoint(c2.proposal(), c.plan.Sources)
+	return movedDisjoint(c2.proposal())
 }
 
-// movedDisjoint checks that every moved fragment meets nothing else of its new
-// level in m.
-func movedDisjoint(m *Manifest, sources []Fragment) error {
-	moved := make(map[string]bool, len(sources))
-	for _, f := range sources {
-		moved[f.Path] = true
-	}
-	byLevel := map[int][]Fragment{}
-	for _, f := range m.Fragments {
-		if f.Level > 0 {
-			byLevel[f.Level] = append(byLevel[f.Level], f)
-		}
-	}
-	for _, f := range m.Fragments {
-		if !moved[f.Path] {
-			continue
-		}
-		for _, g := range byLevel[f.Level] {
-			if g.Path != f.Path && g.IDMax >= f.IDMin && g.IDMin <= f.IDMax {
-				return fmt.Errorf("%w: moving %s to level %d in version %d would meet %s there", ErrConflict, f.Path, f.Level, m.Version, g.Path)
-			}
-		}
+// movedDisjoint checks that every level >= 1 of m, the version a move proposes,
+// is one sorted run.
+func movedDisjoint(m *Manifest) error {
+	if a, b, ok := overlapInLevels(m.Fragments); ok {
+		return fmt.Errorf("%w: a move would leave %s and %s meeting at level %d in version %d", ErrConflict, a.Path, b.Path, a.Level, m.Version)
 	}
 	return nil
 }

@@ -375,6 +375,26 @@ func (s *shape) spill(n int, o CompactOptions, rewrite func(int, bool, ...[]int)
 	return rewrite(n+1, false, []int{best}, bestOverlap)
 }
 
+// overlapInLevels returns two fragments of one level >= 1 of fs whose id ranges
+// meet, if there are any: each level must be one sorted run.
+func overlapInLevels(fs []Fragment) (a, b Fragment, found bool) {
+	byLevel := map[int][]Fragment{}
+	for _, f := range fs {
+		if f.Level > 0 {
+			byLevel[f.Level] = append(byLevel[f.Level], f)
+		}
+	}
+	for _, l := range byLevel {
+		slices.SortFunc(l, func(a, b Fragment) int { return cmp.Compare(a.IDMin, b.IDMin) })
+		for i := 1; i < len(l); i++ {
+			if l[i].IDMin <= l[i-1].IDMax {
+				return l[i-1], l[i], true
+			}
+		}
+	}
+	return a, b, false
+}
+
 // overlapping returns the positions of ps whose fragments' id ranges meet [lo, hi].
 func overlapping(m *Manifest, ps []int, lo, hi string) []int {
 	var out []int

@@ -167,19 +167,8 @@ func checkSortedOutputs(t testing.TB, tb *Table, before, after *Manifest) {
 			t.Fatalf("output %s: index starts at %q, id_min %q", f.Path, top.blocks[0].first, f.IDMin)
 		}
 	}
-	byLevel := map[int][]Fragment{}
-	for _, f := range after.Fragments {
-		if f.Level > 0 {
-			byLevel[f.Level] = append(byLevel[f.Level], f)
-		}
-	}
-	for level, fs := range byLevel {
-		slices.SortFunc(fs, func(a, b Fragment) int { return strings.Compare(a.IDMin, b.IDMin) })
-		for i := 1; i < len(fs); i++ {
-			if fs[i].IDMin <= fs[i-1].IDMax {
-				t.Fatalf("level %d: %s [%s,%s] overlaps %s [%s,%s]", level, fs[i-1].Path, fs[i-1].IDMin, fs[i-1].IDMax, fs[i].Path, fs[i].IDMin, fs[i].IDMax)
-			}
-		}
+	if a, b, ok := overlapInLevels(after.Fragments); ok {
+		t.Fatalf("level %d: %s [%s,%s] overlaps %s [%s,%s]", a.Level, a.Path, a.IDMin, a.IDMax, b.Path, b.IDMin, b.IDMax)
 	}
 }
 

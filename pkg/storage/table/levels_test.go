@@ -1,7 +1,6 @@
 package table
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -226,19 +225,8 @@ func (s *levelSim) apply(p *CompactionPlan) {
 		}
 	}
 	s.m.Fragments = keep
-	byLevel := map[int][]Fragment{}
-	for _, f := range keep {
-		if f.Level > 0 {
-			byLevel[f.Level] = append(byLevel[f.Level], f)
-		}
-	}
-	for l, fs := range byLevel {
-		slices.SortFunc(fs, func(a, b Fragment) int { return cmp.Compare(a.IDMin, b.IDMin) })
-		for i := 1; i < len(fs); i++ {
-			if fs[i].IDMin <= fs[i-1].IDMax {
-				s.t.Fatalf("after plan %d: level %d: %s overlaps %s", s.plans, l, fs[i-1].Path, fs[i].Path)
-			}
-		}
+	if a, b, ok := overlapInLevels(keep); ok {
+		s.t.Fatalf("after plan %d: level %d: %s overlaps %s", s.plans, a.Level, a.Path, b.Path)
 	}
 }
 
