@@ -56,7 +56,7 @@ type MaintenanceConfig struct {
 	// over the merge interval). A sweep runs the compact task when the newest
 	// manifest meets the rule of scanner.CompactionSweeper
 	// (scanner.CompactionReason: fragments to sort, at least MinFragments level-0
-	// fragments, a level over its capacity, deleted rows at or over DeletedRatio of
+	// fragments, a level past its target, deleted rows at or over DeletedRatio of
 	// the rows, or CleanupVersions versions since the last task; not when it is
 	// unchanged since the last task).
 	SweepEvery      int

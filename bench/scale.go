@@ -95,8 +95,9 @@ func DefaultScaleConfig(rows []int64) ScaleConfig {
 	}
 	return ScaleConfig{
 		Rows: rows, BuildRows: 250_000, AppendRows: 25_000,
+		// Level0Trigger 1: the build leaves level 0 empty, so reads measure the levels.
 		Compact: table.CompactOptions{TargetRows: table.DefaultTargetRows, MaxSources: table.DefaultMaxSources,
-			DeletedRatio: table.DefaultDeletedRatio},
+			DeletedRatio: table.DefaultDeletedRatio, Level0Trigger: 1},
 		Retention: table.Retention{KeepVersions: 3, KeepAge: time.Second, SafetyWindow: time.Second},
 		Latency:   20 * time.Millisecond,
 		Gets:      [2]int{500, 100}, MissingGets: [2]int{50, 10}, Batches: [2]int{30, 10}, Pages: [2]int{20, 5},
@@ -539,7 +540,7 @@ func buildScaleStore(ctx context.Context, env *Env, cfg ScaleConfig, b *objstore
 	out.Levels = levelsOf(latest)
 	ls := latest.Levels()
 	if got := latest.Stats().Rows; got != rows || ls.Level0 > 0 || ls.Spilling > 0 {
-		return "", fmt.Errorf("built version %d: %d live rows (want %d), %d level-0 fragments, %d levels over capacity",
+		return "", fmt.Errorf("built version %d: %d live rows (want %d), %d level-0 fragments, %d levels past their targets",
 			latest.Version, got, rows, ls.Level0, ls.Spilling)
 	}
 	if n, err := pendingGenerations(ctx, b, e.URI); err != nil || n > 0 {

@@ -84,7 +84,7 @@ func (f *serveFlags) bind(fs *pflag.FlagSet) {
 	bind("merge-max-delay", "MERGE_MAX_DELAY")
 	fs.DurationVar(&c.CompactionSweep.Interval, "compaction-interval", scanner.DefaultCompactionInterval, "period of the compaction sweep that enqueues compact tasks")
 	bind("compaction-interval", "COMPACTION_INTERVAL")
-	fs.IntVar(&c.CompactionSweep.MinFragments, "min-fragments", scanner.DefaultMinFragments, "the compaction sweep enqueues compact for targets with at least this many level-0 base table fragments (what merges write; a point read probes each), besides those with a level over its capacity or fragments to sort; a merge that leaves this many enqueues it at once")
+	fs.IntVar(&c.CompactionSweep.MinFragments, "min-fragments", scanner.DefaultMinFragments, "the compaction sweep enqueues compact for targets with at least this many level-0 base table fragments (what merges write; a point read probes each), besides those with a level past its target or fragments to sort; a merge that leaves this many enqueues it at once")
 	bind("min-fragments", "MIN_FRAGMENTS")
 	fs.Float64Var(&c.CompactionSweep.DeletedRatio, "compaction-deleted-ratio", scanner.DefaultDeletedRatio, "the compaction sweep enqueues compact for targets whose deleted rows are at least this share of their rows")
 	bind("compaction-deleted-ratio", "COMPACTION_DELETED_RATIO")

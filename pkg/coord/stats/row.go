@@ -56,8 +56,8 @@ type Row struct {
 	// Level0Fragments counts the base table's level-0 fragments (what merges write,
 	// and every fragment written before sorted fragments, UnsortedFragments of
 	// them): each may hold any id, so a point read probes every one.
-	// SpillingLevels counts the deeper levels holding more fragments than their
-	// capacity. Both are what the compaction sweep compares with its thresholds.
+	// SpillingLevels counts the deeper levels holding more rows than their
+	// targets (table.LevelStats). Both are what the compaction sweep compares with its thresholds.
 	Level0Fragments   int `json:"level0_fragments"`
 	UnsortedFragments int `json:"unsorted_fragments,omitempty"`
 	SpillingLevels    int `json:"spilling_levels,omitempty"`

@@ -15,7 +15,7 @@ import (
 
 // CompactionSweeper enqueues compact tasks: for targets with fragments to sort
 // (written before sorted fragments), with at least MIN_FRAGMENTS level-0 fragments
-// (each of which a point read probes), with a level over its capacity, with
+// (each of which a point read probes), with a level past its target (in rows), with
 // deleted rows at or over COMPACTION_DELETED_RATIO of their rows, or with
 // CLEANUP_EVERY_VERSIONS versions committed since the last compact task this
 // sweeper enqueued (the task's cleanup then deletes the manifests and files
@@ -80,7 +80,7 @@ func CompactionReason(cfg CompactionSweepConfig, r stats.Row, last uint64, seen 
 	case r.Level0Fragments >= cfg.MinFragments:
 		return fmt.Sprintf("%d level-0 fragments", r.Level0Fragments)
 	case r.SpillingLevels > 0:
-		return fmt.Sprintf("%d levels over their capacity", r.SpillingLevels)
+		return fmt.Sprintf("%d levels past their targets", r.SpillingLevels)
 	case r.DeletedRows > 0 && float64(r.DeletedRows) >= cfg.DeletedRatio*float64(total):
 		return fmt.Sprintf("%d of %d rows deleted", r.DeletedRows, total)
 	case r.Version >= last+uint64(cfg.CleanupEveryVersions):
