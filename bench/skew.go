@@ -99,6 +99,8 @@ type SkewResult struct {
 	FirstError                     string
 	// Waits splits the late quiet generations' waits into their parts.
 	Waits WaitBreakdown
+	// Peak is what the hot store's tasks did around its pending maximum.
+	Peak HotPeak
 	// MaxDelay is the master's MERGE_MAX_DELAY.
 	MaxDelay           time.Duration
 	Requests           int64
@@ -254,6 +256,7 @@ func RunSkew(ctx context.Context, env *Env, cfg SkewConfig, mode fanout.Shape) (
 		return res, fmt.Errorf("skew: %w", err)
 	}
 	res.Waits = breakdownWaits(everything, seen, hot.name, res.MaxDelay)
+	res.Peak = hotPeak(h.Samples, start, everything, hot.name)
 	if h.DemandByGenerations, h.DemandByAge, err = demandEnqueues(c.metrics); err != nil {
 		return res, err
 	}

@@ -66,6 +66,11 @@ func (r *Report) skewSection(p printer) {
 			p("\n%d workers, %s: the hot store's pending, maximum of each minute: %s.\n", run.Config.Ingest.Workers, s.Mode,
 				joinInts(s.Hot.MinuteMax))
 		}
+		if pk := s.Peak; pk.Pending > 0 {
+			p("\n%d workers, %s: the hot store's peak, %d pending at %s, %s after its last merge commit; its tasks "+
+				"from that commit to the peak: %s.\n", run.Config.Ingest.Workers, s.Mode, pk.Pending, fmtDur(pk.At),
+				fmtDur(pk.SinceCommit), cmp.Or(strings.Join(pk.Window, "; "), "none"))
+		}
 		if w := s.Waits; w.Late > 0 {
 			p("\n%d workers, %s: the %d quiet generations that waited longer than MERGE_MAX_DELAY, their waits in parts "+
 				"(p50 / p99 / max), against the merge that took each: seal to its enqueue %s; in the queue %s, of which "+

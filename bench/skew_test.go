@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 )
 
@@ -70,5 +71,42 @@ func TestSkewGoalCountsTheWaitsStillRunning(t *testing.T) {
 	r.QuietOldestUnmerged = 40 * time.Second
 	if got := r.goals(); !strings.Contains(got, "quiet longest 40.00 s > 35.00 s") {
 		t.Fatalf("goals %q: the wait still running at the end was not counted", got)
+	}
+}
+
+// The hot store's peak is explained by the tasks between its last merge commit
+// and the peak sample: here a merge that ran 7 s beside a compaction; tasks of
+// other stores and merges that ended before the last commit are left out.
+func TestHotPeakNamesTheTasksSinceTheLastCommit(t *testing.T) {
+	start := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return start.Add(time.Duration(s) * time.Second) }
+	task := func(kind tasks.Kind, target string, enq, from, to int, detail string) tasks.Task {
+		tk := tasks.Task{Kind: kind, Target: target, EnqueuedAt: at(enq), StartedAt: at(from), State: tasks.StateDone, Detail: detail}
+		if to > 0 {
+			tk.FinishedAt = at(to)
+		} else {
+			tk.State = tasks.StateRunning
+		}
+		return tk
+	}
+	all := []tasks.Task{
+		task(tasks.KindMergeWAL, "hot", 0, 1, 2, "early"),
+		task(tasks.KindMergeWAL, "hot", 3, 3, 4, "the last commit"),
+		task(tasks.KindCompact, "hot", 3, 3, 11, "compacted"),
+		task(tasks.KindMergeWAL, "hot", 4, 5, 0, "slow"),
+		task(tasks.KindMergeWAL, "quiet-1", 5, 6, 7, "other store"),
+	}
+	var samples []IngestSample
+	for s, n := range []int{1, 5, 3, 9, 12, 30, 44, 60, 80, 99, 120, 20} {
+		samples = append(samples, IngestSample{At: time.Duration(s) * time.Second, Pending: n})
+	}
+	p := hotPeak(samples, start, all, "hot")
+	if p.Pending != 120 || p.At != 10*time.Second || p.SinceCommit != 6*time.Second || len(p.Window) != 3 {
+		t.Fatalf("peak %+v", p)
+	}
+	for i, want := range []string{"(the last commit)", "compact queued 0, ran 8.00 s from 3.00 s (compacted)", "(slow)"} {
+		if !strings.Contains(p.Window[i], want) {
+			t.Errorf("window[%d] = %q, want it to contain %q", i, p.Window[i], want)
+		}
 	}
 }
