@@ -392,9 +392,7 @@ func (d *MergeDemand) settle(ctx context.Context, live map[string]string, now ti
 			m.claimedRev, m.gone = d.view.Revision()+1, true
 		case task.State == tasks.StateDone:
 			m.claimedRev = task.FencingToken
-			if !task.StartedAt.IsZero() {
-				d.times.add(task.FinishedAt.Sub(task.StartedAt))
-			}
+			d.times.add(task.FinishedAt.Sub(task.EnqueuedAt))
 		case task.State.Live():
 			// Live again under the same id (requeued by orphan recovery) after a
 			// listing that missed it: look again next round.

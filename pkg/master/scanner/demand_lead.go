@@ -10,9 +10,12 @@ import (
 // follow a change of load within minutes.
 const mergeTimesKept = 64
 
-// mergeTimes are the run times (claim to finish, both on the claimer's clock) of
-// the last merges a MergeDemand saw finish: how long a store due by age takes,
-// once claimed, to be merged.
+// mergeTimes are the times from enqueue to finish of the last merges a
+// MergeDemand saw finish: how long a store due by age takes to be merged once
+// found due, its wait for a slot included (when merges of many stores come due
+// together, the wait is most of it). The enqueue is on the enqueuer's clock and
+// the finish on the claimer's: replicas' clocks apart by more than a merge time
+// would skew it, which startBy's bound keeps from mattering much.
 type mergeTimes struct {
 	last []time.Duration // a ring of at most mergeTimesKept
 	next int
@@ -41,8 +44,8 @@ func (m *mergeTimes) p90() time.Duration {
 }
 
 // startBy is the age of a store's oldest pending generation at which its merge
-// must start for the store to be merged by maxDelay: maxDelay less what recent
-// merges took (their p90), and never less than half of maxDelay, so a run of slow
+// must be enqueued for the store to be merged by maxDelay: maxDelay less what
+// recent merges took from enqueue to finish (their p90), and never less than half of maxDelay, so a run of slow
 // or skewed merges cannot make a quiet store merge much more often than asked.
 // MERGE_MAX_DELAY is a freshness target, the age by which rows are in the base
 // table; a merge started at it would land a merge time late, and later still

@@ -230,8 +230,9 @@ func TestMergeDemandEnqueuesAStoreThatTurnsDueBeforeTheNextRound(t *testing.T) {
 }
 
 // MERGE_MAX_DELAY is the age by which a store's rows are merged, so a store due
-// by age is enqueued that much earlier than MERGE_MAX_DELAY as merges take: once
-// merges have taken 8 s, a store whose oldest generation is 23 s old (of 30 s) is
+// by age is enqueued that much earlier than MERGE_MAX_DELAY as merges take from
+// their enqueue (the wait for a slot included): once merges have taken 8 s (3 in
+// the queue, 5 running), a store whose oldest generation is 23 s old (of 30 s) is
 // due, with due_at when it turns 22 s; one 20 s old is not yet.
 func TestMergeDemandStartsAMergeByAgeAsEarlyAsMergesTake(t *testing.T) {
 	w := newDemandWorld(t)
@@ -240,16 +241,17 @@ func TestMergeDemandStartsAMergeByAgeAsEarlyAsMergesTake(t *testing.T) {
 	if sum := w.round(); sum.Enqueued != 1 {
 		t.Fatalf("round = %+v, want busy enqueued", sum)
 	}
+	w.clk.Step(3 * time.Second) // in the queue, waiting for a slot
 	c, err := w.ts.Claim(w.ctx, w.grant(), tasks.ClaimFilter{Kinds: []tasks.Kind{tasks.KindMergeWAL}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.clk.Step(8 * time.Second)
+	w.clk.Step(5 * time.Second)
 	if _, err := w.ts.Finish(w.ctx, c, tasks.Result{}); err != nil {
 		t.Fatal(err)
 	}
 	w.publish("w1") // the merge took busy's generations
-	w.round()       // sees the merge done: 8 s
+	w.round()       // sees the merge done 8 s after it was enqueued
 
 	now = w.clk.Now()
 	w.publish("w1", gens("ripe", 1, now.Add(-23*time.Second)), gens("green", 1, now.Add(-20*time.Second)))
