@@ -148,7 +148,7 @@ type Task struct {
 	// DueAt is when the task should start at the latest, as its enqueuer judged
 	// (EnqueueDue): merges on demand set it to when the store's oldest pending
 	// generation reaches the age its merge must start at to land by MERGE_MAX_DELAY,
-	// or to now when its count made it due. Zero (every other enqueue, and records
+	// or, when its count made it due, to when the count reached the threshold. Zero (every other enqueue, and records
 	// written before it existed) means due at EnqueuedAt. Claim takes the task due
 	// first.
 	DueAt time.Time `json:"due_at,omitzero"`

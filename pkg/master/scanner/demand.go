@@ -309,7 +309,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 			sum.SkippedByCap++ // the least due: a round later
 			continue
 		}
-		task, dedup, err := d.ts.EnqueueDue(ctx, tasks.KindMergeWAL, c.Target, c.due(now, startBy))
+		task, dedup, err := d.ts.EnqueueDue(ctx, tasks.KindMergeWAL, c.Target, c.due(now, startBy, d.cfg.MinGenerations))
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return sum, fmt.Errorf("merges on demand: %w", err)
@@ -333,14 +333,21 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 	return sum, nil
 }
 
-// due is when a store's merge should start at the latest: when its oldest
-// pending generation reaches startBy (mergeTimes.startBy), or now if its
-// generations are what made it due. A store enqueued late by age (a round that came late, a merge that
-// failed) is thus due before the ones enqueued on time, and overtakes them; a
-// busy store, due by count, is due at once, not when its young rows grow old.
-func (c dueStore) due(now time.Time, startBy time.Duration) time.Time {
+// due is when a store's merge should start at the latest, which is when it
+// became due: by age, when its oldest pending generation reaches startBy
+// (mergeTimes.startBy); by count, when its generations reached minGenerations,
+// taken as if they had arrived evenly since the oldest (Age x (1 - min/count)
+// ago). The queue claims the task due first, so stores are served in the order
+// they fell behind: one enqueued late by age (a round that came late, a merge
+// that failed) overtakes the ones enqueued on time, and a busy store whose
+// generations piled up while its last merge ran (it cannot be enqueued again
+// before that merge ends) is not put behind every quiet store that came due
+// meanwhile; yet a store that falls behind later is served later, whatever its
+// count, so no store starves another.
+func (c dueStore) due(now time.Time, startBy time.Duration, minGenerations int) time.Time {
 	if c.reason == "generations" {
-		return now
+		behind := 1 - float64(minGenerations)/float64(max(c.Generations, minGenerations))
+		return now.Add(-time.Duration(float64(c.Age) * behind))
 	}
 	return now.Add(startBy - c.Age)
 }

@@ -229,6 +229,42 @@ func TestMergeDemandEnqueuesAStoreThatTurnsDueBeforeTheNextRound(t *testing.T) {
 	}
 }
 
+// Stores are served in the order they fell behind: a busy store whose
+// generations piled up while its last merge ran is due when its count reached
+// MERGE_WAL_MIN_GENERATIONS (its 8th of 80 generations arrived 9 s ago, taking
+// them as evenly spread over the 10 s since its oldest), before a quiet store that
+// came due by age 2 s ago; one that piled up just now is due now, after it.
+func TestMergeDemandServesStoresInTheOrderTheyFellBehind(t *testing.T) {
+	w := newDemandWorld(t)
+	now := w.clk.Now()
+	w.publish("w1", gens("quiet", 1, now.Add(-32*time.Second)), gens("piled", 40, now.Add(-10*time.Second)), gens("burst", 80, now))
+	w.publish("w2", gens("piled", 40, now.Add(-5*time.Second)))
+	if sum := w.round(); sum.Enqueued != 3 {
+		t.Fatalf("round = %+v, want three enqueued", sum)
+	}
+	queued, _, err := w.ts.List(w.ctx, tasks.ListFilter{State: tasks.StateQueued})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Time{"piled": now.Add(-9 * time.Second), "quiet": now.Add(-2 * time.Second), "burst": now}
+	for _, q := range queued {
+		if !q.DueAt.Equal(want[q.Target]) {
+			t.Errorf("%s due %v, want %v", q.Target, q.DueAt.Sub(now), want[q.Target].Sub(now))
+		}
+	}
+	var order []string
+	for range 3 {
+		c, err := w.ts.Claim(w.ctx, w.grant(), tasks.ClaimFilter{Kinds: []tasks.Kind{tasks.KindMergeWAL}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		order = append(order, c.Task.Target)
+	}
+	if !slices.Equal(order, []string{"piled", "quiet", "burst"}) {
+		t.Fatalf("claimed %v, want piled, quiet, burst", order)
+	}
+}
+
 // MERGE_MAX_DELAY is the age by which a store's rows are merged, so a store due
 // by age is enqueued that much earlier than MERGE_MAX_DELAY as merges take from
 // their enqueue (the wait for a slot included): once merges have taken 8 s (3 in
