@@ -147,10 +147,10 @@ type Task struct {
 	EnqueuedAt time.Time `json:"enqueued_at"`
 	// DueAt is when the task should start at the latest, as its enqueuer judged
 	// (EnqueueDue): merges on demand set it to when the store's oldest pending
-	// generation reaches the age its merge must start at to land by MERGE_MAX_DELAY,
-	// or, when its count made it due, to when the count reached the threshold. Zero (every other enqueue, and records
-	// written before it existed) means due at EnqueuedAt. Claim takes the task due
-	// first.
+	// generation reaches the age its merge must start at to land by
+	// MERGE_MAX_DELAY, or, when its count made it due, to when the count reached
+	// the threshold. Zero (every other enqueue, and records written before it
+	// existed) means due at EnqueuedAt. Claim takes the task due first.
 	DueAt time.Time `json:"due_at,omitzero"`
 	// StartedAt is when the current or last claim started it.
 	StartedAt  time.Time `json:"started_at,omitzero"`
