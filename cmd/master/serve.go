@@ -80,7 +80,7 @@ func (f *serveFlags) bind(fs *pflag.FlagSet) {
 	// warning, so a deployment that sets it still starts.
 	fs.Int("merge-wal-max-enqueues", scanner.DefaultMergeMaxEnqueues, "")
 	_ = fs.MarkDeprecated("merge-wal-max-enqueues", "ignored: merges are enqueued on demand, at most 256 new ones a round")
-	fs.DurationVar(&c.MergeDemand.MaxDelay, "merge-max-delay", scanner.DefaultMergeMaxDelay, "a store's oldest pending WAL generation is merged by this age however few it has: its merge is enqueued that much earlier as recent merges took from enqueue to finish (their p90, at most half of this); workers report pending generations within a second, and a store at --merge-wal-min-generations is merged at once")
+	fs.DurationVar(&c.MergeDemand.MaxDelay, "merge-max-delay", scanner.DefaultMergeMaxDelay, "a store's oldest pending WAL generation is merged by this age however few it has: its merge is enqueued that much earlier as the slowest recent merge by age took from enqueue to finish (at most half of this); workers report pending generations within a second, and a store at --merge-wal-min-generations is merged at once")
 	bind("merge-max-delay", "MERGE_MAX_DELAY")
 	fs.DurationVar(&c.CompactionSweep.Interval, "compaction-interval", scanner.DefaultCompactionInterval, "period of the compaction sweep that enqueues compact tasks")
 	bind("compaction-interval", "COMPACTION_INTERVAL")

@@ -97,6 +97,9 @@ type dueStore struct {
 // tracked is a merge this MergeDemand enqueued, until it has settled.
 type tracked struct {
 	id string
+	// byAge: the store was enqueued for its oldest generation's age (its merge
+	// times the age rule's lead: mergeTimes).
+	byAge bool
 	// claimedRev is the etcd revision the merge was claimed at (its fencing
 	// token) once it finished (zero while live, or when it failed); entries of
 	// the target written before it do not count.
@@ -147,11 +150,10 @@ type tracked struct {
 //
 // MaxDelay is a freshness target: the age by which a store's oldest pending
 // generation is in its base table. So a store is due by age that much less the
-// p90 of the recent merges' run times (mergeTimes.startBy): a merge started at
-// MaxDelay would land a merge time late. Each merge is due (tasks.Task.DueAt)
-// when the store's oldest pending generation reaches that age, or at once when
-// its generations made it due, and the scheduler claims the task due first: a
-// store found due late goes before the ones found due on time.
+// slowest of the recent merges by age, enqueue to finish (mergeTimes.startBy): a
+// merge enqueued at MaxDelay would land a merge time late. Each merge is due
+// (tasks.Task.DueAt) when it fell behind (dueStore.due), and the scheduler claims
+// the task due first: stores are served in the order they fell behind.
 //
 // Enqueues deduplicate onto a live task, so replicas never double a merge; the
 // coordination lock only keeps them from doubling the etcd reads. Rounds of one
@@ -328,7 +330,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 				"pending_wal_generations", c.Generations, "pending_wal_bytes", c.Bytes,
 				"oldest_age", c.Age.Round(time.Millisecond).String(), "workers", c.Workers)
 		}
-		d.merges[c.Target] = &tracked{id: task.ID}
+		d.merges[c.Target] = &tracked{id: task.ID, byAge: c.reason != "generations"}
 	}
 	return sum, nil
 }
@@ -399,7 +401,9 @@ func (d *MergeDemand) settle(ctx context.Context, live map[string]string, now ti
 			m.claimedRev, m.gone = d.view.Revision()+1, true
 		case task.State == tasks.StateDone:
 			m.claimedRev = task.FencingToken
-			d.times.add(task.FinishedAt.Sub(task.EnqueuedAt))
+			if m.byAge {
+				d.times.add(task.FinishedAt.Sub(task.EnqueuedAt))
+			}
 		case task.State.Live():
 			// Live again under the same id (requeued by orphan recovery) after a
 			// listing that missed it: look again next round.
