@@ -202,6 +202,8 @@ func (c *chargeRecorder) Reserve(ctx context.Context, charge int64) (func(), err
 	return c.r.Reserve(ctx, charge)
 }
 
+func (c *chargeRecorder) Merging() int { return c.r.Merging() }
+
 // RunMaintenance runs the scenario: both runs side by side, merge by merge.
 func RunMaintenance(ctx context.Context, env *Env, cfg MaintenanceConfig) (MaintenanceResult, error) {
 	res := MaintenanceResult{Date: time.Now(), Seed: env.Seed, Config: cfg, Off: MaintenanceRun{}, On: MaintenanceRun{Maintained: true}}

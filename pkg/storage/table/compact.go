@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/arrow-go/v18/arrow"
@@ -95,6 +96,7 @@ func (t *Table) Compact(ctx context.Context, o CompactOptions) (CompactResult, e
 		t: t, id: "compact-" + uuid.NewString(), base: base, plan: p,
 		target: o.TargetRows, staged: staged{t: t},
 	}
+	c.out.yield = c.yielder(o.Yield)
 	err = c.write(ctx)
 	if err == nil {
 		err = ctx.Err() // no manifest write with an ended context: its outcome would be unknown
@@ -109,6 +111,21 @@ func (t *Table) Compact(ctx context.Context, o CompactOptions) (CompactResult, e
 	}
 	c.res.Version = m.Version
 	return c.res, nil
+}
+
+// yielder is the outputBuilder's call after each row group: o.Yield with the
+// time worked since the previous call (or the start), nil without a Yield.
+func (c *compaction) yielder(yield func(context.Context, time.Duration) error) func(context.Context) error {
+	if yield == nil {
+		return nil
+	}
+	clk := c.t.opts.Clock
+	last := clk.Now()
+	return func(ctx context.Context) error {
+		err := yield(ctx, clk.Since(last))
+		last = clk.Now()
+		return err
+	}
 }
 
 // commitMove commits a move plan: no file is read or written.
@@ -592,6 +609,8 @@ type outputBuilder struct {
 	picks      []pick
 	pickShards []string
 	held       []arrow.RecordBatch // source batches the picks reference (retained)
+
+	yield func(context.Context) error // after each row group (CompactOptions.Yield), if set
 }
 
 type pick struct {
@@ -609,7 +628,12 @@ func (o *outputBuilder) add(ctx context.Context, rec arrow.RecordBatch, row int,
 	o.pickShards = append(o.pickShards, v.Shard)
 	o.rows++
 	if int64(len(o.picks)) >= o.groupRows {
-		return o.cut(ctx)
+		if err := o.cut(ctx); err != nil {
+			return err
+		}
+		if o.yield != nil {
+			return o.yield(ctx)
+		}
 	}
 	return nil
 }

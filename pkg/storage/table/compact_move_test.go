@@ -196,3 +196,46 @@ func fragmentPathsSorted(m *Manifest) string {
 	slices.Sort(out)
 	return fmt.Sprint(out)
 }
+
+// A rewrite calls Yield after each output row group with the time it worked
+// since the last call, and a Yield error ends it with nothing committed.
+func TestACompactionYieldsAfterEachRowGroup(t *testing.T) {
+	ctx := context.Background()
+	tb := createTable(t, memBucket(t), rowGroups(4))
+	for g := range 6 {
+		var rows []row
+		for i := range 10 {
+			rows = append(rows, row{fmt.Sprintf("id-%d-%d", g, i), 1, int64(i)})
+		}
+		appendShard(t, tb, "a", uint64(g+1), rows...)
+	}
+	var calls []time.Duration
+	o := CompactOptions{Level0Trigger: 2, Yield: func(_ context.Context, worked time.Duration) error {
+		calls = append(calls, worked)
+		return nil
+	}}
+	res, err := tb.Compact(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int(res.RowsWritten / 4); len(calls) != want {
+		t.Fatalf("%d yields for %d rows in row groups of 4, want %d", len(calls), res.RowsWritten, want)
+	}
+	for _, d := range calls {
+		if d <= 0 {
+			t.Fatalf("yields %v: a row group took no time", calls)
+		}
+	}
+	for g := range 6 {
+		appendShard(t, tb, "a", uint64(7+g), row{fmt.Sprintf("new-%d", g), 2, 0})
+	}
+	v := tb.Latest().Version
+	stop := errors.New("stop")
+	o.Yield = func(context.Context, time.Duration) error { return stop }
+	if _, err := tb.Compact(ctx, o); !errors.Is(err, stop) {
+		t.Fatalf("a compaction whose Yield failed: %v", err)
+	}
+	if tb.Latest().Version != v {
+		t.Fatalf("a compaction whose Yield failed committed version %d", tb.Latest().Version)
+	}
+}

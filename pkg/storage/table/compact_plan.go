@@ -2,8 +2,10 @@ package table
 
 import (
 	"cmp"
+	"context"
 	"math"
 	"slices"
+	"time"
 )
 
 // Compaction planning: which fragments one compaction rewrites (or moves), and into
@@ -63,6 +65,11 @@ type CompactOptions struct {
 	// (score 1), default 4: fewer would rewrite the base level for every merge or
 	// two. A bulk load that wants level 0 empty sets 1.
 	Level0Trigger int
+	// Yield, if set, is called after each output row group a rewrite writes,
+	// with the time the rewrite worked since the last call: it may wait, to
+	// leave the machine to foreground work, and an error ends the compaction
+	// (nothing is committed).
+	Yield func(ctx context.Context, worked time.Duration) error
 }
 
 func (o CompactOptions) withDefaults() CompactOptions {

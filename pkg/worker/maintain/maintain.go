@@ -27,15 +27,19 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/dustin/go-humanize/english"
+	"k8s.io/utils/clock"
 
+	"github.com/tidemark-io/tidemark/internal/backoff"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
-// Reserver hands out merge slots and memory budget (merge.Merger.Reserve).
+// Reserver hands out merge slots and memory budget (merge.Merger.Reserve), and
+// says how many merges hold one (merge.Merger.Merging).
 type Reserver interface {
 	Reserve(ctx context.Context, charge int64) (release func(), err error)
+	Merging() int
 }
 
 // Config configures a Maintainer. Zero fields take the defaults of the packages
@@ -44,7 +48,8 @@ type Config struct {
 	Compact   table.CompactOptions
 	Retention table.Retention
 	WAL       wal.Retention
-	// Reserver, if set, is asked for a merge slot and budget before a compaction.
+	// Reserver, if set, is asked for a merge slot and budget before a compaction,
+	// and the compaction yields to its merges (Maintainer.yield).
 	Reserver Reserver
 	// CostFactor times the estimated bytes of one output fragment is what a
 	// compaction charges the budget (merge.PassCostFactor).
@@ -56,6 +61,8 @@ type Config struct {
 type Maintainer struct {
 	cfg Config
 	log *slog.Logger
+	// sleep waits d or until ctx ends (tests replace it).
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // New returns a Maintainer for cfg.
@@ -66,7 +73,9 @@ func New(cfg Config) *Maintainer {
 	if cfg.CostFactor <= 0 {
 		cfg.CostFactor = 4
 	}
-	return &Maintainer{cfg: cfg, log: cfg.Logger}
+	return &Maintainer{cfg: cfg, log: cfg.Logger, sleep: func(ctx context.Context, d time.Duration) error {
+		return backoff.Sleep(ctx, clock.RealClock{}, d)
+	}}
 }
 
 // Report is what one maintenance task did.
@@ -168,6 +177,9 @@ func (m *Maintainer) Compact(ctx context.Context, s *store.Store) (Report, error
 		if i == 0 {
 			o = m.first()
 		}
+		if m.cfg.Reserver != nil {
+			o.Yield = m.yield
+		}
 		c, err := s.Table().Compact(ctx, o)
 		if err != nil {
 			return r, fmt.Errorf("compact %s: %w", s.Target(), err)
@@ -204,6 +216,20 @@ func (m *Maintainer) Compact(ctx context.Context, s *store.Store) (Report, error
 		"bytes_deleted", r.Table.BytesDeleted, "oldest_version", r.Table.OldestVersion,
 		"wal_manifests_deleted", r.WAL.ManifestsDeleted, "wal_files_deleted", r.WAL.FilesDeleted, "shards", r.Shards)
 	return r, nil
+}
+
+// yield paces a rewrite while merges of this worker run: after each row group
+// that took worked, it waits as long again, so a compaction takes at most about
+// half of what it would of the worker's CPU and bucket requests while merges
+// need them. A compaction is background work; the merges keep the stores fresh
+// (BENCHMARKS.md, 1c: a hot store's merge ran 8 s instead of 0.9 s beside its
+// compaction, and its pending generations peaked). Without merges it runs at
+// full speed.
+func (m *Maintainer) yield(ctx context.Context, worked time.Duration) error {
+	if m.cfg.Reserver.Merging() == 0 || worked <= 0 {
+		return nil
+	}
+	return m.sleep(ctx, worked)
 }
 
 // first is the options of a task's first compaction (Compact).

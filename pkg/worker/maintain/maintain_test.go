@@ -152,3 +152,41 @@ func TestVerifyFindsAMissingFragmentAndRepairDropsOnlyIt(t *testing.T) {
 		t.Fatal("nothing listed after the repair")
 	}
 }
+
+// mergingReserver is a Reserver whose merges in flight the test sets.
+type mergingReserver struct{ merging int }
+
+func (r *mergingReserver) Reserve(context.Context, int64) (func(), error) { return func() {}, nil }
+func (r *mergingReserver) Merging() int                                   { return r.merging }
+
+// A compaction yields to its worker's merges: while one runs, after each row
+// group that took d it waits d again (about half the worker it would take);
+// with none it does not wait; a wait ends with its context.
+func TestACompactionYieldsToMergesInFlight(t *testing.T) {
+	r := &mergingReserver{}
+	m := New(Config{Reserver: r})
+	var waits []time.Duration
+	m.sleep = func(ctx context.Context, d time.Duration) error {
+		waits = append(waits, d)
+		return ctx.Err()
+	}
+	ctx := context.Background()
+	if err := m.yield(ctx, 40*time.Millisecond); err != nil || len(waits) != 0 {
+		t.Fatalf("no merge in flight: waited %v (%v)", waits, err)
+	}
+	r.merging = 2
+	if err := m.yield(ctx, 40*time.Millisecond); err != nil || len(waits) != 1 || waits[0] != 40*time.Millisecond {
+		t.Fatalf("merges in flight: waited %v (%v), want 40ms once", waits, err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := m.yield(cctx, time.Millisecond); err != context.Canceled {
+		t.Fatalf("a wait past its context: %v", err)
+	}
+	// The real wait ends with its context too.
+	real := New(Config{Reserver: r})
+	start := time.Now()
+	if err := real.yield(cctx, time.Hour); err != context.Canceled || time.Since(start) > time.Minute {
+		t.Fatalf("an hour's wait with an ended context: %v after %v", err, time.Since(start))
+	}
+}

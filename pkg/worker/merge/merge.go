@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -105,6 +106,9 @@ type Merger struct {
 	cfg    Config
 	slots  *semaphore.Weighted
 	budget *semaphore.Weighted
+	// merging counts the merges holding a slot (not the compactions that
+	// reserve one): compactions yield to them (Merging).
+	merging atomic.Int64
 	// reads bypass the worker's read cache: merged generations stop being read right
 	// after, and the budget, not the cache, accounts for the memory.
 	reads *wal.GenerationCache
@@ -161,7 +165,7 @@ func (m *Merger) MergeOnce(ctx context.Context, s *store.Store, wait bool) (Resu
 	if err := m.acquireSlot(ctx, wait); err != nil {
 		return Result{}, err
 	}
-	defer m.slots.Release(1)
+	defer m.releaseSlot()
 	pp, err := m.preparePass(ctx, s, wait, 0, nil)
 	if err != nil {
 		return Result{Passes: pp.res.Passes}, err
@@ -203,7 +207,7 @@ func (m *Merger) Prepare(ctx context.Context, s *store.Store, wait bool) (*Prepa
 	if err := m.acquireSlot(ctx, wait); err != nil {
 		return nil, err
 	}
-	p := &Prepared{m: m, s: s, wait: wait, release: func() { m.slots.Release(1) }}
+	p := &Prepared{m: m, s: s, wait: wait, release: m.releaseSlot}
 	// Merge what is pending now, not what appenders seal while we work: against a
 	// steady stream of seals "until nothing is pending" might never end.
 	sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
@@ -298,15 +302,28 @@ func (m *Merger) Reserve(ctx context.Context, charge int64) (release func(), err
 	return func() { m.budget.Release(charge); m.slots.Release(1) }, nil
 }
 
+// acquireSlot takes a merge slot for a merge (releaseSlot gives it back).
 func (m *Merger) acquireSlot(ctx context.Context, wait bool) error {
 	if wait {
-		return m.slots.Acquire(ctx, 1)
-	}
-	if !m.slots.TryAcquire(1) {
+		if err := m.slots.Acquire(ctx, 1); err != nil {
+			return err
+		}
+	} else if !m.slots.TryAcquire(1) {
 		return ErrBusy
 	}
+	m.merging.Add(1)
 	return nil
 }
+
+func (m *Merger) releaseSlot() {
+	m.merging.Add(-1)
+	m.slots.Release(1)
+}
+
+// Merging is how many merges of this worker hold a slot now. A compaction
+// yields to them (maintain): it is the worker's background work, they are what
+// keeps its stores fresh.
+func (m *Merger) Merging() int { return int(m.merging.Load()) }
 
 // preparedPass is one pass's prepare, waiting for its commit and drain.
 type preparedPass struct {

@@ -374,3 +374,33 @@ func TestAMergeRidesOutThrottling(t *testing.T) {
 		t.Fatalf("values after the merge: %v", got)
 	}
 }
+
+// Merging counts the merges holding a slot, prepared or running, and not the
+// slots a compaction reserves: compactions yield to merges, not to each other.
+func TestMergingCountsMergesNotReservations(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, objstoretest.Mem(t), Config{Concurrency: 3})
+	release, err := f.m.Reserve(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := f.m.Merging(); n != 0 {
+		t.Fatalf("a reservation counts as %d merges", n)
+	}
+	f.add(t, 1, "a")
+	f.seal(t)
+	p, err := f.m.Prepare(ctx, f.s, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := f.m.Merging(); n != 1 {
+		t.Fatalf("a prepared merge: Merging %d, want 1", n)
+	}
+	if _, err := p.Commit(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if n := f.m.Merging(); n != 0 {
+		t.Fatalf("after the commit and the release: Merging %d", n)
+	}
+}

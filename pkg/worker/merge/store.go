@@ -57,7 +57,7 @@ func (m *Merger) MergeStore(ctx context.Context, s *store.Store, wait bool) (Sto
 	if err := m.acquireSlot(ctx, wait); err != nil {
 		return res, err
 	}
-	defer m.slots.Release(1)
+	defer m.releaseSlot()
 	var (
 		snap *wal.Snapshot
 		base *table.Manifest
