@@ -42,14 +42,8 @@ func TestMovesShiftATableLevelledFromTheTop(t *testing.T) {
 	b := memBucket(t)
 	tb := createTable(t, b, rowGroups(4))
 	md := newModel()
-	gens := map[string]uint64{}
-	commit := func(n int) *Manifest {
-		shard := fmt.Sprint("w", rng.IntN(3))
-		gens[shard]++
-		rows := overwrite(rng, shard, n, 90, 40)
-		md.landed(shard, rows)
-		return appendShard(t, tb, shard, gens[shard], rows...)
-	}
+	merges := md.randomMerges(t, rng)
+	commit := func(n int) *Manifest { return merges(tb, n) }
 	for range 8 {
 		commit(30)
 	}

@@ -58,14 +58,7 @@ func TestUnsortedAndSortedFragmentsReadTheSameThroughCompactions(t *testing.T) {
 	b := memBucket(t)
 	old := createTable(t, b, unsortedWrites(), rowGroups(16))
 	md := newModel()
-	gens := map[string]uint64{}
-	commit := func(tb *Table, n int) *Manifest {
-		shard := fmt.Sprint("w", rng.IntN(3))
-		gens[shard]++
-		rows := overwrite(rng, shard, n, 90, 40)
-		md.landed(shard, rows)
-		return appendShard(t, tb, shard, gens[shard], rows...)
-	}
+	commit := md.randomMerges(t, rng)
 	for range 6 {
 		commit(old, 20)
 	}
@@ -127,6 +120,20 @@ func TestUnsortedAndSortedFragmentsReadTheSameThroughCompactions(t *testing.T) {
 	lv := tb.Latest().Levels()
 	if !sorted || lv.Unsorted != 0 || lv.Spilling != 0 || lv.Level0 > 1 {
 		t.Fatalf("levels at the end %+v", lv)
+	}
+}
+
+// randomMerges returns a func that merges n random overwrites (overwrite) from one
+// of three shards into tb, records them in md and returns the version.
+func (md *model) randomMerges(t testing.TB, rng *rand.Rand) func(tb *Table, n int) *Manifest {
+	gens := map[string]uint64{}
+	return func(tb *Table, n int) *Manifest {
+		t.Helper()
+		shard := fmt.Sprint("w", rng.IntN(3))
+		gens[shard]++
+		rows := overwrite(rng, shard, n, 90, 40)
+		md.landed(shard, rows)
+		return appendShard(t, tb, shard, gens[shard], rows...)
 	}
 }
 
