@@ -383,11 +383,13 @@ func (s *shape) spill(n int, o CompactOptions, rewrite func(int, bool, ...[]int)
 }
 
 // overlapInLevels returns two fragments of one level >= 1 of fs whose id ranges
-// meet, if there are any: each level must be one sorted run.
+// meet, if there are any: each level must be one sorted run. Fragments with no
+// live row are left out, as the planner leaves them (no read finds a row in one,
+// and the next rewrite drops it).
 func overlapInLevels(fs []Fragment) (a, b Fragment, found bool) {
 	byLevel := map[int][]Fragment{}
 	for _, f := range fs {
-		if f.Level > 0 {
+		if f.Level > 0 && f.LiveRows() > 0 {
 			byLevel[f.Level] = append(byLevel[f.Level], f)
 		}
 	}
