@@ -146,6 +146,70 @@ func (it *Iter) openTop(ctx context.Context) error {
 	return nil
 }
 
+// Prefetch reads at once, fragmentReads at a time, the row groups (with cols, as
+// Row would) holding the current rows of the fragments that the walk's next n
+// rows come from, as far as their key-index blocks in memory tell; Row then finds
+// them read. A page of rows from a few levels waits one round trip for its
+// columns instead of one per fragment, one after another, as Row alone would.
+// Rows deleted since a block was written count as rows here, so a fragment past
+// the n-th live row may be read for nothing; one whose blocks in memory end within
+// the n is read.
+func (it *Iter) Prefetch(ctx context.Context, cols []string, n int) error {
+	type peek struct {
+		c    *fragCursor
+		b, j int // the next entry to look at
+		used bool
+	}
+	var ps []*peek
+	add := func(c *fragCursor) {
+		if c.opened && c.f.Sorted && len(c.blocks) > 0 {
+			ps = append(ps, &peek{c: c, b: c.b, j: c.j})
+		}
+	}
+	if len(it.same) > 0 {
+		add(it.same[0])
+	}
+	for _, c := range it.h {
+		add(c)
+	}
+	idAt := func(p *peek) (string, bool) {
+		for p.b < len(p.c.blocks) && p.j >= len(p.c.blocks[p.b].ids) {
+			p.b, p.j = p.b+1, 0
+		}
+		if p.b >= len(p.c.blocks) {
+			return "", false
+		}
+		return p.c.blocks[p.b].ids[p.j], true
+	}
+	for range n {
+		var next *peek
+		var nextID string
+		for _, p := range ps {
+			if id, ok := idAt(p); ok && (next == nil || id < nextID) {
+				next, nextID = p, id
+			} else if !ok {
+				p.used = true // its blocks in memory end within the n rows
+			}
+		}
+		if next == nil {
+			break
+		}
+		next.used = true
+		next.j++
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fragmentReads)
+	for _, p := range ps {
+		if p.used {
+			g.Go(func() error {
+				_, err := p.c.load(gctx, cols)
+				return err
+			})
+		}
+	}
+	return g.Wait()
+}
+
 // ID is the current row's id.
 func (it *Iter) ID() string { return it.same[0].id }
 

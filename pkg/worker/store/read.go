@@ -266,6 +266,13 @@ func (s *Store) walk(ctx context.Context, snap *Snapshot, p *pendingRows, opts L
 	if err != nil {
 		return fmt.Errorf("store %s: %w", s.Target(), err)
 	}
+	if more && opts.Filter == nil && opts.Offset == 0 && opts.Limit > 0 {
+		// A page reads the columns of the rows it returns (and of the one after,
+		// which says there are more): read the row groups they lie in at once.
+		if err := it.Prefetch(ctx, cols, opts.Limit+1); err != nil {
+			return fmt.Errorf("store %s: %w", s.Target(), err)
+		}
+	}
 	skipped := 0
 	for more || len(pend) > 0 {
 		var id string
