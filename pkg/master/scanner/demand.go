@@ -88,7 +88,13 @@ type DemandSummary struct {
 	Pending int
 }
 
-// dueStore is a store found due, and why: "generations" or "age".
+// Why a store is due: its reason, as its metric label and log value say it.
+const (
+	dueByGenerations = "generations"
+	dueByAge         = "age"
+)
+
+// dueStore is a store found due, and why: dueByGenerations or dueByAge.
 type dueStore struct {
 	pending.Demand
 	reason string
@@ -286,12 +292,12 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 	for _, dm := range demand {
 		switch {
 		case dm.Generations >= d.cfg.MinGenerations:
-			byCount = append(byCount, dueStore{dm, "generations"})
+			byCount = append(byCount, dueStore{dm, dueByGenerations})
 		case dm.Generations > 0 && dm.Age+demandTick >= startBy:
 			// Judged once a tick: a store whose oldest generation reaches the age
 			// its merge must start at before the next round is due in this one,
 			// not up to a tick late.
-			byAge = append(byAge, dueStore{dm, "age"})
+			byAge = append(byAge, dueStore{dm, dueByAge})
 		default:
 			continue
 		}
@@ -330,7 +336,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 				"pending_wal_generations", c.Generations, "pending_wal_bytes", c.Bytes,
 				"oldest_age", c.Age.Round(time.Millisecond).String(), "workers", c.Workers)
 		}
-		d.merges[c.Target] = &tracked{id: task.ID, byAge: c.reason != "generations"}
+		d.merges[c.Target] = &tracked{id: task.ID, byAge: c.reason == dueByAge}
 	}
 	return sum, nil
 }
@@ -347,7 +353,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 // meanwhile; yet a store that falls behind later is served later, whatever its
 // count, so no store starves another.
 func (c dueStore) due(now time.Time, startBy time.Duration, minGenerations int) time.Time {
-	if c.reason == "generations" {
+	if c.reason == dueByGenerations {
 		behind := 1 - float64(minGenerations)/float64(max(c.Generations, minGenerations))
 		return now.Add(-time.Duration(float64(c.Age) * behind))
 	}
