@@ -23,8 +23,11 @@ import (
 // the walk reaches its first id. Unsorted fragments (written before format 2) are
 // walked through their in-memory key index until a compaction sorts them.
 
-// indexReadAhead is how many key-index blocks a walk reads at once: one request
-// of a few tens of KiB instead of one per block.
+// indexReadAhead is how many key-index blocks a walk reads at once when it must
+// read one: one request of a few tens of KiB instead of one per block. Blocks
+// already cached are taken from the cache without a request, so a walk by pages
+// (each page a new walk from the last page's id) pays a round trip only when it
+// reaches a block no earlier page read ahead.
 const indexReadAhead = 4
 
 // Iter walks the live rows of a manifest in increasing id order. It is used by one
@@ -342,9 +345,23 @@ func (c *fragCursor) open(ctx context.Context) (bool, error) {
 	return c.next(ctx)
 }
 
-// readBlocks replaces the blocks read ahead with the next indexReadAhead ones.
+// readBlocks replaces the blocks read ahead with the next ones: those from the next
+// that are cached, without a request, or when the next is not, the next
+// indexReadAhead read at once (fetchBlocks reads only the missing ones).
 func (c *fragCursor) readBlocks(ctx context.Context) error {
 	last := min(c.nextB+indexReadAhead, len(c.top.blocks))
+	cached := make([]*indexBlock, 0, last-c.nextB)
+	for b := c.nextB; b < last; b++ {
+		blk, ok := c.t.blocks.GetBlock(c.f.Index.Path, b)
+		if !ok {
+			break
+		}
+		cached = append(cached, blk)
+	}
+	if len(cached) > 0 {
+		c.blocks, c.nextB = cached, c.nextB+len(cached)
+		return nil
+	}
 	bs := make([]int, 0, last-c.nextB)
 	for b := c.nextB; b < last; b++ {
 		bs = append(bs, b)

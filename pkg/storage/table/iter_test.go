@@ -88,3 +88,73 @@ func TestPrefetchReadsTheRowGroupsOfTheNextRowsOnly(t *testing.T) {
 		t.Fatalf("Prefetch made %d requests; Row alone made %d", pre, lazy)
 	}
 }
+
+// A walk takes the key-index blocks it finds cached without a request: a walk by
+// pages, each a new walk from the last page's id, pays a round trip only when it
+// reaches a block no earlier walk read, and then reads that one and the
+// indexReadAhead-1 after it at once. (Reading ahead past a cached block at every
+// open made a page by cursor wait for a block it did not need.)
+func TestAWalkTakesCachedBlocksWithoutARequest(t *testing.T) {
+	ctx := context.Background()
+	f := objstore.NewFaults(rand.NewPCG(5, 6))
+	bucket := objstore.WithFaults(memBucket(t), f)
+	tb := createTable(t, bucket)
+	var rows []row
+	for j := range 6000 { // ids sharing little, so that blocks hold a few hundred
+		rows = append(rows, row{fmt.Sprintf("%016x", uint64(j+1)*0x9e3779b97f4a7c15), 1, int64(j)})
+	}
+	m := mustAppend(t, tb, rows...)
+	if len(m.Fragments) != 1 || !m.Fragments[0].Sorted {
+		t.Fatalf("want one sorted fragment, got %+v", m.Fragments)
+	}
+	fresh, err := Open(ctx, bucket, "rollout/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := fresh.indexTopOf(ctx, fresh.Latest().Fragments[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top.blocks) < 2*indexReadAhead+1 {
+		t.Fatalf("%d key-index blocks, want at least %d", len(top.blocks), 2*indexReadAhead+1)
+	}
+	// walk reads n ids from the first one after `after`, and says how many
+	// requests it made.
+	walk := func(after string, n int) int64 {
+		t.Helper()
+		f.ResetCounters()
+		it, err := fresh.Iter(ctx, fresh.Latest(), after, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer it.Close()
+		prev := after
+		for range n {
+			more, err := it.Next(ctx)
+			if err != nil || !more {
+				t.Fatalf("walk from %s: %v %v", after, more, err)
+			}
+			if it.ID() <= prev {
+				t.Fatalf("walk from %s: %s after %s", after, it.ID(), prev)
+			}
+			prev = it.ID()
+		}
+		return f.TotalRequests()
+	}
+	if got := walk("", 10); got != 1 {
+		t.Fatalf("a cold walk made %d requests, want 1 (blocks 0-%d at once)", got, indexReadAhead-1)
+	}
+	// Blocks 1..indexReadAhead-1 are cached, the one after them is not: a walk
+	// from block 1 that stays in the cached ones reads nothing.
+	if got := walk(top.blocks[1].first, 10); got != 0 {
+		t.Fatalf("a walk in cached blocks made %d requests, want none", got)
+	}
+	// A walk into the first block not read reads it and the ones after at once.
+	last := top.blocks[indexReadAhead-1]
+	if got := walk(last.first, last.entries+top.blocks[indexReadAhead].entries); got != 1 {
+		t.Fatalf("a walk past the cached blocks made %d requests, want 1", got)
+	}
+	if got := walk(top.blocks[indexReadAhead+1].first, 10); got != 0 {
+		t.Fatalf("a walk in blocks read ahead made %d requests, want none", got)
+	}
+}
