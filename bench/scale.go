@@ -112,8 +112,10 @@ type ScaleBuild struct {
 	// Merges are the build passes; MergeTime their time (append, seal, merge).
 	Merges    int
 	MergeTime time.Duration
-	// Tasks and Compactions are the compact tasks run until one found nothing to
-	// compact, and the compactions they committed; CompactTime their time.
+	// Tasks and Compactions are the compact tasks, run whenever a pass left level
+	// 0 with table.DefaultLevel0Trigger fragments and at the end until one found
+	// nothing to compact, and the compactions they committed; CompactTime their
+	// time.
 	Tasks, Compactions int
 	CompactTime        time.Duration
 	RowsRewritten      int64
@@ -460,7 +462,8 @@ func runScaleSize(ctx context.Context, env *Env, cfg ScaleConfig, rows int64) (S
 }
 
 // buildScaleStore creates the store and merges rows into it, BuildRows a pass,
-// then runs compact tasks until one finds nothing to compact.
+// compacting it as it grows, then runs compact tasks until one finds nothing to
+// compact.
 func buildScaleStore(ctx context.Context, env *Env, cfg ScaleConfig, b *objstore.Bucket, rows int64, keys scaleKeys, out *ScaleBuild) (string, error) {
 	start := time.Now()
 	spec, err := schema.ParseSpec([]byte(ScaleSchema))
@@ -482,6 +485,20 @@ func buildScaleStore(ctx context.Context, env *Env, cfg ScaleConfig, b *objstore
 		return "", err
 	}
 	defer rel()
+	m := scaleMaintainer(cfg)
+	// compactTask runs one compact task and counts what it did.
+	compactTask := func() (int, error) {
+		t := time.Now()
+		r, err := m.Compact(ctx, s)
+		out.CompactTime += time.Since(t)
+		if err != nil {
+			return 0, err
+		}
+		out.Tasks++
+		out.Compactions += r.Compactions
+		out.RowsRewritten += r.Compaction.RowsWritten
+		return r.Compactions, nil
+	}
 	xs := make([]uint64, 0, cfg.AppendRows)
 	for i := int64(0); i < rows; {
 		pass := time.Now()
@@ -510,24 +527,26 @@ func buildScaleStore(ctx context.Context, env *Env, cfg ScaleConfig, b *objstore
 			env.log().Info("scale: building", "rows", rows, "merged", i, "fragments", len(s.Table().Latest().Fragments),
 				"took", time.Since(start).Round(time.Second))
 		}
+		// Compacted as it grows, as a long-lived store is when its merges leave
+		// level 0 with the planner's trigger of fragments: merges then resolve
+		// their ids against the levels, not against every pass's fragment.
+		if s.Table().Latest().Levels().Level0 >= table.DefaultLevel0Trigger {
+			if _, err := compactTask(); err != nil {
+				return "", err
+			}
+		}
 	}
-	m := scaleMaintainer(cfg)
-	compact := time.Now()
 	for {
-		r, err := m.Compact(ctx, s)
+		n, err := compactTask()
 		if err != nil {
 			return "", err
 		}
-		out.Tasks++
-		out.Compactions += r.Compactions
-		out.RowsRewritten += r.Compaction.RowsWritten
-		if r.Compactions == 0 {
+		if n == 0 {
 			break
 		}
 		env.log().Info("scale: compacting", "rows", rows, "compactions", out.Compactions,
-			"levels", levelsOf(s.Table().Latest()).Fragments, "took", time.Since(compact).Round(time.Second))
+			"levels", levelsOf(s.Table().Latest()).Fragments, "took", out.CompactTime.Round(time.Second))
 	}
-	out.CompactTime = time.Since(compact)
 	// One more cleanup once the build's garbage is past the safety window, so the
 	// measured compact task's cleanup finds only its own.
 	if err := sleepCtx(ctx, cfg.Retention.SafetyWindow); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
+	"github.com/tidemark-io/tidemark/pkg/storage/table"
 )
 
 // ScaleHeading starts the scale scenario's section of BENCHMARKS.md, which
@@ -58,14 +59,15 @@ func (r ScaleResult) Markdown() string {
 	p("Command: `%s`. Machine: %s. Seed %d; the run took %s.\n\n", r.Command, r.Machine, r.Seed, fmtDur(r.Duration))
 	p("Issue 29: reads and merges should cost what they touch, not the store's size. For each size, one generic "+
 		"store of four small columns (`%s`) on `file://`, every row merged into the base table through the worker's "+
-		"write path: `store.Store.Append` of %s rows at a time, `Seal`, and `merge.Merger.Merge` every %s rows, then "+
-		"compact tasks (`maintain.Maintainer.Compact`: TARGET_ROWS_PER_FRAGMENT %s, COMPACTION_MAX_SOURCE_FRAGMENTS "+
-		"%d; retention of %d versions and %s, so that the build's garbage goes) until one found nothing to compact: "+
-		"the leveled shape a long-lived store has. Ids are 16 hex digits spread over the key space like random ones "+
+		"write path: `store.Store.Append` of %s rows at a time, `Seal`, and `merge.Merger.Merge` every %s rows, a "+
+		"compact task (`maintain.Maintainer.Compact`: TARGET_ROWS_PER_FRAGMENT %s, COMPACTION_MAX_SOURCE_FRAGMENTS "+
+		"%d; retention of %d versions and %s, so that the build's garbage goes) whenever the merges left level 0 "+
+		"with %d fragments, as a long-lived store's merges ask for one, and at the end compact tasks until one found "+
+		"nothing to compact: the leveled shape a long-lived store has. Ids are 16 hex digits spread over the key space like random ones "+
 		"(a bijection of a seeded counter, so they are distinct), and every row's values follow from its id, so every "+
 		"read checks what it got; `n` is uniform in [0, 1000).\n\n",
 		ScaleSchema, fmtCount(float64(c.AppendRows)), fmtCount(float64(c.BuildRows)), fmtCount(float64(c.Compact.TargetRows)),
-		c.Compact.MaxSources, c.Retention.KeepVersions, fmtDur(c.Retention.KeepAge))
+		c.Compact.MaxSources, c.Retention.KeepVersions, fmtDur(c.Retention.KeepAge), table.DefaultLevel0Trigger)
 	p("Then two workers of this process open the store, each with its own caches and WAL shard, one on the "+
 		"`file://` bucket and one on the same directory behind `objstore.WithFaults` with %s per request (the fault "+
 		"wrapper counts every request of both), each with a base-table cache of %s (TABLE_CACHE_BYTES). Each "+
