@@ -220,6 +220,60 @@ func TestListingPagesPastAThousandKeys(t *testing.T) {
 	})
 }
 
+// TestDelimitedListingsOfNestedAndEmptiedDirectories: a listing with "/" as the
+// delimiter names a common prefix once for everything under it however deep, cut
+// at the first delimiter after the prefix even when the prefix ends inside a name,
+// and never one that holds nothing any more (file:// keeps the directories its
+// deletes emptied; a store's WAL lists its shards this way on every refresh).
+func TestDelimitedListingsOfNestedAndEmptiedDirectories(t *testing.T) {
+	objstoretest.ForEachDriver(t, func(t *testing.T, open func(testing.TB) *objstore.Bucket) {
+		t.Parallel()
+		ctx := context.Background()
+		b := open(t)
+		keys := []string{"n/deep/a/b/c/x", "n/deep/a/y", "n/deep/z", "n/sh-1/g/0001", "n/sh-1/g/0002",
+			"n/sh-2/e/0001", "n/sh.json", "n/shallow", "n/gone/e/0001", "n/gone/e/0002", "n/part/only/x", "n/top"}
+		putConcurrently(t, b, keys)
+		for _, k := range []string{"n/gone/e/0001", "n/gone/e/0002", "n/part/only/x"} {
+			if err := b.Delete(ctx, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		walk := func(prefix string) []string {
+			t.Helper()
+			var got []string
+			err := b.Walk(ctx, prefix, "/", func(o objstore.Object) error {
+				if o.IsDir != strings.HasSuffix(o.Key, "/") {
+					t.Errorf("Walk(%s) entry %+v: IsDir must match a trailing delimiter", prefix, o)
+				}
+				got = append(got, o.Key)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		for prefix, want := range map[string][]string{
+			"n/":       {"n/deep/", "n/sh-1/", "n/sh-2/", "n/sh.json", "n/shallow", "n/top"},
+			"n/sh":     {"n/sh-1/", "n/sh-2/", "n/sh.json", "n/shallow"},
+			"n/deep/":  {"n/deep/a/", "n/deep/z"},
+			"n/deep/a": {"n/deep/a/"},
+			"n/gone/":  nil,
+		} {
+			if got := walk(prefix); !slices.Equal(got, want) {
+				t.Errorf("Walk(%s, /) = %q, want %q", prefix, got, want)
+			}
+		}
+		names, err := b.ListDirs(ctx, "n/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"deep", "sh-1", "sh-2"}; !slices.Equal(names, want) {
+			t.Errorf("ListDirs(n/) = %q, want %q", names, want)
+		}
+	})
+}
+
 // putConcurrently writes every key (its own name as bytes) from 16 goroutines, so a
 // thousand-key listing test takes seconds on a remote store, not minutes.
 func putConcurrently(t *testing.T, b *objstore.Bucket, keys []string) {

@@ -328,6 +328,21 @@ func (f *fileBackend) list(ctx context.Context, prefix, delimiter string, fn fun
 			if p != start && !strings.HasPrefix(dirKey, full) && !strings.HasPrefix(full, dirKey) {
 				return filepath.SkipDir
 			}
+			// Listed with "/" as the delimiter, the first directory met under the
+			// prefix is one common prefix whatever it holds: it is listed when it
+			// holds an object, without walking (and stating) the rest of it. A
+			// store's WAL directory lists its shards on every snapshot refresh;
+			// walked whole, that cost every entry and generation of every shard.
+			if delimiter == "/" && p != start && strings.HasPrefix(dirKey, full) {
+				found, err := holdsObject(p)
+				if err != nil {
+					return err
+				}
+				if found {
+					objs = append(objs, Object{Key: dirKey[len(f.prefix):], IsDir: true})
+				}
+				return filepath.SkipDir
+			}
 			return nil
 		}
 		if !strings.HasPrefix(rel, full) || strings.HasSuffix(rel, ".attrs") || !d.Type().IsRegular() {
@@ -364,6 +379,31 @@ func (f *fileBackend) list(ctx context.Context, prefix, delimiter string, fn fun
 		}
 	}
 	return nil
+}
+
+// errFound stops holdsObject's walk at the first object.
+var errFound = errors.New("found")
+
+// holdsObject reports whether the directory at p holds an object at any depth (a
+// regular file that is not a fileblob sidecar): deletes leave directories behind,
+// and an empty one is no common prefix.
+func holdsObject(p string) (bool, error) {
+	err := filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.Type().IsRegular() && !strings.HasSuffix(d.Name(), ".attrs") {
+			return errFound
+		}
+		return nil
+	})
+	if errors.Is(err, errFound) {
+		return true, nil
+	}
+	return false, err
 }
 
 func (f *fileBackend) close() error { return f.reads.close() }
