@@ -66,8 +66,29 @@ func openMem(ctx context.Context, seed uint64) (raw, faulty *objstore.Bucket, f 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	f = objstore.NewFaults(rand.NewPCG(seed, 1))
-	return raw, objstore.WithFaults(raw, f), f, nil
+	faulty, f = withFaults(raw, seed)
+	return raw, faulty, f, nil
+}
+
+// openFileFaults is openMem on a file:// bucket in a new scratch directory, for
+// the scenarios that run a cluster for minutes: memblob lists by sorting every key
+// of the bucket, so on mem:// every listing costs O(all objects of every store),
+// which no real object store charges the client, and by the end of a skewed
+// ingest those sorts took half of this process's CPU from the workers it
+// measures. A directory walk costs what the listed prefix holds.
+func (e *Env) openFileFaults(ctx context.Context, name string, seed uint64) (raw, faulty *objstore.Bucket, f *objstore.Faults, err error) {
+	raw, _, err = e.openFile(ctx, name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	faulty, f = withFaults(raw, seed)
+	return raw, faulty, f, nil
+}
+
+// withFaults is raw behind a Faults wrapper seeded from seed.
+func withFaults(raw *objstore.Bucket, seed uint64) (*objstore.Bucket, *objstore.Faults) {
+	f := objstore.NewFaults(rand.NewPCG(seed, 1))
+	return objstore.WithFaults(raw, f), f
 }
 
 // openFile opens a file:// bucket in a new scratch directory.

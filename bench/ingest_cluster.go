@@ -17,7 +17,7 @@ import (
 )
 
 // ingestCluster is what the ingest scenarios (RunIngest, RunSkew, RunOverload)
-// share: a mem:// bucket and the same bucket behind a Faults wrapper, workers
+// share: a file:// bucket (Env.openFileFaults) and the same bucket behind a Faults wrapper, workers
 // (goroutines of this process, each with its own store handles and merger) that
 // publish their pending records and serve their real gRPC WorkerService on
 // loopback, and a master built by master.New as cmd/master builds it (static
@@ -68,7 +68,7 @@ type clusterStore struct {
 // newIngestCluster builds the workers, serves their WorkerService and builds the
 // master; nothing runs yet. The caller closes it, also when it fails later.
 func newIngestCluster(ctx context.Context, env *Env, cfg ingestClusterConfig) (*ingestCluster, error) {
-	raw, faulty, faults, err := openMem(ctx, env.Seed)
+	raw, faulty, faults, err := env.openFileFaults(ctx, cfg.Name, env.Seed)
 	if err != nil {
 		return nil, err
 	}

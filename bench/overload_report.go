@@ -22,7 +22,7 @@ func (r *Report) overloadSection(p printer) {
 	p("The cluster of 1b (%d workers, goroutines of this process, each with its own store handles and merger, its real "+
 		"gRPC `WorkerService` and now also its real HTTP API, `worker.NewServer`, on loopback; pending records in etcd; a "+
 		"master built by `master.New` with every setting at its default but MERGE_FANOUT) on one rollout store, the bucket "+
-		"`mem://` with %s (+ up to %s) per request and at most %d requests in flight (the rest wait). Each worker follows "+
+		"`file://` in the run's scratch directory with %s (+ up to %s) per request and at most %d requests in flight (the rest wait). Each worker follows "+
 		"every worker's pending records (`pending.View`), so its backpressure decides on the store's whole pending count "+
 		"as a registered worker's does, at its defaults: adds wait from %d pending generations, linearly up to %s at %d, "+
 		"where they are refused (503 with `Retry-After`). The workers' merges take at most MERGE_MAX_GENERATIONS %d "+

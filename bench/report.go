@@ -245,7 +245,8 @@ func (r *Report) ingestSection(p printer) {
 	p("%s workers (goroutines of this process, each with its own store handles and merger and its real gRPC "+
 		"`WorkerService` on loopback) each append %d rows (%s) to one rollout store through `store.Store.Append` and "+
 		"seal them into a generation every %s, at phases spread over the interval, for %s per run. The bucket is "+
-		"`mem://` with %s (+ up to %s) per request and at most %d requests in flight (the rest wait), the latency of "+
+		"`file://` in the run's scratch directory (not `mem://`, whose lists sort every key of the bucket: by the end of "+
+		"a run half this process's CPU) with %s (+ up to %s) per request and at most %d requests in flight (the rest wait), the latency of "+
 		"the merge-throughput runs above, from the start: appends, seals, scans and merges all pay their round trips. "+
 		"Each worker publishes its pending record (`P/pending/<instance>`, package `coord/pending`) as a registered "+
 		"worker does: under a lease of its own on the embedded etcd, from `store.Stores.Pending`, woken by every new "+

@@ -24,7 +24,7 @@ func (r *Report) skewSection(p printer) {
 		"store is written as 1b's store: every worker appends %d rows (%s) and seals them every %s. The %d quiet stores "+
 		"share %.0f%% of all rows: each gets an add of %d rows every %s (the first at a phase spread over the interval), "+
 		"through a worker chosen at random each time, sealed there at once (one generation per add, as that worker's "+
-		"next flush would seal it). %s per run; the bucket is `mem://` with %s (+ up to %s) per request and at most %d "+
+		"next flush would seal it). %s per run; the bucket is `file://` in the run's scratch directory (1b says why not `mem://`) with %s (+ up to %s) per request and at most %d "+
 		"requests in flight (the rest wait).\n\n",
 		ic.Workers, scanner.DefaultMinGenerations, fmtDur(scanner.DefaultMergeMaxDelay), master.DefaultMergeConcurrency, 1+c.QuietStores,
 		ic.RowsPerGeneration, rowDesc(ic.Row), fmtDur(ic.SealEvery), c.QuietStores, 100*c.QuietShare, c.QuietRows(),

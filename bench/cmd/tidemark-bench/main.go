@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -87,6 +88,8 @@ type runFlags struct {
 	scaleRows     []int64
 	scaleProfiles string
 	scaleCache    int64
+	// cpuProfile, if set, receives a CPU profile of the whole run.
+	cpuProfile string
 	// feed sizes the feed scenario (bench.DefaultFeedConfig, then the flags).
 	feed bench.FeedConfig
 	// skewDuration is the skewed ingest's length; overload sizes the overload
@@ -123,6 +126,7 @@ func newRunCmd() *cobra.Command {
 	fs.Int64SliceVar(&f.scaleRows, "scale-rows", bench.DefaultScaleRows, "scale scenario: rows of each store measured, smallest first (100000000: a run of hours, by hand)")
 	fs.Int64Var(&f.scaleCache, "scale-table-cache-bytes", 0, "scale scenario: the measuring workers' TABLE_CACHE_BYTES (0: the worker's default)")
 	fs.StringVar(&f.scaleProfiles, "scale-profiles", "", "scale scenario: write a CPU profile of every measured phase into this directory")
+	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run into this file (not with --scale-profiles)")
 	f.feed = bench.DefaultFeedConfig(bench.FeedWorkers)
 	fs.IntVar(&f.feed.Workers, "feed-workers", f.feed.Workers, "feed scenario: worker processes (each seals every --feed-seal-every)")
 	fs.DurationVar(&f.feed.SealEvery, "feed-seal-every", f.feed.SealEvery, "feed scenario: the workers' FLUSH_INTERVAL")
@@ -169,6 +173,20 @@ func run(ctx context.Context, f runFlags) error {
 	}
 	if f.command == "" {
 		f.command = "go run ./bench/cmd/tidemark-bench " + strings.Join(os.Args[1:], " ")
+	}
+	if f.cpuProfile != "" {
+		if f.scaleProfiles != "" {
+			return fmt.Errorf("--cpu-profile and --scale-profiles: one CPU profile at a time")
+		}
+		out, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	dir := f.dir
