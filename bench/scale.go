@@ -602,16 +602,29 @@ func (r *scaleRun) profiled(ctx context.Context, phase string, fn func(context.C
 		return err
 	}
 	names := [2]string{"file", "latency"}
-	f, err := os.Create(filepath.Join(r.cfg.ProfileDir, fmt.Sprintf("%d-%s-%s.pprof", r.rows, names[r.bucket()], phase)))
+	stop, err := StartCPUProfile(filepath.Join(r.cfg.ProfileDir, fmt.Sprintf("%d-%s-%s.pprof", r.rows, names[r.bucket()], phase)))
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	if err := pprof.StartCPUProfile(f); err != nil {
-		return err
-	}
-	defer pprof.StopCPUProfile()
+	defer stop()
 	return fn(ctx)
+}
+
+// StartCPUProfile writes a CPU profile into a new file at path until stop is
+// called. One profile runs at a time in a process.
+func StartCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // open puts the run's latency on its bucket and opens the store on its worker;

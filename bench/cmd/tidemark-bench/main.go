@@ -21,7 +21,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -178,15 +177,11 @@ func run(ctx context.Context, f runFlags) error {
 		if f.scaleProfiles != "" {
 			return fmt.Errorf("--cpu-profile and --scale-profiles: one CPU profile at a time")
 		}
-		out, err := os.Create(f.cpuProfile)
+		stop, err := bench.StartCPUProfile(f.cpuProfile)
 		if err != nil {
 			return err
 		}
-		defer out.Close()
-		if err := pprof.StartCPUProfile(out); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	dir := f.dir
