@@ -163,7 +163,11 @@ func (w *WorkerService) CommitMerge(ctx context.Context, req *tidemarkv1.CommitM
 	}
 	defer h.release()
 	start := time.Now()
-	r, err := h.p.Commit(ctx, req.GetBaseVersion())
+	commit := h.p.Commit
+	if req.GetDeferDrain() {
+		commit = h.p.CommitUndrained // the master calls DrainMerged next
+	}
+	r, err := commit(ctx, req.GetBaseVersion())
 	if err != nil {
 		err = storeGone(ctx, w.cfg.Stores.Registry(), kind, name, err)
 	}

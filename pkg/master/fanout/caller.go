@@ -178,14 +178,14 @@ func (c *GRPCCaller) PrepareMerge(ctx context.Context, w Worker, target string, 
 }
 
 // CommitMerge has worker w commit the merge it prepared (WorkerService.CommitMerge).
-func (c *GRPCCaller) CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64) (MergeResult, error) {
+func (c *GRPCCaller) CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64, deferDrain bool) (MergeResult, error) {
 	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return MergeResult{}, err
 	}
 	defer release()
-	resp, err := client.CommitMerge(ctx,
-		&tidemarkv1.CommitMergeRequest{Target: target, FencingToken: fencingToken, BaseVersion: baseVersion}, grpc.WaitForReady(false))
+	resp, err := client.CommitMerge(ctx, &tidemarkv1.CommitMergeRequest{Target: target, FencingToken: fencingToken,
+		BaseVersion: baseVersion, DeferDrain: deferDrain}, grpc.WaitForReady(false))
 	if err != nil {
 		return MergeResult{}, err
 	}

@@ -172,8 +172,9 @@ func New(cfg Config) *FanOut {
 type twoPhaseCaller interface {
 	PrepareMerge(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
 	// CommitMerge passes baseVersion, the version the previous commit created (0
-	// if none), as a hint (tidemarkv1.CommitMergeRequest.base_version).
-	CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64) (MergeResult, error)
+	// if none), as a hint (tidemarkv1.CommitMergeRequest.base_version); with
+	// deferDrain the worker leaves its drain to a DrainMerged call.
+	CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64, deferDrain bool) (MergeResult, error)
 	AbortMerge(ctx context.Context, w Worker, target string, fencingToken int64) error
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,7 +16,7 @@ import (
 // and the others drain what it merged of theirs (the GRPCCaller can).
 type gatherCaller interface {
 	MergeStore(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
-	DrainMerged(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64) (int64, error)
+	drainer
 }
 
 // errNoGather means the worker asked to merge the store does not implement it (a
@@ -34,9 +33,7 @@ var errNoGather = errors.New("worker cannot merge a whole store")
 // The merging worker rotates with the fencing token, so that the reading and
 // staging spread over the workers across tasks; one that cannot be reached is
 // passed over for the next. Its other outcomes follow the serial fan-out's rules
-// (FanOut.call). A drain that fails is logged and left for the shard's next
-// drain, which drains up to the watermark whatever it covers: until then reads
-// skip the merged generations by the watermark, so the task does not fail for it.
+// (FanOut.call). A drain that fails is left for the next (drains).
 func (f *FanOut) gather(ctx context.Context, c *tasks.Claim, gc gatherCaller, workers []Worker, t *tally, log *slog.Logger) error {
 	if len(workers) == 0 {
 		return nil
@@ -82,30 +79,17 @@ func (f *FanOut) gather(ctx context.Context, c *tasks.Claim, gc gatherCaller, wo
 	t.version = max(t.version, merged.BaseVersion)
 	t.level0 = merged.Level0
 
-	var drain []Worker
+	ds := &drains{f: f, d: gc, target: target, token: token, log: log}
+	n := 0
 	for _, w := range workers {
 		if _, ok := merged.Merged[w.InstanceID]; ok && w.InstanceID != by.InstanceID {
-			drain = append(drain, w)
+			ds.start(ctx, w, merged.BaseVersion)
+			n++
 		}
 	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, w := range drain {
-		wg.Go(func() {
-			_, _, _, err := f.bounded(ctx, w, func(ctx context.Context) (MergeResult, error) {
-				n, err := gc.DrainMerged(ctx, w, target, token, merged.BaseVersion)
-				return MergeResult{Reclaimed: n}, err
-			})
-			if err != nil {
-				log.Warn("merge_wal: drain of the merged generations failed; the next task drains them", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
-				mu.Lock()
-				t.ok--
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	failed := ds.wait()
+	t.ok -= failed
 	log.Info("merge_wal: store merged", "by", by.InstanceID, "shards", len(merged.Merged), "generations", merged.Generations,
-		"rows", merged.Rows, "version", merged.BaseVersion, "drains", len(drain), "drains_failed", len(workers)-t.ok)
+		"rows", merged.Rows, "version", merged.BaseVersion, "drains", n, "drains_failed", failed)
 	return nil
 }

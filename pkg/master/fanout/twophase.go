@@ -28,6 +28,12 @@ const abortTimeout = 10 * time.Second
 // are done, so the commits overlap the prepares still running instead of waiting
 // for the slowest of them.
 //
+// A commit answers once the base table has its version, without draining its
+// worker's shard manifest (defer_drain), when the caller can drain: the fan-out
+// then drains that worker (DrainMerged) beside the commits after it, and waits
+// for the drains before the task ends. The chain of commits is then the base
+// table's writes alone: half the round trips of a commit that drains.
+//
 // A worker whose prepare fails is skipped, with the failure reported, and the
 // others commit (a prepare changes nothing, so skipping it loses nothing: the
 // next task merges that shard). A store deleted skips the rest of the task. In
@@ -82,6 +88,10 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 		f.abort(ctx, tp, abort, target, token, log)
 	}
 
+	dc, deferDrain := tp.(drainer)
+	ds := &drains{f: f, d: dc, target: target, token: token, log: log, ownCommits: true}
+	defer func() { t.ok -= ds.wait() }()
+
 	// Each commit tells the next the version it created (t.version), so the next
 	// one reads it instead of searching for the newest version: the commits are
 	// the serial part of the task, and the search is several round trips of each.
@@ -93,12 +103,18 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 				stop(i)
 				return err
 			}
+			committed := false
 			err := f.call(ctx, w, "merge", t, log, func(ctx context.Context) (MergeResult, error) {
-				return tp.CommitMerge(ctx, w, target, token, t.version)
+				r, err := tp.CommitMerge(ctx, w, target, token, t.version, deferDrain)
+				committed = err == nil
+				return r, err
 			})
 			if err != nil {
 				stop(i + 1)
 				return err
+			}
+			if committed && deferDrain {
+				ds.start(ctx, w, t.version)
 			}
 		case errors.Is(err, ErrUnreachable):
 			log.Warn("merge_wal: worker unreachable, skipping it", "worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)

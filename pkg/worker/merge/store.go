@@ -231,18 +231,25 @@ func (m *Merger) chooseAcross(pending map[string][]wal.Generation) map[string][]
 	return out
 }
 
-// DrainMerged drains this worker's shard of s up to the watermark of base, or of
-// the newest base version when base is nil (known, if not 0, is a version likely
-// the newest: the one the merge created). It returns the generations drained. The
+// DrainMerged drains this worker's shard of s up to the watermark of base, or,
+// when base is nil, of version known (the one the merge created) or one newer
+// (the newest, when known is 0). It returns the generations drained. The
 // base is put into the store's snapshot before the drained shard manifest is, so
 // no read of this worker pairs the drained shard with a base that lacks its rows.
 // A worker without a shard in the store drains nothing; its writer is opened if it
 // was not (a drain is a writer's edit of its manifest, under its epoch).
 func (m *Merger) DrainMerged(ctx context.Context, s *store.Store, base *table.Manifest, known uint64) (int, error) {
 	if base == nil {
-		var err error
-		if base, err = s.Table().RefreshFrom(ctx, known); err != nil {
-			return 0, fmt.Errorf("merge %s: drain: %w", s.Target(), err)
+		// The worker whose commit created known (the two-phase fan-out's drain
+		// after a commit that left it) holds that version already: any version
+		// from known on has the watermark to drain to, the newest is not needed.
+		if cur := s.Table().Latest(); known != 0 && cur != nil && cur.Version >= known {
+			base = cur
+		} else {
+			var err error
+			if base, err = s.Table().RefreshFrom(ctx, known); err != nil {
+				return 0, fmt.Errorf("merge %s: drain: %w", s.Target(), err)
+			}
 		}
 		s.ObserveBase(base)
 	}

@@ -288,7 +288,14 @@ type CommitMergeRequest struct {
 	// fan-out created: the worker reads it directly instead of searching for the
 	// newest version (one round trip instead of several). Only a hint: if a newer
 	// version exists, the worker finds it as without one.
-	BaseVersion   uint64 `protobuf:"varint,3,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	BaseVersion uint64 `protobuf:"varint,3,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	// defer_drain asks the worker to commit and answer without draining its shard
+	// manifest: the master drains it with DrainMerged once the commit is answered,
+	// beside the commits of the workers after it, so that the chain of commits is
+	// the base table's writes and nothing else. Until the drain, reads skip the
+	// merged generations by the base watermark, as after a drain that failed. A
+	// worker that does not know the field drains before it answers, as before.
+	DeferDrain    bool `protobuf:"varint,4,opt,name=defer_drain,json=deferDrain,proto3" json:"defer_drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -342,6 +349,13 @@ func (x *CommitMergeRequest) GetBaseVersion() uint64 {
 		return x.BaseVersion
 	}
 	return 0
+}
+
+func (x *CommitMergeRequest) GetDeferDrain() bool {
+	if x != nil {
+		return x.DeferDrain
+	}
+	return false
 }
 
 type AbortMergeRequest struct {
@@ -603,9 +617,9 @@ type DrainMergedRequest struct {
 	// target and fencing_token are as in MergeWalRequest.
 	Target       string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
 	FencingToken int64  `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
-	// base_version, if not 0, is the base table version the MergeStore created: the
-	// worker reads it directly instead of searching for the newest version. Only a
-	// hint, as in CommitMergeRequest.
+	// base_version, if not 0, is the base table version the MergeStore (or the
+	// CommitMerge) created: the worker reads it directly instead of searching for
+	// the newest version. Only a hint, as in CommitMergeRequest.
 	BaseVersion   uint64 `protobuf:"varint,3,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1418,11 +1432,13 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\vgenerations\x18\x01 \x01(\x03R\vgenerations\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x03R\x04rows\x12\x1f\n" +
 	"\vinstance_id\x18\x03 \x01(\tR\n" +
-	"instanceId\"t\n" +
+	"instanceId\"\x95\x01\n" +
 	"\x12CommitMergeRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12!\n" +
-	"\fbase_version\x18\x03 \x01(\x04R\vbaseVersion\"P\n" +
+	"\fbase_version\x18\x03 \x01(\x04R\vbaseVersion\x12\x1f\n" +
+	"\vdefer_drain\x18\x04 \x01(\bR\n" +
+	"deferDrain\"P\n" +
 	"\x11AbortMergeRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\".\n" +

@@ -70,8 +70,8 @@ type WorkerServiceClient interface {
 	PrepareMerge(ctx context.Context, in *PrepareMergeRequest, opts ...grpc.CallOption) (*PrepareMergeResponse, error)
 	// CommitMerge commits the merge PrepareMerge prepared under the same fencing
 	// token (rebasing it onto the versions committed since it was prepared), drains
-	// its generations, and merges what else of the shard was pending when it was
-	// prepared, as MergeWal does. With no merge prepared under the token (the worker
+	// its generations (unless defer_drain), and merges what else of the shard was
+	// pending when it was prepared, as MergeWal does. With no merge prepared under the token (the worker
 	// restarted since, or the prepare expired) it is MergeWal: the task converges
 	// either way.
 	//
@@ -92,8 +92,8 @@ type WorkerServiceClient interface {
 	MergeStore(ctx context.Context, in *MergeStoreRequest, opts ...grpc.CallOption) (*MergeStoreResponse, error)
 	// DrainMerged drains this worker's shard of the target's store up to the base
 	// table's merged watermark: the generations a MergeStore on another worker
-	// merged. It merges nothing, and a worker without a shard in the store drains
-	// nothing.
+	// merged, or its own CommitMerge with defer_drain. It merges nothing, and a
+	// worker without a shard in the store drains nothing.
 	//
 	// Errors: as MergeWal.
 	DrainMerged(ctx context.Context, in *DrainMergedRequest, opts ...grpc.CallOption) (*DrainMergedResponse, error)
@@ -274,8 +274,8 @@ type WorkerServiceServer interface {
 	PrepareMerge(context.Context, *PrepareMergeRequest) (*PrepareMergeResponse, error)
 	// CommitMerge commits the merge PrepareMerge prepared under the same fencing
 	// token (rebasing it onto the versions committed since it was prepared), drains
-	// its generations, and merges what else of the shard was pending when it was
-	// prepared, as MergeWal does. With no merge prepared under the token (the worker
+	// its generations (unless defer_drain), and merges what else of the shard was
+	// pending when it was prepared, as MergeWal does. With no merge prepared under the token (the worker
 	// restarted since, or the prepare expired) it is MergeWal: the task converges
 	// either way.
 	//
@@ -296,8 +296,8 @@ type WorkerServiceServer interface {
 	MergeStore(context.Context, *MergeStoreRequest) (*MergeStoreResponse, error)
 	// DrainMerged drains this worker's shard of the target's store up to the base
 	// table's merged watermark: the generations a MergeStore on another worker
-	// merged. It merges nothing, and a worker without a shard in the store drains
-	// nothing.
+	// merged, or its own CommitMerge with defer_drain. It merges nothing, and a
+	// worker without a shard in the store drains nothing.
 	//
 	// Errors: as MergeWal.
 	DrainMerged(context.Context, *DrainMergedRequest) (*DrainMergedResponse, error)

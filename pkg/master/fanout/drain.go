@@ -1,0 +1,61 @@
+package fanout
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// drainer is a Caller that can have a worker drain its shard of a store up to
+// the base table's watermark (the GRPCCaller can).
+type drainer interface {
+	DrainMerged(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64) (int64, error)
+}
+
+// drains are the DrainMerged calls of one task, run beside its other calls: a
+// drain edits only its worker's own shard manifest, so it conflicts with no
+// commit. A drain that fails is logged and left for the shard's next drain,
+// which drains up to the watermark whatever it covers; until then reads skip
+// the merged generations by the watermark, so the task does not fail for it.
+type drains struct {
+	f      *FanOut
+	d      drainer
+	target string
+	token  int64
+	log    *slog.Logger
+	// ownCommits: each drain follows its worker's own CommitMerge with
+	// defer_drain, which a worker of an older version ignores, draining before
+	// it answers (and it has no DrainMerged).
+	ownCommits bool
+	wg         sync.WaitGroup
+	failed     atomic.Int64
+}
+
+// start drains w's shard up to the watermark of version (a hint: the version
+// the merge that covers it created) in the background.
+func (ds *drains) start(ctx context.Context, w Worker, version uint64) {
+	ds.wg.Go(func() {
+		_, _, _, err := ds.f.bounded(ctx, w, func(ctx context.Context) (MergeResult, error) {
+			n, err := ds.d.DrainMerged(ctx, w, ds.target, ds.token, version)
+			return MergeResult{Reclaimed: n}, err
+		})
+		switch {
+		case ds.ownCommits && status.Code(err) == codes.Unimplemented:
+			// Drained already, by its commit.
+		case err != nil:
+			ds.log.Warn("merge_wal: drain of the merged generations failed; the next task drains them",
+				"worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
+			ds.failed.Add(1)
+		}
+	})
+}
+
+// wait waits for every drain started and returns how many failed.
+func (ds *drains) wait() int {
+	ds.wg.Wait()
+	return int(ds.failed.Load())
+}
