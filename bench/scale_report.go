@@ -44,6 +44,8 @@ func scaleOps(c ScaleConfig) []scaleOp {
 		{fmt.Sprintf("page of %d at offset 0 (`store.Store.Page`)", c.PageRows), func(b ScaleBucket) ScaleOp { return b.FirstPage }},
 		{fmt.Sprintf("page of %d by cursor at 90%% (`StartAfter`)", c.PageRows), func(b ScaleBucket) ScaleOp { return b.CursorPage }},
 		{fmt.Sprintf("filtered page of %d (`%s`, 1%% of rows)", c.PageRows, ScaleFilter), func(b ScaleBucket) ScaleOp { return b.FilteredPage }},
+		{fmt.Sprintf("first merge of %s new ids (one sample)", fmtCount(float64(c.MergeRows))), func(b ScaleBucket) ScaleOp { return b.FirstMergeNew }},
+		{fmt.Sprintf("first merge of %s overwritten ids (one sample)", fmtCount(float64(c.MergeRows))), func(b ScaleBucket) ScaleOp { return b.FirstMergeOverwrite }},
 		{fmt.Sprintf("merge of %s new ids (`merge.Merger.Merge`)", fmtCount(float64(c.MergeRows))), func(b ScaleBucket) ScaleOp { return b.MergeNew }},
 		{fmt.Sprintf("merge of %s overwritten ids", fmtCount(float64(c.MergeRows))), func(b ScaleBucket) ScaleOp { return b.MergeOverwrite }},
 		{"compact task after those merges", func(b ScaleBucket) ScaleOp { return b.Compaction.Op }},
@@ -74,13 +76,15 @@ func (r ScaleResult) Markdown() string {
 		"first does one get on its new handle (\"first get\"), then an untimed batch get of %s random ids, which "+
 		"reads every fragment's key-index top, as a long-running worker has them cached. A fragment's bloom filter "+
 		"is read by the first lookup of at least 4 ids in its range (a batch get looks ids up 128 at a time, a "+
-		"merge all of its ids at once) and stays while the cache holds it, so the first merge may pay for filters the "+
-		"reads did not need: its time is in the p99, the p50 is the steady state. Samples on `file://` / on the latency bucket: %d / %d gets of random "+
+		"merge all of its ids at once) and stays while the cache holds it, so a worker's first merge pays for filters the "+
+		"reads did not need: it has its own row (\"first merge\", one sample of each kind), the merges after it are the "+
+		"steady state. Samples on `file://` / on the latency bucket: %d / %d gets of random "+
 		"existing ids and %d / %d of missing ones, %d / %d batch gets of %d random ids, %d / %d pages of each kind "+
 		"(the cursor pages start at 90%% of the id space and a page's width further each time). Reads go "+
 		"through `store.Store` with the worker's defaults (the snapshot refreshes when older than 1 s). After both "+
-		"workers' reads, each merges %d times %s new ids and %d times %s overwritten ids (existing ones at "+
-		"random), alternating, each appended and sealed first, the merge alone timed; then one compact task. "+
+		"workers' reads, each merges once and then %d times more %s new ids and %d times %s overwritten ids "+
+		"(existing ones at random), alternating, each appended and sealed first, the merge alone timed; then one "+
+		"compact task. "+
 		"\"Round trips\" on the latency bucket is the time divided by %s: the requests that ran one after another. "+
 		"Figures are p50 / p99 (with few samples p99 is the maximum); requests and CPU (the process's user and "+
 		"system time, `getrusage`) are per operation: on this shared 2-core machine other work stretches the times, "+
