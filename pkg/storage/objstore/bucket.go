@@ -327,9 +327,10 @@ func (b *Bucket) Close() error { return b.be.close() }
 // "."/".." path elements, a leading or trailing "/", path elements longer than 255
 // bytes (the usual file-name limit), fileblob's reserved ".attrs" suffix, and the
 // file:// driver's staging directory as a first element. It also rejects what
-// fileblob would escape on its way to a file name, because the file:// driver writes
-// to the unescaped path and reads through fileblob: an element ending in ".." before
-// a "/" and anything that looks like an escape sequence ("__0x"). Every key Tidemark
+// fileblob would escape on its way to a file name, because the file:// driver of
+// earlier versions read through fileblob and wrote to the unescaped path: an
+// element ending in ".." before a "/" and anything that looks like an escape
+// sequence ("__0x"). Every key Tidemark
 // builds passes; a key from user input that fails is a bug or an attack.
 func ValidateKey(key string) error {
 	bad := func(why string) error { return fmt.Errorf("%w %q: %s", ErrInvalidKey, key, why) }

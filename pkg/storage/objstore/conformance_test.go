@@ -155,6 +155,42 @@ func TestRangedReadsAtEveryPosition(t *testing.T) {
 	})
 }
 
+// TestAPrefixOrAPathThroughAnObjectIsNoObject: on a store a key names an object
+// or nothing; on file:// "a/b" of an object "a/b/c" is a directory and "a/b/c/d"
+// a path through a file. Every read (get, a bounded get, a ranged get, a stat) of
+// either must be ErrNotFound, as on the stores, or a reader that looks before it
+// writes (a WAL seal, a version probe) would take a directory for an object.
+func TestAPrefixOrAPathThroughAnObjectIsNoObject(t *testing.T) {
+	objstoretest.ForEachDriver(t, func(t *testing.T, open func(testing.TB) *objstore.Bucket) {
+		t.Parallel()
+		ctx := context.Background()
+		b := open(t)
+		if err := b.Put(ctx, "dir/sub/object", []byte("bytes")); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"dir/sub", "dir", "dir/sub/object/below"} {
+			if _, err := b.Get(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("Get(%q) = %v, want ErrNotFound", key, err)
+			}
+			if _, err := b.GetMax(ctx, key, 100); !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("GetMax(%q) = %v, want ErrNotFound", key, err)
+			}
+			if _, err := b.GetRange(ctx, key, 0, 2); !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("GetRange(%q) = %v, want ErrNotFound", key, err)
+			}
+			if _, err := b.Stat(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("Stat(%q) = %v, want ErrNotFound", key, err)
+			}
+		}
+		if got, err := b.GetMax(ctx, "dir/sub/object", 5); err != nil || string(got) != "bytes" {
+			t.Errorf("GetMax of 5 bytes at a limit of 5 = %q, %v", got, err)
+		}
+		if _, err := b.GetMax(ctx, "dir/sub/object", 4); !errors.Is(err, objstore.ErrTooLarge) {
+			t.Errorf("GetMax of 5 bytes at a limit of 4 = %v, want ErrTooLarge", err)
+		}
+	})
+}
+
 // TestListingPagesPastAThousandKeys: S3 and GCS list 1,000 keys a page, and a
 // delimited listing counts common prefixes against the page too. Garbage collection
 // and the scanner list whole stores: a listing that stops at the first page, or
