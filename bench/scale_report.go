@@ -285,10 +285,14 @@ func (r ScaleResult) goals(p printer) {
 		return "**does not hold**"
 	}
 	p("Goals (issue 29), as measured in this run:\n\n")
-	ops := scaleOps(r.Config)
-	growth := []scaleOp{{"Get", ops[1].op}, {fmt.Sprintf("%d-id batch get", r.Config.BatchIDs), ops[3].op},
-		{"Page by cursor", ops[5].op}, {fmt.Sprintf("Merge of %s new ids", fmtCount(float64(r.Config.MergeRows))), ops[7].op},
-		{fmt.Sprintf("Merge of %s overwritten ids", fmtCount(float64(r.Config.MergeRows))), ops[8].op}}
+	merged := fmtCount(float64(r.Config.MergeRows))
+	growth := []scaleOp{
+		{"Get", func(b ScaleBucket) ScaleOp { return b.Get }},
+		{fmt.Sprintf("%d-id batch get", r.Config.BatchIDs), func(b ScaleBucket) ScaleOp { return b.Batch }},
+		{"Page by cursor", func(b ScaleBucket) ScaleOp { return b.CursorPage }},
+		{fmt.Sprintf("Merge of %s new ids", merged), func(b ScaleBucket) ScaleOp { return b.MergeNew }},
+		{fmt.Sprintf("Merge of %s overwritten ids", merged), func(b ScaleBucket) ScaleOp { return b.MergeOverwrite }},
+	}
 	for i := 1; i < len(r.Sizes); i++ {
 		lo, hi := r.Sizes[i-1], r.Sizes[i]
 		for _, g := range growth {
