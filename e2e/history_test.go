@@ -400,7 +400,11 @@ func (hc *historyCampaign) check() historyOutcome {
 		t.Fatal(err)
 	}
 	started := time.Now()
-	lin := history.Linearizable(ops, history.Config{Staleness: historyStaleness, Timeout: time.Minute, VisualizeDir: dir})
+	// Most ids decide in milliseconds; porcupine's search is exponential at worst,
+	// and a skewed clock widens the windows it must order, so a rare id of the
+	// clock-skew campaign took more than a minute (a CI run of 2026-12-06 counted
+	// it undecided, with no violation). It gets five, within the e2e timeout.
+	lin := history.Linearizable(ops, history.Config{Staleness: historyStaleness, Timeout: 5 * time.Minute, VisualizeDir: dir})
 	out := historyOutcome{ops: len(ops), reads: history.Reads(ops), undecided: len(lin.Undecided), injected: hc.injected, dir: dir,
 		violations: append(history.Direct(ops), lin.Violations...)}
 	counts := map[string]int{}
