@@ -1,6 +1,7 @@
 package table
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -173,4 +174,74 @@ func FuzzDecodeKeyIndex(f *testing.F) {
 			row += int64(ref.entries)
 		}
 	})
+}
+
+// A lookup walks a block in place (rawBlock.find). Invariant: it finds exactly
+// the ids the block holds, at their position, and for
+// any other id answers not found at the first entry past it, whatever the ids
+// share: prefixes of one another, the empty id, bytes above ASCII, and blocks
+// whose entries keep fewer bytes of the previous id than they could (FORMAT.md
+// allows it; this writer keeps all it can).
+func TestAnInPlaceLookupFindsWhatASearchOfTheIdsFinds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 29))
+	alphabet := []byte{'a', 'b', 'c', 0x00, 0xff}
+	randomID := func() []byte {
+		id := make([]byte, rng.IntN(6))
+		for i := range id {
+			id[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return id
+	}
+	for round := range 300 {
+		set := map[string]bool{}
+		for range 1 + rng.IntN(60) {
+			set[string(randomID())] = true
+		}
+		ids := slices.Sorted(func(yield func(string) bool) {
+			for id := range set {
+				if !yield(id) {
+					return
+				}
+			}
+		})
+		// The block, each entry keeping some of the bytes it shares with the last
+		// (all of them in half the rounds, as the writer does).
+		var body []byte
+		prev := ""
+		for i, id := range ids {
+			shared := 0
+			for shared < len(id) && shared < len(prev) && id[shared] == prev[shared] {
+				shared++
+			}
+			if round%2 == 1 && shared > 0 {
+				shared = rng.IntN(shared + 1)
+			}
+			body = binary.AppendUvarint(body, uint64(shared))
+			body = binary.AppendUvarint(body, uint64(len(id)-shared))
+			body = append(body, id[shared:]...)
+			body = binary.AppendUvarint(body, uint64(i*3))
+			body = binary.AppendUvarint(body, uint64(i%2))
+			prev = id
+		}
+		blk := &rawBlock{entries: len(ids), body: body}
+		var targets []string
+		for _, id := range ids {
+			targets = append(targets, id, id+"\x00", id+"a")
+			if id != "" {
+				targets = append(targets, id[:len(id)-1], id[:len(id)-1]+string(id[len(id)-1]+1))
+			}
+		}
+		for range 20 {
+			targets = append(targets, string(randomID()))
+		}
+		for _, target := range targets {
+			want, wantFound := slices.BinarySearch(ids, target)
+			j, seq, shard, found, err := blk.find("k", 2, []byte(target))
+			if err != nil || j != want || found != wantFound ||
+				(found && (seq != uint64(want*3) || shard != uint32(want%2))) {
+				t.Fatalf("round %d, ids %q: find(%q) = %d, %v (seq %d, shard %d, %v); want %d, %v",
+					round, ids, target, j, found, seq, shard, err, want, wantFound)
+			}
+		}
+	}
 }
