@@ -1,6 +1,7 @@
 package history
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -378,4 +379,20 @@ func TestSimulatedWorkerGoingBackIsCaught(t *testing.T) {
 	wantRule(t, direct, RuleWentBack)
 	wantRule(t, direct, RuleToken)
 	wantRule(t, lin.Violations, RuleLinearizable)
+
+	// The same check in a process of its own (cmd/history-check) reports the same,
+	// from the operations as JSON: nothing a violation rests on is lost in them.
+	data, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again []Op
+	if err := json.Unmarshal(data, &again); err != nil {
+		t.Fatal(err)
+	}
+	want := lin.Report()
+	got := Linearizable(again, Config{Staleness: 80 * time.Millisecond, Timeout: time.Minute}).Report()
+	if len(want.Violations) == 0 || len(got.Violations) != len(want.Violations) || got.IDs != want.IDs {
+		t.Fatalf("from JSON: %d violations over %d ids, want %d over %d", len(got.Violations), got.IDs, len(want.Violations), want.IDs)
+	}
 }

@@ -36,6 +36,24 @@ type Result struct {
 	Visualizations []string // paths of the HTML files written
 }
 
+// Report is a Result as text, for a check run in a process of its own
+// (cmd/history-check): each violation as its String gives it.
+type Report struct {
+	IDs            int      `json:"ids"`
+	Undecided      []string `json:"undecided"`
+	Visualizations []string `json:"visualizations"`
+	Violations     []string `json:"violations"`
+}
+
+// Report returns r as a Report.
+func (r Result) Report() Report {
+	out := Report{IDs: r.IDs, Undecided: r.Undecided, Visualizations: r.Visualizations}
+	for _, v := range r.Violations {
+		out.Violations = append(out.Violations, v.String())
+	}
+	return out
+}
+
 // writeInput is an add of the register; seq 0 is an unknown _seq above lower.
 // Shard is the worker it was sent to (its INSTANCE_ID names its shard).
 type writeInput struct {
