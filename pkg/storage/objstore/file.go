@@ -123,8 +123,9 @@ func (f *fileBackend) path(key string) string {
 // openObject opens key's file for reading. A missing file, a path through a file,
 // and a directory (a common prefix, never an object) are ErrNotFound. Reads open
 // the file themselves rather than through fileblob, which opens and reads an
-// .attrs sidecar beside each: a key-index block read cost 27 µs that way and 6 µs
-// this way, and a merge into a large store reads hundreds of them.
+// .attrs sidecar beside each: a ranged read of 8 KiB through Bucket.GetRange took
+// 17 µs that way and 10 µs this way, and a merge into a large store makes
+// hundreds of them.
 func (f *fileBackend) openObject(ctx context.Context, key string) (*os.File, fs.FileInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
