@@ -34,25 +34,9 @@ func TestWorkerKilledBetweenItsCommitAndItsDrainLosesNothing(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 32))
-	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "1h", "SNAPSHOT_TTL": "1ms"},
-		// Only the merges the test requeues run: no sweep, no merge on demand.
-		map[string]string{"MERGE_WAL_INTERVAL": "1h", "MERGE_WAL_WORKER_TIMEOUT": "1m",
-			"MERGE_WAL_MIN_GENERATIONS": "1000000", "MERGE_MAX_DELAY": "1h", "MERGE_FANOUT": "two-phase"})
-	m := c.startMaster("m1", nil)
-	ids := []string{"w1", "w2", "w3"}
-	faults := map[string]string{}
-	for _, id := range ids {
-		faults[id] = filepath.Join(c.dir, id+"-faults.json")
-		if err := os.WriteFile(faults[id], nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		c.startWorkerWith(id, chaosWorker(t), map[string]string{chaos.FaultsFileEnv: faults[id]})
-	}
 	const name = "drain_kill"
-	if code, body, err := postWith(http.DefaultClient, c.workers["w1"].url()+"/api/v1/rollouts", "", `{"name":"`+name+`"}`); err != nil || code/100 != 2 {
-		t.Fatalf("create store: %d %s %v", code, body, err)
-	}
-	records := "/api/v1/rollouts/" + name + "/records"
+	c, m, faults, records := mergeKillCluster(t, "two-phase", name)
+	ids := []string{"w1", "w2", "w3"}
 
 	value := 0
 	for trial := range 2 {
