@@ -6,12 +6,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/chaos"
 	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
@@ -37,23 +35,9 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 16))
-	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "1h", "SNAPSHOT_TTL": "1ms"},
-		// Only the merges the test requeues run: no sweep, no merge on demand.
-		map[string]string{"MERGE_WAL_INTERVAL": "1h", "MERGE_WAL_WORKER_TIMEOUT": "1m",
-			"MERGE_WAL_MIN_GENERATIONS": "1000000", "MERGE_MAX_DELAY": "1h", "MERGE_FANOUT": "two-phase"})
-	m := c.startMaster("m1", nil)
-	faults := filepath.Join(c.dir, "w1-faults.json")
-	if err := os.WriteFile(faults, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c.startWorkerWith("w1", chaosWorker(t), map[string]string{chaos.FaultsFileEnv: faults})
-	c.startWorker("w2")
-	c.startWorker("w3")
 	const name = "fanout_kill"
-	if code, body, err := postWith(http.DefaultClient, c.workers["w1"].url()+"/api/v1/rollouts", "", `{"name":"`+name+`"}`); err != nil || code/100 != 2 {
-		t.Fatalf("create store: %d %s %v", code, body, err)
-	}
-	records := "/api/v1/rollouts/" + name + "/records"
+	c, m, workerFaults, records := mergeKillCluster(t, "two-phase", name)
+	faults := workerFaults["w1"]
 	ids := []string{"w1", "w2", "w3"}
 
 	value := 0

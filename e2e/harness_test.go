@@ -103,16 +103,23 @@ func chaosWorker(t *testing.T) string {
 			return
 		}
 		chaosBin = filepath.Join(dir, "worker")
-		cmd := exec.Command("go", "build", "-tags", "chaos", "-o", chaosBin, "./cmd/worker")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			chaosErr = fmt.Errorf("go build -tags chaos ./cmd/worker: %v\n%s", err, out)
-		}
+		chaosErr = goBuild(chaosBin, "-tags", "chaos", "./cmd/worker")
 	})
 	if chaosErr != nil {
 		t.Fatal(chaosErr)
 	}
 	return chaosBin
+}
+
+// goBuild builds a package of the module into out with go build's args (tags,
+// the package), not under the race detector whatever the tests run under.
+func goBuild(out string, args ...string) error {
+	cmd := exec.Command("go", append([]string{"build", "-o", out}, args...)...)
+	cmd.Dir = ".."
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	return nil
 }
 
 var (

@@ -453,11 +453,7 @@ func checkLinearizable(t *testing.T, ops []history.Op, dir string) history.Repor
 			return
 		}
 		historyCheckBin = filepath.Join(bin, "history-check")
-		cmd := exec.Command("go", "build", "-o", historyCheckBin, "./internal/testutil/history/cmd/history-check")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			historyCheckErr = fmt.Errorf("go build ./internal/testutil/history/cmd/history-check: %v\n%s", err, out)
-		}
+		historyCheckErr = goBuild(historyCheckBin, "./internal/testutil/history/cmd/history-check")
 	})
 	if historyCheckErr != nil {
 		t.Fatal(historyCheckErr)
