@@ -131,14 +131,14 @@ func (f *fileBackend) openObject(ctx context.Context, key string) (*os.File, fs.
 		return nil, nil, err
 	}
 	file, err := os.Open(f.path(key))
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+	if notAnObject(err, nil) {
 		return nil, nil, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
 	info, err := file.Stat()
-	if err == nil && !info.Mode().IsRegular() {
+	if notAnObject(err, info) {
 		err = fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
 	if err != nil {
@@ -146,6 +146,12 @@ func (f *fileBackend) openObject(ctx context.Context, key string) (*os.File, fs.
 		return nil, nil, err
 	}
 	return file, info, nil
+}
+
+// notAnObject reports whether opening or stating a key's path found no object
+// there: no file, a path through a file, or a directory (info, when err is nil).
+func notAnObject(err error, info fs.FileInfo) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || (err == nil && info != nil && !info.Mode().IsRegular())
 }
 
 func (f *fileBackend) get(ctx context.Context, key string, limit int64) ([]byte, error) {
@@ -157,16 +163,9 @@ func (f *fileBackend) get(ctx context.Context, key string, limit int64) ([]byte,
 	if limit >= 0 && info.Size() > limit {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, info.Size(), limit)
 	}
-	// The file is never rewritten in place (put renames a new one over it), so its
-	// size is its length; the read still goes to the end, as on a store.
-	data, err := readRange(file, info.Size())
-	if err != nil {
-		return nil, err
-	}
-	if limit >= 0 && int64(len(data)) > limit {
-		return nil, fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
-	}
-	return data, nil
+	// The open file is never written (put renames a new one over its name), so its
+	// size is its length and the limit was checked above.
+	return readRange(file, info.Size())
 }
 
 func (f *fileBackend) getRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
@@ -196,7 +195,7 @@ func (f *fileBackend) stat(ctx context.Context, key string) (Object, error) {
 		return Object{}, err
 	}
 	info, err := os.Stat(f.path(key))
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || (err == nil && !info.Mode().IsRegular()) {
+	if notAnObject(err, info) {
 		return Object{}, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
 	if err != nil {
