@@ -293,3 +293,52 @@ func TestLookupReadsNearbyIndexBlocksInOneRequest(t *testing.T) {
 		t.Fatalf("a lookup in cached block 10 and block 11 made %d ranged reads, want 1", got)
 	}
 }
+
+// A lookup of many ids in a fragment whose whole key index is small (a merge's
+// fragment of a few thousand rows, which every later commit's conflict check
+// meets) reads that index in one request, top and blocks together, and no bloom
+// filter: the index answers exactly for what the filter costs before its false
+// positives. The next lookup reads nothing. A fragment with a larger index still
+// has its filter read first.
+func TestALookupInASmallKeyIndexReadsItWholeAndNoBloomFilter(t *testing.T) {
+	ctx := context.Background()
+	f, tb, m := faultyTable(t, 1, 2_000)
+	frag := m.Fragments[0]
+	if !smallIndex(frag) {
+		t.Fatalf("a fragment of 2,000 rows has a key index of %d bytes, more than %d", frag.Index.Bytes, blockGap)
+	}
+	var ids []string
+	for j := 0; j < 2_000; j += 40 {
+		ids = append(ids, fmt.Sprintf("f00-%05d", j), fmt.Sprintf("f00-%05d~", j)) // one there, one not
+	}
+	hits, err := tb.lookupFragment(ctx, m, frag, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, bloom := f.TotalRequests(), f.Requests(objstore.OpGet); got != 1 || bloom != 0 {
+		t.Fatalf("a cold lookup of %d ids made %d requests (%v), want one ranged read of the key index", len(ids), got, f.RequestCounts())
+	}
+	for i, h := range hits {
+		if want := i%2 == 0; h.found != want || want && h.off != uint32(i/2*40) {
+			t.Fatalf("id %s: %+v, want found %v at row %d", ids[i], h, want, i/2*40)
+		}
+	}
+	f.ResetCounters()
+	if _, err := tb.lookupFragment(ctx, m, frag, []string{"f00-00001", "f00-01999"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.TotalRequests(); got != 0 {
+		t.Fatalf("a lookup after the index was read whole made %d requests (%v), want 0", got, f.RequestCounts())
+	}
+
+	f, tb, m = faultyTable(t, 1, 100_000)
+	if frag = m.Fragments[0]; smallIndex(frag) {
+		t.Fatalf("a fragment of 100,000 rows has a key index of %d bytes, at most %d", frag.Index.Bytes, blockGap)
+	}
+	if _, err := tb.lookupFragment(ctx, m, frag, []string{"f00-00001", "f00-50000", "f00-99999", "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Requests(objstore.OpGet); got != 1 {
+		t.Fatalf("a lookup of 4 ids in a large index made %d whole-object reads (%v), want its bloom filter's", got, f.RequestCounts())
+	}
+}

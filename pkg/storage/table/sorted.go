@@ -25,17 +25,43 @@ func (t *Table) indexTopOf(ctx context.Context, f Fragment) (*indexTop, error) {
 		return top, nil
 	}
 	key := t.key(f.Index.Path)
-	data, err := t.getRange(ctx, key, f.Index.Top, f.Index.Bytes-f.Index.Top)
+	from := f.Index.Top
+	if smallIndex(f) {
+		from = 0
+	}
+	data, err := t.getRange(ctx, key, from, f.Index.Bytes-from)
 	if err != nil {
 		return nil, fmt.Errorf("key index: %w", err)
 	}
-	top, err := decodeIndexTop(key, data, f.Index.Top, f.Index.Bytes, f.Rows)
+	if int64(len(data)) < f.Index.Top-from {
+		return nil, fmt.Errorf("key index %s: %w: object ends before its top at byte %d", key, ErrCorrupt, f.Index.Top)
+	}
+	top, err := decodeIndexTop(key, data[f.Index.Top-from:], f.Index.Top, f.Index.Bytes, f.Rows)
 	if err != nil {
 		return nil, err
+	}
+	if from == 0 {
+		// The blocks came with the top: keep them for the lookups that follow.
+		for b, ref := range top.blocks {
+			blk, err := checkRawBlock(key, ref, data[ref.off:ref.off+ref.n])
+			if err != nil {
+				return nil, err
+			}
+			t.raws.AddBlock(f.Index.Path, b, blk, blk.size())
+		}
 	}
 	t.tops.Add(f.Index.Path, top, top.size())
 	return top, nil
 }
+
+// smallIndex reports whether f's whole key index is at most blockGap bytes: a
+// lookup that reads its top reads its blocks with it, and one that has the top
+// reads the blocks it needs in one request (fetchBlocks reads through the gaps),
+// so the index answers any lookup exactly for at most one request, which is what
+// its bloom filter would cost before its false positives. A merge's fragment of
+// a few thousand rows is one, as are the level-0 fragments every later commit's
+// conflict check meets.
+func smallIndex(f Fragment) bool { return f.Index != nil && f.Index.Bytes <= blockGap }
 
 // indexBlocks returns blocks bs (ascending, distinct) of f's key index, decoded,
 // from the cache or by ranged reads (fetchBlocks).
