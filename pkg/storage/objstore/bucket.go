@@ -74,6 +74,11 @@ type backend interface {
 	get(ctx context.Context, key string, limit int64) ([]byte, error)
 	// getRange reads length bytes at offset (length < 0 means to the end).
 	getRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+	// getRanges reads ranges of one object (Bucket.GetRanges).
+	getRanges(ctx context.Context, key string, rs []ByteRange) ([][]byte, error)
+	// local reports whether requests are served from files of this machine with
+	// no round trip between (Bucket.Local).
+	local() bool
 	stat(ctx context.Context, key string) (Object, error)
 	put(ctx context.Context, key string, data []byte) error
 	putIfAbsent(ctx context.Context, key string, data []byte) error
@@ -165,6 +170,57 @@ func (b *Bucket) GetRange(ctx context.Context, key string, offset, length int64)
 		return nil, requestError(fmt.Sprintf("get %s [%d,+%d)", key, offset, length), err)
 	}
 	return data, nil
+}
+
+// ByteRange is N bytes at Off of an object (N >= 0).
+type ByteRange struct{ Off, N int64 }
+
+// GetRanges reads ranges of one object, an answer per range in the order given,
+// each its range's bytes or fewer where the object ends (none past it). On a
+// Local bucket the object is opened once and the ranges read one after another:
+// a request there is a few system calls, and a lookup into a large store's key
+// index wants a few ranges of each of many objects. Elsewhere it is a GetRange
+// per range, one after another; a caller that wants a remote object's ranges at
+// once sends GetRange concurrently instead.
+func (b *Bucket) GetRanges(ctx context.Context, key string, rs []ByteRange) ([][]byte, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	for _, r := range rs {
+		if r.Off < 0 || r.N < 0 {
+			return nil, fmt.Errorf("get %s: range [%d,+%d): negative offset or length", key, r.Off, r.N)
+		}
+	}
+	ctx, cancel := b.op(ctx)
+	defer cancel()
+	out, err := b.be.getRanges(ctx, key, rs)
+	if err != nil {
+		return nil, requestError(fmt.Sprintf("get %s (%d ranges)", key, len(rs)), err)
+	}
+	return out, nil
+}
+
+// Local reports whether the bucket's objects are files of this machine
+// (file://), behind no wrapper that adds a round trip: a request is then a few
+// system calls, and reads of one object go best in one call (GetRanges).
+func (b *Bucket) Local() bool { return b.be.local() }
+
+// getRangesEach is getRanges as one getRange per range, for backends whose
+// requests are round trips anyway.
+func getRangesEach(ctx context.Context, be backend, key string, rs []ByteRange) ([][]byte, error) {
+	out := make([][]byte, len(rs))
+	for i, r := range rs {
+		rc, err := be.getRange(ctx, key, r.Off, r.N)
+		if err != nil {
+			return nil, err
+		}
+		out[i], err = readRange(rc, r.N)
+		rc.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // rangeBuffer bounds the buffer a ranged read allocates up front for the length

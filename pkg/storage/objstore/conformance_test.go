@@ -125,7 +125,7 @@ func TestRangedReadsAtEveryPosition(t *testing.T) {
 		if err := b.Put(ctx, key, data); err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range []struct {
+		cases := []struct {
 			name       string
 			off, n     int64
 			wantOffset int64 // the bytes wanted are data[wantOffset:wantOffset+wantLen]
@@ -142,15 +142,41 @@ func TestRangedReadsAtEveryPosition(t *testing.T) {
 			{"starting at the end", 20, -1, 20, 0},
 			{"starting at the end, bounded", 20, 10, 20, 0},
 			{"starting past the end", 25, 10, 20, 0},
-		} {
+		}
+		var rs []objstore.ByteRange
+		for _, c := range cases {
 			got, err := b.GetRange(ctx, key, c.off, c.n)
 			want := data[c.wantOffset : c.wantOffset+c.wantLen]
 			if err != nil || !bytes.Equal(got, want) {
 				t.Errorf("%s: GetRange(%d, %d) = %q, %v; want %q", c.name, c.off, c.n, got, err, want)
 			}
+			if c.n >= 0 {
+				rs = append(rs, objstore.ByteRange{Off: c.off, N: c.n})
+			}
+		}
+		// The same ranges in one call (a key-index lookup's on file://) answer the same.
+		got, err := b.GetRanges(ctx, key, rs)
+		if err != nil || len(got) != len(rs) {
+			t.Fatalf("GetRanges of %d ranges = %d answers, %v", len(rs), len(got), err)
+		}
+		k := 0
+		for _, c := range cases {
+			if c.n < 0 {
+				continue
+			}
+			if want := data[c.wantOffset : c.wantOffset+c.wantLen]; !bytes.Equal(got[k], want) {
+				t.Errorf("%s: GetRanges' answer for [%d,+%d) = %q; want %q", c.name, c.off, c.n, got[k], want)
+			}
+			k++
 		}
 		if _, err := b.GetRange(ctx, "range/missing", 0, 1); !errors.Is(err, objstore.ErrNotFound) {
 			t.Errorf("GetRange of a missing object = %v, want ErrNotFound", err)
+		}
+		if _, err := b.GetRanges(ctx, "range/missing", rs[:1]); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("GetRanges of a missing object = %v, want ErrNotFound", err)
+		}
+		if _, err := b.GetRanges(ctx, key, []objstore.ByteRange{{Off: 0, N: -1}}); err == nil {
+			t.Errorf("GetRanges of a range of length -1: no error")
 		}
 	})
 }
@@ -177,6 +203,9 @@ func TestAPrefixOrAPathThroughAnObjectIsNoObject(t *testing.T) {
 			}
 			if _, err := b.GetRange(ctx, key, 0, 2); !errors.Is(err, objstore.ErrNotFound) {
 				t.Errorf("GetRange(%q) = %v, want ErrNotFound", key, err)
+			}
+			if _, err := b.GetRanges(ctx, key, []objstore.ByteRange{{Off: 0, N: 2}}); !errors.Is(err, objstore.ErrNotFound) {
+				t.Errorf("GetRanges(%q) = %v, want ErrNotFound", key, err)
 			}
 			if _, err := b.Stat(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
 				t.Errorf("Stat(%q) = %v, want ErrNotFound", key, err)

@@ -197,6 +197,13 @@ func WithFaults(b *Bucket, f *Faults) *Bucket {
 	}
 }
 
+// delays reports whether requests wait a latency.
+func (f *Faults) delays() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.latency > 0 || f.jitter > 0
+}
+
 // SetLatency makes every request wait fixed plus a uniformly random duration in
 // [0, jitter) before it runs. The wait ends early, with the context's error, if the
 // request's context ends.
@@ -517,6 +524,24 @@ func (fb *faultBackend) getRange(ctx context.Context, key string, offset, length
 	}
 	return &releasingReader{ReadCloser: rc, release: release}, nil
 }
+
+// getRanges is a request per range to the rules, the counters and the
+// concurrency limit, one after another as GetRanges makes them elsewhere, and
+// then one call of the inner backend.
+func (fb *faultBackend) getRanges(ctx context.Context, key string, rs []ByteRange) ([][]byte, error) {
+	for range rs {
+		release, _, err := fb.f.begin(ctx, OpGetRange, key)
+		if err != nil {
+			return nil, err
+		}
+		release()
+	}
+	return fb.inner.getRanges(ctx, key, rs)
+}
+
+// local: a wrapper that makes requests wait stands for a remote store, whose
+// ranges a reader sends at once rather than in one call.
+func (fb *faultBackend) local() bool { return fb.inner.local() && !fb.f.delays() }
 
 // releasingReader holds a concurrency slot until the body is closed, because a ranged
 // read occupies the store until its bytes have been transferred.

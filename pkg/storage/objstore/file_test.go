@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
@@ -204,5 +207,54 @@ func TestFileBucketThroughASymlinkedDirectory(t *testing.T) {
 	}
 	if got, err := b.List(ctx, ""); err != nil || !slices.Equal(objectKeys(got), []string{"x/y"}) {
 		t.Errorf("List through a symlinked root = %q, %v; want [x/y]", objectKeys(got), err)
+	}
+}
+
+// A reader reads one object's ranges in one GetRanges call only where a request
+// is a few system calls (Local): file://, also behind the retries and behind a
+// Faults that only counts; a store, or a Faults that makes requests wait (the
+// benchmarks' stand-in for one), has its ranges sent at once instead. A Faults
+// still counts a request per range of a GetRanges call, as a store would serve
+// them.
+func TestOnlyLocalFilesAreLocal(t *testing.T) {
+	ctx := context.Background()
+	file, err := objstore.Open(ctx, "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := objstore.Open(ctx, "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := objstore.NewFaults(rand.NewPCG(1, 2))
+	counted := objstore.WithFaults(file, f)
+	for _, c := range []struct {
+		name string
+		b    *objstore.Bucket
+		want bool
+	}{
+		{"file://", file, true},
+		{"file:// with retries", objstore.WithRetry(file, objstore.ThrottleBackoff, clock.RealClock{}, time.Second), true},
+		{"file:// behind a Faults that counts", counted, true},
+		{"mem://", mem, false},
+	} {
+		if got := c.b.Local(); got != c.want {
+			t.Errorf("%s: Local() = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if err := counted.Put(ctx, "k", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	f.ResetCounters()
+	got, err := counted.GetRanges(ctx, "k", []objstore.ByteRange{{Off: 1, N: 2}, {Off: 8, N: 5}})
+	if err != nil || len(got) != 2 || string(got[0]) != "12" || string(got[1]) != "89" {
+		t.Fatalf("GetRanges = %q, %v", got, err)
+	}
+	if n := f.Requests(objstore.OpGetRange); n != 2 {
+		t.Errorf("a GetRanges of 2 ranges counted %d ranged reads, want 2", n)
+	}
+	f.SetLatency(time.Millisecond, 0)
+	if counted.Local() {
+		t.Errorf("file:// behind a Faults with latency: Local() = true, want false")
 	}
 }

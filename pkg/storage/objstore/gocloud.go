@@ -138,4 +138,10 @@ func (g *gocloudBackend) list(ctx context.Context, prefix, delimiter string, fn 
 	}
 }
 
+func (g *gocloudBackend) getRanges(ctx context.Context, key string, rs []ByteRange) ([][]byte, error) {
+	return getRangesEach(ctx, g, key, rs)
+}
+
+func (g *gocloudBackend) local() bool { return false }
+
 func (g *gocloudBackend) close() error { return g.b.Close() }

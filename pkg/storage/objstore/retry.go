@@ -148,6 +148,13 @@ func (r *retryBackend) getRange(ctx context.Context, key string, offset, length 
 	return rc, err
 }
 
+func (r *retryBackend) getRanges(ctx context.Context, key string, rs []ByteRange) (out [][]byte, err error) {
+	err = r.do(ctx, func(*slot) error { out, err = r.inner.getRanges(ctx, key, rs); return err })
+	return out, err
+}
+
+func (r *retryBackend) local() bool { return r.inner.local() }
+
 func (r *retryBackend) stat(ctx context.Context, key string) (o Object, err error) {
 	err = r.do(ctx, func(*slot) error { o, err = r.inner.stat(ctx, key); return err })
 	return o, err

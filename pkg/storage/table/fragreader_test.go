@@ -342,3 +342,58 @@ func TestALookupInASmallKeyIndexReadsItWholeAndNoBloomFilter(t *testing.T) {
 		t.Fatalf("a lookup of 4 ids in a large index made %d whole-object reads (%v), want its bloom filter's", got, f.RequestCounts())
 	}
 }
+
+// On file:// (objstore.Bucket.Local) a lookup reads a fragment's key-index blocks
+// that lie apart in one GetRanges call (still a ranged read each to the
+// counters), and finds every id where it is and none that is not there, as the
+// ranged reads sent at once do elsewhere.
+func TestALookupOnLocalFilesFindsIdsInBlocksApart(t *testing.T) {
+	ctx := context.Background()
+	b, err := objstore.Open(ctx, "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := objstore.NewFaults(rand.NewPCG(1, 2))
+	bucket := objstore.WithFaults(b, f)
+	if !bucket.Local() {
+		t.Fatal("file:// behind a counting Faults is not Local")
+	}
+	rows := make([]row, 100_000)
+	for j := range rows {
+		rows[j] = row{fmt.Sprintf("f00-%05d", j), 1, int64(j)}
+	}
+	mustAppend(t, createTable(t, bucket), rows...)
+	tb, err := Open(ctx, bucket, "rollout/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := tb.Latest()
+	frag := m.Fragments[0]
+	var ids []string
+	for j := 0; j < 100_000; j += 20_000 { // blocks more than blockGap apart: a run each
+		ids = append(ids, fmt.Sprintf("f00-%05d", j), fmt.Sprintf("f00-%05d~", j))
+	}
+	top, err := tb.indexTopOf(ctx, frag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs := readRuns(len(ids)/2, func(k int) byteRange {
+		b := top.blocks[top.find(ids[2*k])]
+		return byteRange{b.off, b.n}
+	}, blockGap); len(runs) != len(ids)/2 {
+		t.Fatalf("the ids' %d blocks make %d runs, want one each", len(ids)/2, len(runs))
+	}
+	f.ResetCounters()
+	hits, err := tb.lookupSorted(ctx, frag, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Requests(objstore.OpGetRange); got != int64(len(ids)/2) {
+		t.Fatalf("a lookup in %d blocks apart counted %d ranged reads, want one each", len(ids)/2, got)
+	}
+	for i, h := range hits {
+		if want := i%2 == 0; h.found != want || want && h.off != uint32(i/2*20_000) {
+			t.Fatalf("id %s: %+v, want found %v at row %d", ids[i], h, want, i/2*20_000)
+		}
+	}
+}

@@ -1,6 +1,10 @@
 package table
 
-import "context"
+import (
+	"context"
+
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+)
 
 // A lookup of many ids (a batch get, a merge's conflict check and the deletion
 // vectors it writes) is bounded by the requests it has in flight, not by the
@@ -60,6 +64,15 @@ func (t *Table) getRange(ctx context.Context, key string, off, n int64) ([]byte,
 	}
 	defer release()
 	return t.bucket.GetRange(ctx, key, off, n)
+}
+
+func (t *Table) getRanges(ctx context.Context, key string, rs []objstore.ByteRange) ([][]byte, error) {
+	release, err := requestSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return t.bucket.GetRanges(ctx, key, rs)
 }
 
 func (t *Table) get(ctx context.Context, key string) ([]byte, error) {

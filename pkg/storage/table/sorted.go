@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 )
 
@@ -107,6 +108,40 @@ func fetchBlocks[B any](ctx context.Context, t *Table, f Fragment, top *indexTop
 		return byteRange{ref.off, ref.n}
 	}, blockGap)
 	key := t.key(f.Index.Path)
+	use := func(r readRun, data []byte) error {
+		for _, i := range missing[r.first:r.end] {
+			ref := top.blocks[bs[i]]
+			lo := ref.off - r.span.off
+			if lo+ref.n > int64(len(data)) {
+				return fmt.Errorf("key index %s: %w: object ends before byte %d", key, ErrCorrupt, ref.off+ref.n)
+			}
+			blk, size, err := decode(key, ref, data[lo:lo+ref.n])
+			if err != nil {
+				return err
+			}
+			cache.AddBlock(f.Index.Path, bs[i], blk, size)
+			out[i] = blk
+		}
+		return nil
+	}
+	if len(runs) > 1 && t.bucket.Local() {
+		// Files of this machine: one open for every run, where each request is
+		// most of a run's cost (BENCHMARKS.md, stores of millions of rows).
+		rs := make([]objstore.ByteRange, len(runs))
+		for k, r := range runs {
+			rs[k] = objstore.ByteRange{Off: r.span.off, N: r.span.n}
+		}
+		data, err := t.getRanges(ctx, key, rs)
+		if err != nil {
+			return nil, fmt.Errorf("key index: %w", err)
+		}
+		for k, r := range runs {
+			if err := use(r, data[k]); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(requestsInFlight)
 	for _, r := range runs {
@@ -115,20 +150,7 @@ func fetchBlocks[B any](ctx context.Context, t *Table, f Fragment, top *indexTop
 			if err != nil {
 				return fmt.Errorf("key index: %w", err)
 			}
-			for _, i := range missing[r.first:r.end] {
-				ref := top.blocks[bs[i]]
-				lo := ref.off - r.span.off
-				if lo+ref.n > int64(len(data)) {
-					return fmt.Errorf("key index %s: %w: object ends before byte %d", key, ErrCorrupt, ref.off+ref.n)
-				}
-				blk, size, err := decode(key, ref, data[lo:lo+ref.n])
-				if err != nil {
-					return err
-				}
-				cache.AddBlock(f.Index.Path, bs[i], blk, size)
-				out[i] = blk
-			}
-			return nil
+			return use(r, data)
 		})
 	}
 	if err := g.Wait(); err != nil {
