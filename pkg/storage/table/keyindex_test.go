@@ -182,6 +182,7 @@ func FuzzDecodeKeyIndex(f *testing.F) {
 // share: prefixes of one another, the empty id, bytes above ASCII, and blocks
 // whose entries keep fewer bytes of the previous id than they could (FORMAT.md
 // allows it; this writer keeps all it can).
+// A cursor that walks the block once for ascending ids answers each the same.
 func TestAnInPlaceLookupFindsWhatASearchOfTheIdsFinds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 29))
 	alphabet := []byte{'a', 'b', 'c', 0x00, 0xff}
@@ -240,6 +241,24 @@ func TestAnInPlaceLookupFindsWhatASearchOfTheIdsFinds(t *testing.T) {
 			if err != nil || j != want || found != wantFound ||
 				(found && (seq != uint64(want*3) || shard != uint32(want%2))) {
 				t.Fatalf("round %d, ids %q: find(%q) = %d, %v (seq %d, shard %d, %v); want %d, %v",
+					round, ids, target, j, found, seq, shard, err, want, wantFound)
+			}
+		}
+		// One cursor through an ascending sample of the targets (a lookup of many
+		// ids in one block) answers each as a search does.
+		slices.Sort(targets)
+		targets = slices.Compact(targets)
+		var c blockCursor
+		c.reset(blk)
+		for _, target := range targets {
+			if rng.IntN(3) == 0 {
+				continue
+			}
+			want, wantFound := slices.BinarySearch(ids, target)
+			j, seq, shard, found, err := c.find("k", 2, []byte(target))
+			if err != nil || j != want || found != wantFound ||
+				(found && (seq != uint64(want*3) || shard != uint32(want%2))) {
+				t.Fatalf("round %d, ids %q: a cursor's find(%q) = %d, %v (seq %d, shard %d, %v); want %d, %v",
 					round, ids, target, j, found, seq, shard, err, want, wantFound)
 			}
 		}

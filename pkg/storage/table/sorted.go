@@ -187,12 +187,18 @@ func (t *Table) lookupSorted(ctx context.Context, f Fragment, ids []string) ([]i
 	}
 	key := t.key(f.Index.Path)
 	hits := make([]indexHit, len(ids))
+	var c blockCursor
+	k := -1 // position in bs of the block c walks
 	for i, id := range ids {
 		if of[i] < 0 {
 			continue
 		}
-		blk := blocks[slices.Index(bs, of[i])]
-		j, seq, shard, ok, err := blk.find(key, len(top.shards), []byte(id))
+		if k < 0 || bs[k] != of[i] { // ids ascend, and so do their blocks
+			k++
+			c.reset(blocks[k])
+		}
+		blk := blocks[k]
+		j, seq, shard, ok, err := c.find(key, len(top.shards), []byte(id))
 		if err != nil {
 			return nil, err
 		}
