@@ -3,6 +3,8 @@
 // A Bucket is opened from a URL (file://, mem://, s3://, azblob://, gs://, with an
 // optional ?prefix=) and offers the handful of operations the table and WAL formats
 // need: whole-object get and put, ranged reads, listing, delete, and put-if-absent.
+// GetRanges reads several ranges of one object; on file:// (Local) in one open,
+// where a request is system calls rather than a round trip.
 //
 // Invariants:
 //
