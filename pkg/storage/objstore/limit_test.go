@@ -373,9 +373,19 @@ func TestARequestRefusedAtTheFloorKeepsItsSlotThroughItsBackoff(t *testing.T) {
 	f.AddRule(Rule{KeyPrefix: "b", Before: func(context.Context, Op, string) { refusalsBeforeB = f.Injected() }})
 
 	done := make(chan error, 1)
+	start := time.Now()
 	go func() { _, err := b.Get(context.Background(), "refused"); done <- err }()
 	// The first refusal cuts the limit to 1; the second is at the floor.
 	testwait.Until(t, 10*time.Second, "two refusals", func() bool { return f.Injected() >= 2 })
+	// b waits for the slot within its own 300 ms, so it is sent half way through
+	// the refused request's: the refused one lets go of the slot 150 ms before b
+	// would give up, however late a loaded machine runs its last attempt.
+	time.Sleep(time.Until(start.Add(150 * time.Millisecond)))
+	select {
+	case err := <-done:
+		t.Fatalf("the refused request ended (%v) before b was sent: nothing to wait behind", err)
+	default:
+	}
 	if _, err := b.Get(context.Background(), "b"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("get b: %v, want ErrNotFound", err)
 	}
