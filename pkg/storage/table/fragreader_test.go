@@ -331,6 +331,29 @@ func TestALookupInASmallKeyIndexReadsItWholeAndNoBloomFilter(t *testing.T) {
 		t.Fatalf("a lookup after the index was read whole made %d requests (%v), want 0", got, f.RequestCounts())
 	}
 
+	// A block of a small index that fails its check is not kept from the whole
+	// read: a lookup there fails as corrupt, a lookup in another block answers.
+	raw, _ := tb.bucket.Get(ctx, tb.key(frag.Index.Path))
+	top, err := tb.indexTopOf(ctx, frag)
+	if err != nil || len(top.blocks) < 2 {
+		t.Fatalf("a key index of 2,000 rows: %d blocks, %v; want 2 or more", len(top.blocks), err)
+	}
+	bad := slices.Clone(raw)
+	bad[top.blocks[1].off+2] ^= 0xff
+	if err := tb.bucket.Put(ctx, tb.key(frag.Index.Path), bad); err != nil {
+		t.Fatal(err)
+	}
+	cold, err := Open(ctx, tb.bucket, "rollout/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cold.lookupFragment(ctx, m, frag, []string{top.blocks[1].first}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a lookup in the damaged block: %v, want ErrCorrupt", err)
+	}
+	if hits, err := cold.lookupFragment(ctx, m, frag, []string{top.blocks[0].first}); err != nil || !hits[0].found {
+		t.Fatalf("a lookup in the sound block: %+v, %v", hits, err)
+	}
+
 	f, tb, m = faultyTable(t, 1, 100_000)
 	if frag = m.Fragments[0]; smallIndex(frag) {
 		t.Fatalf("a fragment of 100,000 rows has a key index of %d bytes, at most %d", frag.Index.Bytes, blockGap)

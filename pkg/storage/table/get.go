@@ -182,10 +182,10 @@ func (t *Table) lookupFragment(ctx context.Context, m *Manifest, f Fragment, ids
 	// The bloom filter is a round trip spent to skip reads. For a sorted fragment a
 	// false positive costs one key-index block, so the filter pays for itself from a
 	// few ids on, unless the whole index is small (smallIndex): then the index is
-	// read instead, exact for the same one request. For an unsorted one a hit costs the whole in-memory key index:
-	// not worth a filter when that index is cached, nor when so many ids are probed
-	// that some false positive (and so the key index read anyway) is more likely
-	// than not.
+	// read instead, exact for the same one request. For an unsorted one a hit costs
+	// the whole in-memory key index: not worth a filter when that index is cached,
+	// nor when so many ids are probed that some false positive (and so the key
+	// index read anyway) is more likely than not.
 	bf, cached := t.blooms.Get(f.Bloom)
 	read := len(ids) >= bloomFirstIDs && !smallIndex(f)
 	if !f.Sorted {

@@ -42,13 +42,13 @@ func (t *Table) indexTopOf(ctx context.Context, f Fragment) (*indexTop, error) {
 		return nil, err
 	}
 	if from == 0 {
-		// The blocks came with the top: keep them for the lookups that follow.
+		// The blocks came with the top: keep them for the lookups that follow. A
+		// block that fails its check is not kept, so that only a lookup that needs
+		// it reads it again and fails, as when blocks are read one by one.
 		for b, ref := range top.blocks {
-			blk, err := checkRawBlock(key, ref, data[ref.off:ref.off+ref.n])
-			if err != nil {
-				return nil, err
+			if blk, err := checkRawBlock(key, ref, data[ref.off:ref.off+ref.n]); err == nil {
+				t.raws.AddBlock(f.Index.Path, b, blk, blk.size())
 			}
-			t.raws.AddBlock(f.Index.Path, b, blk, blk.size())
 		}
 	}
 	t.tops.Add(f.Index.Path, top, top.size())
