@@ -367,9 +367,9 @@ func TestALookupInASmallKeyIndexReadsItWholeAndNoBloomFilter(t *testing.T) {
 }
 
 // On file:// (objstore.Bucket.Local) a lookup reads a fragment's key-index blocks
-// that lie apart in one GetRanges call (still a ranged read each to the
-// counters), and finds every id where it is and none that is not there, as the
-// ranged reads sent at once do elsewhere.
+// that lie apart in GetRanges calls of up to localRuns runs (still a ranged read
+// each to the counters), and finds every id where it is and none that is not
+// there, as the ranged reads sent at once do elsewhere.
 func TestALookupOnLocalFilesFindsIdsInBlocksApart(t *testing.T) {
 	ctx := context.Background()
 	b, err := objstore.Open(ctx, "file://"+t.TempDir())
@@ -381,9 +381,9 @@ func TestALookupOnLocalFilesFindsIdsInBlocksApart(t *testing.T) {
 	if !bucket.Local() {
 		t.Fatal("file:// behind a counting Faults is not Local")
 	}
-	rows := make([]row, 100_000)
+	rows := make([]row, 250_000)
 	for j := range rows {
-		rows[j] = row{fmt.Sprintf("f00-%05d", j), 1, int64(j)}
+		rows[j] = row{fmt.Sprintf("f00-%06d", j), 1, int64(j)}
 	}
 	mustAppend(t, createTable(t, bucket), rows...)
 	tb, err := Open(ctx, bucket, "rollout/t")
@@ -393,8 +393,8 @@ func TestALookupOnLocalFilesFindsIdsInBlocksApart(t *testing.T) {
 	m := tb.Latest()
 	frag := m.Fragments[0]
 	var ids []string
-	for j := 0; j < 100_000; j += 20_000 { // blocks more than blockGap apart: a run each
-		ids = append(ids, fmt.Sprintf("f00-%05d", j), fmt.Sprintf("f00-%05d~", j))
+	for j := 0; j < 250_000; j += 15_000 { // blocks more than blockGap apart: a run each, more than localRuns
+		ids = append(ids, fmt.Sprintf("f00-%06d", j), fmt.Sprintf("f00-%06d~", j))
 	}
 	top, err := tb.indexTopOf(ctx, frag)
 	if err != nil {
@@ -403,7 +403,7 @@ func TestALookupOnLocalFilesFindsIdsInBlocksApart(t *testing.T) {
 	if runs := readRuns(len(ids)/2, func(k int) byteRange {
 		b := top.blocks[top.find(ids[2*k])]
 		return byteRange{b.off, b.n}
-	}, blockGap); len(runs) != len(ids)/2 {
+	}, blockGap); len(runs) != len(ids)/2 || len(runs) <= localRuns {
 		t.Fatalf("the ids' %d blocks make %d runs, want one each", len(ids)/2, len(runs))
 	}
 	f.ResetCounters()
@@ -415,8 +415,8 @@ func TestALookupOnLocalFilesFindsIdsInBlocksApart(t *testing.T) {
 		t.Fatalf("a lookup in %d blocks apart counted %d ranged reads, want one each", len(ids)/2, got)
 	}
 	for i, h := range hits {
-		if want := i%2 == 0; h.found != want || want && h.off != uint32(i/2*20_000) {
-			t.Fatalf("id %s: %+v, want found %v at row %d", ids[i], h, want, i/2*20_000)
+		if want := i%2 == 0; h.found != want || want && h.off != uint32(i/2*15_000) {
+			t.Fatalf("id %s: %+v, want found %v at row %d", ids[i], h, want, i/2*15_000)
 		}
 	}
 }

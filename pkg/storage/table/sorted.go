@@ -84,6 +84,10 @@ func (t *Table) indexBlocks(ctx context.Context, f Fragment, top *indexTop, bs [
 // blocks apart.
 const blockGap = 64 << 10
 
+// localRuns is the most runs of one key index fetchBlocks reads in one call on
+// a Local bucket, one after another.
+const localRuns = 8
+
 // fetchBlocks returns blocks bs (ascending, distinct) of f's key index in the form
 // decode makes of a block's bytes (with its size for the cache), from cache or by
 // ranged reads: blocks missing from the cache that lie within blockGap of each
@@ -124,34 +128,42 @@ func fetchBlocks[B any](ctx context.Context, t *Table, f Fragment, top *indexTop
 		}
 		return nil
 	}
-	if len(runs) > 1 && t.bucket.Local() {
-		// Files of this machine: one open for every run, where each request is
-		// most of a run's cost (BENCHMARKS.md, stores of millions of rows).
-		rs := make([]objstore.ByteRange, len(runs))
-		for k, r := range runs {
-			rs[k] = objstore.ByteRange{Off: r.span.off, N: r.span.n}
-		}
-		data, err := t.getRanges(ctx, key, rs)
-		if err != nil {
-			return nil, fmt.Errorf("key index: %w", err)
-		}
-		for k, r := range runs {
-			if err := use(r, data[k]); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(requestsInFlight)
-	for _, r := range runs {
-		g.Go(func() error {
-			data, err := t.getRange(gctx, key, r.span.off, r.span.n)
-			if err != nil {
-				return fmt.Errorf("key index: %w", err)
-			}
-			return use(r, data)
-		})
+	if len(runs) > 1 && t.bucket.Local() {
+		// Files of this machine: one open for up to localRuns runs, where each
+		// request is most of a run's cost (BENCHMARKS.md, stores of millions of
+		// rows); more go in several calls at once, so that a disk that has to
+		// seek still has reads in flight together.
+		for lo := 0; lo < len(runs); lo += localRuns {
+			part := runs[lo:min(lo+localRuns, len(runs))]
+			g.Go(func() error {
+				rs := make([]objstore.ByteRange, len(part))
+				for k, r := range part {
+					rs[k] = objstore.ByteRange{Off: r.span.off, N: r.span.n}
+				}
+				data, err := t.getRanges(gctx, key, rs)
+				if err != nil {
+					return fmt.Errorf("key index: %w", err)
+				}
+				for k, r := range part {
+					if err := use(r, data[k]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	} else {
+		for _, r := range runs {
+			g.Go(func() error {
+				data, err := t.getRange(gctx, key, r.span.off, r.span.n)
+				if err != nil {
+					return fmt.Errorf("key index: %w", err)
+				}
+				return use(r, data)
+			})
+		}
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
