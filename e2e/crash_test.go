@@ -48,6 +48,18 @@ func (c *cluster) taskRecord(id string) claimedTask {
 	return tk
 }
 
+// awaitTaskEnd waits up to timeout for task id to be done or failed and returns
+// its record.
+func (c *cluster) awaitTaskEnd(id string, timeout time.Duration) claimedTask {
+	c.t.Helper()
+	var tk claimedTask
+	testwait.ForEvery(c.t, timeout, poll, "task "+id+" finishes", func() (bool, string) {
+		tk = c.taskRecord(id)
+		return tk.State == "done" || tk.State == "failed", tk.State
+	})
+	return tk
+}
+
 // claimedTask is a task record with the claim fields that task leaves out.
 type claimedTask struct {
 	task

@@ -63,11 +63,7 @@ func TestWorkerKilledBetweenItsCommitAndItsDrainLosesNothing(t *testing.T) {
 			t.Fatalf("trial %d: %s's shard manifest lists no generation: it drained before it was killed; the trial tests nothing", trial, victim)
 		}
 		t.Logf("trial %d: %s killed after its commit, before its drain (%d generations listed)", trial, victim, undrained)
-		testwait.ForEvery(c.t, 2*time.Minute, poll, "task "+taskID+" finishes", func() (bool, string) {
-			tk := c.taskRecord(taskID)
-			return tk.State == "done" || tk.State == "failed", tk.State
-		})
-		t.Logf("trial %d: the task: %+v", trial, c.taskRecord(taskID))
+		t.Logf("trial %d: the task: %+v", trial, c.awaitTaskEnd(taskID, 2*time.Minute))
 
 		// The victim's manifest still lists what the base holds: the others read
 		// each row once.
@@ -79,16 +75,12 @@ func TestWorkerKilledBetweenItsCommitAndItsDrainLosesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]int{}
-			for _, r := range recs {
-				if _, twice := got[r.ID]; twice {
-					t.Fatalf("trial %d: list through %s with %s down, undrained: %s twice", trial, id, victim, r.ID)
-				}
-				var v int
-				if _, err := fmt.Sscan(r.Content, &v); err != nil {
-					t.Fatalf("record %s: content %q", r.ID, r.Content)
-				}
-				got[r.ID] = v
+			got, twice, err := recordValues(recs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if twice != "" {
+				t.Fatalf("trial %d: list through %s with %s down, undrained: %s twice", trial, id, victim, twice)
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("trial %d: list through %s with %s down, undrained:\n%v\nwant:\n%v", trial, id, victim, got, want)

@@ -64,11 +64,7 @@ func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 			t.Fatalf("trial %d: %s committed before it was killed; the trial tests nothing", trial, victim)
 		}
 		t.Logf("trial %d: %s killed after its prepare, before its commit", trial, victim)
-		testwait.ForEvery(c.t, 2*time.Minute, poll, "task "+taskID+" finishes", func() (bool, string) {
-			tk := c.taskRecord(taskID)
-			return tk.State == "done" || tk.State == "failed", tk.State
-		})
-		t.Logf("trial %d: the task: %+v", trial, c.taskRecord(taskID))
+		t.Logf("trial %d: the task: %+v", trial, c.awaitTaskEnd(taskID, 2*time.Minute))
 		writeFaults(t, faults, "")
 		c.startWorker(victim)
 
@@ -154,11 +150,7 @@ func mergeUntilNothingPending(c *cluster, m *masterProc, name string) {
 	c.t.Helper()
 	testwait.ForEvery(c.t, 2*time.Minute, poll, "a merge_wal task leaves nothing pending", func() (bool, string) {
 		again := c.requeueMerge(m, name)
-		var tk claimedTask
-		testwait.ForEvery(c.t, time.Minute, poll, "task "+again+" finishes", func() (bool, string) {
-			tk = c.taskRecord(again)
-			return tk.State == "done" || tk.State == "failed", tk.State
-		})
+		tk := c.awaitTaskEnd(again, time.Minute)
 		pending, err := pendingOf(c, name)
 		if err != nil {
 			return false, err.Error()

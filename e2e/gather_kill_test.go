@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/dev/chaos"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 )
 
 // TestWorkerKilledDuringAStoreMergeLosesNothing: in the gather fan-out (the
@@ -42,11 +41,7 @@ func TestWorkerKilledDuringAStoreMergeLosesNothing(t *testing.T) {
 		time.Sleep(delay)
 		c.workers[victim].kill()
 		t.Logf("trial %d: %s killed %s after the merge %s was requeued", trial, victim, delay, taskID)
-		testwait.ForEvery(c.t, 2*time.Minute, poll, "task "+taskID+" finishes", func() (bool, string) {
-			tk := c.taskRecord(taskID)
-			return tk.State == "done" || tk.State == "failed", tk.State
-		})
-		t.Logf("trial %d: the task: %+v", trial, c.taskRecord(taskID))
+		t.Logf("trial %d: the task: %+v", trial, c.awaitTaskEnd(taskID, 2*time.Minute))
 		for _, id := range ids {
 			writeFaults(t, faults[id], "")
 		}

@@ -44,9 +44,8 @@ func TestMain(m *testing.M) {
 	if bins.dir != "" {
 		_ = os.RemoveAll(bins.dir)
 	}
-	if chaosBin != "" {
-		_ = os.RemoveAll(filepath.Dir(chaosBin))
-	}
+	chaosBinary.remove()
+	historyCheckBinary.remove()
 	os.Exit(code)
 }
 
@@ -96,19 +95,7 @@ func build(t *testing.T) binaries {
 // errors, rules), so one process of a normal test cluster can be made slow.
 func chaosWorker(t *testing.T) string {
 	t.Helper()
-	chaosOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tidemark-e2e-chaos-bin-")
-		if err != nil {
-			chaosErr = err
-			return
-		}
-		chaosBin = filepath.Join(dir, "worker")
-		chaosErr = goBuild(chaosBin, "-tags", "chaos", "./cmd/worker")
-	})
-	if chaosErr != nil {
-		t.Fatal(chaosErr)
-	}
-	return chaosBin
+	return chaosBinary.get(t, "worker", "-tags", "chaos", "./cmd/worker")
 }
 
 // goBuild builds a package of the module into out with go build's args (tags,
@@ -122,11 +109,42 @@ func goBuild(out string, args ...string) error {
 	return nil
 }
 
-var (
-	chaosOnce sync.Once
-	chaosBin  string
-	chaosErr  error
-)
+// prebuilt is a binary of the module built once for the whole test run, outside
+// the race detector (goBuild), in a temporary directory TestMain removes.
+type prebuilt struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// get builds the binary the first time it is asked for, named name, from go
+// build's args, and returns its path; a failed build fails every test that asks.
+func (p *prebuilt) get(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	p.once.Do(func() {
+		dir, err := os.MkdirTemp("", "tidemark-e2e-bin-")
+		if err != nil {
+			p.err = err
+			return
+		}
+		p.path = filepath.Join(dir, name)
+		p.err = goBuild(p.path, args...)
+	})
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	return p.path
+}
+
+// remove deletes the binary's directory, if it was built.
+func (p *prebuilt) remove() {
+	if p.path != "" {
+		_ = os.RemoveAll(filepath.Dir(p.path))
+	}
+}
+
+// The binaries the tests build beside the production ones.
+var chaosBinary, historyCheckBinary prebuilt
 
 // skipShort skips cluster tests under -short.
 func skipShort(t *testing.T) {

@@ -446,18 +446,7 @@ const historyCheckTimeout = 3 * time.Minute
 // command, built once without the race detector, and returns what it found.
 func checkLinearizable(t *testing.T, ops []history.Op, dir string) history.Report {
 	t.Helper()
-	historyCheckOnce.Do(func() {
-		bin, err := os.MkdirTemp("", "tidemark-e2e-history-check-")
-		if err != nil {
-			historyCheckErr = err
-			return
-		}
-		historyCheckBin = filepath.Join(bin, "history-check")
-		historyCheckErr = goBuild(historyCheckBin, "./internal/testutil/history/cmd/history-check")
-	})
-	if historyCheckErr != nil {
-		t.Fatal(historyCheckErr)
-	}
+	bin := historyCheckBinary.get(t, "history-check", "./internal/testutil/history/cmd/history-check")
 	data, err := json.Marshal(ops)
 	if err != nil {
 		t.Fatal(err)
@@ -466,7 +455,7 @@ func checkLinearizable(t *testing.T, ops []history.Op, dir string) history.Repor
 	// keeps such a run inside the e2e timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, historyCheckBin, "--staleness", historyStaleness.String(),
+	cmd := exec.CommandContext(ctx, bin, "--staleness", historyStaleness.String(),
 		"--timeout", historyCheckTimeout.String(), "--visualize-dir", dir)
 	cmd.Stdin = bytes.NewReader(data)
 	var stderr bytes.Buffer
@@ -481,12 +470,6 @@ func checkLinearizable(t *testing.T, ops []history.Op, dir string) history.Repor
 	}
 	return found
 }
-
-var (
-	historyCheckOnce sync.Once
-	historyCheckBin  string
-	historyCheckErr  error
-)
 
 // faults says how many times each fault kind was injected.
 func (o historyOutcome) faults() string {

@@ -237,15 +237,25 @@ func listValues(u string) (map[string]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]int, len(recs))
+	out, _, err := recordValues(recs)
+	return out, err
+}
+
+// recordValues is each listed record's value by id, and the first id listed
+// twice ("" if none), which a list must never hold.
+func recordValues(recs []listedRecord) (values map[string]int, twice string, err error) {
+	values = make(map[string]int, len(recs))
 	for _, r := range recs {
 		v, err := strconv.Atoi(r.Content)
 		if err != nil {
-			return nil, fmt.Errorf("record %s: content %q", r.ID, r.Content)
+			return nil, "", fmt.Errorf("record %s: content %q", r.ID, r.Content)
 		}
-		out[r.ID] = v
+		if _, ok := values[r.ID]; ok && twice == "" {
+			twice = r.ID
+		}
+		values[r.ID] = v
 	}
-	return out, nil
+	return values, twice, nil
 }
 
 // listedRecord is a record of a list answer: its id and its value (content).
