@@ -62,9 +62,7 @@ import (
 func TestCompactionKilledMidwayConverges(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 15))
+	rng := seededRand(t, 15)
 	c := newCluster(t, map[string]string{
 		"TARGET_ROWS_PER_FRAGMENT":     fmt.Sprint(killRowsPerFragment),
 		"MERGE_MAX_GENERATIONS":        "1", // one fragment per sealed batch: many small fragments

@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,9 +31,7 @@ import (
 //     every worker returns the same values, and verify finds the table whole.
 func TestWorkerKilledBetweenItsCommitAndItsDrainLosesNothing(t *testing.T) {
 	t.Parallel()
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 32))
+	rng := seededRand(t, 32)
 	const name = "drain_kill"
 	c, m, faults, records := mergeKillCluster(t, "two-phase", name)
 	ids := []string{"w1", "w2", "w3"}

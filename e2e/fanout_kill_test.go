@@ -32,9 +32,7 @@ import (
 //     no version and harms no reader).
 func TestWorkerKilledBetweenPrepareAndCommitLosesNothing(t *testing.T) {
 	t.Parallel()
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 16))
+	rng := seededRand(t, 16)
 	const name = "fanout_kill"
 	c, m, workerFaults, records := mergeKillCluster(t, "two-phase", name)
 	faults := workerFaults["w1"]

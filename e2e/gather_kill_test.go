@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -21,9 +20,7 @@ import (
 //   - verify finds the table whole (a killed merge's staged files harm no version).
 func TestWorkerKilledDuringAStoreMergeLosesNothing(t *testing.T) {
 	t.Parallel()
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 32))
+	rng := seededRand(t, 32)
 	const name = "gather_kill"
 	c, m, faults, records := mergeKillCluster(t, "gather", name)
 	ids := []string{"w1", "w2", "w3"}

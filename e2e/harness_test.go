@@ -146,6 +146,15 @@ func (p *prebuilt) remove() {
 // The binaries the tests build beside the production ones.
 var chaosBinary, historyCheckBinary prebuilt
 
+// seededRand is a random source of a new seed, which it logs so that a failed
+// run can be read back to it; stream tells a test's sources apart.
+func seededRand(t *testing.T, stream uint64) *rand.Rand {
+	t.Helper()
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	return rand.New(rand.NewPCG(uint64(seed), stream))
+}
+
 // skipShort skips cluster tests under -short.
 func skipShort(t *testing.T) {
 	t.Helper()
