@@ -176,10 +176,17 @@ func (f *fileBackend) getRange(ctx context.Context, key string, offset, length i
 	if err != nil {
 		return nil, err
 	}
-	if length < 0 || offset+length > info.Size() {
-		length = max(info.Size()-offset, 0)
-	}
+	length = bytesWithin(info.Size(), offset, length)
 	return &fileRange{SectionReader: io.NewSectionReader(file, offset, length), file: file}, nil
+}
+
+// bytesWithin is how many of the length bytes at offset (length < 0: to the end)
+// an object of size bytes holds: none past its end.
+func bytesWithin(size, offset, length int64) int64 {
+	if length < 0 || offset+length > size {
+		length = size - offset
+	}
+	return max(length, 0)
 }
 
 // fileRange is a ranged read of an open file; closing it closes the file.
@@ -479,7 +486,7 @@ func (f *fileBackend) getRanges(ctx context.Context, key string, rs []ByteRange)
 	defer file.Close()
 	out := make([][]byte, len(rs))
 	for i, r := range rs {
-		n := max(min(r.N, info.Size()-r.Off), 0)
+		n := bytesWithin(info.Size(), r.Off, r.N)
 		if n == 0 {
 			continue
 		}
