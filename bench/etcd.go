@@ -9,13 +9,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/tidemark-io/tidemark/internal/dev/devcluster"
+	"github.com/tidemark-io/tidemark/tools/devcluster"
 )
 
 // Etcd is the embedded single-node etcd of `master dev` (devcluster.StartEtcd) on a
 // kernel-chosen loopback port, with its data under a scratch directory and fsync off,
 // plus a client. The master's task queue measured against it is therefore measured
-// without disk syncs, like the task-store benchmark of pkg/coord/tasks.
+// without disk syncs, like the task-store benchmark of pkg/tasks.
 type Etcd struct {
 	Client    *clientv3.Client
 	Endpoints []string

@@ -13,11 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
-	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/tail"
+	"github.com/tidemark-io/tidemark/tools/loadgen"
+	"github.com/tidemark-io/tidemark/tools/mdreport"
 )
 
 // The change feed (issue 32) as a trainer follows it: a real cluster of processes

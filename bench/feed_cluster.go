@@ -17,10 +17,10 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
-	"github.com/tidemark-io/tidemark/internal/dev/devcluster"
 	"github.com/tidemark-io/tidemark/pkg/coord/horizon"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/tools/devcluster"
 )
 
 // workerSnapshotTTL is the workers' SNAPSHOT_TTL (the worker's default): how old

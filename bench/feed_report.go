@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
+	"github.com/tidemark-io/tidemark/tools/mdreport"
 )
 
 // FeedHeading starts the feed scenario's BENCHMARKS.md section. The section holds
@@ -39,10 +39,10 @@ func RunFeedSection(ctx context.Context, env *Env, cfg FeedConfig, out io.Writer
 
 // feedIntro is the section's description, before the subsections.
 func feedIntro(c FeedConfig) string {
-	return fmt.Sprintf("A real cluster of processes on one machine (`internal/dev/devcluster`, as `master dev` runs it): an "+
+	return fmt.Sprintf("A real cluster of processes on one machine (`tools/devcluster`, as `master dev` runs it): an "+
 		"embedded etcd, a master and N worker processes sharing one `file://` bucket, every worker with FLUSH_INTERVAL=%s "+
 		"(it seals every second while it has rows) and the other settings at `master dev`'s defaults. A writer "+
-		"(`internal/dev/loadgen`) adds generic rows (`loadgen.GenericSchema`) through every worker in turn at a steady "+
+		"(`tools/loadgen`) adds generic rows (`loadgen.GenericSchema`) through every worker in turn at a steady "+
 		"rate; ONE consumer (`pkg/worker/tail`, what `worker tail --follow --consumer` runs) follows the store through the "+
 		"first worker with `wait=` long polls of %s and pages of %s, committing each page as a named consumer.\n\n"+
 		"- **Delay**: from each row's acknowledgement (the writer's wall clock when the 201 arrived) to its delivery (the "+

@@ -16,19 +16,19 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 
-	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
-	"github.com/tidemark-io/tidemark/internal/testutil/storetest"
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
-	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/maintain"
-	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/testutil/storetest"
+	"github.com/tidemark-io/tidemark/tools/mdreport"
 )
 
 // Table maintenance over a long run (issue 15): one store merged many times in
@@ -705,7 +705,7 @@ func (r MaintenanceResult) Markdown() string {
 	p("%s, %s\n\n", MaintenanceHeading, r.Date.Format("2006-01-02"))
 	p("Command: `%s`. Machine: %s. Seed %d; the run took %s (merges and tasks: %s without maintenance, %s with).\n\n",
 		r.Command, r.Machine, r.Seed, fmtDur(r.Duration), fmtDur(r.Off.Elapsed), fmtDur(r.On.Elapsed))
-	p("One generic store (`id`, `v int64`: the schema of `internal/testutil/storetest`) on `file://`, merged %s times by "+
+	p("One generic store (`id`, `v int64`: the schema of `testutil/storetest`) on `file://`, merged %s times by "+
 		"`merge.Merger` through `store.Store` as a worker does: each merge appends %d rows (%.0f%% of them overwrite "+
 		"ids written earlier, chosen uniformly, the rest are new random 16-hex-digit ids), seals them into one "+
 		"generation and merges it, so every merge adds one fragment and the overwrites add deletion vectors. Two "+

@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/tools/mdreport"
 )
 
 // OverloadConfig sizes issue 31's overload: writers that add through the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/worker/merge"
+	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
-	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
-	"github.com/tidemark-io/tidemark/pkg/worker/merge"
+	"github.com/tidemark-io/tidemark/tools/mdreport"
 )
 
 // Report is one run of the scenarios, rendered as the "Incident reproductions"
@@ -133,7 +133,7 @@ func (r *Report) stormSection(p printer) {
 			"by %.2f, keeping their ratios.", scale)
 	}
 	p("\n\nOld: every worker calls `Merger.Merge` on its own shard at the same moment. New: one `merge_wal` task in "+
-		"`pkg/coord/tasks` on embedded etcd; the master's `Scheduler` claims it and `FanOut` calls the %d workers' real gRPC "+
+		"`pkg/tasks` on embedded etcd; the master's `Scheduler` claims it and `FanOut` calls the %d workers' real gRPC "+
 		"`WorkerService` (over loopback): serial, `MergeWal` on one worker after another (each prepares and commits in "+
 		"turn); two-phase, `PrepareMerge` on every worker at once, then `CommitMerge` on one after "+
 		"another, each commit rebasing onto the ones before it; all %d prepares start at once, and the row \"%d prepares "+
@@ -144,7 +144,7 @@ func (r *Report) stormSection(p printer) {
 	stormTable(p, c, r.Storm)
 	if len(r.StormS3) > 0 {
 		p("\nThe same storm on a real S3 store, `%s` (credentials from the environment), through the AWS SDK as a worker's "+
-			"requests go, behind `internal/testutil/faultproxy`, which adds the same latency per HTTP request and answers what is "+
+			"requests go, behind `testutil/faultproxy`, which adds the same latency per HTTP request and answers what is "+
 			"over %d in flight with S3's own `503 SlowDown` (XML body and headers) without forwarding it. The SDK resends a "+
 			"refused request itself first (up to 3 attempts, exponential backoff with jitter up to 20 s), then `objstore.WithRetry` "+
 			"and the commit loop do. Requests, refusals, conditional writes and peak in flight are the proxy's counts of HTTP "+

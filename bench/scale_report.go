@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
+	"github.com/tidemark-io/tidemark/tools/mdreport"
 )
 
 // ScaleHeading starts the scale scenario's section of BENCHMARKS.md, which

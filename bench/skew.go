@@ -11,11 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
-	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/tools/mdreport"
 )
 
 // SkewConfig sizes issue 31's skewed ingest: the workers of a sustained-ingest

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // HotPeak is what the hot store's tasks were doing when its pending generations

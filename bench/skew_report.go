@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/tidemark-io/tidemark/pkg/master"
-	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
 )
 
 // SkewHeading starts the skewed ingest's subsection.

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // WaitBreakdown splits the waits of the quiet generations that waited longer

@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/faultproxy"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/testutil/faultproxy"
 )
 
 // s3Storm is the commit storm's bucket on a real S3-compatible store: a fresh

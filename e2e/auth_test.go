@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/internal/testutil/testcerts"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/testutil/testcerts"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 // postWith POSTs body to u through client, with token when not empty.

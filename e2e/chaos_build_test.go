@@ -3,5 +3,5 @@
 package e2e
 
 // chaosBuildTags is false outside chaos runs: build() compiles the binaries
-// without the fault hook (internal/dev/chaos is then a no-op).
+// without the fault hook (tools/chaos is then a no-op).
 const chaosBuildTags = false

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/chaos"
-	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
+	"github.com/tidemark-io/tidemark/tools/chaos"
+	"github.com/tidemark-io/tidemark/tools/loadgen"
 )
 
 // TestChaosWorkerCrashPointsLoseNoAcknowledgedRow is the crash-point campaign:

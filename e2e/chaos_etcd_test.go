@@ -19,9 +19,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
+	"github.com/tidemark-io/tidemark/tools/loadgen"
 )
 
 // TestChaosEtcdOutageKeepsDataServedAndSchedulingResumes is the etcd outage

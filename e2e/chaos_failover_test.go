@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/chaos"
-	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
+	"github.com/tidemark-io/tidemark/tools/chaos"
+	"github.com/tidemark-io/tidemark/tools/loadgen"
 )
 
 // TestChaosStandbyMasterTakesOverARunningMerge is the master failover campaign:

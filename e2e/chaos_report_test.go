@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/chaos/report"
+	"github.com/tidemark-io/tidemark/tools/chaos/report"
 )
 
 // chaosBuildTags makes build() compile the binaries with -tags chaos, so the
-// processes under test carry the fault hook of internal/dev/chaos.
+// processes under test carry the fault hook of tools/chaos.
 const chaosBuildTags = true
 
 // chaosReportEnv names the file a chaos run appends its campaign figures to (one

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 // churnDuration is how long TestChurnOfOneStoreNameAcrossTwoWorkers hammers the

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/internal/dev/chaos"
 	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/tools/chaos"
 )
 
 // TestCausalTokensOrderWritesThroughSkewedWorkers writes one id again and again,

@@ -19,9 +19,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tidemark-io/tidemark/internal/dev/chaos"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
+	"github.com/tidemark-io/tidemark/tools/chaos"
 )
 
 // TestCompactionKilledMidwayConverges is issue 15's crash test of compaction: a
@@ -38,7 +38,7 @@ import (
 //   - "cleanup": the new version committed, its cleanup about to delete the first
 //     manifest or file.
 //
-// Midway is made certain with the chaos build's object-store hook (internal/dev/chaos,
+// Midway is made certain with the chaos build's object-store hook (tools/chaos,
 // the mechanism of the other chaos tests): a rule makes the chosen request of the
 // compaction hang until the process dies, the hook's counters say when it hangs,
 // and only then is the worker killed. Nothing but the compaction makes those

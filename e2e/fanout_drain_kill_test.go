@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/chaos"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
+	"github.com/tidemark-io/tidemark/tools/chaos"
 )
 
 // TestWorkerKilledBetweenItsCommitAndItsDrainLosesNothing is the crash test of the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 // TestWorkerKilledBetweenPrepareAndCommitLosesNothing is issue 16's crash test of the

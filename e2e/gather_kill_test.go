@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/chaos"
+	"github.com/tidemark-io/tidemark/tools/chaos"
 )
 
 // TestWorkerKilledDuringAStoreMergeLosesNothing: in the gather fan-out (the

@@ -24,8 +24,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
+	"github.com/tidemark-io/tidemark/tools/loadgen"
 )
 
 // The binaries are built once per test run, into a directory removed at the end.
@@ -73,7 +73,7 @@ func build(t *testing.T) binaries {
 		if os.Getenv("TIDEMARK_E2E_RACE") == "1" {
 			args = append(args, "-race")
 		}
-		if chaosBuildTags { // chaos runs: binaries with the fault hook (internal/dev/chaos)
+		if chaosBuildTags { // chaos runs: binaries with the fault hook (tools/chaos)
 			args = append(args, "-tags", "chaos")
 		}
 		// master-dev: `master dev` (the embedded etcd of every cluster here) execs it.

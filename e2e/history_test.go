@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/chaos"
-	"github.com/tidemark-io/tidemark/internal/testutil/history"
+	"github.com/tidemark-io/tidemark/testutil/history"
+	"github.com/tidemark-io/tidemark/tools/chaos"
 )
 
 // The fault kinds a history campaign injects, one at a time.
@@ -53,7 +53,7 @@ const (
 // gets and lists from four clients through three workers (each client carries the
 // highest causal token it was answered on every request) while one fault kind,
 // drawn from a printed seed, hits the cluster; then every read of the history is
-// checked against last-writer-wins registers (internal/testutil/history): linearizable as
+// checked against last-writer-wins registers (testutil/history): linearizable as
 // the causal tokens and snapshot lifetime promise, never going back through one
 // worker, no value never written. It is the short CI version of
 // TestChaosHistory; a violation writes the history and porcupine's visualization
@@ -446,7 +446,7 @@ const historyCheckTimeout = 3 * time.Minute
 // command, built once without the race detector, and returns what it found.
 func checkLinearizable(t *testing.T, ops []history.Op, dir string) history.Report {
 	t.Helper()
-	bin := historyCheckBinary.get(t, "history-check", "./internal/testutil/history/cmd/history-check")
+	bin := historyCheckBinary.get(t, "history-check", "./testutil/history/cmd/history-check")
 	data, err := json.Marshal(ops)
 	if err != nil {
 		t.Fatal(err)

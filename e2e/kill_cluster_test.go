@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/internal/dev/chaos"
+	"github.com/tidemark-io/tidemark/tools/chaos"
 )
 
 // mergeKillCluster starts a master and three workers w1, w2 and w3 built with the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 // The reference system's metric names, scraped from a live worker and master:

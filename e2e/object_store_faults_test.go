@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/faultproxy"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/testutil/faultproxy"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 // minioBehindProxy returns a fault proxy in front of the test MinIO, and the

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
+	"github.com/tidemark-io/tidemark/tools/loadgen"
 )
 
 // orphanGrace is the masters' ORPHAN_GRACE in these tests: a little less than a

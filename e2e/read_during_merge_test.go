@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tidemark-io/tidemark/internal/dev/chaos"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
+	"github.com/tidemark-io/tidemark/tools/chaos"
 )
 
 // TestReadsDuringAnotherWorkersMergeNeverGoBack runs the setup that showed the read

@@ -13,10 +13,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
+	"github.com/tidemark-io/tidemark/tools/loadgen"
 )
 
 // TestClusterOnS3KeepsEveryAcknowledgedRowThroughAKillAdoptionAndMaintenance runs

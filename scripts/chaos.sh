@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # chaos.sh is `make chaos`: the reliability campaigns of e2e/ (files chaos_*_test.go,
 # build tag chaos) against real processes whose binaries carry the fault hook of
-# internal/dev/chaos, then their figures written into the results section of
+# tools/chaos, then their figures written into the results section of
 # RELIABILITY.md. Not part of `make test` or CI: a full run takes about 10 minutes on 2 cores.
 #
 #   scripts/chaos.sh                       every campaign
@@ -58,7 +58,7 @@ if [ -n "$write" ]; then
 	cmd="make chaos"
 	if [ -n "${CHAOS_RUN:-}" ]; then cmd="CHAOS_RUN='$CHAOS_RUN' make chaos"; fi
 	if [ -n "${TIDEMARK_CHAOS_DATA:-}" ]; then cmd="TIDEMARK_CHAOS_DATA=$TIDEMARK_CHAOS_DATA $cmd"; fi
-	"$go" run ./internal/dev/chaos/cmd/chaos-report --records "$records" --doc "$write" --command "$cmd" --commit "$commit"
+	"$go" run ./tools/chaos/cmd/chaos-report --records "$records" --doc "$write" --command "$cmd" --commit "$commit"
 	echo "chaos: results written to $write"
 fi
 exit "$status"

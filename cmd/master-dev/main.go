@@ -6,7 +6,7 @@
 //	master-dev [flags]   run the cluster until SIGINT or SIGTERM (same as `master dev`)
 //
 // Every flag is also an environment variable; `master-dev --help` lists them. This
-// package only parses flags; the cluster itself is internal/dev/devcluster.
+// package only parses flags; the cluster itself is tools/devcluster.
 package main
 
 import (

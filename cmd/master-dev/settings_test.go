@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/configdoc"
+	"github.com/tidemark-io/tidemark/testutil/configdoc"
 )
 
 // docs/CONFIGURATION.md's section of `master dev` is this binary's flags (make docs

@@ -14,14 +14,14 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
-	"github.com/tidemark-io/tidemark/internal/testutil/storetest"
-	"github.com/tidemark-io/tidemark/internal/testutil/testlog"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+	"github.com/tidemark-io/tidemark/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/testutil/storetest"
+	"github.com/tidemark-io/tidemark/testutil/testlog"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 // testToken is the bearer token the tests' masters accept.

@@ -7,10 +7,10 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/tidemark-io/tidemark/internal/cli"
-	"github.com/tidemark-io/tidemark/internal/testutil/configdoc"
 	"github.com/tidemark-io/tidemark/pkg/master"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
-	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
+	"github.com/tidemark-io/tidemark/testutil/configdoc"
 )
 
 // docs/CONFIGURATION.md's section of this binary is its flags' (make docs writes it).

@@ -13,8 +13,8 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/cli"
-	"github.com/tidemark-io/tidemark/internal/dev/loadgen"
-	"github.com/tidemark-io/tidemark/internal/etcdcli"
+	"github.com/tidemark-io/tidemark/pkg/coord/etcdcli"
+	"github.com/tidemark-io/tidemark/tools/loadgen"
 )
 
 type loadFlags struct {

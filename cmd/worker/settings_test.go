@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/internal/cli"
-	"github.com/tidemark-io/tidemark/internal/testutil/configdoc"
+	"github.com/tidemark-io/tidemark/testutil/configdoc"
 )
 
 // docs/CONFIGURATION.md's section of this binary is its flags' (make docs writes it).

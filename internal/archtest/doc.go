@@ -1,9 +1,12 @@
-// Package archtest keeps Tidemark's package boundaries: its test lists, as data,
-// which planes may import which (the storage engine and the row formats at the
-// bottom, etcd coordination above the engine, the worker and the master beside each
-// other, inside the master its process above its parts, test support and tooling out
-// of the library) and fails, naming the import
-// chain, when a package links one it must not.
+// Package archtest keeps Tidemark's package boundaries. Its test lists, as data,
+// the planes of the module from the bottom up (runtime support in internal/, row
+// formats, the storage engine, etcd coordination, the worker and the master side
+// by side, the binaries' wiring, and the tooling, benchmarks and test support on
+// top), puts every package in exactly one of them, and fails, naming the import
+// chain, when a package links one of a plane above its own (or the process beside
+// it). A few rules inside the planes sit beside them: errclass is a leaf, the
+// master's parts never reach up to the process that assembles them, test support
+// never links into a binary.
 //
 // The rules are checked on the packages each package links, directly or through
 // others (go list's Deps, with and without the chaos build tag), so an arrow that

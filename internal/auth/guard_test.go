@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
-	"github.com/tidemark-io/tidemark/internal/testutil/testcerts"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+	"github.com/tidemark-io/tidemark/testutil/testcerts"
 )
 
 // bodyProbe records whether anyone read the request body.

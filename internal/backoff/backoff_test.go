@@ -8,7 +8,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 // The delays double from Min to Max and stay there; jitter only shortens them,

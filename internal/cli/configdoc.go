@@ -13,7 +13,7 @@ import (
 
 // docs/CONFIGURATION.md is generated from the flags by FlagDoc and AliasDoc (`make
 // docs`): each binary's test renders its part and fails when the file says anything
-// else (internal/testutil/configdoc), so the reference cannot fall behind a flag.
+// else (testutil/configdoc), so the reference cannot fall behind a flag.
 
 // FlagDoc is the markdown reference of the settings of root and its subcommands: a
 // table of the commands, then, for each command with flags of its own, a table of

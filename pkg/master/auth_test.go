@@ -16,11 +16,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
-	"github.com/tidemark-io/tidemark/internal/testutil/testcerts"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
+	"github.com/tidemark-io/tidemark/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/testutil/testcerts"
 )
 
 const testToken = "master-test-token-0123456789"

@@ -5,8 +5,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
-	"github.com/tidemark-io/tidemark/pkg/master/scanner"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // compactDemandTimeout bounds the enqueue of a compaction on demand: one etcd

@@ -10,12 +10,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
-	"github.com/tidemark-io/tidemark/pkg/master/scanner"
 	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // Defaults of the master's own settings (MASTER_LEASE_TTL, SHUTDOWN_TIMEOUT, and
@@ -38,7 +38,7 @@ const (
 // the fan-out reads, the orphan tracker, the hooks), so a caller cannot wire them
 // inconsistently.
 type Config struct {
-	// Client is the etcd client (internal/etcdcli.New). Required.
+	// Client is the etcd client (pkg/coord/etcdcli.New). Required.
 	Client *clientv3.Client
 	// Prefix is the etcd key prefix P (keys.DefaultPrefix when empty).
 	Prefix string

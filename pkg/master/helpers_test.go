@@ -10,9 +10,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/storetest"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/testutil/storetest"
 )
 
 // testLogger logs to the test's output at info level.

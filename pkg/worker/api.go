@@ -3,7 +3,7 @@ package worker
 import (
 	"net/http"
 
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // kindAPI is what differs between the rollout and generic halves of the data API:

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
 // badBodyLimit is the body limit of the bad-input tests: small, so that one test

@@ -36,7 +36,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // metadataPart is the name of the first part of a multipart add.

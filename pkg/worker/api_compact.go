@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // TaskQueue enqueues master tasks: the task queue in etcd (tasks.Queue). The

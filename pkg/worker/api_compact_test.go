@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 )
 
 // POST .../compact enqueues one compact task per store for the master (202, then

@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // flushStore seals this worker's memtable of the store into a generation, and

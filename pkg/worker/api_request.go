@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // maxListLimit bounds ?limit=: a page is held in memory whole, in id order. A list

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
 func TestStoreRoutesCreateListGetDeleteBothKinds(t *testing.T) {

@@ -49,10 +49,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/jsonshape"
-	"github.com/tidemark-io/tidemark/internal/testutil/testlog"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/testutil/jsonshape"
+	"github.com/tidemark-io/tidemark/testutil/testlog"
 )
 
 // batchSpec is a generic schema with a blob column and one that is not.

@@ -57,9 +57,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/jsonshape"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/testutil/jsonshape"
 )
 
 // blobPart is one part of a multipart body: its name ("" for none) and bytes.

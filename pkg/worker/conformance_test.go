@@ -36,9 +36,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/jsonshape"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/testutil/jsonshape"
 )
 
 // refError checks a reference error answer: status, code and the exact message

@@ -34,10 +34,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/jsonshape"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
+	"github.com/tidemark-io/tidemark/testutil/jsonshape"
 )
 
 // recordsAt lists a rollout store at path (a records route with its query) and

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/coord/pending"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 // TestWorkerPublishesItsPendingGenerations: a worker's seals show in its pending

@@ -29,8 +29,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tidemark-io/tidemark/bench"
-	"github.com/tidemark-io/tidemark/internal/dev/mdreport"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/tools/mdreport"
 )
 
 // scenarios run by default; named adds those that run only when --only names them.

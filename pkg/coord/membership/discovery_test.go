@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/etcdtest"
+	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 )
 
 // A record the master cannot call (it does not decode, or names no gRPC address)

@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // Record browsing through the master (GET /api/v1/experiments/{name}/records).

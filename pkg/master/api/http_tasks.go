@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/registry"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // Task list paging of GET /api/v1/tasks: the reference's default page, and the

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/coord/horizon"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 // seqAt is a _seq its writer could have numbered at t (wal's hybrid clock:

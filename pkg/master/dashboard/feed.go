@@ -14,7 +14,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // errWatchClosed means a watch channel closed without an error: its context

@@ -11,7 +11,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tidemark-io/tidemark/pkg/coord/tasks"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // pageNames are the templates in assets/pages, each rendered inside

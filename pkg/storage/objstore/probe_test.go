@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/faultproxy"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/testutil/faultproxy"
 )
 
 // Every driver Tidemark runs on has conditional writes, and the probe leaves

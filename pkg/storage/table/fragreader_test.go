@@ -12,8 +12,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 func TestCoalesceMergesRangesCloserThanTheGap(t *testing.T) {

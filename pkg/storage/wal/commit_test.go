@@ -10,10 +10,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 // TestConcurrentAppendsShareEntries: with one object write per append, 64 writers

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/testwait"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
 // TestStaleWriterIsFenced: a worker that lost its shard (a second process started

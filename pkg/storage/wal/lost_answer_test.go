@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/faultproxy"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
+	"github.com/tidemark-io/tidemark/testutil/faultproxy"
 )
 
 // The production hazard, through the real S3 SDK and a real MinIO: the store

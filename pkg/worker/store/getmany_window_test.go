@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
 )
 
 // A GetMany that reads a blob column reads one id at a time, so a batch of ids

@@ -6,7 +6,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // inputSchema is what clients append to a store of entry's kind: the store's

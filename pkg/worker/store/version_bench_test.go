@@ -8,12 +8,12 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/tidemark-io/tidemark/internal/testutil/storetest"
+	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/storage/registry"
-	"github.com/tidemark-io/tidemark/pkg/worker/merge"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/testutil/storetest"
 )
 
 // BenchmarkReadAtVersion compares a page of 100 rows and a get of one id read

@@ -25,7 +25,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Task mirrors the task record stored as JSON at P/tasks/<id> (pkg/coord/tasks.Task).
+// Task mirrors the task record stored as JSON at P/tasks/<id> (pkg/tasks.Task).
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is a UUIDv7: ids sort in enqueue order.
