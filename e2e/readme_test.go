@@ -16,11 +16,12 @@ import (
 // module root and in docs/.
 var markdownGlobs = []string{"*.md", "docs/*.md"}
 
-// packageMapEntry is one line of the README's package map: "- `path`: what it is".
+// packageMapEntry is one line of the package map (docs/PACKAGES.md): "- `path`: what it is".
 var packageMapEntry = regexp.MustCompile("(?m)^- `([^`]+)`: ")
 
-// The README's package map is the one place a newcomer learns the tree: it names every
-// package `go list ./...` prints, one line each, and nothing that is not a package.
+// The package map (docs/PACKAGES.md, linked from the README) is the one place a
+// newcomer learns the tree: it names every package `go list ./...` prints, one line
+// each, and nothing that is not a package.
 func TestReadmePackageMapListsEveryPackage(t *testing.T) {
 	root := moduleRoot(t)
 	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}}", "./...")
@@ -34,10 +35,10 @@ func TestReadmePackageMapListsEveryPackage(t *testing.T) {
 	for _, p := range strings.Fields(string(out)) {
 		packages = append(packages, strings.TrimPrefix(strings.TrimPrefix(p, module), "/"))
 	}
-	readme := readFile(t, filepath.Join(root, "README.md"))
-	section := markdownSection(readme, "## Packages")
+	doc := readFile(t, filepath.Join(root, "docs", "PACKAGES.md"))
+	section := markdownSection(doc, "## Packages")
 	if section == "" {
-		t.Fatal("README.md has no \"## Packages\" section")
+		t.Fatal("docs/PACKAGES.md has no \"## Packages\" section")
 	}
 	var mapped []string
 	for _, m := range packageMapEntry.FindAllStringSubmatch(section, -1) {
@@ -45,16 +46,33 @@ func TestReadmePackageMapListsEveryPackage(t *testing.T) {
 	}
 	for _, p := range packages {
 		if !slices.Contains(mapped, p) {
-			t.Errorf("README.md's package map lacks %s: add a line \"- `%s`: what it is\" under its plane", p, p)
+			t.Errorf("docs/PACKAGES.md lacks %s: add a line \"- `%s`: what it is\" under its plane", p, p)
 		}
 	}
 	for _, m := range mapped {
 		if !slices.Contains(packages, m) {
-			t.Errorf("README.md's package map names %s, which go list ./... does not print", m)
+			t.Errorf("docs/PACKAGES.md names %s, which go list ./... does not print", m)
 		}
 	}
 	if d := duplicates(mapped); len(d) > 0 {
-		t.Errorf("README.md's package map names %v more than once", d)
+		t.Errorf("docs/PACKAGES.md names %v more than once", d)
+	}
+}
+
+// readmeMaxLines is the README's budget: it is the front door (what Tidemark is, the
+// two commands, the quickstart, the operator's paths), and it grew back past it once
+// when reference material piled up in it; that material belongs in docs/.
+const readmeMaxLines = 250
+
+func TestReadmeStaysAFrontDoor(t *testing.T) {
+	readme := readFile(t, filepath.Join(moduleRoot(t), "README.md"))
+	if n := strings.Count(readme, "\n"); n > readmeMaxLines {
+		t.Errorf("README.md has %d lines, more than %d: move reference material to docs/ and link it", n, readmeMaxLines)
+	}
+	for _, want := range []string{"etcdctl", "get --prefix", "/tasks/", "master admin requeue-merge"} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README.md does not show %q: an operator's two paths (tasks in etcd, a requeued merge) start there", want)
+		}
 	}
 }
 
