@@ -74,8 +74,9 @@ func exampleCommands(banner string) map[string][]string {
 // it starts etcd, a master and two worker processes, prints example commands
 // that work as printed (add rows with curl, read tasks with etcdctl, requeue a
 // merge with master admin and the dev token, merge through a worker's internal
-// route with curl and the token), stops everything on SIGINT, and a second run
-// reuses the data: the rows and the task are still there.
+// route with curl and the token), so do the README's (runReadmeCommands), it stops
+// everything on SIGINT, and a second run reuses the data: the rows and the task are
+// still there.
 func TestDevRunsAClusterWhoseExampleCommandsWork(t *testing.T) {
 	t.Parallel()
 	skipShort(t)
@@ -170,6 +171,9 @@ func TestDevRunsAClusterWhoseExampleCommandsWork(t *testing.T) {
 			t.Errorf("%s\nprinted %q, want task %s done", getTasks, out, id[1])
 		}
 	}
+
+	// The README's commands work as printed against the same cluster.
+	runReadmeCommands(t, dir, b, first, etcdAddr, masterGRPC, path)
 
 	if err := first.stop(syscall.SIGINT, time.Minute); err != nil {
 		t.Fatalf("master dev on SIGINT: %v\n%s", err, first.tail(20))
