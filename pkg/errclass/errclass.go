@@ -1,8 +1,10 @@
 // Package errclass sorts every failure of Tidemark's packages into a class that says
 // what whoever sees it should do: answer a client, retry, skip a task, or stop and
-// call a human. The worker's HTTP and gRPC answers, the master's merge fan-out, its
+// call a human. The worker's HTTP answers, the master's merge fan-out, its
 // scheduler and its admin service each turn a Class into their own status with a
-// switch over the classes, never over the errors themselves.
+// switch over the classes, never over the errors themselves. The worker's gRPC
+// answers are made here (ToGRPC), since the master reads them back (Of): one place
+// converts both ways.
 //
 // The classes follow Thanos' halt/retry errors: Halt means retrying cannot help (a
 // corrupt object: a human must look), the retryable classes mean trying again later
@@ -27,9 +29,17 @@
 //     library's errors (context's, http.MaxBytesError) rank among them.
 //   - A chain is walked as errors.Is walks it (Unwrap, not Is methods): a custom
 //     error type that stands for a sentinel unwraps to it, or its class is lost.
-//   - A gRPC status (a worker's answer to the master, etcd's transport failures) is
-//     classified by its code when the chain holds no sentinel, so a class survives
-//     one hop over gRPC.
+//   - A class survives one hop over gRPC exactly: a server answers with ToGRPC,
+//     whose status names the class (an ErrorInfo detail, domain "tidemark.io")
+//     beside its code, and Of on the client reads that name first, ranking it with
+//     the sentinels as if the server's chain were there. What crosses is the class
+//     and the error's text, whatever either side wrapped around it with %w; the
+//     sentinel itself does not (errors.Is finds no store.ErrOverloaded at the
+//     master, Of finds Overloaded).
+//   - A gRPC status without that detail (an older worker, etcd's transport
+//     failures) is classified by its code when the chain holds no sentinel. Codes
+//     merge classes: RESOURCE_EXHAUSTED reads as Busy, though ToGRPC sends
+//     Overloaded, Busy and Unavailable all with it.
 package errclass
 
 import (
@@ -191,10 +201,18 @@ func Of(err error) Class {
 	return ofCode(err)
 }
 
-// ofSentinels returns the most severe class among the sentinels (New) in err's
-// tree, walked as errors.Is walks it; found is false if there is none.
+// ofSentinels returns the most severe class among the sentinels (New) and the
+// gRPC statuses that name a class (ToGRPC) in err's tree, walked as errors.Is
+// walks it; found is false if there is none.
 func ofSentinels(err error) (c Class, found bool) {
 	for err != nil {
+		if s, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+			// A server's answer naming its class (ToGRPC) stands for the
+			// server's chain, which classified as that.
+			if c, ok := ofDetail(s.GRPCStatus()); ok {
+				return c, true
+			}
+		}
 		switch e := err.(type) {
 		case *sentinel:
 			return e.class, true
@@ -229,8 +247,9 @@ func ofStdlib(err error) (Class, bool) {
 	return Internal, false
 }
 
-// ofCode classifies a gRPC status in err's chain by its code, or an etcd client
-// error by the code it carries; Internal for anything else.
+// ofCode classifies a gRPC status in err's chain by its code (one without a class
+// detail: ofSentinels read those), or an etcd client error by the code it
+// carries; Internal for anything else.
 func ofCode(err error) Class {
 	code := status.Code(err)
 	var coded interface{ Code() codes.Code }

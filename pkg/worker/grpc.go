@@ -433,33 +433,5 @@ func (f *fencingTokens) admit(target string, lane tasks.Lane, token int64) error
 // RESOURCE_EXHAUSTED (retry later) and ABORTED (the call lost a race with a
 // concurrent change of the store: retry the whole call).
 func grpcError(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := codes.Internal
-	switch errclass.Of(err) {
-	case errclass.Timeout:
-		code = codes.DeadlineExceeded
-	case errclass.Canceled:
-		code = codes.Canceled
-	case errclass.Invalid:
-		code = codes.InvalidArgument
-	case errclass.Gone:
-		code = codes.NotFound
-	case errclass.Exists:
-		code = codes.AlreadyExists
-	case errclass.Precondition:
-		code = codes.FailedPrecondition
-	case errclass.Overloaded, errclass.Busy, errclass.Unavailable:
-		code = codes.ResourceExhausted
-	case errclass.Conflict:
-		code = codes.Aborted
-	case errclass.Halt:
-		// The master fails the task naming the object, and cools the target down.
-		code = codes.DataLoss
-	}
-	return status.Error(code, err.Error())
+	return errclass.ToGRPC(err)
 }
