@@ -234,7 +234,7 @@ func RunFeed(ctx context.Context, env *Env, cfg FeedConfig) (res FeedResult, err
 // follows it, then waits for every acknowledged row to be delivered.
 func runFeedFollow(ctx context.Context, env *Env, cfg FeedConfig, cl *feedCluster) (FeedFollow, error) {
 	var out FeedFollow
-	if err := loadgen.EnsureStores(ctx, cl.http, cl.addrs[0], "", feedFollowStore); err != nil {
+	if err := loadgen.EnsureStores(ctx, cl.workers[0], "", feedFollowStore); err != nil {
 		return out, fmt.Errorf("feed: %w", err)
 	}
 	tr := newFeedTracker()

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tidemark-io/tidemark/internal/httpjson"
 )
 
 // Defaults of a Client.
@@ -196,6 +198,7 @@ func answerError(resp *http.Response) *Error {
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 		e.RetryAfter = time.Duration(s) * time.Second
 	}
+	e.BackpressureDelay = backpressureDelay(resp.Header)
 	return e
 }
 
@@ -213,3 +216,12 @@ func (b *cancelOnClose) Close() error {
 
 // errKind refuses a kind that is neither Rollouts nor Generic.
 var errKind = errors.New("client: store kind: want rollouts or generic")
+
+// backpressureDelay is the X-Tidemark-Backpressure-Delay of an add's answer.
+func backpressureDelay(h http.Header) time.Duration {
+	ms, err := strconv.ParseInt(h.Get(httpjson.BackpressureHeader), 10, 64)
+	if err != nil || ms < 0 {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}

@@ -98,6 +98,9 @@ type Error struct {
 	Code, Message string
 	// RetryAfter is the answer's Retry-After (every 503 has one), 0 if none.
 	RetryAfter time.Duration
+	// BackpressureDelay is how long a refused add waited for its store before
+	// the refusal (X-Tidemark-Backpressure-Delay), 0 if it did not.
+	BackpressureDelay time.Duration
 }
 
 func (e *Error) Error() string {

@@ -54,9 +54,7 @@ func (c *Client) AddRows(ctx context.Context, k Kind, name string, rows any, opt
 	if err != nil {
 		return res, err
 	}
-	if ms, err := strconv.ParseInt(h.Get(httpjson.BackpressureHeader), 10, 64); err == nil {
-		res.BackpressureDelay = time.Duration(ms) * time.Millisecond
-	}
+	res.BackpressureDelay = backpressureDelay(h)
 	return res, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -55,6 +56,10 @@ func (f *feed) add(n int) {
 
 func (f *feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if r.PathValue("name") != "r" { // the one store newEnv creates
+		http.Error(w, `{"error":{"code":"NOT_FOUND","message":"Rollout store 'x' does not exist"}}`, http.StatusNotFound)
+		return
+	}
 	target := r.PathValue("name")
 	if r.PathValue("kind") == "generic" {
 		target = "generic:" + target
@@ -179,8 +184,8 @@ func TestTailPrintsEveryRowOnceAndEndsAtTheEndOfTheFeed(t *testing.T) {
 	if got := ids(t, out.String()); fmt.Sprint(got) != fmt.Sprint(want(1, 7)) || st.Pages != 3 || st.Commits != 0 {
 		t.Fatalf("rows %v in %d pages, %d commits; want r001..r007 in 3 pages, no commits", got, st.Pages, st.Commits)
 	}
-	if _, err := tail.Run(context.Background(), tail.Config{Worker: e.worker, Kind: client.Rollouts, Name: "nope/x", Out: &out}); err == nil {
-		t.Fatal("a store path the worker does not serve: no error")
+	if _, err := tail.Run(context.Background(), tail.Config{Worker: e.worker, Kind: client.Rollouts, Name: "nope/x", Out: &out}); !errors.Is(err, tail.ErrRequest) {
+		t.Fatalf("a store the worker does not serve: %v, want ErrRequest", err)
 	}
 }
 
