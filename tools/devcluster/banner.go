@@ -88,7 +88,7 @@ func Banner(ep Endpoints, cfg Config) string {
 		if ep.Etcd != "http://"+DefaultEtcdAddr {
 			etcdFlag = " --etcd-endpoints " + ep.Etcd
 		}
-		p("  # and follow the store's changes as a named consumer (it finds a worker in etcd)\n")
+		p("  # 5. follow the store's changes as a named consumer (worker tail finds a worker in etcd)\n")
 		p("  %s tail rollouts/%s --consumer trainer --follow%s%s\n\n", cfg.WorkerCommand, DemoStore, etcdFlag, prefixFlag)
 	}
 	p("Finished tasks show below as \"tasks | ...\"; warnings and errors of every process too.\n\n")
