@@ -22,7 +22,7 @@ import (
 // (devcluster: an embedded etcd, a master and Workers worker processes on one
 // file:// bucket, every worker sealing every SealEvery), a writer (loadgen)
 // adding generic rows through every worker at a steady rate, and ONE consumer
-// (pkg/worker/tail, what `worker tail --follow --consumer` runs) long-polling the
+// (pkg/client/tail, what `worker tail --follow --consumer` runs) long-polling the
 // store through the first worker and committing each page as a named consumer.
 //
 // Measured: each row's delay from its acknowledgement (the writer's wall clock
