@@ -12,8 +12,9 @@
 //     refused, never cut short and decoded.
 //   - Every request carries the credential (Token, and TLS's client certificate).
 //
-// The requests themselves go through pkg/client, which builds the routes and
-// reads the answers (bounded, typed errors); this package chooses the worker.
+// Its job is choosing the worker; every request, the blob download included
+// (pkg/client's OpenBlob hands the body over unread), goes through pkg/client,
+// which builds the routes and reads the answers (bounded, typed errors).
 package workerhttp
 
 import (
