@@ -5,17 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/client"
+	"github.com/tidemark-io/tidemark/pkg/client/tail"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
-	"github.com/tidemark-io/tidemark/pkg/worker/tail"
 	"github.com/tidemark-io/tidemark/tools/loadgen"
 	"github.com/tidemark-io/tidemark/tools/mdreport"
 )
@@ -24,7 +22,7 @@ import (
 // (devcluster: an embedded etcd, a master and Workers worker processes on one
 // file:// bucket, every worker sealing every SealEvery), a writer (loadgen)
 // adding generic rows through every worker at a steady rate, and ONE consumer
-// (pkg/worker/tail, what `worker tail --follow --consumer` runs) long-polling the
+// (pkg/client/tail, what `worker tail --follow --consumer` runs) long-polling the
 // store through the first worker and committing each page as a named consumer.
 //
 // Measured: each row's delay from its acknowledgement (the writer's wall clock
@@ -236,7 +234,7 @@ func RunFeed(ctx context.Context, env *Env, cfg FeedConfig) (res FeedResult, err
 // follows it, then waits for every acknowledged row to be delivered.
 func runFeedFollow(ctx context.Context, env *Env, cfg FeedConfig, cl *feedCluster) (FeedFollow, error) {
 	var out FeedFollow
-	if err := loadgen.EnsureStores(ctx, cl.http, cl.addrs[0], "", feedFollowStore); err != nil {
+	if err := loadgen.EnsureStores(ctx, cl.workers[0], "", feedFollowStore); err != nil {
 		return out, fmt.Errorf("feed: %w", err)
 	}
 	tr := newFeedTracker()
@@ -249,10 +247,8 @@ func runFeedFollow(ctx context.Context, env *Env, cfg FeedConfig, cl *feedCluste
 	consumerDone := make(chan tailEnd, 1)
 	go func() {
 		st, err := tail.Run(consCtx, tail.Config{
-			URL: cl.addrs[0], Kind: "generic", Name: feedFollowStore, Consumer: feedConsumer,
+			Worker: cl.workers[0], Kind: client.Generic, Name: feedFollowStore, Consumer: feedConsumer,
 			Follow: true, Wait: cfg.Wait, Limit: cfg.Limit, Out: tr,
-			// A long poll waits up to Wait on the worker; the client allows more.
-			Client: &http.Client{Timeout: cfg.Wait + time.Minute},
 		})
 		consumerDone <- tailEnd{st, err}
 	}()
@@ -359,8 +355,8 @@ func runFeedCatchUp(ctx context.Context, env *Env, cfg FeedConfig, cl *feedClust
 		t0 = time.Now()
 		var lines lineCount
 		fst, err := tail.Run(ctx, tail.Config{
-			URL: cl.addrs[0], Kind: "generic", Name: feedCatchUpStore,
-			Consumer: feedCatchUpConsumer + "-" + strconv.Itoa(round), Limit: cfg.Limit, Out: &lines, Client: cl.http,
+			Worker: cl.workers[0], Kind: client.Generic, Name: feedCatchUpStore,
+			Consumer: feedCatchUpConsumer + "-" + strconv.Itoa(round), Limit: cfg.Limit, Out: &lines,
 		})
 		if err != nil {
 			return out, fmt.Errorf("feed: catch-up consumer: %w", err)
@@ -508,20 +504,12 @@ func (l *lineCount) Write(p []byte) (int, error) {
 // rows a page by cursor, as a client copying the store would, and checks it got
 // want rows. It returns the pages read.
 func (cl *feedCluster) listAll(ctx context.Context, store string, limit int, want int64) (int, error) {
-	base := cl.addrs[0] + "/api/v1/generic/" + url.PathEscape(store) + "/rows"
 	var rows int64
 	pages := 0
 	cursor := ""
 	for {
-		q := url.Values{"limit": {strconv.Itoa(limit)}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var page struct {
-			Rows       []json.RawMessage `json:"rows"`
-			NextCursor string            `json:"next_cursor"`
-		}
-		if err := cl.getJSON(ctx, base+"?"+q.Encode(), &page); err != nil {
+		page, err := cl.workers[0].ListRows(ctx, client.Generic, store, client.ListOptions{Limit: limit, Cursor: cursor})
+		if err != nil {
 			return pages, fmt.Errorf("feed: list: %w", err)
 		}
 		pages++
@@ -535,11 +523,6 @@ func (cl *feedCluster) listAll(ctx context.Context, store string, limit int, wan
 		return pages, fmt.Errorf("feed: the list answered %d rows, want %d", rows, want)
 	}
 	return pages, nil
-}
-
-// getJSON decodes the 200 answer of GET u into v.
-func (cl *feedCluster) getJSON(ctx context.Context, u string, v any) error {
-	return cl.do(ctx, http.MethodGet, u, func(body io.Reader) error { return json.NewDecoder(body).Decode(v) })
 }
 
 // sampleHorizon appends wall time minus the horizon's wall time of target to

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
+	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/pkg/coord/horizon"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
@@ -30,11 +30,12 @@ const workerSnapshotTTL = time.Second
 // feedCluster is the feed scenario's cluster of processes (devcluster.Run, as
 // `master dev` runs it) and the bench's own view of the horizons in its etcd.
 type feedCluster struct {
-	ep    devcluster.Endpoints
-	addrs []string // the workers' base URLs, in instance order
-	http  *http.Client
-	etcd  *clientv3.Client
-	view  *horizon.View
+	ep      devcluster.Endpoints
+	addrs   []string // the workers' base URLs, in instance order
+	http    *http.Client
+	workers []*client.Client // the workers' clients, in instance order
+	etcd    *clientv3.Client
+	view    *horizon.View
 	// stop ends the view and the cluster (master, then workers, then etcd) and
 	// returns how the cluster ended.
 	stop func() error
@@ -89,6 +90,11 @@ func startFeedCluster(ctx context.Context, env *Env, cfg FeedConfig) (*feedClust
 	cl := &feedCluster{ep: ep, http: &http.Client{Timeout: 2 * time.Minute}}
 	for _, w := range ep.Workers {
 		cl.addrs = append(cl.addrs, "http://"+w.HTTPAddr)
+		wc, err := client.New(w.HTTPAddr, client.WithHTTPClient(cl.http), client.WithTimeout(2*time.Minute))
+		if err != nil {
+			return nil, errors.Join(err, stopCluster())
+		}
+		cl.workers = append(cl.workers, wc)
 	}
 	cl.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{ep.Etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -136,12 +142,12 @@ func buildBinaries(ctx context.Context, dir string) error {
 func (cl *feedCluster) settle(ctx context.Context, store string, want int64, timeout time.Duration) (fragments int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	path := "/api/v1/generic/" + url.PathEscape(store)
-	for _, base := range cl.addrs {
-		for _, route := range []string{"/flush", "/merge-wal"} {
-			if err := cl.post(ctx, base+path+route); err != nil {
-				return 0, fmt.Errorf("feed: settle %s: %w", store, err)
-			}
+	for _, wc := range cl.workers {
+		if err := wc.Flush(ctx, store); err != nil {
+			return 0, fmt.Errorf("feed: settle %s: %w", store, err)
+		}
+		if _, err := wc.MergeWAL(ctx, store); err != nil {
+			return 0, fmt.Errorf("feed: settle %s: %w", store, err)
 		}
 	}
 	sealed := time.Now()
@@ -149,54 +155,24 @@ func (cl *feedCluster) settle(ctx context.Context, store string, want int64, tim
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		var info struct {
-			Rows      int64 `json:"row_count"`
-			Fragments int   `json:"fragment_count"`
-			Pending   int   `json:"pending_generations"`
-		}
-		if err := cl.getJSON(ctx, cl.addrs[0]+path, &info); err != nil {
+		info, err := cl.workers[0].GetStore(ctx, client.Generic, store)
+		if err != nil {
 			return 0, fmt.Errorf("feed: settle %s: %w", store, err)
 		}
 		h, ok, err := cl.view.Horizon(ctx, target)
 		if err != nil {
 			return 0, fmt.Errorf("feed: settle %s: horizon: %w", store, err)
 		}
-		if info.Rows == want && info.Pending == 0 && ok && !wal.SeqTime(h).Before(sealed) {
+		if info.RowCount == want && info.PendingGenerations == 0 && ok && !wal.SeqTime(h).Before(sealed) {
 			// The store's info reads a fresh snapshot; a list reads one up to
 			// SNAPSHOT_TTL old, which may predate the other workers' merges.
-			return info.Fragments, sleepCtx(ctx, 2*workerSnapshotTTL)
+			return info.FragmentCount, sleepCtx(ctx, 2*workerSnapshotTTL)
 		}
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("feed: settle %s: %d of %d rows merged, %d generations pending, horizon %d (known %v) not past the seals within %s",
-				store, info.Rows, want, info.Pending, h, ok, timeout)
+				store, info.RowCount, want, info.PendingGenerations, h, ok, timeout)
 		case <-tick.C:
 		}
 	}
-}
-
-// post sends an empty POST to u and wants a 2xx answer.
-func (cl *feedCluster) post(ctx context.Context, u string) error {
-	return cl.do(ctx, http.MethodPost, u, nil)
-}
-
-// do sends an empty request and wants a 2xx answer, whose body read reads.
-func (cl *feedCluster) do(ctx context.Context, method, u string, read func(io.Reader) error) error {
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := cl.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, msg)
-	}
-	if read == nil {
-		return nil
-	}
-	return read(resp.Body)
 }

@@ -43,7 +43,7 @@ func feedIntro(c FeedConfig) string {
 		"embedded etcd, a master and N worker processes sharing one `file://` bucket, every worker with FLUSH_INTERVAL=%s "+
 		"(it seals every second while it has rows) and the other settings at `master dev`'s defaults. A writer "+
 		"(`tools/loadgen`) adds generic rows (`loadgen.GenericSchema`) through every worker in turn at a steady "+
-		"rate; ONE consumer (`pkg/worker/tail`, what `worker tail --follow --consumer` runs) follows the store through the "+
+		"rate; ONE consumer (`pkg/client/tail`, what `worker tail --follow --consumer` runs) follows the store through the "+
 		"first worker with `wait=` long polls of %s and pages of %s, committing each page as a named consumer.\n\n"+
 		"- **Delay**: from each row's acknowledgement (the writer's wall clock when the 201 arrived) to its delivery (the "+
 		"consumer's wall clock when the page holding it arrived), over every row acknowledged after a warm-up; every "+

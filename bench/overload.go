@@ -208,8 +208,8 @@ func RunOverload(ctx context.Context, env *Env, cfg OverloadConfig, mode fanout.
 	for i := range writers {
 		gen := newRowGen(env.Seed+uint64(cfg.Workers+i)+1, cfg.Row)
 		phase := res.Period * time.Duration(i) / time.Duration(writers)
-		url := api.urls[i%cfg.Workers] + "/api/v1/rollouts/" + overloadStore + "/records?flush=true"
-		wg.Go(func() { adds.writer(phaseCtx, api.client, url, gen, cfg.RowsPerAdd, res.Period, phase, start) })
+		wc := api.clients[i%cfg.Workers]
+		wg.Go(func() { adds.writer(phaseCtx, wc, gen, cfg.RowsPerAdd, res.Period, phase, start) })
 	}
 	var samplerErr error
 	var samplers sync.WaitGroup

@@ -1,29 +1,28 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/pkg/worker"
 )
 
 // workerAPIs are the workers' HTTP APIs (worker.NewServer over each worker's own
 // stores and merger, as cmd/worker serves them) on loopback.
 type workerAPIs struct {
-	// urls are the base URLs, in worker order.
-	urls   []string
-	client *http.Client
+	// urls are the base URLs, in worker order; clients their clients.
+	urls    []string
+	clients []*client.Client
+	client  *http.Client
 	// metrics are each worker's registry (its /metrics).
 	metrics []*prometheus.Registry
 	stop    context.CancelFunc
@@ -50,6 +49,13 @@ func serveWorkerAPIs(workers []*recordingWorker, conns int) (*workerAPIs, error)
 		}
 		a.served.Go(func() { _ = srv.Serve(ctx, ln) })
 		a.urls = append(a.urls, "http://"+ln.Addr().String())
+		// No bound but the phase's: an add's latency under overload is what is measured.
+		wc, err := client.New(a.urls[len(a.urls)-1], client.WithHTTPClient(a.client), client.WithTimeout(-1))
+		if err != nil {
+			a.close()
+			return nil, err
+		}
+		a.clients = append(a.clients, wc)
 		a.metrics = append(a.metrics, reg)
 	}
 	return a, nil
@@ -128,16 +134,16 @@ type addLog struct {
 	outcomes []addOutcome
 }
 
-// writer sends an add of rows rows to url every period, the first after phase,
+// writer sends an add of rows rows through wc every period, the first after phase,
 // until ctx ends, and waits for each answer; a tick missed meanwhile is dropped.
-func (l *addLog) writer(ctx context.Context, client *http.Client, url string, gen *rowGen, rows int, period, phase time.Duration, start time.Time) {
+func (l *addLog) writer(ctx context.Context, wc *client.Client, gen *rowGen, rows int, period, phase time.Duration, start time.Time) {
 	if sleepCtx(ctx, phase) != nil {
 		return
 	}
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
-		l.add(ctx, client, url, gen, rows, start)
+		l.add(ctx, wc, gen, rows, start)
 		select {
 		case <-ctx.Done():
 			return
@@ -146,25 +152,24 @@ func (l *addLog) writer(ctx context.Context, client *http.Client, url string, ge
 	}
 }
 
-// addRequest is the body of POST /api/v1/rollouts/{name}/records.
-type addRequest struct {
-	Records []json.RawMessage `json:"records"`
-}
-
 // add sends one add and records what came of it. An add cut off by the end of the
 // phase is not counted (its rows may be durable: they are allowed, not required).
-func (l *addLog) add(ctx context.Context, client *http.Client, url string, gen *rowGen, rows int, start time.Time) {
-	req := addRequest{Records: make([]json.RawMessage, rows)}
+func (l *addLog) add(ctx context.Context, wc *client.Client, gen *rowGen, rows int, start time.Time) {
+	records := make([]json.RawMessage, rows)
 	ids := make([]string, rows)
 	for i := range ids {
 		ids[i] = gen.id()
-		req.Records[i] = gen.record(ids[i])
+		records[i] = gen.record(ids[i])
 	}
-	body, err := json.Marshal(req)
 	sent := time.Now()
 	o := addOutcome{at: sent.Sub(start)}
-	if err == nil {
-		o.status, o.delay, err = post(ctx, client, url, body)
+	res, err := wc.AddRows(ctx, client.Rollouts, overloadStore, records, client.AddOptions{Flush: true})
+	var refused *client.Error
+	switch {
+	case err == nil:
+		o.status, o.delay = http.StatusCreated, res.BackpressureDelay
+	case errors.As(err, &refused):
+		o.status, o.delay = refused.Status, refused.BackpressureDelay
 	}
 	o.latency = time.Since(sent)
 	if err != nil {
@@ -186,37 +191,6 @@ func (l *addLog) add(ctx context.Context, client *http.Client, url string, gen *
 	l.mu.Lock()
 	l.outcomes = append(l.outcomes, o)
 	l.mu.Unlock()
-}
-
-// post sends body to url and returns the answer's status and backpressure
-// header; an answer other than 201 is an error naming its body.
-func post(ctx context.Context, client *http.Client, url string, body []byte) (int, time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return 0, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	var delay time.Duration
-	if h := resp.Header.Get(httpjson.BackpressureHeader); h != "" {
-		ms, perr := strconv.ParseInt(h, 10, 64)
-		if perr != nil {
-			return resp.StatusCode, 0, fmt.Errorf("%s %q: %w", httpjson.BackpressureHeader, h, perr)
-		}
-		delay = time.Duration(ms) * time.Millisecond
-	}
-	if resp.StatusCode != http.StatusCreated {
-		return resp.StatusCode, delay, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(answer))
-	}
-	if err != nil {
-		return resp.StatusCode, delay, fmt.Errorf("reading the answer: %w", err)
-	}
-	return resp.StatusCode, delay, nil
 }
 
 // summarize fills r's counts, latencies, delays and minutes from the outcomes,

@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 	"github.com/tidemark-io/tidemark/tools/loadgen"
@@ -348,16 +349,17 @@ func taskStates(list []task) []string {
 // readProbes reads through the workers in turn until ctx ends: a get of a
 // random acknowledged rollout id, or a page of the list, every 50 ms.
 func (c *cluster) readProbes(ctx context.Context, probes *probeLog, l *ledger, store string) {
-	client := &http.Client{Timeout: 10 * time.Second, Transport: probes.transport("read", http.DefaultTransport)}
-	workers := c.workerURLs()
-	path, _ := rowsPath(loadgen.KindRollout, store)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: probes.transport("read", http.DefaultTransport)}
+	var workers []*client.Client
+	for _, u := range c.workerURLs() {
+		workers = append(workers, dataClient(u, hc))
+	}
 	for i := 0; ctx.Err() == nil; i++ {
-		u := workers[i%len(workers)] + path + "?limit=20"
+		wc := workers[i%len(workers)]
 		if id := l.anyAcked(loadgen.KindRollout); id != "" && i%2 == 0 {
-			u = workers[i%len(workers)] + path + "/" + id
-		}
-		if resp, err := client.Get(u); err == nil {
-			resp.Body.Close()
+			_, _ = wc.GetRow(ctx, client.Rollouts, store, id, client.ReadOptions{})
+		} else {
+			_, _ = wc.ListRows(ctx, client.Rollouts, store, client.ListOptions{Limit: 20})
 		}
 		select {
 		case <-ctx.Done():

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 	"github.com/tidemark-io/tidemark/tools/chaos"
@@ -65,7 +66,7 @@ func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 
 	const rollouts, events = "faults_rollouts", "faults_events"
 	answers := newAnswerLog()
-	client := &http.Client{Timeout: faultsClientTimeout, Transport: &classifyingTransport{base: http.DefaultTransport, log: answers}}
+	hc := &http.Client{Timeout: faultsClientTimeout, Transport: &classifyingTransport{base: http.DefaultTransport, log: answers}}
 	l := newLedger()
 	var failedMu sync.Mutex
 	var failed []loadgen.Batch
@@ -82,7 +83,7 @@ func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 	loadDone := make(chan loadgen.Stats, 1)
 	go func() {
 		st, err := loadgen.Run(ctx, loadgen.Config{
-			Workers: c.workerURLs(), Rate: rate, Batch: 10, Concurrency: 4, Client: client,
+			Workers: c.workerURLs(), Rate: rate, Batch: 10, Concurrency: 4, Client: hc,
 			RolloutStore: rollouts, GenericStore: events, RunID: "faults", OnBatch: record,
 		})
 		if err != nil {
@@ -112,11 +113,8 @@ func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 		for i := 0; ctx.Err() == nil; i++ {
 			w := c.workerURLs()[i%3]
 			kind := []loadgen.Kind{loadgen.KindRollout, loadgen.KindGeneric}[i/3%2]
-			path, _ := rowsPath(kind, map[loadgen.Kind]string{loadgen.KindRollout: rollouts, loadgen.KindGeneric: events}[kind])
-			if resp, err := readClient.Get(w + path + "?limit=100"); err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
+			store := map[loadgen.Kind]string{loadgen.KindRollout: rollouts, loadgen.KindGeneric: events}[kind]
+			_, _ = dataClient(w, readClient).ListRows(ctx, dataKind(kind), store, client.ListOptions{Limit: 100})
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
@@ -169,7 +167,7 @@ func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 	failedMu.Lock()
 	retry := slices.Clone(failed)
 	failedMu.Unlock()
-	retried, attempts := c.resend(t, client, retry, "faults", l)
+	retried, attempts := c.resend(t, hc, retry, "faults", l)
 	cc.addf("failed requests retried after the faults (to another worker)", "%d batches, %d rows, %d attempts", len(retry), retried, attempts)
 
 	var lost, dup, unknown int
@@ -367,7 +365,7 @@ func (c *cluster) procsOf() []*proc {
 // resend re-sends each failed batch of run runID (same ids, rows regenerated) to
 // the worker after the one that failed it, until it is acknowledged, and records
 // the rows as acknowledged. It returns the rows resent and the attempts made.
-func (c *cluster) resend(t *testing.T, client *http.Client, batches []loadgen.Batch, runID string, l *ledger) (rows, attempts int) {
+func (c *cluster) resend(t *testing.T, hc *http.Client, batches []loadgen.Batch, runID string, l *ledger) (rows, attempts int) {
 	t.Helper()
 	urls := c.workerURLs()
 	for i, b := range batches {
@@ -383,19 +381,13 @@ func (c *cluster) resend(t *testing.T, client *http.Client, batches []loadgen.Ba
 				raw = append(raw, loadgen.GenericRow(runID, n, time.Now()))
 			}
 		}
-		path, key := rowsPath(b.Kind, b.Store)
-		body, _ := json.Marshal(map[string]any{key: raw})
 		next := urls[(slices.Index(urls, b.Worker)+1)%len(urls)]
+		wc := dataClient(next, hc)
 		for try := 1; ; try++ {
 			attempts++
-			resp, err := client.Post(next+path, "application/json", bytes.NewReader(body))
+			_, err := wc.AddRows(context.Background(), dataKind(b.Kind), b.Store, raw, client.AddOptions{})
 			if err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusCreated {
-					break
-				}
-				err = fmt.Errorf("%d", resp.StatusCode)
+				break
 			}
 			if try == 10 {
 				t.Fatalf("retry of failed batch %d (%s %s) through %s: %v after %d attempts", i, b.Kind, b.Store, next, err, try)

@@ -74,9 +74,10 @@ func exampleCommands(banner string) map[string][]string {
 // it starts etcd, a master and two worker processes, prints example commands
 // that work as printed (add rows with curl, read tasks with etcdctl, requeue a
 // merge with master admin and the dev token, merge through a worker's internal
-// route with curl and the token), so do the README's (runReadmeCommands), it stops
-// everything on SIGINT, and a second run reuses the data: the rows and the task are
-// still there.
+// route with curl and the token, follow the store with worker tail, which finds
+// a worker in etcd by itself), so do the README's (runReadmeCommands), it stops
+// everything on SIGINT, and a second run reuses the data: the rows and the task
+// are still there.
 func TestDevRunsAClusterWhoseExampleCommandsWork(t *testing.T) {
 	t.Parallel()
 	skipShort(t)
@@ -166,6 +167,17 @@ func TestDevRunsAClusterWhoseExampleCommandsWork(t *testing.T) {
 			t.Errorf("%s\nanswered %q, want a merge answer", examples["4"][0], out)
 		}
 	}
+	// Example 5, `worker tail` as printed (without --follow, so it ends): it
+	// finds a worker in the cluster's etcd by itself and prints the rows.
+	if len(examples["5"]) != 1 || !strings.Contains(examples["5"][0], " tail rollouts/demo ") {
+		t.Fatalf("banner example 5 %q, want one worker tail of the demo store", examples["5"])
+	}
+	tailOnce := strings.Replace(examples["5"][0], " --follow", "", 1)
+	var tailed string
+	testwait.ForEvery(t, 30*time.Second, poll, "worker tail prints the example rows", func() (bool, string) {
+		tailed += sh(tailOnce) // a named consumer: each run prints what follows the last
+		return strings.Contains(tailed, `"id":"r1-0"`) && strings.Contains(tailed, `"id":"r1-1"`), tailed
+	})
 	if haveEtcdctl {
 		if out := sh(getTasks); !strings.Contains(out, `"id":"`+id[1]+`"`) || !strings.Contains(out, `"state":"done"`) {
 			t.Errorf("%s\nprinted %q, want task %s done", getTasks, out, id[1])

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
+	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 	"github.com/tidemark-io/tidemark/tools/loadgen"
 )
@@ -586,8 +587,8 @@ func (c *cluster) waitWorker(w *workerProc, key string, started time.Time, attem
 			rebind = c.exitedWhileStarting(w.proc, "worker "+id, attempt)
 			return true, ""
 		}
-		if code, _, err := c.get(w.url() + "/api/v1/health"); err != nil || code != http.StatusOK {
-			return false, fmt.Sprintf("health: %d %v", code, err)
+		if _, err := c.dataClient(w.url()).Health(context.Background()); err != nil {
+			return false, fmt.Sprintf("health: %v", err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -829,38 +830,50 @@ func target(kind loadgen.Kind, store string) string {
 	return store
 }
 
-// rowsPath is the rows route of a store.
-func rowsPath(kind loadgen.Kind, store string) (path, key string) {
+// dataKind is the data API's kind of a loadgen kind.
+func dataKind(kind loadgen.Kind) client.Kind {
 	if kind == loadgen.KindGeneric {
-		return "/api/v1/generic/" + store + "/rows", "rows"
+		return client.Generic
 	}
-	return "/api/v1/rollouts/" + store + "/records", "records"
+	return client.Rollouts
 }
+
+// dataClient is a pkg/client of the worker at base with the test clusters'
+// token (e2eToken), through hc when given (a probing transport, a TLS client),
+// each call bounded by 10 s. It answers lists of any size: the tests list whole
+// stores.
+func dataClient(base string, hc ...*http.Client) *client.Client {
+	opts := []client.Option{client.WithToken(e2eToken), client.WithTimeout(10 * time.Second), client.WithMaxAnswer(1 << 40)}
+	if len(hc) > 0 && hc[0] != nil {
+		opts = append(opts, client.WithHTTPClient(hc[0]))
+	}
+	wc, err := client.New(base, opts...)
+	if err != nil {
+		panic(err) // base is a URL the harness made
+	}
+	return wc
+}
+
+// dataClient is dataClient through the cluster's client (TLS when the cluster
+// serves it).
+func (c *cluster) dataClient(base string) *client.Client { return dataClient(base, c.httpc) }
 
 // listIDs lists every row id of a store through one worker (no limit: one
 // streamed answer from one snapshot), ids repeated as often as the worker
 // returns them.
 func listIDs(base string, kind loadgen.Kind, store string) ([]string, error) {
-	path, key := rowsPath(kind, store)
-	code, body, err := httpGet(base + path)
+	page, err := dataClient(base).ListRows(context.Background(), dataKind(kind), store, client.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %d %s", path, code, body)
-	}
-	var page map[string]json.RawMessage
-	if err := json.Unmarshal(body, &page); err != nil {
-		return nil, err
-	}
-	var rows []struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(page[key], &rows); err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(rows))
-	for i, r := range rows {
+	ids := make([]string, len(page.Rows))
+	for i, raw := range page.Rows {
+		var r struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return nil, err
+		}
 		ids[i] = r.ID
 	}
 	return ids, nil

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -86,15 +85,7 @@ func runLoad(cmd *cobra.Command, f loadFlags) error {
 		if !f.etcd.Enabled() {
 			return errors.New("no workers: give --workers (LOAD_WORKERS) or --etcd-endpoints (ETCD_ENDPOINTS) to find them")
 		}
-		client, err := etcdcli.New(ctx, f.etcd)
-		if err != nil {
-			return err
-		}
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cfg.Workers, err = loadgen.DiscoverWorkers(dctx, client, f.etcd.NormalizedPrefix())
-		cancel()
-		_ = client.Close()
-		if err != nil {
+		if cfg.Workers, err = registeredWorkers(ctx, f.etcd); err != nil {
 			return err
 		}
 	}

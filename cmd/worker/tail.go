@@ -1,20 +1,30 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/cli"
-	"github.com/tidemark-io/tidemark/pkg/worker/tail"
+	"github.com/tidemark-io/tidemark/pkg/client"
+	"github.com/tidemark-io/tidemark/pkg/client/tail"
+	"github.com/tidemark-io/tidemark/pkg/coord/etcdcli"
 )
+
+// devEtcd is the dev cluster's etcd (tools/devcluster's DefaultEtcdAddr, which
+// a test keeps equal): where `worker tail` looks for a worker when given neither
+// --url nor --etcd-endpoints, so it works as is after `make run`.
+const devEtcd = "http://127.0.0.1:2379"
 
 type tailFlags struct {
 	cfg  tail.Config
+	url  string
+	etcd etcdcli.Config
 	auth auth.Flags
 }
 
@@ -32,6 +42,9 @@ page's next_cursor once the page is printed, so a tail stopped at any point and
 started again prints every row at least once, and nothing before its committed
 cursor again.
 
+The worker is --url, or else the first worker registered in etcd (--etcd-endpoints,
+by default the dev cluster's ` + devEtcd + `) that answers its health check.
+
   worker tail rollouts/trajectories
   worker tail generic/events --consumer trainer --follow --url http://10.0.0.7:8080`,
 		Args: cobra.ExactArgs(1),
@@ -42,8 +55,9 @@ cursor again.
 	fs := cmd.Flags()
 	bind := func(name, env string) { cli.BindEnv(fs, name, env) }
 	c := &f.cfg
-	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "the worker's HTTP address")
+	fs.StringVar(&f.url, "url", "", "the worker's HTTP address (default: a worker registered in etcd)")
 	bind("url", "TAIL_URL")
+	f.etcd.AddFlags(fs, "where to find a worker when --url is empty (default "+devEtcd+", the dev cluster's)")
 	fs.StringVar(&c.Consumer, "consumer", "", "named consumer: start from its committed cursor and commit after each page")
 	bind("consumer", "TAIL_CONSUMER")
 	fs.StringVar(&c.Cursor, "cursor", "", `where to start: a cursor of an earlier answer, or "now" (default: the consumer's committed cursor, else the beginning)`)
@@ -61,7 +75,8 @@ cursor again.
 func runTail(cmd *cobra.Command, store string, f tailFlags) error {
 	cfg := f.cfg
 	kind, name, ok := strings.Cut(store, "/")
-	if !ok || name == "" || (kind != "rollouts" && kind != "generic") {
+	k, err := client.ParseKind(kind)
+	if !ok || name == "" || err != nil {
 		return fmt.Errorf("store %q: want rollouts/<name> or generic/<name>", store)
 	}
 	if cfg.Limit <= 0 {
@@ -71,16 +86,48 @@ func runTail(cmd *cobra.Command, store string, f tailFlags) error {
 	if err != nil {
 		return err
 	}
-	cfg.Kind, cfg.Name = kind, name
-	cfg.Client = auth.HTTPClient(cred.Token, cred.TLS)
-	// A request waits up to --wait on the worker; the client allows that and more.
-	cfg.Client.Timeout = cfg.Wait + time.Minute
-	cfg.Out = cmd.OutOrStdout()
+	opts := []client.Option{client.WithToken(cred.Token), client.WithTLS(cred.TLS)}
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	if cfg.Worker, err = tailWorker(cmd.Context(), f, opts, cfg.Logger); err != nil {
+		return err
+	}
+	cfg.Kind, cfg.Name = k, name
+	cfg.Out = cmd.OutOrStdout()
 	st, err := tail.Run(cmd.Context(), cfg)
 	if err != nil {
 		return err
 	}
 	cfg.Logger.Debug("tail ended", "pages", st.Pages, "rows", st.Rows, "commits", st.Commits, "cursor", st.Cursor)
 	return nil
+}
+
+// tailWorker is the client of the worker to read from: --url's, or else that of
+// the first worker registered in etcd that answers its health check (one
+// registered but stopping, or unreachable from here, is passed over).
+func tailWorker(ctx context.Context, f tailFlags, opts []client.Option, log *slog.Logger) (*client.Client, error) {
+	if f.url != "" {
+		return client.New(f.url, opts...)
+	}
+	ec := f.etcd
+	if !ec.Enabled() {
+		ec.Endpoints = []string{devEtcd}
+	}
+	addrs, err := registeredWorkers(ctx, ec)
+	if err != nil {
+		return nil, fmt.Errorf("no --url (TAIL_URL), and no worker found in etcd at %s (--etcd-endpoints, ETCD_ENDPOINTS): %w",
+			strings.Join(ec.Endpoints, ","), err)
+	}
+	var errs []error
+	for _, addr := range addrs {
+		c, err := client.New(addr, append(opts, client.WithTimeout(healthTimeout))...)
+		if err == nil {
+			_, err = c.Health(ctx)
+		}
+		if err == nil {
+			log.Debug("tail: reading from a worker registered in etcd", "worker", addr)
+			return client.New(addr, opts...)
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	return nil, fmt.Errorf("no worker registered in etcd answers: %w", errors.Join(errs...))
 }

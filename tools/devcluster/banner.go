@@ -11,7 +11,7 @@ import (
 // Banner is what the cluster prints once it is up: where everything listens, the
 // dashboard's URL and login token, the dev token, and commands to try (add rows, watch tasks, requeue a merge with the
 // token, merge through a worker's internal route with the token), plus the load
-// generator.
+// generator and a tail of the demo store.
 func Banner(ep Endpoints, cfg Config) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -83,6 +83,13 @@ func Banner(ep Endpoints, cfg Config) string {
 	if len(ep.Workers) > 0 {
 		p("  # then: steady load on every worker, and watch generations pile up and get merged\n")
 		p("  %s load --etcd-endpoints %s%s --rate 200\n\n", cfg.WorkerCommand, ep.Etcd, prefixFlag)
+		// worker tail finds a worker registered in etcd, the dev cluster's by default.
+		etcdFlag := ""
+		if ep.Etcd != "http://"+DefaultEtcdAddr {
+			etcdFlag = " --etcd-endpoints " + ep.Etcd
+		}
+		p("  # 5. follow the store's changes as a named consumer (worker tail finds a worker in etcd)\n")
+		p("  %s tail rollouts/%s --consumer trainer --follow%s%s\n\n", cfg.WorkerCommand, DemoStore, etcdFlag, prefixFlag)
 	}
 	p("Finished tasks show below as \"tasks | ...\"; warnings and errors of every process too.\n\n")
 	return b.String()

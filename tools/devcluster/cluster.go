@@ -1,7 +1,6 @@
 package devcluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/auth"
 	"github.com/tidemark-io/tidemark/internal/cli"
+	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 )
@@ -570,24 +570,16 @@ func createDemoStore(ctx context.Context, httpAddr, tokenFile string) error {
 			return err
 		}
 	}
-	body := bytes.NewReader([]byte(`{"name":"` + DemoStore + `"}`))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+httpAddr+"/api/v1/rollouts", body)
+	wc, err := client.New(httpAddr, client.WithToken(tokens.Outgoing()))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	auth.SetHeader(req.Header, tokens.Outgoing())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
+	_, err = wc.CreateStore(ctx, client.Rollouts, client.StoreSpec{Name: DemoStore})
+	var e *client.Error
+	if errors.As(err, &e) && e.Status == http.StatusConflict {
+		return nil // it exists, or a create of it raced this one
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusConflict {
-		return nil
-	}
-	var msg bytes.Buffer
-	_, _ = msg.ReadFrom(resp.Body)
-	return fmt.Errorf("POST /api/v1/rollouts: %s: %s", resp.Status, strings.TrimSpace(msg.String()))
+	return err
 }
 
 // shutdown stops the master, then the workers (at once), then etcd, and returns

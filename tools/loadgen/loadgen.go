@@ -12,12 +12,12 @@
 //     on the run id and n.
 //   - The rate is an upper bound: batches are sent on a schedule, a slow cluster
 //     makes the run fall behind it, and the schedule never bursts to catch up.
-//   - A batch is reported acknowledged only on a 200 answer, which the worker sends
+//   - A batch is reported acknowledged only on a 201 answer, which the worker sends
 //     after the rows are durable.
+//   - Requests go through pkg/client, which knows the routes.
 package loadgen
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,7 +26,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,7 +33,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 )
@@ -97,7 +96,7 @@ type Batch struct {
 	Kind   Kind
 	Store  string
 	IDs    []string
-	// Err is nil when the worker acknowledged the rows (200): they are durable.
+	// Err is nil when the worker acknowledged the rows (201): they are durable.
 	// Otherwise the rows may or may not have been written.
 	Err error
 }
@@ -117,10 +116,17 @@ func Run(ctx context.Context, cfg Config) (Stats, error) {
 	if err := cfg.check(); err != nil {
 		return Stats{}, err
 	}
-	if err := EnsureStores(ctx, cfg.Client, cfg.Workers[0], cfg.RolloutStore, cfg.GenericStore); err != nil {
+	g := &generator{cfg: cfg}
+	for _, base := range cfg.Workers {
+		wc, err := client.New(base, client.WithHTTPClient(cfg.Client), client.WithTimeout(requestTimeout))
+		if err != nil {
+			return Stats{}, err
+		}
+		g.workers = append(g.workers, wc)
+	}
+	if err := EnsureStores(ctx, g.workers[0], cfg.RolloutStore, cfg.GenericStore); err != nil {
 		return Stats{}, err
 	}
-	g := &generator{cfg: cfg}
 	return g.run(ctx), nil
 }
 
@@ -193,73 +199,34 @@ func DiscoverWorkers(ctx context.Context, client *clientv3.Client, prefix string
 	return out, nil
 }
 
-// EnsureStores creates the stores through the worker at base (an http URL),
-// accepting ones that exist. An empty name is skipped.
-func EnsureStores(ctx context.Context, client *http.Client, base, rolloutStore, genericStore string) error {
-	if client == nil {
-		client = &http.Client{Timeout: requestTimeout}
-	}
-	base, err := BaseURL(base)
-	if err != nil {
-		return err
-	}
-	create := func(path string, body map[string]any) error {
-		data, _ := json.Marshal(body)
-		status, msg, _, err := post(ctx, client, base+path, data, 0)
-		if err != nil {
-			return err
+// EnsureStores creates the stores through the worker wc, accepting ones that
+// exist. An empty name is skipped.
+func EnsureStores(ctx context.Context, wc *client.Client, rolloutStore, genericStore string) error {
+	create := func(k client.Kind, spec client.StoreSpec) error {
+		_, err := wc.CreateStore(ctx, k, spec)
+		var e *client.Error
+		if err == nil || (errors.As(err, &e) && e.Status == http.StatusConflict) {
+			return nil
 		}
-		if status != http.StatusCreated && status != http.StatusConflict {
-			return fmt.Errorf("create store %q: POST %s: %d %s", body["name"], path, status, msg)
-		}
-		return nil
+		return fmt.Errorf("create store %q: %w", spec.Name, err)
 	}
 	if rolloutStore != "" {
-		if err := create("/api/v1/rollouts", map[string]any{"name": rolloutStore}); err != nil {
+		if err := create(client.Rollouts, client.StoreSpec{Name: rolloutStore}); err != nil {
 			return err
 		}
 	}
 	if genericStore != "" {
-		if err := create("/api/v1/generic", map[string]any{"name": genericStore, "schema": json.RawMessage(GenericSchema)}); err != nil {
+		if err := create(client.Generic, client.StoreSpec{Name: genericStore, Schema: json.RawMessage(GenericSchema)}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// post sends a JSON body carrying the causal token after (0: none) and returns the
-// status, the answer's token (0 if none) and, for an error answer, its message.
-func post(ctx context.Context, client *http.Client, u string, body []byte, after uint64) (status int, msg string, seq uint64, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return 0, "", 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if after != 0 {
-		req.Header.Set(httpjson.AfterHeader, strconv.FormatUint(after, 10))
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, "", 0, err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode < 300 {
-		seq, _ = strconv.ParseUint(resp.Header.Get(httpjson.SeqHeader), 10, 64)
-		return resp.StatusCode, "", seq, nil
-	}
-	var e struct {
-		Error struct{ Code, Message string } `json:"error"`
-	}
-	if json.Unmarshal(data, &e) == nil && e.Error.Message != "" {
-		return resp.StatusCode, e.Error.Code + ": " + e.Error.Message, 0, nil
-	}
-	return resp.StatusCode, strings.TrimSpace(string(data)), 0, nil
-}
-
 type generator struct {
-	cfg   Config
-	kinds []Kind
+	cfg     Config
+	workers []*client.Client // cfg.Workers'
+	kinds   []Kind
 
 	rows, rollout, generic, requests, failed atomic.Int64
 	// token is the highest causal token answered so far: every request carries it,
@@ -358,7 +325,7 @@ func (g *generator) dispatch(ctx context.Context, start time.Time, batches chan<
 func (g *generator) send(ctx context.Context, k int64) {
 	cfg := g.cfg
 	n := int64(len(cfg.Workers))
-	base := cfg.Workers[k%n]
+	wc := g.workers[k%n]
 	kind := g.kinds[(k/n)%int64(len(g.kinds))]
 	first := k * int64(cfg.Batch)
 	count := int64(cfg.Batch)
@@ -378,34 +345,22 @@ func (g *generator) send(ctx context.Context, k int64) {
 		rows = append(rows, row)
 		ids = append(ids, fmt.Sprintf("%s-%d", cfg.RunID, i))
 	}
-	var path string
-	var body []byte
-	store := cfg.RolloutStore
-	if kind == KindRollout {
-		path = "/api/v1/rollouts/" + url.PathEscape(store) + "/records"
-		body, _ = json.Marshal(map[string]any{"records": rows})
-	} else {
-		store = cfg.GenericStore
-		path = "/api/v1/generic/" + url.PathEscape(store) + "/rows"
-		body, _ = json.Marshal(map[string]any{"rows": rows})
-	}
-	if cfg.Flush {
-		path += "?flush=true"
+	store, ck := cfg.RolloutStore, client.Rollouts
+	if kind == KindGeneric {
+		store, ck = cfg.GenericStore, client.Generic
 	}
 	// The request is not cancelled by ctx: a batch handed out is sent whole, so
 	// that a run's end never leaves a request whose outcome is unknown.
 	t0 := time.Now()
-	status, msg, seq, err := post(context.WithoutCancel(ctx), cfg.Client, base+path, body, g.token.Load())
+	res, err := wc.AddRows(context.WithoutCancel(ctx), ck, store, rows, client.AddOptions{Flush: cfg.Flush, After: g.token.Load()})
 	took := time.Since(t0)
-	for cur := g.token.Load(); seq > cur; cur = g.token.Load() {
-		if g.token.CompareAndSwap(cur, seq) {
+	for cur := g.token.Load(); res.Seq > cur; cur = g.token.Load() {
+		if g.token.CompareAndSwap(cur, res.Seq) {
 			break
 		}
 	}
-	if err == nil && status != http.StatusCreated {
-		err = fmt.Errorf("POST %s%s: %d %s", base, path, status, msg)
-	} else if err != nil {
-		err = fmt.Errorf("POST %s%s: %w", base, path, err)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", wc.URL(), err)
 	}
 	g.requests.Add(1)
 	g.mu.Lock()
@@ -425,7 +380,7 @@ func (g *generator) send(ctx context.Context, k int64) {
 		}
 	}
 	if cfg.OnBatch != nil {
-		cfg.OnBatch(Batch{Worker: base, Kind: kind, Store: store, IDs: ids, Err: err})
+		cfg.OnBatch(Batch{Worker: wc.URL(), Kind: kind, Store: store, IDs: ids, Err: err})
 	}
 }
 

@@ -73,6 +73,7 @@ func (f *fakeWorker) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]string{"name": req.Name})
 	case f.fail:
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte(`{"error":{"code":"UNAVAILABLE","message":"too many pending generations"}}`))

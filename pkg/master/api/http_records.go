@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -79,13 +79,6 @@ func passOn(err error) error {
 	return err
 }
 
-// callWorker reads path through a live worker into v (workerhttp.Client.Get)
-// and returns the worker that answered.
-func (a *httpAPI) callWorker(ctx context.Context, path string, v any) (string, error) {
-	worker, err := a.cfg.Workers.Get(ctx, path, v)
-	return worker, passOn(err)
-}
-
 // recordQuery is a parsed records request.
 type recordQuery struct {
 	kind          registry.Kind
@@ -117,13 +110,12 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 		return nil, err
 	}
 	out := ExperimentRecords{Records: []json.RawMessage{}, Limit: rq.limit, Offset: rq.offset, Source: rq.source}
-	params := url.Values{}
+	var read client.ReadOptions
 	if rq.source == SourceFragments {
-		var info struct {
-			Version *uint64 `json:"version"`
-		}
-		if out.Worker, err = a.callWorker(ctx, workerhttp.StorePath(rq.kind, rq.name), &info); err != nil {
-			return nil, err
+		var info client.Store
+		info, out.Worker, err = a.cfg.Workers.Store(ctx, rq.kind, rq.name)
+		if err != nil {
+			return nil, passOn(err)
 		}
 		if info.Version == nil {
 			return nil, &workerAnswerError{status: http.StatusBadGateway, code: CodeBadGateway,
@@ -132,29 +124,23 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 		if *info.Version == 0 {
 			return out, nil // nothing merged yet
 		}
-		params.Set("version", strconv.FormatUint(*info.Version, 10))
+		read.Version = *info.Version
 	}
 	if rq.source == SourceWAL {
-		params.Set("source", SourceWAL) // the worker's pending rows alone
+		read.Source = SourceWAL // the worker's pending rows alone
 	}
 	if rq.id != "" {
-		var got struct {
-			Record json.RawMessage `json:"record"`
+		var row json.RawMessage
+		if row, out.Worker, err = a.cfg.Workers.Row(ctx, rq.kind, rq.name, rq.id, read); err != nil {
+			return nil, passOn(err)
 		}
-		path := workerhttp.RowsPath(rq.kind, rq.name) + "/" + url.PathEscape(rq.id)
-		if len(params) > 0 {
-			path += "?" + params.Encode()
-		}
-		if out.Worker, err = a.callWorker(ctx, path, &got); err != nil {
-			return nil, err
-		}
-		if rq.offset == 0 && rq.limit > 0 && len(got.Record) > 0 && string(got.Record) != "null" {
-			match, err := matches(got.Record, rq.filters)
+		if rq.offset == 0 && rq.limit > 0 && row != nil {
+			match, err := matches(row, rq.filters)
 			if err != nil {
 				return nil, fmt.Errorf("worker %s: record %q: %w", out.Worker, rq.id, err)
 			}
 			if match {
-				out.Records = append(out.Records, got.Record)
+				out.Records = append(out.Records, row)
 			}
 		}
 		return out, nil
@@ -162,26 +148,12 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 	if rq.limit == 0 {
 		return out, nil // the worker reads limit=0 as every row
 	}
-	params.Set("limit", strconv.Itoa(rq.limit+1))
-	params.Set("offset", strconv.Itoa(rq.offset))
-	if len(rq.filters) > 0 {
-		text, err := json.Marshal(rq.filters)
-		if err != nil {
-			return nil, err
-		}
-		params.Set("filters", string(text))
+	page, worker, err := a.cfg.Workers.Rows(ctx, rq.kind, rq.name, client.ListOptions{ReadOptions: read,
+		Limit: rq.limit + 1, Offset: rq.offset, Filters: rq.filters})
+	if out.Worker = worker; err != nil {
+		return nil, passOn(err)
 	}
-	var got struct {
-		Records []json.RawMessage `json:"records"`
-		Rows    []json.RawMessage `json:"rows"`
-	}
-	if out.Worker, err = a.callWorker(ctx, workerhttp.RowsPath(rq.kind, rq.name)+"?"+params.Encode(), &got); err != nil {
-		return nil, err
-	}
-	rows := got.Records
-	if rq.kind == registry.KindGeneric {
-		rows = got.Rows
-	}
+	rows := page.Rows
 	if len(rows) > rq.limit {
 		rows, out.HasMore = rows[:rq.limit], true
 	}

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -89,23 +89,13 @@ func (d *Dashboard) records(ctx context.Context, r *http.Request, target string)
 			}
 		}
 	}
-	params := url.Values{"limit": {strconv.Itoa(recordsPerPage + 1)}, "offset": {strconv.Itoa(p.Offset)}}
-	if len(filters) > 0 {
-		text, _ := json.Marshal(filters)
-		params.Set("filters", string(text))
-	}
-	var answer map[string]json.RawMessage
-	worker, err := d.cfg.Workers.Get(ctx, workerhttp.RowsPath(kind, name)+"?"+params.Encode(), &answer)
+	page, worker, err := d.cfg.Workers.Rows(ctx, kind, name, client.ListOptions{Limit: recordsPerPage + 1, Offset: p.Offset, Filters: filters})
 	p.Worker = worker
 	if err != nil {
 		p.Error = err.Error()
 		return p
 	}
-	var rows []json.RawMessage
-	if err := json.Unmarshal(answer[workerhttp.RowsField(kind)], &rows); err != nil {
-		p.Error = fmt.Sprintf("worker %s: answer has no %s array", worker, workerhttp.RowsField(kind))
-		return p
-	}
+	rows := page.Rows
 	if len(rows) > recordsPerPage {
 		rows, p.HasNext, p.Next = rows[:recordsPerPage], true, p.Offset+recordsPerPage
 	}
@@ -200,7 +190,7 @@ func (d *Dashboard) blob(w http.ResponseWriter, r *http.Request, sess session) {
 	}
 	ctx, cancel := d.callCtx(r)
 	defer cancel()
-	resp, _, err := d.cfg.Workers.Open(ctx, workerhttp.RowsPath(kind, name)+"/"+url.PathEscape(id)+"/blob")
+	body, size, _, err := d.cfg.Workers.OpenBlob(ctx, name, id)
 	var answered *workerhttp.AnswerError
 	switch {
 	case errors.As(err, &answered) && answered.Status == http.StatusNotFound:
@@ -210,13 +200,13 @@ func (d *Dashboard) blob(w http.ResponseWriter, r *http.Request, sess session) {
 		d.fail(w, r, sess, http.StatusBadGateway, err)
 		return
 	}
-	defer resp.Body.Close()
+	defer body.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", safeFilename(id)+".bin"))
-	if n := resp.Header.Get("Content-Length"); n != "" {
-		w.Header().Set("Content-Length", n)
+	if size >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	}
-	_, _ = io.Copy(w, resp.Body)
+	_, _ = io.Copy(w, body)
 }
 
 // safeFilename keeps a record id's letters, digits and ._- for a download name.

@@ -11,10 +11,13 @@
 //   - What the master holds of an answer is bounded (MaxAnswer); a larger one is
 //     refused, never cut short and decoded.
 //   - Every request carries the credential (Token, and TLS's client certificate).
+//
+// Its job is choosing the worker; every request, the blob download included
+// (pkg/client's OpenBlob hands the body over unread), goes through pkg/client,
+// which builds the routes and reads the answers (bounded, typed errors).
 package workerhttp
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -23,12 +26,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/auth"
+	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -53,7 +56,7 @@ var (
 	// ErrTooLarge refuses an answer larger than MaxAnswer.
 	ErrTooLarge = errclass.New(errclass.Invalid, "the worker's answer is too large")
 	// ErrUndecodable marks a 200 answer that is not the JSON asked for.
-	ErrUndecodable = errors.New("answer does not decode")
+	ErrUndecodable = client.ErrUndecodable
 )
 
 // AnswerError is a worker's answer other than 200, with the code and message of
@@ -84,7 +87,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Client reads from the workers' HTTP data API. It is safe for concurrent use.
+// Client reads from the workers' HTTP data API through pkg/client. It is safe
+// for concurrent use.
 type Client struct {
 	cfg    Config
 	http   *http.Client
@@ -109,50 +113,71 @@ func New(cfg Config) *Client {
 	return &Client{cfg: cfg, http: auth.HTTPClient(cfg.Token, cfg.TLS), scheme: scheme}
 }
 
-// Get GETs path (with its query) from a live worker and decodes its 200 answer,
-// at most MaxAnswer bytes of JSON, into v. It returns the worker that answered.
-// Another answer is an *AnswerError; an undecodable one wraps ErrUndecodable, a
-// larger one ErrTooLarge.
-func (c *Client) Get(ctx context.Context, path string, v any) (string, error) {
-	var body []byte
-	worker, err := c.ask(ctx, path, func(resp *http.Response, worker string) (bool, error) {
-		defer resp.Body.Close()
-		var err error
-		if body, err = io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxAnswer+1)); err != nil {
-			return false, fmt.Errorf("worker %s: %w", worker, err) // cut off: as if it never answered
-		}
-		if int64(len(body)) > c.cfg.MaxAnswer {
-			return true, fmt.Errorf("worker %s: %w: over %d MiB; ask for fewer records (limit)", worker, ErrTooLarge, c.cfg.MaxAnswer>>20)
-		}
-		return true, nil
-	})
-	if err != nil {
-		return worker, err
+// Kind is the data API's kind of a store of the registry.
+func Kind(kind registry.Kind) client.Kind {
+	if kind == registry.KindRollout {
+		return client.Rollouts
 	}
-	if err := json.NewDecoder(bytes.NewReader(body)).Decode(v); err != nil {
-		return worker, fmt.Errorf("worker %s: %w: %v", worker, ErrUndecodable, err)
-	}
-	return worker, nil
+	return client.Generic
 }
 
-// Open GETs path from a live worker and returns its 200 answer with the body
-// unread (a download to stream), which the caller closes; the read of the body is
-// bounded by Timeout too. Another answer is an *AnswerError.
-func (c *Client) Open(ctx context.Context, path string) (*http.Response, string, error) {
-	var open *http.Response
-	worker, err := c.ask(ctx, path, func(resp *http.Response, _ string) (bool, error) {
-		open = resp
-		return true, nil
+// RowsField is the field of a rows answer that holds the rows: a rollout
+// store's "records", a generic store's "rows".
+func RowsField(kind registry.Kind) string { return Kind(kind).RowsKey() }
+
+// Store describes the store kind/name (its version and counts) through a live
+// worker, and returns the worker that answered.
+func (c *Client) Store(ctx context.Context, kind registry.Kind, name string) (client.Store, string, error) {
+	var s client.Store
+	worker, err := c.ask(ctx, func(ctx context.Context, wc *client.Client) (err error) {
+		s, err = wc.GetStore(ctx, Kind(kind), name)
+		return err
 	})
-	return open, worker, err
+	return s, worker, err
 }
 
-// ask GETs path from each live worker with an HTTP address in instance order,
-// each within Timeout, until one answers: a 200 answer goes to take, which
-// returns whether it is the read's (false: the worker failed to answer after
-// all, and the next is asked), another answer is an *AnswerError. It returns the
-// worker whose answer was taken.
-func (c *Client) ask(ctx context.Context, path string, take func(*http.Response, string) (bool, error)) (string, error) {
+// Rows lists rows of the store kind/name through a live worker.
+func (c *Client) Rows(ctx context.Context, kind registry.Kind, name string, opts client.ListOptions) (client.Page, string, error) {
+	var p client.Page
+	worker, err := c.ask(ctx, func(ctx context.Context, wc *client.Client) (err error) {
+		p, err = wc.ListRows(ctx, Kind(kind), name, opts)
+		return err
+	})
+	return p, worker, err
+}
+
+// Row reads the row id of the store kind/name through a live worker (nil for
+// an absent rollout record, as the worker answers it).
+func (c *Client) Row(ctx context.Context, kind registry.Kind, name, id string, opts client.ReadOptions) (json.RawMessage, string, error) {
+	var row json.RawMessage
+	worker, err := c.ask(ctx, func(ctx context.Context, wc *client.Client) (err error) {
+		row, err = wc.GetRow(ctx, Kind(kind), name, id, opts)
+		return err
+	})
+	return row, worker, err
+}
+
+// OpenBlob opens the blob of the record id of the rollout store name through a
+// live worker, its body unread (a download to stream), which the caller closes;
+// the read of the body is bounded by Timeout too. It returns the body's length
+// (-1: unknown).
+func (c *Client) OpenBlob(ctx context.Context, name, id string) (io.ReadCloser, int64, string, error) {
+	var body io.ReadCloser
+	var size int64
+	worker, err := c.ask(ctx, func(ctx context.Context, wc *client.Client) (err error) {
+		body, size, err = wc.OpenBlob(ctx, name, id)
+		return err
+	})
+	return body, size, worker, err
+}
+
+// ask calls each live worker with an HTTP address in instance order, each
+// within Timeout, until one answers: the answer (a success or an error answer)
+// is the call's. A worker that did not answer (no connection, no answer within
+// Timeout, an answer cut off) is passed over for the next. It returns the worker
+// whose answer was taken, and its error as an *AnswerError, ErrTooLarge or
+// ErrUndecodable.
+func (c *Client) ask(ctx context.Context, call func(context.Context, *client.Client) error) (string, error) {
 	workers, err := c.cfg.Discovery.Workers(ctx)
 	if err != nil {
 		return "", fmt.Errorf("discover workers: %w", err)
@@ -164,85 +189,40 @@ func (c *Client) ask(ctx context.Context, path string, take func(*http.Response,
 	slices.SortFunc(workers, func(x, y fanout.Worker) int { return strings.Compare(x.InstanceID, y.InstanceID) })
 	var failed []string
 	for _, w := range workers {
-		taken, err := c.askOne(ctx, w, path, take)
-		if taken || ctx.Err() != nil {
-			return w.InstanceID, err
+		wc, err := client.New(c.scheme+"://"+w.HTTPAddr, client.WithHTTPClient(c.http),
+			client.WithTimeout(c.cfg.Timeout), client.WithMaxAnswer(c.cfg.MaxAnswer))
+		if err != nil {
+			return w.InstanceID, fmt.Errorf("worker %s: %w", w.InstanceID, err)
 		}
+		err = call(ctx, wc)
+		if answered(err) || ctx.Err() != nil {
+			return w.InstanceID, c.answerError(err, w.InstanceID)
+		}
+		err = fmt.Errorf("worker %s: %w", w.InstanceID, err)
 		c.cfg.Logger.Warn("worker data API not reachable; asking the next worker", "worker", w.InstanceID, "addr", w.HTTPAddr, "err", err)
 		failed = append(failed, err.Error())
 	}
 	return "", fmt.Errorf("%w: no worker answered: %s", ErrUnreachable, strings.Join(failed, "; "))
 }
 
-// askOne GETs path from w within Timeout; taken says whether w answered.
-func (c *Client) askOne(ctx context.Context, w fanout.Worker, path string, take func(*http.Response, string) (bool, error)) (taken bool, _ error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.scheme+"://"+w.HTTPAddr+path, nil)
-	if err != nil {
-		cancel()
-		return true, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		cancel()
-		return false, fmt.Errorf("worker %s: %w", w.InstanceID, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer cancel()
-		return true, c.answerError(resp, w.InstanceID)
-	}
-	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-	taken, err = take(resp, w.InstanceID)
-	if !taken {
-		resp.Body.Close()
-	}
-	return taken, err
+// answered reports whether err (of a call through pkg/client) says the worker
+// answered: no error, an error answer, or an answer refused as too large or
+// undecodable.
+func answered(err error) bool {
+	var ae *client.Error
+	return err == nil || errors.As(err, &ae) || errors.Is(err, client.ErrTooLarge) || errors.Is(err, client.ErrUndecodable)
 }
 
-// answerError reads a worker's error answer (resp's body, which it closes).
-func (c *Client) answerError(resp *http.Response, worker string) *AnswerError {
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxAnswer))
-	var e struct {
-		Error struct{ Code, Message string } `json:"error"`
+// answerError is the error of worker's answer in this package's terms.
+func (c *Client) answerError(err error, worker string) error {
+	var ae *client.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ae):
+		return &AnswerError{Worker: worker, Status: ae.Status, Code: ae.Code, Message: ae.Message}
+	case errors.Is(err, client.ErrTooLarge):
+		return fmt.Errorf("worker %s: %w: over %d MiB; ask for fewer records (limit)", worker, ErrTooLarge, c.cfg.MaxAnswer>>20)
 	}
-	_ = json.Unmarshal(body, &e)
-	if e.Error.Message == "" {
-		e.Error.Message = strings.TrimSpace(string(body))
-	}
-	return &AnswerError{Worker: worker, Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
-}
-
-// cancelOnClose ends a request's context when its body is closed.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelOnClose) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
-}
-
-// StorePath is the route of a store on a worker.
-func StorePath(kind registry.Kind, name string) string {
-	if kind == registry.KindRollout {
-		return "/api/v1/rollouts/" + url.PathEscape(name)
-	}
-	return "/api/v1/generic/" + url.PathEscape(name)
-}
-
-// RowsPath is the route of a store's rows on a worker.
-func RowsPath(kind registry.Kind, name string) string {
-	return StorePath(kind, name) + "/" + RowsField(kind)
-}
-
-// RowsField is the field of a rows answer that holds the rows: a rollout
-// store's "records", a generic store's "rows".
-func RowsField(kind registry.Kind) string {
-	if kind == registry.KindRollout {
-		return "records"
-	}
-	return "rows"
+	return fmt.Errorf("worker %s: %w", worker, err)
 }

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // worker serves h as worker name and counts the requests it got.
@@ -58,20 +60,19 @@ func TestGetPassesOverUnreachableAndHungWorkersWithTheCredential(t *testing.T) {
 	good, goodAsked := worker(t, "w2", records)
 	c := New(Config{Token: "worker-token", Timeout: 300 * time.Millisecond, Discovery: fanout.StaticDiscovery{
 		good, hung, deadWorker(t, "w0"), {InstanceID: "a-grpc-only", GRPCAddr: "127.0.0.1:1"}}})
-	var got struct{ Records []struct{ ID string } }
-	name, err := c.Get(context.Background(), "/api/v1/rollouts/r/records", &got)
-	if err != nil || name != "w2" || len(got.Records) != 1 || got.Records[0].ID != "r1" {
-		t.Fatalf("Get = %q, %+v, %v; want r1 from w2", name, got, err)
+	got, name, err := c.Rows(context.Background(), registry.KindRollout, "r", client.ListOptions{})
+	if err != nil || name != "w2" || len(got.Rows) != 1 || string(got.Rows[0]) != `{"id":"r1"}` {
+		t.Fatalf("Rows = %q, %+v, %v; want r1 from w2", name, got, err)
 	}
 	if hungAsked.Load() != 1 || goodAsked.Load() != 1 {
 		t.Errorf("asked the hung worker %d times and the good one %d, want once each", hungAsked.Load(), goodAsked.Load())
 	}
 
 	none := New(Config{Timeout: 300 * time.Millisecond, Discovery: fanout.StaticDiscovery{deadWorker(t, "w0")}})
-	if _, err := none.Get(context.Background(), "/x", &got); !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "worker w0") {
+	if _, _, err := none.Rows(context.Background(), registry.KindRollout, "r", client.ListOptions{}); !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "worker w0") {
 		t.Errorf("with every worker unreachable: %v, want ErrUnreachable naming w0", err)
 	}
-	if _, err := New(Config{Discovery: fanout.StaticDiscovery{}}).Get(context.Background(), "/x", &got); !errors.Is(err, ErrNoWorker) {
+	if _, _, err := New(Config{Discovery: fanout.StaticDiscovery{}}).Rows(context.Background(), registry.KindRollout, "r", client.ListOptions{}); !errors.Is(err, ErrNoWorker) {
 		t.Errorf("with no worker: %v, want ErrNoWorker", err)
 	}
 }
@@ -90,17 +91,20 @@ func TestAnAnswerIsTheReadsWhateverItSays(t *testing.T) {
 	garbled, _ := worker(t, "w0", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"records":`) })
 	next, nextAsked := worker(t, "w1", records)
 
-	var got any
-	_, err := New(Config{Discovery: fanout.StaticDiscovery{missing, next}}).Get(context.Background(), "/x", &got)
+	rows := func(c *Client) error {
+		_, _, err := c.Rows(context.Background(), registry.KindRollout, "r", client.ListOptions{})
+		return err
+	}
+	err := rows(New(Config{Discovery: fanout.StaticDiscovery{missing, next}}))
 	var answered *AnswerError
 	if !errors.As(err, &answered) || answered.Status != http.StatusNotFound || answered.Code != "NOT_FOUND" ||
 		err.Error() != "worker w0 answered 404 Not Found: store r not found" {
 		t.Errorf("a 404: %v, want an AnswerError naming w0, 404, NOT_FOUND and the message", err)
 	}
-	if _, err := New(Config{MaxAnswer: 64, Discovery: fanout.StaticDiscovery{big, next}}).Get(context.Background(), "/x", &got); !errors.Is(err, ErrTooLarge) {
+	if err := rows(New(Config{MaxAnswer: 64, Discovery: fanout.StaticDiscovery{big, next}})); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("an answer over MaxAnswer: %v, want ErrTooLarge", err)
 	}
-	if _, err := New(Config{Discovery: fanout.StaticDiscovery{garbled, next}}).Get(context.Background(), "/x", &got); !errors.Is(err, ErrUndecodable) {
+	if err := rows(New(Config{Discovery: fanout.StaticDiscovery{garbled, next}})); !errors.Is(err, ErrUndecodable) {
 		t.Errorf("an answer cut short: %v, want ErrUndecodable", err)
 	}
 	if n := nextAsked.Load(); n != 0 {
@@ -108,22 +112,22 @@ func TestAnAnswerIsTheReadsWhateverItSays(t *testing.T) {
 	}
 }
 
-// Open hands the answer's body over unread (a blob is streamed, not held), with
+// OpenBlob hands the answer's body over unread (a blob is streamed, not held), with
 // the same failover before an answer.
 func TestOpenStreamsTheAnswerOfTheFirstWorkerThatAnswers(t *testing.T) {
 	blob, _ := worker(t, "w1", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, strings.Repeat("b", 1<<20))
 	})
 	c := New(Config{MaxAnswer: 64, Discovery: fanout.StaticDiscovery{deadWorker(t, "w0"), blob}})
-	resp, name, err := c.Open(context.Background(), "/blob")
+	body, _, name, err := c.OpenBlob(context.Background(), "r", "x")
 	if err != nil || name != "w1" {
-		t.Fatalf("Open = %q, %v", name, err)
+		t.Fatalf("OpenBlob = %q, %v", name, err)
 	}
-	n, err := io.Copy(io.Discard, resp.Body)
+	n, err := io.Copy(io.Discard, body)
 	if err != nil || n != 1<<20 {
 		t.Errorf("read %d bytes (%v), want the whole 1 MiB blob whatever MaxAnswer", n, err)
 	}
-	if err := resp.Body.Close(); err != nil {
+	if err := body.Close(); err != nil {
 		t.Error(err)
 	}
 }

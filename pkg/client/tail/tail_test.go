@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,13 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/client"
+	"github.com/tidemark-io/tidemark/pkg/client/tail"
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/worker"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
-	"github.com/tidemark-io/tidemark/pkg/worker/tail"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
@@ -54,6 +56,10 @@ func (f *feed) add(n int) {
 
 func (f *feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if r.PathValue("name") != "r" { // the one store newEnv creates
+		http.Error(w, `{"error":{"code":"NOT_FOUND","message":"Rollout store 'x' does not exist"}}`, http.StatusNotFound)
+		return
+	}
 	target := r.PathValue("name")
 	if r.PathValue("kind") == "generic" {
 		target = "generic:" + target
@@ -112,15 +118,15 @@ func (f *feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // env is a real worker HTTP server (stores on a mem bucket, consumers in a real
 // etcd) with the stand-in changes route in front of it.
 type env struct {
-	url     string
+	worker  *client.Client
 	feed    *feed
 	cursors *consumers.Cursors
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	client, _ := etcdtest.Start(t)
-	cursors := consumers.New(client, "/tidemark")
+	etcd, _ := etcdtest.Start(t)
+	cursors := consumers.New(etcd, "/tidemark")
 	quiet := slog.New(slog.DiscardHandler)
 	stores := store.NewStores(store.Config{Bucket: objstoretest.Mem(t), Shard: "w1", Logger: quiet}, 0)
 	t.Cleanup(func() { _ = stores.Close(context.Background()) })
@@ -135,12 +141,14 @@ func newEnv(t *testing.T) *env {
 	mux.Handle("/", srv.Handler())
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
-	resp, err := http.Post(hs.URL+"/api/v1/rollouts", "application/json", strings.NewReader(`{"name":"r"}`))
-	if err != nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("create store: %v %v", resp, err)
+	wc, err := client.New(hs.URL)
+	if err != nil {
+		t.Fatal(err)
 	}
-	resp.Body.Close()
-	return &env{url: hs.URL, feed: f, cursors: cursors}
+	if _, err := wc.CreateStore(context.Background(), client.Rollouts, client.StoreSpec{Name: "r"}); err != nil {
+		t.Fatalf("create store: %v", err)
+	}
+	return &env{worker: wc, feed: f, cursors: cursors}
 }
 
 // ids reads the ids of tail's JSON lines.
@@ -169,15 +177,15 @@ func TestTailPrintsEveryRowOnceAndEndsAtTheEndOfTheFeed(t *testing.T) {
 	e := newEnv(t)
 	e.feed.add(7)
 	var out bytes.Buffer
-	st, err := tail.Run(context.Background(), tail.Config{URL: e.url, Kind: "rollouts", Name: "r", Limit: 3, Out: &out})
+	st, err := tail.Run(context.Background(), tail.Config{Worker: e.worker, Kind: client.Rollouts, Name: "r", Limit: 3, Out: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := ids(t, out.String()); fmt.Sprint(got) != fmt.Sprint(want(1, 7)) || st.Pages != 3 || st.Commits != 0 {
 		t.Fatalf("rows %v in %d pages, %d commits; want r001..r007 in 3 pages, no commits", got, st.Pages, st.Commits)
 	}
-	if _, err := tail.Run(context.Background(), tail.Config{URL: e.url, Kind: "rollouts", Name: "nope/x", Out: &out}); err == nil {
-		t.Fatal("a store path the worker does not serve: no error")
+	if _, err := tail.Run(context.Background(), tail.Config{Worker: e.worker, Kind: client.Rollouts, Name: "nope/x", Out: &out}); !errors.Is(err, tail.ErrRequest) {
+		t.Fatalf("a store the worker does not serve: %v, want ErrRequest", err)
 	}
 }
 
@@ -205,7 +213,7 @@ func TestTailAsAConsumerResumesFromItsCommittedCursor(t *testing.T) {
 	e.feed.add(10)
 	ctx, cancel := context.WithCancel(context.Background())
 	first := &outCancel{n: 5, cancel: cancel}
-	st, err := tail.Run(ctx, tail.Config{URL: e.url, Kind: "rollouts", Name: "r", Consumer: "trainer", Limit: 3, Out: first})
+	st, err := tail.Run(ctx, tail.Config{Worker: e.worker, Kind: client.Rollouts, Name: "r", Consumer: "trainer", Limit: 3, Out: first})
 	if err != nil {
 		t.Fatalf("a tail stopped by its context: %v, want a clean end", err)
 	}
@@ -219,7 +227,7 @@ func TestTailAsAConsumerResumesFromItsCommittedCursor(t *testing.T) {
 	}
 
 	var second bytes.Buffer
-	st, err = tail.Run(context.Background(), tail.Config{URL: e.url, Kind: "rollouts", Name: "r", Consumer: "trainer", Limit: 3, Out: &second})
+	st, err = tail.Run(context.Background(), tail.Config{Worker: e.worker, Kind: client.Rollouts, Name: "r", Consumer: "trainer", Limit: 3, Out: &second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +250,7 @@ func TestTailNeverMovesAConsumersCursorBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	st, err := tail.Run(context.Background(), tail.Config{URL: e.url, Kind: "rollouts", Name: "r", Consumer: "trainer",
+	st, err := tail.Run(context.Background(), tail.Config{Worker: e.worker, Kind: client.Rollouts, Name: "r", Consumer: "trainer",
 		Cursor: rowkey.Position{}.Cursor(), Limit: 2, Out: &out})
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +275,7 @@ func TestTailFollowsUntilStopped(t *testing.T) {
 	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
 	done := make(chan error, 1)
 	go func() {
-		_, err := tail.Run(ctx, tail.Config{URL: e.url, Kind: "rollouts", Name: "r", Consumer: "trainer", Follow: true,
+		_, err := tail.Run(ctx, tail.Config{Worker: e.worker, Kind: client.Rollouts, Name: "r", Consumer: "trainer", Follow: true,
 			Wait: time.Minute, Limit: 10, Out: w})
 		done <- err
 	}()

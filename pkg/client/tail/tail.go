@@ -9,15 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/internal/backoff"
+	"github.com/tidemark-io/tidemark/pkg/client"
 )
 
 // Defaults of Config.
@@ -27,8 +24,6 @@ const (
 	// commitTimeout bounds a commit, which runs even after the context ended:
 	// the page it commits was written.
 	commitTimeout = 10 * time.Second
-	// maxAnswerBytes bounds an error answer read into a message.
-	maxAnswerBytes = 64 << 10
 )
 
 // retry is the delay policy between attempts when a worker is unavailable while
@@ -37,10 +32,11 @@ var retry = backoff.Policy{Min: 200 * time.Millisecond, Max: 10 * time.Second, J
 
 // Config is what to follow and how.
 type Config struct {
-	// URL is the worker's HTTP address (http://host:port).
-	URL string
-	// Kind is the store's path segment, "rollouts" or "generic"; Name its name.
-	Kind, Name string
+	// Worker is the client of the worker to read from. Required.
+	Worker *client.Client
+	// Kind is the store's kind; Name its name.
+	Kind client.Kind
+	Name string
 	// Consumer, if set, starts from the consumer's committed cursor (unless
 	// Cursor is given) and commits each page's next_cursor after writing it.
 	Consumer string
@@ -52,8 +48,6 @@ type Config struct {
 	Wait   time.Duration
 	// Limit is the page size (DefaultLimit when zero).
 	Limit int
-	// Client sends the requests (http.DefaultClient when nil).
-	Client *http.Client
 	// Out receives the rows, one JSON object a line.
 	Out io.Writer
 	// Logger reports commits refused and retries (discarded when nil).
@@ -74,20 +68,24 @@ type Stats struct {
 // commit behind): a wrong store, consumer or cursor. The message is the worker's.
 var ErrRequest = errors.New("worker refused the request")
 
-// page is the changes route's answer.
-type page struct {
-	Changes []struct {
-		Cursor string          `json:"cursor"`
-		Row    json.RawMessage `json:"row"`
-	} `json:"changes"`
-	NextCursor string `json:"next_cursor"`
+// refused makes a client error answer (4xx) ErrRequest: sending it again
+// cannot help.
+func refused(err error) error {
+	var e *client.Error
+	if errors.As(err, &e) && e.Status >= 400 && e.Status < 500 {
+		return fmt.Errorf("%w: %w", ErrRequest, err)
+	}
+	return err
 }
 
 // Run follows the feed until its end (without Follow) or until ctx ends; an end
 // of ctx is a clean end (nil error).
 func Run(ctx context.Context, cfg Config) (Stats, error) {
-	if cfg.Kind != "rollouts" && cfg.Kind != "generic" {
+	if _, err := client.ParseKind(string(cfg.Kind)); err != nil {
 		return Stats{}, fmt.Errorf("store kind %q: want rollouts or generic", cfg.Kind)
+	}
+	if cfg.Worker == nil {
+		return Stats{}, errors.New("tail: no worker client")
 	}
 	if cfg.Limit <= 0 {
 		cfg.Limit = DefaultLimit
@@ -95,21 +93,14 @@ func Run(ctx context.Context, cfg Config) (Stats, error) {
 	if cfg.Wait <= 0 {
 		cfg.Wait = DefaultWait
 	}
-	if cfg.Client == nil {
-		cfg.Client = http.DefaultClient
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	base, err := url.Parse(strings.TrimRight(cfg.URL, "/"))
-	if err != nil || base.Scheme == "" || base.Host == "" {
-		return Stats{}, fmt.Errorf("worker URL %q: want http://host:port", cfg.URL)
-	}
-	t := &tailer{cfg: cfg, base: base, out: bufio.NewWriter(cfg.Out)}
-	err = t.run(ctx)
+	t := &tailer{cfg: cfg, out: bufio.NewWriter(cfg.Out)}
+	err := t.run(ctx)
 	if ctx.Err() != nil && (err == nil || errors.Is(err, ctx.Err())) {
 		err = nil // SIGINT, SIGTERM: the end the user asked for
 	}
@@ -118,7 +109,6 @@ func Run(ctx context.Context, cfg Config) (Stats, error) {
 
 type tailer struct {
 	cfg       Config
-	base      *url.URL
 	out       *bufio.Writer
 	stats     Stats
 	committed string // the cursor last committed (or found committed)
@@ -176,26 +166,14 @@ func (t *tailer) run(ctx context.Context) error {
 
 // read gets the page after cursor ("" : the consumer's committed cursor, or the
 // beginning).
-func (t *tailer) read(ctx context.Context, cursor string) (page, error) {
-	q := url.Values{"limit": {strconv.Itoa(t.cfg.Limit)}}
-	switch {
-	case cursor != "":
-		q.Set("cursor", cursor)
-	case t.cfg.Consumer != "":
-		q.Set("consumer", t.cfg.Consumer)
-	}
+func (t *tailer) read(ctx context.Context, cursor string) (client.ChangesPage, error) {
+	opts := client.ChangesOptions{Cursor: cursor, Consumer: t.cfg.Consumer, Limit: t.cfg.Limit}
 	if t.cfg.Follow {
-		q.Set("wait", t.cfg.Wait.String())
+		opts.Wait = t.cfg.Wait
 	}
-	u := t.base.JoinPath("api/v1", t.cfg.Kind, t.cfg.Name, "changes")
-	u.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	p, err := t.cfg.Worker.Changes(ctx, t.cfg.Kind, t.cfg.Name, opts)
 	if err != nil {
-		return page{}, err
-	}
-	var p page
-	if err := t.do(req, &p); err != nil {
-		return page{}, fmt.Errorf("GET %s: %w", u.Redacted(), err)
+		return p, fmt.Errorf("%s: %w", t.cfg.Worker.URL(), refused(err))
 	}
 	return p, nil
 }
@@ -207,70 +185,17 @@ func (t *tailer) read(ctx context.Context, cursor string) (page, error) {
 func (t *tailer) commit(ctx context.Context, cursor string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	u := t.base.JoinPath("api/v1/consumers", t.cfg.Consumer, t.cfg.Kind, t.cfg.Name, "commit")
-	body, _ := json.Marshal(map[string]string{"cursor": cursor})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	err = t.do(req, nil)
-	var refused *refusal
+	_, err := t.cfg.Worker.CommitConsumer(ctx, t.cfg.Consumer, t.cfg.Kind, t.cfg.Name, cursor)
+	var e *client.Error
 	switch {
-	case errors.As(err, &refused) && refused.code == "CURSOR_BEHIND":
+	case errors.Is(err, client.ErrCursorBehind) && errors.As(err, &e):
 		t.cfg.Logger.Warn("tail: commit refused, another instance of the consumer is further; its cursor stays",
-			"consumer", t.cfg.Consumer, "message", refused.message)
+			"consumer", t.cfg.Consumer, "message", e.Message)
 	case err != nil:
-		return fmt.Errorf("commit consumer %q's cursor: %w", t.cfg.Consumer, err)
+		return fmt.Errorf("commit consumer %q's cursor: %w", t.cfg.Consumer, refused(err))
 	default:
 		t.stats.Commits++
 	}
 	t.committed = cursor
-	return nil
-}
-
-// refusal is an error answer of the worker.
-type refusal struct {
-	status        int
-	code, message string
-}
-
-func (r *refusal) Error() string {
-	return fmt.Sprintf("%d %s: %s", r.status, r.code, r.message)
-}
-
-// Unwrap makes a client error (4xx) ErrRequest: sending it again cannot help.
-func (r *refusal) Unwrap() error {
-	if r.status >= 400 && r.status < 500 {
-		return ErrRequest
-	}
-	return nil
-}
-
-// do sends req and decodes a 200 answer into v (if not nil); any other answer
-// is a *refusal with the worker's code and message.
-func (t *tailer) do(req *http.Request, v any) error {
-	resp, err := t.cfg.Client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-		var eb struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		if json.Unmarshal(raw, &eb) != nil || eb.Error.Code == "" {
-			eb.Error.Message = strings.TrimSpace(string(raw))
-		}
-		return &refusal{status: resp.StatusCode, code: eb.Error.Code, message: eb.Error.Message}
-	}
-	if v == nil {
-		_, err := io.Copy(io.Discard, resp.Body)
-		return err
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("answer: %w", err)
-	}
 	return nil
 }
