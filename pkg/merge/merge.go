@@ -157,7 +157,7 @@ func (m *Merger) Merge(ctx context.Context, s *store.Store, wait bool) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	return p.commit(ctx, false, 0, true) // prepared just now: nothing to catch up on
+	return p.commit(ctx, false, 0) // prepared just now: nothing to catch up on
 }
 
 // MergeOnce runs a single pass (for the count trigger: one bounded step per sweep).
@@ -170,7 +170,7 @@ func (m *Merger) MergeOnce(ctx context.Context, s *store.Store, wait bool) (Resu
 	if err != nil {
 		return Result{Passes: pp.res.Passes}, err
 	}
-	r, _, err := pp.commit(ctx, false, 0, true)
+	r, _, err := pp.commit(ctx, false, 0)
 	return r, err
 }
 
@@ -237,25 +237,15 @@ func (p *Prepared) Rows() int64      { return p.first.rows }
 // known, if not 0, is a base version known to exist and likely the newest (the one
 // the fan-out's previous commit created), which saves the search for the newest.
 func (p *Prepared) Commit(ctx context.Context, known uint64) (Result, error) {
-	return p.commit(ctx, true, known, true)
+	return p.commit(ctx, true, known)
 }
 
-// CommitUndrained is Commit without the drains: every pass commits, and the
-// shard manifest keeps the merged generations until the caller has the shard
-// drained up to the watermark (DrainMerged), which the two-phase fan-out does
-// beside the commits after this one, so that the chain of commits is the base
-// table's writes alone. Until then reads skip them by the watermark and later
-// passes pick above it, as after a drain that failed; Result.Reclaimed is 0.
-func (p *Prepared) CommitUndrained(ctx context.Context, known uint64) (Result, error) {
-	return p.commit(ctx, true, known, false)
-}
-
-func (p *Prepared) commit(ctx context.Context, catchUp bool, known uint64, drain bool) (Result, error) {
+func (p *Prepared) commit(ctx context.Context, catchUp bool, known uint64) (Result, error) {
 	if p.ended {
 		return Result{}, fmt.Errorf("merge %s: %w", p.s.Target(), ErrEnded)
 	}
 	defer p.Abort(ctx) // gives the slot back
-	total, more, err := p.first.commit(ctx, catchUp, known, drain)
+	total, more, err := p.first.commit(ctx, catchUp, known)
 	for err == nil && more {
 		var r Result
 		var pp *preparedPass
@@ -264,7 +254,7 @@ func (p *Prepared) commit(ctx context.Context, catchUp bool, known uint64, drain
 			total.Passes += pp.res.Passes
 			break
 		}
-		r, more, err = pp.commit(ctx, false, 0, drain)
+		r, more, err = pp.commit(ctx, false, 0)
 		total.add(r)
 	}
 	return total, err
@@ -457,10 +447,10 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 	return pp, nil
 }
 
-// commit commits the pass, drains its generations (with drain) and gives back its
+// commit commits the pass, drains its generations and gives back its
 // charge. more reports whether generations up to the pass's limit remain. With
 // catchUp the transaction first moves onto the newest version.
-func (pp *preparedPass) commit(ctx context.Context, catchUp bool, known uint64, drain bool) (res Result, more bool, err error) {
+func (pp *preparedPass) commit(ctx context.Context, catchUp bool, known uint64) (res Result, more bool, err error) {
 	// From here on the pass is never aborted: a commit whose outcome is unknown
 	// leaves its staged files, which the manifest may reference (table.Txn.Commit).
 	txn := pp.txn
@@ -471,9 +461,7 @@ func (pp *preparedPass) commit(ctx context.Context, catchUp bool, known uint64, 
 		return res, false, nil // nothing pending, nothing to drain
 	}
 	if pp.pick == nil { // only a drain left
-		if drain {
-			res.Reclaimed, err = pp.m.drain(ctx, pp.w, pp.s, pp.drainTo)
-		}
+		res.Reclaimed, err = pp.m.drain(ctx, pp.w, pp.s, pp.drainTo)
 		return res, false, err
 	}
 	err = pp.done
@@ -502,11 +490,6 @@ func (pp *preparedPass) commit(ctx context.Context, catchUp bool, known uint64, 
 		return Result{Passes: 1}, false, fmt.Errorf("merge %s: %w", pp.s.Target(), err)
 	default:
 		res.Generations = len(pp.pick)
-	}
-	if !drain {
-		pp.log.Info("merged WAL generations; the drain is left to the caller", "generations", res.Generations, "rows", res.Rows,
-			"up_to", pp.upTo, "version", res.Version)
-		return res, pp.more, nil
 	}
 	if res.Reclaimed, err = pp.m.drain(ctx, pp.w, pp.s, pp.upTo); err != nil {
 		return res, false, err

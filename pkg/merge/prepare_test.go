@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	"github.com/tidemark-io/tidemark/testutil/storetest"
 )
@@ -215,69 +214,3 @@ func TestAPreparedMergeWhoseGenerationsAnotherMergeCommittedAddsNothingTwice(t *
 	}
 }
 
-// TestAnUndrainedCommitLeavesItsShardToDrainMerged: the two-phase fan-out's
-// commit (defer_drain) commits every pass and drains nothing; DrainMerged, later
-// and beside other seals, drains up to the watermark. Invariant: between the two,
-// every reader (this worker's and another's, which loads the shard manifest with
-// its merged generations still listed) sees each row once, nothing is pending,
-// and the drain removes exactly the merged generations, not one sealed after.
-func TestAnUndrainedCommitLeavesItsShardToDrainMerged(t *testing.T) {
-	ctx := context.Background()
-	b := objstoretest.Mem(t)
-	f := newFixture(t, b, Config{MaxGenerations: 2})
-	for v := range int64(5) {
-		f.add(t, v+1, "a", fmt.Sprint("id-", v), fmt.Sprint("id-", v+1))
-		f.seal(t)
-	}
-	want := f.values(t)
-	p, err := f.m.Prepare(ctx, f.s, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := p.CommitUndrained(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Generations != 5 || r.Passes != 3 || r.Reclaimed != 0 {
-		t.Fatalf("undrained commit %+v, want 5 generations in 3 passes, none reclaimed", r)
-	}
-	listed := func() int {
-		t.Helper()
-		sm, err := wal.LoadShard(ctx, b, f.s.Entry().URI, f.s.Shard())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(sm.Generations)
-	}
-	if n := listed(); n != 5 {
-		t.Fatalf("the shard manifest lists %d generations after an undrained commit, want 5", n)
-	}
-	other := storetest.Open(t, b, "w2", false)
-	for _, s := range []*store.Store{f.s, other} {
-		if got := storetest.Values(t, s); !maps.Equal(got, want) {
-			t.Fatalf("%s reads %v before the drain, want %v", s.Shard(), got, want)
-		}
-	}
-	if n := PendingOwn(f.s); n != 0 {
-		t.Fatalf("%d generations pending after the commit", n)
-	}
-	if n := f.baseRows(t); n != int64(len(want)) {
-		t.Fatalf("%d live base rows, want %d", n, len(want))
-	}
-
-	f.add(t, 9, "a", "late") // sealed between the commit and its drain
-	f.seal(t)
-	want["a"], want["late"] = 9, 9
-	n, err := f.m.DrainMerged(ctx, f.s, nil, r.Version)
-	if err != nil || n != 5 {
-		t.Fatalf("drain: %d generations, %v; want 5", n, err)
-	}
-	if n := listed(); n != 1 {
-		t.Fatalf("the shard manifest lists %d generations after the drain, want 1 (the late one)", n)
-	}
-	for _, s := range []*store.Store{f.s, other} {
-		if got := storetest.Values(t, s); !maps.Equal(got, want) {
-			t.Fatalf("%s reads %v after the drain, want %v", s.Shard(), got, want)
-		}
-	}
-}

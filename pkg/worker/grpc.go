@@ -54,9 +54,6 @@ type WorkerServiceConfig struct {
 	// Stores and Merger do the work. Required.
 	Stores *store.Stores
 	Merger *merge.Merger
-	// PreparedTTL bounds how long a prepared merge waits for its commit
-	// (MERGE_PREPARED_TTL); 0 means DefaultPreparedTTL.
-	PreparedTTL time.Duration
 	// Maintainer runs compact, verify and repair tasks; nil: one with the default
 	// options, charging Merger's slots and budget.
 	Maintainer *maintain.Maintainer
@@ -90,7 +87,6 @@ type WorkerService struct {
 	cfg      WorkerServiceConfig
 	log      *slog.Logger
 	fence    fencingTokens
-	prepared preparedMerges
 	health   *health.Server
 }
 
@@ -109,9 +105,6 @@ func NewWorkerService(cfg WorkerServiceConfig) (*WorkerService, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
-	if cfg.PreparedTTL <= 0 {
-		cfg.PreparedTTL = DefaultPreparedTTL
-	}
 	if cfg.Maintainer == nil {
 		cfg.Maintainer = maintain.New(maintain.Config{Reserver: cfg.Merger, CostFactor: merge.PassCostFactor,
 			Logger: cfg.Logger.With("component", "maintain")})
@@ -123,7 +116,6 @@ func NewWorkerService(cfg WorkerServiceConfig) (*WorkerService, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		fence:    fencingTokens{newest: map[fenced]int64{}},
-		prepared: preparedMerges{byTarget: map[string]*heldMerge{}},
 		health:   hs,
 	}, nil
 }
@@ -215,8 +207,7 @@ func (w *WorkerService) admitFenced(target string, lane tasks.Lane, token int64)
 }
 
 // admit checks token against, and records it as, the newest fencing token of
-// target in lane, and, in the merge lane, aborts a merge prepared under an older
-// one; a refusal is counted and logged. Merges and adoptions of a target share
+// target in lane; a refusal is counted and logged. Merges and adoptions of a target share
 // one record (both run under the master's merge lock of the target); maintenance
 // has its own, as its lock is another key whose tokens interleave with the
 // merges' (a compaction claimed after a merge began must not make that merge's
@@ -227,15 +218,33 @@ func (w *WorkerService) admit(target string, lane tasks.Lane, kind registry.Kind
 		log.Warn("refused: stale fencing token", "lane", lane, "err", err)
 		return err
 	}
-	if lane != tasks.LaneMerge {
-		return nil
-	}
-	// A merge prepared under an older claim of the target will never be committed:
-	// give its merge slot back before this call takes one.
-	if old := w.prepared.abortOlder(target, token); old != 0 {
-		log.Info("aborted the merge prepared under an older fencing token", "old_token", old)
-	}
 	return nil
+}
+
+// observeMerge counts and logs one merge of trigger that started at start.
+func (w *WorkerService) observeMerge(kind registry.Kind, trigger string, start time.Time, r merge.Result, err error, log *slog.Logger) {
+	result := "success"
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		result = "timeout"
+	case errors.Is(err, context.Canceled):
+		result = "cancelled"
+	case err != nil:
+		result = "failure"
+	}
+	m := w.cfg.Metrics
+	m.Merges.WithLabelValues(trigger, result).Inc()
+	m.MergeDuration.WithLabelValues(trigger).Observe(time.Since(start).Seconds())
+	m.MergedGenerations.WithLabelValues(string(kind)).Add(float64(r.Generations))
+	if trigger == TriggerMaster && err == nil {
+		m.MergeRequestDuration.Observe(time.Since(start).Seconds())
+	}
+	if err != nil {
+		log.Warn("merge failed", "err", err, "duration", time.Since(start).String())
+		return
+	}
+	log.Info("merge done", "generations", r.Generations, "rows", r.Rows, "reclaimed", r.Reclaimed,
+		"version", r.Version, "duration", time.Since(start).String())
 }
 
 // AdoptShard drains and retires another worker's shard of the request's target

@@ -60,8 +60,6 @@ type grpcEnvOptions struct {
 	shutdownTimeout time.Duration
 	// bucket holds the stores (a fresh in-memory bucket when nil).
 	bucket *objstore.Bucket
-	// preparedTTL is the service's PreparedTTL (its default when 0).
-	preparedTTL time.Duration
 	// instance is the worker's INSTANCE_ID and shard ("w1" when empty); a second
 	// worker on the same bucket finds the stores the first created.
 	instance string
@@ -108,7 +106,7 @@ func newGRPCEnv(t *testing.T, o grpcEnvOptions) *grpcEnv {
 	e.metrics = NewMetrics(prometheus.NewRegistry())
 	e.svc, err = NewWorkerService(WorkerServiceConfig{
 		InstanceID: instance, Version: "v-test", GRPCAddr: "grpc.example:9090", HTTPAddr: "http.example:8080",
-		Stores: ss, Merger: e.merger, Metrics: e.metrics, Logger: quiet, PreparedTTL: o.preparedTTL,
+		Stores: ss, Merger: e.merger, Metrics: e.metrics, Logger: quiet,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -74,9 +74,6 @@ type Config struct {
 	// Maintain configures compaction and cleanup; New sets its Reserver (the
 	// merger: compactions take merge slots and budget), CostFactor and Logger.
 	Maintain maintain.Config
-	// PreparedTTL bounds how long a prepared merge waits for its commit
-	// (DefaultPreparedTTL when zero).
-	PreparedTTL time.Duration
 	// FeedMaxWait caps the change feed's long polls (ServerConfig's). The feed
 	// needs Etcd: the stores' horizons are there.
 	FeedMaxWait time.Duration
@@ -240,7 +237,6 @@ func New(cfg Config) (*Worker, error) {
 		HTTPAddr:    cfg.AdvertiseHTTP,
 		Stores:      stores,
 		Merger:      merger,
-		PreparedTTL: cfg.PreparedTTL,
 		Maintainer:  maintain.New(ac),
 		Metrics:     series,
 		Logger:      log,
@@ -297,7 +293,7 @@ func (w *Worker) Stores() *store.Stores { return w.stores }
 //  1. deregister (revoke the lease), so the master stops calling this worker;
 //  2. stop both servers gracefully: accepted requests and merges finish, new ones
 //     are refused;
-//  3. abort the merges prepared and not committed, and stop the sweepers;
+//  3. stop the sweepers;
 //  4. seal every open store, so rows acknowledged here (durable in WAL entries
 //     already) are visible to every worker without waiting for this one to return.
 //
@@ -367,9 +363,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	serveErr := servers.Wait()
 	<-registered
-	// Prepared merges no master can commit any more: delete what they staged now
-	// rather than leaving it for garbage collection.
-	w.service.AbortPrepared()
 	stopSweeps()
 	sweeps.Wait()
 	sealCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
