@@ -112,7 +112,7 @@ func newServeCmd() *cobra.Command {
 	fs.Int64Var(&f.mergeMaxBytes, "merge-max-bytes", merge.DefaultMaxBytes, "generation bytes one merge pass reads at most (a generation is never split); 0 means no cap")
 	bind("merge-max-bytes", "MERGE_MAX_BYTES")
 	fs.DurationVar(&f.preparedTTL, "merge-prepared-ttl", 5*time.Minute, // unused since the two-phase fan-out went (issue 43); the settings change drops the flag
-		 "how long a merge prepared for the master's two-phase fan-out waits for its commit before it is aborted (it holds a merge slot and its memory charge)")
+		"how long a merge prepared for the master's two-phase fan-out waits for its commit before it is aborted (it holds a merge slot and its memory charge)")
 	bind("merge-prepared-ttl", "MERGE_PREPARED_TTL")
 	fs.IntVar(&f.mergeConcurrency, "merge-concurrency", 4, "merge slots: merges running at once on this worker")
 	bind("merge-concurrency", "MERGE_CONCURRENCY")

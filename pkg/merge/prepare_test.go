@@ -213,4 +213,3 @@ func TestAPreparedMergeWhoseGenerationsAnotherMergeCommittedAddsNothingTwice(t *
 		})
 	}
 }
-

@@ -84,10 +84,10 @@ type WorkerServiceConfig struct {
 type WorkerService struct {
 	tidemarkv1.UnimplementedWorkerServiceServer
 
-	cfg      WorkerServiceConfig
-	log      *slog.Logger
-	fence    fencingTokens
-	health   *health.Server
+	cfg    WorkerServiceConfig
+	log    *slog.Logger
+	fence  fencingTokens
+	health *health.Server
 }
 
 // NewWorkerService returns the service for cfg. Its health server reports SERVING
@@ -113,10 +113,10 @@ func NewWorkerService(cfg WorkerServiceConfig) (*WorkerService, error) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(tidemarkv1.WorkerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return &WorkerService{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		fence:    fencingTokens{newest: map[fenced]int64{}},
-		health:   hs,
+		cfg:    cfg,
+		log:    cfg.Logger,
+		fence:  fencingTokens{newest: map[fenced]int64{}},
+		health: hs,
 	}, nil
 }
 

@@ -231,15 +231,15 @@ func New(cfg Config) (*Worker, error) {
 	ac := cfg.Maintain
 	ac.Reserver, ac.CostFactor, ac.Logger = merger, merge.PassCostFactor, log.With("component", "maintain")
 	svc, err := NewWorkerService(WorkerServiceConfig{
-		InstanceID:  cfg.InstanceID,
-		Version:     cfg.Version,
-		GRPCAddr:    cfg.AdvertiseGRPC,
-		HTTPAddr:    cfg.AdvertiseHTTP,
-		Stores:      stores,
-		Merger:      merger,
-		Maintainer:  maintain.New(ac),
-		Metrics:     series,
-		Logger:      log,
+		InstanceID: cfg.InstanceID,
+		Version:    cfg.Version,
+		GRPCAddr:   cfg.AdvertiseGRPC,
+		HTTPAddr:   cfg.AdvertiseHTTP,
+		Stores:     stores,
+		Merger:     merger,
+		Maintainer: maintain.New(ac),
+		Metrics:    series,
+		Logger:     log,
 	})
 	if err != nil {
 		return nil, err
