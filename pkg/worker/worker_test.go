@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
@@ -43,11 +44,12 @@ func TestWorkerSealsWhatItAcknowledgedOnTheWayOut(t *testing.T) {
 	post("/api/v1/generic/g/rows", `{"rows":[{"id":"a","n":1},{"id":"b","n":2}]}`)
 	stop()
 
-	other := newAPIEnv(t, bucket, "w2", nil)
+	other, stopOther := runWorker(t, Config{InstanceID: "w2", Store: store.Config{Bucket: bucket}})
+	defer stopOther()
 	var list struct {
 		Rows []map[string]any `json:"rows"`
 	}
-	other.ok(http.StatusOK, http.MethodGet, "/api/v1/generic/g/rows", nil, &list)
+	getJSON(t, other+"/api/v1/generic/g/rows", &list)
 	if len(list.Rows) != 2 {
 		t.Fatalf("another worker reads %d rows after the process stopped, want the 2 it acknowledged", len(list.Rows))
 	}
@@ -69,7 +71,7 @@ func runWorker(t *testing.T, cfg Config) (base string, stop func()) {
 	}
 	cfg.Store.WALOptions = append(cfg.Store.WALOptions, wal.WithLogger(cfg.Logger))
 	if cfg.Sweep.FlushInterval == 0 {
-		cfg.Sweep.FlushInterval, cfg.Sweep.CleanupInterval = time.Hour, time.Hour
+		cfg.Sweep.FlushInterval = time.Hour
 	}
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
@@ -108,6 +110,25 @@ func listen(t *testing.T) net.Listener {
 	}
 	return ln
 }
+
+// getJSON decodes the 200 answer to GET u into v, failing the test otherwise.
+func getJSON(t *testing.T, u string, v any) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", u, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+}
+
+// apiSpec is a generic store's schema of the tests.
+const apiSpec = `{"columns":[["id",{"type":"string"}],["score",{"type":"float64","nullable":true}],["n",{"type":"int64","nullable":false}],["tags",{"type":"list","item":{"type":"string"},"nullable":true}]]}`
 
 func postJSON(t *testing.T, u, body string) int {
 	t.Helper()
