@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // Metrics are the sweeps' own series (their seals and merges are counted in
@@ -38,6 +39,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.Cleanups, m.GenerationsReclaimed, m.DrainedFiles)
 	for _, r := range []string{DrainedDeleted, DrainedFailed, DrainedDropped} {
 		m.DrainedFiles.WithLabelValues(r)
+	}
+	// The reference's series show from the start, also on a worker of a cluster,
+	// whose sweeps never merge (the master decides): its dashboards find them at
+	// zero rather than missing.
+	for _, k := range registry.Kinds() {
+		m.Cleanups.WithLabelValues(ResultMerged, string(k))
+		m.GenerationsReclaimed.WithLabelValues(string(k))
 	}
 	return m
 }
