@@ -38,12 +38,12 @@ func TestAPreparedMergeChangesNothingUntilCommitted(t *testing.T) {
 	keys := objstoretest.Keys(t, b)
 	want := map[string]int64{"a": 2, "b": 1, "c": 2}
 
-	p, err := f.m.Prepare(ctx, f.s, true)
+	p, err := f.m.prepare(ctx, f.s, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Generations() != 1 || p.Rows() != 2 {
-		t.Fatalf("prepared %d generations, %d rows; want 1, 2", p.Generations(), p.Rows())
+	if len(p.first.pick) != 1 || p.first.rows != 2 {
+		t.Fatalf("prepared %d generations, %d rows; want 1, 2", len(p.first.pick), p.first.rows)
 	}
 	staged := 0
 	for k := range objstoretest.Keys(t, b) {
@@ -68,8 +68,8 @@ func TestAPreparedMergeChangesNothingUntilCommitted(t *testing.T) {
 	if got := objstoretest.Keys(t, b); !maps.Equal(got, keys) {
 		t.Fatalf("objects after abort differ from before prepare: %d, want %d", len(got), len(keys))
 	}
-	if _, err := p.Commit(ctx, 0); !errors.Is(err, ErrEnded) {
-		t.Fatalf("commit after abort: %v, want ErrEnded", err)
+	if _, err := p.commit(ctx); !errors.Is(err, errEnded) {
+		t.Fatalf("commit after abort: %v, want errEnded", err)
 	}
 	r, err := f.m.Merge(ctx, f.s, false)
 	if err != nil || r.Generations != 1 {
@@ -82,10 +82,10 @@ func TestAPreparedMergeChangesNothingUntilCommitted(t *testing.T) {
 
 // TestShardsPreparedAtOnceCommitInTurnAsSerialMergesWould: three shards write
 // overlapping ids; every round all three prepare at once, then commit one after
-// another in a random order, each rebasing onto the commits before it. Invariant
-// (the two-phase fan-out's): every id ends with the row the reads showed before
-// the merges, the newest by (_seq, shard) across shards, exactly once, whatever
-// the commit order, and nothing stays pending.
+// another in a random order, each rebasing onto the commits before it (the
+// table's optimistic commit, as for any race). Invariant: every id ends with the
+// row the reads showed before the merges, the newest by (_seq, shard) across
+// shards, exactly once, whatever the commit order, and nothing stays pending.
 func TestShardsPreparedAtOnceCommitInTurnAsSerialMergesWould(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(uint64(len(t.Name())), 16))
@@ -112,12 +112,12 @@ func TestShardsPreparedAtOnceCommitInTurnAsSerialMergesWould(t *testing.T) {
 			}
 		}
 		want := storetest.Values(t, shards[0])
-		prepared := make([]*Prepared, len(shards))
+		prepared := make([]*prepared, len(shards))
 		errs := make(chan error, len(shards))
 		for i, s := range shards {
 			go func() {
 				var err error
-				prepared[i], err = m.Prepare(ctx, s, true)
+				prepared[i], err = m.prepare(ctx, s, true)
 				errs <- err
 			}()
 		}
@@ -128,7 +128,7 @@ func TestShardsPreparedAtOnceCommitInTurnAsSerialMergesWould(t *testing.T) {
 		}
 		order := rng.Perm(len(shards))
 		for _, i := range order {
-			if _, err := prepared[i].Commit(ctx, 0); err != nil {
+			if _, err := prepared[i].commit(ctx); err != nil {
 				t.Fatalf("round %d: commit of %s (order %v): %v", round, shards[i].Shard(), order, err)
 			}
 		}
@@ -159,7 +159,7 @@ func TestAPreparedMergeWhoseGenerationsAnotherMergeCommittedAddsNothingTwice(t *
 			f.add(t, 2, "b", "c")
 			f.seal(t)
 			want := f.values(t)
-			p, err := f.m.Prepare(ctx, f.s, true)
+			p, err := f.m.prepare(ctx, f.s, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,7 +170,7 @@ func TestAPreparedMergeWhoseGenerationsAnotherMergeCommittedAddsNothingTwice(t *
 			if _, err := other.MergeOnce(ctx, f.s, true); err != nil {
 				t.Fatal(err)
 			}
-			r, err := p.Commit(ctx, 0)
+			r, err := p.commit(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -182,5 +184,38 @@ func TestWorkerIsListedInEtcdOnlyWhileItRuns(t *testing.T) {
 	stop()
 	if ws := listed(); len(ws) != 0 {
 		t.Fatalf("still listed after Run returned: %+v", ws)
+	}
+}
+
+// Every part of the worker registers its series on the worker's registry, which
+// /metrics serves: the HTTP API's, the merge service's, the sweeps' and the
+// feed's. Failure it guards: a part's series created and counted but never
+// registered, so they silently vanish from every dashboard.
+func TestWorkerServesEveryPartsSeries(t *testing.T) {
+	base, stop := runWorker(t, Config{InstanceID: "w1", Store: store.Config{Bucket: objstoretest.Mem(t)}})
+	defer stop()
+	var body []byte
+	testwait.For(t, 10*time.Second, "the worker to serve /metrics after a request", func() (bool, string) {
+		postJSON(t, base+"/api/v1/rollouts", `{"name":"m"}`)
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ = io.ReadAll(resp.Body)
+		return bytes.Contains(body, []byte(`http_requests_total{`)), string(body)
+	})
+	for _, name := range []string{
+		"http_requests_total",                  // httpapi
+		"rollout_add_request_duration_seconds", // httpapi
+		"tidemark_feed_pages_total",            // feed
+		"rollout_wal_merge_errors_total",       // mergesvc
+		"rollout_flush_duration_seconds",       // mergesvc
+		"rollout_wal_cleanup_total",            // sweep
+		"tidemark_wal_drained_files_total",     // sweep
+	} {
+		if !bytes.Contains(body, []byte("\n"+name)) {
+			t.Errorf("/metrics has no %s", name)
+		}
 	}
 }

@@ -77,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(1024, 4, 10),
 		}),
 	}
-	reg.MustRegister(m.AddDuration, m.AddErrors, m.AddRequestDuration, m.AppendedRows, m.BackpressureDelay, m.BackpressureRefusals, m.BlobBudgetRejections, m.BlobBytes)
+	reg.MustRegister(m.Requests, m.RequestDuration, m.AddDuration, m.AddErrors, m.AddRequestDuration, m.AppendedRows, m.BackpressureDelay, m.BackpressureRefusals, m.BlobBudgetRejections, m.BlobBytes)
 	// Every label value shows from the start, so a rate() has a zero to start from.
 	for _, f := range []string{"true", "false"} {
 		m.AddRequestDuration.WithLabelValues(f)
