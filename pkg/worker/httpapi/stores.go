@@ -111,7 +111,7 @@ type createStoreRequest struct {
 	Schema    json.RawMessage `json:"schema"`
 	SealOnAdd *bool           `json:"seal_on_add"`
 	// MaxConsumerLag ("10m"; absent, "" or "0": off) refuses adds while a named
-	// consumer of the store lags behind its horizon by more (consumerBackpressure).
+	// consumer of the store lags behind its horizon by more (feed.Backpressure).
 	MaxConsumerLag string `json:"max_consumer_lag"`
 	// StorageOptions are per-store object-store settings in the reference API,
 	// whose clients send null. Every Tidemark store lives under DATA_URL, with the

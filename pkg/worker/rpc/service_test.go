@@ -673,3 +673,20 @@ func TestMaintainIsFencedLikeMergesAndReportsItsWork(t *testing.T) {
 		t.Fatalf("verify answered %v, %v", resp, err)
 	}
 }
+
+// The two-phase fan-out is gone from the worker: an old master still calling its
+// methods hears UNIMPLEMENTED, and nothing is merged or staged.
+func TestTheTwoPhaseMethodsAnswerUnimplementedAndMergeNothing(t *testing.T) {
+	e := newGRPCEnv(t, grpcEnvOptions{})
+	e.pending(t, e.rollout, "a")
+	ctx := context.Background()
+	_, err := e.client.PrepareMerge(ctx, &tidemarkv1.PrepareMergeRequest{Target: "gs", FencingToken: 1})
+	wantCode(t, err, codes.Unimplemented)
+	_, err = e.client.CommitMerge(ctx, &tidemarkv1.CommitMergeRequest{Target: "gs", FencingToken: 1})
+	wantCode(t, err, codes.Unimplemented)
+	_, err = e.client.AbortMerge(ctx, &tidemarkv1.AbortMergeRequest{Target: "gs", FencingToken: 1})
+	wantCode(t, err, codes.Unimplemented)
+	if n := merge.PendingOwn(e.rollout); n != 1 {
+		t.Fatalf("%d pending after the two-phase calls, want the 1 sealed", n)
+	}
+}
