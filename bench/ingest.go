@@ -16,7 +16,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
-	"github.com/tidemark-io/tidemark/pkg/worker"
+	"github.com/tidemark-io/tidemark/pkg/worker/rpc"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	"github.com/tidemark-io/tidemark/tools/mdreport"
 )
@@ -565,12 +565,12 @@ func serveWorkers(workers []*benchWorker) (fanout.StaticDiscovery, func(), error
 		}
 	}
 	for _, wk := range workers {
-		svc, err := worker.NewWorkerService(worker.WorkerServiceConfig{InstanceID: wk.id, Stores: wk.stores, Merger: wk.merger})
+		svc, err := rpc.NewWorkerService(rpc.WorkerServiceConfig{InstanceID: wk.id, Stores: wk.stores, Merger: wk.merger})
 		if err != nil {
 			stop()
 			return nil, nil, fmt.Errorf("worker service of %s: %w", wk.id, err)
 		}
-		gs, err := worker.NewGRPCServer(worker.GRPCConfig{Service: svc})
+		gs, err := rpc.NewGRPCServer(rpc.GRPCConfig{Service: svc})
 		if err != nil {
 			stop()
 			return nil, nil, fmt.Errorf("gRPC server of %s: %w", wk.id, err)

@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidemark-io/tidemark/pkg/client"
-	"github.com/tidemark-io/tidemark/pkg/worker"
+	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
 )
 
-// workerAPIs are the workers' HTTP APIs (worker.NewServer over each worker's own
+// workerAPIs are the workers' HTTP APIs (httpapi.NewServer over each worker's own
 // stores and merger, as cmd/worker serves them) on loopback.
 type workerAPIs struct {
 	// urls are the base URLs, in worker order; clients their clients.
@@ -36,7 +36,7 @@ func serveWorkerAPIs(workers []*recordingWorker, conns int) (*workerAPIs, error)
 	a := &workerAPIs{stop: stop, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns}}}
 	for _, wk := range workers {
 		reg := prometheus.NewRegistry()
-		srv, err := worker.NewServer(worker.ServerConfig{InstanceID: wk.id, Logger: quiet, Metrics: reg,
+		srv, err := httpapi.NewServer(httpapi.ServerConfig{InstanceID: wk.id, Logger: quiet, Metrics: reg,
 			Stores: wk.stores, Merger: wk.merger})
 		if err != nil {
 			a.close()

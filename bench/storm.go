@@ -19,7 +19,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
-	"github.com/tidemark-io/tidemark/pkg/worker"
+	"github.com/tidemark-io/tidemark/pkg/worker/rpc"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	"github.com/tidemark-io/tidemark/testutil/faultproxy"
 )
@@ -435,11 +435,11 @@ func (w *stormWorld) runPerWorkerTimers(ctx context.Context, cfg StormConfig, re
 func (w *stormWorld) runFanOut(ctx context.Context, env *Env, cfg StormConfig, mode fanout.Shape, res *StormResult) error {
 	var discovery fanout.StaticDiscovery
 	for _, wk := range w.workers {
-		svc, err := worker.NewWorkerService(worker.WorkerServiceConfig{InstanceID: wk.id, Stores: wk.stores, Merger: wk.merger})
+		svc, err := rpc.NewWorkerService(rpc.WorkerServiceConfig{InstanceID: wk.id, Stores: wk.stores, Merger: wk.merger})
 		if err != nil {
 			return err
 		}
-		gs, err := worker.NewGRPCServer(worker.GRPCConfig{Service: svc})
+		gs, err := rpc.NewGRPCServer(rpc.GRPCConfig{Service: svc})
 		if err != nil {
 			return err
 		}

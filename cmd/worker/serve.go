@@ -21,8 +21,11 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/worker"
+	"github.com/tidemark-io/tidemark/pkg/worker/feed"
+	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
 	"github.com/tidemark-io/tidemark/pkg/worker/maintain"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/worker/sweep"
 	"github.com/tidemark-io/tidemark/tools/chaos"
 )
 
@@ -99,11 +102,11 @@ func newServeCmd() *cobra.Command {
 	bind("log-level", "LOG_LEVEL")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", worker.DefaultShutdownTimeout, "how long shutdown waits for in-flight requests (the final seal has its own budget of the same length)")
 	bind("shutdown-timeout", "SHUTDOWN_TIMEOUT")
-	fs.DurationVar(&f.flushInterval, "flush-interval", worker.DefaultFlushInterval, "period of the flush sweeper: seal every resident store, then the count trigger")
+	fs.DurationVar(&f.flushInterval, "flush-interval", sweep.DefaultFlushInterval, "period of the flush sweeper: seal every resident store, then the count trigger")
 	bind("flush-interval", "FLUSH_INTERVAL")
-	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", worker.DefaultCleanupInterval, "period of the cleanup sweeper: seal and merge everything pending in this worker's shards (its deletes of drained WAL files do not wait for it: a drain wakes them)")
+	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", 5*time.Minute, "period of the cleanup sweeper: seal and merge everything pending in this worker's shards (its deletes of drained WAL files do not wait for it: a drain wakes them)")
 	bind("cleanup-interval", "CLEANUP_INTERVAL")
-	fs.DurationVar(&f.stepTimeout, "sweep-step-timeout", worker.DefaultStepTimeout, "bound on one store's step of a sweep")
+	fs.DurationVar(&f.stepTimeout, "sweep-step-timeout", sweep.DefaultStepTimeout, "bound on one store's step of a sweep")
 	bind("sweep-step-timeout", "SWEEP_STEP_TIMEOUT")
 	fs.IntVar(&f.mergeAfterGenerations, "merge-after-generations", 0, "count trigger: merge a store once this worker's shard has this many pending generations; 0 disables it")
 	bind("merge-after-generations", "MERGE_AFTER_GENERATIONS")
@@ -111,7 +114,8 @@ func newServeCmd() *cobra.Command {
 	bind("merge-max-generations", "MERGE_MAX_GENERATIONS")
 	fs.Int64Var(&f.mergeMaxBytes, "merge-max-bytes", merge.DefaultMaxBytes, "generation bytes one merge pass reads at most (a generation is never split); 0 means no cap")
 	bind("merge-max-bytes", "MERGE_MAX_BYTES")
-	fs.DurationVar(&f.preparedTTL, "merge-prepared-ttl", worker.DefaultPreparedTTL, "how long a merge prepared for the master's two-phase fan-out waits for its commit before it is aborted (it holds a merge slot and its memory charge)")
+	fs.DurationVar(&f.preparedTTL, "merge-prepared-ttl", 5*time.Minute, // unused since the two-phase fan-out went (issue 43); the settings change drops the flag
+		"how long a merge prepared for the master's two-phase fan-out waits for its commit before it is aborted (it holds a merge slot and its memory charge)")
 	bind("merge-prepared-ttl", "MERGE_PREPARED_TTL")
 	fs.IntVar(&f.mergeConcurrency, "merge-concurrency", 4, "merge slots: merges running at once on this worker")
 	bind("merge-concurrency", "MERGE_CONCURRENCY")
@@ -131,16 +135,16 @@ func newServeCmd() *cobra.Command {
 	bind("seal-after-bytes", "SEAL_AFTER_BYTES")
 	fs.Int64Var(&f.tableCache, "table-cache-bytes", 64<<20, "per-store budget of decoded base-table objects (key indexes, blooms, deletion vectors, footers)")
 	bind("table-cache-bytes", "TABLE_CACHE_BYTES")
-	fs.DurationVar(&f.feedMaxWait, "feed-max-wait", worker.DefaultFeedMaxWait, "longest a change-feed long poll (GET .../changes?wait=) waits for rows; a longer wait asked for is cut to this")
+	fs.DurationVar(&f.feedMaxWait, "feed-max-wait", feed.DefaultMaxWait, "longest a change-feed long poll (GET .../changes?wait=) waits for rows; a longer wait asked for is cut to this")
 	bind("feed-max-wait", "FEED_MAX_WAIT")
 	fs.DurationVar(&f.snapshotTTL, "snapshot-ttl", time.Second, "how stale a read's view of other workers' seals and merges may be before it refreshes (more object-store requests when shorter)")
 	bind("snapshot-ttl", "SNAPSHOT_TTL")
-	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", worker.DefaultMaxBodyBytes, "largest request body accepted (413 above)")
+	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted (413 above)")
 	bind("max-body-bytes", "MAX_BODY_BYTES")
-	fs.Int64Var(&f.maxInflightBlobBytes, "rollout-max-inflight-blob-bytes", worker.DefaultMaxInflightBlobBytes,
+	fs.Int64Var(&f.maxInflightBlobBytes, "rollout-max-inflight-blob-bytes", httpapi.DefaultMaxInflightBlobBytes,
 		"bytes that adds and blob downloads may hold in memory at once (503 above; a lone larger request is admitted); 0 disables the budget")
 	bind("rollout-max-inflight-blob-bytes", "ROLLOUT_MAX_INFLIGHT_BLOB_BYTES")
-	fs.Int64Var(&f.largeBlobLogBytes, "rollout-large-blob-log-bytes", worker.DefaultLargeBlobLogBytes,
+	fs.Int64Var(&f.largeBlobLogBytes, "rollout-large-blob-log-bytes", httpapi.DefaultLargeBlobLogBytes,
 		"an added rollout blob of at least this many bytes is logged at warn level with its store and record id; 0 disables the log")
 	bind("rollout-large-blob-log-bytes", "ROLLOUT_LARGE_BLOB_LOG_BYTES")
 	fs.DurationVar(&f.opTimeout, "object-store-timeout", objstore.DefaultOpTimeout, "bound on every object-store request")
@@ -305,18 +309,15 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			Concurrency:    f.mergeConcurrency,
 			BudgetBytes:    f.mergeBudget,
 		},
-		Sweep: worker.SweeperConfig{
-			FlushInterval:         f.flushInterval,
-			CleanupInterval:       f.cleanupInterval,
-			MergeAfterGenerations: f.mergeAfterGenerations,
-			StepTimeout:           f.stepTimeout,
+		Sweep: sweep.Config{
+			FlushInterval: f.flushInterval,
+			StepTimeout:   f.stepTimeout,
 		},
 		Maintain: maintain.Config{
 			Compact:   table.CompactOptions{TargetRows: f.targetRows, MaxSources: f.compactMaxSources, DeletedRatio: f.compactDeletedRatio},
 			Retention: table.Retention{KeepVersions: f.versionRetention, KeepAge: f.versionAge, SafetyWindow: f.gcWindow},
 			WAL:       wal.Retention{KeepManifests: f.walManifest, SafetyWindow: f.gcWindow},
 		},
-		PreparedTTL:  f.preparedTTL,
 		FeedMaxWait:  f.feedMaxWait,
 		MaxBodyBytes: f.maxBodyBytes,
 		// The flags' 0 (no budget, no log) is a negative here.

@@ -20,7 +20,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/worker"
+	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 )
@@ -50,7 +50,7 @@ func newWorker(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := worker.NewServer(worker.ServerConfig{InstanceID: "w1", Logger: quiet, Stores: stores,
+	srv, err := httpapi.NewServer(httpapi.ServerConfig{InstanceID: "w1", Logger: quiet, Stores: stores,
 		Merger: merge.New(merge.Config{Logger: quiet}), Consumers: consumers.New(etcd, "/tidemark"),
 		Horizons: openHorizons{}, Auth: auth.NewGuard(auth.GuardConfig{Tokens: toks})})
 	if err != nil {
@@ -244,12 +244,12 @@ func TestTheCodesAreTheWorkers(t *testing.T) {
 	for mine, theirs := range map[string]string{
 		client.CodeInvalidRequest: httpjson.CodeInvalidRequest, client.CodeNotFound: httpjson.CodeNotFound,
 		client.CodeMethodNotAllowed: httpjson.CodeMethodNotAllowed, client.CodeInternal: httpjson.CodeInternal,
-		client.CodeAlreadyExists: worker.CodeAlreadyExists, client.CodeConflict: worker.CodeConflict,
-		client.CodeCursorBehind: worker.CodeCursorBehind, client.CodePayloadTooLarge: worker.CodePayloadTooLarge,
-		client.CodeUnsupportedMediaType: worker.CodeUnsupportedMediaType, client.CodeOverloaded: worker.CodeOverloaded,
-		client.CodeStoreUnavailable: worker.CodeStoreUnavailable, client.CodeConsumerLag: worker.CodeConsumerLag,
-		client.CodeConsumersUnavailable: worker.CodeConsumersUnavailable, client.CodeFeedUnavailable: worker.CodeFeedUnavailable,
-		client.CodeTasksUnavailable: worker.CodeTasksUnavailable, client.CodeDataLoss: worker.CodeDataLoss,
+		client.CodeAlreadyExists: httpapi.CodeAlreadyExists, client.CodeConflict: httpapi.CodeConflict,
+		client.CodeCursorBehind: httpapi.CodeCursorBehind, client.CodePayloadTooLarge: httpapi.CodePayloadTooLarge,
+		client.CodeUnsupportedMediaType: httpapi.CodeUnsupportedMediaType, client.CodeOverloaded: httpapi.CodeOverloaded,
+		client.CodeStoreUnavailable: httpapi.CodeStoreUnavailable, client.CodeConsumerLag: httpapi.CodeConsumerLag,
+		client.CodeConsumersUnavailable: httpapi.CodeConsumersUnavailable, client.CodeFeedUnavailable: httpapi.CodeFeedUnavailable,
+		client.CodeTasksUnavailable: httpapi.CodeTasksUnavailable, client.CodeDataLoss: httpapi.CodeDataLoss,
 	} {
 		if mine != theirs {
 			t.Errorf("client code %q, the worker's %q", mine, theirs)

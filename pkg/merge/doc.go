@@ -18,11 +18,9 @@
 //     their files, once their delete delay has passed, to the worker's cleanup
 //     sweeper (wal.DeleteQueue), which deletes them off the merge's path.
 //
-// Merge runs both halves at once. Prepare and Prepared.Commit run them apart, for the
-// master's two-phase fan-out: every worker prepares at once, then they commit one
-// after another, each commit first catching up with (rebasing onto) the versions the
-// commits before it made. MergeStore, for the gather fan-out (the master's
-// default), merges every shard of a store, other workers' too, in one commit per
+// Merge runs both halves, one pass after another; a commit that lost a race to
+// another's (a merge of another shard, or of the same one) is rebased by the
+// table's optimistic commit. MergeStore, for the master's gather fan-out, merges every shard of a store, other workers' too, in one commit per
 // pass; it reads their manifests and generations and writes neither, and their
 // workers drain them afterwards (DrainMerged).
 //

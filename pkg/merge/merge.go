@@ -151,13 +151,13 @@ func (r *Result) add(o Result) {
 
 // Merge merges this worker's shard of s until nothing is pending (each pass within
 // the caps). With wait it waits for a merge slot; without, it returns ErrBusy when
-// none is free. It is Prepare and Commit in one call.
+// none is free. It prepares the first pass, then commits it and the passes after.
 func (m *Merger) Merge(ctx context.Context, s *store.Store, wait bool) (Result, error) {
-	p, err := m.Prepare(ctx, s, wait)
+	p, err := m.prepare(ctx, s, wait)
 	if err != nil {
 		return Result{}, err
 	}
-	return p.commit(ctx, false, 0, true) // prepared just now: nothing to catch up on
+	return p.commit(ctx)
 }
 
 // MergeOnce runs a single pass (for the count trigger: one bounded step per sweep).
@@ -170,23 +170,18 @@ func (m *Merger) MergeOnce(ctx context.Context, s *store.Store, wait bool) (Resu
 	if err != nil {
 		return Result{Passes: pp.res.Passes}, err
 	}
-	r, _, err := pp.commit(ctx, false, 0, true)
+	r, _, err := pp.commit(ctx)
 	return r, err
 }
 
-// Prepared is a merge of this worker's shard whose first pass is prepared and not
+// prepared is a merge of this worker's shard whose first pass is prepared and not
 // committed: the pass's generations are read and deduplicated, its fragment, bloom
 // filter and deletion vectors staged under new names, and nothing any reader or
 // other merge sees has changed. It holds a merge slot and the pass's memory charge
-// until Commit or Abort, one of which must be called, once; it is not safe for
-// concurrent use.
-//
-// Preparing takes no lock and conflicts with nothing, so a master can have every
-// worker prepare at once and then commit one after another (the two-phase fan-out):
-// a commit rebases its pass onto the versions committed since its base (fragments
-// of other shards, deletion vectors of them), which is what the table's optimistic
-// commit does for any race.
-type Prepared struct {
+// until commit or Abort, one of which must be called, once; it is not safe for
+// concurrent use. A commit that lost a race to another merge's is the table's
+// optimistic commit's to settle, as for any race.
+type prepared struct {
 	m       *Merger
 	s       *store.Store
 	limit   uint64 // the shard's current generation when prepared: later seals wait
@@ -197,17 +192,18 @@ type Prepared struct {
 	release func()
 }
 
-// ErrEnded means Commit was called on a Prepared already committed or aborted.
-var ErrEnded = errors.New("prepared merge already committed or aborted")
+// errEnded means commit was called on a prepared merge already committed or
+// aborted.
+var errEnded = errors.New("prepared merge already committed or aborted")
 
-// Prepare reads this worker's shard of s and prepares the first pass of its merge
-// (see Prepared). With wait it waits for a merge slot and the pass's memory charge;
+// prepare reads this worker's shard of s and prepares the first pass of its merge
+// (see prepared). With wait it waits for a merge slot and the pass's memory charge;
 // without, it returns ErrBusy when either is taken.
-func (m *Merger) Prepare(ctx context.Context, s *store.Store, wait bool) (*Prepared, error) {
+func (m *Merger) prepare(ctx context.Context, s *store.Store, wait bool) (*prepared, error) {
 	if err := m.acquireSlot(ctx, wait); err != nil {
 		return nil, err
 	}
-	p := &Prepared{m: m, s: s, wait: wait, release: m.releaseSlot}
+	p := &prepared{m: m, s: s, wait: wait, release: m.releaseSlot}
 	// Merge what is pending now, not what appenders seal while we work: against a
 	// steady stream of seals "until nothing is pending" might never end.
 	sm, err := wal.LoadShard(ctx, s.Bucket(), s.Entry().URI, s.Shard())
@@ -225,37 +221,15 @@ func (m *Merger) Prepare(ctx context.Context, s *store.Store, wait bool) (*Prepa
 	return p, nil
 }
 
-// Generations and Rows say what the prepared pass holds (0 when nothing of this
-// shard is pending, or only a drain is left to do).
-func (p *Prepared) Generations() int { return len(p.first.pick) }
-func (p *Prepared) Rows() int64      { return p.first.rows }
-
-// Commit commits the prepared pass, drains its generations from the shard, and
+// commit commits the prepared pass, drains its generations from the shard, and
 // merges what else was pending when it was prepared in further passes, one after
-// another. It releases the slot, also on error. The pass is first moved onto the
-// newest version (table.Txn.CatchUp): others committed since it was prepared.
-// known, if not 0, is a base version known to exist and likely the newest (the one
-// the fan-out's previous commit created), which saves the search for the newest.
-func (p *Prepared) Commit(ctx context.Context, known uint64) (Result, error) {
-	return p.commit(ctx, true, known, true)
-}
-
-// CommitUndrained is Commit without the drains: every pass commits, and the
-// shard manifest keeps the merged generations until the caller has the shard
-// drained up to the watermark (DrainMerged), which the two-phase fan-out does
-// beside the commits after this one, so that the chain of commits is the base
-// table's writes alone. Until then reads skip them by the watermark and later
-// passes pick above it, as after a drain that failed; Result.Reclaimed is 0.
-func (p *Prepared) CommitUndrained(ctx context.Context, known uint64) (Result, error) {
-	return p.commit(ctx, true, known, false)
-}
-
-func (p *Prepared) commit(ctx context.Context, catchUp bool, known uint64, drain bool) (Result, error) {
+// another. It releases the slot, also on error.
+func (p *prepared) commit(ctx context.Context) (Result, error) {
 	if p.ended {
-		return Result{}, fmt.Errorf("merge %s: %w", p.s.Target(), ErrEnded)
+		return Result{}, fmt.Errorf("merge %s: %w", p.s.Target(), errEnded)
 	}
 	defer p.Abort(ctx) // gives the slot back
-	total, more, err := p.first.commit(ctx, catchUp, known, drain)
+	total, more, err := p.first.commit(ctx)
 	for err == nil && more {
 		var r Result
 		var pp *preparedPass
@@ -264,7 +238,7 @@ func (p *Prepared) commit(ctx context.Context, catchUp bool, known uint64, drain
 			total.Passes += pp.res.Passes
 			break
 		}
-		r, more, err = pp.commit(ctx, false, 0, drain)
+		r, more, err = pp.commit(ctx)
 		total.add(r)
 	}
 	return total, err
@@ -272,7 +246,7 @@ func (p *Prepared) commit(ctx context.Context, catchUp bool, known uint64, drain
 
 // Abort gives up a merge not committed: the pass's staged files are deleted, its
 // charge and slot given back. After Commit it does nothing.
-func (p *Prepared) Abort(ctx context.Context) {
+func (p *prepared) Abort(ctx context.Context) {
 	p.ended = true
 	p.once.Do(func() {
 		if p.first != nil {
@@ -457,10 +431,9 @@ func (m *Merger) preparePass(ctx context.Context, s *store.Store, wait bool, lim
 	return pp, nil
 }
 
-// commit commits the pass, drains its generations (with drain) and gives back its
-// charge. more reports whether generations up to the pass's limit remain. With
-// catchUp the transaction first moves onto the newest version.
-func (pp *preparedPass) commit(ctx context.Context, catchUp bool, known uint64, drain bool) (res Result, more bool, err error) {
+// commit commits the pass, drains its generations and gives back its
+// charge. more reports whether generations up to the pass's limit remain.
+func (pp *preparedPass) commit(ctx context.Context) (res Result, more bool, err error) {
 	// From here on the pass is never aborted: a commit whose outcome is unknown
 	// leaves its staged files, which the manifest may reference (table.Txn.Commit).
 	txn := pp.txn
@@ -471,19 +444,10 @@ func (pp *preparedPass) commit(ctx context.Context, catchUp bool, known uint64, 
 		return res, false, nil // nothing pending, nothing to drain
 	}
 	if pp.pick == nil { // only a drain left
-		if drain {
-			res.Reclaimed, err = pp.m.drain(ctx, pp.w, pp.s, pp.drainTo)
-		}
+		res.Reclaimed, err = pp.m.drain(ctx, pp.w, pp.s, pp.drainTo)
 		return res, false, err
 	}
 	err = pp.done
-	if err == nil && catchUp {
-		if err = txn.CatchUp(ctx, known); err != nil {
-			// No commit was tried (the rows landed already, or catching up failed):
-			// the staged files are garbage.
-			txn.Abort(context.WithoutCancel(ctx))
-		}
-	}
 	if err == nil {
 		err = pp.m.timed(PhaseCommit, func() error {
 			committed, err := pp.s.Commit(ctx, txn)
@@ -502,11 +466,6 @@ func (pp *preparedPass) commit(ctx context.Context, catchUp bool, known uint64, 
 		return Result{Passes: 1}, false, fmt.Errorf("merge %s: %w", pp.s.Target(), err)
 	default:
 		res.Generations = len(pp.pick)
-	}
-	if !drain {
-		pp.log.Info("merged WAL generations; the drain is left to the caller", "generations", res.Generations, "rows", res.Rows,
-			"up_to", pp.upTo, "version", res.Version)
-		return res, pp.more, nil
 	}
 	if res.Reclaimed, err = pp.m.drain(ctx, pp.w, pp.s, pp.upTo); err != nil {
 		return res, false, err

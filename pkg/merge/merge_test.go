@@ -389,14 +389,14 @@ func TestMergingCountsMergesNotReservations(t *testing.T) {
 	}
 	f.add(t, 1, "a")
 	f.seal(t)
-	p, err := f.m.Prepare(ctx, f.s, true)
+	p, err := f.m.prepare(ctx, f.s, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := f.m.Merging(); n != 1 {
 		t.Fatalf("a prepared merge: Merging %d, want 1", n)
 	}
-	if _, err := p.Commit(ctx, 0); err != nil {
+	if _, err := p.commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	release()

@@ -1,42 +1,29 @@
-// Package worker is the worker process's server: the HTTP data API (/api/v1/...), the
-// Prometheus endpoint, the internal gRPC WorkerService the master calls (grpc.go,
-// grpc_server.go) and the shard WAL sweepers (sweeper.go); and Worker (worker.go),
-// which builds them from one Config, over one set of store handles, one merger and
-// one WorkerService, registers the worker in etcd (pkg/coord/membership), runs them and
-// stops them in order.
+// Package worker is the worker process: Config, New (which builds every part
+// below from one Config, over one set of store handles, one merger and one merge
+// service) and Run (which registers the worker in etcd, serves, and stops in
+// order). Its parts, each a package:
+//
+//   - httpapi: the HTTP data API (/api/v1/...) and the Prometheus endpoint;
+//   - rpc: the internal gRPC WorkerService the master calls;
+//   - mergesvc: merges on request under fencing tokens, which httpapi and rpc
+//     share, and the series merges and seals are counted in;
+//   - sweep: the flush sweep (seals; merges only on a standalone worker) and the
+//     deletes of drained WAL files;
+//   - feed: the change feed's read path up to the horizon, consumers' lag and the
+//     add backpressure by lag;
+//   - store, maintain: store handles, and the compact, verify and repair tasks.
 //
 // Invariants:
 //
-//   - Every error answer, including an unknown route or a wrong method, is JSON of the
-//     shape {"error":{"code":"NOT_FOUND","message":"..."}}; clients never have to parse
-//     plain text.
-//   - The data routes answer as the reference system's (lance-context) do - statuses,
-//     field names and types, the wording of its 404s - so its clients work unchanged;
-//     Tidemark's own fields sit beside the reference's, never instead of them
-//     (conformance_test.go names the reference source it follows).
-//   - A list without a limit is every row or a cut-off answer, never a shorter list
-//     that parses: once rows went out, a failed read closes the connection.
-//   - Blob columns never travel in lists: a record's binary_payload is read from
-//     its blob route, a generic blob column by naming it (api_blob.go). The bytes
-//     of adds and blob downloads in memory at once stay within the in-flight blob
-//     budget, but for one request admitted alone (blobBudget); the rest are 503s.
-//   - An add to a store behind on its merges waits before it is written, in
-//     proportion to its pending generations, and is refused (503) at the refuse
-//     threshold (admitAdd, store.Store.AdmitAdd); the wait follows the client and
-//     the server's shutdown, and an add that did not finish it wrote nothing.
-//   - An add to a store with max_consumer_lag is refused (503 CONSUMER_LAG, naming
-//     the consumer) while a named consumer lags behind the store's horizon by more
-//     (consumerBackpressure). It decides on a per-store verdict at most
-//     lagVerdictTTL old, refreshed in the background: no add waits for etcd but a
-//     store's first on this worker, and an etcd that cannot be read admits.
-//   - Metrics come from the registry the server is given, never from the process-wide
-//     default registry, so two servers in one test process do not share counters.
-//   - Serve returns only after the listener is closed and in-flight requests have
-//     finished or the shutdown timeout has passed; it leaves no goroutine behind.
-//     ServeGRPC does the same for gRPC calls.
-//   - A merge request carrying a fencing token older than the newest this worker has
-//     seen for its target is refused before it touches the store; HTTP and gRPC
-//     merges go through one WorkerService, so they share that record.
+//   - One owner per merge decision: with etcd the master alone decides when a store
+//     is merged and the worker's sweeps only seal; without etcd (standalone) the
+//     flush sweep merges what the worker's own shard holds pending. Explicit
+//     requests (HTTP merge-wal, gRPC MergeWal and MergeStore) merge on either.
+//   - HTTP and gRPC merges go through one mergesvc.Service, so they share its
+//     record of fencing tokens.
+//   - Metrics come from the registry the worker is given, never from the
+//     process-wide default registry, so two workers in one test process do not
+//     share counters; each part registers its own series there once.
 //   - A stopping worker deregisters before its servers stop, and seals every open
 //     store after they did (Worker.Run): nothing it acknowledged waits for it to
 //     come back.

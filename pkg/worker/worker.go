@@ -27,8 +27,13 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
+	"github.com/tidemark-io/tidemark/pkg/worker/feed"
+	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
 	"github.com/tidemark-io/tidemark/pkg/worker/maintain"
+	"github.com/tidemark-io/tidemark/pkg/worker/mergesvc"
+	"github.com/tidemark-io/tidemark/pkg/worker/rpc"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/worker/sweep"
 )
 
 // Config is what a Worker needs. The parts' own configurations are taken whole;
@@ -68,21 +73,19 @@ type Config struct {
 	MaxOpenStores int
 	// Merge configures the merger; New sets its Logger and OnPhase.
 	Merge merge.Config
-	// Sweep configures the flush and cleanup sweepers; New sets their Stores,
-	// Merger, Metrics and Logger.
-	Sweep SweeperConfig
+	// Sweep configures the sweeps; New sets their Stores, Merger, Merges,
+	// Metrics, Logger and Deletes, and MergePending for a worker without Etcd
+	// (standalone: no master decides its merges, so its flush sweep merges).
+	Sweep sweep.Config
 	// Maintain configures compaction and cleanup; New sets its Reserver (the
 	// merger: compactions take merge slots and budget), CostFactor and Logger.
 	Maintain maintain.Config
-	// PreparedTTL bounds how long a prepared merge waits for its commit
-	// (DefaultPreparedTTL when zero).
-	PreparedTTL time.Duration
-	// FeedMaxWait caps the change feed's long polls (ServerConfig's). The feed
-	// needs Etcd: the stores' horizons are there.
+	// FeedMaxWait caps the change feed's long polls (httpapi.ServerConfig's). The
+	// feed needs Etcd: the stores' horizons are there.
 	FeedMaxWait time.Duration
 
 	// MaxBodyBytes, MaxInflightBlobBytes and LargeBlobLogBytes are
-	// ServerConfig's.
+	// httpapi.ServerConfig's.
 	MaxBodyBytes, MaxInflightBlobBytes, LargeBlobLogBytes int64
 	// Auth guards the control surface (and the data routes too with
 	// AuthDataRoutes); TLS, if set, serves both servers with it.
@@ -101,17 +104,17 @@ type Config struct {
 }
 
 // Worker is one worker process: the HTTP data API, the gRPC WorkerService the
-// master calls, the sweepers, and the etcd registration, over one set of store
-// handles, one merger and one WorkerService (so HTTP and gRPC merges share one
+// master calls, the sweeps, and the etcd registration, over one set of store
+// handles, one merger and one merge service (so HTTP and gRPC merges share one
 // record of fencing tokens).
 type Worker struct {
 	cfg          Config
 	log          *slog.Logger
 	stores       *store.Stores
-	service      *WorkerService
-	http         *Server
+	service      *rpc.WorkerService
+	http         *httpapi.Server
 	grpc         *grpc.Server
-	sweeper      *Sweeper
+	sweeper      *sweep.Sweeper
 	registration *membership.Registration // nil: not registered
 	publisher    *pending.Publisher       // nil: not registered
 	peers        *pending.View            // nil: not registered
@@ -119,6 +122,9 @@ type Worker struct {
 	horizons     *horizon.View            // nil: no etcd, no change feed
 	horizonWake  chan struct{}
 }
+
+// DefaultShutdownTimeout is Config.ShutdownTimeout's default.
+const DefaultShutdownTimeout = httpapi.DefaultShutdownTimeout
 
 // DefaultHorizonInterval is Config.HorizonInterval's default.
 const DefaultHorizonInterval = time.Second
@@ -157,10 +163,11 @@ func New(cfg Config) (*Worker, error) {
 			return nil, err
 		}
 	}
-	series := NewMetrics(cfg.Metrics)
+	reads := newReadSeries(cfg.Metrics)
+	merges := mergesvc.NewMetrics(cfg.Metrics)
 
 	var registration *membership.Registration
-	var queue TaskQueue
+	var queue httpapi.TaskQueue
 	var publisher *pending.Publisher // nil: not registered
 	var peers *pending.View          // every worker's entries; nil: not registered
 	var stores *store.Stores
@@ -203,8 +210,8 @@ func New(cfg Config) (*Worker, error) {
 	sc := cfg.Store
 	sc.Shard, sc.Logger = cfg.InstanceID, log
 	sc.WALOptions = append(slices.Clip(sc.WALOptions), wal.WithDeleteQueue(deletes))
-	sc.OnSlowRead = func(target string, _ int) { series.ReadFanoutWarnings.WithLabelValues(kindOf(target)).Inc() }
-	sc.OnRead = func(_ string, n int) { series.ReadPendingGenerations.Observe(float64(n)) }
+	sc.OnSlowRead = func(target string, _ int) { reads.ReadFanoutWarnings.WithLabelValues(kindOf(target)).Inc() }
+	sc.OnRead = func(_ string, n int) { reads.ReadPendingGenerations.Observe(float64(n)) }
 	if publisher != nil {
 		sc.OnSnapshot = func(string) {
 			publisher.Notify()
@@ -224,50 +231,63 @@ func New(cfg Config) (*Worker, error) {
 	stores = store.NewStores(sc, cfg.MaxOpenStores)
 
 	mc := cfg.Merge
-	mc.Logger, mc.OnPhase = log, series.ObserveMergePhase
+	mc.Logger, mc.OnPhase = log, merges.ObserveMergePhase
 	merger := merge.New(mc)
+	// The one merge service: HTTP and gRPC merges share its record of fencing
+	// tokens, and every part counts its seals and merges in its series.
+	mergeSvc, err := mergesvc.New(mergesvc.Config{Stores: stores, Merger: merger, Metrics: merges, Logger: log})
+	if err != nil {
+		return nil, err
+	}
 
 	wc := cfg.Sweep
-	wc.Stores, wc.Merger, wc.Metrics, wc.Logger, wc.Deletes = stores, merger, series, log, deletes
-	sweeper := NewSweeper(wc)
+	wc.Stores, wc.Merger, wc.Merges, wc.Logger, wc.Deletes = stores, merger, mergeSvc, log, deletes
+	wc.Metrics = sweep.NewMetrics(cfg.Metrics)
+	// One owner per merge decision: with etcd the master decides when a store is
+	// merged (its merge sweep, merges on demand); a standalone worker has no one
+	// else to, so its flush sweep merges what its shard holds pending.
+	wc.MergePending = cfg.Etcd == nil
+	sweeper, err := sweep.New(wc)
+	if err != nil {
+		return nil, err
+	}
 
 	ac := cfg.Maintain
 	ac.Reserver, ac.CostFactor, ac.Logger = merger, merge.PassCostFactor, log.With("component", "maintain")
-	svc, err := NewWorkerService(WorkerServiceConfig{
-		InstanceID:  cfg.InstanceID,
-		Version:     cfg.Version,
-		GRPCAddr:    cfg.AdvertiseGRPC,
-		HTTPAddr:    cfg.AdvertiseHTTP,
-		Stores:      stores,
-		Merger:      merger,
-		PreparedTTL: cfg.PreparedTTL,
-		Maintainer:  maintain.New(ac),
-		Metrics:     series,
-		Logger:      log,
+	svc, err := rpc.NewWorkerService(rpc.WorkerServiceConfig{
+		InstanceID: cfg.InstanceID,
+		Version:    cfg.Version,
+		GRPCAddr:   cfg.AdvertiseGRPC,
+		HTTPAddr:   cfg.AdvertiseHTTP,
+		Stores:     stores,
+		Merger:     merger,
+		Merges:     mergeSvc,
+		Maintainer: maintain.New(ac),
+		Metrics:    rpc.NewMetrics(cfg.Metrics),
+		Logger:     log,
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	var feed horizons // nil, not a nil *horizon.View: the feed's 503 tests for it
+	var hz feed.Horizons // nil, not a nil *horizon.View: the feed's 503 tests for it
 	if view != nil {
-		feed = view
+		hz = view
 	}
-	srv, err := NewServer(ServerConfig{
+	srv, err := httpapi.NewServer(httpapi.ServerConfig{
 		InstanceID:           cfg.InstanceID,
 		Logger:               log,
 		Metrics:              cfg.Metrics,
-		Series:               series,
 		ShutdownTimeout:      cfg.ShutdownTimeout,
 		Stores:               stores,
 		Merger:               merger,
 		MaxBodyBytes:         cfg.MaxBodyBytes,
 		MaxInflightBlobBytes: cfg.MaxInflightBlobBytes,
 		LargeBlobLogBytes:    cfg.LargeBlobLogBytes,
-		Service:              svc,
+		Merges:               mergeSvc,
 		Tasks:                queue,
 		Consumers:            cursors,
-		Horizons:             feed,
+		Horizons:             hz,
 		FeedMaxWait:          cfg.FeedMaxWait,
 		Auth:                 cfg.Auth,
 		AuthDataRoutes:       cfg.AuthDataRoutes,
@@ -276,7 +296,7 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	gs, err := NewGRPCServer(GRPCConfig{Service: svc, Logger: log, Auth: cfg.Auth, TLS: cfg.TLS})
+	gs, err := rpc.NewGRPCServer(rpc.GRPCConfig{Service: svc, Logger: log, Auth: cfg.Auth, TLS: cfg.TLS})
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +317,7 @@ func (w *Worker) Stores() *store.Stores { return w.stores }
 //  1. deregister (revoke the lease), so the master stops calling this worker;
 //  2. stop both servers gracefully: accepted requests and merges finish, new ones
 //     are refused;
-//  3. abort the merges prepared and not committed, and stop the sweepers;
+//  3. stop the sweeps;
 //  4. seal every open store, so rows acknowledged here (durable in WAL entries
 //     already) are visible to every worker without waiting for this one to return.
 //
@@ -359,7 +379,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	})
 	servers.Go(func() error {
-		err := ServeGRPC(serveCtx, w.grpc, w.cfg.GRPCListener, GRPCServeOptions{
+		err := rpc.ServeGRPC(serveCtx, w.grpc, w.cfg.GRPCListener, rpc.GRPCServeOptions{
 			ShutdownTimeout: timeout, Health: w.service.Health(), Logger: log,
 		})
 		stopRun()
@@ -367,9 +387,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	serveErr := servers.Wait()
 	<-registered
-	// Prepared merges no master can commit any more: delete what they staged now
-	// rather than leaving it for garbage collection.
-	w.service.AbortPrepared()
 	stopSweeps()
 	sweeps.Wait()
 	sealCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)

@@ -1,7 +1,10 @@
 package worker
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -43,11 +46,12 @@ func TestWorkerSealsWhatItAcknowledgedOnTheWayOut(t *testing.T) {
 	post("/api/v1/generic/g/rows", `{"rows":[{"id":"a","n":1},{"id":"b","n":2}]}`)
 	stop()
 
-	other := newAPIEnv(t, bucket, "w2", nil)
+	other, stopOther := runWorker(t, Config{InstanceID: "w2", Store: store.Config{Bucket: bucket}})
+	defer stopOther()
 	var list struct {
 		Rows []map[string]any `json:"rows"`
 	}
-	other.ok(http.StatusOK, http.MethodGet, "/api/v1/generic/g/rows", nil, &list)
+	getJSON(t, other+"/api/v1/generic/g/rows", &list)
 	if len(list.Rows) != 2 {
 		t.Fatalf("another worker reads %d rows after the process stopped, want the 2 it acknowledged", len(list.Rows))
 	}
@@ -69,7 +73,7 @@ func runWorker(t *testing.T, cfg Config) (base string, stop func()) {
 	}
 	cfg.Store.WALOptions = append(cfg.Store.WALOptions, wal.WithLogger(cfg.Logger))
 	if cfg.Sweep.FlushInterval == 0 {
-		cfg.Sweep.FlushInterval, cfg.Sweep.CleanupInterval = time.Hour, time.Hour
+		cfg.Sweep.FlushInterval = time.Hour
 	}
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
@@ -108,6 +112,25 @@ func listen(t *testing.T) net.Listener {
 	}
 	return ln
 }
+
+// getJSON decodes the 200 answer to GET u into v, failing the test otherwise.
+func getJSON(t *testing.T, u string, v any) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", u, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+}
+
+// apiSpec is a generic store's schema of the tests.
+const apiSpec = `{"columns":[["id",{"type":"string"}],["score",{"type":"float64","nullable":true}],["n",{"type":"int64","nullable":false}],["tags",{"type":"list","item":{"type":"string"},"nullable":true}]]}`
 
 func postJSON(t *testing.T, u, body string) int {
 	t.Helper()
@@ -161,5 +184,38 @@ func TestWorkerIsListedInEtcdOnlyWhileItRuns(t *testing.T) {
 	stop()
 	if ws := listed(); len(ws) != 0 {
 		t.Fatalf("still listed after Run returned: %+v", ws)
+	}
+}
+
+// Every part of the worker registers its series on the worker's registry, which
+// /metrics serves: the HTTP API's, the merge service's, the sweeps' and the
+// feed's. Failure it guards: a part's series created and counted but never
+// registered, so they silently vanish from every dashboard.
+func TestWorkerServesEveryPartsSeries(t *testing.T) {
+	base, stop := runWorker(t, Config{InstanceID: "w1", Store: store.Config{Bucket: objstoretest.Mem(t)}})
+	defer stop()
+	var body []byte
+	testwait.For(t, 10*time.Second, "the worker to serve /metrics after a request", func() (bool, string) {
+		postJSON(t, base+"/api/v1/rollouts", `{"name":"m"}`)
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ = io.ReadAll(resp.Body)
+		return bytes.Contains(body, []byte(`http_requests_total{`)), string(body)
+	})
+	for _, name := range []string{
+		"http_requests_total",                  // httpapi
+		"rollout_add_request_duration_seconds", // httpapi
+		"tidemark_feed_pages_total",            // feed
+		"rollout_wal_merge_errors_total",       // mergesvc
+		"rollout_flush_duration_seconds",       // mergesvc
+		"rollout_wal_cleanup_total",            // sweep
+		"tidemark_wal_drained_files_total",     // sweep
+	} {
+		if !bytes.Contains(body, []byte("\n"+name)) {
+			t.Errorf("/metrics has no %s", name)
+		}
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
-	"github.com/tidemark-io/tidemark/pkg/worker"
+	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
@@ -130,7 +130,7 @@ func newEnv(t *testing.T) *env {
 	quiet := slog.New(slog.DiscardHandler)
 	stores := store.NewStores(store.Config{Bucket: objstoretest.Mem(t), Shard: "w1", Logger: quiet}, 0)
 	t.Cleanup(func() { _ = stores.Close(context.Background()) })
-	srv, err := worker.NewServer(worker.ServerConfig{InstanceID: "w1", Logger: quiet, Stores: stores,
+	srv, err := httpapi.NewServer(httpapi.ServerConfig{InstanceID: "w1", Logger: quiet, Stores: stores,
 		Merger: merge.New(merge.Config{Logger: quiet}), Consumers: cursors})
 	if err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
-	"github.com/tidemark-io/tidemark/pkg/worker"
+	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	"github.com/tidemark-io/tidemark/testutil/jsonshape"
 )
@@ -90,8 +90,8 @@ func newConfEnv(t *testing.T) *confEnv {
 		WALOptions: []wal.Option{wal.WithLogger(quiet)}}, 0)
 	t.Cleanup(func() { _ = ss.Close(context.Background()) })
 	reg := prometheus.NewRegistry()
-	ws, err := worker.NewServer(worker.ServerConfig{InstanceID: "w2", Logger: quiet, Metrics: reg, Stores: ss,
-		Merger: merge.New(merge.Config{Logger: quiet}), Series: worker.NewMetrics(reg)})
+	ws, err := httpapi.NewServer(httpapi.ServerConfig{InstanceID: "w2", Logger: quiet, Metrics: reg, Stores: ss,
+		Merger: merge.New(merge.Config{Logger: quiet}), Series: httpapi.NewMetrics(reg)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,8 @@ import (
 //     never shorten a page while live rows follow.
 //  4. The caller read H before the snapshot's refresh began (HorizonReadAt), so the
 //     snapshot holds every row with _seq <= H (the horizon's promise): no row
-//     below the next cursor can appear later.
+//     below the next cursor can appear later. pkg/worker/feed's Read is the caller
+//     that keeps this order (and the long poll's), in one function.
 //
 // Cost: what the page returns, plus the id and _seq columns of the fragments and
 // generations whose _seq range overlaps [c.Seq, H], plus key-index probes of the
