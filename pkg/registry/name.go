@@ -92,10 +92,23 @@ func ParseTarget(text string) (Target, error) {
 	if rest, ok := strings.CutPrefix(text, genericPrefix); ok {
 		t = Target{Kind: KindGeneric, Name: rest}
 	}
-	if err := ValidateName(t.Name); err != nil {
-		return Target{}, fmt.Errorf("target %q: %w", text, err)
+	if err := t.Validate(); err != nil {
+		return Target{}, err
 	}
 	return t, nil
+}
+
+// Validate checks a target made without parsing (NewTarget, a literal) as
+// ParseTarget checks its text, with the same error: an ErrInvalidName naming the
+// target's text. Code that writes a target into etcd keys validates it first.
+func (t Target) Validate() error {
+	if err := ValidateName(t.Name); err != nil {
+		return fmt.Errorf("target %q: %w", t.String(), err)
+	}
+	if !t.Kind.Valid() {
+		return fmt.Errorf("target %q: %w: unknown kind %q", t.String(), ErrInvalidName, t.Kind)
+	}
+	return nil
 }
 
 // String is the target's text: "<name>" or "generic:<name>"; empty for the zero
@@ -106,6 +119,9 @@ func (t Target) String() string {
 	}
 	return t.Name
 }
+
+// Compare orders targets by their text, the order of the etcd keys they name.
+func (t Target) Compare(o Target) int { return strings.Compare(t.String(), o.String()) }
 
 // IsZero reports whether t is the zero Target, no store.
 func (t Target) IsZero() bool { return t == Target{} }

@@ -42,7 +42,7 @@ func (s *Server) admitAdd(w http.ResponseWriter, r *http.Request, st *store.Stor
 	defer stop()
 	e := st.Entry()
 	kind := string(e.Kind)
-	if err := s.consumerLag.admit(ctx, e.Target(), time.Duration(e.MaxConsumerLag)); err != nil {
+	if err := s.consumerLag.admit(ctx, e.Target().String(), time.Duration(e.MaxConsumerLag)); err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) && ae.code == CodeConsumerLag {
 			s.cfg.Series.ConsumerLagRefusals.WithLabelValues(kind).Inc()

@@ -54,7 +54,8 @@ func (s *Server) mergeStore(w http.ResponseWriter, r *http.Request) error {
 // mergeTarget is POST /internal/merge-wal/{target}: "<name>" for a rollout store,
 // "generic:<name>" for a generic store.
 func (s *Server) mergeTarget(w http.ResponseWriter, r *http.Request) error {
-	kind, name, err := registry.ParseTarget(r.PathValue("name"))
+	parsed, err := registry.ParseTarget(r.PathValue("name"))
+	kind, name := parsed.Kind, parsed.Name
 	if err != nil {
 		return err
 	}
@@ -67,7 +68,7 @@ func (s *Server) mergeTarget(w http.ResponseWriter, r *http.Request) error {
 // moving on to the next worker - must not leave a merge committing behind its back.
 func (s *Server) merge(w http.ResponseWriter, r *http.Request, kind registry.Kind, name string) error {
 	// Token 0: an HTTP trigger carries no fencing token (only the master's gRPC call does).
-	res, err := s.cfg.Service.MergeTarget(r.Context(), registry.Target(kind, name), 0, TriggerRequest)
+	res, err := s.cfg.Service.MergeTarget(r.Context(), registry.NewTarget(kind, name).String(), 0, TriggerRequest)
 	if err != nil {
 		return err
 	}

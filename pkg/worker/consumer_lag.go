@@ -89,7 +89,8 @@ func (c *consumerLag) Collect(ch chan<- prometheus.Metric) {
 		if !ok {
 			continue
 		}
-		kind, name, err := registry.ParseTarget(target)
+		parsed, err := registry.ParseTarget(target)
+		kind, name := parsed.Kind, parsed.Name
 		if err != nil {
 			continue // every resident store has a valid target
 		}

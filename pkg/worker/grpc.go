@@ -135,7 +135,7 @@ func (w *WorkerService) Health() *health.Server { return w.health }
 // MergeWal merges this worker's shard of the request's target. The fencing token is
 // required: 0 is INVALID_ARGUMENT (only the HTTP internal route may merge unfenced).
 func (w *WorkerService) MergeWal(ctx context.Context, req *tidemarkv1.MergeWalRequest) (*tidemarkv1.MergeWalResponse, error) {
-	if _, _, err := registry.ParseTarget(req.GetTarget()); err != nil {
+	if _, err := registry.ParseTarget(req.GetTarget()); err != nil {
 		return nil, grpcError(err)
 	}
 	if err := requireToken(req.GetTarget(), req.GetFencingToken()); err != nil {
@@ -166,7 +166,8 @@ func (w *WorkerService) MergeWal(ctx context.Context, req *tidemarkv1.MergeWalRe
 // store was deleted during the merge, whatever the merge tripped over then), or the
 // merge's error.
 func (w *WorkerService) MergeTarget(ctx context.Context, target string, token int64, trigger string) (merge.Result, error) {
-	kind, name, err := registry.ParseTarget(target)
+	parsed, err := registry.ParseTarget(target)
+	kind, name := parsed.Kind, parsed.Name
 	if err != nil {
 		return merge.Result{}, err
 	}
@@ -200,7 +201,8 @@ func (w *WorkerService) MergeTarget(ctx context.Context, target string, token in
 // (admit); its errors are gRPC statuses. The log it returns names the target,
 // store and token.
 func (w *WorkerService) admitFenced(target string, lane tasks.Lane, token int64) (registry.Kind, string, *slog.Logger, error) {
-	kind, name, err := registry.ParseTarget(target)
+	parsed, err := registry.ParseTarget(target)
+	kind, name := parsed.Kind, parsed.Name
 	if err != nil {
 		return "", "", nil, grpcError(err)
 	}
@@ -241,7 +243,8 @@ func (w *WorkerService) admit(target string, lane tasks.Lane, kind registry.Kind
 // AdoptShard drains and retires another worker's shard of the request's target
 // (merge.Merger.Adopt), under the same fencing as MergeWal.
 func (w *WorkerService) AdoptShard(ctx context.Context, req *tidemarkv1.AdoptShardRequest) (*tidemarkv1.AdoptShardResponse, error) {
-	kind, name, err := registry.ParseTarget(req.GetTarget())
+	parsed, err := registry.ParseTarget(req.GetTarget())
+	kind, name := parsed.Kind, parsed.Name
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -303,7 +306,8 @@ func (w *WorkerService) Flush(ctx context.Context, req *tidemarkv1.FlushRequest)
 		}
 		return &tidemarkv1.FlushResponse{SealedGenerations: n}, nil
 	}
-	kind, name, err := registry.ParseTarget(req.GetTarget())
+	parsed, err := registry.ParseTarget(req.GetTarget())
+	kind, name := parsed.Kind, parsed.Name
 	if err != nil {
 		return nil, grpcError(err)
 	}

@@ -17,7 +17,8 @@ import (
 // target on this worker, under the same fencing as MergeWal: the master holds the
 // target's lock, and a stale master's call is refused before it touches the store.
 func (w *WorkerService) Maintain(ctx context.Context, req *tidemarkv1.MaintainRequest) (*tidemarkv1.MaintainResponse, error) {
-	kind, name, err := registry.ParseTarget(req.GetTarget())
+	parsed, err := registry.ParseTarget(req.GetTarget())
+	kind, name := parsed.Kind, parsed.Name
 	if err != nil {
 		return nil, grpcError(err)
 	}

@@ -182,7 +182,7 @@ func (w *WorkerService) CommitMerge(ctx context.Context, req *tidemarkv1.CommitM
 // AbortMerge aborts the merge prepared under the request's fencing token.
 func (w *WorkerService) AbortMerge(_ context.Context, req *tidemarkv1.AbortMergeRequest) (*tidemarkv1.AbortMergeResponse, error) {
 	target, token := req.GetTarget(), req.GetFencingToken()
-	if _, _, err := registry.ParseTarget(target); err != nil {
+	if _, err := registry.ParseTarget(target); err != nil {
 		return nil, grpcError(err)
 	}
 	if err := requireToken(target, token); err != nil {

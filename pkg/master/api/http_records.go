@@ -88,8 +88,7 @@ func (a *httpAPI) callWorker(ctx context.Context, path string, v any) (string, e
 
 // recordQuery is a parsed records request.
 type recordQuery struct {
-	kind          registry.Kind
-	name          string
+	target        registry.Target
 	limit, offset int
 	source        string
 	id            string         // ?id=: one record
@@ -110,7 +109,7 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := a.cfg.Admin.cfg.Registry.Get(ctx, rq.kind, rq.name); err != nil {
+	if _, err := a.cfg.Admin.cfg.Registry.Get(ctx, rq.target.Kind, rq.target.Name); err != nil {
 		if errors.Is(err, registry.ErrNotFound) {
 			return nil, reworded{fmt.Sprintf("experiment '%s' does not exist", r.PathValue("name")), err}
 		}
@@ -122,7 +121,7 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 		var info struct {
 			Version *uint64 `json:"version"`
 		}
-		if out.Worker, err = a.callWorker(ctx, workerhttp.StorePath(rq.kind, rq.name), &info); err != nil {
+		if out.Worker, err = a.callWorker(ctx, workerhttp.StorePath(rq.target.Kind, rq.target.Name), &info); err != nil {
 			return nil, err
 		}
 		if info.Version == nil {
@@ -141,7 +140,7 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 		var got struct {
 			Record json.RawMessage `json:"record"`
 		}
-		path := workerhttp.RowsPath(rq.kind, rq.name) + "/" + url.PathEscape(rq.id)
+		path := workerhttp.RowsPath(rq.target.Kind, rq.target.Name) + "/" + url.PathEscape(rq.id)
 		if len(params) > 0 {
 			path += "?" + params.Encode()
 		}
@@ -175,11 +174,11 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 		Records []json.RawMessage `json:"records"`
 		Rows    []json.RawMessage `json:"rows"`
 	}
-	if out.Worker, err = a.callWorker(ctx, workerhttp.RowsPath(rq.kind, rq.name)+"?"+params.Encode(), &got); err != nil {
+	if out.Worker, err = a.callWorker(ctx, workerhttp.RowsPath(rq.target.Kind, rq.target.Name)+"?"+params.Encode(), &got); err != nil {
 		return nil, err
 	}
 	rows := got.Records
-	if rq.kind == registry.KindGeneric {
+	if rq.target.Kind == registry.KindGeneric {
 		rows = got.Rows
 	}
 	if len(rows) > rq.limit {
@@ -198,7 +197,7 @@ func parseRecordQuery(r *http.Request) (recordQuery, error) {
 	}
 	var rq recordQuery
 	var err error
-	if rq.kind, rq.name, err = registry.ParseTarget(r.PathValue("name")); err != nil {
+	if rq.target, err = registry.ParseTarget(r.PathValue("name")); err != nil {
 		return recordQuery{}, fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
 	}
 	if rq.limit, err = pageParam(q.Get("limit"), "limit", DefaultRecordPage); err != nil {
@@ -222,7 +221,7 @@ func parseRecordQuery(r *http.Request) (recordQuery, error) {
 		if v == "" {
 			continue
 		}
-		if rq.kind != registry.KindRollout {
+		if rq.target.Kind != registry.KindRollout {
 			return recordQuery{}, fmt.Errorf("%w: filter %s: filters are supported on rollout stores only", tasks.ErrInvalidArgument, k)
 		}
 		if rq.filters == nil {
@@ -238,7 +237,7 @@ func parseRecordQuery(r *http.Request) (recordQuery, error) {
 		}
 		rq.filters[k] = b
 	}
-	if rq.id != "" && rq.kind != registry.KindRollout {
+	if rq.id != "" && rq.target.Kind != registry.KindRollout {
 		return recordQuery{}, fmt.Errorf("%w: id: filters are supported on rollout stores only; read a row by id on a worker", tasks.ErrInvalidArgument)
 	}
 	return rq, nil
