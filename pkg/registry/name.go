@@ -111,6 +111,16 @@ func (t Target) Validate() error {
 	return nil
 }
 
+// MustParseTarget is ParseTarget of a text known to be valid (a constant, a
+// test's literal); it panics on an invalid one.
+func MustParseTarget(text string) Target {
+	t, err := ParseTarget(text)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
 // String is the target's text: "<name>" or "generic:<name>"; empty for the zero
 // Target. Etcd keys and the wire carry this text.
 func (t Target) String() string {
