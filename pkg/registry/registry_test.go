@@ -72,6 +72,12 @@ func TestTargetTextRoundTrips(t *testing.T) {
 			t.Errorf("%#v.IsZero() = true", tc.target)
 		}
 	}
+	if err := NewTarget(Kind("archive"), "x").Validate(); !errors.Is(err, ErrInvalidName) {
+		t.Errorf("a target of an unknown kind validates: %v", err)
+	}
+	if NewTarget(KindRollout, "b").Compare(NewTarget(KindGeneric, "a")) >= 0 || MustParseTarget("generic:a") != NewTarget(KindGeneric, "a") {
+		t.Error("targets do not order by their text (the order of their etcd keys)")
+	}
 	if !(Target{}).IsZero() || (Target{}).String() != "" {
 		t.Errorf("the zero Target: IsZero %v, text %q", (Target{}).IsZero(), (Target{}).String())
 	}
@@ -132,6 +138,14 @@ func TestTargetRefusesInvalidNames(t *testing.T) {
 		got, err := ParseTarget(tc.text)
 		if !errors.Is(err, ErrInvalidName) || err.Error() != tc.msg || !got.IsZero() {
 			t.Errorf("ParseTarget(%q) = %#v, %v, want ErrInvalidName %q", tc.text, got, err, tc.msg)
+		}
+		// A target made without parsing is refused the same way, with the same message.
+		made := NewTarget(KindRollout, tc.text)
+		if rest, ok := strings.CutPrefix(tc.text, "generic:"); ok {
+			made = NewTarget(KindGeneric, rest)
+		}
+		if err := made.Validate(); !errors.Is(err, ErrInvalidName) || err.Error() != tc.msg {
+			t.Errorf("%#v.Validate() = %v, want ErrInvalidName %q", made, err, tc.msg)
 		}
 		var rec struct {
 			Target Target `json:"target"`

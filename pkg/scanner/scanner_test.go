@@ -291,8 +291,11 @@ func TestRescanWritesOneTargetNow(t *testing.T) {
 	if _, err := other.Rescan(e.ctx, registry.MustParseTarget("generic:nope")); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("Rescan of an unregistered store = %v, want registry.ErrNotFound", err)
 	}
-	for _, bad := range []string{"generic:", "a/b", "generic:../x"} {
-		if _, err := other.Rescan(e.ctx, registry.MustParseTarget(bad)); !errors.Is(err, tasks.ErrInvalidArgument) || !errors.Is(err, registry.ErrInvalidName) {
+	// Targets made without parsing ("generic:", "a/b", "generic:../x") are checked as their text is.
+	for _, bad := range []registry.Target{
+		registry.NewTarget(registry.KindGeneric, ""), registry.NewTarget(registry.KindRollout, "a/b"), registry.NewTarget(registry.KindGeneric, "../x"),
+	} {
+		if _, err := other.Rescan(e.ctx, bad); !errors.Is(err, tasks.ErrInvalidArgument) || !errors.Is(err, registry.ErrInvalidName) {
 			t.Fatalf("Rescan(%q) = %v, want ErrInvalidArgument and ErrInvalidName", bad, err)
 		}
 	}
