@@ -255,7 +255,7 @@ func runFeedFollow(ctx context.Context, env *Env, cfg FeedConfig, cl *feedCluste
 
 	start := time.Now()
 	tr.setWarmupEnd(start.Add(cfg.Warmup))
-	target := registry.Target(registry.KindGeneric, feedFollowStore)
+	target := registry.NewTarget(registry.KindGeneric, feedFollowStore).String() // the horizons' key
 	var lags durations
 	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.Duration)
 	defer stopLoad()

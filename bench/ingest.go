@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
@@ -258,7 +259,7 @@ func RunIngest(ctx context.Context, env *Env, cfg IngestConfig, mode fanout.Shap
 	if err := c.stopMaster(); err != nil {
 		return res, fmt.Errorf("ingest: master: %w", err)
 	}
-	if err := res.readTasks(ctx, c.master.Tasks(), ""); err != nil {
+	if err := res.readTasks(ctx, c.master.Tasks(), registry.Target{}); err != nil {
 		return res, err
 	}
 	if res.DemandByGenerations, res.DemandByAge, err = demandEnqueues(c.metrics); err != nil {
@@ -487,9 +488,9 @@ func medianInt(v []int) int {
 	return s[len(s)/2]
 }
 
-// readTasks counts the run's merge_wal tasks of target ("": of every target) from
+// readTasks counts the run's merge_wal tasks of target (zero: of every target) from
 // the master's task queue.
-func (r *IngestResult) readTasks(ctx context.Context, ts *tasks.Queue, target string) error {
+func (r *IngestResult) readTasks(ctx context.Context, ts *tasks.Queue, target registry.Target) error {
 	all, err := listMergeTasks(ctx, ts, target)
 	if err != nil {
 		return err
@@ -531,9 +532,9 @@ func taskTime(t tasks.Task) (time.Duration, bool) {
 	return t.FinishedAt.Sub(t.StartedAt), true
 }
 
-// listMergeTasks returns the merge_wal tasks of target ("": of every target) in
+// listMergeTasks returns the merge_wal tasks of target (zero: of every target) in
 // the master's task queue.
-func listMergeTasks(ctx context.Context, ts *tasks.Queue, target string) ([]tasks.Task, error) {
+func listMergeTasks(ctx context.Context, ts *tasks.Queue, target registry.Target) ([]tasks.Task, error) {
 	return listTasks(ctx, ts, tasks.ListFilter{Kind: tasks.KindMergeWAL, Target: target})
 }
 

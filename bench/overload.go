@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
@@ -243,7 +244,7 @@ func RunOverload(ctx context.Context, env *Env, cfg OverloadConfig, mode fanout.
 	if err := c.stopMaster(); err != nil {
 		return res, fmt.Errorf("overload: master: %w", err)
 	}
-	all, err := listMergeTasks(ctx, c.master.Tasks(), "")
+	all, err := listMergeTasks(ctx, c.master.Tasks(), registry.Target{})
 	if err != nil {
 		return res, fmt.Errorf("overload: %w", err)
 	}
@@ -344,7 +345,7 @@ func (r *OverloadResult) probe(ctx context.Context, env *Env, c *ingestCluster, 
 	var ts []tasks.Task
 	for wait := time.Now().Add(30 * time.Second); ; {
 		var err error
-		if ts, err = listMergeTasks(ctx, c.master.Tasks(), ""); err != nil {
+		if ts, err = listMergeTasks(ctx, c.master.Tasks(), registry.Target{}); err != nil {
 			return time.Time{}, fmt.Errorf("overload: probe: %w", err)
 		}
 		live := slices.ContainsFunc(ts, func(t tasks.Task) bool { return !t.State.Finished() })

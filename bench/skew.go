@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
@@ -310,10 +311,12 @@ func (in *ingest) quiet(ctx context.Context, handles []*store.Store, gen *rowGen
 // others as the quiet stores', all of them into Tasks and TaskTimes, and each
 // quiet store's count into Worst when it is that store.
 func (r *SkewResult) countTasks(ctx context.Context, ts *tasks.Queue, hot string) error {
-	all, err := listMergeTasks(ctx, ts, "")
+	all, err := listMergeTasks(ctx, ts, registry.Target{})
 	if err != nil {
 		return err
 	}
+	// The run's stores are rollout stores.
+	hotTarget, worst := registry.NewTarget(registry.KindRollout, hot), registry.NewTarget(registry.KindRollout, r.Worst.Name)
 	var hotTasks []tasks.Task
 	var times, quietTimes durations
 	for _, t := range all {
@@ -326,7 +329,7 @@ func (r *SkewResult) countTasks(ctx context.Context, ts *tasks.Queue, hot string
 		if finished {
 			times = append(times, d)
 		}
-		if t.Target == hot {
+		if t.Target == hotTarget {
 			hotTasks = append(hotTasks, t)
 			continue
 		}
@@ -334,7 +337,7 @@ func (r *SkewResult) countTasks(ctx context.Context, ts *tasks.Queue, hot string
 		if finished {
 			quietTimes = append(quietTimes, d)
 		}
-		if t.Target == r.Worst.Name {
+		if t.Target == worst {
 			r.Worst.Tasks++
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -41,8 +42,9 @@ func hotPeak(samples []IngestSample, start time.Time, all []tasks.Task, hot stri
 	at := start.Add(p.At)
 	from := start
 	var mine []tasks.Task
+	hotTarget := registry.NewTarget(registry.KindRollout, hot) // the run's stores are rollout stores
 	for _, t := range all {
-		if t.Target != hot || t.StartedAt.IsZero() {
+		if t.Target != hotTarget || t.StartedAt.IsZero() {
 			continue
 		}
 		mine = append(mine, t)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -81,7 +82,7 @@ func TestHotPeakNamesTheTasksSinceTheLastCommit(t *testing.T) {
 	start := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return start.Add(time.Duration(s) * time.Second) }
 	task := func(kind tasks.Kind, target string, enq, from, to int, detail string) tasks.Task {
-		tk := tasks.Task{Kind: kind, Target: target, EnqueuedAt: at(enq), StartedAt: at(from), State: tasks.StateDone, Detail: detail}
+		tk := tasks.Task{Kind: kind, Target: registry.MustParseTarget(target), EnqueuedAt: at(enq), StartedAt: at(from), State: tasks.StateDone, Detail: detail}
 		if to > 0 {
 			tk.FinishedAt = at(to)
 		} else {

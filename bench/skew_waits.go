@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -38,8 +39,10 @@ type WaitBreakdown struct {
 // store) from the run's tasks of every kind.
 func breakdownWaits(all []tasks.Task, seen map[string][]seenMerged, hot string, maxDelay time.Duration) WaitBreakdown {
 	b := WaitBreakdown{Others: map[tasks.Kind]Quantiles{}, Longest: map[tasks.Kind]tasks.Task{}}
-	merges := map[string][]tasks.Task{}
-	others := map[string][]tasks.Task{}
+	// The run's stores are rollout stores.
+	hotTarget := registry.NewTarget(registry.KindRollout, hot)
+	merges := map[registry.Target][]tasks.Task{}
+	others := map[registry.Target][]tasks.Task{}
 	otherTimes := map[tasks.Kind]durations{}
 	var quietQ, hotQ durations
 	for _, t := range all {
@@ -57,7 +60,7 @@ func breakdownWaits(all []tasks.Task, seen map[string][]seenMerged, hot string, 
 			continue
 		}
 		q := t.StartedAt.Sub(t.EnqueuedAt)
-		if t.Target == hot {
+		if t.Target == hotTarget {
 			hotQ = append(hotQ, q)
 		} else {
 			quietQ = append(quietQ, q)
@@ -88,7 +91,8 @@ func breakdownWaits(all []tasks.Task, seen map[string][]seenMerged, hot string, 
 	b.QuietQueue, b.HotQueue = quietQ.quantiles(), hotQ.quantiles()
 	var toEnqueue, queued, blocked, toSeen durations
 	for store, gens := range seen {
-		ts := merges[store]
+		target := registry.NewTarget(registry.KindRollout, store)
+		ts := merges[target]
 		slices.SortFunc(ts, func(a, b tasks.Task) int { return a.StartedAt.Compare(b.StartedAt) })
 		for _, g := range gens {
 			if g.seen.Sub(g.sealed) <= maxDelay {
@@ -106,7 +110,7 @@ func breakdownWaits(all []tasks.Task, seen map[string][]seenMerged, hot string, 
 			toEnqueue = append(toEnqueue, max(t.EnqueuedAt.Sub(g.sealed), 0))
 			queued = append(queued, t.StartedAt.Sub(t.EnqueuedAt))
 			var held time.Duration
-			for _, o := range others[store] {
+			for _, o := range others[target] {
 				held += ranDuring(o, t.EnqueuedAt, t.StartedAt)
 			}
 			blocked = append(blocked, held)

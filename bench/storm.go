@@ -481,7 +481,7 @@ func (w *stormWorld) runFanOut(ctx context.Context, env *Env, cfg StormConfig, m
 	start := time.Now()
 	deadline := start.Add(cfg.Deadline)
 	for {
-		task, _, err := ts.Enqueue(ctx, tasks.KindMergeWAL, stormStore)
+		task, _, err := ts.Enqueue(ctx, tasks.KindMergeWAL, registry.NewTarget(registry.KindRollout, stormStore))
 		if err != nil {
 			return fmt.Errorf("storm: enqueue: %w", err)
 		}

@@ -439,7 +439,7 @@ func runTaskCycles(ctx context.Context, env *Env, cfg ThroughputConfig, res *Thr
 	ts := tasks.New(env.Etcd, fmt.Sprintf("/bench/tasks-%d", time.Now().UnixNano()), tasks.WithLogger(quiet))
 	start := time.Now()
 	for time.Since(start) < cfg.EtcdDuration {
-		target := fmt.Sprintf("r%d", res.TaskCycles%100)
+		target := registry.NewTarget(registry.KindRollout, fmt.Sprintf("r%d", res.TaskCycles%100))
 		if _, _, err := ts.Enqueue(ctx, tasks.KindMergeWAL, target); err != nil {
 			return err
 		}

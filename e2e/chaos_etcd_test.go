@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tidemark-io/tidemark/pkg/client"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 	"github.com/tidemark-io/tidemark/tools/loadgen"
@@ -87,7 +88,7 @@ func TestChaosEtcdOutageKeepsDataServedAndSchedulingResumes(t *testing.T) {
 	// replica would), wait for the master to run one, and stop etcd at once.
 	ts := tasks.New(c.client, c.prefix)
 	for i := range idle {
-		if _, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, fmt.Sprintf("chaos_etcd_idle%d", i)); err != nil {
+		if _, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget(fmt.Sprintf("chaos_etcd_idle%d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}

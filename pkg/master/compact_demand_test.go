@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
@@ -26,16 +27,16 @@ func TestAMergeThatLeavesManyLevelZeroFragmentsGetsItsStoreCompacted(t *testing.
 	report := func(level0 int64) tasks.Report {
 		return tasks.Report{Stats: tasks.Stats{GenerationsMerged: 3, Level0Fragments: level0}}
 	}
-	merge := tasks.Task{Kind: tasks.KindMergeWAL, Target: "few"}
+	merge := tasks.Task{Kind: tasks.KindMergeWAL, Target: registry.MustParseTarget("few")}
 	m.compactOnDemand(ctx, merge, report(3))
-	m.compactOnDemand(ctx, tasks.Task{Kind: tasks.KindCompact, Target: "other"}, report(40))
+	m.compactOnDemand(ctx, tasks.Task{Kind: tasks.KindCompact, Target: registry.MustParseTarget("other")}, report(40))
 	if depth, err := ts.QueueDepth(ctx); err != nil || depth != 0 {
 		t.Fatalf("queue depth %d (%v) after a merge below MIN_FRAGMENTS and a compaction, want 0", depth, err)
 	}
 
 	ran := make(chan string, 8)
 	runner := RunnerFunc(func(_ context.Context, c *tasks.Claim) (tasks.Report, error) {
-		ran <- string(c.Task.Kind) + " " + c.Task.Target
+		ran <- string(c.Task.Kind) + " " + c.Task.Target.String()
 		if c.Task.Kind == tasks.KindMergeWAL {
 			return report(4), nil
 		}
@@ -47,7 +48,7 @@ func TestAMergeThatLeavesManyLevelZeroFragmentsGetsItsStoreCompacted(t *testing.
 	done := make(chan struct{})
 	go func() { s.Run(runCtx, time.Second); close(done) }()
 	defer func() { cancel(); <-done }()
-	if _, _, err := ts.Enqueue(ctx, tasks.KindMergeWAL, "busy"); err != nil {
+	if _, _, err := ts.Enqueue(ctx, tasks.KindMergeWAL, registry.MustParseTarget("busy")); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"merge_wal busy", "compact busy"} {
@@ -64,10 +65,10 @@ func TestAMergeThatLeavesManyLevelZeroFragmentsGetsItsStoreCompacted(t *testing.
 	<-done
 
 	// Stopped: two merges' reports enqueue one compaction.
-	m.compactOnDemand(ctx, tasks.Task{Kind: tasks.KindMergeWAL, Target: "twice"}, report(9))
-	m.compactOnDemand(ctx, tasks.Task{Kind: tasks.KindMergeWAL, Target: "twice"}, report(10))
+	m.compactOnDemand(ctx, tasks.Task{Kind: tasks.KindMergeWAL, Target: registry.MustParseTarget("twice")}, report(9))
+	m.compactOnDemand(ctx, tasks.Task{Kind: tasks.KindMergeWAL, Target: registry.MustParseTarget("twice")}, report(10))
 	queued, _, err := ts.List(ctx, tasks.ListFilter{State: tasks.StateQueued})
-	if err != nil || len(queued) != 1 || queued[0].Kind != tasks.KindCompact || queued[0].Target != "twice" {
+	if err != nil || len(queued) != 1 || queued[0].Kind != tasks.KindCompact || queued[0].Target.String() != "twice" {
 		t.Fatalf("queued %v (%v), want one compaction of twice", queued, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/pending"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
@@ -49,7 +50,7 @@ func (s *skewedShard) entries() []pending.Entry {
 	defer s.mu.Unlock()
 	var out []pending.Entry
 	for target, seals := range s.pending {
-		out = append(out, pending.Entry{Target: target, Generations: len(seals), Bytes: int64(len(seals)), OldestSealedAt: seals[0]})
+		out = append(out, pending.Entry{Target: registry.MustParseTarget(target), Generations: len(seals), Bytes: int64(len(seals)), OldestSealedAt: seals[0]})
 	}
 	return out
 }
@@ -90,10 +91,10 @@ func TestMergesOnDemandDoNotStarveQuietStores(t *testing.T) {
 	runner := RunnerFunc(func(ctx context.Context, c *tasks.Claim) (tasks.Report, error) {
 		start := time.Now()
 		time.Sleep(20 * time.Millisecond) // a merge's time
-		sealed := shard.merge(c.Task.Target)
+		sealed := shard.merge(c.Task.Target.String())
 		mu.Lock()
 		defer mu.Unlock()
-		if c.Task.Target == "hot" {
+		if c.Task.Target.String() == "hot" {
 			hotStarts = append(hotStarts, start)
 			return tasks.Report{}, nil
 		}
@@ -103,9 +104,9 @@ func TestMergesOnDemandDoNotStarveQuietStores(t *testing.T) {
 				ahead++
 			}
 		}
-		hotAhead[c.Task.Target] = max(hotAhead[c.Task.Target], ahead)
+		hotAhead[c.Task.Target.String()] = max(hotAhead[c.Task.Target.String()], ahead)
 		for _, s := range sealed {
-			late[c.Task.Target] = max(late[c.Task.Target], start.Sub(s))
+			late[c.Task.Target.String()] = max(late[c.Task.Target.String()], start.Sub(s))
 		}
 		return tasks.Report{}, nil
 	})

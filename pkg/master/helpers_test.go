@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/testutil/storetest"
 )
@@ -41,7 +42,7 @@ type fakeCaller struct {
 	fail  map[string]error
 }
 
-func (f *fakeCaller) MergeWal(_ context.Context, w fanout.Worker, target string, token int64) (fanout.MergeResult, error) {
+func (f *fakeCaller) MergeWal(_ context.Context, w fanout.Worker, target registry.Target, token int64) (fanout.MergeResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("%s %s %d", w.InstanceID, target, token))

@@ -24,6 +24,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/refmetrics"
 	"github.com/tidemark-io/tidemark/pkg/master/api"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
@@ -55,8 +56,8 @@ func runMaster(t *testing.T, client *clientv3.Client, cfg Config) *runningMaster
 	}
 	if cfg.Runners == nil {
 		cfg.Runners = map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(_ context.Context, c *tasks.Claim) (tasks.Report, error) {
-			ran <- c.Task.Target
-			return tasks.Report{Detail: "merged " + c.Task.Target}, nil
+			ran <- c.Task.Target.String()
+			return tasks.Report{Detail: "merged " + c.Task.Target.String()}, nil
 		})}
 	}
 	cfg.LeaseTTL = max(cfg.LeaseTTL, 2*time.Second)
@@ -99,7 +100,7 @@ func (m *runningMaster) enqueueAndWait(t *testing.T, target string) {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		var err error
-		task, _, err = m.Tasks().Enqueue(ctx, tasks.KindMergeWAL, target)
+		task, _, err = m.Tasks().Enqueue(ctx, tasks.KindMergeWAL, registry.MustParseTarget(target))
 		cancel()
 		if err == nil {
 			break
@@ -205,7 +206,7 @@ func TestMasterStartsANewSessionWhenItsLeaseIsGone(t *testing.T) {
 func TestMasterLeavesKindsWithoutARunnerQueued(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	m := runMaster(t, client, Config{})
-	compact, _, err := m.Tasks().Enqueue(context.Background(), tasks.KindCompact, "s1")
+	compact, _, err := m.Tasks().Enqueue(context.Background(), tasks.KindCompact, registry.MustParseTarget("s1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +393,7 @@ func TestMasterRunsMergeWALThroughTheFanOut(t *testing.T) {
 	reg := refmetrics.NewProcessRegistry()
 	m := runMaster(t, client, Config{Caller: caller, Runners: map[tasks.Kind]Runner{}, Metrics: reg,
 		Discovery: fanout.StaticDiscovery{{InstanceID: "w1", GRPCAddr: "127.0.0.1:1"}, {InstanceID: "w2", GRPCAddr: "127.0.0.1:2"}}})
-	ok, _, err := m.Tasks().Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")
+	ok, _, err := m.Tasks().Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("generic:gs"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func TestMasterRunsMergeWALThroughTheFanOut(t *testing.T) {
 	if !slices.Equal(calls, want) {
 		t.Errorf("calls %v, want %v", calls, want)
 	}
-	failed, _, err := m.Tasks().Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")
+	failed, _, err := m.Tasks().Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("generic:gs"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +505,7 @@ func TestMasterClosesTheConnectionOfAWorkerWhenItDeregisters(t *testing.T) {
 	defer caller.Close()
 	runMaster(t, client, Config{Caller: caller})
 
-	if _, err := caller.MergeWal(ctx, w, "generic:g", 1); err != nil {
+	if _, err := caller.MergeWal(ctx, w, registry.MustParseTarget("generic:g"), 1); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 )
@@ -28,7 +29,7 @@ func TestAnOverloadedOrUnavailableWorkerFailsTheMergeForTheNextSweep(t *testing.
 				fail: map[string]error{"w0": errclass.ToGRPC(errclass.New(class, answer))}}
 			metrics := NewMetrics(nil)
 			runScheduler(t, client, ts, one, caller, metrics)
-			task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "generic:s")
+			task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("generic:s"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -36,7 +37,7 @@ func TestAnOverloadedOrUnavailableWorkerFailsTheMergeForTheNextSweep(t *testing.
 			if got.State != tasks.StateFailed || !strings.Contains(got.Error, answer) {
 				t.Fatalf("task %s, error %q; want failed with the worker's answer", got.State, got.Error)
 			}
-			if cd, ok, err := ts.Cooldown(context.Background(), tasks.KindMergeWAL, "generic:s"); err != nil || ok {
+			if cd, ok, err := ts.Cooldown(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("generic:s")); err != nil || ok {
 				t.Fatalf("cooldown of merge_wal generic:s: %+v ok=%v err=%v; want none", cd, ok, err)
 			}
 			if n := testutil.ToFloat64(metrics.Tasks.WithLabelValues("merge_wal", "failed")); n != 1 {
@@ -45,7 +46,7 @@ func TestAnOverloadedOrUnavailableWorkerFailsTheMergeForTheNextSweep(t *testing.
 			caller.mu.Lock()
 			delete(caller.fail, "w0") // merges caught up, the store answers again
 			caller.mu.Unlock()
-			again, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "generic:s")
+			again, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("generic:s"))
 			if err != nil {
 				t.Fatal(err)
 			}

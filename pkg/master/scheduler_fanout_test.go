@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
@@ -54,7 +55,7 @@ func TestMergeWalTaskRunsThroughTheScheduler(t *testing.T) {
 	ts := tasks.New(client, "/fan")
 	caller := &fakeCaller{known: map[string]int64{"w0": 2}}
 	runScheduler(t, client, ts, one, caller, nil)
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("generic:gs"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestMergeWalTaskWaitsQueuedWhileNoWorkerIsListed(t *testing.T) {
 	ts := tasks.New(client, "/gate")
 	discovery := &switchableDiscovery{}
 	s := runScheduler(t, client, ts, discovery, &fakeCaller{known: map[string]int64{"w0": 2}}, nil)
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "generic:gs")
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("generic:gs"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestMergeOfADeletedStoreIsSkippedNotFailed(t *testing.T) {
 		fail: map[string]error{"w0": status.Error(codes.NotFound, `rollout store "s": store not found`)}}
 	metrics := NewMetrics(nil)
 	runScheduler(t, client, ts, fanout.StaticDiscovery{one[0], {InstanceID: "w1", GRPCAddr: "127.0.0.1:2"}}, caller, metrics)
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestAMergeRoundThatMergedNothingIsCounted(t *testing.T) {
 		{3, "merged 3 generations across 1/1 worker", 1},
 	} {
 		caller.merges("w0", tc.merged)
-		task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+		task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("s"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +189,7 @@ func TestACorruptObjectFailsTheMergeAndCoolsItsTargetDown(t *testing.T) {
 		"w0": status.Error(codes.DataLoss, "store s: refresh base: manifest "+key+": corrupt table object: unexpected end of JSON input")}}
 	metrics := NewMetrics(nil)
 	runScheduler(t, client, ts, one, caller, metrics)
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestACorruptObjectFailsTheMergeAndCoolsItsTargetDown(t *testing.T) {
 	if got.State != tasks.StateFailed || !strings.Contains(got.Error, key) {
 		t.Fatalf("task %s, error %q; want failed naming %s", got.State, got.Error, key)
 	}
-	cd, ok, err := ts.Cooldown(context.Background(), tasks.KindMergeWAL, "s")
+	cd, ok, err := ts.Cooldown(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("s"))
 	if err != nil || !ok || cd.Failures != 1 || !strings.Contains(cd.LastError, key) || !cd.Until.After(got.FinishedAt) {
 		t.Fatalf("cooldown of merge_wal s: %+v ok=%v err=%v; want one failure naming %s, in the future", cd, ok, err, key)
 	}

@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 )
@@ -70,7 +71,7 @@ func TestSchedulerReleasesATaskWhoseClaimAnswerWasLost(t *testing.T) {
 		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(context.Context, *tasks.Claim) (tasks.Report, error) {
 			return tasks.Report{Detail: "ran"}, nil
 		})}})
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestShutdownReleasesATaskWhoseClaimAnswerWasLost(t *testing.T) {
 			}
 			return nil
 		}}}})
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("s"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
@@ -50,7 +51,7 @@ func TestSchedulerRunsEachTaskOnceAcrossTwoMasters(t *testing.T) {
 			dup.Add(1)
 		}
 		time.Sleep(5 * time.Millisecond)
-		return tasks.Report{Detail: "ok " + c.Task.Target}, nil
+		return tasks.Report{Detail: "ok " + c.Task.Target.String()}, nil
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -66,7 +67,7 @@ func TestSchedulerRunsEachTaskOnceAcrossTwoMasters(t *testing.T) {
 	}
 	var ids []string
 	for i := 0; i < 10; i++ {
-		task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, fmt.Sprint("store", i))
+		task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget(fmt.Sprint("store", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +75,7 @@ func TestSchedulerRunsEachTaskOnceAcrossTwoMasters(t *testing.T) {
 	}
 	for _, id := range ids {
 		task := waitState(t, ts, id, tasks.StateDone)
-		if task.Detail != "ok "+task.Target {
+		if task.Detail != "ok "+task.Target.String() {
 			t.Fatalf("detail %q", task.Detail)
 		}
 	}
@@ -96,7 +97,7 @@ func TestSchedulerRecordsFailures(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx, time.Second); close(done) }()
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestShutdownReleasesRunningTasksToAnotherMaster(t *testing.T) {
 		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: slow}})
 	done1 := make(chan struct{})
 	go func() { s1.Run(ctx1, 50*time.Millisecond); close(done1) }()
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestSchedulerRecordsAResultOnceEtcdIsBackAfterAnOutageLongerThanAnAttempt(t
 	done := make(chan struct{})
 	go func() { s.Run(ctx, time.Second); close(done) }()
 	defer func() { cancel(); <-done }()
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func TestSchedulerCancelsTheRunsOfALostLeaseAndDoesNotFinishThem(t *testing.T) {
 	done := make(chan struct{})
 	go func() { s.Run(ctx, time.Second); close(done) }()
 	defer func() { cancel(); <-done }()
-	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, "s")
+	task, _, err := ts.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget("s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestAnEnqueueWakesAnIdleScheduler(t *testing.T) {
 	ran := make(chan string, 8)
 	s := NewScheduler(SchedulerConfig{Tasks: ts, Lease: session(t, client, 10).Lease, PollInterval: time.Hour,
 		Runners: map[tasks.Kind]Runner{tasks.KindMergeWAL: RunnerFunc(func(_ context.Context, c *tasks.Claim) (tasks.Report, error) {
-			ran <- c.Task.Target
+			ran <- c.Task.Target.String()
 			return tasks.Report{}, nil
 		})}})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -271,7 +272,7 @@ func TestAnEnqueueWakesAnIdleScheduler(t *testing.T) {
 	other := tasks.New(client, "/sched")
 	for _, target := range []string{"a", "b", "c"} {
 		time.Sleep(50 * time.Millisecond) // the scheduler idles between them
-		if _, _, err := other.Enqueue(context.Background(), tasks.KindMergeWAL, target); err != nil {
+		if _, _, err := other.Enqueue(context.Background(), tasks.KindMergeWAL, registry.MustParseTarget(target)); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -297,8 +298,8 @@ func TestAnEndingTaskWakesTheScheduler(t *testing.T) {
 	ran := make(chan string, 8)
 	release := make(chan struct{})
 	runner := RunnerFunc(func(ctx context.Context, c *tasks.Claim) (tasks.Report, error) {
-		ran <- string(c.Task.Kind) + " " + c.Task.Target
-		if c.Task.Target == "a" && c.Task.Kind != tasks.KindVerify {
+		ran <- string(c.Task.Kind) + " " + c.Task.Target.String()
+		if c.Task.Target.String() == "a" && c.Task.Kind != tasks.KindVerify {
 			select {
 			case <-release:
 			case <-ctx.Done():
@@ -324,7 +325,7 @@ func TestAnEndingTaskWakesTheScheduler(t *testing.T) {
 		}
 	}
 	for _, kind := range []tasks.Kind{tasks.KindMergeWAL, tasks.KindCompact} {
-		if _, _, err := ts.Enqueue(ctx, kind, "a"); err != nil {
+		if _, _, err := ts.Enqueue(ctx, kind, registry.MustParseTarget("a")); err != nil {
 			t.Fatal(err)
 		}
 		wantRun(string(kind) + " a")
@@ -334,7 +335,7 @@ func TestAnEndingTaskWakesTheScheduler(t *testing.T) {
 		kind   tasks.Kind
 		target string
 	}{{tasks.KindMergeWAL, "b"}, {tasks.KindVerify, "a"}} {
-		if _, _, err := ts.Enqueue(ctx, e.kind, e.target); err != nil {
+		if _, _, err := ts.Enqueue(ctx, e.kind, registry.MustParseTarget(e.target)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,8 +15,9 @@
 //   - Creating a store is a put-if-absent of its registry object: of concurrent creators
 //     of one name, on any number of workers, exactly one wins and the others get
 //     ErrExists; a generic store's schema is fixed by the winner.
-//   - A target string names a store unambiguously: "<name>" for a rollout store and
-//     "generic:<name>" for a generic store (a name cannot contain ':').
+//   - A Target names a store unambiguously; its text is "<name>" for a rollout store
+//     and "generic:<name>" for a generic store (a name cannot contain ':'), and a
+//     Target parsed from text holds a valid name.
 //   - Listing a kind's registry is how the master's scanner discovers stores, so a
 //     registered store is always found by the next scan.
 package registry

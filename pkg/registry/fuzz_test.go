@@ -48,7 +48,8 @@ func FuzzStoreNames(f *testing.F) {
 }
 
 func checkTarget(t *testing.T, target string) {
-	k, name, err := ParseTarget(target)
+	parsed, err := ParseTarget(target)
+	k, name := parsed.Kind, parsed.Name
 	if err != nil {
 		if !errors.Is(err, ErrInvalidName) {
 			t.Fatalf("ParseTarget(%q) = %v, not ErrInvalidName", target, err)
@@ -58,7 +59,7 @@ func checkTarget(t *testing.T, target string) {
 	if !k.Valid() {
 		t.Fatalf("ParseTarget(%q) gave kind %q", target, k)
 	}
-	if got := Target(k, name); got != target {
+	if got := parsed.String(); got != target {
 		t.Fatalf("ParseTarget(%q) = %s %q, which formats as %q", target, k, name, got)
 	}
 	if err := ValidateName(name); err != nil {
@@ -90,9 +91,9 @@ func checkName(t *testing.T, name string) {
 		if !ok || got != name {
 			t.Fatalf("registry key %q lists as %q", key(k, name), got)
 		}
-		back, parsed, err := ParseTarget(Target(k, name))
-		if err != nil || back != k || parsed != name {
-			t.Fatalf("Target(%s, %q) parses to %s %q, %v", k, name, back, parsed, err)
+		back, err := ParseTarget(NewTarget(k, name).String())
+		if err != nil || back != NewTarget(k, name) {
+			t.Fatalf("Target(%s, %q) parses to %s %q, %v", k, name, back.Kind, back.Name, err)
 		}
 	}
 }
@@ -129,7 +130,7 @@ func FuzzDecodeRegistryEntry(f *testing.F) {
 			}
 			return
 		}
-		if e.Name != "demo" || e.Kind != k || e.Target() != Target(k, "demo") {
+		if e.Name != "demo" || e.Kind != k || e.Target() != NewTarget(k, "demo") {
 			t.Fatalf("accepted %+v from the key of %s store demo", e, k)
 		}
 		enc, err := json.Marshal(e)

@@ -63,28 +63,92 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// genericPrefix marks a generic store in a target string.
+// genericPrefix marks a generic store in a target's text.
 const genericPrefix = "generic:"
 
-// Target is the string that names a store in tasks, stats and etcd keys.
-func Target(k Kind, name string) string {
-	if k == KindGeneric {
-		return genericPrefix + name
-	}
-	return name
+// Target names a store unambiguously across kinds: in tasks, stats rows, etcd keys
+// and the APIs. Its text (String) is "<name>" for a rollout store and
+// "generic:<name>" for a generic one; a name cannot contain ':', so the text parses
+// back to the same target.
+//
+// Text is parsed once where it enters (a route's path, a gRPC request, an etcd key
+// or record, a command's argument) and the value is passed everywhere else. A
+// Target made by ParseTarget or UnmarshalText holds a valid name; NewTarget trusts
+// its caller (a registry entry, a name validated already). The zero Target is no
+// store: its text is empty, and it is how a filter says "any".
+type Target struct {
+	Kind Kind
+	Name string
 }
 
-// ParseTarget splits a target string into kind and name, validating the name:
-// "<name>" is a rollout store, "generic:<name>" a generic store.
-func ParseTarget(target string) (Kind, string, error) {
-	k, name := KindRollout, target
-	if rest, ok := strings.CutPrefix(target, genericPrefix); ok {
-		k, name = KindGeneric, rest
+// NewTarget returns the target of the store of kind k named name, without
+// validating them: for code that holds a store's kind and name already.
+func NewTarget(k Kind, name string) Target { return Target{Kind: k, Name: name} }
+
+// ParseTarget parses a target's text, validating the name: "<name>" is a rollout
+// store, "generic:<name>" a generic store.
+func ParseTarget(text string) (Target, error) {
+	t := Target{Kind: KindRollout, Name: text}
+	if rest, ok := strings.CutPrefix(text, genericPrefix); ok {
+		t = Target{Kind: KindGeneric, Name: rest}
 	}
-	if err := ValidateName(name); err != nil {
-		return "", "", fmt.Errorf("target %q: %w", target, err)
+	if err := t.Validate(); err != nil {
+		return Target{}, err
 	}
-	return k, name, nil
+	return t, nil
+}
+
+// Validate checks a target made without parsing (NewTarget, a literal) as
+// ParseTarget checks its text, with the same error: an ErrInvalidName naming the
+// target's text. Code that writes a target into etcd keys validates it first.
+func (t Target) Validate() error {
+	if err := ValidateName(t.Name); err != nil {
+		return fmt.Errorf("target %q: %w", t.String(), err)
+	}
+	if !t.Kind.Valid() {
+		return fmt.Errorf("target %q: %w: unknown kind %q", t.String(), ErrInvalidName, t.Kind)
+	}
+	return nil
+}
+
+// MustParseTarget is ParseTarget of a text known to be valid (a constant, a
+// test's literal); it panics on an invalid one.
+func MustParseTarget(text string) Target {
+	t, err := ParseTarget(text)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// String is the target's text: "<name>" or "generic:<name>"; empty for the zero
+// Target. Etcd keys and the wire carry this text.
+func (t Target) String() string {
+	if t.Kind == KindGeneric {
+		return genericPrefix + t.Name
+	}
+	return t.Name
+}
+
+// Compare orders targets by their text, the order of the etcd keys they name.
+func (t Target) Compare(o Target) int { return strings.Compare(t.String(), o.String()) }
+
+// IsZero reports whether t is the zero Target, no store.
+func (t Target) IsZero() bool { return t == Target{} }
+
+// MarshalText is the target's text, so a JSON record holding a Target stores the
+// same string it stored when targets were strings.
+func (t Target) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// UnmarshalText parses a target's text as ParseTarget does: a record holding an
+// invalid target does not decode.
+func (t *Target) UnmarshalText(text []byte) error {
+	parsed, err := ParseTarget(string(text))
+	if err != nil {
+		return err
+	}
+	*t = parsed
+	return nil
 }
 
 // Dir is the table directory of a store registered before stores had incarnations

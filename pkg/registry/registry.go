@@ -47,8 +47,8 @@ type Entry struct {
 	MaxConsumerLag Duration `json:"max_consumer_lag,omitempty"`
 }
 
-// Target is the entry's target string.
-func (e Entry) Target() string { return Target(e.Kind, e.Name) }
+// Target is the entry's target.
+func (e Entry) Target() Target { return NewTarget(e.Kind, e.Name) }
 
 // Registry reads and writes registry objects. It holds no state besides its bucket.
 type Registry struct {

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,17 +33,126 @@ func TestParseTarget(t *testing.T) {
 		"generic_x":  {"rollout", "generic_x"},
 		"_x":         {"rollout", "_x"},
 	} {
-		k, n, err := ParseTarget(in)
-		if err != nil || string(k) != want[0] || n != want[1] {
-			t.Errorf("ParseTarget(%q) = %s %s %v, want %v", in, k, n, err, want)
+		got, err := ParseTarget(in)
+		if err != nil || string(got.Kind) != want[0] || got.Name != want[1] {
+			t.Errorf("ParseTarget(%q) = %s %s %v, want %v", in, got.Kind, got.Name, err, want)
 		}
-		if Target(k, n) != in {
-			t.Errorf("Target(%s, %s) = %q, want %q", k, n, Target(k, n), in)
+		if got.String() != in {
+			t.Errorf("%#v.String() = %q, want %q", got, got.String(), in)
 		}
 	}
 	for _, bad := range []string{"", "generic:", "a/b", "generic:../x", "rollout:x", "generic:a:b"} {
-		if _, _, err := ParseTarget(bad); !errors.Is(err, ErrInvalidName) {
+		if _, err := ParseTarget(bad); !errors.Is(err, ErrInvalidName) {
 			t.Errorf("ParseTarget(%q) = %v, want ErrInvalidName", bad, err)
+		}
+	}
+}
+
+// TestTargetTextRoundTrips: a target's text is today's string ("<name>",
+// "generic:<name>"), and ParseTarget gives back the same value.
+func TestTargetTextRoundTrips(t *testing.T) {
+	for _, tc := range []struct {
+		target Target
+		text   string
+	}{
+		{NewTarget(KindRollout, "demo"), "demo"},
+		{NewTarget(KindGeneric, "demo"), "generic:demo"},
+		{NewTarget(KindRollout, "generic_x"), "generic_x"},
+		{NewTarget(KindGeneric, "a.b-c_9"), "generic:a.b-c_9"},
+		{NewTarget(KindRollout, strings.Repeat("n", 128)), strings.Repeat("n", 128)},
+	} {
+		if got := tc.target.String(); got != tc.text {
+			t.Errorf("%#v.String() = %q, want %q", tc.target, got, tc.text)
+		}
+		back, err := ParseTarget(tc.text)
+		if err != nil || back != tc.target {
+			t.Errorf("ParseTarget(%q) = %#v, %v, want %#v", tc.text, back, err, tc.target)
+		}
+		if tc.target.IsZero() {
+			t.Errorf("%#v.IsZero() = true", tc.target)
+		}
+	}
+	if err := NewTarget(Kind("archive"), "x").Validate(); !errors.Is(err, ErrInvalidName) {
+		t.Errorf("a target of an unknown kind validates: %v", err)
+	}
+	if NewTarget(KindRollout, "b").Compare(NewTarget(KindGeneric, "a")) >= 0 || MustParseTarget("generic:a") != NewTarget(KindGeneric, "a") {
+		t.Error("targets do not order by their text (the order of their etcd keys)")
+	}
+	if !(Target{}).IsZero() || (Target{}).String() != "" {
+		t.Errorf("the zero Target: IsZero %v, text %q", (Target{}).IsZero(), (Target{}).String())
+	}
+}
+
+// TestTargetJSONIsTodaysString: a record holding a Target stores the same JSON
+// string it stored when targets were strings, and decodes back to the same value.
+func TestTargetJSONIsTodaysString(t *testing.T) {
+	type record struct {
+		Target Target `json:"target"`
+		N      int    `json:"n"`
+	}
+	type legacy struct {
+		Target string `json:"target"`
+		N      int    `json:"n"`
+	}
+	for _, tc := range []struct {
+		target Target
+		text   string
+	}{
+		{NewTarget(KindRollout, "demo"), "demo"},
+		{NewTarget(KindGeneric, "gs"), "generic:gs"},
+	} {
+		got, err := json.Marshal(record{Target: tc.target, N: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(legacy{Target: tc.text, N: 1})
+		if string(got) != string(want) {
+			t.Errorf("JSON of %#v = %s, want %s", tc.target, got, want)
+		}
+		var back record
+		if err := json.Unmarshal(want, &back); err != nil || back.Target != tc.target {
+			t.Errorf("decode %s = %#v, %v, want %#v", want, back.Target, err, tc.target)
+		}
+		// As a map key too (stats and dashboards key maps by target).
+		m, err := json.Marshal(map[Target]int{tc.target: 1})
+		if err != nil || string(m) != `{"`+tc.text+`":1}` {
+			t.Errorf("JSON of a map keyed by %#v = %s, %v", tc.target, m, err)
+		}
+	}
+}
+
+// TestTargetRefusesInvalidNames: ParseTarget and a record's decode refuse what
+// ParseTarget refused when targets were strings, with the same message.
+func TestTargetRefusesInvalidNames(t *testing.T) {
+	for _, tc := range []struct{ text, msg string }{
+		{"", `target "": invalid store name "": empty`},
+		{"generic:", `target "generic:": invalid store name "": empty`},
+		{"a/b", `target "a/b": invalid store name "a/b": character '/' not allowed (use A-Z a-z 0-9 . _ -)`},
+		{"generic:../x", `target "generic:../x": invalid store name "../x": must start with a letter, digit or '_'`},
+		{"rollout:x", `target "rollout:x": invalid store name "rollout:x": character ':' not allowed (use A-Z a-z 0-9 . _ -)`},
+		{"generic:a:b", `target "generic:a:b": invalid store name "a:b": character ':' not allowed (use A-Z a-z 0-9 . _ -)`},
+		{"_stats", `target "_stats": invalid store name "_stats": reserved`},
+		{"x..", `target "x..": invalid store name "x..": must not end in ".."`},
+		{"a__0xb", `target "a__0xb": invalid store name "a__0xb": must not contain "__0x"`},
+	} {
+		got, err := ParseTarget(tc.text)
+		if !errors.Is(err, ErrInvalidName) || err.Error() != tc.msg || !got.IsZero() {
+			t.Errorf("ParseTarget(%q) = %#v, %v, want ErrInvalidName %q", tc.text, got, err, tc.msg)
+		}
+		// A target made without parsing is refused the same way, with the same message.
+		made := NewTarget(KindRollout, tc.text)
+		if rest, ok := strings.CutPrefix(tc.text, "generic:"); ok {
+			made = NewTarget(KindGeneric, rest)
+		}
+		if err := made.Validate(); !errors.Is(err, ErrInvalidName) || err.Error() != tc.msg {
+			t.Errorf("%#v.Validate() = %v, want ErrInvalidName %q", made, err, tc.msg)
+		}
+		var rec struct {
+			Target Target `json:"target"`
+		}
+		data, _ := json.Marshal(map[string]string{"target": tc.text})
+		if err := json.Unmarshal(data, &rec); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("decode %s = %v, want ErrInvalidName", data, err)
 		}
 	}
 }
@@ -64,7 +174,7 @@ func TestCreateGetListDelete(t *testing.T) {
 		t.Fatalf("same name, other kind: %v", err)
 	}
 	g, err := r.Get(ctx, KindGeneric, "g1")
-	if err != nil || !g.SealOnAdd || string(g.Schema) != `{"columns":[]}` || g.URI != "generic/g1" || g.Target() != "generic:g1" {
+	if err != nil || !g.SealOnAdd || string(g.Schema) != `{"columns":[]}` || g.URI != "generic/g1" || g.Target() != NewTarget(KindGeneric, "g1") || g.Target().String() != "generic:g1" {
 		t.Fatalf("get g1 = %+v, %v", g, err)
 	}
 	names, err := r.Names(ctx, KindRollout)

@@ -12,12 +12,8 @@ import (
 // putStatsRow writes a stats row directly, standing for an earlier scan.
 func (e *env) putStatsRow(r stats.Row) {
 	e.t.Helper()
-	k, name, err := registry.ParseTarget(r.Target)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	r.Kind, r.Name = k, name
-	if _, err := e.client.Put(e.ctx, e.ts.Prefix()+"/stats/"+r.Target, stats.Encode(r)); err != nil {
+	r.Kind, r.Name = r.Target.Kind, r.Target.Name
+	if _, err := e.client.Put(e.ctx, e.ts.Prefix()+"/stats/"+r.Target.String(), stats.Encode(r)); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -30,7 +26,7 @@ func (e *env) queuedCompactions() []string {
 	}
 	var out []string
 	for _, task := range list {
-		out = append(out, task.Target)
+		out = append(out, task.Target.String())
 	}
 	return out
 }
@@ -50,13 +46,13 @@ func (e *env) compactionSweep(sw *CompactionSweeper) SweepSummary {
 // alone while its row has not changed since the compact task it already had.
 func TestCompactionSweepEnqueuesByEachThresholdWorstFirst(t *testing.T) {
 	e := newEnv(t)
-	e.putStatsRow(stats.Row{Target: "many", Version: 5, FragmentCount: 40, Level0Fragments: 40, RowCount: 400})
-	e.putStatsRow(stats.Row{Target: "generic:more", Version: 5, FragmentCount: 50, Level0Fragments: 50, RowCount: 500})
+	e.putStatsRow(stats.Row{Target: registry.MustParseTarget("many"), Version: 5, FragmentCount: 40, Level0Fragments: 40, RowCount: 400})
+	e.putStatsRow(stats.Row{Target: registry.MustParseTarget("generic:more"), Version: 5, FragmentCount: 50, Level0Fragments: 50, RowCount: 500})
 	// Many fragments, but in levels within their capacity: nothing to do.
-	e.putStatsRow(stats.Row{Target: "leveled", Version: 5, FragmentCount: 60, Level0Fragments: 1, RowCount: 5000})
-	e.putStatsRow(stats.Row{Target: "deleted", Version: 5, FragmentCount: 3, RowCount: 60, DeletedRows: 40})
-	e.putStatsRow(stats.Row{Target: "old", Version: 150, FragmentCount: 2, RowCount: 10})
-	e.putStatsRow(stats.Row{Target: "fine", Version: 50, FragmentCount: 5, RowCount: 100, DeletedRows: 1})
+	e.putStatsRow(stats.Row{Target: registry.MustParseTarget("leveled"), Version: 5, FragmentCount: 60, Level0Fragments: 1, RowCount: 5000})
+	e.putStatsRow(stats.Row{Target: registry.MustParseTarget("deleted"), Version: 5, FragmentCount: 3, RowCount: 60, DeletedRows: 40})
+	e.putStatsRow(stats.Row{Target: registry.MustParseTarget("old"), Version: 150, FragmentCount: 2, RowCount: 10})
+	e.putStatsRow(stats.Row{Target: registry.MustParseTarget("fine"), Version: 50, FragmentCount: 5, RowCount: 100, DeletedRows: 1})
 	sw := NewCompactionSweeper(e.client, e.ts, StaticLease(e.grant()), CompactionSweepConfig{Logger: e.log,
 		MinFragments: 32, DeletedRatio: 0.2, CleanupEveryVersions: 100, MaxEnqueues: 3})
 
@@ -89,7 +85,7 @@ func TestCompactionSweepEnqueuesByEachThresholdWorstFirst(t *testing.T) {
 		t.Fatalf("sweep over unchanged rows = %+v, want nothing", sum)
 	}
 	// A commit since makes a target worth a look again.
-	e.putStatsRow(stats.Row{Target: "many", Version: 6, FragmentCount: 41, Level0Fragments: 41, RowCount: 410})
+	e.putStatsRow(stats.Row{Target: registry.MustParseTarget("many"), Version: 6, FragmentCount: 41, Level0Fragments: 41, RowCount: 410})
 	if sum = e.compactionSweep(sw); sum.Enqueued != 1 {
 		t.Fatalf("sweep after a commit = %+v, want many enqueued", sum)
 	}
@@ -99,9 +95,9 @@ func TestCompactionSweepEnqueuesByEachThresholdWorstFirst(t *testing.T) {
 // make a table due for compaction whatever its level-0 count.
 func TestCompactionSweepEnqueuesUnsortedAndSpillingTables(t *testing.T) {
 	e := newEnv(t)
-	e.putStatsRow(stats.Row{Target: "upgraded", Version: 5, FragmentCount: 2, Level0Fragments: 2, UnsortedFragments: 1, RowCount: 400})
-	e.putStatsRow(stats.Row{Target: "spilling", Version: 5, FragmentCount: 12, Level0Fragments: 0, SpillingLevels: 1, RowCount: 500})
-	e.putStatsRow(stats.Row{Target: "settled", Version: 5, FragmentCount: 12, Level0Fragments: 1, RowCount: 500})
+	e.putStatsRow(stats.Row{Target: registry.MustParseTarget("upgraded"), Version: 5, FragmentCount: 2, Level0Fragments: 2, UnsortedFragments: 1, RowCount: 400})
+	e.putStatsRow(stats.Row{Target: registry.MustParseTarget("spilling"), Version: 5, FragmentCount: 12, Level0Fragments: 0, SpillingLevels: 1, RowCount: 500})
+	e.putStatsRow(stats.Row{Target: registry.MustParseTarget("settled"), Version: 5, FragmentCount: 12, Level0Fragments: 1, RowCount: 500})
 	sw := NewCompactionSweeper(e.client, e.ts, StaticLease(e.grant()), CompactionSweepConfig{Logger: e.log, MinFragments: 8})
 	if sum := e.compactionSweep(sw); sum.Eligible != 2 || sum.Enqueued != 2 {
 		t.Fatalf("sweep = %+v, want the upgraded and the spilling table", sum)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // Defaults of the scan's settings (Config).
@@ -195,7 +196,7 @@ type OrphanCheck func(ctx context.Context) (func(stats.Row) []string, error)
 
 // Rescan observes one target now and returns its fresh stats row
 // (Scanner.Rescan).
-type Rescan func(ctx context.Context, target string) (stats.Row, error)
+type Rescan func(ctx context.Context, target registry.Target) (stats.Row, error)
 
 func orDefault(clk clock.Clock, log *slog.Logger) (clock.Clock, *slog.Logger) {
 	if clk == nil {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/pending"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -172,7 +173,7 @@ type MergeDemand struct {
 	coord   *roundLock
 	metrics *demandMetrics
 
-	merges map[string]*tracked // by target; Run's goroutine only
+	merges map[registry.Target]*tracked // by target; Run's goroutine only
 	// times are the run times of the merges settle saw done: the age rule's
 	// lead. Run's goroutine only.
 	times mergeTimes
@@ -191,7 +192,7 @@ func NewMergeDemand(client *clientv3.Client, ts *tasks.Queue, lease Lease, cfg D
 		log:     log,
 		coord:   &roundLock{ts: ts, name: MergeDemandLock, lease: lease, log: log},
 		metrics: newDemandMetrics(cfg.Registerer),
-		merges:  map[string]*tracked{},
+		merges:  map[registry.Target]*tracked{},
 	}
 }
 
@@ -278,7 +279,7 @@ func (d *MergeDemand) round(ctx context.Context) (DemandSummary, error) {
 			d.merges[target] = &tracked{id: id, checkedAt: now}
 		}
 	}
-	demand := d.view.Demand(now, func(target string) int64 {
+	demand := d.view.Demand(now, func(target registry.Target) int64 {
 		if m := d.merges[target]; m != nil {
 			return m.claimedRev
 		}
@@ -364,8 +365,8 @@ func (c dueStore) due(now time.Time, startBy time.Duration, minGenerations int) 
 // once, for its claim's revision (the cutoff of its target's entries) and whether
 // it failed; a finished merge is forgotten demandSettle after it was seen
 // finished, a merge of a deleted store once no worker lists the store.
-func (d *MergeDemand) settle(ctx context.Context, live map[string]string, now time.Time) {
-	listed := map[string]bool{}
+func (d *MergeDemand) settle(ctx context.Context, live map[registry.Target]string, now time.Time) {
+	listed := map[registry.Target]bool{}
 	for _, dm := range d.view.Demand(now, nil) {
 		listed[dm.Target] = true
 	}

@@ -6,6 +6,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -36,7 +37,7 @@ func TestMergeDemandReplacesADedupeKeyThatOutlivedItsTask(t *testing.T) {
 func TestMergeDemandCutsOffEntriesAfterAMergeItDidNotEnqueue(t *testing.T) {
 	w := newDemandWorld(t)
 	w.publish("w1", gens("a", 8, w.clk.Now()))
-	if _, _, err := w.ts.Enqueue(w.ctx, tasks.KindMergeWAL, "a"); err != nil { // the merge sweep's
+	if _, _, err := w.ts.Enqueue(w.ctx, tasks.KindMergeWAL, registry.MustParseTarget("a")); err != nil { // the merge sweep's
 		t.Fatal(err)
 	}
 	if sum := w.round(); sum.Live != 1 {

@@ -12,6 +12,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/pending"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
@@ -46,13 +47,13 @@ func (w *demandWorld) publish(worker string, entries ...pending.Entry) {
 	keep := map[string]bool{}
 	var rev int64
 	for _, e := range entries {
-		keep[w.ts.Keys().Pending(worker, e.Target)] = true
+		keep[w.ts.Keys().Pending(worker, e.Target.String())] = true
 		value, err := json.Marshal(map[string]any{"generations": e.Generations, "bytes": e.Bytes,
 			"oldest_sealed_at": e.OldestSealedAt, "published_at": w.clk.Now()})
 		if err != nil {
 			w.t.Fatal(err)
 		}
-		resp, err := w.client.Put(w.ctx, w.ts.Keys().Pending(worker, e.Target), string(value))
+		resp, err := w.client.Put(w.ctx, w.ts.Keys().Pending(worker, e.Target.String()), string(value))
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -92,7 +93,7 @@ func (w *demandWorld) finish(target string, err error) {
 	if cerr != nil {
 		w.t.Fatalf("claim: %v", cerr)
 	}
-	if c.Task.Target != target {
+	if c.Task.Target.String() != target {
 		w.t.Fatalf("claimed a merge of %s, want %s", c.Task.Target, target)
 	}
 	w.clk.Step(time.Second)
@@ -102,7 +103,7 @@ func (w *demandWorld) finish(target string, err error) {
 }
 
 func gens(target string, n int, sealedAt time.Time) pending.Entry {
-	return pending.Entry{Target: target, Generations: n, Bytes: int64(n) << 10, OldestSealedAt: sealedAt}
+	return pending.Entry{Target: registry.MustParseTarget(target), Generations: n, Bytes: int64(n) << 10, OldestSealedAt: sealedAt}
 }
 
 // A store is merged as soon as the records say so: enough generations summed over
@@ -128,7 +129,7 @@ func TestMergeDemandEnqueuesStoresDueByGenerationsOrAge(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range queued {
-		want := map[string]time.Time{"busy": now, "quiet": now.Add(-10 * time.Second)}[q.Target]
+		want := map[string]time.Time{"busy": now, "quiet": now.Add(-10 * time.Second)}[q.Target.String()]
 		if !q.DueAt.Equal(want) {
 			t.Fatalf("%s due %v, want %v", q.Target, q.DueAt, want)
 		}
@@ -248,8 +249,8 @@ func TestMergeDemandServesStoresInTheOrderTheyFellBehind(t *testing.T) {
 	}
 	want := map[string]time.Time{"piled": now.Add(-9 * time.Second), "quiet": now.Add(-2 * time.Second), "burst": now}
 	for _, q := range queued {
-		if !q.DueAt.Equal(want[q.Target]) {
-			t.Errorf("%s due %v, want %v", q.Target, q.DueAt.Sub(now), want[q.Target].Sub(now))
+		if !q.DueAt.Equal(want[q.Target.String()]) {
+			t.Errorf("%s due %v, want %v", q.Target, q.DueAt.Sub(now), want[q.Target.String()].Sub(now))
 		}
 	}
 	var order []string
@@ -258,7 +259,7 @@ func TestMergeDemandServesStoresInTheOrderTheyFellBehind(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		order = append(order, c.Task.Target)
+		order = append(order, c.Task.Target.String())
 	}
 	if !slices.Equal(order, []string{"piled", "quiet", "burst"}) {
 		t.Fatalf("claimed %v, want piled, quiet, burst", order)
@@ -310,7 +311,7 @@ func TestMergeDemandStartsAMergeByAgeAsEarlyAsMergesTake(t *testing.T) {
 		t.Fatalf("round = %+v, want ripe enqueued (due by age 22 s: 30 s less the 8 s merges take)", sum)
 	}
 	queued, _, err := w.ts.List(w.ctx, tasks.ListFilter{State: tasks.StateQueued})
-	if err != nil || len(queued) != 1 || queued[0].Target != "ripe" {
+	if err != nil || len(queued) != 1 || queued[0].Target.String() != "ripe" {
 		t.Fatalf("queued %v (%v), want ripe only", queued, err)
 	}
 	if want := now.Add(-time.Second); !queued[0].DueAt.Equal(want) {

@@ -231,11 +231,11 @@ func (e *env) rowCount() int64 {
 // putRow writes a stats row directly, standing for an earlier scan.
 func (e *env) putRow(target string, pending int) {
 	e.t.Helper()
-	k, name, err := registry.ParseTarget(target)
+	parsed, err := registry.ParseTarget(target)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	r := stats.Row{Target: target, Kind: k, Name: name, Version: 1, PendingWALGenerations: pending}
+	r := stats.Row{Target: parsed, Kind: parsed.Kind, Name: parsed.Name, Version: 1, PendingWALGenerations: pending}
 	if _, err := e.client.Put(e.ctx, e.ts.Prefix()+"/stats/"+target, stats.Encode(r)); err != nil {
 		e.t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func (e *env) queuedTargets() []string {
 	}
 	var out []string
 	for _, task := range list {
-		out = append(out, task.Target)
+		out = append(out, task.Target.String())
 	}
 	return out
 }

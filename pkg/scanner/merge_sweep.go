@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -97,7 +98,7 @@ func (m *mergeRule) attrs(c candidate) []any {
 
 // rescan observes target again, if the sweep has a Rescan; ok is false without one
 // or when it fails (logged: the target waits for the next scan, as without one).
-func (m *mergeRule) rescan(ctx context.Context, target string) (stats.Row, bool) {
+func (m *mergeRule) rescan(ctx context.Context, target registry.Target) (stats.Row, bool) {
 	if m.cfg.Rescan == nil {
 		return stats.Row{}, false
 	}

@@ -92,7 +92,7 @@ func gauge(reg prometheus.Registerer, name, help string) prometheus.Gauge {
 // observeRound sets the gauges that describe the stores as of a round: rows are
 // the stores' rows by target (observed this round, or their previous one), kinds
 // their kinds.
-func (m *scanMetrics) observeRound(rows map[string]stats.Row, kinds map[string]registry.Kind, probed, observed int) {
+func (m *scanMetrics) observeRound(rows map[registry.Target]stats.Row, kinds map[registry.Target]registry.Kind, probed, observed int) {
 	var total, most, rollouts, rowCount, fragments int64
 	for target, r := range rows {
 		p := int64(r.PendingWALGenerations)

@@ -90,7 +90,7 @@ func (s *Scanner) observe(ctx context.Context, kind registry.Kind, name string, 
 // row is the stats row of the observation, scanned at now.
 func (o *observation) row(now time.Time) stats.Row {
 	r := stats.Row{
-		Target:        registry.Target(o.kind, o.name),
+		Target:        registry.NewTarget(o.kind, o.name),
 		Kind:          o.kind,
 		Name:          o.name,
 		Version:       o.base.Version,
@@ -147,10 +147,10 @@ func filesDue(m *wal.Manifest, now time.Time) bool {
 type observations struct {
 	mu  sync.Mutex
 	max int
-	m   map[string]*observation
+	m   map[registry.Target]*observation
 }
 
-func (c *observations) get(target string) *observation {
+func (c *observations) get(target registry.Target) *observation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.m[target]
@@ -158,7 +158,7 @@ func (c *observations) get(target string) *observation {
 
 // put caches o unless the cache is full and target is new; it reports whether o
 // was cached.
-func (c *observations) put(target string, o *observation) bool {
+func (c *observations) put(target registry.Target, o *observation) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.m[target]; !ok && len(c.m) >= c.max {
@@ -168,14 +168,14 @@ func (c *observations) put(target string, o *observation) bool {
 	return true
 }
 
-func (c *observations) drop(target string) {
+func (c *observations) drop(target registry.Target) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, target)
 }
 
 // retain drops every target not in keep (stores no longer registered).
-func (c *observations) retain(keep map[string]bool) {
+func (c *observations) retain(keep map[registry.Target]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for t := range c.m {
@@ -192,6 +192,6 @@ func (c *observations) len() int {
 }
 
 // describe wraps an observation error with its target.
-func describe(target string, err error) error {
+func describe(target registry.Target, err error) error {
 	return fmt.Errorf("observe %s: %w", target, err)
 }

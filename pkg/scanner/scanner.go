@@ -78,7 +78,7 @@ func New(client *clientv3.Client, ts *tasks.Queue, bucket *objstore.Bucket, leas
 		log:     log,
 		metrics: newScanMetrics(cfg.Registerer),
 		coord:   &roundLock{ts: ts, name: ScannerLock, lease: lease, log: log},
-		cache:   &observations{max: cfg.MaxCachedStores, m: map[string]*observation{}},
+		cache:   &observations{max: cfg.MaxCachedStores, m: map[registry.Target]*observation{}},
 		// The scanner reads manifests only: no fragment cache.
 		tableOpts: []table.Option{table.WithCacheBytes(0), table.WithClock(cfg.Clock), table.WithLogger(cfg.Logger)},
 		round:     make(chan struct{}, 1),
@@ -139,7 +139,7 @@ func (s *Scanner) Scan(ctx context.Context) (Summary, error) {
 type storeRef struct {
 	kind   registry.Kind
 	name   string
-	target string
+	target registry.Target
 }
 
 // result is one store's outcome in a round.
@@ -152,7 +152,7 @@ type result struct {
 
 // rowWrite is one conditional write of a round.
 type rowWrite struct {
-	target string
+	target registry.Target
 	del    bool
 	// modRev is the row's mod revision when the round read it (0: absent); the
 	// write happens only if it is unchanged.
@@ -188,10 +188,10 @@ func (s *Scanner) scan(ctx context.Context) (Summary, error) {
 		return sum, fmt.Errorf("stats scan: %w", err)
 	}
 
-	registered := make(map[string]bool, len(stores))
+	registered := make(map[registry.Target]bool, len(stores))
 	var writes []rowWrite
-	current := make(map[string]stats.Row, len(results))
-	kinds := make(map[string]registry.Kind, len(results))
+	current := make(map[registry.Target]stats.Row, len(results))
+	kinds := make(map[registry.Target]registry.Kind, len(results))
 	for _, r := range results {
 		registered[r.target] = true
 		kinds[r.target] = r.kind
@@ -224,7 +224,7 @@ func (s *Scanner) scan(ctx context.Context) (Summary, error) {
 		}
 	}
 	s.cache.retain(registered)
-	sort.Slice(writes, func(i, j int) bool { return writes[i].target < writes[j].target })
+	sort.Slice(writes, func(i, j int) bool { return writes[i].target.Compare(writes[j].target) < 0 })
 
 	if s.cfg.beforeWrite != nil {
 		s.cfg.beforeWrite(ctx)
@@ -248,7 +248,7 @@ func (s *Scanner) registered(ctx context.Context) ([]storeRef, error) {
 			return nil, fmt.Errorf("list %s stores: %w", k, err)
 		}
 		for _, n := range names {
-			out = append(out, storeRef{kind: k, name: n, target: registry.Target(k, n)})
+			out = append(out, storeRef{kind: k, name: n, target: registry.NewTarget(k, n)})
 		}
 	}
 	return out, nil
@@ -350,11 +350,11 @@ const maxRescanAttempts = 3
 // A malformed target wraps tasks.ErrInvalidArgument and registry.ErrInvalidName;
 // a target whose store is not registered wraps registry.ErrNotFound (and its row,
 // if any, is deleted).
-func (s *Scanner) Rescan(ctx context.Context, target string) (stats.Row, error) {
-	kind, name, err := registry.ParseTarget(target)
-	if err != nil {
+func (s *Scanner) Rescan(ctx context.Context, target registry.Target) (stats.Row, error) {
+	if err := target.Validate(); err != nil {
 		return stats.Row{}, fmt.Errorf("rescan: %w: %w", tasks.ErrInvalidArgument, err)
 	}
+	kind, name := target.Kind, target.Name
 	for range maxRescanAttempts {
 		cur, found, err := s.rows.Get(ctx, target)
 		if err != nil {
@@ -403,8 +403,8 @@ func (s *Scanner) Rescan(ctx context.Context, target string) (stats.Row, error) 
 }
 
 // Row returns the stats row of target, or an error wrapping ErrRowNotFound.
-func (s *Scanner) Row(ctx context.Context, target string) (stats.Row, error) {
-	if _, _, err := registry.ParseTarget(target); err != nil {
+func (s *Scanner) Row(ctx context.Context, target registry.Target) (stats.Row, error) {
+	if err := target.Validate(); err != nil {
 		return stats.Row{}, fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
 	}
 	cur, found, err := s.rows.Get(ctx, target)
@@ -456,7 +456,7 @@ func listRows(ctx context.Context, rs stats.Rows, p Page, log *slog.Logger) ([]s
 	}
 	next := ""
 	if more && len(page) > 0 {
-		next = page[len(page)-1].Target
+		next = page[len(page)-1].Key
 	}
 	return rows, next, nil
 }

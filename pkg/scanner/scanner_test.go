@@ -28,7 +28,7 @@ func TestScanObservesGenericStoreWithThreeSealedAdds(t *testing.T) {
 		t.Fatalf("first round = %+v, want 2 stores observed in full and 2 rows written", sum)
 	}
 	g, _ := e.row("generic:g")
-	if g.Target != "generic:g" || g.Kind != registry.KindGeneric || g.Name != "g" {
+	if g.Target.String() != "generic:g" || g.Kind != registry.KindGeneric || g.Name != "g" {
 		t.Fatalf("row = %+v, want target generic:g, kind generic, name g", g)
 	}
 	if g.PendingWALGenerations != 3 || g.PendingWALRows != 3 || !maps.Equal(g.PendingByShard, map[string]int{"w1": 3}) {
@@ -38,10 +38,10 @@ func TestScanObservesGenericStoreWithThreeSealedAdds(t *testing.T) {
 		t.Fatalf("row = %+v, want the fresh base table (version 1, no rows) and one shard", g)
 	}
 	// The rollout store's target is its bare name.
-	if r, _ := e.row("r"); r.Target != "r" || r.Kind != registry.KindRollout || r.PendingWALGenerations != 0 {
+	if r, _ := e.row("r"); r.Target.String() != "r" || r.Kind != registry.KindRollout || r.PendingWALGenerations != 0 {
 		t.Fatalf("rollout row = %+v", r)
 	}
-	got, err := s.Row(e.ctx, "generic:g")
+	got, err := s.Row(e.ctx, registry.MustParseTarget("generic:g"))
 	if err != nil || !got.SameObservation(g) {
 		t.Fatalf("Row(generic:g) = %+v, %v; want %+v", got, err, g)
 	}
@@ -132,7 +132,7 @@ func TestDeletedStoreRowIsDropped(t *testing.T) {
 	if _, rev := e.row("generic:g"); rev != 0 {
 		t.Fatal("the deleted store's row is still there")
 	}
-	if _, err := s.Row(e.ctx, "generic:g"); !errors.Is(err, stats.ErrRowNotFound) {
+	if _, err := s.Row(e.ctx, registry.MustParseTarget("generic:g")); !errors.Is(err, stats.ErrRowNotFound) {
 		t.Fatalf("stats.Row of a deleted store = %v, want stats.ErrRowNotFound", err)
 	}
 	if _, rev := e.row("generic:keep"); rev == 0 {
@@ -267,7 +267,7 @@ func TestRescanWritesOneTargetNow(t *testing.T) {
 	}
 
 	_, rev := e.row("generic:g")
-	row, err := other.Rescan(e.ctx, "generic:g")
+	row, err := other.Rescan(e.ctx, registry.MustParseTarget("generic:g"))
 	if err != nil || row.PendingWALGenerations != 2 {
 		t.Fatalf("Rescan unchanged = %+v, %v", row, err)
 	}
@@ -276,7 +276,7 @@ func TestRescanWritesOneTargetNow(t *testing.T) {
 	}
 
 	e.sealedAdd(g)
-	row, err = other.Rescan(e.ctx, "generic:g")
+	row, err = other.Rescan(e.ctx, registry.MustParseTarget("generic:g"))
 	if err != nil || row.PendingWALGenerations != 3 {
 		t.Fatalf("Rescan after a seal = %+v, %v; want 3 pending", row, err)
 	}
@@ -288,10 +288,13 @@ func TestRescanWritesOneTargetNow(t *testing.T) {
 		t.Fatalf("holder's round after the Rescan = %+v, want nothing written", sum)
 	}
 
-	if _, err := other.Rescan(e.ctx, "generic:nope"); !errors.Is(err, registry.ErrNotFound) {
+	if _, err := other.Rescan(e.ctx, registry.MustParseTarget("generic:nope")); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("Rescan of an unregistered store = %v, want registry.ErrNotFound", err)
 	}
-	for _, bad := range []string{"generic:", "a/b", "generic:../x"} {
+	// Targets made without parsing ("generic:", "a/b", "generic:../x") are checked as their text is.
+	for _, bad := range []registry.Target{
+		registry.NewTarget(registry.KindGeneric, ""), registry.NewTarget(registry.KindRollout, "a/b"), registry.NewTarget(registry.KindGeneric, "../x"),
+	} {
 		if _, err := other.Rescan(e.ctx, bad); !errors.Is(err, tasks.ErrInvalidArgument) || !errors.Is(err, registry.ErrInvalidName) {
 			t.Fatalf("Rescan(%q) = %v, want ErrInvalidArgument and ErrInvalidName", bad, err)
 		}
@@ -310,10 +313,10 @@ func TestRoundDoesNotOverwriteARowWrittenDuringIt(t *testing.T) {
 			// Between the round's reads and its writes: a store appears and is
 			// rescanned, and g's row is rewritten by a Rescan.
 			e.createGeneric("late", 1)
-			if _, err := s.Rescan(ctx, "generic:late"); err != nil {
+			if _, err := s.Rescan(ctx, registry.MustParseTarget("generic:late")); err != nil {
 				t.Error(err)
 			}
-			if _, err := s.Rescan(ctx, "generic:g"); err != nil {
+			if _, err := s.Rescan(ctx, registry.MustParseTarget("generic:g")); err != nil {
 				t.Error(err)
 			}
 		},
@@ -352,7 +355,7 @@ func TestStatsPages(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range rows {
-			got = append(got, r.Target)
+			got = append(got, r.Target.String())
 		}
 		if next == "" {
 			break
@@ -371,7 +374,7 @@ func TestStatsPages(t *testing.T) {
 	if _, _, err := s.Stats(e.ctx, Page{Limit: -1}); !errors.Is(err, tasks.ErrInvalidArgument) {
 		t.Fatalf("negative limit: %v", err)
 	}
-	if _, err := s.Row(e.ctx, "corrupt"); err == nil {
+	if _, err := s.Row(e.ctx, registry.MustParseTarget("corrupt")); err == nil {
 		t.Fatal("stats.Row of a corrupt value succeeded")
 	}
 	// A scan deletes rows of unregistered targets, corrupt ones included.
@@ -413,7 +416,7 @@ func TestCachedHandleIsReopenedAfterItsAge(t *testing.T) {
 
 func TestRowEqualityIgnoresScannedAt(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	a := stats.Row{Target: "x", Kind: registry.KindRollout, Name: "x", Version: 3, PendingWALGenerations: 2,
+	a := stats.Row{Target: registry.MustParseTarget("x"), Kind: registry.KindRollout, Name: "x", Version: 3, PendingWALGenerations: 2,
 		PendingByShard: map[string]int{"w1": 2}, LastUpdated: now, ScannedAt: now}
 	b := a
 	b.ScannedAt = now.Add(time.Hour)

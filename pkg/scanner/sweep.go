@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -94,7 +95,7 @@ type lastEnqueue struct {
 // enqueues is a sweep's lastEnqueue by target. In memory only: a new sweeper (a
 // failover) starts without, and each rule reads its absence as "nothing known"
 // (at worst one task more). Only sweeps touch it, one at a time.
-type enqueues map[string]lastEnqueue
+type enqueues map[registry.Target]lastEnqueue
 
 // sweepSpec is what sets a sweep apart besides its rule.
 type sweepSpec struct {
@@ -243,7 +244,7 @@ func (s *sweeper) sweep(ctx context.Context) (SweepSummary, error) {
 		if a != b {
 			return a > b
 		}
-		return due[i].row.Target < due[j].row.Target
+		return due[i].row.Target.Compare(due[j].row.Target) < 0
 	})
 
 	for i, c := range due {

@@ -33,7 +33,7 @@ func BenchmarkTaskCycle(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	for i := range b.N {
-		if _, _, err := s.Enqueue(ctx, KindMergeWAL, fmt.Sprintf("r%d", i%100)); err != nil {
+		if _, _, err := s.Enqueue(ctx, KindMergeWAL, tgt(fmt.Sprintf("r%d", i%100))); err != nil {
 			b.Fatal(err)
 		}
 		c, err := s.Claim(ctx, lease.ID, ClaimFilter{})

@@ -94,7 +94,7 @@ func (s *Queue) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimF
 			if !filter.accepts(queued.Kind) || snap.locked[s.lock(queued)] {
 				continue
 			}
-			if cd, ok := snap.cooldowns[string(queued.Kind)+"/"+queued.Target]; ok && now.Before(cd.Until) {
+			if cd, ok := snap.cooldowns[string(queued.Kind)+"/"+queued.Target.String()]; ok && now.Before(cd.Until) {
 				continue
 			}
 			candidates = append(candidates, queued)
@@ -111,7 +111,7 @@ func (s *Queue) Claim(ctx context.Context, lease clientv3.LeaseID, filter ClaimF
 			if !ready {
 				continue
 			}
-			c, err := s.tryClaim(ctx, queued.ID, lease, snap.cooldowns[string(queued.Kind)+"/"+queued.Target].rev)
+			c, err := s.tryClaim(ctx, queued.ID, lease, snap.cooldowns[string(queued.Kind)+"/"+queued.Target.String()].rev)
 			if err != nil {
 				return nil, err
 			}
@@ -173,7 +173,7 @@ func (s *Queue) tryClaim(ctx context.Context, id string, lease clientv3.LeaseID,
 		clientv3.Compare(clientv3.ModRevision(s.keys.Task(id)), "=", rev),
 		clientv3.Compare(clientv3.CreateRevision(s.keys.Claim(id)), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(lock), "=", 0),
-		clientv3.Compare(clientv3.ModRevision(s.keys.Cooldown(string(t.Kind), t.Target)), "=", cooldownRev),
+		clientv3.Compare(clientv3.ModRevision(s.keys.Cooldown(string(t.Kind), t.Target.String())), "=", cooldownRev),
 	).Then(
 		clientv3.OpPut(s.keys.Task(id), record),
 		clientv3.OpDelete(s.keys.Queue(id)),
@@ -267,7 +267,7 @@ func (s *Queue) failDependent(ctx context.Context, id string, dep Task) error {
 
 // dropDedupe deletes t's dedupe key only if it still names t (a nested txn).
 func (s *Queue) dropDedupe(t Task) clientv3.Op {
-	key := s.keys.Dedupe(string(t.Kind), t.Target)
+	key := s.keys.Dedupe(string(t.Kind), t.Target.String())
 	return clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", t.ID)},
 		[]clientv3.Op{clientv3.OpDelete(key)},

@@ -83,7 +83,7 @@ func TestClaimsTakeTheTaskDueFirst(t *testing.T) {
 	now := time.Now()
 	enqueueDue := func(kind Kind, target string, due time.Time) Task {
 		t.Helper()
-		task, dedup, err := s.EnqueueDue(ctx, kind, target, due)
+		task, dedup, err := s.EnqueueDue(ctx, kind, tgt(target), due)
 		if err != nil || dedup {
 			t.Fatalf("enqueue %s: dedup %v, %v", target, dedup, err)
 		}

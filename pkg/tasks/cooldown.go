@@ -7,6 +7,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // Cooldown is the record at P/cooldown/<kind>/<target>: how often in a row tasks
@@ -59,7 +61,7 @@ func encodeCooldown(cd Cooldown) string {
 // Cooldown returns the cooldown record of kind on target, and false if there is
 // none. A record whose Until has passed no longer blocks claims but still counts
 // the failures in a row.
-func (s *Queue) Cooldown(ctx context.Context, kind Kind, target string) (Cooldown, bool, error) {
+func (s *Queue) Cooldown(ctx context.Context, kind Kind, target registry.Target) (Cooldown, bool, error) {
 	if err := validateKind(kind); err != nil {
 		return Cooldown{}, false, err
 	}
@@ -70,8 +72,8 @@ func (s *Queue) Cooldown(ctx context.Context, kind Kind, target string) (Cooldow
 	return cd, ok, err
 }
 
-func (s *Queue) getCooldown(ctx context.Context, kind Kind, target string) (Cooldown, int64, bool, error) {
-	key := s.keys.Cooldown(string(kind), target)
+func (s *Queue) getCooldown(ctx context.Context, kind Kind, target registry.Target) (Cooldown, int64, bool, error) {
+	key := s.keys.Cooldown(string(kind), target.String())
 	resp, err := s.client.Get(ctx, key)
 	if err != nil {
 		return Cooldown{}, 0, false, fmt.Errorf("get %s: %w", key, err)
@@ -88,7 +90,7 @@ func (s *Queue) getCooldown(ctx context.Context, kind Kind, target string) (Cool
 // rev (0: none), a success deletes the record, any other failure (a merge's) has
 // none.
 func (s *Queue) cooldownOps(t Task, r Result, cd Cooldown, rev int64) ([]clientv3.Cmp, []clientv3.Op) {
-	key := s.keys.Cooldown(string(t.Kind), t.Target)
+	key := s.keys.Cooldown(string(t.Kind), t.Target.String())
 	if r.Err == nil {
 		return nil, []clientv3.Op{clientv3.OpDelete(key)}
 	}

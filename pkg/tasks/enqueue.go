@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // maxTxnAttempts bounds the retries of a transaction that lost a race. Each retry
@@ -21,7 +23,7 @@ const maxTxnAttempts = 16
 //
 // A bad kind or target is an ErrInvalidArgument (a malformed target also wraps
 // registry.ErrInvalidName); a dependency that does not exist is ErrTaskNotFound.
-func (s *Queue) Enqueue(ctx context.Context, kind Kind, target string, dependsOn ...string) (Task, bool, error) {
+func (s *Queue) Enqueue(ctx context.Context, kind Kind, target registry.Target, dependsOn ...string) (Task, bool, error) {
 	return s.EnqueueDue(ctx, kind, target, time.Time{}, dependsOn...)
 }
 
@@ -29,7 +31,7 @@ func (s *Queue) Enqueue(ctx context.Context, kind Kind, target string, dependsOn
 // Claim takes the claimable task due first, so a task due earlier than the
 // queued ones ahead of it overtakes them. A deduplicated call leaves the live
 // task's due as it is.
-func (s *Queue) EnqueueDue(ctx context.Context, kind Kind, target string, due time.Time, dependsOn ...string) (Task, bool, error) {
+func (s *Queue) EnqueueDue(ctx context.Context, kind Kind, target registry.Target, due time.Time, dependsOn ...string) (Task, bool, error) {
 	t, deduplicated, err := s.enqueue(ctx, kind, target, due, dependsOn...)
 	if err == nil && s.opts.onEnqueue != nil {
 		s.opts.onEnqueue(kind, deduplicated)
@@ -37,7 +39,7 @@ func (s *Queue) EnqueueDue(ctx context.Context, kind Kind, target string, due ti
 	return t, deduplicated, err
 }
 
-func (s *Queue) enqueue(ctx context.Context, kind Kind, target string, due time.Time, dependsOn ...string) (Task, bool, error) {
+func (s *Queue) enqueue(ctx context.Context, kind Kind, target registry.Target, due time.Time, dependsOn ...string) (Task, bool, error) {
 	if err := validateKind(kind); err != nil {
 		return Task{}, false, err
 	}
@@ -48,7 +50,7 @@ func (s *Queue) enqueue(ctx context.Context, kind Kind, target string, due time.
 	if err != nil {
 		return Task{}, false, err
 	}
-	dedupe := s.keys.Dedupe(string(kind), target)
+	dedupe := s.keys.Dedupe(string(kind), target.String())
 	// The first attempt expects no dedupe key; after finding a stale one, it
 	// expects that key unchanged instead (see below).
 	dedupeCmp := clientv3.Compare(clientv3.CreateRevision(dedupe), "=", 0)

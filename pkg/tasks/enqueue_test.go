@@ -30,7 +30,7 @@ func TestConcurrentEnqueueOfOneKindAndTargetMakesOneTask(t *testing.T) {
 	for range callers {
 		wg.Go(func() {
 			<-start
-			task, dedup, err := s.Enqueue(context.Background(), KindMergeWAL, "generic:gs")
+			task, dedup, err := s.Enqueue(context.Background(), KindMergeWAL, tgt("generic:gs"))
 			if err != nil {
 				t.Error(err)
 				return
@@ -58,7 +58,7 @@ func TestEnqueueOfRunningKindAndTargetReturnsTheRunningTask(t *testing.T) {
 	s, client := newStore(t)
 	first := enqueue(t, s, KindCompact, "r1")
 	c := claim(t, s, grant(t, client))
-	again, dedup, err := s.Enqueue(context.Background(), KindCompact, "r1")
+	again, dedup, err := s.Enqueue(context.Background(), KindCompact, tgt("r1"))
 	if err != nil || !dedup || again.ID != first.ID || again.State != StateRunning {
 		t.Fatalf("enqueue during run: %+v dedup=%v err=%v; want the running task %s", again, dedup, err, c.Task.ID)
 	}
@@ -76,7 +76,7 @@ func TestEnqueueAfterFinishMakesANewTask(t *testing.T) {
 	for _, outcome := range []error{nil, errors.New("boom")} {
 		first := enqueue(t, s, KindMergeWAL, "r1")
 		finish(t, s, claim(t, s, lease), outcome)
-		second, dedup, err := s.Enqueue(context.Background(), KindMergeWAL, "r1")
+		second, dedup, err := s.Enqueue(context.Background(), KindMergeWAL, tgt("r1"))
 		if err != nil || dedup || second.ID == first.ID {
 			t.Fatalf("enqueue after finish (%v): %+v dedup=%v err=%v; want a new task", outcome, second, dedup, err)
 		}
@@ -97,7 +97,7 @@ func TestEnqueueReplacesStaleDedupeKey(t *testing.T) {
 		if _, err := client.Put(ctx, s.keys.Dedupe(string(KindCompact), "r1"), stale); err != nil {
 			t.Fatal(err)
 		}
-		fresh, dedup, err := s.Enqueue(ctx, KindCompact, "r1")
+		fresh, dedup, err := s.Enqueue(ctx, KindCompact, tgt("r1"))
 		if err != nil || dedup || fresh.ID == stale {
 			t.Fatalf("enqueue over stale dedupe %s: %+v dedup=%v err=%v", stale, fresh, dedup, err)
 		}
@@ -114,7 +114,7 @@ func TestEnqueueRejectsBadKindAndTargets(t *testing.T) {
 	t.Parallel()
 	s, client := newStore(t)
 	ctx := context.Background()
-	_, _, err := s.Enqueue(ctx, Kind("vacuum"), "r1")
+	_, _, err := s.Enqueue(ctx, Kind("vacuum"), tgt("r1"))
 	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `"vacuum"`) {
 		t.Errorf("unknown kind: %v; want ErrInvalidArgument naming it", err)
 	}
@@ -125,13 +125,18 @@ func TestEnqueueRejectsBadKindAndTargets(t *testing.T) {
 		"":             "empty",
 		"_registry":    "reserved",
 	} {
-		_, _, err := s.Enqueue(ctx, KindMergeWAL, target)
+		// A target made without parsing (registry.NewTarget) is checked as its text is.
+		kind, name := registry.KindRollout, target
+		if rest, ok := strings.CutPrefix(target, "generic:"); ok {
+			kind, name = registry.KindGeneric, rest
+		}
+		_, _, err := s.Enqueue(ctx, KindMergeWAL, registry.NewTarget(kind, name))
 		if !errors.Is(err, ErrInvalidArgument) || !errors.Is(err, registry.ErrInvalidName) ||
 			!strings.Contains(err.Error(), problem) || !strings.Contains(err.Error(), `"`+target+`"`) {
 			t.Errorf("target %q: %v; want ErrInvalidArgument and registry.ErrInvalidName naming %q", target, err, problem)
 		}
 	}
-	if _, _, err := s.Enqueue(ctx, KindMergeWAL, "r1", "not-a-uuid"); !errors.Is(err, ErrInvalidArgument) {
+	if _, _, err := s.Enqueue(ctx, KindMergeWAL, tgt("r1"), "not-a-uuid"); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("bad dependency id: %v; want ErrInvalidArgument", err)
 	}
 	resp, err := client.Get(ctx, s.Prefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -144,7 +149,7 @@ func TestEnqueueWithMissingDependencyFails(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
 	missing := "0190a4c2-0000-7000-8000-000000000001"
-	_, _, err := s.Enqueue(context.Background(), KindCompact, "r1", missing)
+	_, _, err := s.Enqueue(context.Background(), KindCompact, tgt("r1"), missing)
 	if !errors.Is(err, ErrTaskNotFound) || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("enqueue with missing dependency: %v; want ErrTaskNotFound naming %s", err, missing)
 	}
@@ -160,7 +165,7 @@ func TestKeyLayoutIsReadable(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	s := New(client, "/tidemark/", WithHolder("m1"))
 	ctx := context.Background()
-	task, _, err := s.Enqueue(ctx, KindMergeWAL, "generic:gs")
+	task, _, err := s.Enqueue(ctx, KindMergeWAL, tgt("generic:gs"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func (s *Queue) Finish(ctx context.Context, c *Claim, r Result) (Task, error) {
 		// kind+target cannot happen, but an operator may edit it): read it again.
 	}
 	return Task{}, fmt.Errorf("finish task %s: gave up after %d attempts: %s keeps changing",
-		t.ID, maxTxnAttempts, s.keys.Cooldown(string(t.Kind), t.Target))
+		t.ID, maxTxnAttempts, s.keys.Cooldown(string(t.Kind), t.Target.String()))
 }
 
 // holds reports whether the else-branch reads of a failed Finish or Release

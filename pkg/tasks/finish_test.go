@@ -141,7 +141,7 @@ func TestCooldownBackoffGrowsAndBlocksClaims(t *testing.T) {
 	for i, want := range []time.Duration{base, 2 * base, maxDelay, maxDelay} {
 		enqueue(t, s, KindCompact, "r1")
 		finish(t, s, claim(t, s, lease), errors.New("throttled"))
-		cd, ok, err := s.Cooldown(ctx, KindCompact, "r1")
+		cd, ok, err := s.Cooldown(ctx, KindCompact, tgt("r1"))
 		if err != nil || !ok || cd.Failures != i+1 || !cd.Until.Equal(clock.Now().Add(want)) || cd.LastError != "throttled" {
 			t.Fatalf("after failure %d: %+v ok=%v err=%v; want %d failures until now+%v", i+1, cd, ok, err, i+1, want)
 		}
@@ -173,7 +173,7 @@ func TestCooldownBackoffGrowsAndBlocksClaims(t *testing.T) {
 			finish(t, s, c, nil) // success ends the cooldown
 		}
 	}
-	if _, ok, err := s.Cooldown(ctx, KindCompact, "r1"); ok || err != nil {
+	if _, ok, err := s.Cooldown(ctx, KindCompact, tgt("r1")); ok || err != nil {
 		t.Fatalf("cooldown after a success: ok=%v err=%v, want none", ok, err)
 	}
 }
@@ -186,7 +186,7 @@ func TestMergeFailuresDoNotCoolDown(t *testing.T) {
 	lease := grant(t, client)
 	enqueue(t, s, KindMergeWAL, "r1")
 	finish(t, s, claim(t, s, lease), errors.New("too many concurrent writers"))
-	if _, ok, _ := s.Cooldown(context.Background(), KindMergeWAL, "r1"); ok {
+	if _, ok, _ := s.Cooldown(context.Background(), KindMergeWAL, tgt("r1")); ok {
 		t.Fatal("merge failure left a cooldown")
 	}
 	enqueue(t, s, KindMergeWAL, "r1")
@@ -208,7 +208,7 @@ func TestHaltingMergeFailureCoolsDownAndASuccessEndsIt(t *testing.T) {
 	if _, err := s.Finish(ctx, claim(t, s, lease), Result{Err: corrupt, Halt: true}); err != nil {
 		t.Fatal(err)
 	}
-	cd, ok, err := s.Cooldown(ctx, KindMergeWAL, "r1")
+	cd, ok, err := s.Cooldown(ctx, KindMergeWAL, tgt("r1"))
 	if err != nil || !ok || cd.Failures != 1 || !cd.Until.Equal(clock.Now().Add(time.Minute)) || cd.LastError != corrupt.Error() {
 		t.Fatalf("cooldown after a halting merge failure: %+v ok=%v err=%v, want 1 failure for a minute naming %s", cd, ok, err, key)
 	}
@@ -216,7 +216,7 @@ func TestHaltingMergeFailureCoolsDownAndASuccessEndsIt(t *testing.T) {
 	noClaim(t, s, lease)
 	clock.Advance(time.Minute)
 	finish(t, s, claim(t, s, lease), nil) // repaired
-	if _, ok, err := s.Cooldown(ctx, KindMergeWAL, "r1"); ok || err != nil {
+	if _, ok, err := s.Cooldown(ctx, KindMergeWAL, tgt("r1")); ok || err != nil {
 		t.Fatalf("cooldown after a merge succeeded: ok=%v err=%v, want none", ok, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 )
 
@@ -62,9 +63,18 @@ func revoke(t *testing.T, client *clientv3.Client, lease clientv3.LeaseID) {
 	}
 }
 
+// tgt is the target of a test's text, which must be valid.
+func tgt(text string) registry.Target {
+	target, err := registry.ParseTarget(text)
+	if err != nil {
+		panic(err)
+	}
+	return target
+}
+
 func enqueue(t *testing.T, s *Queue, kind Kind, target string, deps ...string) Task {
 	t.Helper()
-	task, dedup, err := s.Enqueue(context.Background(), kind, target, deps...)
+	task, dedup, err := s.Enqueue(context.Background(), kind, tgt(target), deps...)
 	if err != nil {
 		t.Fatalf("enqueue %s %s: %v", kind, target, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // List limits.
@@ -17,7 +19,7 @@ const (
 type ListFilter struct {
 	State  State
 	Kind   Kind
-	Target string
+	Target registry.Target
 	// Limit is the page size: 0 means DefaultListLimit, at most MaxListLimit.
 	Limit int
 	// PageToken continues a previous List with the same filter; "" starts over.
@@ -44,7 +46,7 @@ func (s *Queue) List(ctx context.Context, f ListFilter) ([]Task, string, error) 
 			return nil, "", err
 		}
 	}
-	if f.Target != "" {
+	if !f.Target.IsZero() {
 		if err := validateTarget(f.Target); err != nil {
 			return nil, "", err
 		}
@@ -99,7 +101,7 @@ func (s *Queue) List(ctx context.Context, f ListFilter) ([]Task, string, error) 
 				return nil, "", err
 			}
 			if (f.State != "" && t.State != f.State) || (f.Kind != "" && t.Kind != f.Kind) ||
-				(f.Target != "" && t.Target != f.Target) {
+				(!f.Target.IsZero() && t.Target != f.Target) {
 				continue
 			}
 			out = append(out, t)
@@ -127,7 +129,7 @@ func (s *Queue) List(ctx context.Context, f ListFilter) ([]Task, string, error) 
 // number of finished tasks. A key that outlived its task (a finish whose
 // deduplication delete was lost) still shows until the next Enqueue of its target
 // replaces it, so a caller takes the answer as "probably live".
-func (s *Queue) LiveIDs(ctx context.Context, kind Kind) (map[string]string, error) {
+func (s *Queue) LiveIDs(ctx context.Context, kind Kind) (map[registry.Target]string, error) {
 	if err := validateKind(kind); err != nil {
 		return nil, err
 	}
@@ -136,9 +138,16 @@ func (s *Queue) LiveIDs(ctx context.Context, kind Kind) (map[string]string, erro
 	if err != nil {
 		return nil, fmt.Errorf("list live %s tasks: %w", kind, err)
 	}
-	out := make(map[string]string, len(resp.Kvs))
+	out := make(map[registry.Target]string, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		out[string(kv.Key[len(prefix):])] = string(kv.Value)
+		// The key is where the target's text enters: parsed here, once. Enqueue
+		// writes dedupe keys only of valid targets, so a key that names none was
+		// not written by Tidemark; it is left out.
+		target, err := registry.ParseTarget(string(kv.Key[len(prefix):]))
+		if err != nil {
+			continue
+		}
+		out[target] = string(kv.Value)
 	}
 	return out, nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 func TestListFiltersAndPages(t *testing.T) {
@@ -65,11 +67,11 @@ func TestListFiltersAndPages(t *testing.T) {
 	if got := pages(ListFilter{Kind: KindMergeWAL}); !slices.Equal(got, []string{merge.ID}) {
 		t.Errorf("merge_wal: %v", got)
 	}
-	if got := pages(ListFilter{Target: "generic:g", Limit: 1}); !slices.Equal(got, []string{merge.ID}) {
+	if got := pages(ListFilter{Target: tgt("generic:g"), Limit: 1}); !slices.Equal(got, []string{merge.ID}) {
 		t.Errorf("target generic:g: %v", got)
 	}
 	for name, f := range map[string]ListFilter{
-		"state": {State: "paused"}, "kind": {Kind: "vacuum"}, "target": {Target: "a/b"},
+		"state": {State: "paused"}, "kind": {Kind: "vacuum"}, "target": {Target: registry.NewTarget(registry.KindRollout, "a/b")},
 		"token": {PageToken: "../x"}, "limit": {Limit: -1},
 	} {
 		if _, _, err := s.List(ctx, f); !errors.Is(err, ErrInvalidArgument) {

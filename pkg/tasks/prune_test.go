@@ -83,14 +83,14 @@ func TestPruneDropsLongExpiredCooldowns(t *testing.T) {
 	if _, err := s.Prune(ctx, 0, 2*time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := s.Cooldown(ctx, KindCompact, "r1"); !ok {
+	if _, ok, _ := s.Cooldown(ctx, KindCompact, tgt("r1")); !ok {
 		t.Fatal("cooldown pruned before maxAge")
 	}
 	clock.Advance(2 * time.Hour)
 	if _, err := s.Prune(ctx, 0, 2*time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := s.Cooldown(ctx, KindCompact, "r1"); ok {
+	if _, ok, _ := s.Cooldown(ctx, KindCompact, tgt("r1")); ok {
 		t.Fatal("cooldown that expired more than maxAge ago survived Prune")
 	}
 }

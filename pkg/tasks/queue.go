@@ -130,9 +130,9 @@ func (s *Queue) Keys() keys.Schema { return s.keys }
 // lock is the key of the lock t runs under: its target's lock of t's lane.
 func (s *Queue) lock(t Task) string {
 	if t.Kind.Lane() == LaneMaintenance {
-		return s.keys.MaintenanceLock(t.Target)
+		return s.keys.MaintenanceLock(t.Target.String())
 	}
-	return s.keys.Lock(t.Target)
+	return s.keys.Lock(t.Target.String())
 }
 
 func (s *Queue) now() time.Time { return s.opts.clock.Now().UTC() }

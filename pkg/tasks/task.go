@@ -132,10 +132,11 @@ func ParseState(s string) (State, error) {
 // while queued and to P/running/<id> while running.
 type Task struct {
 	// ID is a UUIDv7: ids sort in enqueue order, so P/queue/ in key order is FIFO.
-	ID     string `json:"id"`
-	Kind   Kind   `json:"kind"`
-	Target string `json:"target"`
-	State  State  `json:"state"`
+	ID   string `json:"id"`
+	Kind Kind   `json:"kind"`
+	// Target is stored as its text ("<name>", "generic:<name>").
+	Target registry.Target `json:"target"`
+	State  State           `json:"state"`
 	// Error says why a failed task failed ("cancelled", "dependency <id> did not
 	// complete", or the runner's error).
 	Error string `json:"error,omitempty"`
@@ -176,10 +177,10 @@ func (t Task) Due() time.Time {
 	return t.DueAt
 }
 
-// validateTarget checks a target string the way the registry does:
-// "<name>" or "generic:<name>" with a valid store name.
-func validateTarget(target string) error {
-	if _, _, err := registry.ParseTarget(target); err != nil {
+// validateTarget checks a target the way the registry does: a known kind and a
+// valid store name, so the keys built from it are the registry's.
+func validateTarget(target registry.Target) error {
+	if err := target.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	return nil

@@ -402,9 +402,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // kindOf is the store kind of a target, for metric labels.
 func kindOf(target string) string {
-	k, _, err := registry.ParseTarget(target)
+	parsed, err := registry.ParseTarget(target)
 	if err != nil {
 		return "unknown"
 	}
+	k := parsed.Kind
 	return string(k)
 }

@@ -56,12 +56,12 @@ func Create(t testing.TB, b *objstore.Bucket, targets ...string) {
 		WALOptions: []wal.Option{wal.WithLogger(Quiet())}}, 0)
 	defer func() { _ = ss.Close(context.Background()) }()
 	for _, target := range targets {
-		kind, name, err := registry.ParseTarget(target)
+		parsed, err := registry.ParseTarget(target)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := registry.Entry{Kind: kind, Name: name}
-		if kind == registry.KindGeneric {
+		e := registry.Entry{Kind: parsed.Kind, Name: parsed.Name}
+		if parsed.Kind == registry.KindGeneric {
 			e.Schema = canonical(t)
 		}
 		if _, err := ss.Create(context.Background(), e); err != nil {

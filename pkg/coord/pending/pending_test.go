@@ -12,6 +12,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
@@ -51,9 +52,12 @@ func run(t *testing.T, f func(ctx context.Context)) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
+// rollout is the target of the rollout store named name.
+func rollout(name string) registry.Target { return registry.NewTarget(registry.KindRollout, name) }
+
 func demandOf(v *View, target string) Demand {
 	for _, d := range v.Demand(time.Now(), nil) {
-		if d.Target == target {
+		if d.Target == rollout(target) {
 			return d
 		}
 	}
@@ -77,18 +81,18 @@ func TestViewSumsTheWorkersEntriesAndForgetsAWorkerWithItsLease(t *testing.T) {
 	view := NewView(client, prefix, nil, nil)
 	run(t, view.Run)
 
-	sources[0].set(Entry{Target: "a", Generations: 3, Bytes: 30, OldestSealedAt: t0.Add(time.Second)}, Entry{Target: "idle"})
-	sources[1].set(Entry{Target: "a", Generations: 5, Bytes: 50, OldestSealedAt: t0})
+	sources[0].set(Entry{Target: rollout("a"), Generations: 3, Bytes: 30, OldestSealedAt: t0.Add(time.Second)}, Entry{Target: rollout("idle")})
+	sources[1].set(Entry{Target: rollout("a"), Generations: 5, Bytes: 50, OldestSealedAt: t0})
 	pubs[0].Notify()
 	pubs[1].Notify()
 	testwait.For(t, 10*time.Second, "both entries summed", func() (bool, string) {
 		d := demandOf(view, "a")
 		return d.Generations == 8 && d.Bytes == 80 && d.Workers == 2, fmt.Sprintf("%+v", view.Demand(time.Now(), nil))
 	})
-	if d := demandOf(view, "idle"); d.Target != "" {
+	if d := demandOf(view, "idle"); !d.Target.IsZero() {
 		t.Fatalf("a store with nothing pending is listed: %+v", d)
 	}
-	if n, m := view.Generations("a"), view.Generations("idle"); n != 8 || m != 0 {
+	if n, m := view.Generations(rollout("a")), view.Generations(rollout("idle")); n != 8 || m != 0 {
 		t.Fatalf("Generations: a %d, idle %d; want 8 over both workers, and 0", n, m)
 	}
 
@@ -127,25 +131,25 @@ func TestDemandLeavesOutEntriesWrittenBeforeSince(t *testing.T) {
 	view := NewView(client, prefix, nil, nil)
 	run(t, view.Run)
 
-	src.set(Entry{Target: "a", Generations: 9}, Entry{Target: "b", Generations: 1})
+	src.set(Entry{Target: rollout("a"), Generations: 9}, Entry{Target: rollout("b"), Generations: 1})
 	pub.Notify()
 	testwait.For(t, 10*time.Second, "entries seen", func() (bool, string) { return len(view.Demand(time.Now(), nil)) == 2, "" })
 
 	cut := view.Revision() + 1 // a merge of a claimed after the entry was written
-	since := func(target string) int64 {
-		if target == "a" {
+	since := func(target registry.Target) int64 {
+		if target == rollout("a") {
 			return cut
 		}
 		return 0
 	}
-	if got := view.Demand(time.Now(), since); len(got) != 1 || got[0].Target != "b" {
+	if got := view.Demand(time.Now(), since); len(got) != 1 || got[0].Target != rollout("b") {
 		t.Fatalf("Demand(since) = %+v, want only b: a's entry was written before a's merge started", got)
 	}
-	src.set(Entry{Target: "a", Generations: 2}, Entry{Target: "b", Generations: 1})
+	src.set(Entry{Target: rollout("a"), Generations: 2}, Entry{Target: rollout("b"), Generations: 1})
 	pub.Notify()
 	testwait.For(t, 10*time.Second, "a counted again from its next entry", func() (bool, string) {
 		got := view.Demand(time.Now(), since)
-		return len(got) == 2 && got[0].Target == "a" && got[0].Generations == 2, fmt.Sprintf("%+v", got)
+		return len(got) == 2 && got[0].Target == rollout("a") && got[0].Generations == 2, fmt.Sprintf("%+v", got)
 	})
 }
 
@@ -160,7 +164,7 @@ func TestDemandAgesEntriesWithoutComparingClocks(t *testing.T) {
 	pub := NewPublisher(client, src.get, func() clientv3.LeaseID { return lease },
 		PublisherConfig{Prefix: prefix, Instance: "w", MinInterval: time.Millisecond,
 			Clock: clocktesting.NewFakeClock(skewed.Add(20 * time.Second))})
-	src.set(Entry{Target: "a", Generations: 1, OldestSealedAt: skewed})
+	src.set(Entry{Target: rollout("a"), Generations: 1, OldestSealedAt: skewed})
 	run(t, pub.Run)
 	view := NewView(client, prefix, nil, nil)
 	run(t, view.Run)
@@ -182,7 +186,7 @@ func TestPublisherWritesOnlyTheEntriesThatChanged(t *testing.T) {
 	lease := grant(t, client)
 	entries := make([]Entry, 100)
 	for i := range entries {
-		entries[i] = Entry{Target: fmt.Sprintf("s%03d", i), Generations: 1, OldestSealedAt: time.Now()}
+		entries[i] = Entry{Target: rollout(fmt.Sprintf("s%03d", i)), Generations: 1, OldestSealedAt: time.Now()}
 	}
 	src.set(entries...)
 	pub := NewPublisher(client, src.get, func() clientv3.LeaseID { return lease }, PublisherConfig{Prefix: prefix, Instance: "w"})

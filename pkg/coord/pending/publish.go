@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // Publisher defaults.
@@ -62,7 +63,7 @@ type Publisher struct {
 
 	// What Run last wrote, by target, and under which lease (Run's goroutine
 	// only). Entries written under an older lease died with it.
-	last      map[string]Entry
+	last      map[registry.Target]Entry
 	lastLease clientv3.LeaseID
 }
 
@@ -85,7 +86,7 @@ func NewPublisher(client *clientv3.Client, source Source, lease Lease, cfg Publi
 		client: client, source: source, lease: lease, cfg: cfg, keys: k,
 		log:  cfg.Logger.With("component", "pending-publisher", "prefix", k.PendingOf(cfg.Instance)),
 		wake: make(chan struct{}, 1),
-		last: map[string]Entry{},
+		last: map[registry.Target]Entry{},
 	}
 }
 
@@ -147,7 +148,7 @@ func (p *Publisher) publish(ctx context.Context) error {
 	if lease == 0 {
 		return nil
 	}
-	cur := map[string]Entry{}
+	cur := map[registry.Target]Entry{}
 	for _, e := range p.source() {
 		if e.Generations > 0 {
 			cur[e.Target] = e
@@ -160,7 +161,7 @@ func (p *Publisher) publish(ctx context.Context) error {
 		del   bool
 	}
 	var changes []change
-	for _, target := range slices.Sorted(maps.Keys(cur)) {
+	for _, target := range slices.SortedFunc(maps.Keys(cur), registry.Target.Compare) {
 		e := cur[target]
 		if old, ok := p.last[target]; ok && same(old, e) {
 			continue
@@ -169,11 +170,11 @@ func (p *Publisher) publish(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		changes = append(changes, change{op: clientv3.OpPut(p.keys.Pending(p.cfg.Instance, target), v, clientv3.WithLease(lease)), entry: e})
+		changes = append(changes, change{op: clientv3.OpPut(p.keys.Pending(p.cfg.Instance, target.String()), v, clientv3.WithLease(lease)), entry: e})
 	}
-	for _, target := range slices.Sorted(maps.Keys(p.last)) {
+	for _, target := range slices.SortedFunc(maps.Keys(p.last), registry.Target.Compare) {
 		if _, ok := cur[target]; !ok {
-			changes = append(changes, change{op: clientv3.OpDelete(p.keys.Pending(p.cfg.Instance, target)), entry: Entry{Target: target}, del: true})
+			changes = append(changes, change{op: clientv3.OpDelete(p.keys.Pending(p.cfg.Instance, target.String())), entry: Entry{Target: target}, del: true})
 		}
 	}
 	for batch := range slices.Chunk(changes, txnOps) {

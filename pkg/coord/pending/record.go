@@ -4,15 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // Entry is one store's pending generations in one worker's shard.
 type Entry struct {
 	// Target names the store as tasks do: a rollout store's bare name, a generic
 	// store's "generic:<name>". It is the last segment of the entry's key.
-	Target      string `json:"-"`
-	Generations int    `json:"generations"`
-	Bytes       int64  `json:"bytes"`
+	Target      registry.Target `json:"-"`
+	Generations int             `json:"generations"`
+	Bytes       int64           `json:"bytes"`
 	// OldestSealedAt is when the oldest of them was sealed (the writer's clock):
 	// how long its rows have waited for a merge.
 	OldestSealedAt time.Time `json:"oldest_sealed_at"`
@@ -40,7 +42,7 @@ func encode(e Entry, now time.Time) (string, error) {
 	return string(data), nil
 }
 
-func decode(target string, data []byte) (value, error) {
+func decode(target registry.Target, data []byte) (value, error) {
 	var v value
 	if err := json.Unmarshal(data, &v); err != nil {
 		return value{}, fmt.Errorf("pending entry of %s: %w", target, err)

@@ -14,11 +14,12 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/coord/follow"
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // Demand is one store's pending work, summed over the workers' entries.
 type Demand struct {
-	Target      string
+	Target      registry.Target
 	Generations int
 	Bytes       int64
 	// Age is how long the oldest of them has waited since its seal, as of the
@@ -140,9 +141,14 @@ func (h *viewHandler) Apply(events []*clientv3.Event, rev int64) {
 
 func (v *View) putLocked(key string, data []byte, modRev int64, now time.Time) {
 	// P/pending/<instance>/<target>: instance ids have no slash.
-	_, target, ok := strings.Cut(strings.TrimPrefix(key, v.prefix), "/")
-	val, err := decode(target, data)
-	if !ok || target == "" || err != nil {
+	// The key is where the target's text enters: parsed here, once.
+	_, text, ok := strings.Cut(strings.TrimPrefix(key, v.prefix), "/")
+	target, err := registry.ParseTarget(text)
+	var val value
+	if err == nil {
+		val, err = decode(target, data)
+	}
+	if !ok || err != nil {
 		// A hint we cannot read is a hint we do without: the stats scan still
 		// sees the worker's shards.
 		v.log.Warn("pending entry skipped", "key", key, "err", err)
@@ -164,7 +170,7 @@ func (v *View) signal() {
 // publications (a worker writes within MinInterval of a change), with no
 // object-store request. A worker that only writes sees only its own shard in its
 // snapshot; this is how it sees the others' (its add backpressure).
-func (v *View) Generations(target string) int {
+func (v *View) Generations(target registry.Target) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	n := 0
@@ -183,10 +189,10 @@ func (v *View) Generations(target string) int {
 // and waits for the worker's next entry. Revisions, not clocks: the claim and the
 // write are stamped by one etcd, whatever the skew between machines. since may be
 // nil.
-func (v *View) Demand(now time.Time, since func(target string) int64) []Demand {
+func (v *View) Demand(now time.Time, since func(target registry.Target) int64) []Demand {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	by := map[string]*Demand{}
+	by := map[registry.Target]*Demand{}
 	for _, o := range v.entries {
 		e := o.v.Entry
 		if since != nil && o.modRev < since(e.Target) {
@@ -211,7 +217,7 @@ func (v *View) Demand(now time.Time, since func(target string) int64) []Demand {
 		if out[i].Generations != out[j].Generations {
 			return out[i].Generations > out[j].Generations
 		}
-		return strings.Compare(out[i].Target, out[j].Target) < 0
+		return out[i].Target.Compare(out[j].Target) < 0
 	})
 	return out
 }

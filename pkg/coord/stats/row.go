@@ -41,9 +41,9 @@ const (
 
 // Row is one store's stats row, the JSON value of P/stats/<target>.
 type Row struct {
-	Target string        `json:"target"`
-	Kind   registry.Kind `json:"kind"`
-	Name   string        `json:"name"`
+	Target registry.Target `json:"target"` // stored as its text
+	Kind   registry.Kind   `json:"kind"`
+	Name   string          `json:"name"`
 	// Version, RowCount, FragmentCount and Bytes describe the base table's latest
 	// manifest (RowCount counts live rows).
 	Version       uint64 `json:"version"`
@@ -138,10 +138,10 @@ func NewRows(client *clientv3.Client, k keys.Schema) Rows {
 }
 
 // Key is P/stats/<target>.
-func (rs Rows) Key(target string) string { return rs.prefix + target }
+func (rs Rows) Key(target registry.Target) string { return rs.prefix + target.String() }
 
 // Get returns the row of target and its mod revision (0, found false, when absent).
-func (rs Rows) Get(ctx context.Context, target string) (Stored, bool, error) {
+func (rs Rows) Get(ctx context.Context, target registry.Target) (Stored, bool, error) {
 	key := rs.Key(target)
 	resp, err := rs.client.Get(ctx, key)
 	if err != nil {
@@ -157,17 +157,21 @@ func (rs Rows) Get(ctx context.Context, target string) (Stored, bool, error) {
 
 // StoredKV is a Stored row with the target its key names.
 type StoredKV struct {
-	Target string
+	// Key is the key's text after P/stats/: where the next page starts.
+	Key string
+	// Target is Key parsed; zero, with Err set, for a key that names no target.
+	Target registry.Target
 	Stored
 }
 
-// Page reads up to limit rows with targets after `after` ("" from the start), at
+// Page reads up to limit rows with targets after `after` (a target's text, a page
+// token; "" from the start), at
 // revision rev (0: the latest; the response's revision is returned so a caller can
 // read further pages of the same snapshot). more says whether keys remain.
 func (rs Rows) Page(ctx context.Context, after string, limit int, rev int64) (rows []StoredKV, more bool, atRev int64, err error) {
 	start := rs.prefix
 	if after != "" {
-		start = rs.Key(after) + "\x00"
+		start = rs.prefix + after + "\x00"
 	}
 	opts := []clientv3.OpOption{
 		clientv3.WithRange(clientv3.GetPrefixRangeEnd(rs.prefix)),
@@ -182,19 +186,24 @@ func (rs Rows) Page(ctx context.Context, after string, limit int, rev int64) (ro
 	}
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
-		r, derr := decodeRow(key, kv.Value)
-		rows = append(rows, StoredKV{
-			Target: strings.TrimPrefix(key, rs.prefix),
-			Stored: Stored{Row: r, ModRev: kv.ModRevision, Err: derr},
-		})
+		text := strings.TrimPrefix(key, rs.prefix)
+		// The key is where a target's text enters: parsed here, once.
+		target, err := registry.ParseTarget(text)
+		var r Row
+		if err == nil {
+			r, err = decodeRow(key, kv.Value)
+		} else {
+			err = fmt.Errorf("stats row %s: corrupt: %w", key, err)
+		}
+		rows = append(rows, StoredKV{Key: text, Target: target, Stored: Stored{Row: r, ModRev: kv.ModRevision, Err: err}})
 	}
 	return rows, resp.More, resp.Header.Revision, nil
 }
 
 // All reads every row, page by page from one revision, so the result is one
-// consistent snapshot of P/stats/.
-func (rs Rows) All(ctx context.Context) (map[string]Stored, error) {
-	out := map[string]Stored{}
+// consistent snapshot of P/stats/, keyed by target.
+func (rs Rows) All(ctx context.Context) (map[registry.Target]Stored, error) {
+	out := map[registry.Target]Stored{}
 	after, rev := "", int64(0)
 	for {
 		rows, more, atRev, err := rs.Page(ctx, after, MaxPageLimit, rev)
@@ -203,8 +212,12 @@ func (rs Rows) All(ctx context.Context) (map[string]Stored, error) {
 		}
 		rev = atRev
 		for _, r := range rows {
-			out[r.Target] = r.Stored
-			after = r.Target
+			// Only the scanner writes P/stats/, under registered targets: a key that
+			// names no target was not written by Tidemark, and is left out.
+			if !r.Target.IsZero() {
+				out[r.Target] = r.Stored
+			}
+			after = r.Key
 		}
 		if !more || len(rows) == 0 {
 			return out, nil
@@ -228,7 +241,7 @@ func (rs Rows) PutIf(ctx context.Context, row Row, modRev int64) (bool, error) {
 }
 
 // DeleteIf deletes the row of target if its mod revision is still modRev.
-func (rs Rows) DeleteIf(ctx context.Context, target string, modRev int64) (bool, error) {
+func (rs Rows) DeleteIf(ctx context.Context, target registry.Target, modRev int64) (bool, error) {
 	key := rs.Key(target)
 	// Rescan delete transaction:
 	//   if   mod_revision(P/stats/<target>) == the revision read   the row we saw, not a newer one

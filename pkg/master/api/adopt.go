@@ -34,8 +34,9 @@ func (a *AdminService) ForceAdopt(ctx context.Context, req *tidemarkv1.ForceAdop
 		return nil, status.Error(codes.FailedPrecondition, "adopt: this master does not track orphaned shards: it calls a static worker list (WORKER_ENDPOINTS), and only workers registered in etcd say which shards have an owner")
 	}
 	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.ForceAdoptResponse, error) {
-		target, shard := req.GetTarget(), req.GetShard()
-		if err := checkShard(ctx, a.cfg.Registry, target, shard); err != nil {
+		shard := req.GetShard()
+		target, err := checkShard(ctx, a.cfg.Registry, req.GetTarget(), shard)
+		if err != nil {
 			return nil, err
 		}
 		workers, err := a.cfg.Discovery.Workers(ctx)
@@ -55,7 +56,7 @@ func (a *AdminService) ForceAdopt(ctx context.Context, req *tidemarkv1.ForceAdop
 		// enqueues for the shard.
 		m := a.cfg.Orphans.Force(target, shard)
 		a.cfg.Logger.Warn("admin: shard marked orphaned by an operator; its adoption skips the grace", "target", target, "shard", shard, "missing_since", m.Since)
-		t, dedup, err := a.enqueue(ctx, tasks.KindMergeWAL, target, nil)
+		t, dedup, err := a.enqueueTarget(ctx, tasks.KindMergeWAL, target, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -65,20 +66,20 @@ func (a *AdminService) ForceAdopt(ctx context.Context, req *tidemarkv1.ForceAdop
 
 // checkShard checks the shard's name before the target, so a malformed request is
 // refused without a registry read.
-func checkShard(ctx context.Context, reg *registry.Registry, target, shard string) error {
+func checkShard(ctx context.Context, reg *registry.Registry, text, shard string) (registry.Target, error) {
 	if shard == "" {
-		return fmt.Errorf("%w: shard is required (the INSTANCE_ID of the worker that is gone)", tasks.ErrInvalidArgument)
+		return registry.Target{}, fmt.Errorf("%w: shard is required (the INSTANCE_ID of the worker that is gone)", tasks.ErrInvalidArgument)
 	}
 	if err := wal.ValidateShard(shard); err != nil {
-		return fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
+		return registry.Target{}, fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
 	}
-	return CheckTarget(ctx, reg, target)
+	return CheckTarget(ctx, reg, text)
 }
 
 // activeShard returns nil when target's stats row lists shard as active. A row
 // that does not (or is missing) may be older than the shard: the target is
 // observed again before the shard is refused.
-func (a *AdminService) activeShard(ctx context.Context, target, shard string) error {
+func (a *AdminService) activeShard(ctx context.Context, target registry.Target, shard string) error {
 	row, err := a.cfg.Scanner.Row(ctx, target)
 	if err != nil && !errors.Is(err, stats.ErrRowNotFound) {
 		return err

@@ -51,7 +51,7 @@ func orphanEnv(t *testing.T, opts ...grpc.ServerOption) *adminEnv {
 	addShard(t, e.bucket, registry.KindRollout, "r1", "w1")
 	addShard(t, e.bucket, registry.KindRollout, "r1", "w2")
 	addShard(t, e.bucket, registry.KindGeneric, "g1", "w1")
-	if _, err := e.scanner.Rescan(e.ctx, "r1"); err != nil {
+	if _, err := e.scanner.Rescan(e.ctx, registry.MustParseTarget("r1")); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -103,7 +103,7 @@ func statsOf(t *testing.T, e *adminEnv, target string) *tidemarkv1.StatsRow {
 
 func TestStatsShowActiveShardsAndTheMissingOnes(t *testing.T) {
 	e := orphanEnv(t)
-	if _, err := e.scanner.Rescan(e.ctx, "generic:g1"); err != nil {
+	if _, err := e.scanner.Rescan(e.ctx, registry.MustParseTarget("generic:g1")); err != nil {
 		t.Fatal(err)
 	}
 	t0 := e.clock.Now()
@@ -129,7 +129,7 @@ func TestStatsShowActiveShardsAndTheMissingOnes(t *testing.T) {
 		t.Errorf("r1's w2 after the grace = %v, want orphaned, missing since %s", m, t0)
 	}
 	// What stats showed is what the sweep goes by.
-	row, err := e.scanner.Row(e.ctx, "r1")
+	row, err := e.scanner.Row(e.ctx, registry.MustParseTarget("r1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestForceAdoptRefusalsAreSentinelsOfTheirClass(t *testing.T) {
 	cctx, cancel := context.WithTimeout(e.ctx, DefaultCallTimeout)
 	defer cancel()
 	register(t, e.etcd, "/admin", "w2")
-	err := e.svc.activeShard(cctx, "r1", "w9")
+	err := e.svc.activeShard(cctx, registry.MustParseTarget("r1"), "w9")
 	if !errors.Is(err, errShardNotActive) || errclass.Of(err) != errclass.Gone {
 		t.Errorf("unknown shard: %v (class %s), want errShardNotActive, Gone", err, errclass.Of(err))
 	}
@@ -235,7 +235,7 @@ func TestForceAdoptOrphansTheShardNowAndEnqueuesOneMerge(t *testing.T) {
 
 	// The grace is skipped: the fan-out of that task adopts w2, and the sweep
 	// would enqueue for it too.
-	row, err := e.scanner.Row(ctx, "r1")
+	row, err := e.scanner.Row(ctx, registry.MustParseTarget("r1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestForceAdoptOrphansTheShardNowAndEnqueuesOneMerge(t *testing.T) {
 func TestForceAdoptObservesAStoreWhoseRowIsOlderThanTheShard(t *testing.T) {
 	e := newAdminEnv(t, nil)
 	register(t, e.etcd, "/admin", "w1")
-	if _, err := e.scanner.Rescan(e.ctx, "generic:g1"); err != nil {
+	if _, err := e.scanner.Rescan(e.ctx, registry.MustParseTarget("generic:g1")); err != nil {
 		t.Fatal(err)
 	}
 	addShard(t, e.bucket, registry.KindGeneric, "g1", "w3")
@@ -278,7 +278,7 @@ func TestForceAdoptObservesAStoreWhoseRowIsOlderThanTheShard(t *testing.T) {
 	if resp.Task.Target != "generic:g1" || !resp.Shard.Orphaned {
 		t.Errorf("adopt = %v", resp)
 	}
-	row, err := e.scanner.Row(e.ctx, "generic:g1")
+	row, err := e.scanner.Row(e.ctx, registry.MustParseTarget("generic:g1"))
 	if err != nil || !slices.Contains(row.ActiveShards, "w3") {
 		t.Errorf("generic:g1's row after the adopt: %v, %v; want w3 active", row.ActiveShards, err)
 	}

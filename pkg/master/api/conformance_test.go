@@ -53,6 +53,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
 	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
@@ -193,7 +194,7 @@ func TestConformanceTaskRoutesAnswerAsTheReference(t *testing.T) {
 		kind := []string{"merge_wal", "compact", "verify"}[i]
 		out := e.ok(http.StatusAccepted, http.MethodPost, "/api/v1/tasks", `{"kind":"`+kind+`","target":"`+target+`"}`)
 		task := checkTask(t, "enqueue", out)
-		if string(task.Kind) != kind || task.Target != target || task.State != "queued" {
+		if string(task.Kind) != kind || task.Target.String() != target || task.State != "queued" {
 			t.Errorf("enqueue %s on %s answered %s", kind, target, out)
 		}
 		if i == 0 {
@@ -323,7 +324,7 @@ func TestConformanceExperimentRoutesAnswerAsTheReference(t *testing.T) {
 	e.refError(http.MethodGet, "/api/v1/experiments?limit=x", "", 400, CodeInvalidRequest, "limit")
 
 	// A done compaction shows in last_compaction and total_compactions.
-	task, _, err := e.ts.Enqueue(e.ctx, "compact", "r1")
+	task, _, err := e.ts.Enqueue(e.ctx, "compact", registry.MustParseTarget("r1"))
 	if err != nil {
 		t.Fatal(err)
 	}

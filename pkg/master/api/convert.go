@@ -16,7 +16,7 @@ func TaskProto(t tasks.Task) *tidemarkv1.Task {
 	return &tidemarkv1.Task{
 		Id:           t.ID,
 		Kind:         string(t.Kind),
-		Target:       t.Target,
+		Target:       t.Target.String(),
 		State:        string(t.State),
 		Error:        t.Error,
 		Detail:       t.Detail,
@@ -62,7 +62,7 @@ func TaskStatsProto(s tasks.Stats) *tidemarkv1.TaskStats {
 // StatsProto converts a stats row.
 func StatsProto(r stats.Row) *tidemarkv1.StatsRow {
 	out := &tidemarkv1.StatsRow{
-		Target:                r.Target,
+		Target:                r.Target.String(),
 		Version:               r.Version,
 		RowCount:              r.RowCount,
 		FragmentCount:         int64(r.FragmentCount),

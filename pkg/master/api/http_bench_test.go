@@ -26,7 +26,7 @@ func BenchmarkTaskListPage(b *testing.B) {
 	ctx := context.Background()
 	ts := tasks.New(client, "/bench")
 	for i := range history {
-		if _, _, err := ts.Enqueue(ctx, tasks.KindCompact, fmt.Sprintf("r%d", i)); err != nil {
+		if _, _, err := ts.Enqueue(ctx, tasks.KindCompact, registry.MustParseTarget(fmt.Sprintf("r%d", i))); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -116,7 +116,7 @@ func (a *httpAPI) listExperiments(ctx context.Context, r *http.Request) (any, er
 			return nil, err
 		}
 		for _, row := range page {
-			if !strings.Contains(row.Target, search) {
+			if !strings.Contains(row.Target.String(), search) {
 				continue
 			}
 			if out.Total >= int64(offset) && len(rows) < limit {
@@ -152,15 +152,21 @@ func (a *httpAPI) getExperiment(ctx context.Context, r *http.Request) (any, erro
 		}
 	}
 	name := r.PathValue("name")
+	target, err := registry.ParseTarget(name)
+	if err != nil {
+		if fresh {
+			return nil, fmt.Errorf("rescan: %w: %w", tasks.ErrInvalidArgument, err)
+		}
+		return nil, fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
+	}
 	var row stats.Row
-	var err error
 	if fresh {
-		row, err = a.cfg.Scanner.Rescan(ctx, name)
+		row, err = a.cfg.Scanner.Rescan(ctx, target)
 		if errors.Is(err, registry.ErrNotFound) {
 			return nil, reworded{fmt.Sprintf("experiment '%s' does not exist", name), err}
 		}
 	} else {
-		row, err = a.cfg.Scanner.Row(ctx, name)
+		row, err = a.cfg.Scanner.Row(ctx, target)
 		if errors.Is(err, stats.ErrRowNotFound) {
 			return nil, reworded{fmt.Sprintf("experiment '%s' not found in stats", name), err}
 		}
@@ -201,10 +207,10 @@ func (a *httpAPI) rescan(ctx context.Context, r *http.Request) (any, error) {
 // and its compactions from the task history.
 func (a *httpAPI) summaries(ctx context.Context, rows []stats.Row) ([]ExperimentSummary, error) {
 	out := make([]ExperimentSummary, len(rows))
-	index := make(map[string]int, len(rows))
+	index := make(map[registry.Target]int, len(rows))
 	for i, row := range rows {
 		out[i] = ExperimentSummary{
-			Name: row.Target, RowCount: row.RowCount, FragmentCount: int64(row.FragmentCount),
+			Name: row.Target.String(), RowCount: row.RowCount, FragmentCount: int64(row.FragmentCount),
 			LastUpdated: row.LastUpdated.UnixMilli(), PendingWALGenerations: int64(row.PendingWALGenerations),
 			ScannedAt: row.ScannedAt.UnixMilli(), Kind: row.Kind, Version: row.Version, Bytes: row.Bytes,
 			DeletedRows: row.DeletedRows, Shards: row.Shards, PendingWALRows: row.PendingWALRows,

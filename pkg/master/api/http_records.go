@@ -81,8 +81,7 @@ func passOn(err error) error {
 
 // recordQuery is a parsed records request.
 type recordQuery struct {
-	kind          registry.Kind
-	name          string
+	target        registry.Target
 	limit, offset int
 	source        string
 	id            string         // ?id=: one record
@@ -103,7 +102,7 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := a.cfg.Admin.cfg.Registry.Get(ctx, rq.kind, rq.name); err != nil {
+	if _, err := a.cfg.Admin.cfg.Registry.Get(ctx, rq.target.Kind, rq.target.Name); err != nil {
 		if errors.Is(err, registry.ErrNotFound) {
 			return nil, reworded{fmt.Sprintf("experiment '%s' does not exist", r.PathValue("name")), err}
 		}
@@ -113,7 +112,7 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 	var read client.ReadOptions
 	if rq.source == SourceFragments {
 		var info client.Store
-		info, out.Worker, err = a.cfg.Workers.Store(ctx, rq.kind, rq.name)
+		info, out.Worker, err = a.cfg.Workers.Store(ctx, rq.target.Kind, rq.target.Name)
 		if err != nil {
 			return nil, passOn(err)
 		}
@@ -131,7 +130,7 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 	}
 	if rq.id != "" {
 		var row json.RawMessage
-		if row, out.Worker, err = a.cfg.Workers.Row(ctx, rq.kind, rq.name, rq.id, read); err != nil {
+		if row, out.Worker, err = a.cfg.Workers.Row(ctx, rq.target.Kind, rq.target.Name, rq.id, read); err != nil {
 			return nil, passOn(err)
 		}
 		if rq.offset == 0 && rq.limit > 0 && row != nil {
@@ -148,7 +147,7 @@ func (a *httpAPI) listRecords(ctx context.Context, r *http.Request) (any, error)
 	if rq.limit == 0 {
 		return out, nil // the worker reads limit=0 as every row
 	}
-	page, worker, err := a.cfg.Workers.Rows(ctx, rq.kind, rq.name, client.ListOptions{ReadOptions: read,
+	page, worker, err := a.cfg.Workers.Rows(ctx, rq.target.Kind, rq.target.Name, client.ListOptions{ReadOptions: read,
 		Limit: rq.limit + 1, Offset: rq.offset, Filters: rq.filters})
 	if out.Worker = worker; err != nil {
 		return nil, passOn(err)
@@ -170,7 +169,7 @@ func parseRecordQuery(r *http.Request) (recordQuery, error) {
 	}
 	var rq recordQuery
 	var err error
-	if rq.kind, rq.name, err = registry.ParseTarget(r.PathValue("name")); err != nil {
+	if rq.target, err = registry.ParseTarget(r.PathValue("name")); err != nil {
 		return recordQuery{}, fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
 	}
 	if rq.limit, err = pageParam(q.Get("limit"), "limit", DefaultRecordPage); err != nil {
@@ -194,7 +193,7 @@ func parseRecordQuery(r *http.Request) (recordQuery, error) {
 		if v == "" {
 			continue
 		}
-		if rq.kind != registry.KindRollout {
+		if rq.target.Kind != registry.KindRollout {
 			return recordQuery{}, fmt.Errorf("%w: filter %s: filters are supported on rollout stores only", tasks.ErrInvalidArgument, k)
 		}
 		if rq.filters == nil {
@@ -210,7 +209,7 @@ func parseRecordQuery(r *http.Request) (recordQuery, error) {
 		}
 		rq.filters[k] = b
 	}
-	if rq.id != "" && rq.kind != registry.KindRollout {
+	if rq.id != "" && rq.target.Kind != registry.KindRollout {
 		return recordQuery{}, fmt.Errorf("%w: id: filters are supported on rollout stores only; read a row by id on a worker", tasks.ErrInvalidArgument)
 	}
 	return rq, nil

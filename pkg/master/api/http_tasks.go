@@ -34,17 +34,17 @@ const maxEnqueueBody = 64 << 10
 // depends_on left out when empty) followed by Tidemark's own fields (stats left
 // out until the task counted something).
 type TaskRecord struct {
-	ID         string      `json:"id"`
-	Kind       tasks.Kind  `json:"kind"`
-	Target     string      `json:"target"`
-	State      tasks.State `json:"state"`
-	Error      string      `json:"error,omitempty"`
-	Detail     string      `json:"detail,omitempty"`
-	EnqueuedAt int64       `json:"enqueued_at"`
-	DueAt      *int64      `json:"due_at,omitempty"`
-	StartedAt  *int64      `json:"started_at,omitempty"`
-	FinishedAt *int64      `json:"finished_at,omitempty"`
-	DependsOn  []string    `json:"depends_on,omitempty"`
+	ID         string          `json:"id"`
+	Kind       tasks.Kind      `json:"kind"`
+	Target     registry.Target `json:"target"`
+	State      tasks.State     `json:"state"`
+	Error      string          `json:"error,omitempty"`
+	Detail     string          `json:"detail,omitempty"`
+	EnqueuedAt int64           `json:"enqueued_at"`
+	DueAt      *int64          `json:"due_at,omitempty"`
+	StartedAt  *int64          `json:"started_at,omitempty"`
+	FinishedAt *int64          `json:"finished_at,omitempty"`
+	DependsOn  []string        `json:"depends_on,omitempty"`
 
 	Attempts     int         `json:"attempts"`
 	ClaimToken   string      `json:"claim_token,omitempty"`
@@ -131,7 +131,11 @@ func (a *httpAPI) listTasks(ctx context.Context, r *http.Request) (any, error) {
 			return nil, fmt.Errorf("%w: newest_first %q is not a boolean", tasks.ErrInvalidArgument, v)
 		}
 	}
-	f := tasks.ListFilter{State: tasks.State(q.Get("state")), Kind: tasks.Kind(q.Get("kind")), Target: q.Get("target"), NewestFirst: newest}
+	target, err := targetFilter(q.Get("target"))
+	if err != nil {
+		return nil, err
+	}
+	f := tasks.ListFilter{State: tasks.State(q.Get("state")), Kind: tasks.Kind(q.Get("kind")), Target: target, NewestFirst: newest}
 	w, err := taskWindow(ctx, a.cfg.Tasks, f, token, offset, limit)
 	if err != nil {
 		return nil, err

@@ -65,7 +65,7 @@ func TestHTTPRoutesAnswerJSON(t *testing.T) {
 	if _, err := e.client.EnqueueTask(e.ctx, &tidemarkv1.EnqueueTaskRequest{Kind: "compact", Target: "r1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.scanner.Rescan(e.ctx, "r1"); err != nil {
+	if _, err := e.scanner.Rescan(e.ctx, registry.MustParseTarget("r1")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -103,13 +103,13 @@ func TestHTTPRoutesAnswerJSON(t *testing.T) {
 
 	var task TaskRecord
 	status, _, body = get(t, h, "GET", "/api/v1/tasks/"+enq.Task.Id)
-	if err := json.Unmarshal(body, &task); err != nil || status != 200 || task.Target != "generic:g1" {
+	if err := json.Unmarshal(body, &task); err != nil || status != 200 || task.Target.String() != "generic:g1" {
 		t.Errorf("task = %d %s", status, body)
 	}
 
 	var stats StatsPage
 	status, _, body = get(t, h, "GET", "/api/v1/stats?limit=10")
-	if err := json.Unmarshal(body, &stats); err != nil || status != 200 || len(stats.Stats) != 1 || stats.Stats[0].Target != "r1" {
+	if err := json.Unmarshal(body, &stats); err != nil || status != 200 || len(stats.Stats) != 1 || stats.Stats[0].Target.String() != "r1" {
 		t.Errorf("stats = %d %s", status, body)
 	}
 

@@ -118,10 +118,18 @@ func (a *AdminService) RequeueMerge(ctx context.Context, req *tidemarkv1.Requeue
 	})
 }
 
-func (a *AdminService) enqueue(ctx context.Context, kind tasks.Kind, target string, dependsOn []string) (tasks.Task, bool, error) {
-	if err := CheckTarget(ctx, a.cfg.Registry, target); err != nil {
+// enqueue enqueues kind on the target a request names (its text, checked by
+// CheckTarget).
+func (a *AdminService) enqueue(ctx context.Context, kind tasks.Kind, text string, dependsOn []string) (tasks.Task, bool, error) {
+	target, err := CheckTarget(ctx, a.cfg.Registry, text)
+	if err != nil {
 		return tasks.Task{}, false, err
 	}
+	return a.enqueueTarget(ctx, kind, target, dependsOn)
+}
+
+// enqueueTarget enqueues kind on a target CheckTarget returned.
+func (a *AdminService) enqueueTarget(ctx context.Context, kind tasks.Kind, target registry.Target, dependsOn []string) (tasks.Task, bool, error) {
 	t, dedup, err := a.cfg.Tasks.Enqueue(ctx, kind, target, dependsOn...)
 	if err != nil {
 		return tasks.Task{}, false, err
@@ -133,21 +141,40 @@ func (a *AdminService) enqueue(ctx context.Context, kind tasks.Kind, target stri
 	return t, dedup, nil
 }
 
-// CheckTarget returns an error wrapping tasks.ErrInvalidArgument for a malformed
-// target ("", "generic:", "a/b", "generic:../x") and one wrapping
-// registry.ErrNotFound for a well-formed target whose store is not registered.
-func CheckTarget(ctx context.Context, reg *registry.Registry, target string) error {
-	if target == "" {
-		return fmt.Errorf(`%w: target is required ("<name>" for a rollout store, "generic:<name>" for a generic store)`, tasks.ErrInvalidArgument)
-	}
-	kind, name, err := registry.ParseTarget(target)
+// CheckTarget parses the target a request names, where its text enters, and
+// returns it. The error wraps tasks.ErrInvalidArgument for a malformed target
+// ("", "generic:", "a/b", "generic:../x") and registry.ErrNotFound for a
+// well-formed target whose store is not registered.
+func CheckTarget(ctx context.Context, reg *registry.Registry, text string) (registry.Target, error) {
+	target, err := ParseTarget(text)
 	if err != nil {
-		return fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
+		return registry.Target{}, err
 	}
-	if _, err := reg.Get(ctx, kind, name); err != nil {
-		return fmt.Errorf("target %q: %w", target, err)
+	if _, err := reg.Get(ctx, target.Kind, target.Name); err != nil {
+		return registry.Target{}, fmt.Errorf("target %q: %w", text, err)
 	}
-	return nil
+	return target, nil
+}
+
+// ParseTarget parses the target a request names; the error wraps
+// tasks.ErrInvalidArgument, and says a target is required when text is empty.
+func ParseTarget(text string) (registry.Target, error) {
+	if text == "" {
+		return registry.Target{}, fmt.Errorf(`%w: target is required ("<name>" for a rollout store, "generic:<name>" for a generic store)`, tasks.ErrInvalidArgument)
+	}
+	target, err := registry.ParseTarget(text)
+	if err != nil {
+		return registry.Target{}, fmt.Errorf("%w: %w", tasks.ErrInvalidArgument, err)
+	}
+	return target, nil
+}
+
+// targetFilter parses a list's target filter: "" is any target (the zero Target).
+func targetFilter(text string) (registry.Target, error) {
+	if text == "" {
+		return registry.Target{}, nil
+	}
+	return ParseTarget(text)
 }
 
 // GetTask returns one task.
@@ -164,10 +191,14 @@ func (a *AdminService) GetTask(ctx context.Context, req *tidemarkv1.GetTaskReque
 // ListTasks lists one page of tasks.
 func (a *AdminService) ListTasks(ctx context.Context, req *tidemarkv1.ListTasksRequest) (*tidemarkv1.ListTasksResponse, error) {
 	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.ListTasksResponse, error) {
+		target, err := targetFilter(req.GetTarget())
+		if err != nil {
+			return nil, err
+		}
 		list, next, err := a.cfg.Tasks.List(ctx, tasks.ListFilter{
 			State:       tasks.State(req.GetState()),
 			Kind:        tasks.Kind(req.GetKind()),
-			Target:      req.GetTarget(),
+			Target:      target,
 			Limit:       int(req.GetPageSize()),
 			PageToken:   req.GetPageToken(),
 			NewestFirst: req.GetNewestFirst(),
@@ -236,7 +267,7 @@ func (a *AdminService) statsProtos(ctx context.Context, rows []stats.Row) ([]*ti
 // client's mistake.
 func statsPage(ctx context.Context, s *scanner.Scanner, limit int, token string) ([]stats.Row, string, error) {
 	if token != "" {
-		if _, _, err := registry.ParseTarget(token); err != nil {
+		if _, err := registry.ParseTarget(token); err != nil {
 			return nil, "", fmt.Errorf("%w: page token %q is not one a previous call returned", tasks.ErrInvalidArgument, token)
 		}
 	}
@@ -247,8 +278,8 @@ func statsPage(ctx context.Context, s *scanner.Scanner, limit int, token string)
 // stores make it (the scanner bounds each store by its own timeout), so only the
 // client's deadline bounds the call.
 func (a *AdminService) Rescan(ctx context.Context, req *tidemarkv1.RescanRequest) (*tidemarkv1.RescanResponse, error) {
-	target := req.GetTarget()
-	if target == "" {
+	text := req.GetTarget()
+	if text == "" {
 		sum, err := a.cfg.Scanner.Scan(ctx)
 		if err != nil {
 			return nil, statusOf(ctx, err)
@@ -265,8 +296,12 @@ func (a *AdminService) Rescan(ctx context.Context, req *tidemarkv1.RescanRequest
 			Written:  int64(sum.Changed + sum.Deleted),
 		}, nil
 	}
-	// Rescan checks the target itself: malformed is InvalidArgument, not
-	// registered is NotFound (and a stale row of it is deleted).
+	// Malformed is InvalidArgument; Rescan checks that the target is registered
+	// (NotFound, and a stale row of it is deleted).
+	target, err := registry.ParseTarget(text)
+	if err != nil {
+		return nil, statusOf(ctx, fmt.Errorf("rescan: %w: %w", tasks.ErrInvalidArgument, err))
+	}
 	before, berr := a.cfg.Scanner.Row(ctx, target)
 	row, err := a.cfg.Scanner.Rescan(ctx, target)
 	if err != nil {

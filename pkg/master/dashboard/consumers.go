@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // ConsumerCursors lists a store's named consumers and their committed cursors
@@ -54,14 +55,14 @@ type consumersPanel struct {
 
 // consumers reads target's named consumers and measures each one's lag behind
 // the store's horizon. A failure is shown on the card, never fails the page.
-func (d *Dashboard) consumers(ctx context.Context, target string) consumersPanel {
+func (d *Dashboard) consumers(ctx context.Context, target registry.Target) consumersPanel {
 	if d.cfg.Consumers == nil || d.cfg.Horizons == nil {
 		return consumersPanel{Off: true}
 	}
 	ctx, cancel := context.WithTimeout(ctx, consumersTimeout)
 	defer cancel()
 	var p consumersPanel
-	recs, more, err := d.cfg.Consumers.List(ctx, target, consumersShown)
+	recs, more, err := d.cfg.Consumers.List(ctx, target.String(), consumersShown)
 	if err != nil {
 		p.Error = fmt.Sprintf("consumers not read: %v", err)
 		return p
@@ -70,7 +71,7 @@ func (d *Dashboard) consumers(ctx context.Context, target string) consumersPanel
 	if len(recs) == 0 {
 		return p
 	}
-	h, ok, err := d.cfg.Horizons.Horizon(ctx, target)
+	h, ok, err := d.cfg.Horizons.Horizon(ctx, target.String())
 	switch {
 	case err != nil:
 		p.Error = fmt.Sprintf("horizon not read, lags unknown: %v", err)

@@ -26,6 +26,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/master/workerhttp"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
@@ -327,7 +328,7 @@ func TestButtonsNeedTheSessionsCSRFTokenAndSameOrigin(t *testing.T) {
 	var got enqueueResult
 	err := json.NewDecoder(resp.Body).Decode(&got)
 	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK || got.Task.Kind != "merge_wal" || got.Task.Target != "demo" || got.Task.State != "queued" {
+	if err != nil || resp.StatusCode != http.StatusOK || got.Task.Kind != "merge_wal" || got.Task.Target.String() != "demo" || got.Task.State != "queued" {
 		t.Fatalf("merge now: %s %+v (%v)", resp.Status, got, err)
 	}
 	resp = post(url.Values{"kind": {"repair"}, "csrf": {token}}, nil)
@@ -464,7 +465,7 @@ func TestEventsStreamTaskChangesFromTheEtcdWatch(t *testing.T) {
 	keys := keys.Under("/dash-test")
 	put := func(id, target string) {
 		t.Helper()
-		v, _ := json.Marshal(tasks.Task{ID: id, Kind: tasks.KindMergeWAL, Target: target, State: tasks.StateDone, Detail: "merged 7 generations across 1/1 workers",
+		v, _ := json.Marshal(tasks.Task{ID: id, Kind: tasks.KindMergeWAL, Target: registry.MustParseTarget(target), State: tasks.StateDone, Detail: "merged 7 generations across 1/1 workers",
 			Stats: tasks.Stats{Workers: 1, WorkersMerged: 1, GenerationsMerged: 7}, FinishedAt: time.Now()})
 		if _, err := e.cfg.Client.Put(ctx, keys.Task(id), string(v)); err != nil {
 			t.Fatal(err)
@@ -495,7 +496,7 @@ func TestEventsStreamTaskChangesFromTheEtcdWatch(t *testing.T) {
 			if time.Since(opened) < 3*srv.Config.ReadTimeout {
 				continue
 			}
-			if tj.Target != "demo" || tj.State != "done" {
+			if tj.Target.String() != "demo" || tj.State != "done" {
 				t.Fatalf("event %+v, want a done task of demo", tj)
 			}
 			snap := e.dash.feed.snapshot()
@@ -672,7 +673,7 @@ func TestOverviewCountsMergesFromTaskStatsNotDetails(t *testing.T) {
 		{ID: "0190-0003", State: tasks.StateFailed, Detail: "merged 3 generations across 1/2 workers", Error: "unavailable: w2",
 			Stats: tasks.Stats{Workers: 2, WorkersMerged: 1, WorkersSkipped: 1, GenerationsMerged: 3}},
 	} {
-		task.Kind, task.Target, task.EnqueuedAt, task.FinishedAt = tasks.KindMergeWAL, "demo", now, now
+		task.Kind, task.Target, task.EnqueuedAt, task.FinishedAt = tasks.KindMergeWAL, registry.MustParseTarget("demo"), now, now
 		v, _ := json.Marshal(task)
 		if _, err := e.cfg.Client.Put(ctx, keys.Task(task.ID), string(v)); err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -18,21 +19,24 @@ const keepaliveEvery = 20 * time.Second
 // taskJSON is a task as the page's script reads it (from an event or an
 // enqueue answer); the script writes every field with textContent.
 type taskJSON struct {
-	ID         string `json:"id"`
-	Kind       string `json:"kind"`
-	Target     string `json:"target"`
-	State      string `json:"state"`
-	Error      string `json:"error,omitempty"`
-	Detail     string `json:"detail,omitempty"`
-	EnqueuedAt string `json:"enqueued_at,omitempty"`
-	StartedAt  string `json:"started_at,omitempty"`
-	FinishedAt string `json:"finished_at,omitempty"`
-	Deleted    bool   `json:"deleted,omitempty"`
+	ID         string          `json:"id"`
+	Kind       string          `json:"kind"`
+	Target     registry.Target `json:"target"` // its text
+	State      string          `json:"state"`
+	Error      string          `json:"error,omitempty"`
+	Detail     string          `json:"detail,omitempty"`
+	EnqueuedAt string          `json:"enqueued_at,omitempty"`
+	StartedAt  string          `json:"started_at,omitempty"`
+	FinishedAt string          `json:"finished_at,omitempty"`
+	Deleted    bool            `json:"deleted,omitempty"`
 }
 
 func taskJSONOf(t *tidemarkv1.Task) taskJSON {
+	// The AdminService's answer is where the target's text enters; it answers only
+	// tasks of valid targets.
+	target, _ := registry.ParseTarget(t.GetTarget())
 	return taskJSON{
-		ID: t.GetId(), Kind: t.GetKind(), Target: t.GetTarget(), State: t.GetState(), Error: t.GetError(), Detail: t.GetDetail(),
+		ID: t.GetId(), Kind: t.GetKind(), Target: target, State: t.GetState(), Error: t.GetError(), Detail: t.GetDetail(),
 		EnqueuedAt: jsonTime(protoTime(t.GetEnqueuedAt())), StartedAt: jsonTime(protoTime(t.GetStartedAt())),
 		FinishedAt: jsonTime(protoTime(t.GetFinishedAt())),
 	}
@@ -67,7 +71,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // target (?target=). The stream ends when the browser goes away, the master
 // stops, or the browser falls too far behind (it reconnects on its own).
 func (d *Dashboard) events(w http.ResponseWriter, r *http.Request, _ session) {
-	target := r.URL.Query().Get("target")
+	var target registry.Target
+	text := r.URL.Query().Get("target")
+	if text != "" {
+		target, _ = registry.ParseTarget(text) // an invalid one (zero) matches no task
+	}
 	rc := http.NewResponseController(w)
 	// The server's write timeout is for ordinary answers; a stream lives longer.
 	_ = rc.SetWriteDeadline(time.Time{})
@@ -94,7 +102,7 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request, _ session) {
 			if !ok {
 				return
 			}
-			if target != "" && e.Task.Target != target {
+			if text != "" && e.Task.Target != target {
 				continue
 			}
 			data, err := json.Marshal(taskJSONFromStore(e.Task, e.Deleted))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -90,12 +91,12 @@ type Feed struct {
 
 	mu      sync.Mutex
 	loaded  bool
-	rows    map[string]stats.Row
+	rows    map[registry.Target]stats.Row
 	pending series // cluster-wide pending generations
-	stores  map[string]*storeHistory
+	stores  map[registry.Target]*storeHistory
 	// last is the most recent finished task per target and kind; recent holds
 	// the live tasks and those finished within HistoryWindow.
-	last   map[string]map[tasks.Kind]tasks.Task
+	last   map[registry.Target]map[tasks.Kind]tasks.Task
 	recent map[string]tasks.Task
 	subs   map[chan taskEvent]struct{}
 	// stopped is set when Run returns.
@@ -112,10 +113,10 @@ func NewFeed(client *clientv3.Client, keys keys.Schema, now func() time.Time, lo
 	}
 	return &Feed{
 		client: client, keys: keys, now: now, log: log, started: now(),
-		rows:    map[string]stats.Row{},
+		rows:    map[registry.Target]stats.Row{},
 		pending: series{max: clusterPoints},
-		stores:  map[string]*storeHistory{},
-		last:    map[string]map[tasks.Kind]tasks.Task{},
+		stores:  map[registry.Target]*storeHistory{},
+		last:    map[registry.Target]map[tasks.Kind]tasks.Task{},
 		recent:  map[string]tasks.Task{},
 		subs:    map[chan taskEvent]struct{}{},
 	}
@@ -164,14 +165,14 @@ func (f *Feed) load(ctx context.Context) (int64, error) {
 	now := f.now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.rows = map[string]stats.Row{}
+	f.rows = map[registry.Target]stats.Row{}
 	for _, kv := range sresp.Kvs {
 		if r, ok := f.decodeRow(kv.Key, kv.Value); ok {
 			f.rows[r.Target] = r
 			f.sampleStore(now, r)
 		}
 	}
-	f.last = map[string]map[tasks.Kind]tasks.Task{}
+	f.last = map[registry.Target]map[tasks.Kind]tasks.Task{}
 	f.recent = map[string]tasks.Task{}
 	for _, kv := range tresp.Kvs {
 		if t, ok := f.decodeTask(kv.Key, kv.Value); ok {
@@ -226,9 +227,12 @@ func (f *Feed) applyStats(events []*clientv3.Event) {
 	defer f.mu.Unlock()
 	for _, ev := range events {
 		if ev.Type == clientv3.EventTypeDelete {
-			target := strings.TrimPrefix(string(ev.Kv.Key), f.keys.StatsPrefix())
-			delete(f.rows, target)
-			delete(f.stores, target)
+			// The key is where the target's text enters: parsed here, once. A key
+			// that names no target was never mirrored (its row did not decode).
+			if target, err := registry.ParseTarget(strings.TrimPrefix(string(ev.Kv.Key), f.keys.StatsPrefix())); err == nil {
+				delete(f.rows, target)
+				delete(f.stores, target)
+			}
 			continue
 		}
 		if r, ok := f.decodeRow(ev.Kv.Key, ev.Kv.Value); ok {
@@ -282,7 +286,7 @@ func (f *Feed) send(ch chan taskEvent, events []taskEvent) {
 // scanner rewrites it).
 func (f *Feed) decodeRow(key, value []byte) (stats.Row, bool) {
 	var r stats.Row
-	if err := json.Unmarshal(value, &r); err != nil || r.Target == "" {
+	if err := json.Unmarshal(value, &r); err != nil || r.Target.IsZero() {
 		f.log.Warn("dashboard: stats row skipped: it does not decode", "key", string(key), "err", err)
 		return stats.Row{}, false
 	}
@@ -380,17 +384,17 @@ func (f *Feed) subscribe() (<-chan taskEvent, func()) {
 // snapshot is what the pages read of the feed, copied under the lock.
 type snapshot struct {
 	Loaded  bool
-	Rows    map[string]stats.Row
+	Rows    map[registry.Target]stats.Row
 	Pending []point
 	Recent  []tasks.Task
-	Last    map[string]map[tasks.Kind]tasks.Task
+	Last    map[registry.Target]map[tasks.Kind]tasks.Task
 }
 
 func (f *Feed) snapshot() snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := snapshot{Loaded: f.loaded, Rows: make(map[string]stats.Row, len(f.rows)), Pending: f.pending.copy(),
-		Last: make(map[string]map[tasks.Kind]tasks.Task, len(f.last))}
+	s := snapshot{Loaded: f.loaded, Rows: make(map[registry.Target]stats.Row, len(f.rows)), Pending: f.pending.copy(),
+		Last: make(map[registry.Target]map[tasks.Kind]tasks.Task, len(f.last))}
 	for k, r := range f.rows {
 		s.Rows[k] = r
 	}
@@ -409,7 +413,7 @@ func (f *Feed) snapshot() snapshot {
 }
 
 // storeSeries returns target's history.
-func (f *Feed) storeSeries(target string) (pending, rows, fragments []point) {
+func (f *Feed) storeSeries(target registry.Target) (pending, rows, fragments []point) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h := f.stores[target]

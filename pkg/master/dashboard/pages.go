@@ -28,20 +28,21 @@ type shardView struct {
 
 // storeView is one store as the pages show it.
 type storeView struct {
-	Target, Kind, Name string
-	Version            uint64
-	Rows, Deleted      int64
-	Bytes              int64
-	Fragments          int64
-	Pending            int64
-	PendingRows        int64
-	Shards             []shardView
-	Missing, Orphaned  int
-	LastMerge          *tasks.Task
-	LastCompact        *tasks.Task
-	Behind             bool
-	ScannedAt          time.Time
-	LastUpdated        time.Time
+	Target            registry.Target
+	Kind, Name        string
+	Version           uint64
+	Rows, Deleted     int64
+	Bytes             int64
+	Fragments         int64
+	Pending           int64
+	PendingRows       int64
+	Shards            []shardView
+	Missing, Orphaned int
+	LastMerge         *tasks.Task
+	LastCompact       *tasks.Task
+	Behind            bool
+	ScannedAt         time.Time
+	LastUpdated       time.Time
 }
 
 // statusOf maps an AdminService error to an HTTP status and message.
@@ -85,12 +86,14 @@ func (d *Dashboard) storeViews(ctx context.Context) ([]storeView, error) {
 }
 
 func (d *Dashboard) storeViewOf(r *tidemarkv1.StatsRow, snap snapshot) storeView {
-	kind, name, err := registry.ParseTarget(r.GetTarget())
+	// The AdminService's answer is where the target's text enters.
+	target, err := registry.ParseTarget(r.GetTarget())
+	kind, name := string(target.Kind), target.Name
 	if err != nil { // a row the scanner did not write: show it as it is
 		kind, name = "?", r.GetTarget()
 	}
 	v := storeView{
-		Target: r.GetTarget(), Kind: string(kind), Name: name,
+		Target: target, Kind: kind, Name: name,
 		Version: r.GetVersion(), Rows: r.GetRowCount(), Fragments: r.GetFragmentCount(),
 		Pending: r.GetPendingWalGenerations(), ScannedAt: protoTime(r.GetScannedAt()), LastUpdated: protoTime(r.GetLastUpdated()),
 	}
@@ -259,7 +262,7 @@ var storeColumns = []struct {
 	numeric    bool
 	less       func(a, b storeView) int
 }{
-	{"name", "Store", false, func(a, b storeView) int { return strings.Compare(a.Target, b.Target) }},
+	{"name", "Store", false, func(a, b storeView) int { return a.Target.Compare(b.Target) }},
 	{"version", "Version", true, func(a, b storeView) int { return cmp.Compare(a.Version, b.Version) }},
 	{"rows", "Rows", true, func(a, b storeView) int { return cmp.Compare(a.Rows, b.Rows) }},
 	{"size", "Size", true, func(a, b storeView) int { return cmp.Compare(a.Bytes, b.Bytes) }},
@@ -298,7 +301,7 @@ func (d *Dashboard) stores(w http.ResponseWriter, r *http.Request, sess session)
 		data.Dir = "desc"
 	}
 	for _, s := range all {
-		if data.Query == "" || strings.Contains(strings.ToLower(s.Target), strings.ToLower(data.Query)) {
+		if data.Query == "" || strings.Contains(strings.ToLower(s.Target.String()), strings.ToLower(data.Query)) {
 			data.Stores = append(data.Stores, s)
 		}
 	}
@@ -310,7 +313,7 @@ func (d *Dashboard) stores(w http.ResponseWriter, r *http.Request, sess session)
 				col.Dir = "asc"
 			}
 			slices.SortStableFunc(data.Stores, func(a, b storeView) int {
-				n := cmp.Or(c.less(a, b), strings.Compare(a.Target, b.Target))
+				n := cmp.Or(c.less(a, b), a.Target.Compare(b.Target))
 				if data.Dir == "desc" {
 					return -n
 				}
@@ -337,8 +340,8 @@ type storeData struct {
 }
 
 func (d *Dashboard) store(w http.ResponseWriter, r *http.Request, sess session) {
-	target := r.PathValue("target")
-	if _, _, err := registry.ParseTarget(target); err != nil {
+	target, err := registry.ParseTarget(r.PathValue("target"))
+	if err != nil {
 		d.fail(w, r, sess, http.StatusBadRequest, err)
 		return
 	}
@@ -361,7 +364,7 @@ func (d *Dashboard) store(w http.ResponseWriter, r *http.Request, sess session) 
 	data.Window = win.Label
 	data.PendingChart = lineChart("pending generations", win, pending)
 	data.RowsChart = lineChart("rows", win, rows)
-	tresp, err := d.cfg.Admin.ListTasks(ctx, &tidemarkv1.ListTasksRequest{Target: target, NewestFirst: true, PageSize: 15})
+	tresp, err := d.cfg.Admin.ListTasks(ctx, &tidemarkv1.ListTasksRequest{Target: target.String(), NewestFirst: true, PageSize: 15})
 	if err != nil {
 		code, err := statusOf(err)
 		d.fail(w, r, sess, code, fmt.Errorf("list tasks: %w", err))
@@ -370,7 +373,7 @@ func (d *Dashboard) store(w http.ResponseWriter, r *http.Request, sess session) 
 	data.Tasks = tresp.GetTasks()
 	data.Records = d.records(ctx, r, target)
 	data.Consumers = d.consumers(ctx, target)
-	d.render(w, r, http.StatusOK, "store", d.newPage(sess, "stores", target, data))
+	d.render(w, r, http.StatusOK, "store", d.newPage(sess, "stores", target.String(), data))
 }
 
 // enqueueResult is the answer to a button pressed by the page's script.

@@ -64,8 +64,8 @@ type cell struct {
 }
 
 // records reads one page of target's records through a worker.
-func (d *Dashboard) records(ctx context.Context, r *http.Request, target string) recordsPage {
-	kind, name, _ := registry.ParseTarget(target)
+func (d *Dashboard) records(ctx context.Context, r *http.Request, target registry.Target) recordsPage {
+	kind, name := target.Kind, target.Name
 	q := r.URL.Query()
 	p := recordsPage{Kind: string(kind), Filterable: kind == registry.KindRollout}
 	p.Offset, _ = strconv.Atoi(q.Get("offset"))
@@ -182,10 +182,11 @@ func cellText(v any) (string, bool) {
 // blob serves a rollout record's binary_payload as a download, streamed from
 // the worker's blob route (lists leave the bytes out).
 func (d *Dashboard) blob(w http.ResponseWriter, r *http.Request, sess session) {
-	target, id := r.PathValue("target"), r.PathValue("id")
-	kind, name, err := registry.ParseTarget(target)
+	text, id := r.PathValue("target"), r.PathValue("id")
+	target, err := registry.ParseTarget(text)
+	kind, name := target.Kind, target.Name
 	if err != nil || kind != registry.KindRollout {
-		d.fail(w, r, sess, http.StatusBadRequest, fmt.Errorf("%q: blob downloads are for rollout stores' %s", target, blobColumn))
+		d.fail(w, r, sess, http.StatusBadRequest, fmt.Errorf("%q: blob downloads are for rollout stores' %s", text, blobColumn))
 		return
 	}
 	ctx, cancel := d.callCtx(r)

@@ -12,6 +12,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
@@ -64,7 +65,7 @@ func TestFanOutAdoptsFirstAndPassesOverAnUnreachableAdopter(t *testing.T) {
 	}
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	o := NewOrphans(workers, time.Minute, clk, prometheus.NewRegistry())
-	row := stats.Row{Target: "generic:gs", ActiveShards: []string{"gone", "live"}}
+	row := stats.Row{Target: tgt("generic:gs"), ActiveShards: []string{"gone", "live"}}
 	if got := o.Of(row, workers); len(got) != 0 {
 		t.Fatalf("orphaned before the grace: %v", got)
 	}
@@ -72,7 +73,7 @@ func TestFanOutAdoptsFirstAndPassesOverAnUnreachableAdopter(t *testing.T) {
 	caller := NewGRPCCaller(GRPCCallerConfig{DialTimeout: 500 * time.Millisecond})
 	defer caller.Close()
 	f := New(Config{Discovery: workers, Caller: caller, Orphans: o,
-		Row: func(context.Context, string) (stats.Row, error) { return row, nil }})
+		Row: func(context.Context, registry.Target) (stats.Row, error) { return row, nil }})
 	report, err := f.Run(context.Background(), claimFor("generic:gs", 7))
 	if err == nil || !strings.Contains(err.Error(), "unavailable: dead") {
 		t.Fatalf("err %v: want the task failed naming the unreachable worker", err)

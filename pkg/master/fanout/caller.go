@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -143,14 +144,14 @@ func (c *GRPCCaller) client(ctx context.Context, w Worker) (tidemarkv1.WorkerSer
 }
 
 // MergeWal calls one worker's MergeWal.
-func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
+func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target registry.Target, fencingToken int64) (MergeResult, error) {
 	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return MergeResult{}, err
 	}
 	defer release()
 	resp, err := client.MergeWal(ctx,
-		&tidemarkv1.MergeWalRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
+		&tidemarkv1.MergeWalRequest{Target: target.String(), FencingToken: fencingToken}, grpc.WaitForReady(false))
 	if err != nil {
 		return MergeResult{}, err
 	}
@@ -163,14 +164,14 @@ func mergeResult(resp *tidemarkv1.MergeWalResponse) MergeResult {
 
 // PrepareMerge has worker w prepare its merge of target (WorkerService.PrepareMerge);
 // the result counts what the prepared pass holds.
-func (c *GRPCCaller) PrepareMerge(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
+func (c *GRPCCaller) PrepareMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64) (MergeResult, error) {
 	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return MergeResult{}, err
 	}
 	defer release()
 	resp, err := client.PrepareMerge(ctx,
-		&tidemarkv1.PrepareMergeRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
+		&tidemarkv1.PrepareMergeRequest{Target: target.String(), FencingToken: fencingToken}, grpc.WaitForReady(false))
 	if err != nil {
 		return MergeResult{}, err
 	}
@@ -178,13 +179,13 @@ func (c *GRPCCaller) PrepareMerge(ctx context.Context, w Worker, target string, 
 }
 
 // CommitMerge has worker w commit the merge it prepared (WorkerService.CommitMerge).
-func (c *GRPCCaller) CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64, deferDrain bool) (MergeResult, error) {
+func (c *GRPCCaller) CommitMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64, baseVersion uint64, deferDrain bool) (MergeResult, error) {
 	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return MergeResult{}, err
 	}
 	defer release()
-	resp, err := client.CommitMerge(ctx, &tidemarkv1.CommitMergeRequest{Target: target, FencingToken: fencingToken,
+	resp, err := client.CommitMerge(ctx, &tidemarkv1.CommitMergeRequest{Target: target.String(), FencingToken: fencingToken,
 		BaseVersion: baseVersion, DeferDrain: deferDrain}, grpc.WaitForReady(false))
 	if err != nil {
 		return MergeResult{}, err
@@ -193,27 +194,27 @@ func (c *GRPCCaller) CommitMerge(ctx context.Context, w Worker, target string, f
 }
 
 // AbortMerge has worker w abort the merge it prepared (WorkerService.AbortMerge).
-func (c *GRPCCaller) AbortMerge(ctx context.Context, w Worker, target string, fencingToken int64) error {
+func (c *GRPCCaller) AbortMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64) error {
 	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return err
 	}
 	defer release()
 	_, err = client.AbortMerge(ctx,
-		&tidemarkv1.AbortMergeRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
+		&tidemarkv1.AbortMergeRequest{Target: target.String(), FencingToken: fencingToken}, grpc.WaitForReady(false))
 	return err
 }
 
 // MergeStore has worker w merge every shard of target's store in one commit per
 // pass (WorkerService.MergeStore); the result's Merged names the shards merged.
-func (c *GRPCCaller) MergeStore(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
+func (c *GRPCCaller) MergeStore(ctx context.Context, w Worker, target registry.Target, fencingToken int64) (MergeResult, error) {
 	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return MergeResult{}, err
 	}
 	defer release()
 	resp, err := client.MergeStore(ctx,
-		&tidemarkv1.MergeStoreRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
+		&tidemarkv1.MergeStoreRequest{Target: target.String(), FencingToken: fencingToken}, grpc.WaitForReady(false))
 	if err != nil {
 		return MergeResult{}, err
 	}
@@ -223,14 +224,14 @@ func (c *GRPCCaller) MergeStore(ctx context.Context, w Worker, target string, fe
 
 // DrainMerged has worker w drain its shard of target up to the base watermark
 // (WorkerService.DrainMerged); it returns the generations drained.
-func (c *GRPCCaller) DrainMerged(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64) (int64, error) {
+func (c *GRPCCaller) DrainMerged(ctx context.Context, w Worker, target registry.Target, fencingToken int64, baseVersion uint64) (int64, error) {
 	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return 0, err
 	}
 	defer release()
 	resp, err := client.DrainMerged(ctx,
-		&tidemarkv1.DrainMergedRequest{Target: target, FencingToken: fencingToken, BaseVersion: baseVersion}, grpc.WaitForReady(false))
+		&tidemarkv1.DrainMergedRequest{Target: target.String(), FencingToken: fencingToken, BaseVersion: baseVersion}, grpc.WaitForReady(false))
 	if err != nil {
 		return 0, err
 	}
@@ -238,14 +239,14 @@ func (c *GRPCCaller) DrainMerged(ctx context.Context, w Worker, target string, f
 }
 
 // AdoptShard has worker w adopt shard of target (WorkerService.AdoptShard).
-func (c *GRPCCaller) AdoptShard(ctx context.Context, w Worker, target, shard string, fencingToken int64) (AdoptResult, error) {
+func (c *GRPCCaller) AdoptShard(ctx context.Context, w Worker, target registry.Target, shard string, fencingToken int64) (AdoptResult, error) {
 	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return AdoptResult{}, err
 	}
 	defer release()
 	resp, err := client.AdoptShard(ctx,
-		&tidemarkv1.AdoptShardRequest{Target: target, Shard: shard, FencingToken: fencingToken}, grpc.WaitForReady(false))
+		&tidemarkv1.AdoptShardRequest{Target: target.String(), Shard: shard, FencingToken: fencingToken}, grpc.WaitForReady(false))
 	if err != nil {
 		return AdoptResult{}, err
 	}
@@ -292,14 +293,14 @@ func (c *GRPCCaller) Close() error {
 }
 
 // Maintain has worker w run a maintenance task of target (WorkerService.Maintain).
-func (c *GRPCCaller) Maintain(ctx context.Context, w Worker, kind tasks.Kind, target string, fencingToken int64) (MaintainResult, error) {
+func (c *GRPCCaller) Maintain(ctx context.Context, w Worker, kind tasks.Kind, target registry.Target, fencingToken int64) (MaintainResult, error) {
 	client, release, err := c.client(ctx, w)
 	if err != nil {
 		return MaintainResult{}, err
 	}
 	defer release()
 	resp, err := client.Maintain(ctx,
-		&tidemarkv1.MaintainRequest{Target: target, Kind: string(kind), FencingToken: fencingToken}, grpc.WaitForReady(false))
+		&tidemarkv1.MaintainRequest{Target: target.String(), Kind: string(kind), FencingToken: fencingToken}, grpc.WaitForReady(false))
 	if err != nil {
 		return MaintainResult{}, err
 	}

@@ -37,7 +37,7 @@ func TestRetainClosesAConnectionOnlyAfterItsCallInFlightReturns(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, err := caller.MergeWal(context.Background(), w, "generic:g", 1)
+		r, err := caller.MergeWal(context.Background(), w, tgt("generic:g"), 1)
 		done <- result{r, err}
 	}()
 	select {

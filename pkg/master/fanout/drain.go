@@ -8,12 +8,14 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // drainer is a Caller that can have a worker drain its shard of a store up to
 // the base table's watermark (the GRPCCaller can).
 type drainer interface {
-	DrainMerged(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64) (int64, error)
+	DrainMerged(ctx context.Context, w Worker, target registry.Target, fencingToken int64, baseVersion uint64) (int64, error)
 }
 
 // drains are the DrainMerged calls of one task, run beside its other calls: a
@@ -24,7 +26,7 @@ type drainer interface {
 type drains struct {
 	f      *FanOut
 	d      drainer
-	target string
+	target registry.Target
 	token  int64
 	log    *slog.Logger
 	// ownCommits: each drain follows its worker's own CommitMerge with

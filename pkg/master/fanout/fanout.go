@@ -13,6 +13,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -46,7 +47,7 @@ type MergeResult struct {
 // Caller calls workers. MergeWal returns an error wrapping ErrUnreachable when the
 // worker could not be reached before it admitted the call.
 type Caller interface {
-	MergeWal(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
+	MergeWal(ctx context.Context, w Worker, target registry.Target, fencingToken int64) (MergeResult, error)
 }
 
 // AdoptResult is what one adoption reports.
@@ -59,7 +60,7 @@ type AdoptResult struct {
 // shardAdopter is a Caller that can have a worker adopt the shard of a worker that
 // is gone (the GRPCCaller can).
 type shardAdopter interface {
-	AdoptShard(ctx context.Context, w Worker, target, shard string, fencingToken int64) (AdoptResult, error)
+	AdoptShard(ctx context.Context, w Worker, target registry.Target, shard string, fencingToken int64) (AdoptResult, error)
 }
 
 // ConnRetainer is a Caller that keeps connections: the fan-out and the watch of
@@ -143,7 +144,7 @@ type Config struct {
 	// Row reads a target's stats row, and Orphans names its orphaned shards;
 	// with both set (and a Caller that adopts), the fan-out has each orphaned
 	// shard adopted before the live workers merge.
-	Row     func(ctx context.Context, target string) (stats.Row, error)
+	Row     func(ctx context.Context, target registry.Target) (stats.Row, error)
 	Orphans *Orphans
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
@@ -170,12 +171,12 @@ func New(cfg Config) *FanOut {
 // twoPhaseCaller is a Caller that can prepare a merge on a worker and commit or
 // abort it later (the GRPCCaller can).
 type twoPhaseCaller interface {
-	PrepareMerge(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
+	PrepareMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64) (MergeResult, error)
 	// CommitMerge passes baseVersion, the version the previous commit created (0
 	// if none), as a hint (tidemarkv1.CommitMergeRequest.base_version); with
 	// deferDrain the worker leaves its drain to a DrainMerged call.
-	CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64, deferDrain bool) (MergeResult, error)
-	AbortMerge(ctx context.Context, w Worker, target string, fencingToken int64) error
+	CommitMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64, baseVersion uint64, deferDrain bool) (MergeResult, error)
+	AbortMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64) error
 }
 
 // ErrNoLiveWorkers means discovery lists no worker to merge on.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -156,7 +157,16 @@ func deadAddr(t *testing.T) string {
 }
 
 func claimFor(target string, token int64) *tasks.Claim {
-	return &tasks.Claim{Task: tasks.Task{ID: "t1", Kind: tasks.KindMergeWAL, Target: target}, FencingToken: token}
+	return &tasks.Claim{Task: tasks.Task{ID: "t1", Kind: tasks.KindMergeWAL, Target: tgt(target)}, FencingToken: token}
+}
+
+// tgt is the target of a test's text, which must be valid.
+func tgt(text string) registry.Target {
+	target, err := registry.ParseTarget(text)
+	if err != nil {
+		panic(err)
+	}
+	return target
 }
 
 // trio is the world of the tests of one misbehaving worker: counting workers w0

@@ -9,13 +9,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
 // gatherCaller is a Caller that can have one worker merge every shard of a store
 // and the others drain what it merged of theirs (the GRPCCaller can).
 type gatherCaller interface {
-	MergeStore(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error)
+	MergeStore(ctx context.Context, w Worker, target registry.Target, fencingToken int64) (MergeResult, error)
 	drainer
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -26,7 +27,7 @@ type MaintainResult struct {
 // GRPCCaller can). Maintain returns an error wrapping ErrUnreachable when the
 // worker could not be reached before it admitted the call.
 type MaintainCaller interface {
-	Maintain(ctx context.Context, w Worker, kind tasks.Kind, target string, fencingToken int64) (MaintainResult, error)
+	Maintain(ctx context.Context, w Worker, kind tasks.Kind, target registry.Target, fencingToken int64) (MaintainResult, error)
 }
 
 // Maintenance runs compact, verify and repair tasks: each on one live worker, the
@@ -60,7 +61,7 @@ func (m *Maintenance) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, er
 	}
 	log = log.With("task", c.Task.ID, "kind", c.Task.Kind, "target", c.Task.Target, "fencing_token", c.FencingToken)
 	var unreachable []string
-	for _, w := range ringFrom(c.Task.Target, workers) {
+	for _, w := range ringFrom(c.Task.Target.String(), workers) {
 		r, err := m.Caller.Maintain(ctx, w, c.Task.Kind, c.Task.Target, c.FencingToken)
 		switch {
 		case errors.Is(err, ErrUnreachable):

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -31,7 +32,7 @@ func TestMaintainStatsComeFromTheWorkersCounts(t *testing.T) {
 // maintainFunc adapts a function to maintainCaller.
 type maintainFunc func(w Worker) (MaintainResult, error)
 
-func (f maintainFunc) Maintain(_ context.Context, w Worker, _ tasks.Kind, _ string, _ int64) (MaintainResult, error) {
+func (f maintainFunc) Maintain(_ context.Context, w Worker, _ tasks.Kind, _ registry.Target, _ int64) (MaintainResult, error) {
 	return f(w)
 }
 
@@ -43,7 +44,7 @@ func TestMaintenanceReportsTheWorkersStats(t *testing.T) {
 		Caller: maintainFunc(func(Worker) (MaintainResult, error) {
 			return MaintainResult{Summary: "verified version 3", Stats: stats, Problems: []string{"data/a.parquet: missing"}}, nil
 		})}
-	c := &tasks.Claim{Task: tasks.Task{ID: "t1", Kind: tasks.KindVerify, Target: "s"}, FencingToken: 7}
+	c := &tasks.Claim{Task: tasks.Task{ID: "t1", Kind: tasks.KindVerify, Target: tgt("s")}, FencingToken: 7}
 	report, err := m.Run(context.Background(), c)
 	if err == nil || !strings.Contains(err.Error(), "data/a.parquet: missing") {
 		t.Errorf("verify with a problem: %v, want the task failed naming it", err)

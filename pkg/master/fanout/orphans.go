@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // DefaultOrphanGrace is ORPHAN_GRACE: how long a shard's worker must be missing
@@ -130,7 +131,7 @@ func (o *Orphans) observe(r stats.Row, live map[string]bool, now time.Time, seen
 }
 
 // forget drops the missing shards of target that its row no longer lists.
-func (o *Orphans) forget(seen map[string]bool, target string) {
+func (o *Orphans) forget(seen map[string]bool, target registry.Target) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	prefix := orphanKey(target, "")
@@ -166,7 +167,7 @@ func (o *Orphans) MissingOf(rows []stats.Row, live []Worker) [][]MissingShard {
 // the target's stats row lists it as active and that no live worker has its name;
 // a worker that registers under it before the adoption clears the mark, as it
 // would the grace, and so does a row that no longer lists it.
-func (o *Orphans) Force(target, shard string) MissingShard {
+func (o *Orphans) Force(target registry.Target, shard string) MissingShard {
 	now := o.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -182,7 +183,7 @@ func (o *Orphans) Force(target, shard string) MissingShard {
 	return MissingShard{Shard: shard, Since: e.since, OrphanedAt: e.orphanedAt, Orphaned: true}
 }
 
-func orphanKey(target, shard string) string { return target + "\x00" + shard }
+func orphanKey(target registry.Target, shard string) string { return target.String() + "\x00" + shard }
 
 func liveSet(workers []Worker) map[string]bool {
 	set := make(map[string]bool, len(workers))

@@ -80,7 +80,7 @@ func (e *trackerEnv) elapsed() time.Duration { return e.clock.Now().Sub(trackerS
 func (e *trackerEnv) advance(d time.Duration) { e.clock.SetTime(e.clock.Now().Add(d)) }
 
 func row(target string, active ...string) stats.Row {
-	return stats.Row{Target: target, Shards: len(active), ActiveShards: active}
+	return stats.Row{Target: tgt(target), Shards: len(active), ActiveShards: active}
 }
 
 // The failure guarded: an ordinary restart of a worker (its registration gone for
@@ -148,11 +148,11 @@ func TestTheTrackerForgetsShardsNoLongerActive(t *testing.T) {
 	// w2 retired (adopted by someone else, or drained): r1 no longer lists it. A
 	// sweep of another target forgets nothing of r1.
 	e.sweep(r2)
-	if _, ok := e.o.missing[orphanKey("r1", "w2")]; !ok {
+	if _, ok := e.o.missing[orphanKey(tgt("r1"), "w2")]; !ok {
 		t.Fatal("a sweep of generic:g1 forgot r1's missing shard")
 	}
 	e.sweep(row("r1", "w1"), r2)
-	if _, ok := e.o.missing[orphanKey("r1", "w2")]; ok {
+	if _, ok := e.o.missing[orphanKey(tgt("r1"), "w2")]; ok {
 		t.Fatal("r1's row no longer lists w2, and the tracker still has it")
 	}
 	// Active again (a retired shard with files due for deletion): its clock starts
@@ -174,7 +174,7 @@ func TestForcingAShardOrphansItNowAndKeepsSinceWhenItIsMissing(t *testing.T) {
 	e.wantOrphaned("first seen missing", r)
 	seen := e.clock.Now()
 	e.advance(time.Second)
-	m := e.o.Force("r1", "w2")
+	m := e.o.Force(tgt("r1"), "w2")
 	if !m.Orphaned || !m.Since.Equal(seen) || !m.OrphanedAt.Equal(e.clock.Now()) {
 		t.Errorf("forced = %+v, want orphaned now, missing since %s", m, seen)
 	}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -145,7 +146,7 @@ func (f *FanOut) twoPhase(ctx context.Context, c *tasks.Claim, tp twoPhaseCaller
 // abort releases the prepares of workers that will not be committed, in
 // parallel and best effort: a worker that does not hear it aborts on its own at
 // MERGE_PREPARED_TTL, or when the next task of the target prepares.
-func (f *FanOut) abort(ctx context.Context, tp twoPhaseCaller, workers []Worker, target string, token int64, log *slog.Logger) {
+func (f *FanOut) abort(ctx context.Context, tp twoPhaseCaller, workers []Worker, target registry.Target, token int64, log *slog.Logger) {
 	if len(workers) == 0 {
 		return
 	}

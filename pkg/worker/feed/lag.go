@@ -99,10 +99,11 @@ func (c *consumerLag) Collect(ch chan<- prometheus.Metric) {
 		if !ok {
 			continue
 		}
-		kind, name, err := registry.ParseTarget(target)
+		parsed, err := registry.ParseTarget(target)
 		if err != nil {
 			continue // every resident store has a valid target
 		}
+		kind, name := parsed.Kind, parsed.Name
 		for _, rec := range byTarget[target] {
 			lag, ok := rec.Lag(h)
 			if !ok {

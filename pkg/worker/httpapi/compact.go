@@ -13,7 +13,7 @@ import (
 // TaskQueue enqueues master tasks: the task queue in etcd (tasks.Queue). The
 // worker only enqueues; the master's scheduler claims and runs them.
 type TaskQueue interface {
-	Enqueue(ctx context.Context, kind tasks.Kind, target string, dependsOn ...string) (tasks.Task, bool, error)
+	Enqueue(ctx context.Context, kind tasks.Kind, target registry.Target, dependsOn ...string) (tasks.Task, bool, error)
 }
 
 // errNoTaskQueue answers a compact request on a worker without etcd: nothing could
@@ -48,7 +48,7 @@ func (s *Server) compactStore(k kindAPI) apiHandler {
 		}
 		ctx, cancel := detached(r)
 		defer cancel()
-		task, dedup, err := s.cfg.Tasks.Enqueue(ctx, tasks.KindCompact, registry.Target(k.kind, name))
+		task, dedup, err := s.cfg.Tasks.Enqueue(ctx, tasks.KindCompact, registry.NewTarget(k.kind, name))
 		if err != nil {
 			s.cfg.Logger.Warn("compact: enqueue failed", "store", name, "kind", k.kind, "err", err)
 			return &apiError{status: http.StatusServiceUnavailable, code: CodeTasksUnavailable,

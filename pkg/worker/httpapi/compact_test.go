@@ -32,7 +32,7 @@ func TestCompactRouteEnqueuesATaskAndStatsDescribeTheTable(t *testing.T) {
 	var gen compactAnswer
 	e.ok(http.StatusAccepted, http.MethodPost, "/api/v1/generic/g/compact", nil, &gen)
 	task, err := queue.Get(context.Background(), gen.TaskID)
-	if err != nil || task.Kind != tasks.KindCompact || task.Target != "generic:g" || task.State != tasks.StateQueued {
+	if err != nil || task.Kind != tasks.KindCompact || task.Target.String() != "generic:g" || task.State != tasks.StateQueued {
 		t.Fatalf("the generic store's task: %+v, %v", task, err)
 	}
 	e.fails(http.StatusNotFound, CodeNotFound, http.MethodPost, "/api/v1/rollouts/nope/compact", nil)

@@ -58,7 +58,7 @@ type consumerPath struct {
 	name     string
 }
 
-func (p consumerPath) target() string { return registry.Target(p.kind, p.name) }
+func (p consumerPath) target() string { return registry.NewTarget(p.kind, p.name).String() }
 
 // parseConsumerPath validates the path of a consumer route: 400 for a bad
 // consumer, kind or store name.
@@ -192,7 +192,7 @@ func (s *Server) forgetConsumers(ctx context.Context, k registry.Kind, name stri
 	if s.cfg.Consumers == nil {
 		return
 	}
-	n, err := s.cfg.Consumers.DeleteStore(ctx, registry.Target(k, name))
+	n, err := s.cfg.Consumers.DeleteStore(ctx, registry.NewTarget(k, name).String())
 	if err != nil {
 		s.cfg.Logger.Warn("the deleted store's consumers were not deleted; a store created again under the name sees their cursors until it is deleted again",
 			"store", name, "kind", k, "err", err)

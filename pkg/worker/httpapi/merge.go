@@ -49,26 +49,26 @@ func (s *Server) mergeStore(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.merge(w, r, registry.KindGeneric, name)
+	return s.merge(w, r, registry.NewTarget(registry.KindGeneric, name))
 }
 
 // mergeTarget is POST /internal/merge-wal/{target}: "<name>" for a rollout store,
 // "generic:<name>" for a generic store.
 func (s *Server) mergeTarget(w http.ResponseWriter, r *http.Request) error {
-	kind, name, err := registry.ParseTarget(r.PathValue("name"))
+	target, err := registry.ParseTarget(r.PathValue("name"))
 	if err != nil {
 		return err
 	}
-	return s.merge(w, r, kind, name)
+	return s.merge(w, r, target)
 }
 
 // merge merges this worker's shard of the store into its base table, waiting for a
 // merge slot. Unlike writes, it follows the request's context: a merge cancelled at
 // any point loses nothing (package merge), and a caller that gave up - the master
 // moving on to the next worker - must not leave a merge committing behind its back.
-func (s *Server) merge(w http.ResponseWriter, r *http.Request, kind registry.Kind, name string) error {
+func (s *Server) merge(w http.ResponseWriter, r *http.Request, target registry.Target) error {
 	// Token 0: an HTTP trigger carries no fencing token (only the master's gRPC call does).
-	res, err := s.cfg.Merges.MergeTarget(r.Context(), registry.Target(kind, name), 0, mergesvc.TriggerRequest)
+	res, err := s.cfg.Merges.MergeTarget(r.Context(), target, 0, mergesvc.TriggerRequest)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ type storeInfo struct {
 // infoOf describes e; a generic store's registered schema that does not parse is
 // an internal error (the registry holds only specs that did).
 func (s *Server) infoOf(e registry.Entry) (storeInfo, error) {
-	info := storeInfo{Name: e.Name, URI: s.storeURI(e), Kind: e.Kind, Target: e.Target(), CreatedAt: e.CreatedAt}
+	info := storeInfo{Name: e.Name, URI: s.storeURI(e), Kind: e.Kind, Target: e.Target().String(), CreatedAt: e.CreatedAt}
 	if e.MaxConsumerLag > 0 {
 		info.MaxConsumerLag = time.Duration(e.MaxConsumerLag).String()
 	}
@@ -260,7 +260,7 @@ func (s *Server) deleteStore(k kindAPI) apiHandler {
 		}
 		s.cfg.Merges.Metrics().PendingGenerations.DeleteLabelValues(string(k.kind), name)
 		s.forgetConsumers(ctx, k.kind, name)
-		s.consumerLag.Forget(registry.Target(k.kind, name))
+		s.consumerLag.Forget(registry.NewTarget(k.kind, name).String())
 		s.cfg.Logger.Info("store deleted", "store", name, "kind", k.kind)
 		w.WriteHeader(http.StatusNoContent)
 		return nil

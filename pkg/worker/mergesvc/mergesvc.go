@@ -81,21 +81,18 @@ func (s *Service) Metrics() *Metrics { return s.cfg.Metrics }
 // against, and then recorded as, the newest token of the target's merge lane.
 // trigger labels the merge metrics (TriggerMaster, TriggerRequest).
 //
-// Errors wrap registry.ErrInvalidName (malformed target), ErrInvalidFencingToken,
+// Errors wrap ErrInvalidFencingToken,
 // ErrStaleFencingToken, registry.ErrNotFound (no such store), store.ErrDeleted (the
 // store was deleted during the merge, whatever the merge tripped over then), or the
 // merge's error.
-func (s *Service) MergeTarget(ctx context.Context, target string, token int64, trigger string) (merge.Result, error) {
-	kind, name, err := registry.ParseTarget(target)
-	if err != nil {
-		return merge.Result{}, err
-	}
+func (s *Service) MergeTarget(ctx context.Context, target registry.Target, token int64, trigger string) (merge.Result, error) {
+	kind, name := target.Kind, target.Name
 	if token < 0 {
 		return merge.Result{}, fmt.Errorf("target %s: %w: %d is negative", target, ErrInvalidFencingToken, token)
 	}
 	log := s.log.With("target", target, "store", name, "kind", kind, "trigger", trigger, "fencing_token", token)
 	if token > 0 {
-		if err := s.Admit(target, tasks.LaneMerge, kind, token, log); err != nil {
+		if err := s.Admit(target, tasks.LaneMerge, token, log); err != nil {
 			return merge.Result{}, err
 		}
 	}
@@ -121,9 +118,9 @@ func (s *Service) MergeTarget(ctx context.Context, target string, token int64, t
 // lock of the target); maintenance has its own, as its lock is another key whose
 // tokens interleave with the merges' (a compaction claimed after a merge began
 // must not make that merge's later calls stale).
-func (s *Service) Admit(target string, lane tasks.Lane, kind registry.Kind, token int64, log *slog.Logger) error {
-	if err := s.fence.admit(target, lane, token); err != nil {
-		s.cfg.Metrics.FencingRefusals.WithLabelValues(string(kind)).Inc()
+func (s *Service) Admit(target registry.Target, lane tasks.Lane, token int64, log *slog.Logger) error {
+	if err := s.fence.admit(target.String(), lane, token); err != nil {
+		s.cfg.Metrics.FencingRefusals.WithLabelValues(string(target.Kind)).Inc()
 		log.Warn("refused: stale fencing token", "lane", lane, "err", err)
 		return err
 	}

@@ -18,10 +18,11 @@ import (
 // target on this worker, under the same fencing as MergeWal: the master holds the
 // target's lock, and a stale master's call is refused before it touches the store.
 func (w *WorkerService) Maintain(ctx context.Context, req *tidemarkv1.MaintainRequest) (*tidemarkv1.MaintainResponse, error) {
-	kind, name, err := registry.ParseTarget(req.GetTarget())
+	parsed, err := registry.ParseTarget(req.GetTarget())
 	if err != nil {
 		return nil, grpcError(err)
 	}
+	kind, name := parsed.Kind, parsed.Name
 	task := tasks.Kind(req.GetKind())
 	if task != tasks.KindCompact && task != tasks.KindVerify && task != tasks.KindRepair {
 		return nil, status.Errorf(codes.InvalidArgument, "kind %q: Maintain runs compact, verify or repair", req.GetKind())

@@ -104,13 +104,14 @@ func (w *WorkerService) Health() *health.Server { return w.health }
 // MergeWal merges this worker's shard of the request's target. The fencing token is
 // required: 0 is INVALID_ARGUMENT (only the HTTP internal route may merge unfenced).
 func (w *WorkerService) MergeWal(ctx context.Context, req *tidemarkv1.MergeWalRequest) (*tidemarkv1.MergeWalResponse, error) {
-	if _, _, err := registry.ParseTarget(req.GetTarget()); err != nil {
+	target, err := registry.ParseTarget(req.GetTarget())
+	if err != nil {
 		return nil, grpcError(err)
 	}
 	if err := requireToken(req.GetTarget(), req.GetFencingToken()); err != nil {
 		return nil, err
 	}
-	r, err := w.cfg.Merges.MergeTarget(ctx, req.GetTarget(), req.GetFencingToken(), mergesvc.TriggerMaster)
+	r, err := w.cfg.Merges.MergeTarget(ctx, target, req.GetFencingToken(), mergesvc.TriggerMaster)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -128,15 +129,16 @@ func (w *WorkerService) MergeWal(ctx context.Context, req *tidemarkv1.MergeWalRe
 // (admit); its errors are gRPC statuses. The log it returns names the target,
 // store and token.
 func (w *WorkerService) admitFenced(target string, lane tasks.Lane, token int64) (registry.Kind, string, *slog.Logger, error) {
-	kind, name, err := registry.ParseTarget(target)
+	parsed, err := registry.ParseTarget(target)
 	if err != nil {
 		return "", "", nil, grpcError(err)
 	}
+	kind, name := parsed.Kind, parsed.Name
 	if err := requireToken(target, token); err != nil {
 		return "", "", nil, err
 	}
 	log := w.log.With("target", target, "store", name, "kind", kind, "fencing_token", token)
-	if err := w.cfg.Merges.Admit(target, lane, kind, token, log); err != nil {
+	if err := w.cfg.Merges.Admit(parsed, lane, token, log); err != nil {
 		return "", "", nil, grpcError(err)
 	}
 	return kind, name, log, nil
@@ -145,10 +147,11 @@ func (w *WorkerService) admitFenced(target string, lane tasks.Lane, token int64)
 // AdoptShard drains and retires another worker's shard of the request's target
 // (merge.Merger.Adopt), under the same fencing as MergeWal.
 func (w *WorkerService) AdoptShard(ctx context.Context, req *tidemarkv1.AdoptShardRequest) (*tidemarkv1.AdoptShardResponse, error) {
-	kind, name, err := registry.ParseTarget(req.GetTarget())
+	parsed, err := registry.ParseTarget(req.GetTarget())
 	if err != nil {
 		return nil, grpcError(err)
 	}
+	kind, name := parsed.Kind, parsed.Name
 	shard := req.GetShard()
 	if err := wal.ValidateShard(shard); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "shard %q: %v", shard, err)
@@ -207,10 +210,11 @@ func (w *WorkerService) Flush(ctx context.Context, req *tidemarkv1.FlushRequest)
 		}
 		return &tidemarkv1.FlushResponse{SealedGenerations: n}, nil
 	}
-	kind, name, err := registry.ParseTarget(req.GetTarget())
+	parsed, err := registry.ParseTarget(req.GetTarget())
 	if err != nil {
 		return nil, grpcError(err)
 	}
+	kind, name := parsed.Kind, parsed.Name
 	sealed, err := w.flushStore(ctx, kind, name)
 	if err != nil {
 		return nil, grpcError(mergesvc.StoreGone(ctx, w.cfg.Stores.Registry(), kind, name, err))

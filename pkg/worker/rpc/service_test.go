@@ -322,7 +322,7 @@ func TestTokenZeroIsRefusedOverGRPCAndSkipsFencingOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.pending(t, e.rollout, "b")
-	r, err := e.mergeSvc.MergeTarget(context.Background(), "gs", 0, mergesvc.TriggerRequest)
+	r, err := e.mergeSvc.MergeTarget(context.Background(), registry.MustParseTarget("gs"), 0, mergesvc.TriggerRequest)
 	if err != nil || r.Generations != 1 {
 		t.Fatalf("unfenced MergeTarget after token 5: %+v, %v; want a merge", r, err)
 	}

@@ -99,7 +99,7 @@ func (s *Store) AdmitAdd(ctx context.Context) (AddAdmission, error) {
 func (s *Store) pendingForAdds(snap *Snapshot) int {
 	n := snap.PendingCount()
 	if s.cfg.StorePending != nil {
-		n = max(n, s.cfg.StorePending(s.Target()))
+		n = max(n, s.cfg.StorePending(s.entry.Target()))
 	}
 	return n
 }

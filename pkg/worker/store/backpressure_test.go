@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 )
@@ -71,7 +72,7 @@ func TestAdmitAddDecidesOnTheWholeStoresPendingCount(t *testing.T) {
 	b := objstoretest.Mem(t)
 	ss := NewStores(Config{Bucket: b, Shard: "w1", Logger: quiet(), SnapshotTTL: -1, MaxAddDelay: time.Millisecond,
 		WALOptions:   []wal.Option{wal.WithLogger(quiet())},
-		StorePending: func(string) int { return int(others.Load()) }}, 0)
+		StorePending: func(registry.Target) int { return int(others.Load()) }}, 0)
 	t.Cleanup(func() { _ = ss.Close(context.Background()) })
 	createGeneric(t, ss, "g")
 	s := open(t, ss, "g")

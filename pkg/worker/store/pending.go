@@ -22,7 +22,7 @@ func (ss *Stores) Pending() []pending.Entry {
 		if len(gens) == 0 {
 			continue
 		}
-		e := pending.Entry{Target: s.Target(), Generations: len(gens), OldestSealedAt: gens[0].SealedAt}
+		e := pending.Entry{Target: s.entry.Target(), Generations: len(gens), OldestSealedAt: gens[0].SealedAt}
 		for _, g := range gens {
 			e.Bytes += g.Bytes
 			if g.SealedAt.Before(e.OldestSealedAt) {

@@ -76,7 +76,7 @@ type Config struct {
 	// worker's shard from the workers' published entries (pending.View.Generations),
 	// for add backpressure: a worker that only writes refreshes no snapshot of the
 	// other shards, and would otherwise slow adds only on its own shard's count.
-	StorePending func(target string) int
+	StorePending func(target registry.Target) int
 }
 
 func (c *Config) setDefaults() {
@@ -208,7 +208,7 @@ func (s *Store) ColumnsExcept(omit []string) []string {
 }
 
 // Target is the store's target string.
-func (s *Store) Target() string { return s.entry.Target() }
+func (s *Store) Target() string { return s.entry.Target().String() }
 
 // Table is the store's base table.
 func (s *Store) Table() *table.Table { return s.table }

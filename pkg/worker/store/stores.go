@@ -85,7 +85,7 @@ type Release func()
 // (and Schema for a generic store, as canonical spec JSON). A second create of the
 // same name fails with registry.ErrExists.
 func (ss *Stores) Create(ctx context.Context, e registry.Entry) (registry.Entry, error) {
-	unlock := ss.lockName(e.Target())
+	unlock := ss.lockName(e.Target().String())
 	defer unlock()
 	input, _, err := inputSchema(e)
 	if err != nil {
@@ -131,7 +131,7 @@ func (ss *Stores) Create(ctx context.Context, e registry.Entry) (registry.Entry,
 // Open returns the open handle of a registered store, opening it if needed. It
 // fails with registry.ErrNotFound for an unknown store.
 func (ss *Stores) Open(ctx context.Context, k registry.Kind, name string) (*Store, Release, error) {
-	target := registry.Target(k, name)
+	target := registry.NewTarget(k, name).String()
 	if s, rel := ss.acquire(target); s != nil {
 		return s, rel, nil
 	}
@@ -264,7 +264,7 @@ func (ss *Stores) Resident() ([]*Store, []Release) {
 // its directory is deleted, then its registry object. Registry last: until then a
 // retry of the delete finds the store and finishes the job.
 func (ss *Stores) Delete(ctx context.Context, k registry.Kind, name string) error {
-	target := registry.Target(k, name)
+	target := registry.NewTarget(k, name).String()
 	unlock := ss.lockName(target)
 	defer unlock()
 	e, err := ss.reg.Get(ctx, k, name)
