@@ -161,49 +161,6 @@ func mergeResult(resp *tidemarkv1.MergeWalResponse) MergeResult {
 	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows(), Reclaimed: resp.GetReclaimed(), BaseVersion: resp.GetBaseVersion()}
 }
 
-// PrepareMerge has worker w prepare its merge of target (WorkerService.PrepareMerge);
-// the result counts what the prepared pass holds.
-func (c *GRPCCaller) PrepareMerge(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
-	client, release, err := c.client(ctx, w)
-	if err != nil {
-		return MergeResult{}, err
-	}
-	defer release()
-	resp, err := client.PrepareMerge(ctx,
-		&tidemarkv1.PrepareMergeRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
-	if err != nil {
-		return MergeResult{}, err
-	}
-	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows()}, nil
-}
-
-// CommitMerge has worker w commit the merge it prepared (WorkerService.CommitMerge).
-func (c *GRPCCaller) CommitMerge(ctx context.Context, w Worker, target string, fencingToken int64, baseVersion uint64, deferDrain bool) (MergeResult, error) {
-	client, release, err := c.client(ctx, w)
-	if err != nil {
-		return MergeResult{}, err
-	}
-	defer release()
-	resp, err := client.CommitMerge(ctx, &tidemarkv1.CommitMergeRequest{Target: target, FencingToken: fencingToken,
-		BaseVersion: baseVersion, DeferDrain: deferDrain}, grpc.WaitForReady(false))
-	if err != nil {
-		return MergeResult{}, err
-	}
-	return mergeResult(resp), nil
-}
-
-// AbortMerge has worker w abort the merge it prepared (WorkerService.AbortMerge).
-func (c *GRPCCaller) AbortMerge(ctx context.Context, w Worker, target string, fencingToken int64) error {
-	client, release, err := c.client(ctx, w)
-	if err != nil {
-		return err
-	}
-	defer release()
-	_, err = client.AbortMerge(ctx,
-		&tidemarkv1.AbortMergeRequest{Target: target, FencingToken: fencingToken}, grpc.WaitForReady(false))
-	return err
-}
-
 // MergeStore has worker w merge every shard of target's store in one commit per
 // pass (WorkerService.MergeStore); the result's Merged names the shards merged.
 func (c *GRPCCaller) MergeStore(ctx context.Context, w Worker, target string, fencingToken int64) (MergeResult, error) {
