@@ -24,7 +24,7 @@ import (
 func mergeKillCluster(t *testing.T, fanout, name string) (*cluster, *masterProc, map[string]string, string) {
 	t.Helper()
 	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "1h", "SNAPSHOT_TTL": "1ms"},
-		map[string]string{"MERGE_WAL_INTERVAL": "1h", "MERGE_WAL_WORKER_TIMEOUT": "1m",
+		map[string]string{"MERGE_WAL_INTERVAL": "1h", "TASK_TIMEOUT": "6m", // a worker's merge: 1m
 			"MERGE_WAL_MIN_GENERATIONS": "1000000", "MERGE_MAX_DELAY": "1h", "MERGE_FANOUT": fanout})
 	m := c.startMaster("m1", nil)
 	faults := map[string]string{}
