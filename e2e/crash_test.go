@@ -117,7 +117,7 @@ func TestWorkerKilledDuringMergesLosesNoAcknowledgedRow(t *testing.T) {
 
 // TestSecondMasterFinishesTheTaskOfAKilledMaster kills the master (SIGKILL)
 // while its merge task is running (held up by a worker frozen with SIGSTOP), then
-// starts a second master: once the first one's lease expires (MASTER_LEASE_TTL
+// starts a second master: once the first one's lease expires (LEASE_TTL
 // 3s), the second recovers the orphaned task, runs it again and finishes it; the
 // rows end up merged exactly once.
 func TestSecondMasterFinishesTheTaskOfAKilledMaster(t *testing.T) {

@@ -123,7 +123,7 @@ func newRunCmd() *cobra.Command {
 	fs.StringSliceVar(&f.ingestFanout, "ingest-fanout", []string{string(fanout.Gather)}, "sustained ingest: the fan-out shapes (MERGE_FANOUT: gather, serial) of the runs")
 	fs.Int64Var(&f.memoryBytes, "memory-backlog-bytes", 1<<30, "memory scenario: generation bytes of the backlog merged")
 	fs.Int64SliceVar(&f.scaleRows, "scale-rows", bench.DefaultScaleRows, "scale scenario: rows of each store measured, smallest first (100000000: a run of hours, by hand)")
-	fs.Int64Var(&f.scaleCache, "scale-table-cache-bytes", 0, "scale scenario: the measuring workers' TABLE_CACHE_BYTES (0: the worker's default)")
+	fs.Int64Var(&f.scaleCache, "scale-table-cache-bytes", 0, "scale scenario: the measuring workers' table cache, a quarter of CACHE_BYTES (0: the worker's default)")
 	fs.StringVar(&f.scaleProfiles, "scale-profiles", "", "scale scenario: write a CPU profile of every measured phase into this directory")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run into this file (not with --scale-profiles)")
 	f.feed = bench.DefaultFeedConfig(bench.FeedWorkers)

@@ -15,14 +15,15 @@ import (
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
-// DefaultDialTimeout is WORKER_DIAL_TIMEOUT: how long a worker may take to
+// DefaultDialTimeout is how long a worker may take to
 // accept a connection before a call to it counts as unreachable.
 const DefaultDialTimeout = 5 * time.Second
 
 // GRPCCallerConfig configures a GRPCCaller.
 type GRPCCallerConfig struct {
 	// DialTimeout bounds how long a worker may take to accept a connection before
-	// the call counts as unreachable, WORKER_DIAL_TIMEOUT (DefaultDialTimeout).
+	// the call counts as unreachable (DefaultDialTimeout; the master passes
+	// ETCD_DIAL_TIMEOUT, one bound on connecting to a peer).
 	DialTimeout time.Duration
 	// DialOptions are added to every connection (TLS credentials, interceptors).
 	// Without transport credentials, connections are plaintext.
