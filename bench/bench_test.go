@@ -35,7 +35,7 @@ func quickStorm() StormConfig {
 // checks the base table itself and fails otherwise).
 func TestStormShapesDrainWithoutLoss(t *testing.T) {
 	env := testEnv(t)
-	for _, shape := range []StormShape{OldShapePerWorkerTimers, NewShapeSerialFanOut, NewShapeTwoPhaseFanOut, NewShapeGatherFanOut} {
+	for _, shape := range []StormShape{OldShapePerWorkerTimers, NewShapeSerialFanOut, NewShapeGatherFanOut} {
 		res, err := RunStorm(context.Background(), env, quickStorm(), shape)
 		if err != nil {
 			t.Fatalf("%s: %v", shape, err)
@@ -212,7 +212,7 @@ func TestUpdateSectionsInsertsANewScenarioInOrder(t *testing.T) {
 	lock := "### 2. Lock held across the read\n\nold lock\n"
 	later := "\n## Later\n\nkept\n"
 	r := &Report{Date: time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC), Command: "tidemark-bench run --only skew",
-		SkewRuns: []SkewRun{{Config: DefaultSkewConfig(5 * time.Minute), Result: SkewResult{Mode: fanout.TwoPhase}}}}
+		SkewRuns: []SkewRun{{Config: DefaultSkewConfig(5 * time.Minute), Result: SkewResult{Mode: fanout.Gather}}}}
 	for _, c := range []struct{ doc, before, after string }{
 		{head + storm + ingest + lock + later, head + storm + ingest, lock + later},
 		{head + storm + ingest + later, head + storm + ingest, later},
@@ -240,14 +240,13 @@ func TestReportMarkdown(t *testing.T) {
 		Storm: []StormResult{{Shape: OldShapePerWorkerTimers, MergesOK: 20, MergesFailed: 4, TooManyWriters: 4, Drained: true,
 			Elapsed: time.Minute, Requests: 5000, PutIfAbsent: 170, FirstError: "too many concurrent writers"},
 			{Shape: NewShapeSerialFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 2 * time.Minute, Requests: 4000, PutIfAbsent: 40},
-			{Shape: NewShapeTwoPhaseFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 15 * time.Second, Requests: 2500, PutIfAbsent: 20},
-			{Shape: NewShapeTwoPhaseFanOut, PrepareConcurrency: 2, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 20 * time.Second,
+			{Shape: NewShapeGatherFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 20 * time.Second,
 				Requests: 2400, Refused: 400, PutIfAbsent: 20}},
 		StormS3: []StormResult{{Shape: OldShapePerWorkerTimers, MergesOK: 20, Drained: true, Elapsed: time.Minute, Requests: 1000, PutIfAbsent: 100},
-			{Shape: NewShapeTwoPhaseFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 30 * time.Second, Requests: 900, Refused: 90, PutIfAbsent: 40}},
+			{Shape: NewShapeGatherFanOut, MergesOK: 20, Tasks: 1, Drained: true, Elapsed: 30 * time.Second, Requests: 900, Refused: 90, PutIfAbsent: 40}},
 		StormS3URL: "s3://b?endpoint=http://127.0.0.1:9100",
 		FanOutRuns: []FanOutThroughput{{Config: FanOutThroughputConfigs()[0],
-			Result: StormResult{Shape: NewShapeTwoPhaseFanOut, Elapsed: 10 * time.Second, Requests: 100, Versions: 4}}},
+			Result: StormResult{Shape: NewShapeGatherFanOut, Elapsed: 10 * time.Second, Requests: 100, Versions: 4}}},
 		LockConfig: DefaultLockConfig(),
 		Lock: []LockResult{
 			{Shape: OldShapeLockAcrossRead, Mergers: 1, Gets: LockCalls{Held: Quantiles{N: 3, P50: time.Second, P99: 2 * time.Second, Max: 3 * time.Second}},
@@ -268,16 +267,15 @@ func TestReportMarkdown(t *testing.T) {
 	}
 	md := r.Markdown()
 	for _, want := range []string{SectionHeading, "### 1. Commit storm", "| new: master task, serial fan-out / old | | | | | 2.00x | | | 0.80x | 0.24x | | |",
-		"| new: master task, two-phase fan-out / old | | | | | 0.25x | | | 0.50x | 0.12x | | |",
+		"| new: master task, gather fan-out / old | | | | | 0.33x | | | 0.48x | 0.12x | | |",
 		// The limit: the fewest requests served (2,400 - 400 refused) at 8 in flight
 		// for 55 ms each (50 ms + half the 10 ms jitter): 2,000 / 145.45/s.
 		"Store-bound limit: 13.75 s. The fewest requests the store served for any shape here are 2000, for " +
-			"\"new: master task, two-phase fan-out, 2 prepares at once\" (2400 requests minus 400 refused)",
-		"| new: master task, two-phase fan-out, 2 prepares at once | 20 / 0 (1 task) | 0 | 0 | yes | 20.00 s | 1.45x |",
-		"| new: master task, two-phase fan-out | 20 / 0 (1 task) | 0 | 0 | yes | 15.00 s | 1.09x |",
+			"\"new: master task, gather fan-out\" (2400 requests minus 400 refused)",
+		"| new: master task, gather fan-out | 20 / 0 (1 task) | 0 | 0 | yes | 20.00 s | 1.45x |",
 		"The same storm on a real S3 store, `s3://b?endpoint=http://127.0.0.1:9100`",
-		"| new: master task, two-phase fan-out / old | | | | | 0.50x | | | 0.90x | 0.40x | | |",
-		"| 1,000 generations of 10 rows | new: master task, two-phase fan-out | 10.00 s | 100 | 1000 | 100 | 4 |",
+		"| new: master task, gather fan-out / old | | | | | 0.50x | | | 0.90x | 0.40x | | |",
+		"| 1,000 generations of 10 rows | new: master task, gather fan-out | 10.00 s | 100 | 1000 | 100 | 4 |",
 		"### 2. Lock", "| 1 | old / new | gets of merged rows | p50 1000x, p99 2000x, max 3000x | - | - |",
 		"| 1 | old: exclusive lock across the read | 0 | 60 ms / 70 ms / 70 ms (5) | 0 | 0 | 1.00 s |", "| 2 | new: prepare/commit split | 0 | none | 5 | 5 | none (no lock) |", "### 3. Read fan-out", "| 200 | 1.00 s / 1.00 s | 1.00x | 0 / 0 | 2.00 s / 1.00 s | 2.00x |",
 		"### 4. Throughput", "| 10,000 |", "### Memory", "| 0.50 | -1.00 GiB | 2.0 |"} {
@@ -288,18 +286,11 @@ func TestReportMarkdown(t *testing.T) {
 }
 
 // The storm's bucket (8 requests in flight, 50 ms + up to 10 ms each) serves
-// 8 / 55 ms requests a second, and two prepares of 4 generation reads fill it.
+// 8 / 55 ms requests a second.
 func TestStormBucketRateAndPrepares(t *testing.T) {
 	c := DefaultStormConfig()
 	if got, want := c.RequestRate(), 8/0.055; math.Abs(got-want) > 1e-9 {
 		t.Errorf("RequestRate() = %v, want %v", got, want)
-	}
-	if got := c.StoreBoundPrepareConcurrency(); got != 2 {
-		t.Errorf("StoreBoundPrepareConcurrency() = %d, want 8 / merge.GenerationReads = 2", got)
-	}
-	c.MaxConcurrent = 2
-	if got := c.StoreBoundPrepareConcurrency(); got != 1 {
-		t.Errorf("StoreBoundPrepareConcurrency() with 2 in flight = %d, want at least 1", got)
 	}
 }
 

@@ -13,7 +13,7 @@
 //     after another).
 //   - RunIngest, sustained ingest: workers seal a generation every second while a
 //     real master (master.New) scans, sweeps and merges; do pending generations stay
-//     bounded, with the serial and the two-phase fan-out?
+//     bounded, with the serial and the gather fan-out?
 //   - RunSkew, skewed ingest (issue 31): the cluster of RunIngest with one hot
 //     store taking 90% of the rows and 50 quiet stores sharing the rest; is every
 //     quiet store merged within MERGE_MAX_DELAY plus one merge time, and the hot

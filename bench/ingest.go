@@ -120,7 +120,7 @@ type IngestSample struct {
 
 // IngestResult is one run of the scenario in one fan-out shape.
 type IngestResult struct {
-	// Mode is fanout.Serial or fanout.TwoPhase.
+	// Mode is fanout.Serial or fanout.Gather.
 	Mode fanout.Shape
 	// Samples are the pending generations over the run (every worker's shard, above
 	// its merged watermark, read from the bucket without the latency).
@@ -191,7 +191,7 @@ type IngestRun struct {
 const ingestStore = "ingest"
 
 // RunIngest runs the scenario once in fan-out mode (fanout.Serial or
-// fanout.TwoPhase): the workers serve their real gRPC WorkerService on
+// fanout.Gather): the workers serve their real gRPC WorkerService on
 // loopback, and a master built by master.New (static discovery of those workers,
 // its scanner, merge sweep, scheduler and FanOut) runs for Duration while the
 // workers seal. Afterwards whatever is pending is merged without faults and every

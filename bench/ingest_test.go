@@ -22,7 +22,7 @@ func quickIngest() IngestConfig {
 // otherwise).
 func TestIngestMergesWhileWorkersSeal(t *testing.T) {
 	env := testEnv(t)
-	for _, mode := range []fanout.Shape{fanout.Serial, fanout.TwoPhase, fanout.Gather} {
+	for _, mode := range []fanout.Shape{fanout.Serial, fanout.Gather} {
 		res, err := RunIngest(context.Background(), env, quickIngest(), mode)
 		if err != nil {
 			t.Fatalf("%s: %v", mode, err)
@@ -49,7 +49,7 @@ func TestIngestMergesOnDemandAtTheMastersDefaults(t *testing.T) {
 	env := testEnv(t)
 	cfg := quickIngest()
 	cfg.ScanInterval, cfg.SweepInterval, cfg.Duration = 0, 0, 6*time.Second
-	res, err := RunIngest(context.Background(), env, cfg, fanout.TwoPhase)
+	res, err := RunIngest(context.Background(), env, cfg, fanout.Gather)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,12 +73,12 @@ func TestIngestSectionMarkdown(t *testing.T) {
 	cfg := DefaultIngestConfig(3)
 	r := &Report{IngestRuns: []IngestRun{
 		{Config: cfg, Result: IngestResult{Mode: fanout.Serial, Sealed: 540, Elapsed: 3 * time.Minute, MaxPending: 540, Bounded: false}},
-		{Config: cfg, Result: IngestResult{Mode: fanout.TwoPhase, Sealed: 540, Merged: 500, Elapsed: 3 * time.Minute, Bounded: true,
+		{Config: cfg, Result: IngestResult{Mode: fanout.Gather, Sealed: 540, Merged: 500, Elapsed: 3 * time.Minute, Bounded: true,
 			MinuteMax: []int{30, 20, 25}}},
 	}}
 	md := r.Markdown()
-	for _, want := range []string{"### 1b. Sustained ingest\n", "| 3 | ", " (defaults) | serial | 540 (3.0) | 0.0 |", "| **no** |", "| two-phase |",
-		"| **no**: max 540 > 64, seal to merged p99 0s > 15s |", "3 workers, two-phase: pending, maximum of each minute: 30, 20, 25.\n"} {
+	for _, want := range []string{"### 1b. Sustained ingest\n", "| 3 | ", " (defaults) | serial | 540 (3.0) | 0.0 |", "| **no** |", "| gather |",
+		"| **no**: max 540 > 64, seal to merged p99 0s > 15s |", "3 workers, gather: pending, maximum of each minute: 30, 20, 25.\n"} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("no %q in:\n%s", want, md)
 		}

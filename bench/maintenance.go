@@ -714,7 +714,7 @@ func (r MaintenanceResult) Markdown() string {
 		"of %d merge intervals) applies the master's rule (`scanner.CompactionSweeper`: at least MIN_FRAGMENTS = %d "+
 		"fragments, deleted rows at or over %.0f%% of the rows, or %d versions since the last task) to the newest "+
 		"manifest and, when due, runs the compact task as a worker does: `maintain.Maintainer.Compact` (compaction "+
-		"with TARGET_ROWS_PER_FRAGMENT %d, COMPACTION_MAX_SOURCE_FRAGMENTS %d, deleted ratio %.1f; then `Table.Cleanup` "+
+		"with TARGET_ROWS_PER_FRAGMENT %d, at most %d source fragments, deleted ratio %.1f; then `Table.Cleanup` "+
 		"keeping %d versions, VERSION_RETENTION_AGE %s, GC_SAFETY_WINDOW %s, and `wal.Cleanup` of the shard), its "+
 		"budget reserved on the merger (MERGE_MEMORY_BUDGET %s). Retention is short so that garbage collection acts "+
 		"at this run's time scale; nothing sleeps.\n\n",

@@ -78,7 +78,7 @@ type ScaleConfig struct {
 	// MergeRows is the rows of a measured merge; Merges is how many merges of new
 	// ids and, as many, of overwritten ids each bucket measures (alternating).
 	MergeRows, Merges int
-	// TableCacheBytes is the measuring workers' TABLE_CACHE_BYTES (0: the
+	// TableCacheBytes is the measuring workers' table cache, a quarter of CACHE_BYTES (0: the
 	// worker's default, 64 MiB).
 	TableCacheBytes int64
 	// ProfileDir, if set, receives a CPU profile of every measured phase

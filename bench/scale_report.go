@@ -62,8 +62,8 @@ func (r ScaleResult) Markdown() string {
 	p("Issue 29: reads and merges should cost what they touch, not the store's size. For each size, one generic "+
 		"store of four small columns (`%s`) on `file://`, every row merged into the base table through the worker's "+
 		"write path: `store.Store.Append` of %s rows at a time, `Seal`, and `merge.Merger.Merge` every %s rows, a "+
-		"compact task (`maintain.Maintainer.Compact`: TARGET_ROWS_PER_FRAGMENT %s, COMPACTION_MAX_SOURCE_FRAGMENTS "+
-		"%d; retention of %d versions and %s, so that the build's garbage goes) whenever the merges left level 0 "+
+		"compact task (`maintain.Maintainer.Compact`: TARGET_ROWS_PER_FRAGMENT %s, at most "+
+		"%d source fragments; retention of %d versions and %s, so that the build's garbage goes) whenever the merges left level 0 "+
 		"with %d fragments, as a long-lived store's merges ask for one, and at the end compact tasks until one found "+
 		"nothing to compact: the leveled shape a long-lived store has. Ids are 16 hex digits spread over the key space like random ones "+
 		"(a bijection of a seeded counter, so they are distinct), and every row's values follow from its id, so every "+
@@ -72,7 +72,7 @@ func (r ScaleResult) Markdown() string {
 		c.Compact.MaxSources, c.Retention.KeepVersions, fmtDur(c.Retention.KeepAge), table.DefaultLevel0Trigger)
 	p("Then two workers of this process open the store, each with its own caches and WAL shard, one on the "+
 		"`file://` bucket and one on the same directory behind `objstore.WithFaults` with %s per request (the fault "+
-		"wrapper counts every request of both), each with a base-table cache of %s (TABLE_CACHE_BYTES). Each "+
+		"wrapper counts every request of both), each with a base-table cache of %s (a quarter of CACHE_BYTES). Each "+
 		"first does one get on its new handle (\"first get\"), then an untimed batch get of %s random ids, which "+
 		"reads every fragment's key-index top, as a long-running worker has them cached. A fragment's bloom filter "+
 		"is read by the first lookup of at least 4 ids in its range (a batch get looks ids up 128 at a time, a "+
@@ -260,7 +260,7 @@ func fmtLevels(l ScaleLevels) string {
 	return strings.Join(parts, ", ")
 }
 
-// scaleDefaultTableCache is the worker's TABLE_CACHE_BYTES default, which the
+// scaleDefaultTableCache is the worker's table cache default (a quarter of CACHE_BYTES), which the
 // table applies when the option is not given.
 const scaleDefaultTableCache = 64 << 20
 

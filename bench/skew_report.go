@@ -20,7 +20,7 @@ func (r *Report) skewSection(p printer) {
 	p("The cluster of 1b (%d workers, goroutines of this process, each with its own store handles and merger, its real "+
 		"gRPC `WorkerService` on loopback and its pending records in etcd; a master built by `master.New` with every "+
 		"setting at its default: merges on demand at MERGE_WAL_MIN_GENERATIONS %d or MERGE_MAX_DELAY %s, at most %d "+
-		"`merge_wal` tasks of different stores at once, MERGE_WAL_CONCURRENCY) with %d stores instead of one. The hot "+
+		"`merge_wal` tasks of different stores at once, 4x TASK_CONCURRENCY) with %d stores instead of one. The hot "+
 		"store is written as 1b's store: every worker appends %d rows (%s) and seals them every %s. The %d quiet stores "+
 		"share %.0f%% of all rows: each gets an add of %d rows every %s (the first at a phase spread over the interval), "+
 		"through a worker chosen at random each time, sealed there at once (one generation per add, as that worker's "+

@@ -37,10 +37,6 @@ const (
 	// claimed by the master's Scheduler, whose FanOut calls every worker's gRPC
 	// WorkerService.MergeWal one after another.
 	NewShapeSerialFanOut StormShape = "new: master task, serial fan-out"
-	// NewShapeTwoPhaseFanOut is the same task with MERGE_FANOUT=two-phase: every
-	// worker's PrepareMerge at once, then each worker's CommitMerge one after
-	// another.
-	NewShapeTwoPhaseFanOut StormShape = "new: master task, two-phase fan-out"
 	// NewShapeGatherFanOut is the same task with the master's default fan-out
 	// (MERGE_FANOUT=gather): one worker's MergeStore merges every shard in one
 	// commit, then the others' DrainMerged at once.
@@ -69,9 +65,6 @@ type StormConfig struct {
 	// RetryInterval is when a failed merge is tried again: the old shape's next
 	// timer tick, the new shape's next merge sweep.
 	RetryInterval time.Duration
-	// PrepareConcurrency is the two-phase fan-out's prepares in flight
-	// (fanout.Config.PrepareConcurrency); 0: every worker's at once.
-	PrepareConcurrency int
 	// Deadline bounds the measured phase; whatever is left is reported as not
 	// drained (and merged afterwards, without faults, so the rows can be checked).
 	Deadline time.Duration
@@ -140,13 +133,6 @@ func (c StormConfig) RequestRate() float64 {
 	return float64(c.MaxConcurrent) / mean.Seconds()
 }
 
-// StoreBoundPrepareConcurrency is the two-phase fan-out's prepares in flight that
-// fill the storm's bucket and no more: its requests in flight over one prepare's
-// generation reads at once (merge.GenerationReads), at least 1.
-func (c StormConfig) StoreBoundPrepareConcurrency() int {
-	return max(1, c.MaxConcurrent/merge.GenerationReads)
-}
-
 // ScaledStormConfig is DefaultStormConfig with every time (latency, jitter, retry
 // timeout, retry interval) multiplied by f, which keeps their ratios: how many
 // commit attempts fit in a retry timeout stays the same.
@@ -173,9 +159,6 @@ type StormResult struct {
 	MergeTimes Quantiles
 	// Tasks is the number of merge_wal tasks the new shape ran.
 	Tasks int
-	// PrepareConcurrency is the two-phase fan-out's prepares in flight
-	// (StormConfig.PrepareConcurrency; 0: the master's default).
-	PrepareConcurrency int
 	// Drained is set when no generation was pending at the end of the measured
 	// phase; Elapsed is the time until then.
 	Drained bool
@@ -316,9 +299,6 @@ func newStormWorld(ctx context.Context, env *Env, cfg StormConfig) (*stormWorld,
 // RunStorm builds the backlog and drains it in the given shape.
 func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) (StormResult, error) {
 	res := StormResult{Shape: shape}
-	if shape == NewShapeTwoPhaseFanOut {
-		res.PrepareConcurrency = cfg.PrepareConcurrency
-	}
 	w, err := newStormWorld(ctx, env, cfg)
 	if err != nil {
 		return res, err
@@ -345,10 +325,6 @@ func RunStorm(ctx context.Context, env *Env, cfg StormConfig, shape StormShape) 
 		}
 	case NewShapeGatherFanOut:
 		if err := w.runFanOut(runCtx, env, cfg, fanout.Gather, &res); err != nil {
-			return res, err
-		}
-	case NewShapeTwoPhaseFanOut:
-		if err := w.runFanOut(runCtx, env, cfg, fanout.TwoPhase, &res); err != nil {
 			return res, err
 		}
 	default:
@@ -427,8 +403,7 @@ func (w *stormWorld) runPerWorkerTimers(ctx context.Context, cfg StormConfig, re
 	res.MergeTimes = times.quantiles()
 }
 
-// runFanOut is NewShapeSerialFanOut, NewShapeTwoPhaseFanOut or
-// NewShapeGatherFanOut (mode): every worker
+// runFanOut is NewShapeSerialFanOut or NewShapeGatherFanOut (mode): every worker
 // serves its real gRPC WorkerService on loopback; one merge_wal task is enqueued in
 // etcd and the master's Scheduler runs it with the FanOut runner in that mode. A
 // failed task is enqueued again after RetryInterval (the next merge sweep would).
@@ -456,7 +431,6 @@ func (w *stormWorld) runFanOut(ctx context.Context, env *Env, cfg StormConfig, m
 	var mu sync.Mutex
 	var times durations
 	fan := fanout.New(fanout.Config{Discovery: discovery, Caller: caller, Shape: mode, WorkerTimeout: cfg.Deadline, Logger: quiet,
-		PrepareConcurrency: cfg.PrepareConcurrency,
 		OnWorkerDone: func(_ fanout.Worker, d time.Duration, err error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -530,11 +504,5 @@ func waitFinished(ctx context.Context, ts *tasks.Queue, id string) (tasks.Task, 
 	}
 }
 
-// label names the result's row: its shape, and the two-phase fan-out's prepare
-// concurrency when it is not the master's default.
-func (r StormResult) label() string {
-	if r.PrepareConcurrency > 0 {
-		return fmt.Sprintf("%s, %d prepares at once", r.Shape, r.PrepareConcurrency)
-	}
-	return string(r.Shape)
-}
+// label names the result's row: its shape.
+func (r StormResult) label() string { return string(r.Shape) }

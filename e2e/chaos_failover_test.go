@@ -24,7 +24,7 @@ import (
 // chaos faults file) so that the merge_wal task runs for seconds, requeue the
 // merge, and SIGKILL the master that holds its claim (read from the task record
 // in etcd) at a random moment of its fan-out. The other master must claim the
-// task once the killed one's lease expires (MASTER_LEASE_TTL 3 s) and finish it
+// task once the killed one's lease expires (LEASE_TTL 3 s) and finish it
 // across every worker; the rows end up merged exactly once. The killed master is
 // restarted as the standby of the next trial.
 //

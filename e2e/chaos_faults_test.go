@@ -200,7 +200,7 @@ func TestChaosObjectStoreFaultsLoseNoAcknowledgedRow(t *testing.T) {
 
 // TestChaosStuckWorkerMergeIsBoundedAndNamed makes one worker's merges of one
 // store hang (its fragment uploads never answer) while clients write to that
-// store and another. With MERGE_WAL_WORKER_TIMEOUT at 5s, the stuck target's
+// store and another. With a worker's merge bounded at 5s (TASK_TIMEOUT 30s), the stuck target's
 // merge_wal tasks must fail within the timeout with an error naming the worker,
 // the other store's merges must keep succeeding and reaching its base table, and
 // once the store answers again the stuck target merges. The guarded failure: one
@@ -211,7 +211,7 @@ func TestChaosStuckWorkerMergeIsBoundedAndNamed(t *testing.T) {
 	hangFor := chaosDuration(t, "TIDEMARK_CHAOS_HANG", 30*time.Second)
 	c := newCluster(t, map[string]string{"FLUSH_INTERVAL": "500ms"}, map[string]string{
 		"MERGE_WAL_MIN_GENERATIONS": "1",
-		"MERGE_WAL_WORKER_TIMEOUT":  workerTimeout.String(),
+		"TASK_TIMEOUT":              (6 * workerTimeout).String(), // a worker's merge: a sixth
 	})
 	m := c.startMaster("m1", nil)
 	c.startWorker("w1")
@@ -247,7 +247,7 @@ func TestChaosStuckWorkerMergeIsBoundedAndNamed(t *testing.T) {
 	hangStart := time.Now()
 	freeBefore := c.stats(m)[freeTarget]
 	cc.addf("hang", "w2's puts under rollout/%s/data/ never answer (until the call's context ends), for %s", stuck, hangFor)
-	cc.add("MERGE_WAL_WORKER_TIMEOUT", workerTimeout)
+	cc.add("worker timeout (TASK_TIMEOUT / 6)", workerTimeout)
 
 	var failedTask task
 	testwait.ForEvery(c.t, workerTimeout+60*time.Second, poll, "a merge_wal of "+stuckTarget+" fails naming w2", func() (bool, string) {

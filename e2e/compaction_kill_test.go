@@ -64,13 +64,12 @@ func TestCompactionKilledMidwayConverges(t *testing.T) {
 	start := time.Now()
 	rng := seededRand(t, 15)
 	c := newCluster(t, map[string]string{
-		"TARGET_ROWS_PER_FRAGMENT":     fmt.Sprint(killRowsPerFragment),
-		"MERGE_MAX_GENERATIONS":        "1", // one fragment per sealed batch: many small fragments
-		"VERSION_RETENTION_COUNT":      "3",
-		"VERSION_RETENTION_AGE":        "1s",
-		"GC_SAFETY_WINDOW":             killGCWindow.String(),
-		"WAL_MANIFEST_RETENTION_COUNT": "3",
-		"SNAPSHOT_TTL":                 killSnapshotTTL.String(),
+		"TARGET_ROWS_PER_FRAGMENT": fmt.Sprint(killRowsPerFragment),
+		"MERGE_MAX_GENERATIONS":    "1", // one fragment per sealed batch: many small fragments
+		"VERSION_RETENTION_COUNT":  "3",
+		"VERSION_RETENTION_AGE":    "1s",
+		"GC_SAFETY_WINDOW":         killGCWindow.String(),
+		"SNAPSHOT_TTL":             killSnapshotTTL.String(),
 	}, map[string]string{
 		// Only the test compacts (the sweep at start finds no store, and no merge
 		// leaves MIN_FRAGMENTS for a compaction on demand) and merges (through the

@@ -117,7 +117,7 @@ func TestWorkerKilledDuringMergesLosesNoAcknowledgedRow(t *testing.T) {
 
 // TestSecondMasterFinishesTheTaskOfAKilledMaster kills the master (SIGKILL)
 // while its merge task is running (held up by a worker frozen with SIGSTOP), then
-// starts a second master: once the first one's lease expires (MASTER_LEASE_TTL
+// starts a second master: once the first one's lease expires (LEASE_TTL
 // 3s), the second recovers the orphaned task, runs it again and finishes it; the
 // rows end up merged exactly once.
 func TestSecondMasterFinishesTheTaskOfAKilledMaster(t *testing.T) {
@@ -127,8 +127,8 @@ func TestSecondMasterFinishesTheTaskOfAKilledMaster(t *testing.T) {
 	c := newCluster(t, nil, map[string]string{"MERGE_WAL_MIN_GENERATIONS": "1000000", "MERGE_MAX_DELAY": "1h"})
 	m1 := c.startMaster("m1", map[string]string{
 		// A frozen worker must hold the task up, not be skipped as unreachable.
-		"WORKER_DIAL_TIMEOUT":      "2m",
-		"MERGE_WAL_WORKER_TIMEOUT": "2m",
+		"ETCD_DIAL_TIMEOUT": "2m",  // connecting to a worker too
+		"TASK_TIMEOUT":      "12m", // a worker's merge: 2m
 	})
 	for _, id := range []string{"w1", "w2", "w3"} {
 		c.startWorker(id)

@@ -521,19 +521,17 @@ func (c *cluster) startWorkerWith(id, bin string, extra map[string]string) *work
 		c.t.Fatalf("worker %s is still running", id)
 	}
 	env := map[string]string{
-		"INSTANCE_ID":             id,
-		"HTTP_ADDR":               w.httpAddr,
-		"GRPC_ADDR":               w.grpcAddr,
-		"DATA_URL":                c.dataURL,
-		"ETCD_ENDPOINTS":          c.etcdURL,
-		"ETCD_PREFIX":             c.prefix,
-		"FLUSH_INTERVAL":          "1s",
-		"MERGE_AFTER_GENERATIONS": "0",  // the master drives merges
-		"CLEANUP_INTERVAL":        "1h", // ... and nothing else does
-		"WORKER_LEASE_TTL":        "4s", // a killed worker leaves the list soon
-		"SHUTDOWN_TIMEOUT":        "5s",
-		"LOG_LEVEL":               "debug",
-		"AUTH_TOKEN_FILE":         c.tokenFile(),
+		"INSTANCE_ID":      id,
+		"HTTP_ADDR":        w.httpAddr,
+		"GRPC_ADDR":        w.grpcAddr,
+		"DATA_URL":         c.dataURL,
+		"ETCD_ENDPOINTS":   c.etcdURL,
+		"ETCD_PREFIX":      c.prefix,
+		"FLUSH_INTERVAL":   "1s",
+		"LEASE_TTL":        "4s", // a killed worker leaves the list soon
+		"SHUTDOWN_TIMEOUT": "5s",
+		"LOG_LEVEL":        "debug",
+		"AUTH_TOKEN_FILE":  c.tokenFile(),
 	}
 	for _, over := range []map[string]string{c.dataEnv, c.workerEnv, extra} {
 		for k, v := range over {
@@ -623,7 +621,7 @@ func (c *cluster) startMaster(name string, extra map[string]string) *masterProc 
 		"STATS_SCAN_INTERVAL":       "1s",
 		"MERGE_WAL_INTERVAL":        "1s",
 		"MERGE_WAL_MIN_GENERATIONS": "2",
-		"MASTER_LEASE_TTL":          "3s",
+		"LEASE_TTL":                 "3s",
 		"SHUTDOWN_TIMEOUT":          "5s",
 		"LOG_LEVEL":                 "debug",
 		"AUTH_TOKEN_FILE":           c.tokenFile(),

@@ -151,7 +151,7 @@ type historyOutcome struct {
 // find rows through key-index tops and blocks read from storage, as a worker's do
 // on a store whose indexes outgrow the cache.
 func (hc *historyCampaign) startW2() {
-	hc.c.startWorkerWith("w2", hc.c.bin.worker, map[string]string{"TABLE_CACHE_BYTES": "4096"})
+	hc.c.startWorkerWith("w2", hc.c.bin.worker, map[string]string{"CACHE_BYTES": "16384"})
 }
 
 // newHistoryCampaign starts the campaign's cluster on store (historyStore).

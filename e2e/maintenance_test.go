@@ -32,15 +32,13 @@ import (
 func TestMaintenanceBoundsATableAndKeepsEveryRow(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, map[string]string{
-		"TARGET_ROWS_PER_FRAGMENT":     "1000",
-		"VERSION_RETENTION_COUNT":      "3",
-		"VERSION_RETENTION_AGE":        "1s",
-		"GC_SAFETY_WINDOW":             "2s",
-		"WAL_MANIFEST_RETENTION_COUNT": "3",
+		"TARGET_ROWS_PER_FRAGMENT": "1000",
+		"VERSION_RETENTION_COUNT":  "3",
+		"VERSION_RETENTION_AGE":    "1s",
+		"GC_SAFETY_WINDOW":         "2s",
 	}, map[string]string{
-		"COMPACTION_INTERVAL":    "1s",
-		"MIN_FRAGMENTS":          "6",
-		"CLEANUP_EVERY_VERSIONS": "10",
+		"COMPACTION_INTERVAL": "1s",
+		"MIN_FRAGMENTS":       "6",
 		// A merge about every ten rounds of writes, as the bounds below assume:
 		// merges on demand would otherwise merge every second generation (the
 		// harness's threshold), and the last ten versions' files, which no

@@ -43,14 +43,14 @@ func minioBehindProxy(t *testing.T) (*faultproxy.Proxy, map[string]string) {
 
 // The production failure: S3 answering 503 SlowDown for minutes. A worker whose
 // bucket throttles past the SDK's retries and its own resends
-// (OBJECT_STORE_THROTTLE_RETRY) answers an add 503 OVERLOADED with Retry-After,
+// (half of OBJECT_STORE_TIMEOUT) answers an add 503 OVERLOADED with Retry-After,
 // in bounded time, instead of hanging or a 500; once the store stops
 // throttling, adds are acknowledged again, and every acknowledged row is read
 // back.
 func TestAWorkerOnAThrottledBucketAnswersOverloadedAndRecovers(t *testing.T) {
 	skipShort(t)
 	p, env := minioBehindProxy(t)
-	env["OBJECT_STORE_THROTTLE_RETRY"] = "2s"
+	env["OBJECT_STORE_TIMEOUT"] = "4s" // throttled requests are sent again for 2s
 	c := newCluster(t, env, nil)
 	w := c.startWorker("w1")
 	client := &http.Client{Timeout: 2 * time.Minute}

@@ -45,7 +45,7 @@ func TestReadsDuringAnotherWorkersMergeNeverGoBack(t *testing.T) {
 	if err := os.WriteFile(faults, []byte(`{"latency": "3ms"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w1 := c.startWorkerWith("w1", chaosWorker(t), map[string]string{"SNAPSHOT_TTL": "1ms", "TABLE_CACHE_BYTES": "4096", chaos.FaultsFileEnv: faults})
+	w1 := c.startWorkerWith("w1", chaosWorker(t), map[string]string{"SNAPSHOT_TTL": "1ms", "CACHE_BYTES": "16384", chaos.FaultsFileEnv: faults})
 	w2 := c.startWorker("w2")
 	t.Logf("cluster up in %v", time.Since(start).Round(time.Millisecond))
 	const name = "reads_during_merge"

@@ -33,17 +33,15 @@ func TestClusterOnS3KeepsEveryAcknowledgedRowThroughAKillAdoptionAndMaintenance(
 	t.Parallel()
 	store := minioStore(t)
 	c := newClusterOn(t, store, map[string]string{
-		"FLUSH_INTERVAL":               "500ms",
-		"VERSION_RETENTION_COUNT":      "3",
-		"VERSION_RETENTION_AGE":        "1s",
-		"GC_SAFETY_WINDOW":             "2s",
-		"WAL_MANIFEST_RETENTION_COUNT": "3",
+		"FLUSH_INTERVAL":          "500ms",
+		"VERSION_RETENTION_COUNT": "3",
+		"VERSION_RETENTION_AGE":   "1s",
+		"GC_SAFETY_WINDOW":        "2s",
 	}, map[string]string{
 		"MERGE_WAL_MIN_GENERATIONS": "1",
 		"ORPHAN_GRACE":              orphanGrace,
 		"COMPACTION_INTERVAL":       "1s",
 		"MIN_FRAGMENTS":             "2", // a gather merge is one fragment for every worker
-		"CLEANUP_EVERY_VERSIONS":    "10",
 	})
 	m := c.startMaster("m1", nil)
 	w1, w2, w3 := c.startWorker("w1"), c.startWorker("w2"), c.startWorker("w3")

@@ -38,8 +38,7 @@ master, then the workers, then etcd.
 master so that the production master does not link the embedded etcd server.
 
 Dev defaults make merges visible within seconds: workers seal every 5s
-(FLUSH_INTERVAL=5s) and never merge on their own count (MERGE_AFTER_GENERATIONS=0);
-the master scans and sweeps every 5s (STATS_SCAN_INTERVAL, MERGE_WAL_INTERVAL) and
+(FLUSH_INTERVAL=5s) and leave merges to the master, which scans and sweeps every 5s (STATS_SCAN_INTERVAL, MERGE_WAL_INTERVAL) and
 merges a store at 2 pending generations (MERGE_WAL_MIN_GENERATIONS=2). Any setting
 of "master serve" or "worker serve" given in the environment overrides these, e.g.
 FLUSH_INTERVAL=1s master dev. Every process logs to <dir>/logs/<name>.log.

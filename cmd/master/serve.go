@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,7 +32,6 @@ type serveFlags struct {
 	etcd            etcdcli.Config
 	dataURL         string
 	workerEndpoints string
-	workerDial      time.Duration
 	grpcAddr        string
 	httpAddr        string
 	logLevel        string
@@ -59,6 +59,10 @@ func (f *serveFlags) bind(fs *pflag.FlagSet) {
 	bind := func(name, env string) { cli.BindEnv(fs, name, env) }
 	c := &f.cfg
 	f.etcd.AddFlags(fs, "required: the master keeps its task queue, claims and stats in etcd")
+	// One bound on connecting to a peer (issue 43 folded WORKER_DIAL_TIMEOUT into it).
+	dial := fs.Lookup("etcd-dial-timeout")
+	dial.Usage = strings.Replace(dial.Usage, "bound on connecting to etcd at startup",
+		"bound on connecting to etcd at startup, and to a worker before a call (a worker not connected within it is skipped as unreachable)", 1)
 	fs.StringVar(&f.dataURL, "data-url", "file://./data", "object storage URL of every store (file://, mem://, s3://, azblob://, gs://; ?prefix= optional)")
 	bind("data-url", "DATA_URL")
 	fs.StringVar(&f.workerEndpoints, "worker-endpoints", "", "static worker list, comma-separated host:port or instance=host:port gRPC addresses; set, it replaces discovery through etcd (P/workers/)")
@@ -88,35 +92,36 @@ func (f *serveFlags) bind(fs *pflag.FlagSet) {
 	bind("min-fragments", "MIN_FRAGMENTS")
 	fs.Float64Var(&c.CompactionSweep.DeletedRatio, "compaction-deleted-ratio", scanner.DefaultDeletedRatio, "the compaction sweep enqueues compact for targets whose deleted rows are at least this share of their rows")
 	bind("compaction-deleted-ratio", "COMPACTION_DELETED_RATIO")
-	fs.IntVar(&c.CompactionSweep.CleanupEveryVersions, "cleanup-every-versions", scanner.DefaultCleanupEveryVersions, "the compaction sweep enqueues compact (whose cleanup deletes old versions and unreferenced files) for targets that committed this many versions since their last one")
-	bind("cleanup-every-versions", "CLEANUP_EVERY_VERSIONS")
-	fs.IntVar(&c.CompactionSweep.MaxEnqueues, "compaction-max-enqueues", scanner.DefaultCompactionMaxEnqueues, "most new compact tasks one compaction sweep enqueues (most fragments first)")
-	bind("compaction-max-enqueues", "COMPACTION_MAX_ENQUEUES")
-	fs.IntVar(&c.Scheduler.TaskConcurrency, "task-concurrency", master.DefaultTaskConcurrency, "running tasks per kind other than merge_wal (compact, verify, repair), on this replica")
+	fs.IntVar(&c.Scheduler.TaskConcurrency, "task-concurrency", master.DefaultTaskConcurrency, "running tasks per kind on this replica: this many each of compact, verify and repair, and 4x as many merge_wal (different stores; each occupies one merging worker and the drains of the others)")
 	bind("task-concurrency", "TASK_CONCURRENCY")
-	fs.IntVar(&c.Scheduler.MergeConcurrency, "merge-wal-concurrency", master.DefaultMergeConcurrency, "merge_wal tasks running at once on this replica (different stores; each occupies one merging worker and the drains of the others)")
-	bind("merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
-	fs.DurationVar(&c.FanOut.WorkerTimeout, "merge-wal-worker-timeout", fanout.DefaultWorkerTimeout, "bound on one worker's merge in a merge_wal fan-out (in the two-phase shape, on each of its prepare and commit)")
-	bind("merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
 	c.FanOut.Shape = fanout.Gather
-	fs.Var(&c.FanOut.Shape, "merge-fanout", "shape of a merge_wal fan-out: gather (one worker merges every shard of the store in one commit, the others drain theirs; a worker without it makes the task two-phase), two-phase (every worker prepares at once, then they commit one after another) or serial (each worker prepares and commits in turn)")
+	fs.Var(&c.FanOut.Shape, "merge-fanout", "shape of a merge_wal fan-out: gather (one worker merges every shard of the store in one commit, the others drain theirs; a worker without it makes the task serial) or serial (each worker prepares and commits in turn, the reference system's shape)")
 	bind("merge-fanout", "MERGE_FANOUT")
-	fs.DurationVar(&c.OrphanGrace, "orphan-grace", fanout.DefaultOrphanGrace, "a shard whose worker has been unregistered this long is adopted by a live worker (keep it several WORKER_LEASE_TTLs)")
+	fs.DurationVar(&c.OrphanGrace, "orphan-grace", fanout.DefaultOrphanGrace, "a shard whose worker has been unregistered this long is adopted by a live worker (keep it several of the workers' LEASE_TTLs)")
 	bind("orphan-grace", "ORPHAN_GRACE")
-	fs.DurationVar(&f.workerDial, "worker-dial-timeout", fanout.DefaultDialTimeout, "a worker not connected within this is skipped as unreachable")
-	bind("worker-dial-timeout", "WORKER_DIAL_TIMEOUT")
-	fs.DurationVar(&c.Scheduler.TaskTimeout, "task-timeout", master.DefaultTaskTimeout, "bound on one task run; a merge_wal run calls every worker in turn, so allow for that")
+	fs.DurationVar(&c.Scheduler.TaskTimeout, "task-timeout", master.DefaultTaskTimeout, "bound on one task run; one worker's merge in a merge_wal run is bounded at a sixth of it (a serial run calls every worker in turn, so allow for that)")
 	bind("task-timeout", "TASK_TIMEOUT")
-	fs.DurationVar(&c.LeaseTTL, "master-lease-ttl", master.DefaultLeaseTTL, "TTL of this replica's etcd lease: its claims and locks outlive a crash by this much")
-	bind("master-lease-ttl", "MASTER_LEASE_TTL")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", master.DefaultLeaseTTL, "TTL of this replica's etcd lease: its claims and locks outlive a crash by this much")
+	bind("lease-ttl", "LEASE_TTL")
+	cli.RenameFlag(fs, "master-lease-ttl", "lease-ttl")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", master.DefaultShutdownTimeout, "how long shutdown lets running tasks and requests finish (tasks still running are then released to the queue)")
 	bind("shutdown-timeout", "SHUTDOWN_TIMEOUT")
-	fs.DurationVar(&c.TaskRetention.PruneInterval, "task-prune-interval", master.DefaultPruneInterval, "period of the deletion of old finished tasks")
-	bind("task-prune-interval", "TASK_PRUNE_INTERVAL")
 	fs.IntVar(&c.TaskRetention.Count, "task-retention-count", master.DefaultRetentionCount, "finished tasks kept (the most recent)")
 	bind("task-retention-count", "TASK_RETENTION_COUNT")
-	fs.DurationVar(&c.TaskRetention.Age, "task-retention-age", master.DefaultRetentionAge, "finished tasks older than this are deleted")
+	fs.DurationVar(&c.TaskRetention.Age, "task-retention-age", master.DefaultRetentionAge, "finished tasks older than this are deleted (every hour, or every quarter of this when shorter)")
 	bind("task-retention-age", "TASK_RETENTION_AGE")
+	// Folded (issue 43): parsed and ignored, so a command line written for an
+	// earlier Tidemark still starts; docs/CONFIGURATION.md says what replaced each.
+	for name, why := range map[string]string{
+		"cleanup-every-versions":   "a store is compacted (and cleaned up) at least every 100 versions",
+		"compaction-max-enqueues":  "a compaction sweep enqueues at most 16 new tasks",
+		"merge-wal-concurrency":    "merge_wal tasks run 4x --task-concurrency at once",
+		"merge-wal-worker-timeout": "one worker's merge is bounded at a sixth of --task-timeout",
+		"worker-dial-timeout":      "--etcd-dial-timeout bounds connecting to a worker too",
+		"task-prune-interval":      "old tasks are deleted every hour, or every quarter of --task-retention-age when shorter",
+	} {
+		cli.RetireFlag(fs, name, why)
+	}
 	fs.DurationVar(&f.opTimeout, "object-store-timeout", objstore.DefaultOpTimeout, "bound on every object-store request")
 	bind("object-store-timeout", "OBJECT_STORE_TIMEOUT")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -144,26 +149,20 @@ func (f serveFlags) check() error {
 	positive(c.Scan.Interval, "stats-scan-interval", "STATS_SCAN_INTERVAL")
 	positive(c.MergeSweep.Interval, "merge-wal-interval", "MERGE_WAL_INTERVAL")
 	positive(c.MergeDemand.MaxDelay, "merge-max-delay", "MERGE_MAX_DELAY")
-	positive(c.FanOut.WorkerTimeout, "merge-wal-worker-timeout", "MERGE_WAL_WORKER_TIMEOUT")
 	positive(c.OrphanGrace, "orphan-grace", "ORPHAN_GRACE")
-	positive(f.workerDial, "worker-dial-timeout", "WORKER_DIAL_TIMEOUT")
 	positive(c.Scheduler.TaskTimeout, "task-timeout", "TASK_TIMEOUT")
 	positive(c.ShutdownTimeout, "shutdown-timeout", "SHUTDOWN_TIMEOUT")
-	positive(c.TaskRetention.PruneInterval, "task-prune-interval", "TASK_PRUNE_INTERVAL")
 	positive(c.TaskRetention.Age, "task-retention-age", "TASK_RETENTION_AGE")
 	positive(c.CompactionSweep.Interval, "compaction-interval", "COMPACTION_INTERVAL")
 	atLeastOne(c.CompactionSweep.MinFragments, "min-fragments", "MIN_FRAGMENTS")
-	atLeastOne(c.CompactionSweep.CleanupEveryVersions, "cleanup-every-versions", "CLEANUP_EVERY_VERSIONS")
-	atLeastOne(c.CompactionSweep.MaxEnqueues, "compaction-max-enqueues", "COMPACTION_MAX_ENQUEUES")
 	if r := c.CompactionSweep.DeletedRatio; r <= 0 || r > 1 {
 		errs = append(errs, fmt.Errorf("--compaction-deleted-ratio (COMPACTION_DELETED_RATIO) must be in (0, 1], got %g", r))
 	}
 	atLeastOne(c.MergeSweep.MinGenerations, "merge-wal-min-generations", "MERGE_WAL_MIN_GENERATIONS")
 	atLeastOne(c.Scheduler.TaskConcurrency, "task-concurrency", "TASK_CONCURRENCY")
-	atLeastOne(c.Scheduler.MergeConcurrency, "merge-wal-concurrency", "MERGE_WAL_CONCURRENCY")
 	atLeastOne(c.TaskRetention.Count, "task-retention-count", "TASK_RETENTION_COUNT")
 	if c.LeaseTTL < 2*time.Second {
-		errs = append(errs, fmt.Errorf("--master-lease-ttl (MASTER_LEASE_TTL) must be at least 2s, got %s", c.LeaseTTL))
+		errs = append(errs, fmt.Errorf("--lease-ttl (LEASE_TTL) must be at least 2s, got %s", c.LeaseTTL))
 	}
 	return errors.Join(errs...)
 }
@@ -198,7 +197,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if bucket, err = chaos.WrapBucket(bucket, log); err != nil { // faults only in -tags chaos builds
 		return err
 	}
-	bucket = resendThrottled(bucket)
+	bucket = resendThrottled(bucket, f.opTimeout)
 	// etcd is checked before anything listens: a master that cannot reach it fails
 	// at startup with the endpoints it tried.
 	client, err := etcdcli.New(ctx, f.etcd)
@@ -207,7 +206,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	defer client.Close()
 	prefix := f.etcd.NormalizedPrefix()
-	caller := fanout.NewGRPCCaller(fanout.GRPCCallerConfig{DialTimeout: f.workerDial,
+	caller := fanout.NewGRPCCaller(fanout.GRPCCallerConfig{DialTimeout: f.etcd.DialTimeout,
 		DialOptions: auth.DialOptions(authn.Client.Token, authn.Client.TLS)})
 	defer caller.Close()
 
@@ -271,9 +270,10 @@ func (f serveFlags) dashboardURL(addr net.Addr, secure bool) string {
 }
 
 // resendThrottled makes b resend the requests the store throttles, with the
-// stores' policy (objstore.ThrottleBackoff within objstore.DefaultThrottleRetry),
-// so the master's registry reads and scans ride out throttling as a worker's
-// reads do instead of failing a scan or an admin call at the first 503.
-func resendThrottled(b *objstore.Bucket) *objstore.Bucket {
-	return objstore.WithRetry(b, objstore.ThrottleBackoff, clock.RealClock{}, objstore.DefaultThrottleRetry)
+// stores' policy (objstore.ThrottleBackoff within half of OBJECT_STORE_TIMEOUT,
+// as a worker does), so the master's registry reads and scans ride out
+// throttling as a worker's reads do instead of failing a scan or an admin call
+// at the first 503.
+func resendThrottled(b *objstore.Bucket, opTimeout time.Duration) *objstore.Bucket {
+	return objstore.WithRetry(b, objstore.ThrottleBackoff, clock.RealClock{}, opTimeout/2)
 }

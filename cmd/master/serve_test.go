@@ -48,7 +48,7 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 	for _, env := range []string{"ETCD_ENDPOINTS", "ETCD_PREFIX", "ETCD_USERNAME", "ETCD_PASSWORD", "ETCD_CA_CERT",
 		"ETCD_CLIENT_CERT", "ETCD_CLIENT_KEY", "DATA_URL", "WORKER_ENDPOINTS", "GRPC_ADDR", "HTTP_ADDR",
 		"STATS_SCAN_INTERVAL", "MERGE_WAL_INTERVAL", "MERGE_WAL_MIN_GENERATIONS", "MERGE_MAX_DELAY",
-		"TASK_CONCURRENCY", "MERGE_WAL_CONCURRENCY", "MERGE_WAL_WORKER_TIMEOUT", "MASTER_LEASE_TTL",
+		"TASK_CONCURRENCY", "TASK_TIMEOUT", "LEASE_TTL",
 		"SHUTDOWN_TIMEOUT", "LOG_LEVEL"} {
 		if !strings.Contains(out, env) {
 			t.Errorf("serve --help does not mention %s", env)
@@ -76,7 +76,8 @@ func TestServeRefusesBadSettingsNamingThem(t *testing.T) {
 	}{
 		{[]string{"--worker-endpoints", "nohost"}, "WORKER_ENDPOINTS"},
 		{[]string{"--merge-wal-min-generations", "0"}, "MERGE_WAL_MIN_GENERATIONS"},
-		{[]string{"--master-lease-ttl", "1s"}, "MASTER_LEASE_TTL"},
+		{[]string{"--lease-ttl", "1s"}, "LEASE_TTL"},
+		{[]string{"--master-lease-ttl", "1s"}, "LEASE_TTL"}, // the former name sets it too
 		{[]string{"--task-concurrency", "-1"}, "TASK_CONCURRENCY"},
 		{[]string{"--auth-token", ""}, "AUTH_DISABLED"}, // secure by default: no credential, no start
 		{[]string{"--auth-token", "short"}, "AUTH_TOKEN"},
@@ -105,7 +106,7 @@ func liveMaster(t *testing.T) string {
 	root.SetOut(&logs)
 	root.SetErr(&logs)
 	root.SetArgs([]string{"serve", "--data-url", dataURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--etcd-endpoints", strings.Join(endpoints, ","), "--etcd-prefix", "/e2e", "--master-lease-ttl", "2s",
+		"--etcd-endpoints", strings.Join(endpoints, ","), "--etcd-prefix", "/e2e", "--lease-ttl", "2s",
 		"--shutdown-timeout", "2s", "--auth-token", testToken})
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
@@ -327,7 +328,7 @@ func TestTheMastersBucketResendsThrottledRequests(t *testing.T) {
 	rule.Remove()
 
 	rule = faults.AddRule(throttle)
-	entries, err := registry.New(resendThrottled(b)).List(ctx, registry.KindRollout)
+	entries, err := registry.New(resendThrottled(b, objstore.DefaultOpTimeout)).List(ctx, registry.KindRollout)
 	if err != nil || len(entries) != 1 || entries[0].Name != "r1" {
 		t.Fatalf("listing through the master's bucket: %v, %v; want r1", entries, err)
 	}

@@ -45,7 +45,7 @@ func TestServeHelpListsTheGRPCAndEtcdSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, env := range []string{"GRPC_ADDR", "ADVERTISE_GRPC_ADDR", "ADVERTISE_HTTP_ADDR", "ETCD_ENDPOINTS", "ETCD_PREFIX",
-		"ETCD_USERNAME", "ETCD_PASSWORD", "ETCD_CA_CERT", "ETCD_CLIENT_CERT", "ETCD_CLIENT_KEY", "ETCD_DIAL_TIMEOUT", "WORKER_LEASE_TTL"} {
+		"ETCD_USERNAME", "ETCD_PASSWORD", "ETCD_CA_CERT", "ETCD_CLIENT_CERT", "ETCD_CLIENT_KEY", "ETCD_DIAL_TIMEOUT", "LEASE_TTL"} {
 		if !strings.Contains(out, env) {
 			t.Errorf("serve --help does not mention %s", env)
 		}
@@ -73,7 +73,7 @@ func TestServeRegistersServesGRPCAndHTTPAndDeregistersOnShutdown(t *testing.T) {
 	root.SetErr(&logs)
 	root.SetArgs([]string{"serve", "--data-url", "mem://", "--instance-id", "w1",
 		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
-		"--etcd-endpoints", strings.Join(endpoints, ","), "--etcd-prefix", "/e2e/", "--worker-lease-ttl", "2s",
+		"--etcd-endpoints", strings.Join(endpoints, ","), "--etcd-prefix", "/e2e/", "--lease-ttl", "2s",
 		"--auth-token", testToken})
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()

@@ -609,10 +609,10 @@ func checkContainer(t *testing.T, c cluster, w workload, ctr corev1.Container, i
 			t.Errorf("%s: GOMEMLIMIT %s is %.0f%% of the memory limit %s: want about 90%%", what, setting("GOMEMLIMIT"), share*100, limit.String())
 		}
 		if binary == "worker" {
-			need := integer("MERGE_MEMORY_BUDGET") + integer("GENERATION_CACHE_BYTES") +
-				integer("MAX_OPEN_STORES")*integer("TABLE_CACHE_BYTES") + 400<<20
+			need := integer("MERGE_MEMORY_BUDGET") + integer("CACHE_BYTES") +
+				integer("MAX_OPEN_STORES")*(integer("CACHE_BYTES")/4) + 400<<20
 			if limit.Value() < need {
-				t.Errorf("%s: memory limit %s < MERGE_MEMORY_BUDGET + GENERATION_CACHE_BYTES + MAX_OPEN_STORES x TABLE_CACHE_BYTES + 400 MiB = %s (docs/OPERATIONS.md, \"Sizing a worker's memory\")",
+				t.Errorf("%s: memory limit %s < MERGE_MEMORY_BUDGET + CACHE_BYTES + MAX_OPEN_STORES x CACHE_BYTES/4 + 400 MiB = %s (docs/OPERATIONS.md, \"Sizing a worker's memory\")",
 					what, limit.String(), resource.NewQuantity(need, resource.BinarySI).String())
 			}
 		}

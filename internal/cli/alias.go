@@ -26,6 +26,8 @@ type Alias struct {
 	// convert turns the reference's value (in its unit) into the flag's. The zero
 	// conversion takes it as it is.
 	convert conversion
+	// renamed marks a former name of Tidemark's own (Renamed), not the reference's.
+	renamed bool
 }
 
 // conversion turns a value of a reference variable into the Tidemark flag's; lookup
@@ -60,8 +62,6 @@ func Aliases() []Alias {
 	return []Alias{
 		// The reference's server (Tidemark's worker).
 		{Name: "ROLLOUT_FLUSH_INTERVAL_SECS", Env: "FLUSH_INTERVAL", Binary: "worker", convert: seconds},
-		{Name: "ROLLOUT_CLEANUP_INTERVAL_SECS", Env: "CLEANUP_INTERVAL", Binary: "worker", convert: seconds},
-		{Name: "ROLLOUT_MERGE_AFTER_GENERATIONS", Env: "MERGE_AFTER_GENERATIONS", Binary: "worker"},
 		{Name: "ROLLOUT_MERGE_MAX_GENERATIONS", Env: "MERGE_MAX_GENERATIONS", Binary: "worker"},
 		{Name: "ROLLOUT_MERGE_MAX_BYTES", Env: "MERGE_MAX_BYTES", Binary: "worker"},
 		{Name: "ROLLOUT_MERGE_MEMORY_BYTES", Env: "MERGE_MEMORY_BUDGET", Binary: "worker"},
@@ -77,10 +77,30 @@ func Aliases() []Alias {
 		{Name: "STATS_SCAN_INTERVAL_SECS", Env: "STATS_SCAN_INTERVAL", Binary: "master", convert: seconds},
 		{Name: "MERGE_WAL_INTERVAL_SECS", Env: "MERGE_WAL_INTERVAL", Binary: "master", convert: seconds},
 		{Name: "COMPACTION_INTERVAL_SECS", Env: "COMPACTION_INTERVAL", Binary: "master", convert: seconds},
-		{Name: "ETCD_LEASE_TTL_SECS", Env: "MASTER_LEASE_TTL", Binary: "master", convert: seconds},
+		{Name: "ETCD_LEASE_TTL_SECS", Env: "LEASE_TTL", Binary: "master", convert: seconds},
 		{Name: "TASK_HISTORY_LIMIT", Env: "TASK_RETENTION_COUNT", Binary: "master"},
 		{Name: "TASK_HISTORY_TTL_SECS", Env: "TASK_RETENTION_AGE", Binary: "master", convert: positiveSeconds},
 	}
+}
+
+// Renamed are Tidemark's own former variables that folded into a setting of the
+// same meaning under another name (issue 43): still applied when the new one is
+// not set, each with a startup warning naming the variable to use instead.
+func Renamed() []Alias {
+	return []Alias{
+		{Name: "WORKER_LEASE_TTL", Env: "LEASE_TTL", Binary: "worker", renamed: true},
+		{Name: "MASTER_LEASE_TTL", Env: "LEASE_TTL", Binary: "master", renamed: true},
+	}
+}
+
+// referenceFolded are the reference's settings whose Tidemark setting folded
+// into another one with a different meaning (issue 43), with what replaced it:
+// set, each is a startup warning saying it is ignored and why, never silence.
+var referenceFolded = map[string]string{
+	"ROLLOUT_CLEANUP_INTERVAL_SECS": "the worker's own merge timer (CLEANUP_INTERVAL) is gone: with etcd the master decides " +
+		"merges (MERGE_WAL_INTERVAL, MERGE_MAX_DELAY); a worker without etcd merges its shard every FLUSH_INTERVAL",
+	"ROLLOUT_MERGE_AFTER_GENERATIONS": "the worker's own count trigger (MERGE_AFTER_GENERATIONS) is gone: with etcd the master " +
+		"merges a store at MERGE_WAL_MIN_GENERATIONS pending generations; a worker without etcd merges its shard every FLUSH_INTERVAL",
 }
 
 // referenceIgnored are the reference's settings that have no Tidemark
@@ -101,6 +121,26 @@ var referenceIgnored = []string{
 // is ignored and why, never silence and never a refusal to start.
 var retiredSettings = map[string]string{
 	"MERGE_WAL_MAX_ENQUEUES": "merges are enqueued on demand as stores become due, at most 256 new ones a sweep or round",
+	// Issue 43: fewer settings (docs/CONFIGURATION.md, "What folded into what").
+	"MERGE_AFTER_GENERATIONS": "with etcd the master alone decides merges; a worker without etcd merges its shard every FLUSH_INTERVAL",
+	"CLEANUP_INTERVAL":        "with etcd the master alone decides merges; a worker without etcd merges its shard every FLUSH_INTERVAL",
+	"MERGE_PREPARED_TTL":      "the two-phase fan-out that prepared merges is gone, and with it prepared merges",
+	"ROLLOUT_LARGE_BLOB_LOG_BYTES": "an added blob of 16 MiB or more (the reference's default) is always logged; " +
+		"rollout_blob_bytes has every size",
+	"FEED_MAX_WAIT":                   "a change-feed long poll waits at most 30 s",
+	"ADD_BACKPRESSURE_MAX_DELAY":      "an add waits at most 2 s, just under WAL_PENDING_MAX_GENERATIONS",
+	"SWEEP_STEP_TIMEOUT":              "one store's step of a sweep is bounded at 60 s",
+	"OBJECT_STORE_THROTTLE_RETRY":     "a throttled request is sent again for half of OBJECT_STORE_TIMEOUT",
+	"COMPACTION_MAX_SOURCE_FRAGMENTS": "a compaction rewrites at most 64 fragments",
+	"WAL_MANIFEST_RETENTION_COUNT":    "VERSION_RETENTION_COUNT (at least 2) applies to WAL shard manifests too",
+	"GENERATION_CACHE_BYTES":          "CACHE_BYTES is the decoded-generation cache; each store's table cache is a quarter of it",
+	"TABLE_CACHE_BYTES":               "each store's table cache is a quarter of CACHE_BYTES",
+	"TASK_PRUNE_INTERVAL":             "old finished tasks are deleted every hour, or every quarter of TASK_RETENTION_AGE when shorter",
+	"MERGE_WAL_WORKER_TIMEOUT":        "one worker's merge is bounded at a sixth of TASK_TIMEOUT",
+	"MERGE_WAL_CONCURRENCY":           "merge_wal tasks run 4x TASK_CONCURRENCY at once",
+	"COMPACTION_MAX_ENQUEUES":         "a compaction sweep enqueues at most 16 new compact tasks",
+	"CLEANUP_EVERY_VERSIONS":          "a store is compacted (and cleaned up) at least every 100 versions",
+	"WORKER_DIAL_TIMEOUT":             "ETCD_DIAL_TIMEOUT bounds connecting to a worker too",
 }
 
 // settingPrefixes are the prefixes of the two systems' settings: a variable with

@@ -117,7 +117,7 @@ func TestUnknownSettingIsWarnedAboutWithTheNearestName(t *testing.T) {
 	for _, x := range w {
 		got[x.Variable] = x
 	}
-	for name, use := range map[string]string{"MERGE_MAX_GENERATION": "MERGE_MAX_GENERATIONS", "WORKER_LEASE_TTL_SECS": "WORKER_LEASE_TTL",
+	for name, use := range map[string]string{"MERGE_MAX_GENERATION": "MERGE_MAX_GENERATIONS", "WORKER_LEASE_TTL_SECS": "LEASE_TTL",
 		"MERGE_WAL_INTERVAL_SECS_TYPO": "MERGE_WAL_INTERVAL_SECS", "ROLLOUT_KEY_INDEX_TYPE": "", "TIDEMARK_AZURITE_ADDRESS_TYPO_": ""} {
 		x, ok := got[name]
 		if !ok || x.Use != use {
@@ -137,10 +137,60 @@ func TestUnknownSettingIsWarnedAboutWithTheNearestName(t *testing.T) {
 	}
 }
 
+// A setting that folded (issue 43) is never silently ignored: the reference's
+// name of a worker merge trigger that is gone is warned about saying what
+// decides merges now, and a Tidemark variable that folded says what replaced it.
+func TestAFoldedSettingIsWarnedAboutSayingWhatReplacedIt(t *testing.T) {
+	fs, _, _, _ := aliasFlags()
+	w := apply(t, fs, "worker", map[string]string{
+		"ROLLOUT_CLEANUP_INTERVAL_SECS":   "300",
+		"ROLLOUT_MERGE_AFTER_GENERATIONS": "10",
+		"MERGE_AFTER_GENERATIONS":         "0",
+		"TABLE_CACHE_BYTES":               "4096",
+	})
+	got := map[string]string{}
+	for _, x := range w {
+		got[x.Variable] = x.Message
+	}
+	for name, want := range map[string]string{"ROLLOUT_CLEANUP_INTERVAL_SECS": "FLUSH_INTERVAL", "ROLLOUT_MERGE_AFTER_GENERATIONS": "MERGE_WAL_MIN_GENERATIONS",
+		"MERGE_AFTER_GENERATIONS": "FLUSH_INTERVAL", "TABLE_CACHE_BYTES": "CACHE_BYTES"} {
+		if !strings.Contains(got[name], "ignored") || !strings.Contains(got[name], want) {
+			t.Errorf("%s: warning %q, want it said ignored and naming %s", name, got[name], want)
+		}
+	}
+}
+
+// A renamed variable (WORKER_LEASE_TTL, now LEASE_TTL) still sets its setting
+// in its binary, with a warning naming the new name; the new name wins.
+func TestARenamedVariableStillSetsItsSettingWithAWarning(t *testing.T) {
+	for _, c := range []struct {
+		binary, old string
+		vars        map[string]string
+		want        time.Duration
+	}{
+		{"worker", "WORKER_LEASE_TTL", map[string]string{"WORKER_LEASE_TTL": "4s"}, 4 * time.Second},
+		{"master", "MASTER_LEASE_TTL", map[string]string{"MASTER_LEASE_TTL": "3s"}, 3 * time.Second},
+		{"master", "MASTER_LEASE_TTL", map[string]string{"MASTER_LEASE_TTL": "3s", "LEASE_TTL": "7s"}, 7 * time.Second},
+		{"master", "WORKER_LEASE_TTL", map[string]string{"WORKER_LEASE_TTL": "4s"}, 10 * time.Second}, // the other binary's
+	} {
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		ttl := fs.Duration("lease-ttl", 10*time.Second, "")
+		BindEnv(fs, "lease-ttl", "LEASE_TTL")
+		w := apply(t, fs, c.binary, c.vars)
+		if *ttl != c.want {
+			t.Errorf("%s %v: LEASE_TTL %s, want %s", c.binary, c.vars, *ttl, c.want)
+		}
+		warned := slices.ContainsFunc(w, func(x EnvWarning) bool { return x.Variable == c.old && x.Use == "LEASE_TTL" })
+		if theirs := c.want == 10*time.Second; warned == theirs {
+			t.Errorf("%s %v: warnings %+v", c.binary, c.vars, w)
+		}
+	}
+}
+
 // Every alias stands for a Tidemark variable that exists: a renamed setting
 // cannot leave an alias pointing nowhere.
 func TestEveryAliasNamesATidemarkSetting(t *testing.T) {
-	for _, a := range Aliases() {
+	for _, a := range append(Aliases(), Renamed()...) {
 		if !slices.Contains(tidemarkSettings, a.Env) {
 			t.Errorf("alias %s stands for %s, which is no Tidemark setting", a.Name, a.Env)
 		}

@@ -86,6 +86,16 @@ func AliasDoc() string {
 		ignored[i] = "`" + n + "`"
 	}
 	fmt.Fprintf(&b, "\nIgnored, with a warning (no Tidemark equivalent): %s.\n", strings.Join(ignored, ", "))
+	folded := slices.Sorted(maps.Keys(referenceFolded))
+	for i, n := range folded {
+		folded[i] = fmt.Sprintf("`%s` (%s)", n, referenceFolded[n])
+	}
+	fmt.Fprintf(&b, "\nIgnored, with a warning (their Tidemark setting folded into another): %s.\n", strings.Join(folded, "; "))
+	var renamed []string
+	for _, a := range Renamed() {
+		renamed = append(renamed, fmt.Sprintf("`%s` (%s): `%s`", a.Name, a.Binary, a.Env))
+	}
+	fmt.Fprintf(&b, "\nTidemark's former names, still applied (the new name wins) with a warning: %s.\n", strings.Join(renamed, "; "))
 	retired := slices.Sorted(maps.Keys(retiredSettings))
 	for i, n := range retired {
 		retired[i] = fmt.Sprintf("`%s` (%s)", n, retiredSettings[n])

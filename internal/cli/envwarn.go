@@ -60,7 +60,7 @@ func ApplyEnvAliases(fs *pflag.FlagSet, binary string, environ []string, lookup 
 		env := envs[0]
 		_, own := lookup(env)
 		applied := false
-		for _, a := range Aliases() {
+		for _, a := range append(Aliases(), Renamed()...) {
 			if a.Env != env || a.Binary != binary {
 				continue
 			}
@@ -68,10 +68,14 @@ func ApplyEnvAliases(fs *pflag.FlagSet, binary string, environ []string, lookup 
 			if !set {
 				continue
 			}
+			whose := "the reference system's name"
+			if a.renamed {
+				whose = "Tidemark's former name"
+			}
 			switch {
 			case own || f.Changed:
 				warnings = append(warnings, EnvWarning{Variable: a.Name, Use: env,
-					Message: fmt.Sprintf("environment: %s (the reference system's name) is ignored: %s or --%s is set", a.Name, env, f.Name)})
+					Message: fmt.Sprintf("environment: %s (%s) is ignored: %s or --%s is set", a.Name, whose, env, f.Name)})
 				continue
 			case !applied:
 				tv, cerr := a.Convert(v, lookup)
@@ -79,13 +83,13 @@ func ApplyEnvAliases(fs *pflag.FlagSet, binary string, environ []string, lookup 
 					cerr = fs.Set(f.Name, tv)
 				}
 				if cerr != nil {
-					err = fmt.Errorf("environment %s=%q (the reference system's name for %s, --%s): %w", a.Name, v, env, f.Name, cerr)
+					err = fmt.Errorf("environment %s=%q (%s for %s, --%s): %w", a.Name, v, whose, env, f.Name, cerr)
 					return
 				}
 				applied = true
 			}
 			warnings = append(warnings, EnvWarning{Variable: a.Name, Use: env,
-				Message: fmt.Sprintf("environment: %s is the reference system's name; it sets %s, set %s instead", a.Name, env, env)})
+				Message: fmt.Sprintf("environment: %s is %s; it sets %s, set %s instead", a.Name, whose, env, env)})
 		}
 	})
 	if err != nil {
@@ -110,6 +114,11 @@ func unknownSettings(fs *pflag.FlagSet, environ []string) []EnvWarning {
 	for _, a := range Aliases() {
 		known[a.Name] = true
 	}
+	renamedTo := map[string]string{}
+	for _, a := range Renamed() {
+		known[a.Name] = true
+		renamedTo[a.Name] = a.Env
+	}
 	var names []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
@@ -122,6 +131,9 @@ func unknownSettings(fs *pflag.FlagSet, environ []string) []EnvWarning {
 		case slices.Contains(referenceIgnored, name):
 			warnings = append(warnings, EnvWarning{Variable: name,
 				Message: fmt.Sprintf("environment: %s is a setting of the reference system that Tidemark has no equivalent of; it is ignored", name)})
+		case referenceFolded[name] != "":
+			warnings = append(warnings, EnvWarning{Variable: name,
+				Message: fmt.Sprintf("environment: %s is a setting of the reference system that is ignored: %s", name, referenceFolded[name])})
 		case retiredSettings[name] != "":
 			warnings = append(warnings, EnvWarning{Variable: name,
 				Message: fmt.Sprintf("environment: %s is no longer a setting of Tidemark (%s); it is ignored", name, retiredSettings[name])})
@@ -129,6 +141,9 @@ func unknownSettings(fs *pflag.FlagSet, environ []string) []EnvWarning {
 		default:
 			w := EnvWarning{Variable: name, Message: fmt.Sprintf("environment: %s is not a setting of Tidemark or of the reference system; it is ignored", name)}
 			if near := nearest(name, known); near != "" {
+				if to := renamedTo[near]; to != "" {
+					near = to
+				}
 				w.Use = near
 				w.Message += fmt.Sprintf(" (did you mean %s?)", near)
 			}

@@ -18,9 +18,10 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
-// Defaults of the master's own settings (MASTER_LEASE_TTL, SHUTDOWN_TIMEOUT, and
-// TaskRetention's TASK_PRUNE_INTERVAL, TASK_RETENTION_COUNT and TASK_RETENTION_AGE);
-// its parts' are their packages' (scanner, fanout) and the scheduler's.
+// Defaults of the master's own settings (LEASE_TTL, SHUTDOWN_TIMEOUT, and
+// TaskRetention's TASK_RETENTION_COUNT and TASK_RETENTION_AGE; the prune interval
+// is derived from the age, PruneIntervalFor); its parts' are their packages'
+// (scanner, fanout) and the scheduler's.
 const (
 	DefaultLeaseTTL        = 10 * time.Second
 	DefaultShutdownTimeout = 30 * time.Second
@@ -65,7 +66,7 @@ type Config struct {
 	// ID names this replica in claim tokens and coordination keys, MASTER_ID
 	// (default "<hostname>:<pid>").
 	ID string
-	// LeaseTTL is the TTL of the master's session lease, MASTER_LEASE_TTL (whole
+	// LeaseTTL is the TTL of the master's session lease, LEASE_TTL (whole
 	// seconds, at least 2 s; DefaultLeaseTTL): claims, target locks and
 	// coordination locks die this long after the master does.
 	LeaseTTL time.Duration
@@ -89,18 +90,20 @@ type Config struct {
 	// RetryAfterFailure (MergeSweep's interval), Logger and Registerer.
 	MergeDemand scanner.DemandConfig
 	// CompactionSweep configures the compaction sweep (COMPACTION_INTERVAL,
-	// MIN_FRAGMENTS, COMPACTION_DELETED_RATIO, CLEANUP_EVERY_VERSIONS,
-	// COMPACTION_MAX_ENQUEUES); New sets its Logger and Registerer.
+	// MIN_FRAGMENTS, COMPACTION_DELETED_RATIO; CleanupEveryVersions and
+	// MaxEnqueues are no settings, their defaults apply when zero); New sets its
+	// Logger and Registerer.
 	CompactionSweep scanner.CompactionSweepConfig
-	// FanOut configures merge_wal's fan-out (MERGE_FANOUT: FanOut.Shape,
-	// MERGE_WAL_WORKER_TIMEOUT); New sets its
+	// FanOut configures merge_wal's fan-out (MERGE_FANOUT: FanOut.Shape;
+	// WorkerTimeout, when zero, is WorkerTimeoutFor the task timeout); New sets its
 	// Discovery, Caller, Row, Orphans, OnWorkerDone and Logger.
 	FanOut fanout.Config
 	// OrphanGrace is how long a shard's worker must be unregistered before the
 	// shard is adopted, ORPHAN_GRACE (fanout.DefaultOrphanGrace).
 	OrphanGrace time.Duration
-	// Scheduler configures the scheduler (TASK_CONCURRENCY,
-	// MERGE_WAL_CONCURRENCY, TASK_TIMEOUT); New sets its Tasks, Lease, Runners,
+	// Scheduler configures the scheduler (TASK_CONCURRENCY, TASK_TIMEOUT;
+	// MergeConcurrency, when zero, is MergeConcurrencyFor the task concurrency);
+	// New sets its Tasks, Lease, Runners,
 	// OnFinish, OnPhase and Logger.
 	Scheduler SchedulerConfig
 	// TaskRetention is how long finished tasks are kept.
@@ -128,8 +131,8 @@ type Config struct {
 // TaskRetention is how long finished tasks are kept, and how often the others
 // are deleted.
 type TaskRetention struct {
-	// PruneInterval is the period of the deletion, TASK_PRUNE_INTERVAL
-	// (DefaultPruneInterval; the first at startup).
+	// PruneInterval is the period of the deletion (the first at startup);
+	// zero is PruneIntervalFor(Age), no setting sets it.
 	PruneInterval time.Duration
 	// Count is how many of the most recent finished tasks are kept,
 	// TASK_RETENTION_COUNT (DefaultRetentionCount).

@@ -117,14 +117,51 @@ func (c Config) withDefaults() (_ Config, ttl int, _ error) {
 	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	setDefault(&c.ProbeInterval, DefaultProbeInterval)
 	setDefault(&c.OrphanGrace, fanout.DefaultOrphanGrace)
-	setDefault(&c.TaskRetention.PruneInterval, DefaultPruneInterval)
 	setDefault(&c.TaskRetention.Count, DefaultRetentionCount)
 	setDefault(&c.TaskRetention.Age, DefaultRetentionAge)
+	// Derived settings (issue 43: fewer settings): each follows the one it
+	// depends on unless a caller sets it.
+	setDefault(&c.TaskRetention.PruneInterval, PruneIntervalFor(c.TaskRetention.Age))
+	setDefault(&c.FanOut.WorkerTimeout, WorkerTimeoutFor(c.Scheduler.TaskTimeout))
+	setDefault(&c.Scheduler.MergeConcurrency, MergeConcurrencyFor(c.Scheduler.TaskConcurrency))
 	ttl = int((c.LeaseTTL + time.Second - 1) / time.Second)
 	if ttl < 2 {
 		return c, 0, fmt.Errorf("master: lease TTL %s is shorter than 2s", c.LeaseTTL)
 	}
 	return c, ttl, nil
+}
+
+// PruneIntervalFor is the period of the deletion of old finished tasks that
+// TASK_RETENTION_AGE age implies: DefaultPruneInterval, or a quarter of age when
+// that is shorter (at least a second), so a task outlives its age by at most a
+// quarter of it.
+func PruneIntervalFor(age time.Duration) time.Duration {
+	if age <= 0 {
+		age = DefaultRetentionAge
+	}
+	return max(min(DefaultPruneInterval, age/4), time.Second)
+}
+
+// WorkerTimeoutFor is the bound on one worker's merge in a merge_wal fan-out
+// that TASK_TIMEOUT taskTimeout implies: a sixth of it (10 min at the default
+// hour), so a stuck worker fails the task with its name well before the task's
+// own deadline, with room left for the serial shape's other workers.
+func WorkerTimeoutFor(taskTimeout time.Duration) time.Duration {
+	if taskTimeout <= 0 {
+		taskTimeout = DefaultTaskTimeout
+	}
+	return taskTimeout / 6
+}
+
+// MergeConcurrencyFor is the merge_wal tasks running at once on a replica that
+// TASK_CONCURRENCY taskConcurrency implies: four times as many (8 at the
+// default 2), since a merge_wal task costs the master a few calls while the
+// workers do the work, and stores must not wait for each other's merges.
+func MergeConcurrencyFor(taskConcurrency int) int {
+	if taskConcurrency <= 0 {
+		taskConcurrency = DefaultTaskConcurrency
+	}
+	return 4 * taskConcurrency
 }
 
 // newScanning builds the stats scanner, the merge and compaction sweeps, merges on

@@ -58,7 +58,8 @@ const (
 type SchedulerConfig struct {
 	// TaskConcurrency bounds the running tasks of each kind but merge_wal,
 	// TASK_CONCURRENCY (DefaultTaskConcurrency); MergeConcurrency the running
-	// merge_wal tasks, MERGE_WAL_CONCURRENCY (DefaultMergeConcurrency). Tasks of
+	// merge_wal tasks (DefaultMergeConcurrency; a master derives it from
+	// TASK_CONCURRENCY, MergeConcurrencyFor). Tasks of
 	// different targets may run at once; one target has at most one merge and one
 	// maintenance task running (the task queue's locks of a target's two lanes,
 	// tasks.Kind.Lane).

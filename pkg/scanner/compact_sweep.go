@@ -17,10 +17,10 @@ import (
 // (written before sorted fragments), with at least MIN_FRAGMENTS level-0 fragments
 // (each of which a point read probes), with a level past its target (in rows), with
 // deleted rows at or over COMPACTION_DELETED_RATIO of their rows, or with
-// CLEANUP_EVERY_VERSIONS versions committed since the last compact task this
+// CleanupEveryVersions (100) versions committed since the last compact task this
 // sweeper enqueued (the task's cleanup then deletes the manifests and files
 // retention lets go, even with nothing to compact). Worst first (most level-0
-// fragments), at most COMPACTION_MAX_ENQUEUES new tasks a sweep, none for a
+// fragments), at most MaxEnqueues (16) new tasks a sweep, none for a
 // target whose compactions cool down after failures.
 //
 // Like the merge sweep, it only reads stats rows and enqueues (deduplicated by the

@@ -152,13 +152,13 @@ type CompactionSweepConfig struct {
 	// compaction is enqueued for targets whose deleted rows are at least this
 	// share of all their fragments' rows.
 	DeletedRatio float64
-	// CleanupEveryVersions is CLEANUP_EVERY_VERSIONS
-	// (DefaultCleanupEveryVersions): a compact task (whose cleanup deletes what
+	// CleanupEveryVersions (DefaultCleanupEveryVersions; no setting since issue
+	// 43): a compact task (whose cleanup deletes what
 	// retention lets go) is enqueued for targets that committed this many
 	// versions since their last one, even with nothing to compact.
 	CleanupEveryVersions int
-	// MaxEnqueues caps the new compact tasks one sweep enqueues,
-	// COMPACTION_MAX_ENQUEUES (DefaultCompactionMaxEnqueues).
+	// MaxEnqueues caps the new compact tasks one sweep enqueues
+	// (DefaultCompactionMaxEnqueues; no setting since issue 43).
 	MaxEnqueues int
 
 	// Clock, Logger and Registerer are as in Config.

@@ -123,3 +123,41 @@ func moduleRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// Settings returns the settings docs/CONFIGURATION.md lists for command (as the
+// heading names it, e.g. "worker serve"): the environment variable of each flag
+// of its table, or the flag for one without a variable. A binary's test checks
+// its own section against its flags (CheckFlags), so another binary's test can
+// count them from here without building it.
+func Settings(t *testing.T, command string) []string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, Path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(doc), "\n### `"+command+"`\n")
+	if !ok {
+		t.Fatalf("%s has no section for %s", Path, command)
+	}
+	var settings []string
+	started := false
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(line, " | ")
+		switch {
+		case strings.HasPrefix(line, "| `--") && len(cells) > 2:
+			started = true
+			name := strings.Trim(cells[1], "` ")
+			if name == "" {
+				name = strings.Trim(cells[0], "|` ")
+			}
+			settings = append(settings, name)
+		case started && !strings.HasPrefix(line, "|"):
+			return settings
+		}
+	}
+	return settings
+}

@@ -46,11 +46,10 @@ const TokenFileName = "auth-token"
 const DemoStore = "demo"
 
 // WorkerDefaults are the dev defaults of every worker, applied unless the
-// environment sets the variable: seal every 5 s so generations appear quickly, and
-// no count trigger, because the master drives merges.
+// environment sets the variable: seal every 5 s so generations appear quickly (the
+// master drives merges).
 var WorkerDefaults = []string{
 	"FLUSH_INTERVAL=5s",
-	"MERGE_AFTER_GENERATIONS=0",
 }
 
 // MasterDefaults are the dev defaults of the master, applied unless the

@@ -23,10 +23,10 @@ import (
 func TestChildEnvIsDefaultsUnderTheEnvironmentUnderTheCluster(t *testing.T) {
 	got := ChildEnv("worker",
 		[]string{"FLUSH_INTERVAL=1s", "HTTP_ADDR=0.0.0.0:1", "HOME=/root"},
-		[]string{"FLUSH_INTERVAL=5s", "MERGE_AFTER_GENERATIONS=0"},
+		[]string{"FLUSH_INTERVAL=5s", "MAX_OPEN_STORES=32"},
 		[]string{"HTTP_ADDR=127.0.0.1:8081", "INSTANCE_ID=w1"},
 	)
-	want := []string{"FLUSH_INTERVAL=1s", "MERGE_AFTER_GENERATIONS=0", "HTTP_ADDR=127.0.0.1:8081", "HOME=/root", "INSTANCE_ID=w1"}
+	want := []string{"FLUSH_INTERVAL=1s", "MAX_OPEN_STORES=32", "HTTP_ADDR=127.0.0.1:8081", "HOME=/root", "INSTANCE_ID=w1"}
 	if !slices.Equal(got, want) {
 		t.Errorf("ChildEnv = %q, want %q", got, want)
 	}
@@ -38,8 +38,8 @@ func TestChildEnvIsDefaultsUnderTheEnvironmentUnderTheCluster(t *testing.T) {
 // the dev defaults). An alias of the other binary leaves the default in place.
 func TestChildEnvLeavesOutADefaultTheEnvironmentSetsThroughAnAlias(t *testing.T) {
 	environ := []string{"ROLLOUT_FLUSH_INTERVAL_SECS=1", "MASTER_PORT=9000"}
-	got := ChildEnv("worker", environ, WorkerDefaults, nil)
-	want := []string{"MERGE_AFTER_GENERATIONS=0", "ROLLOUT_FLUSH_INTERVAL_SECS=1", "MASTER_PORT=9000"}
+	got := ChildEnv("worker", environ, []string{"FLUSH_INTERVAL=5s", "MAX_OPEN_STORES=32"}, nil)
+	want := []string{"MAX_OPEN_STORES=32", "ROLLOUT_FLUSH_INTERVAL_SECS=1", "MASTER_PORT=9000"}
 	if !slices.Equal(got, want) {
 		t.Errorf("worker ChildEnv = %q, want %q", got, want)
 	}

@@ -120,10 +120,10 @@ func newRunCmd() *cobra.Command {
 	fs.DurationVar(&f.ingestDuration, "ingest-duration", 3*time.Minute, "sustained ingest: length of each run")
 	fs.BoolVar(&f.ingestShort, "ingest-short-intervals", true, "sustained ingest: also run with a 10 s stats scan and a 5 s merge sweep, besides the master's defaults")
 	fs.IntSliceVar(&f.ingestWorkers, "ingest-workers", bench.IngestWorkers, "sustained ingest: the worker counts of the runs")
-	fs.StringSliceVar(&f.ingestFanout, "ingest-fanout", []string{string(fanout.Gather)}, "sustained ingest: the fan-out shapes (MERGE_FANOUT) of the runs")
+	fs.StringSliceVar(&f.ingestFanout, "ingest-fanout", []string{string(fanout.Gather)}, "sustained ingest: the fan-out shapes (MERGE_FANOUT: gather, serial) of the runs")
 	fs.Int64Var(&f.memoryBytes, "memory-backlog-bytes", 1<<30, "memory scenario: generation bytes of the backlog merged")
 	fs.Int64SliceVar(&f.scaleRows, "scale-rows", bench.DefaultScaleRows, "scale scenario: rows of each store measured, smallest first (100000000: a run of hours, by hand)")
-	fs.Int64Var(&f.scaleCache, "scale-table-cache-bytes", 0, "scale scenario: the measuring workers' TABLE_CACHE_BYTES (0: the worker's default)")
+	fs.Int64Var(&f.scaleCache, "scale-table-cache-bytes", 0, "scale scenario: the measuring workers' table cache, a quarter of CACHE_BYTES (0: the worker's default)")
 	fs.StringVar(&f.scaleProfiles, "scale-profiles", "", "scale scenario: write a CPU profile of every measured phase into this directory")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run into this file (not with --scale-profiles)")
 	f.feed = bench.DefaultFeedConfig(bench.FeedWorkers)
@@ -249,7 +249,7 @@ func run(ctx context.Context, f runFlags) error {
 			r.StormS3URL = f.stormS3
 		}
 		for _, cfg := range bench.FanOutThroughputConfigs() {
-			for _, shape := range []bench.StormShape{bench.NewShapeSerialFanOut, bench.NewShapeTwoPhaseFanOut, bench.NewShapeGatherFanOut} {
+			for _, shape := range []bench.StormShape{bench.NewShapeSerialFanOut, bench.NewShapeGatherFanOut} {
 				res, err := bench.RunStorm(ctx, env, cfg, shape)
 				if err != nil {
 					return fmt.Errorf("fan-out throughput: %w", err)
@@ -396,23 +396,11 @@ func newMemoryMergeCmd() *cobra.Command {
 	return cmd
 }
 
-// runStormShapes runs the commit storm of cfg in every shape, old first, and the
-// two-phase fan-out once more with its prepares sized to the store
-// (StormConfig.StoreBoundPrepareConcurrency), as an operator would set
-// the prepares in flight for a store that serves this few requests at once.
+// runStormShapes runs the commit storm of cfg in every shape, old first.
 func runStormShapes(ctx context.Context, env *bench.Env, cfg bench.StormConfig) ([]bench.StormResult, error) {
-	sized := cfg
-	sized.PrepareConcurrency = cfg.StoreBoundPrepareConcurrency()
-	runs := []struct {
-		cfg   bench.StormConfig
-		shape bench.StormShape
-	}{
-		{cfg, bench.OldShapePerWorkerTimers}, {cfg, bench.NewShapeSerialFanOut}, {cfg, bench.NewShapeTwoPhaseFanOut},
-		{sized, bench.NewShapeTwoPhaseFanOut}, {cfg, bench.NewShapeGatherFanOut},
-	}
 	var out []bench.StormResult
-	for _, r := range runs {
-		res, err := bench.RunStorm(ctx, env, r.cfg, r.shape)
+	for _, shape := range []bench.StormShape{bench.OldShapePerWorkerTimers, bench.NewShapeSerialFanOut, bench.NewShapeGatherFanOut} {
+		res, err := bench.RunStorm(ctx, env, cfg, shape)
 		if err != nil {
 			return nil, err
 		}

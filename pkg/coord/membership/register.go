@@ -18,7 +18,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 )
 
-// Registration defaults (WORKER_LEASE_TTL, the retry backoff).
+// Registration defaults (the worker's LEASE_TTL, the retry backoff).
 const (
 	DefaultLeaseTTL    = 10 * time.Second
 	minLeaseTTL        = 2 * time.Second

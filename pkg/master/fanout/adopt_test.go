@@ -31,10 +31,6 @@ func (w *adoptingWorker) MergeWal(ctx context.Context, r *tidemarkv1.MergeWalReq
 	return w.countingWorker.MergeWal(ctx, r)
 }
 
-func (w *adoptingWorker) CommitMerge(ctx context.Context, r *tidemarkv1.CommitMergeRequest) (*tidemarkv1.MergeWalResponse, error) {
-	return w.MergeWal(ctx, &tidemarkv1.MergeWalRequest{Target: r.GetTarget(), FencingToken: r.GetFencingToken()})
-}
-
 func (w *adoptingWorker) AdoptShard(_ context.Context, r *tidemarkv1.AdoptShardRequest) (*tidemarkv1.AdoptShardResponse, error) {
 	w.mu.Lock()
 	*w.order = append(*w.order, "adopt "+r.GetShard()+" on "+w.name)

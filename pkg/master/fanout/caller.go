@@ -16,14 +16,15 @@ import (
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 
-// DefaultDialTimeout is WORKER_DIAL_TIMEOUT: how long a worker may take to
+// DefaultDialTimeout is how long a worker may take to
 // accept a connection before a call to it counts as unreachable.
 const DefaultDialTimeout = 5 * time.Second
 
 // GRPCCallerConfig configures a GRPCCaller.
 type GRPCCallerConfig struct {
 	// DialTimeout bounds how long a worker may take to accept a connection before
-	// the call counts as unreachable, WORKER_DIAL_TIMEOUT (DefaultDialTimeout).
+	// the call counts as unreachable (DefaultDialTimeout; the master passes
+	// ETCD_DIAL_TIMEOUT, one bound on connecting to a peer).
 	DialTimeout time.Duration
 	// DialOptions are added to every connection (TLS credentials, interceptors).
 	// Without transport credentials, connections are plaintext.
@@ -160,49 +161,6 @@ func (c *GRPCCaller) MergeWal(ctx context.Context, w Worker, target registry.Tar
 
 func mergeResult(resp *tidemarkv1.MergeWalResponse) MergeResult {
 	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows(), Reclaimed: resp.GetReclaimed(), BaseVersion: resp.GetBaseVersion()}
-}
-
-// PrepareMerge has worker w prepare its merge of target (WorkerService.PrepareMerge);
-// the result counts what the prepared pass holds.
-func (c *GRPCCaller) PrepareMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64) (MergeResult, error) {
-	client, release, err := c.client(ctx, w)
-	if err != nil {
-		return MergeResult{}, err
-	}
-	defer release()
-	resp, err := client.PrepareMerge(ctx,
-		&tidemarkv1.PrepareMergeRequest{Target: target.String(), FencingToken: fencingToken}, grpc.WaitForReady(false))
-	if err != nil {
-		return MergeResult{}, err
-	}
-	return MergeResult{Generations: resp.GetGenerations(), Rows: resp.GetRows()}, nil
-}
-
-// CommitMerge has worker w commit the merge it prepared (WorkerService.CommitMerge).
-func (c *GRPCCaller) CommitMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64, baseVersion uint64, deferDrain bool) (MergeResult, error) {
-	client, release, err := c.client(ctx, w)
-	if err != nil {
-		return MergeResult{}, err
-	}
-	defer release()
-	resp, err := client.CommitMerge(ctx, &tidemarkv1.CommitMergeRequest{Target: target.String(), FencingToken: fencingToken,
-		BaseVersion: baseVersion, DeferDrain: deferDrain}, grpc.WaitForReady(false))
-	if err != nil {
-		return MergeResult{}, err
-	}
-	return mergeResult(resp), nil
-}
-
-// AbortMerge has worker w abort the merge it prepared (WorkerService.AbortMerge).
-func (c *GRPCCaller) AbortMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64) error {
-	client, release, err := c.client(ctx, w)
-	if err != nil {
-		return err
-	}
-	defer release()
-	_, err = client.AbortMerge(ctx,
-		&tidemarkv1.AbortMergeRequest{Target: target.String(), FencingToken: fencingToken}, grpc.WaitForReady(false))
-	return err
 }
 
 // MergeStore has worker w merge every shard of target's store in one commit per

@@ -1,5 +1,5 @@
 // Package fanout is how the master reaches the workers: the merge_wal fan-out
-// (gather, two-phase and serial), the maintenance runner (compact, verify, repair on one
+// (gather and serial), the maintenance runner (compact, verify, repair on one
 // worker), the worker Caller over gRPC (GRPCCaller), worker discovery
 // (StaticDiscovery, or membership.Discovery through etcd), and the tracker of
 // orphaned shards whose adoption a merge_wal asks for.
@@ -11,16 +11,14 @@
 //     system exists to prevent. In the gather shape (Gather, the default) one
 //     worker merges every shard of the store, one commit per pass, and the others
 //     only drain their own shards afterwards (drains commit nothing to the table);
-//     in the two-phase shape (TwoPhase) every worker prepares at once and they
-//     commit one after another; Serial prepares and commits each in turn. Each call carries
+//     Serial has each worker prepare and commit in turn. Each call carries
 //     the task's fencing token (the target lock's etcd revision), so a worker
 //     refuses a call from a master that lost the target to a newer claim.
 //   - A worker that cannot be reached before admission (no connection) is skipped and
-//     named, and so is one whose prepare failed (a prepare changes nothing); any
-//     error of a commit stops the fan-out, except a corrupt object (the worker
-//     answered, so it no longer merges, and the others' merges do not depend on it),
-//     and the prepares left are aborted. The task fails if any worker was skipped or
-//     failed, so the next sweep retries it.
+//     named; any error of a merge stops the fan-out, except a corrupt object (the
+//     worker answered, so it no longer merges, and the others' merges do not depend
+//     on it). The task fails if any worker was skipped or failed, so the next sweep
+//     retries it.
 //   - Outcomes are classified in one place (package errclass): a worker that answers
 //     the store is deleted ends the fan-out with a Gone error (the scheduler skips
 //     the task), one that hit a corrupt object with a Halt error naming it.

@@ -6,9 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
@@ -29,12 +26,8 @@ type drains struct {
 	target registry.Target
 	token  int64
 	log    *slog.Logger
-	// ownCommits: each drain follows its worker's own CommitMerge with
-	// defer_drain, which a worker of an older version ignores, draining before
-	// it answers (and it has no DrainMerged).
-	ownCommits bool
-	wg         sync.WaitGroup
-	failed     atomic.Int64
+	wg     sync.WaitGroup
+	failed atomic.Int64
 }
 
 // start drains w's shard up to the watermark of version (a hint: the version
@@ -45,10 +38,7 @@ func (ds *drains) start(ctx context.Context, w Worker, version uint64) {
 			n, err := ds.d.DrainMerged(ctx, w, ds.target, ds.token, version)
 			return MergeResult{Reclaimed: n}, err
 		})
-		switch {
-		case ds.ownCommits && status.Code(err) == codes.Unimplemented:
-			// Drained already, by its commit.
-		case err != nil:
+		if err != nil {
 			ds.log.Warn("merge_wal: drain of the merged generations failed; the next task drains them",
 				"worker", w.InstanceID, "addr", w.GRPCAddr, "err", err)
 			ds.failed.Add(1)

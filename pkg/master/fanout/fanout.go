@@ -79,9 +79,6 @@ const (
 	// then every other worker whose shard it merged drain it, all at once (the
 	// default): a task is one commit whatever the number of workers.
 	Gather Shape = "gather"
-	// TwoPhase prepares the merge on every worker at once, then commits one
-	// worker after another.
-	TwoPhase Shape = "two-phase"
 	// Serial calls MergeWal on one worker after another, each preparing and
 	// committing in turn (the reference system's shape).
 	Serial Shape = "serial"
@@ -90,10 +87,10 @@ const (
 // ParseShape returns the shape named s, or an error naming the shapes there are.
 func ParseShape(s string) (Shape, error) {
 	switch sh := Shape(s); sh {
-	case Gather, TwoPhase, Serial:
+	case Gather, Serial:
 		return sh, nil
 	}
-	return "", fmt.Errorf("fan-out shape %q: want %q, %q or %q", s, Gather, TwoPhase, Serial)
+	return "", fmt.Errorf("fan-out shape %q: want %q or %q", s, Gather, Serial)
 }
 
 // String is the shape's name.
@@ -112,34 +109,27 @@ func (s *Shape) Set(name string) error {
 // Type names a shape flag's value in --help (pflag.Value).
 func (Shape) Type() string { return "shape" }
 
-// DefaultWorkerTimeout is MERGE_WAL_WORKER_TIMEOUT: the bound on one worker's
-// merge in a fan-out.
+// DefaultWorkerTimeout is the bound on one worker's merge in a fan-out when
+// Config.WorkerTimeout is zero (the master derives it from TASK_TIMEOUT).
 const DefaultWorkerTimeout = 10 * time.Minute
 
 // Config configures a FanOut: its settings, and the parts it calls (which the
 // master sets).
 type Config struct {
 	// Shape is MERGE_FANOUT: Gather (also when empty; it needs a Caller that can
-	// merge a store, as the GRPCCaller can, else TwoPhase is used), TwoPhase (with
-	// a Caller that can prepare, else Serial) or Serial.
+	// merge a store, as the GRPCCaller can, and a task whose merging worker cannot
+	// falls back to Serial) or Serial.
 	Shape Shape
-	// WorkerTimeout bounds one worker's merge, MERGE_WAL_WORKER_TIMEOUT
-	// (DefaultWorkerTimeout when zero): a stuck worker fails the task with a
-	// message naming it instead of holding the target forever. In the two-phase
-	// shape it bounds each of a worker's prepare and commit.
+	// WorkerTimeout bounds one worker's merge (DefaultWorkerTimeout when zero;
+	// the master derives it from TASK_TIMEOUT): a stuck worker fails the task
+	// with a message naming it instead of holding the target forever.
 	WorkerTimeout time.Duration
-	// PrepareConcurrency bounds the prepares in flight in the two-phase shape; 0
-	// means every worker of the task at once. No setting sets it any more (the
-	// gather shape, the default, prepares nothing); the commit-storm bench sizes it
-	// to its throttled bucket.
-	PrepareConcurrency int
 
 	// Discovery lists the workers and Caller calls them. Required.
 	Discovery Discovery
 	Caller    Caller
 	// OnWorkerDone, if set, observes each worker's merge call, its duration and
-	// outcome: a MergeWal, or a two-phase commit (and a prepare only when it
-	// failed, since no commit follows it).
+	// outcome: a MergeWal, or a gather's MergeStore.
 	OnWorkerDone func(w Worker, d time.Duration, err error)
 	// Row reads a target's stats row, and Orphans names its orphaned shards;
 	// with both set (and a Caller that adopts), the fan-out has each orphaned
@@ -152,7 +142,7 @@ type Config struct {
 
 // FanOut runs merge_wal tasks. Commits of one target never overlap: one worker
 // commits the whole store (gather), or the workers commit one after another, in
-// discovery's order (two-phase, serial).
+// discovery's order (serial).
 type FanOut struct {
 	cfg Config
 }
@@ -166,17 +156,6 @@ func New(cfg Config) *FanOut {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &FanOut{cfg: cfg}
-}
-
-// twoPhaseCaller is a Caller that can prepare a merge on a worker and commit or
-// abort it later (the GRPCCaller can).
-type twoPhaseCaller interface {
-	PrepareMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64) (MergeResult, error)
-	// CommitMerge passes baseVersion, the version the previous commit created (0
-	// if none), as a hint (tidemarkv1.CommitMergeRequest.base_version); with
-	// deferDrain the worker leaves its drain to a DrainMerged call.
-	CommitMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64, baseVersion uint64, deferDrain bool) (MergeResult, error)
-	AbortMerge(ctx context.Context, w Worker, target registry.Target, fencingToken int64) error
 }
 
 // ErrNoLiveWorkers means discovery lists no worker to merge on.
@@ -230,17 +209,13 @@ func (f *FanOut) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) 
 		live = append(live, w)
 	}
 	gc, canGather := f.cfg.Caller.(gatherCaller)
-	tp, canPrepare := f.cfg.Caller.(twoPhaseCaller)
-	switch {
-	case canGather && (f.cfg.Shape == Gather || f.cfg.Shape == ""):
+	if canGather && (f.cfg.Shape == Gather || f.cfg.Shape == "") {
 		err = f.gather(ctx, c, gc, live, t, log)
-		if errors.Is(err, errNoGather) && canPrepare {
-			log.Warn("merge_wal: a worker cannot merge a whole store (an older version); this task prepares on every worker", "err", err)
-			err = f.twoPhase(ctx, c, tp, live, t, log)
+		if errors.Is(err, errNoGather) {
+			log.Warn("merge_wal: a worker cannot merge a whole store (an older version); this task merges on each worker in turn", "err", err)
+			err = f.serial(ctx, c, live, t, log)
 		}
-	case canPrepare && f.cfg.Shape != Serial:
-		err = f.twoPhase(ctx, c, tp, live, t, log)
-	default:
+	} else {
 		err = f.serial(ctx, c, live, t, log)
 	}
 	if err != nil {

@@ -31,20 +31,8 @@ type countingWorker struct {
 	fail     error
 	// merged, if set, is how many generations each merge reports (else 2).
 	merged *atomic.Int64
-	// Two-phase calls: prepares in flight across workers (prepInFlight, prepMax,
-	// when set), and this worker's prepares and aborts. commits, when set, records
-	// the order of commits across workers, each as name@base_version (the hint
-	// the master passed); versions, when set, numbers the base versions the
-	// commits create.
-	prepInFlight, prepMax *atomic.Int32
-	// overlap, when set, holds each prepare until that many have been in flight
-	// at once (for at most 10 s): a sleep would not make prepares that may overlap
-	// overlap on a loaded machine, and a fan-out that runs fewer at once still
-	// shows as a lower prepMax after the 10 s.
-	overlap          int32
-	prepares, aborts atomic.Int32
-	commits          *orderLog
-	versions         *atomic.Uint64
+	// commits, when set, records the order of merges across workers.
+	commits *orderLog
 }
 
 // orderLog records names in call order, safely across goroutines.
@@ -75,39 +63,6 @@ func raiseMax(max *atomic.Int32, n int32) {
 	}
 }
 
-// PrepareMerge succeeds after a pause (see overlap); it records how many ran at
-// once.
-func (w *countingWorker) PrepareMerge(_ context.Context, r *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
-	w.prepares.Add(1)
-	if w.prepInFlight != nil {
-		raiseMax(w.prepMax, w.prepInFlight.Add(1))
-		defer w.prepInFlight.Add(-1)
-	}
-	time.Sleep(20 * time.Millisecond)
-	for deadline := time.Now().Add(10 * time.Second); w.overlap > 0 && w.prepMax.Load() < w.overlap && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-	return &tidemarkv1.PrepareMergeResponse{Generations: 2, Rows: 10, InstanceId: w.name}, nil
-}
-
-// CommitMerge is MergeWal's behaviour (and its counting): the commit of a
-// two-phase fan-out does what MergeWal does in the serial one.
-func (w *countingWorker) CommitMerge(ctx context.Context, r *tidemarkv1.CommitMergeRequest) (*tidemarkv1.MergeWalResponse, error) {
-	if w.commits != nil {
-		w.commits.add(fmt.Sprintf("%s@%d", w.name, r.GetBaseVersion()))
-	}
-	resp, err := w.MergeWal(ctx, &tidemarkv1.MergeWalRequest{Target: r.GetTarget(), FencingToken: r.GetFencingToken()})
-	if err == nil && w.versions != nil {
-		resp.BaseVersion = w.versions.Add(1)
-	}
-	return resp, err
-}
-
-func (w *countingWorker) AbortMerge(context.Context, *tidemarkv1.AbortMergeRequest) (*tidemarkv1.AbortMergeResponse, error) {
-	w.aborts.Add(1)
-	return &tidemarkv1.AbortMergeResponse{Aborted: true}, nil
-}
-
 func (w *countingWorker) MergeWal(ctx context.Context, r *tidemarkv1.MergeWalRequest) (*tidemarkv1.MergeWalResponse, error) {
 	w.calls.Add(1)
 	n := w.inFlight.Add(1)
@@ -120,6 +75,9 @@ func (w *countingWorker) MergeWal(ctx context.Context, r *tidemarkv1.MergeWalReq
 	}
 	if w.tokens != nil {
 		w.tokens <- r.GetFencingToken()
+	}
+	if w.commits != nil {
+		w.commits.add(w.name)
 	}
 	time.Sleep(20 * time.Millisecond) // long enough that overlapping calls would overlap
 	if w.fail != nil {
@@ -202,184 +160,40 @@ func serve(t *testing.T, name string, srv tidemarkv1.WorkerServiceServer) Worker
 	return Worker{InstanceID: name, GRPCAddr: startWorkerService(t, srv)}
 }
 
-// The commit storm: workers merging into one base table at once. In both shapes
-// the commits must run strictly one after another, in discovery's order, under
-// the claim's token; in the two-phase shape the prepares all run at once.
+// The commit storm: workers merging into one base table at once. In the serial
+// shape the merges must run strictly one after another, in discovery's order,
+// under the claim's token.
 func TestFanOutCommitsOneWorkerAfterAnother(t *testing.T) {
-	for _, mode := range []Shape{TwoPhase, Serial} {
-		t.Run(string(mode), func(t *testing.T) {
-			var inFlight, maxSeen, prepInFlight, prepMax atomic.Int32
-			var versions atomic.Uint64
-			versions.Store(10)
-			commits := &orderLog{}
-			var workers StaticDiscovery
-			var ws []*countingWorker
-			for i := 0; i < 3; i++ {
-				w := &countingWorker{name: fmt.Sprint("w", i), inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 1),
-					prepInFlight: &prepInFlight, prepMax: &prepMax, overlap: 3, commits: commits, versions: &versions}
-				ws = append(ws, w)
-				workers = append(workers, startWorker(t, w))
-			}
-			caller := NewGRPCCaller(GRPCCallerConfig{})
-			defer caller.Close()
-			f := New(Config{Discovery: workers, Caller: caller, Shape: mode})
-			report, err := f.Run(context.Background(), claimFor("generic:gs", 42))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if report.Detail != "merged 6 generations across 3/3 workers" {
-				t.Fatalf("detail %q", report.Detail)
-			}
-			want := tasks.Stats{Workers: 3, WorkersMerged: 3, GenerationsMerged: 6, RowsMerged: 30}
-			if mode == TwoPhase {
-				want.BaseVersion = 13 // the last of the commits' versions 11, 12, 13
-			}
-			if report.Stats != want {
-				t.Fatalf("stats %+v, want %+v", report.Stats, want)
-			}
-			if maxSeen.Load() != 1 {
-				t.Fatalf("max commits in flight %d, want 1", maxSeen.Load())
-			}
-			for _, w := range ws {
-				if tok := <-w.tokens; tok != 42 {
-					t.Fatalf("worker %s got fencing token %d, want 42", w.name, tok)
-				}
-			}
-			switch mode {
-			case TwoPhase:
-				if prepMax.Load() != 3 {
-					t.Fatalf("max prepares in flight %d, want 3 (every worker at once)", prepMax.Load())
-				}
-				// Each commit is told the version the one before it created (the
-				// first: none), so it reads that instead of searching for it.
-				if got := commits.get(); fmt.Sprint(got) != "[w0@0 w1@11 w2@12]" {
-					t.Fatalf("commits %v, want discovery's order, each with its predecessor's version: [w0@0 w1@11 w2@12]", got)
-				}
-			case Serial:
-				for _, w := range ws {
-					if n := w.prepares.Load(); n != 0 {
-						t.Fatalf("serial fan-out prepared %d times on %s", n, w.name)
-					}
-				}
-			}
-		})
-	}
-}
-
-// Config.PrepareConcurrency bounds the prepares in flight.
-func TestTwoPhasePreparesAtMostPrepareConcurrencyAtOnce(t *testing.T) {
-	var inFlight, maxSeen, prepInFlight, prepMax atomic.Int32
-	var workers StaticDiscovery
-	for i := 0; i < 4; i++ {
-		workers = append(workers, startWorker(t, &countingWorker{name: fmt.Sprint("w", i), inFlight: &inFlight, maxSeen: &maxSeen,
-			prepInFlight: &prepInFlight, prepMax: &prepMax, overlap: 2}))
-	}
-	caller := NewGRPCCaller(GRPCCallerConfig{})
-	defer caller.Close()
-	if _, err := New(Config{Discovery: workers, Caller: caller, PrepareConcurrency: 2}).Run(context.Background(), claimFor("s", 3)); err != nil {
-		t.Fatal(err)
-	}
-	if n := prepMax.Load(); n != 2 {
-		t.Fatalf("max prepares in flight %d, want 2", n)
-	}
-}
-
-// A commit that fails stops the fan-out as in the serial shape, and the workers
-// that prepared and will not commit are told to abort (their staged files go).
-func TestTwoPhaseStoppedAtACommitAbortsThePreparesLeft(t *testing.T) {
-	tr := newTrio(t, GRPCCallerConfig{})
-	w0, w1, w2 := tr.w0, tr.worker("w1"), tr.w2
-	w1.fail = status.Error(codes.Internal, "disk on fire")
-	_, err := tr.run(t, startWorker(t, w1), Config{})
-	if err == nil || !strings.Contains(err.Error(), "worker w1") {
-		t.Fatalf("got %v, want an error naming w1", err)
-	}
-	for _, w := range []*countingWorker{w0, w1, w2} {
-		if w.prepares.Load() != 1 {
-			t.Fatalf("%s prepared %d times, want 1", w.name, w.prepares.Load())
-		}
-	}
-	if w0.aborts.Load() != 0 || w1.aborts.Load() != 0 || w2.aborts.Load() != 1 {
-		t.Fatalf("aborts w0 %d, w1 %d, w2 %d; want only w2's (prepared, never committed)", w0.aborts.Load(), w1.aborts.Load(), w2.aborts.Load())
-	}
-	if w2.calls.Load() != 0 {
-		t.Fatal("w2 committed after the fan-out stopped")
-	}
-}
-
-// gatedPreparer prepares only once another worker has committed: a fan-out that
-// waited for every prepare before the first commit would wait for it forever
-// (until the worker timeout fails the prepare).
-type gatedPreparer struct {
-	countingWorker
-	committed <-chan struct{}
-}
-
-func (w *gatedPreparer) PrepareMerge(ctx context.Context, r *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
-	select {
-	case <-w.committed:
-		return w.countingWorker.PrepareMerge(ctx, r)
-	case <-ctx.Done():
-		return nil, status.Error(codes.DeadlineExceeded, "never saw a commit while preparing")
-	}
-}
-
-// The first worker commits while a later worker still prepares: the commits are
-// the serial part of a task, so they start as soon as the worker's own prepare
-// (and the commit before it) is done, not after the slowest prepare. The order
-// stays discovery's.
-func TestTwoPhaseCommitsWhileLaterWorkersStillPrepare(t *testing.T) {
 	var inFlight, maxSeen atomic.Int32
 	commits := &orderLog{}
-	committed := make(chan struct{})
-	var once sync.Once
-	w0 := &countingWorker{name: "w0", inFlight: &inFlight, maxSeen: &maxSeen, commits: commits}
-	w1 := &gatedPreparer{countingWorker{name: "w1", inFlight: &inFlight, maxSeen: &maxSeen, commits: commits}, committed}
+	var workers StaticDiscovery
+	for i := 0; i < 3; i++ {
+		w := &countingWorker{name: fmt.Sprint("w", i), inFlight: &inFlight, maxSeen: &maxSeen, tokens: make(chan int64, 1), commits: commits}
+		workers = append(workers, startWorker(t, w))
+		defer func() {
+			if tok := <-w.tokens; tok != 42 {
+				t.Errorf("worker %s got fencing token %d, want 42", w.name, tok)
+			}
+		}()
+	}
 	caller := NewGRPCCaller(GRPCCallerConfig{})
 	defer caller.Close()
-	f := New(Config{Discovery: StaticDiscovery{startWorker(t, w0), {InstanceID: "w1", GRPCAddr: startWorkerService(t, w1)}},
-		Caller: caller, WorkerTimeout: 30 * time.Second,
-		OnWorkerDone: func(w Worker, _ time.Duration, err error) {
-			if w.InstanceID == "w0" && err == nil {
-				once.Do(func() { close(committed) })
-			}
-		}})
-	report, err := f.Run(context.Background(), claimFor("s", 7))
+	f := New(Config{Discovery: workers, Caller: caller, Shape: Serial})
+	report, err := f.Run(context.Background(), claimFor("generic:gs", 42))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if report.Detail != "merged 4 generations across 2/2 workers" {
+	if report.Detail != "merged 6 generations across 3/3 workers" {
 		t.Fatalf("detail %q", report.Detail)
 	}
-	if got := fmt.Sprint(commits.get()); got != "[w0@0 w1@0]" {
-		t.Fatalf("commits %s, want [w0@0 w1@0]", got)
-	}
-}
-
-// failingPreparer fails its prepare; the others must still commit.
-type failingPreparer struct{ *countingWorker }
-
-func (w *failingPreparer) PrepareMerge(context.Context, *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
-	return nil, status.Error(codes.ResourceExhausted, "merge budget gone")
-}
-
-// A worker that fails to prepare is skipped (a prepare changes nothing, so its
-// shard just waits for the next task) and the others commit; the task reports it.
-func TestTwoPhaseSkipsAWorkerThatFailedToPrepare(t *testing.T) {
-	tr := newTrio(t, GRPCCallerConfig{})
-	w0, w1, w2 := tr.w0, &failingPreparer{tr.worker("w1")}, tr.w2
-	report, err := tr.run(t, serve(t, "w1", w1), Config{})
-	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "merge budget gone") {
-		t.Fatalf("got %v, want the task failed naming w1's prepare", err)
-	}
-	if report.Detail != "merged 4 generations across 2/3 workers" {
-		t.Fatalf("detail %q", report.Detail)
-	}
-	if want := (tasks.Stats{Workers: 3, WorkersMerged: 2, WorkersFailed: 1, GenerationsMerged: 4, RowsMerged: 20}); report.Stats != want {
+	if want := (tasks.Stats{Workers: 3, WorkersMerged: 3, GenerationsMerged: 6, RowsMerged: 30}); report.Stats != want {
 		t.Fatalf("stats %+v, want %+v", report.Stats, want)
 	}
-	if w0.calls.Load() != 1 || w2.calls.Load() != 1 || w1.calls.Load() != 0 {
-		t.Fatalf("commits w0 %d, w1 %d, w2 %d; want 1, 0, 1", w0.calls.Load(), w1.calls.Load(), w2.calls.Load())
+	if maxSeen.Load() != 1 {
+		t.Fatalf("max commits in flight %d, want 1", maxSeen.Load())
+	}
+	if got := fmt.Sprint(commits.get()); got != "[w0 w1 w2]" {
+		t.Fatalf("merges %s, want discovery's order [w0 w1 w2]", got)
 	}
 }
 
@@ -473,31 +287,5 @@ func TestConnectionsOfWorkersThatLeftAreClosed(t *testing.T) {
 	defer caller.mu.Unlock()
 	if _, ok := caller.conns[w0.GRPCAddr]; ok || len(caller.conns) != 1 {
 		t.Fatalf("connections kept: %d (w0's among them: %v)", len(caller.conns), ok)
-	}
-}
-
-// slowPreparer's prepare answers only when the call's context ends.
-type slowPreparer struct{ *countingWorker }
-
-func (w *slowPreparer) PrepareMerge(ctx context.Context, _ *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
-	<-ctx.Done()
-	return nil, status.FromContextError(ctx.Err()).Err()
-}
-
-// A prepare that outlives the worker timeout is skipped like a failed one (the
-// task fails naming the worker and its timeout; the others commit), and the worker
-// is told to abort: its prepare may still finish, and nothing will commit it.
-func TestTwoPhaseAbortsAPrepareThatTimedOut(t *testing.T) {
-	tr := newTrio(t, GRPCCallerConfig{})
-	w0, w1, w2 := tr.w0, &slowPreparer{tr.worker("w1")}, tr.w2
-	report, err := tr.run(t, serve(t, "w1", w1), Config{WorkerTimeout: 300 * time.Millisecond})
-	if err == nil || !strings.Contains(err.Error(), "worker w1") || !strings.Contains(err.Error(), "worker timeout of 300ms") {
-		t.Fatalf("got %v, want the task failed naming w1 and its timeout", err)
-	}
-	if report.Detail != "merged 4 generations across 2/3 workers" {
-		t.Fatalf("detail %q", report.Detail)
-	}
-	if w1.aborts.Load() != 1 || w0.aborts.Load() != 0 || w2.aborts.Load() != 0 {
-		t.Fatalf("aborts w0 %d, w1 %d, w2 %d; want only w1's", w0.aborts.Load(), w1.aborts.Load(), w2.aborts.Load())
 	}
 }

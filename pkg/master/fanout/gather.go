@@ -22,7 +22,7 @@ type gatherCaller interface {
 
 // errNoGather means the worker asked to merge the store does not implement it (a
 // worker of an older version, during a rolling upgrade): the task falls back to the
-// two-phase shape.
+// serial shape.
 var errNoGather = errors.New("worker cannot merge a whole store")
 
 // gather has one worker merge every shard of the store, in one commit per pass

@@ -87,8 +87,8 @@ func TestGatherMergesTheStoreOnceAndHasTheOthersDrain(t *testing.T) {
 		if got := w.drains.Load() + w.storeMerges.Load(); got != 8 {
 			t.Fatalf("%s: %d drains and %d merges, want 8 in all", w.name, w.drains.Load(), w.storeMerges.Load())
 		}
-		if w.calls.Load() != 0 || w.prepares.Load() != 0 {
-			t.Fatalf("%s: %d MergeWal and %d prepares in the gather shape", w.name, w.calls.Load(), w.prepares.Load())
+		if w.calls.Load() != 0 {
+			t.Fatalf("%s: %d MergeWal in the gather shape", w.name, w.calls.Load())
 		}
 	}
 	if maxSeen.Load() != 1 {
@@ -104,9 +104,9 @@ func TestGatherMergesTheStoreOnceAndHasTheOthersDrain(t *testing.T) {
 	}
 }
 
-// A worker of an older version does not know MergeStore: the task prepares and
-// commits on every worker as before (the rolling upgrade's case).
-func TestGatherFallsBackToTwoPhaseOnAWorkerWithoutMergeStore(t *testing.T) {
+// A worker of an older version does not know MergeStore: the task merges on
+// every worker in turn, as the serial shape does (the rolling upgrade's case).
+func TestGatherFallsBackToSerialOnAWorkerWithoutMergeStore(t *testing.T) {
 	log := &orderLog{}
 	var inFlight, maxSeen atomic.Int32
 	var workers StaticDiscovery
@@ -123,11 +123,14 @@ func TestGatherFallsBackToTwoPhaseOnAWorkerWithoutMergeStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	if order := log.get(); len(order) != 3 || r.Stats.WorkersMerged != 3 {
-		t.Fatalf("commits %v, report %+v: want the two-phase shape's 3 commits", log.get(), r.Stats)
+		t.Fatalf("merges %v, report %+v: want the serial shape's 3 merges", log.get(), r.Stats)
+	}
+	if maxSeen.Load() != 1 {
+		t.Fatalf("max merges in flight %d, want 1 (one after another)", maxSeen.Load())
 	}
 	for _, w := range cws {
-		if w.prepares.Load() != 1 {
-			t.Fatalf("%s prepared %d times, want 1", w.name, w.prepares.Load())
+		if w.calls.Load() != 1 {
+			t.Fatalf("%s merged %d times, want 1", w.name, w.calls.Load())
 		}
 	}
 }

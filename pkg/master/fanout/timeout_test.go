@@ -27,18 +27,6 @@ func (w *hangingWorker) MergeWal(ctx context.Context, _ *tidemarkv1.MergeWalRequ
 	return nil, ctx.Err()
 }
 
-func (w *hangingWorker) PrepareMerge(context.Context, *tidemarkv1.PrepareMergeRequest) (*tidemarkv1.PrepareMergeResponse, error) {
-	return &tidemarkv1.PrepareMergeResponse{}, nil
-}
-
-func (w *hangingWorker) CommitMerge(ctx context.Context, r *tidemarkv1.CommitMergeRequest) (*tidemarkv1.MergeWalResponse, error) {
-	return w.MergeWal(ctx, &tidemarkv1.MergeWalRequest{Target: r.GetTarget(), FencingToken: r.GetFencingToken()})
-}
-
-func (w *hangingWorker) AbortMerge(context.Context, *tidemarkv1.AbortMergeRequest) (*tidemarkv1.AbortMergeResponse, error) {
-	return &tidemarkv1.AbortMergeResponse{}, nil
-}
-
 // startWorkerService serves srv over gRPC on loopback and returns its address.
 func startWorkerService(t *testing.T, srv tidemarkv1.WorkerServiceServer) string {
 	t.Helper()

@@ -59,7 +59,7 @@ const (
 // CompactOptions tune a compaction; a zero field means its default.
 type CompactOptions struct {
 	TargetRows   int64   // rows per output fragment (TARGET_ROWS_PER_FRAGMENT), default 65536
-	MaxSources   int     // at most this many source fragments per compaction (COMPACTION_MAX_SOURCE_FRAGMENTS), default 64
+	MaxSources   int     // at most this many source fragments per compaction, default 64 (no setting since issue 43)
 	DeletedRatio float64 // a fragment whose deleted/rows >= this is rewritten whatever its size, default 0.2
 	// Level0Trigger is how many level-0 fragments make level 0 due for a move
 	// (score 1), default 4: fewer would rewrite the base level for every merge or
