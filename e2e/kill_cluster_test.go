@@ -41,16 +41,6 @@ func mergeKillCluster(t *testing.T, fanout, name string) (*cluster, *masterProc,
 	return c, m, faults, "/api/v1/rollouts/" + name + "/records"
 }
 
-// readLog is the whole log of a process so far.
-func readLog(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // pendingOf counts the generations of store name's shards that no merge took yet,
 // as w1's stats route reports them.
 func pendingOf(c *cluster, name string) (int, error) {
