@@ -285,7 +285,7 @@ func (w *WorkerService) Info(context.Context, *tidemarkv1.InfoRequest) (*tidemar
 	infos := make([]*tidemarkv1.ShardInfo, 0, len(stores))
 	for _, s := range stores {
 		info := &tidemarkv1.ShardInfo{
-			Target:             s.Target(),
+			Target:             s.Target().String(),
 			PendingGenerations: int64(merge.PendingOwn(s)),
 		}
 		if st, ok := s.WriterStats(); ok {
