@@ -215,11 +215,11 @@ func (w *WorkerService) Flush(ctx context.Context, req *tidemarkv1.FlushRequest)
 		}
 		return &tidemarkv1.FlushResponse{SealedGenerations: n}, nil
 	}
-	parsed, err := registry.ParseTarget(req.GetTarget())
+	target, err := parseTarget(req.GetTarget())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, err
 	}
-	kind, name := parsed.Kind, parsed.Name
+	kind, name := target.Kind, target.Name
 	sealed, err := w.flushStore(ctx, kind, name)
 	if err != nil {
 		return nil, grpcError(mergesvc.StoreGone(ctx, w.cfg.Stores.Registry(), kind, name, err))
