@@ -255,7 +255,7 @@ func runFeedFollow(ctx context.Context, env *Env, cfg FeedConfig, cl *feedCluste
 
 	start := time.Now()
 	tr.setWarmupEnd(start.Add(cfg.Warmup))
-	target := registry.NewTarget(registry.KindGeneric, feedFollowStore).String() // the horizons' key
+	target := registry.NewTarget(registry.KindGeneric, feedFollowStore)
 	var lags durations
 	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.Duration)
 	defer stopLoad()
@@ -527,7 +527,7 @@ func (cl *feedCluster) listAll(ctx context.Context, store string, limit int, wan
 
 // sampleHorizon appends wall time minus the horizon's wall time of target to
 // out every interval from from until ctx ends.
-func (cl *feedCluster) sampleHorizon(ctx context.Context, target string, from time.Time, every time.Duration, out *durations) error {
+func (cl *feedCluster) sampleHorizon(ctx context.Context, target registry.Target, from time.Time, every time.Duration, out *durations) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

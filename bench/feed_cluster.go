@@ -151,7 +151,7 @@ func (cl *feedCluster) settle(ctx context.Context, store string, want int64, tim
 		}
 	}
 	sealed := time.Now()
-	target := registry.NewTarget(registry.KindGeneric, store).String() // the horizons' key
+	target := registry.NewTarget(registry.KindGeneric, store)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -12,6 +12,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/coord/pending"
 	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
@@ -43,7 +44,7 @@ func newRecordingWorker(ctx context.Context, client *clientv3.Client, b *objstor
 	w.publisher = pending.NewPublisher(client, func() []pending.Entry { return w.stores.Pending() },
 		func() clientv3.LeaseID { return w.lease }, pending.PublisherConfig{Prefix: prefix, Instance: id, Logger: quiet})
 	w.peers = pending.NewView(client, prefix, nil, quiet)
-	w.benchWorker = newWorker(b, id, store.Config{OnSnapshot: func(string) { w.publisher.Notify() },
+	w.benchWorker = newWorker(b, id, store.Config{OnSnapshot: func(registry.Target) { w.publisher.Notify() },
 		StorePending: w.peers.Generations}, mc)
 	return w, nil
 }

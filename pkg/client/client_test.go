@@ -19,6 +19,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/client"
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
@@ -35,8 +36,10 @@ const (
 // these tests do not run; the feed's own tests prove the horizon.)
 type openHorizons struct{}
 
-func (openHorizons) Horizon(context.Context, string) (uint64, bool, error) { return 1 << 62, true, nil }
-func (openHorizons) Changed() <-chan struct{}                              { return nil }
+func (openHorizons) Horizon(context.Context, registry.Target) (uint64, bool, error) {
+	return 1 << 62, true, nil
+}
+func (openHorizons) Changed() <-chan struct{} { return nil }
 
 // newWorker serves a real worker (stores on a mem bucket, consumers in a real
 // etcd, control routes behind token) and returns its URL.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
@@ -84,7 +85,7 @@ func TestAddsAreRefusedWhileAConsumerLagsBeyondMaxConsumerLag(t *testing.T) {
 	}
 	// The consumer committed an hour ago's position in both stores.
 	behind := rowkey.Position{Seq: seqAt(time.Now().Add(-time.Hour), 0), ID: "a"}
-	for _, target := range []string{"generic:held", "generic:free"} {
+	for _, target := range []registry.Target{registry.MustParseTarget("generic:held"), registry.MustParseTarget("generic:free")} {
 		if _, err := cursors.Commit(ctx, target, "trainer", behind); err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +119,7 @@ func TestAddsAreRefusedWhileAConsumerLagsBeyondMaxConsumerLag(t *testing.T) {
 	}
 
 	// The consumer catches up: adds are admitted again within a verdict's age.
-	if _, err := cursors.Commit(ctx, "generic:held", "trainer", rowkey.Position{Seq: seqAt(time.Now(), 0)}); err != nil {
+	if _, err := cursors.Commit(ctx, registry.MustParseTarget("generic:held"), "trainer", rowkey.Position{Seq: seqAt(time.Now(), 0)}); err != nil {
 		t.Fatal(err)
 	}
 	testwait.For(t, 10*time.Second, "adds to held to be admitted after the consumer caught up", func() (bool, string) {

@@ -210,10 +210,12 @@ func New(cfg Config) (*Worker, error) {
 	sc := cfg.Store
 	sc.Shard, sc.Logger = cfg.InstanceID, log
 	sc.WALOptions = append(slices.Clip(sc.WALOptions), wal.WithDeleteQueue(deletes))
-	sc.OnSlowRead = func(target string, _ int) { reads.ReadFanoutWarnings.WithLabelValues(kindOf(target)).Inc() }
-	sc.OnRead = func(_ string, n int) { reads.ReadPendingGenerations.Observe(float64(n)) }
+	sc.OnSlowRead = func(target registry.Target, _ int) {
+		reads.ReadFanoutWarnings.WithLabelValues(string(target.Kind)).Inc()
+	}
+	sc.OnRead = func(_ registry.Target, n int) { reads.ReadPendingGenerations.Observe(float64(n)) }
 	if publisher != nil {
-		sc.OnSnapshot = func(string) {
+		sc.OnSnapshot = func(registry.Target) {
 			publisher.Notify()
 			// A seal may have moved a promise: publish it soon, not at the next tick.
 			select {
@@ -398,14 +400,4 @@ func (w *Worker) Run(ctx context.Context) error {
 		log.Info("worker stopped", "instance_id", w.cfg.InstanceID)
 	}
 	return serveErr
-}
-
-// kindOf is the store kind of a target, for metric labels.
-func kindOf(target string) string {
-	parsed, err := registry.ParseTarget(target)
-	if err != nil {
-		return "unknown"
-	}
-	k := parsed.Kind
-	return string(k)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/client/tail"
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/merge"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
@@ -60,9 +61,9 @@ func (f *feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"code":"NOT_FOUND","message":"Rollout store 'x' does not exist"}}`, http.StatusNotFound)
 		return
 	}
-	target := r.PathValue("name")
+	target := registry.NewTarget(registry.KindRollout, r.PathValue("name"))
 	if r.PathValue("kind") == "generic" {
-		target = "generic:" + target
+		target.Kind = registry.KindGeneric
 	}
 	after, err := rowkey.ParseCursor(q.Get("cursor"))
 	if err != nil {
@@ -221,7 +222,7 @@ func TestTailAsAConsumerResumesFromItsCommittedCursor(t *testing.T) {
 	if got := ids(t, first.String()); fmt.Sprint(got) != fmt.Sprint(want(1, 6)) || st.Commits != 2 {
 		t.Fatalf("first run: rows %v, %d commits; want r001..r006 (two whole pages), 2 commits", got, st.Commits)
 	}
-	rec, err := e.cursors.Get(context.Background(), "r", "trainer")
+	rec, err := e.cursors.Get(context.Background(), registry.MustParseTarget("r"), "trainer")
 	if err != nil || rec.Cursor != (rowkey.Position{Seq: 60, ID: "r006"}) {
 		t.Fatalf("committed %+v, %v; want the sixth row's position", rec.Cursor, err)
 	}
@@ -234,7 +235,7 @@ func TestTailAsAConsumerResumesFromItsCommittedCursor(t *testing.T) {
 	if got := ids(t, second.String()); fmt.Sprint(got) != fmt.Sprint(want(7, 10)) {
 		t.Fatalf("second run: rows %v, want r007..r010", got)
 	}
-	rec, err = e.cursors.Get(context.Background(), "r", "trainer")
+	rec, err = e.cursors.Get(context.Background(), registry.MustParseTarget("r"), "trainer")
 	if err != nil || rec.Cursor != rowkey.After(100) || st.Cursor != rowkey.After(100).Cursor() {
 		t.Fatalf("committed %+v, %v; want After(horizon 100)", rec.Cursor, err)
 	}
@@ -246,7 +247,7 @@ func TestTailNeverMovesAConsumersCursorBack(t *testing.T) {
 	e := newEnv(t)
 	e.feed.add(6)
 	ahead := rowkey.Position{Seq: 50, ID: "r005"}
-	if _, err := e.cursors.Commit(context.Background(), "r", "trainer", ahead); err != nil {
+	if _, err := e.cursors.Commit(context.Background(), registry.MustParseTarget("r"), "trainer", ahead); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -260,7 +261,7 @@ func TestTailNeverMovesAConsumersCursorBack(t *testing.T) {
 	if got := ids(t, out.String()); len(got) != 6 || st.Commits != 2 {
 		t.Fatalf("rows %v, %d commits; want all 6 rows and only the commits past (50, r005)", got, st.Commits)
 	}
-	if rec, err := e.cursors.Get(context.Background(), "r", "trainer"); err != nil || rec.Cursor != rowkey.After(60) {
+	if rec, err := e.cursors.Get(context.Background(), registry.MustParseTarget("r"), "trainer"); err != nil || rec.Cursor != rowkey.After(60) {
 		t.Fatalf("committed %+v, %v; want After(60): forward only", rec.Cursor, err)
 	}
 }
@@ -295,7 +296,7 @@ func TestTailFollowsUntilStopped(t *testing.T) {
 	if got := ids(t, lines()); fmt.Sprint(got) != fmt.Sprint(want(1, 5)) {
 		t.Fatalf("rows %v", got)
 	}
-	if rec, err := e.cursors.Get(context.Background(), "r", "trainer"); err != nil || rec.Cursor != rowkey.After(50) {
+	if rec, err := e.cursors.Get(context.Background(), registry.MustParseTarget("r"), "trainer"); err != nil || rec.Cursor != rowkey.After(50) {
 		t.Fatalf("committed %+v, %v; want After(50)", rec.Cursor, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 )
 
@@ -46,11 +47,11 @@ const maxCommitAttempts = 64
 // nothing (a consumer committing the same page twice); one before it fails with a
 // *BehindError (ErrBehind) naming the committed cursor. A first commit creates
 // the record, whatever its cursor.
-func (c *Cursors) Commit(ctx context.Context, target, consumer string, cursor rowkey.Position) (Record, error) {
+func (c *Cursors) Commit(ctx context.Context, target registry.Target, consumer string, cursor rowkey.Position) (Record, error) {
 	if err := ValidateName(consumer); err != nil {
 		return Record{}, err
 	}
-	key := c.keys.Consumer(target, consumer)
+	key := c.keys.Consumer(target.String(), consumer)
 	resp, err := c.client.Get(ctx, key)
 	if err != nil {
 		return Record{}, fmt.Errorf("get %s: %w", key, err)

@@ -14,11 +14,20 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 )
 
 func pos(seq uint64, id string) rowkey.Position { return rowkey.Position{Seq: seq, ID: id} }
+
+// st, st2 and gst are stores whose keys share a text prefix ("s", "s.2",
+// "generic:s"): an operation on one must not reach the others.
+var (
+	st  = registry.MustParseTarget("s")
+	st2 = registry.MustParseTarget("s.2")
+	gst = registry.MustParseTarget("generic:s")
+)
 
 func TestCommitMovesForwardOnlyAndAnEqualCommitWritesNothing(t *testing.T) {
 	client, _ := etcdtest.Start(t)
@@ -27,22 +36,22 @@ func TestCommitMovesForwardOnlyAndAnEqualCommitWritesNothing(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(t0)
 	c := New(client, "/consumers-order", WithClock(clk))
 
-	if _, err := c.Get(ctx, "s", "trainer"); !errors.Is(err, ErrNotFound) || errclass.Of(err) != errclass.Gone {
+	if _, err := c.Get(ctx, st, "trainer"); !errors.Is(err, ErrNotFound) || errclass.Of(err) != errclass.Gone {
 		t.Fatalf("Get before any commit: %v, want ErrNotFound (gone)", err)
 	}
-	first, err := c.Commit(ctx, "s", "trainer", pos(100, "b"))
+	first, err := c.Commit(ctx, st, "trainer", pos(100, "b"))
 	if err != nil || first.Cursor != pos(100, "b") || !first.CommittedAt.Equal(t0) || first.Revision == 0 {
 		t.Fatalf("first commit = %+v, %v", first, err)
 	}
 	clk.SetTime(t0.Add(time.Minute))
 	// The same page committed again: a success, nothing written.
-	again, err := c.Commit(ctx, "s", "trainer", pos(100, "b"))
+	again, err := c.Commit(ctx, st, "trainer", pos(100, "b"))
 	if err != nil || again.Revision != first.Revision || !again.CommittedAt.Equal(t0) {
 		t.Fatalf("equal commit = %+v, %v; want the stored record unchanged (revision %d)", again, err, first.Revision)
 	}
 	// Behind, by _seq and by id at the same _seq: refused, naming the committed cursor.
 	for _, behind := range []rowkey.Position{pos(99, "z"), pos(100, "a"), {}} {
-		_, err := c.Commit(ctx, "s", "trainer", behind)
+		_, err := c.Commit(ctx, st, "trainer", behind)
 		var be *BehindError
 		if !errors.As(err, &be) || !errors.Is(err, ErrBehind) || be.Committed.Cursor != pos(100, "b") || be.Cursor != behind {
 			t.Fatalf("commit of %+v behind (100, b): %v, want a BehindError naming the committed cursor", behind, err)
@@ -51,11 +60,11 @@ func TestCommitMovesForwardOnlyAndAnEqualCommitWritesNothing(t *testing.T) {
 			t.Fatalf("%v (class %s): want the committed cursor named, class precondition", err, errclass.Of(err))
 		}
 	}
-	ahead, err := c.Commit(ctx, "s", "trainer", pos(100, "c"))
+	ahead, err := c.Commit(ctx, st, "trainer", pos(100, "c"))
 	if err != nil || ahead.Cursor != pos(100, "c") || !ahead.CommittedAt.Equal(t0.Add(time.Minute)) || ahead.Revision <= first.Revision {
 		t.Fatalf("commit ahead = %+v, %v", ahead, err)
 	}
-	got, err := c.Get(ctx, "s", "trainer")
+	got, err := c.Get(ctx, st, "trainer")
 	if err != nil || got != ahead {
 		t.Fatalf("Get = %+v, %v; want %+v", got, err, ahead)
 	}
@@ -97,7 +106,7 @@ func TestConcurrentCommitsOfOneConsumerNeverMoveItBackAndEndAtTheMax(t *testing.
 				if maxes[i].Less(p) {
 					maxes[i] = p
 				}
-				_, err := c.Commit(ctx, "generic:s", "trainer", p)
+				_, err := c.Commit(ctx, gst, "trainer", p)
 				if err != nil && !errors.Is(err, ErrBehind) {
 					t.Errorf("instance %d: commit %+v: %v", i, p, err)
 					return
@@ -110,7 +119,7 @@ func TestConcurrentCommitsOfOneConsumerNeverMoveItBackAndEndAtTheMax(t *testing.
 	if want.Less(maxes[1]) {
 		want = maxes[1]
 	}
-	got, err := c.Get(ctx, "generic:s", "trainer")
+	got, err := c.Get(ctx, gst, "trainer")
 	if err != nil || got.Cursor != want {
 		t.Fatalf("final cursor %+v, %v; want the max of every commit, %+v", got.Cursor, err, want)
 	}
@@ -125,7 +134,7 @@ func TestConcurrentCommitsOfOneConsumerNeverMoveItBackAndEndAtTheMax(t *testing.
 				t.Fatal(err)
 			}
 			for _, ev := range wr.Events {
-				r, err := decode(key, "generic:s", "trainer", ev.Kv.Value, ev.Kv.ModRevision)
+				r, err := decode(key, gst, "trainer", ev.Kv.Value, ev.Kv.ModRevision)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -155,7 +164,7 @@ func TestValidateName(t *testing.T) {
 		}
 	}
 	c := New(nil, "")
-	if _, err := c.Commit(context.Background(), "s", "a/b", pos(1, "x")); !errors.Is(err, ErrInvalidName) {
+	if _, err := c.Commit(context.Background(), st, "a/b", pos(1, "x")); !errors.Is(err, ErrInvalidName) {
 		t.Fatalf("Commit with a bad name: %v, want ErrInvalidName before any etcd call", err)
 	}
 }
@@ -166,47 +175,47 @@ func TestListAndDeleteStoreKeepToTheirStore(t *testing.T) {
 	client, _ := etcdtest.Start(t)
 	ctx := context.Background()
 	c := New(client, "/consumers-list")
-	commit := func(target, consumer string) {
+	commit := func(target registry.Target, consumer string) {
 		t.Helper()
 		if _, err := c.Commit(ctx, target, consumer, pos(5, consumer)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, cons := range []string{"b", "a", "c"} {
-		commit("s", cons)
+		commit(st, cons)
 	}
-	commit("s.2", "a")
-	commit("generic:s", "a")
+	commit(st2, "a")
+	commit(gst, "a")
 
-	recs, more, err := c.List(ctx, "s", 0)
-	if err != nil || more || len(recs) != 3 || recs[0].Consumer != "a" || recs[2].Consumer != "c" || recs[1].Target != "s" {
+	recs, more, err := c.List(ctx, st, 0)
+	if err != nil || more || len(recs) != 3 || recs[0].Consumer != "a" || recs[2].Consumer != "c" || recs[1].Target != st {
 		t.Fatalf("List(s) = %+v, %v, %v", recs, more, err)
 	}
-	if recs, more, err := c.List(ctx, "s", 2); err != nil || !more || len(recs) != 2 {
+	if recs, more, err := c.List(ctx, st, 2); err != nil || !more || len(recs) != 2 {
 		t.Fatalf("List(s, 2) = %+v, %v, %v; want 2 and more", recs, more, err)
 	}
-	many, more, err := c.ListMany(ctx, []string{"s", "s.2", "generic:s", "none"}, 0)
-	if err != nil || more || len(many["s"]) != 3 || len(many["s.2"]) != 1 || len(many["generic:s"]) != 1 || len(many) != 3 {
+	many, more, err := c.ListMany(ctx, []registry.Target{st, st2, gst, registry.MustParseTarget("none")}, 0)
+	if err != nil || more || len(many[st]) != 3 || len(many[st2]) != 1 || len(many[gst]) != 1 || len(many) != 3 {
 		t.Fatalf("ListMany = %+v, %v, %v", many, more, err)
 	}
-	if many, more, err := c.ListMany(ctx, []string{"s", "s.2", "generic:s"}, 4); err != nil || !more || len(many["s"])+len(many["s.2"])+len(many["generic:s"]) != 4 {
+	if many, more, err := c.ListMany(ctx, []registry.Target{st, st2, gst}, 4); err != nil || !more || len(many[st])+len(many[st2])+len(many[gst]) != 4 {
 		t.Fatalf("ListMany(limit 4) = %+v, %v, %v; want 4 records and more", many, more, err)
 	}
 
-	n, err := c.DeleteStore(ctx, "s")
+	n, err := c.DeleteStore(ctx, st)
 	if err != nil || n != 3 {
 		t.Fatalf("DeleteStore(s) = %d, %v; want 3", n, err)
 	}
-	if _, err := c.Get(ctx, "s", "a"); !errors.Is(err, ErrNotFound) {
+	if _, err := c.Get(ctx, st, "a"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after DeleteStore: %v", err)
 	}
-	for _, target := range []string{"s.2", "generic:s"} {
+	for _, target := range []registry.Target{st2, gst} {
 		if _, err := c.Get(ctx, target, "a"); err != nil {
 			t.Fatalf("DeleteStore(s) took %s's consumer: %v", target, err)
 		}
 	}
 	// A store created again under the name starts over: a first commit is taken whatever its cursor.
-	if r, err := c.Commit(ctx, "s", "a", pos(1, "a")); err != nil || r.Cursor != pos(1, "a") {
+	if r, err := c.Commit(ctx, st, "a", pos(1, "a")); err != nil || r.Cursor != pos(1, "a") {
 		t.Fatalf("commit after the delete = %+v, %v", r, err)
 	}
 }
@@ -221,8 +230,8 @@ func TestACorruptRecordIsAHaltNamingItsKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		for name, err := range map[string]error{
-			"get":    func() error { _, err := c.Get(ctx, "s", "trainer"); return err }(),
-			"commit": func() error { _, err := c.Commit(ctx, "s", "trainer", pos(1, "a")); return err }(),
+			"get":    func() error { _, err := c.Get(ctx, st, "trainer"); return err }(),
+			"commit": func() error { _, err := c.Commit(ctx, st, "trainer", pos(1, "a")); return err }(),
 		} {
 			if !errors.Is(err, ErrCorrupt) || errclass.Of(err) != errclass.Halt || !strings.Contains(err.Error(), key) {
 				t.Fatalf("%s of %q: %v, want ErrCorrupt (halt) naming %s", name, v, err, key)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // ErrNotFound means the consumer never committed a cursor in the store (or the
@@ -41,11 +42,11 @@ func New(client *clientv3.Client, prefix string, opts ...Option) *Cursors {
 }
 
 // Get returns the consumer's committed cursor in target, or ErrNotFound.
-func (c *Cursors) Get(ctx context.Context, target, consumer string) (Record, error) {
+func (c *Cursors) Get(ctx context.Context, target registry.Target, consumer string) (Record, error) {
 	if err := ValidateName(consumer); err != nil {
 		return Record{}, err
 	}
-	key := c.keys.Consumer(target, consumer)
+	key := c.keys.Consumer(target.String(), consumer)
 	resp, err := c.client.Get(ctx, key)
 	if err != nil {
 		return Record{}, fmt.Errorf("get %s: %w", key, err)
@@ -60,8 +61,8 @@ func (c *Cursors) Get(ctx context.Context, target, consumer string) (Record, err
 // List returns the consumers of target in name order, at most limit of them
 // (0: all); more says whether there are others. A record that does not decode
 // is returned as an error naming its key.
-func (c *Cursors) List(ctx context.Context, target string, limit int) (records []Record, more bool, err error) {
-	prefix := c.keys.ConsumersOf(target)
+func (c *Cursors) List(ctx context.Context, target registry.Target, limit int) (records []Record, more bool, err error) {
+	prefix := c.keys.ConsumersOf(target.String())
 	opts := []clientv3.OpOption{clientv3.WithPrefix()}
 	if limit > 0 {
 		opts = append(opts, clientv3.WithLimit(int64(limit)))
@@ -78,8 +79,8 @@ func (c *Cursors) List(ctx context.Context, target string, limit int) (records [
 // no bound), reading up to txnOps stores per etcd round trip: a caller with many
 // stores (the lag metric) pays a round trip per txnOps stores, not per store.
 // more says whether the limit left consumers out.
-func (c *Cursors) ListMany(ctx context.Context, targets []string, limit int) (byTarget map[string][]Record, more bool, err error) {
-	byTarget = map[string][]Record{}
+func (c *Cursors) ListMany(ctx context.Context, targets []registry.Target, limit int) (byTarget map[registry.Target][]Record, more bool, err error) {
+	byTarget = map[registry.Target][]Record{}
 	n := 0
 	for start := 0; start < len(targets); start += txnOps {
 		batch := targets[start:min(start+txnOps, len(targets))]
@@ -89,7 +90,7 @@ func (c *Cursors) ListMany(ctx context.Context, targets []string, limit int) (by
 			if limit > 0 {
 				opts = append(opts, clientv3.WithLimit(int64(limit-n)))
 			}
-			ops[i] = clientv3.OpGet(c.keys.ConsumersOf(t), opts...)
+			ops[i] = clientv3.OpGet(c.keys.ConsumersOf(t.String()), opts...)
 		}
 		resp, err := c.client.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
@@ -97,7 +98,7 @@ func (c *Cursors) ListMany(ctx context.Context, targets []string, limit int) (by
 		}
 		for i, r := range resp.Responses {
 			rr := r.GetResponseRange()
-			recs, err := c.decodeAll(batch[i], c.keys.ConsumersOf(batch[i]), rr.Kvs)
+			recs, err := c.decodeAll(batch[i], c.keys.ConsumersOf(batch[i].String()), rr.Kvs)
 			if err != nil {
 				return nil, false, err
 			}
@@ -121,7 +122,7 @@ func (c *Cursors) ListMany(ctx context.Context, targets []string, limit int) (by
 // --max-txn-ops (128).
 const txnOps = 64
 
-func (c *Cursors) decodeAll(target, prefix string, kvs []*mvccpb.KeyValue) ([]Record, error) {
+func (c *Cursors) decodeAll(target registry.Target, prefix string, kvs []*mvccpb.KeyValue) ([]Record, error) {
 	out := make([]Record, 0, len(kvs))
 	for _, kv := range kvs {
 		key := string(kv.Key)
@@ -136,8 +137,8 @@ func (c *Cursors) decodeAll(target, prefix string, kvs []*mvccpb.KeyValue) ([]Re
 
 // DeleteStore deletes every consumer of target and returns how many there were:
 // the store is deleted, and a store created again under its name starts with none.
-func (c *Cursors) DeleteStore(ctx context.Context, target string) (int64, error) {
-	prefix := c.keys.ConsumersOf(target)
+func (c *Cursors) DeleteStore(ctx context.Context, target registry.Target) (int64, error) {
+	prefix := c.keys.ConsumersOf(target.String())
 	resp, err := c.client.Delete(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return 0, fmt.Errorf("delete %s: %w", prefix, err)

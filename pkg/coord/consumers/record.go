@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 )
 
@@ -35,8 +36,8 @@ func ValidateName(name string) error {
 
 // Record is a consumer's committed cursor in one store.
 type Record struct {
-	// Target is the store, as tasks name it ("<name>", "generic:<name>").
-	Target   string
+	// Target is the store; its text ("<name>", "generic:<name>") is in the key.
+	Target   registry.Target
 	Consumer string
 	// Cursor is the committed position: the consumer has processed every row
 	// before it.
@@ -65,7 +66,7 @@ func encode(r Record) string {
 // the key it names (delete it to let the consumer start over).
 var ErrCorrupt = errclass.New(errclass.Halt, "corrupt consumer record")
 
-func decode(key, target, consumer string, data []byte, rev int64) (Record, error) {
+func decode(key string, target registry.Target, consumer string, data []byte, rev int64) (Record, error) {
 	var v value
 	if err := json.Unmarshal(data, &v); err != nil {
 		return Record{}, fmt.Errorf("%w %s: %v", ErrCorrupt, key, err)

@@ -12,11 +12,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/horizon"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
 
-const target = "generic/feed@1"
+var target = registry.NewTarget(registry.KindGeneric, "feed")
 
 func TestOfIsTheLowestOpenPromiseOrTheHighestOfAllClosed(t *testing.T) {
 	for _, c := range []struct {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // ErrFenced means a newer writer of the shard wrote its record: this one must not
@@ -31,9 +32,10 @@ const (
 
 // Promise is one writer's promise, as a Keeper publishes it.
 type Promise struct {
-	Target, Shard string
-	Epoch         uint64
-	Seq           uint64
+	Target registry.Target
+	Shard  string
+	Epoch  uint64
+	Seq    uint64
 }
 
 // held is a shard whose record this Keeper writes.
@@ -76,8 +78,8 @@ func NewKeeper(client *clientv3.Client, prefix, instance string, clk clock.Passi
 // promise) and returns the largest promise of the store, read in the same
 // transaction: the writer must observe it before numbering a row (package doc).
 // It fails with ErrFenced if a newer epoch wrote the record.
-func (k *Keeper) Open(ctx context.Context, target, shard string, epoch uint64) (floor uint64, err error) {
-	key := k.keys.Horizon(target, shard)
+func (k *Keeper) Open(ctx context.Context, target registry.Target, shard string, epoch uint64) (floor uint64, err error) {
+	key := k.keys.Horizon(target.String(), shard)
 	for range openAttempts {
 		cur, rev, err := k.get(ctx, key)
 		if err != nil {
@@ -90,7 +92,7 @@ func (k *Keeper) Open(ctx context.Context, target, shard string, epoch uint64) (
 		tctx, cancel := context.WithTimeout(ctx, opTimeout)
 		resp, err := k.client.Txn(tctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, rec.encode()), clientv3.OpGet(k.keys.HorizonOf(target), clientv3.WithPrefix())).
+			Then(clientv3.OpPut(key, rec.encode()), clientv3.OpGet(k.keys.HorizonOf(target.String()), clientv3.WithPrefix())).
 			Commit()
 		cancel()
 		if err != nil {
@@ -147,7 +149,7 @@ func (k *Keeper) Publish(ctx context.Context, ps []Promise) error {
 	var ups []update
 	k.mu.Lock()
 	for _, p := range ps {
-		key := k.keys.Horizon(p.Target, p.Shard)
+		key := k.keys.Horizon(p.Target.String(), p.Shard)
 		h := k.held[key]
 		if h == nil || h.epoch != p.Epoch || p.Seq <= h.promise {
 			continue
@@ -235,8 +237,8 @@ func (k *Keeper) wrote(ups []update, rev int64) {
 // (idle) the shard is marked closed at promise and stops holding the store's
 // horizon; otherwise it stays open at its last promise (the next writer seals what
 // is left), and only the promise is moved. Either way the Keeper stops holding it.
-func (k *Keeper) Close(ctx context.Context, target, shard string, epoch, promise uint64, idle bool) error {
-	key := k.keys.Horizon(target, shard)
+func (k *Keeper) Close(ctx context.Context, target registry.Target, shard string, epoch, promise uint64, idle bool) error {
+	key := k.keys.Horizon(target.String(), shard)
 	k.mu.Lock()
 	h := k.held[key]
 	var u update
@@ -264,8 +266,8 @@ func (k *Keeper) Close(ctx context.Context, target, shard string, epoch, promise
 }
 
 // DeleteStore deletes the records of every shard of a deleted store.
-func (k *Keeper) DeleteStore(ctx context.Context, target string) error {
-	prefix := k.keys.HorizonOf(target)
+func (k *Keeper) DeleteStore(ctx context.Context, target registry.Target) error {
+	prefix := k.keys.HorizonOf(target.String())
 	k.mu.Lock()
 	for key := range k.held {
 		if strings.HasPrefix(key, prefix) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/coord/follow"
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // ErrNotSynced means the View has not listed the records yet (etcd away since the
@@ -28,7 +29,7 @@ type View struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	stores  map[string]map[string]Record // target -> shard -> record
+	stores  map[registry.Target]map[string]Record // target -> shard -> record
 	synced  bool
 	changed chan struct{} // closed and replaced at every change
 }
@@ -41,7 +42,7 @@ func NewView(client *clientv3.Client, prefix string, clk clock.Clock, log *slog.
 	return &View{
 		client: client, prefix: keys.Under(prefix).HorizonPrefix(), clock: clk,
 		log:     log.With("component", "horizon-view"),
-		stores:  map[string]map[string]Record{},
+		stores:  map[registry.Target]map[string]Record{},
 		changed: make(chan struct{}),
 	}
 }
@@ -54,7 +55,7 @@ func (v *View) Run(ctx context.Context) {
 // Horizon returns the horizon of the store target as of the View's copy; ok is
 // false when no shard of the store has a record (nothing was ever written to it).
 // Before the first listing it waits for it until ctx is done.
-func (v *View) Horizon(ctx context.Context, target string) (h uint64, ok bool, err error) {
+func (v *View) Horizon(ctx context.Context, target registry.Target) (h uint64, ok bool, err error) {
 	for {
 		v.mu.Lock()
 		synced, changed := v.synced, v.changed
@@ -77,7 +78,7 @@ func (v *View) Horizon(ctx context.Context, target string) (h uint64, ok bool, e
 }
 
 // Records returns the records of the store's shards, by shard.
-func (v *View) Records(target string) map[string]Record {
+func (v *View) Records(target registry.Target) map[string]Record {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	out := make(map[string]Record, len(v.stores[target]))
@@ -100,7 +101,7 @@ type viewHandler View
 func (h *viewHandler) Reset(kvs []*mvccpb.KeyValue, _ int64) {
 	v := (*View)(h)
 	v.mu.Lock()
-	v.stores = map[string]map[string]Record{}
+	v.stores = map[registry.Target]map[string]Record{}
 	for _, kv := range kvs {
 		v.putLocked(string(kv.Key), kv.Value)
 	}
@@ -128,14 +129,20 @@ func (h *viewHandler) Apply(events []*clientv3.Event, _ int64) {
 	v.mu.Unlock()
 }
 
-// split parses P/horizon/<target>/<shard>; targets hold slashes, shards do not.
-func (v *View) split(key string) (target, shard string, ok bool) {
+// split parses P/horizon/<target>/<shard>, the target's text back into the value
+// the View is asked by; shards hold no slash. A key whose target does not parse
+// names no store anyone can ask about: not ok.
+func (v *View) split(key string) (target registry.Target, shard string, ok bool) {
 	rest := strings.TrimPrefix(key, v.prefix)
 	i := strings.LastIndexByte(rest, '/')
 	if i <= 0 || i == len(rest)-1 {
-		return "", "", false
+		return registry.Target{}, "", false
 	}
-	return rest[:i], rest[i+1:], true
+	target, err := registry.ParseTarget(rest[:i])
+	if err != nil {
+		return registry.Target{}, "", false
+	}
+	return target, rest[i+1:], true
 }
 
 func (v *View) putLocked(key string, data []byte) {

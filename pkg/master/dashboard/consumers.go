@@ -12,13 +12,13 @@ import (
 // ConsumerCursors lists a store's named consumers and their committed cursors
 // (consumers.Cursors).
 type ConsumerCursors interface {
-	List(ctx context.Context, target string, limit int) ([]consumers.Record, bool, error)
+	List(ctx context.Context, target registry.Target, limit int) ([]consumers.Record, bool, error)
 }
 
 // Horizons answers a store's change-feed horizon, and whether one is known yet
 // (horizon.View, which the master keeps following).
 type Horizons interface {
-	Horizon(ctx context.Context, target string) (h uint64, ok bool, err error)
+	Horizon(ctx context.Context, target registry.Target) (h uint64, ok bool, err error)
 }
 
 // consumersShown bounds the consumers one store page lists; consumersTimeout
@@ -62,7 +62,7 @@ func (d *Dashboard) consumers(ctx context.Context, target registry.Target) consu
 	ctx, cancel := context.WithTimeout(ctx, consumersTimeout)
 	defer cancel()
 	var p consumersPanel
-	recs, more, err := d.cfg.Consumers.List(ctx, target.String(), consumersShown)
+	recs, more, err := d.cfg.Consumers.List(ctx, target, consumersShown)
 	if err != nil {
 		p.Error = fmt.Sprintf("consumers not read: %v", err)
 		return p
@@ -71,7 +71,7 @@ func (d *Dashboard) consumers(ctx context.Context, target registry.Target) consu
 	if len(recs) == 0 {
 		return p
 	}
-	h, ok, err := d.cfg.Horizons.Horizon(ctx, target.String())
+	h, ok, err := d.cfg.Horizons.Horizon(ctx, target)
 	switch {
 	case err != nil:
 		p.Error = fmt.Sprintf("horizon not read, lags unknown: %v", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/coord/horizon"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 )
@@ -38,14 +39,15 @@ func TestStorePageShowsConsumersAndTheirLagBehindTheHorizon(t *testing.T) {
 		c.Consumers, c.Horizons = cursors, view
 	})
 	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	if _, err := keeper.Open(ctx, "demo", "w1", 1); err != nil {
+	demo := registry.MustParseTarget("demo")
+	if _, err := keeper.Open(ctx, demo, "w1", 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := keeper.Publish(ctx, []horizon.Promise{{Target: "demo", Shard: "w1", Epoch: 1, Seq: seqAt(t0.Add(90 * time.Second))}}); err != nil {
+	if err := keeper.Publish(ctx, []horizon.Promise{{Target: demo, Shard: "w1", Epoch: 1, Seq: seqAt(t0.Add(90 * time.Second))}}); err != nil {
 		t.Fatal(err)
 	}
 	for consumer, at := range map[string]time.Time{"trainer": t0, "evaluator": t0.Add(85 * time.Second)} {
-		if _, err := cursors.Commit(ctx, "demo", consumer, rowkey.Position{Seq: seqAt(at), ID: "r1"}); err != nil {
+		if _, err := cursors.Commit(ctx, demo, consumer, rowkey.Position{Seq: seqAt(at), ID: "r1"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 )
 
 // ErrConsumerLag refuses an add to a store with max_consumer_lag while one of its
@@ -39,7 +40,7 @@ const (
 
 // ConsumerLister is the part of consumers.Cursors the verdicts read.
 type ConsumerLister interface {
-	List(ctx context.Context, target string, limit int) ([]consumers.Record, bool, error)
+	List(ctx context.Context, target registry.Target, limit int) ([]consumers.Record, bool, error)
 }
 
 // Backpressure refuses adds to a store with max_consumer_lag while one of
@@ -62,7 +63,7 @@ type Backpressure struct {
 	log      *slog.Logger
 
 	mu       sync.Mutex
-	verdicts map[string]*lagVerdict // by target
+	verdicts map[registry.Target]*lagVerdict // by target
 }
 
 // lagVerdict is one store's cached verdict. Its fields are guarded by
@@ -89,14 +90,14 @@ func newBackpressure(cursors ConsumerLister, horizons horizonReader, clk clock.P
 		clk = clock.RealClock{}
 	}
 	return &Backpressure{cursors: cursors, horizons: horizons, clock: clk, log: log,
-		verdicts: map[string]*lagVerdict{}}
+		verdicts: map[registry.Target]*lagVerdict{}}
 }
 
 // Admit answers nil, or a refusal (ErrConsumerLag) when a consumer of target
 // lags behind by more than limit (limit <= 0: off, nothing read). It waits only
 // for the store's first verdict, and no longer than ctx (its cause is returned
 // then). A nil Backpressure admits everything.
-func (b *Backpressure) Admit(ctx context.Context, target string, limit time.Duration) error {
+func (b *Backpressure) Admit(ctx context.Context, target registry.Target, limit time.Duration) error {
 	if b == nil || limit <= 0 {
 		return nil
 	}
@@ -133,7 +134,7 @@ func (b *Backpressure) Admit(ctx context.Context, target string, limit time.Dura
 }
 
 // refresh decides v anew: the worst lag among target's consumers.
-func (b *Backpressure) refresh(target string, v *lagVerdict) {
+func (b *Backpressure) refresh(target registry.Target, v *lagVerdict) {
 	ctx, cancel := context.WithTimeout(context.Background(), lagVerdictTimeout)
 	defer cancel()
 	worst, lag, err := b.worstLag(ctx, target)
@@ -153,7 +154,7 @@ func (b *Backpressure) refresh(target string, v *lagVerdict) {
 // worstLag reads target's horizon (the View's copy, no round trip) and, if one
 // is known, its consumers (one etcd read), and returns the one that lags the
 // most; a zero Record when none does, or nothing is known.
-func (b *Backpressure) worstLag(ctx context.Context, target string) (consumers.Record, time.Duration, error) {
+func (b *Backpressure) worstLag(ctx context.Context, target registry.Target) (consumers.Record, time.Duration, error) {
 	h, ok, err := b.horizons.Horizon(ctx, target)
 	if err != nil || !ok {
 		return consumers.Record{}, 0, err
@@ -174,7 +175,7 @@ func (b *Backpressure) worstLag(ctx context.Context, target string) (consumers.R
 
 // Forget drops target's verdict: the store was deleted, and one created again
 // under its name starts with none.
-func (b *Backpressure) Forget(target string) {
+func (b *Backpressure) Forget(target registry.Target) {
 	if b == nil {
 		return
 	}

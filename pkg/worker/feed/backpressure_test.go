@@ -11,6 +11,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
@@ -26,7 +27,7 @@ type countedLister struct {
 	n atomic.Int64
 }
 
-func (c *countedLister) List(ctx context.Context, target string, limit int) ([]consumers.Record, bool, error) {
+func (c *countedLister) List(ctx context.Context, target registry.Target, limit int) ([]consumers.Record, bool, error) {
 	c.n.Add(1)
 	return c.Cursors.List(ctx, target, limit)
 }
@@ -42,7 +43,7 @@ func TestConsumerLagVerdictIsCachedAndAdmitsWhileEtcdIsAway(t *testing.T) {
 	lister := &countedLister{Cursors: consumers.New(srv.Client(t), "/lagv")}
 	clk := testingclock.NewFakePassiveClock(time.Now())
 	t0 := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
-	const target = "r"
+	target := registry.MustParseTarget("r")
 	if _, err := lister.Commit(context.Background(), target, "trainer", rowkey.Position{Seq: seqAt(t0, 0)}); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestConsumerLagVerdictIsCachedAndAdmitsWhileEtcdIsAway(t *testing.T) {
 	if err := b.Admit(ctx, target, 2*time.Hour); err != nil {
 		t.Fatalf("a limit above the lag: %v; want the add admitted", err)
 	}
-	if err := b.Admit(ctx, "other", 0); err != nil || lister.n.Load() != 1 {
+	if err := b.Admit(ctx, registry.MustParseTarget("other"), 0); err != nil || lister.n.Load() != 1 {
 		t.Fatalf("a store without max_consumer_lag: %v after %d reads; want admitted without a read", err, lister.n.Load())
 	}
 
@@ -85,9 +86,9 @@ func TestConsumerLagVerdictIsCachedAndAdmitsWhileEtcdIsAway(t *testing.T) {
 
 // storeHorizons is the horizon of each store, as a test sets it (the verdicts
 // read only Horizon).
-type storeHorizons map[string]uint64
+type storeHorizons map[registry.Target]uint64
 
-func (f storeHorizons) Horizon(_ context.Context, target string) (uint64, bool, error) {
+func (f storeHorizons) Horizon(_ context.Context, target registry.Target) (uint64, bool, error) {
 	h, ok := f[target]
 	return h, ok, nil
 }

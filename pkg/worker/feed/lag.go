@@ -28,7 +28,7 @@ const (
 // horizonReader is the part of Horizons the lag metric and the backpressure
 // read: the store's horizon, and whether one is known yet.
 type horizonReader interface {
-	Horizon(ctx context.Context, target string) (h uint64, ok bool, err error)
+	Horizon(ctx context.Context, target registry.Target) (h uint64, ok bool, err error)
 }
 
 // consumerLag is a collector of tidemark_feed_consumer_lag_seconds: for each
@@ -72,12 +72,12 @@ func (c *consumerLag) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	resident, releases := c.stores.Resident()
-	targets := make([]string, len(resident))
+	targets := make([]registry.Target, len(resident))
 	for i, st := range resident {
 		targets[i] = st.Target()
 		releases[i]()
 	}
-	slices.Sort(targets)
+	slices.SortFunc(targets, registry.Target.Compare)
 	targets = targets[:min(len(targets), lagMaxStores)]
 
 	ctx, cancel := context.WithTimeout(context.Background(), lagScrapeTimeout)
@@ -90,7 +90,7 @@ func (c *consumerLag) Collect(ch chan<- prometheus.Metric) {
 	if more {
 		c.log.Debug("consumer lag: more consumers than one scrape reports", "limit", lagMaxConsumers)
 	}
-	for _, target := range slices.Sorted(maps.Keys(byTarget)) {
+	for _, target := range slices.SortedFunc(maps.Keys(byTarget), registry.Target.Compare) {
 		h, ok, err := c.horizons.Horizon(ctx, target)
 		if err != nil {
 			c.log.Warn("consumer lag: horizon not read; the store's lag left out of this scrape", "target", target, "err", err)
@@ -99,17 +99,12 @@ func (c *consumerLag) Collect(ch chan<- prometheus.Metric) {
 		if !ok {
 			continue
 		}
-		parsed, err := registry.ParseTarget(target)
-		if err != nil {
-			continue // every resident store has a valid target
-		}
-		kind, name := parsed.Kind, parsed.Name
 		for _, rec := range byTarget[target] {
 			lag, ok := rec.Lag(h)
 			if !ok {
 				continue
 			}
-			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, lag.Seconds(), string(kind), name, rec.Consumer)
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, lag.Seconds(), string(target.Kind), target.Name, rec.Consumer)
 		}
 	}
 }

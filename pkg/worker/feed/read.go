@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
@@ -15,7 +16,7 @@ import (
 type Horizons interface {
 	// Horizon returns the store's horizon and whether one is known (false: no
 	// shard has published yet; the feed answers nothing yet, not an error).
-	Horizon(ctx context.Context, target string) (h uint64, ok bool, err error)
+	Horizon(ctx context.Context, target registry.Target) (h uint64, ok bool, err error)
 	// Changed is closed when any horizon may have moved (for long polls).
 	Changed() <-chan struct{}
 }

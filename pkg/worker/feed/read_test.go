@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	"github.com/tidemark-io/tidemark/testutil/storetest"
@@ -31,7 +32,7 @@ func (m *movingHorizons) Changed() <-chan struct{} {
 	return m.changed
 }
 
-func (m *movingHorizons) Horizon(context.Context, string) (uint64, bool, error) {
+func (m *movingHorizons) Horizon(context.Context, registry.Target) (uint64, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, ok := m.h, m.ok

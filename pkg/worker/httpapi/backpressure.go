@@ -49,7 +49,7 @@ func (s *Server) admitAdd(w http.ResponseWriter, r *http.Request, st *store.Stor
 	defer stop()
 	e := st.Entry()
 	kind := string(e.Kind)
-	if err := s.consumerLag.Admit(ctx, e.Target().String(), time.Duration(e.MaxConsumerLag)); err != nil {
+	if err := s.consumerLag.Admit(ctx, e.Target(), time.Duration(e.MaxConsumerLag)); err != nil {
 		if errors.Is(err, feed.ErrConsumerLag) {
 			s.cfg.Series.Feed.ConsumerLagRefusals.WithLabelValues(kind).Inc()
 			return &apiError{status: http.StatusServiceUnavailable, code: CodeConsumerLag, message: err.Error(), cause: err}

@@ -27,7 +27,7 @@ type fixedHorizons struct {
 
 func newFixedHorizons() *fixedHorizons { return &fixedHorizons{changed: make(chan struct{})} }
 
-func (f *fixedHorizons) Horizon(context.Context, string) (uint64, bool, error) {
+func (f *fixedHorizons) Horizon(context.Context, registry.Target) (uint64, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.h, f.known, nil

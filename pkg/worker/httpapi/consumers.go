@@ -58,7 +58,7 @@ type consumerPath struct {
 	name     string
 }
 
-func (p consumerPath) target() string { return registry.NewTarget(p.kind, p.name).String() }
+func (p consumerPath) target() registry.Target { return registry.NewTarget(p.kind, p.name) }
 
 // parseConsumerPath validates the path of a consumer route: 400 for a bad
 // consumer, kind or store name.
@@ -170,7 +170,7 @@ func consumersFailed(err error, format string, args ...any) error {
 // route's ?consumer= without a cursor: found is false when the consumer never
 // committed one there (the feed then starts from the beginning). A bad consumer
 // name is a 400, a worker without etcd a 503 naming why.
-func (s *Server) committedCursor(ctx context.Context, target, consumer string) (cursor rowkey.Position, found bool, err error) {
+func (s *Server) committedCursor(ctx context.Context, target registry.Target, consumer string) (cursor rowkey.Position, found bool, err error) {
 	if s.cfg.Consumers == nil {
 		return rowkey.Position{}, false, errNoConsumers
 	}
@@ -192,7 +192,7 @@ func (s *Server) forgetConsumers(ctx context.Context, k registry.Kind, name stri
 	if s.cfg.Consumers == nil {
 		return
 	}
-	n, err := s.cfg.Consumers.DeleteStore(ctx, registry.NewTarget(k, name).String())
+	n, err := s.cfg.Consumers.DeleteStore(ctx, registry.NewTarget(k, name))
 	if err != nil {
 		s.cfg.Logger.Warn("the deleted store's consumers were not deleted; a store created again under the name sees their cursors until it is deleted again",
 			"store", name, "kind", k, "err", err)

@@ -65,13 +65,13 @@ func TestConsumerRoutesCommitForwardAndReadBack(t *testing.T) {
 
 	// What the changes route starts from with ?consumer= and no cursor.
 	ctx := context.Background()
-	if c, found, err := e.srv.committedCursor(ctx, "r", "trainer"); err != nil || !found || c != (rowkey.Position{Seq: 11, ID: "a"}) {
+	if c, found, err := e.srv.committedCursor(ctx, registry.MustParseTarget("r"), "trainer"); err != nil || !found || c != (rowkey.Position{Seq: 11, ID: "a"}) {
 		t.Fatalf("committedCursor = %+v, %v, %v", c, found, err)
 	}
-	if _, found, err := e.srv.committedCursor(ctx, "r", "nobody"); err != nil || found {
+	if _, found, err := e.srv.committedCursor(ctx, registry.MustParseTarget("r"), "nobody"); err != nil || found {
 		t.Fatalf("committedCursor of a consumer that never committed = %v, %v; want not found, no error", found, err)
 	}
-	if _, _, err := e.srv.committedCursor(ctx, "r", "a/b"); err == nil {
+	if _, _, err := e.srv.committedCursor(ctx, registry.MustParseTarget("r"), "a/b"); err == nil {
 		t.Fatal("committedCursor accepted a bad consumer name")
 	} else if status, _, _ := errorAnswer(err); status != http.StatusBadRequest {
 		t.Fatalf("committedCursor of a bad name answers %d, want 400", status)
@@ -79,10 +79,10 @@ func TestConsumerRoutesCommitForwardAndReadBack(t *testing.T) {
 
 	// Deleting the rollout store takes its consumers, not the generic store's.
 	e.ok(http.StatusNoContent, http.MethodDelete, "/api/v1/rollouts/r", nil, nil)
-	if _, err := cursors.Get(ctx, "r", "trainer"); !errors.Is(err, consumers.ErrNotFound) {
+	if _, err := cursors.Get(ctx, registry.MustParseTarget("r"), "trainer"); !errors.Is(err, consumers.ErrNotFound) {
 		t.Fatalf("after the store's delete: %v, want its consumer gone", err)
 	}
-	if _, err := cursors.Get(ctx, "generic:r", "trainer"); err != nil {
+	if _, err := cursors.Get(ctx, registry.MustParseTarget("generic:r"), "trainer"); err != nil {
 		t.Fatalf("the generic store's consumer went with the rollout store: %v", err)
 	}
 	e.fails(http.StatusNotFound, CodeNotFound, http.MethodGet, path, nil)
@@ -129,7 +129,7 @@ func TestConsumerRoutesWithoutEtcdSayWhy(t *testing.T) {
 			t.Errorf("%s without etcd: %q, want ETCD_ENDPOINTS named", m, msg)
 		}
 	}
-	if _, _, err := e.srv.committedCursor(context.Background(), "r", "trainer"); err == nil {
+	if _, _, err := e.srv.committedCursor(context.Background(), registry.MustParseTarget("r"), "trainer"); err == nil {
 		t.Fatal("committedCursor without etcd: no error")
 	} else if status, code, _ := errorAnswer(err); status != http.StatusServiceUnavailable || code != CodeConsumersUnavailable {
 		t.Fatalf("committedCursor without etcd answers %d %s", status, code)
@@ -140,9 +140,9 @@ func TestConsumerRoutesWithoutEtcdSayWhy(t *testing.T) {
 
 // storeHorizons is the horizon of each store, as a test sets it (the lag
 // collector reads only Horizon; Changed is never closed).
-type storeHorizons map[string]uint64
+type storeHorizons map[registry.Target]uint64
 
-func (f storeHorizons) Horizon(_ context.Context, target string) (uint64, bool, error) {
+func (f storeHorizons) Horizon(_ context.Context, target registry.Target) (uint64, bool, error) {
 	h, ok := f[target]
 	return h, ok, nil
 }
@@ -169,14 +169,14 @@ func TestConsumerLagIsTheWallTimeFromTheCommittedCursorToTheHorizon(t *testing.T
 	}
 	t0 := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	for consumer, at := range map[string]time.Time{"slow": t0, "fast": t0.Add(85 * time.Second)} {
-		if _, err := cursors.Commit(ctx, "r", consumer, rowkey.Position{Seq: seqAt(at, 7), ID: "x"}); err != nil {
+		if _, err := cursors.Commit(ctx, registry.MustParseTarget("r"), consumer, rowkey.Position{Seq: seqAt(at, 7), ID: "x"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := cursors.Commit(ctx, "idle", "slow", rowkey.Position{Seq: seqAt(t0, 0), ID: "x"}); err != nil {
+	if _, err := cursors.Commit(ctx, registry.MustParseTarget("idle"), "slow", rowkey.Position{Seq: seqAt(t0, 0), ID: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	horizons := storeHorizons{"r": seqAt(t0.Add(90*time.Second), 3)} // idle has none yet
+	horizons := storeHorizons{registry.MustParseTarget("r"): seqAt(t0.Add(90*time.Second), 3)} // idle has none yet
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(feed.NewLagCollector(e.stores, cursors, horizons, e.srv.cfg.Logger))

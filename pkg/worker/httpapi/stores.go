@@ -260,7 +260,7 @@ func (s *Server) deleteStore(k kindAPI) apiHandler {
 		}
 		s.cfg.Merges.Metrics().PendingGenerations.DeleteLabelValues(string(k.kind), name)
 		s.forgetConsumers(ctx, k.kind, name)
-		s.consumerLag.Forget(registry.NewTarget(k.kind, name).String())
+		s.consumerLag.Forget(registry.NewTarget(k.kind, name))
 		s.cfg.Logger.Info("store deleted", "store", name, "kind", k.kind)
 		w.WriteHeader(http.StatusNoContent)
 		return nil

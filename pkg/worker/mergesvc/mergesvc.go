@@ -119,7 +119,7 @@ func (s *Service) MergeTarget(ctx context.Context, target registry.Target, token
 // tokens interleave with the merges' (a compaction claimed after a merge began
 // must not make that merge's later calls stale).
 func (s *Service) Admit(target registry.Target, lane tasks.Lane, token int64, log *slog.Logger) error {
-	if err := s.fence.admit(target.String(), lane, token); err != nil {
+	if err := s.fence.admit(target, lane, token); err != nil {
 		s.cfg.Metrics.FencingRefusals.WithLabelValues(string(target.Kind)).Inc()
 		log.Warn("refused: stale fencing token", "lane", lane, "err", err)
 		return err
@@ -166,13 +166,13 @@ type fencingTokens struct {
 
 // fenced is what one record of fencingTokens is for: a target's lane.
 type fenced struct {
-	target string
+	target registry.Target
 	lane   tasks.Lane
 }
 
 // admit accepts token for target's lane if it is not older than the newest seen
 // there, and records it as the newest.
-func (f *fencingTokens) admit(target string, lane tasks.Lane, token int64) error {
+func (f *fencingTokens) admit(target registry.Target, lane tasks.Lane, token int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := fenced{target, lane}

@@ -12,7 +12,12 @@ import (
 // MergeStore merges every shard of the request's target's store in one commit per
 // pass (merge.Merger.MergeStore), under the same fencing as MergeWal.
 func (w *WorkerService) MergeStore(ctx context.Context, req *tidemarkv1.MergeStoreRequest) (*tidemarkv1.MergeStoreResponse, error) {
-	kind, name, log, err := w.admitFenced(req.GetTarget(), tasks.LaneMerge, req.GetFencingToken())
+	target, err := parseTarget(req.GetTarget())
+	if err != nil {
+		return nil, err
+	}
+	kind, name := target.Kind, target.Name
+	log, err := w.admitFenced(target, tasks.LaneMerge, req.GetFencingToken())
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +51,12 @@ func (w *WorkerService) MergeStore(ctx context.Context, req *tidemarkv1.MergeSto
 // DrainMerged drains this worker's shard of the request's target up to the base
 // table's watermark (merge.Merger.DrainMerged), under the same fencing as MergeWal.
 func (w *WorkerService) DrainMerged(ctx context.Context, req *tidemarkv1.DrainMergedRequest) (*tidemarkv1.DrainMergedResponse, error) {
-	kind, name, log, err := w.admitFenced(req.GetTarget(), tasks.LaneMerge, req.GetFencingToken())
+	target, err := parseTarget(req.GetTarget())
+	if err != nil {
+		return nil, err
+	}
+	kind, name := target.Kind, target.Name
+	log, err := w.admitFenced(target, tasks.LaneMerge, req.GetFencingToken())
 	if err != nil {
 		return nil, err
 	}

@@ -18,16 +18,16 @@ import (
 // target on this worker, under the same fencing as MergeWal: the master holds the
 // target's lock, and a stale master's call is refused before it touches the store.
 func (w *WorkerService) Maintain(ctx context.Context, req *tidemarkv1.MaintainRequest) (*tidemarkv1.MaintainResponse, error) {
-	parsed, err := registry.ParseTarget(req.GetTarget())
+	target, err := parseTarget(req.GetTarget())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, err
 	}
-	kind, name := parsed.Kind, parsed.Name
+	kind, name := target.Kind, target.Name
 	task := tasks.Kind(req.GetKind())
 	if task != tasks.KindCompact && task != tasks.KindVerify && task != tasks.KindRepair {
 		return nil, status.Errorf(codes.InvalidArgument, "kind %q: Maintain runs compact, verify or repair", req.GetKind())
 	}
-	_, _, log, err := w.admitFenced(req.GetTarget(), task.Lane(), req.GetFencingToken())
+	log, err := w.admitFenced(target, task.Lane(), req.GetFencingToken())
 	if err != nil {
 		return nil, err
 	}
@@ -101,10 +101,10 @@ func (w *WorkerService) observeMaintenance(kind registry.Kind, task tasks.Kind, 
 
 // requireToken refuses a fencing token of 0 or less: calls from the master always
 // carry the revision of its lock of target.
-func requireToken(target string, token int64) error {
+func requireToken(target registry.Target, token int64) error {
 	if token <= 0 {
 		return status.Errorf(codes.InvalidArgument,
-			"fencing_token %d: must be > 0 (the etcd revision of the master's lock of target %q)", token, target)
+			"fencing_token %d: must be > 0 (the etcd revision of the master's lock of target %q)", token, target.String())
 	}
 	return nil
 }

@@ -104,11 +104,11 @@ func (w *WorkerService) Health() *health.Server { return w.health }
 // MergeWal merges this worker's shard of the request's target. The fencing token is
 // required: 0 is INVALID_ARGUMENT (only the HTTP internal route may merge unfenced).
 func (w *WorkerService) MergeWal(ctx context.Context, req *tidemarkv1.MergeWalRequest) (*tidemarkv1.MergeWalResponse, error) {
-	target, err := registry.ParseTarget(req.GetTarget())
+	target, err := parseTarget(req.GetTarget())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, err
 	}
-	if err := requireToken(req.GetTarget(), req.GetFencingToken()); err != nil {
+	if err := requireToken(target, req.GetFencingToken()); err != nil {
 		return nil, err
 	}
 	r, err := w.cfg.Merges.MergeTarget(ctx, target, req.GetFencingToken(), mergesvc.TriggerMaster)
@@ -124,34 +124,39 @@ func (w *WorkerService) MergeWal(ctx context.Context, req *tidemarkv1.MergeWalRe
 	}, nil
 }
 
-// admitFenced checks a master call's target and fencing token (required: only the
-// HTTP internal route merges unfenced) and admits the token in the task's lane
+// parseTarget parses a request's target, once, where it enters the worker; its
+// error is a gRPC status.
+func parseTarget(text string) (registry.Target, error) {
+	target, err := registry.ParseTarget(text)
+	if err != nil {
+		return registry.Target{}, grpcError(err)
+	}
+	return target, nil
+}
+
+// admitFenced checks a master call's fencing token (required: only the HTTP
+// internal route merges unfenced) and admits it in the task's lane of target
 // (admit); its errors are gRPC statuses. The log it returns names the target,
 // store and token.
-func (w *WorkerService) admitFenced(target string, lane tasks.Lane, token int64) (registry.Kind, string, *slog.Logger, error) {
-	parsed, err := registry.ParseTarget(target)
-	if err != nil {
-		return "", "", nil, grpcError(err)
-	}
-	kind, name := parsed.Kind, parsed.Name
+func (w *WorkerService) admitFenced(target registry.Target, lane tasks.Lane, token int64) (*slog.Logger, error) {
 	if err := requireToken(target, token); err != nil {
-		return "", "", nil, err
+		return nil, err
 	}
-	log := w.log.With("target", target, "store", name, "kind", kind, "fencing_token", token)
-	if err := w.cfg.Merges.Admit(parsed, lane, token, log); err != nil {
-		return "", "", nil, grpcError(err)
+	log := w.log.With("target", target, "store", target.Name, "kind", target.Kind, "fencing_token", token)
+	if err := w.cfg.Merges.Admit(target, lane, token, log); err != nil {
+		return nil, grpcError(err)
 	}
-	return kind, name, log, nil
+	return log, nil
 }
 
 // AdoptShard drains and retires another worker's shard of the request's target
 // (merge.Merger.Adopt), under the same fencing as MergeWal.
 func (w *WorkerService) AdoptShard(ctx context.Context, req *tidemarkv1.AdoptShardRequest) (*tidemarkv1.AdoptShardResponse, error) {
-	parsed, err := registry.ParseTarget(req.GetTarget())
+	target, err := parseTarget(req.GetTarget())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, err
 	}
-	kind, name := parsed.Kind, parsed.Name
+	kind, name := target.Kind, target.Name
 	shard := req.GetShard()
 	if err := wal.ValidateShard(shard); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "shard %q: %v", shard, err)
@@ -159,7 +164,7 @@ func (w *WorkerService) AdoptShard(ctx context.Context, req *tidemarkv1.AdoptSha
 	if shard == w.cfg.InstanceID {
 		return nil, status.Errorf(codes.InvalidArgument, "shard %q is this worker's own: MergeWal merges it", shard)
 	}
-	_, _, log, err := w.admitFenced(req.GetTarget(), tasks.LaneMerge, req.GetFencingToken())
+	log, err := w.admitFenced(target, tasks.LaneMerge, req.GetFencingToken())
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +179,7 @@ func (w *WorkerService) AdoptShard(ctx context.Context, req *tidemarkv1.AdoptSha
 		log.Warn("closing the adopted shard's writer", "err", cerr)
 	}
 	if errors.Is(err, wal.ErrNoShard) {
-		return nil, status.Errorf(codes.NotFound, "store %s has no shard %q", req.GetTarget(), shard)
+		return nil, status.Errorf(codes.NotFound, "store %s has no shard %q", target, shard)
 	}
 	if err != nil {
 		log.Warn("adoption failed", "err", err, "duration", time.Since(start).String())
@@ -210,11 +215,11 @@ func (w *WorkerService) Flush(ctx context.Context, req *tidemarkv1.FlushRequest)
 		}
 		return &tidemarkv1.FlushResponse{SealedGenerations: n}, nil
 	}
-	parsed, err := registry.ParseTarget(req.GetTarget())
+	target, err := parseTarget(req.GetTarget())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, err
 	}
-	kind, name := parsed.Kind, parsed.Name
+	kind, name := target.Kind, target.Name
 	sealed, err := w.flushStore(ctx, kind, name)
 	if err != nil {
 		return nil, grpcError(mergesvc.StoreGone(ctx, w.cfg.Stores.Registry(), kind, name, err))
@@ -285,7 +290,7 @@ func (w *WorkerService) Info(context.Context, *tidemarkv1.InfoRequest) (*tidemar
 	infos := make([]*tidemarkv1.ShardInfo, 0, len(stores))
 	for _, s := range stores {
 		info := &tidemarkv1.ShardInfo{
-			Target:             s.Target(),
+			Target:             s.Target().String(),
 			PendingGenerations: int64(merge.PendingOwn(s)),
 		}
 		if st, ok := s.WriterStats(); ok {

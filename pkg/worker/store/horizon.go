@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/coord/horizon"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
 )
 
@@ -14,9 +15,9 @@ import (
 // feed and leaves it (pkg/coord/horizon.Keeper). Open returns the floor the writer
 // numbers its rows above; Close marks the shard closed when nothing is unsealed.
 type HorizonKeeper interface {
-	Open(ctx context.Context, target, shard string, epoch uint64) (floor uint64, err error)
-	Close(ctx context.Context, target, shard string, epoch, promise uint64, idle bool) error
-	DeleteStore(ctx context.Context, target string) error
+	Open(ctx context.Context, target registry.Target, shard string, epoch uint64) (floor uint64, err error)
+	Close(ctx context.Context, target registry.Target, shard string, epoch, promise uint64, idle bool) error
+	DeleteStore(ctx context.Context, target registry.Target) error
 }
 
 // ErrHorizon means a writer could not register its shard for the change feed

@@ -60,15 +60,15 @@ type Config struct {
 	Logger        *slog.Logger
 	// OnSlowRead, if set, is told the pending-generation count of a read above
 	// WarnGenerations (for a metric).
-	OnSlowRead func(target string, pending int)
+	OnSlowRead func(target registry.Target, pending int)
 	// OnRead, if set, is told the pending-generation count of every read (for
 	// the rollout_wal_pending_generations histogram).
-	OnRead func(target string, pending int)
+	OnRead func(target registry.Target, pending int)
 	// OnSnapshot, if set, is told of every new snapshot of a store (its open, a
 	// seal, a merge, a refresh): what is pending may have changed. It runs under
 	// the store's snapshot lock and must not block (the worker's pending record
 	// only wakes its publisher).
-	OnSnapshot func(target string)
+	OnSnapshot func(target registry.Target)
 	// Horizon, if set, registers every writer's shard for the change feed when it
 	// opens and leaves it when it closes (nil without etcd: no feed).
 	Horizon HorizonKeeper
@@ -207,8 +207,8 @@ func (s *Store) ColumnsExcept(omit []string) []string {
 	return out
 }
 
-// Target is the store's target string.
-func (s *Store) Target() string { return s.entry.Target().String() }
+// Target is the store's target.
+func (s *Store) Target() registry.Target { return s.entry.Target() }
 
 // Table is the store's base table.
 func (s *Store) Table() *table.Table { return s.table }

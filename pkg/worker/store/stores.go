@@ -26,9 +26,9 @@ type Stores struct {
 	maxOpen int
 
 	mu    sync.Mutex
-	open  map[string]*handle // by target
-	lru   *list.List         // of *handle, front = most recently used
-	locks map[string]*nameLock
+	open  map[registry.Target]*handle
+	lru   *list.List // of *handle, front = most recently used
+	locks map[registry.Target]*nameLock
 }
 
 type handle struct {
@@ -51,14 +51,14 @@ func NewStores(cfg Config, maxOpen int) *Stores {
 		maxOpen = 1024
 	}
 	return &Stores{cfg: cfg, reg: registry.New(cfg.Bucket), maxOpen: maxOpen,
-		open: map[string]*handle{}, lru: list.New(), locks: map[string]*nameLock{}}
+		open: map[registry.Target]*handle{}, lru: list.New(), locks: map[registry.Target]*nameLock{}}
 }
 
 // Registry is the registry the stores are recorded in.
 func (ss *Stores) Registry() *registry.Registry { return ss.reg }
 
 // lockName serializes create/open/delete of one store; the returned func unlocks.
-func (ss *Stores) lockName(target string) func() {
+func (ss *Stores) lockName(target registry.Target) func() {
 	ss.mu.Lock()
 	l := ss.locks[target]
 	if l == nil {
@@ -85,7 +85,7 @@ type Release func()
 // (and Schema for a generic store, as canonical spec JSON). A second create of the
 // same name fails with registry.ErrExists.
 func (ss *Stores) Create(ctx context.Context, e registry.Entry) (registry.Entry, error) {
-	unlock := ss.lockName(e.Target().String())
+	unlock := ss.lockName(e.Target())
 	defer unlock()
 	input, _, err := inputSchema(e)
 	if err != nil {
@@ -131,7 +131,7 @@ func (ss *Stores) Create(ctx context.Context, e registry.Entry) (registry.Entry,
 // Open returns the open handle of a registered store, opening it if needed. It
 // fails with registry.ErrNotFound for an unknown store.
 func (ss *Stores) Open(ctx context.Context, k registry.Kind, name string) (*Store, Release, error) {
-	target := registry.NewTarget(k, name).String()
+	target := registry.NewTarget(k, name)
 	if s, rel := ss.acquire(target); s != nil {
 		return s, rel, nil
 	}
@@ -189,7 +189,7 @@ func (ss *Stores) OpenShard(ctx context.Context, k registry.Kind, name, shard st
 	return s, nil
 }
 
-func (ss *Stores) acquire(target string) (*Store, Release) {
+func (ss *Stores) acquire(target registry.Target) (*Store, Release) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	h := ss.open[target]
@@ -264,7 +264,7 @@ func (ss *Stores) Resident() ([]*Store, []Release) {
 // its directory is deleted, then its registry object. Registry last: until then a
 // retry of the delete finds the store and finishes the job.
 func (ss *Stores) Delete(ctx context.Context, k registry.Kind, name string) error {
-	target := registry.NewTarget(k, name).String()
+	target := registry.NewTarget(k, name)
 	unlock := ss.lockName(target)
 	defer unlock()
 	e, err := ss.reg.Get(ctx, k, name)

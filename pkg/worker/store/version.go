@@ -8,6 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/tidemark-io/tidemark/pkg/errclass"
+	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
@@ -46,8 +47,8 @@ var ErrVersionNotFound = errclass.New(errclass.Invalid, "version not found")
 
 // VersionError is a read at a version the store does not hold.
 type VersionError struct {
-	Target  string // the store
-	Version uint64 // the version asked for
+	Target  registry.Target // the store
+	Version uint64          // the version asked for
 	// Oldest and Newest bound the versions that are readable now (0 when they
 	// could not be listed).
 	Oldest, Newest uint64
