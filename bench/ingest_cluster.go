@@ -13,7 +13,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
 // ingestCluster is what the ingest scenarios (RunIngest, RunSkew, RunOverload)

@@ -15,7 +15,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
 // LockShape is how a merge uses the store lock in the lock-across-read scenario.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/pkg/merge"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
 // OverloadHeading starts the overload's subsection.

@@ -15,7 +15,7 @@ import (
 
 // ScaleHeading starts the scale scenario's section of BENCHMARKS.md, which
 // RunScaleSection replaces or inserts before the incident reproductions.
-const ScaleHeading = "## Stores of millions of rows (`bench/` scale, `pkg/storage/table`, `pkg/worker/store`)"
+const ScaleHeading = "## Stores of millions of rows (`bench/` scale, `pkg/storage/table`, `pkg/store`)"
 
 // RunScaleSection runs the scenario with cfg, prints its section to out and, if
 // path is not empty, writes it into that Markdown file.

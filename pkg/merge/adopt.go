@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
 // AdoptResult says what an adoption did.

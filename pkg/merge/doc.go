@@ -13,7 +13,7 @@
 //     manifest with the new fragments, deletion vectors for replaced ids and the
 //     advanced watermark merged_generations[shard], rebasing and retrying on
 //     conflict; then swap the store's read snapshot. Only then drain the merged
-//     generations from the shard manifest (the order reads rely on, see pkg/worker/store);
+//     generations from the shard manifest (the order reads rely on, see pkg/store);
 //     the drain writes that manifest edit and nothing else: a later drain hands
 //     their files, once their delete delay has passed, to the worker's cleanup
 //     sweeper (wal.DeleteQueue), which deletes them off the merge's path.

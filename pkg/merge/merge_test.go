@@ -14,7 +14,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/testutil/storetest"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/testutil/storetest"
 )
 

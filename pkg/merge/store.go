@@ -12,7 +12,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
 // StoreGenerationReads bounds the generation objects a merge of a whole store
@@ -44,7 +44,7 @@ type StoreResult struct {
 // not disturbed. Their generations at or below the new watermarks stay in their
 // manifests until their workers drain them (DrainMerged, which the master's
 // fan-out calls once the merge has committed); a drain always follows the commit
-// that covers it, the order reads rely on (pkg/worker/store). This worker's own
+// that covers it, the order reads rely on (pkg/store). This worker's own
 // shard is drained here.
 //
 // Racing a shard's own merge (its worker's sweeper, an HTTP merge) is safe both

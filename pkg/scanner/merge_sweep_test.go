@@ -13,8 +13,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // The reference system merged generic stores only by the workers' own timers; the

@@ -11,7 +11,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/keys"
 	"github.com/tidemark-io/tidemark/pkg/coord/pending"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 )

@@ -26,13 +26,13 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/worker/feed"
 	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
 	"github.com/tidemark-io/tidemark/pkg/worker/maintain"
 	"github.com/tidemark-io/tidemark/pkg/worker/mergesvc"
 	"github.com/tidemark-io/tidemark/pkg/worker/rpc"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	"github.com/tidemark-io/tidemark/pkg/worker/sweep"
 )
 

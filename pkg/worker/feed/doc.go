@@ -4,7 +4,7 @@
 // horizon, long polls included; NewLagCollector is the consumers' lag metric
 // (tidemark_feed_consumer_lag_seconds); Backpressure refuses adds to a store
 // whose named consumer lags beyond its max_consumer_lag. The store-level read of
-// a page (store.Store.Changes) stays in pkg/worker/store, which it needs the
+// a page (store.Store.Changes) stays in pkg/store, which it needs the
 // internals of; the horizons and cursors live in etcd (pkg/coord/horizon,
 // pkg/coord/consumers).
 //

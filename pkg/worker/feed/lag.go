@@ -11,7 +11,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
 // Bounds of one scrape of the consumer lag: a scrape reads the consumers of at

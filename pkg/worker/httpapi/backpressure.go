@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/worker/feed"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // CodeConsumerLag (503): an add to a store with max_consumer_lag, refused while

@@ -26,7 +26,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
 // MaxBatchGetIDs is the most ids one batch get takes, duplicates included: the

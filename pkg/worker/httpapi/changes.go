@@ -13,8 +13,8 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/worker/feed"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 const (

@@ -20,9 +20,9 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/coord/consumers"
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/worker/feed"
 	"github.com/tidemark-io/tidemark/pkg/worker/mergesvc"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // HTTP server limits. Bodies of later data routes (record batches with binary payloads)

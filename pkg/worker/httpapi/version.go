@@ -11,7 +11,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
 // Reads at a version: ?version=<v> on a list or a get of rows reads the store as

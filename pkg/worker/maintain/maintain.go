@@ -32,7 +32,7 @@ import (
 	"github.com/tidemark-io/tidemark/internal/backoff"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
+	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
 // Reserver hands out merge slots and memory budget (merge.Merger.Reserve), and

@@ -19,10 +19,10 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/worker/maintain"
 	"github.com/tidemark-io/tidemark/pkg/worker/mergesvc"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
 

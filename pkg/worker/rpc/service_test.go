@@ -31,8 +31,8 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/worker/mergesvc"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 	"github.com/tidemark-io/tidemark/testutil/testwait"
 )

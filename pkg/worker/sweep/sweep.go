@@ -13,8 +13,8 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/merge"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/worker/mergesvc"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 // Sweeper defaults (FLUSH_INTERVAL, the per-store step timeout).

@@ -17,8 +17,8 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
+	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/worker/mergesvc"
-	"github.com/tidemark-io/tidemark/pkg/worker/store"
 )
 
 type sweepFixture struct {
