@@ -96,11 +96,10 @@ func AliasDoc() string {
 		renamed = append(renamed, fmt.Sprintf("`%s` (%s): `%s`", a.Name, a.Binary, a.Env))
 	}
 	fmt.Fprintf(&b, "\nTidemark's former names, still applied (the new name wins) with a warning: %s.\n", strings.Join(renamed, "; "))
-	retired := slices.Sorted(maps.Keys(retiredSettings))
-	for i, n := range retired {
-		retired[i] = fmt.Sprintf("`%s` (%s)", n, retiredSettings[n])
-	}
-	fmt.Fprintf(&b, "\nTidemark settings removed, ignored with a warning: %s.\n", strings.Join(retired, "; "))
+	// What replaced each removed Tidemark setting is OPERATIONS.md's table (an
+	// upgrade note), not a second list here.
+	fmt.Fprintf(&b, "\nTidemark settings removed (%d of them), each a startup warning that says what replaced it: "+
+		"[OPERATIONS.md](OPERATIONS.md#settings-folded-in-issue-43).\n", len(retiredSettings))
 	return b.String()
 }
 
