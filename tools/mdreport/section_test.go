@@ -52,7 +52,7 @@ func TestReplaceKeepsEverythingElse(t *testing.T) {
 	if got := Append("x\n\n\n", "## C\n"); got != "x\n\n## C\n" {
 		t.Fatalf("Append = %q", got)
 	}
-	for _, path := range []string{"../../../BENCHMARKS.md", "../../../RELIABILITY.md"} {
+	for _, path := range []string{"../../BENCHMARKS.md", "../../RELIABILITY.md"} {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
