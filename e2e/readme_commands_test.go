@@ -123,8 +123,9 @@ func runReadmeCommands(t *testing.T, root string, b binaries, d *devRun, etcdAdd
 		}
 		script := strings.Join(append(slices.Clone(exports), text), "\n")
 		if c.endless {
-			// timeout's 124 is the interrupt a reader sends with Ctrl-C.
-			script = strings.Join(append(slices.Clone(exports), "timeout -s INT 4 "+text+"; rc=$?; [ $rc -eq 124 ] || [ $rc -eq 0 ] || exit $rc"), "\n")
+			// timeout's 124 is the interrupt a reader sends with Ctrl-C (the script runs
+			// under sh -e, so the status is taken with ||).
+			script = strings.Join(append(slices.Clone(exports), "rc=0; timeout -s INT 4 "+text+" || rc=$?; [ $rc -eq 124 ] || [ $rc -eq 0 ] || exit $rc"), "\n")
 		}
 		cmd := exec.Command("sh", "-ec", script)
 		cmd.Dir = root
