@@ -35,6 +35,8 @@ type Client struct {
 	tls       *tls.Config
 	timeout   time.Duration
 	maxAnswer int64
+	// arrowCompression is the IPC buffer compression Arrow reads ask for.
+	arrowCompression string
 }
 
 // Option configures a Client.
@@ -59,6 +61,11 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 // WithMaxAnswer bounds the bytes of one answer a call holds (DefaultMaxAnswer
 // when n <= 0).
 func WithMaxAnswer(n int64) Option { return func(c *Client) { c.maxAnswer = n } }
+
+// WithArrowCompression asks for Arrow answers whose IPC buffers are compressed
+// with codec, "zstd" or "lz4" (default: none); the worker refuses another with
+// ErrInvalidRequest.
+func WithArrowCompression(codec string) Option { return func(c *Client) { c.arrowCompression = codec } }
 
 // New returns a client of the worker at baseURL: "http://host:port", or
 // "host:port" (http, or https with WithTLS).
