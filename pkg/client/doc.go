@@ -12,28 +12,24 @@
 //
 //   - Route paths and their query parameters are built here only; users name a
 //     kind (Rollouts, Generic), a store and options, never a path.
-//
 //   - Context first, and every call bounded: a call that waits longer than the
 //     client's timeout (DefaultTimeout, WithTimeout) ends with the context's error;
 //     a long poll gets its wait on top of it. The caller's context can only
 //     shorten that.
-//
 //   - What a call holds of an answer is bounded (WithMaxAnswer): a larger answer is
 //     refused with ErrTooLarge, never cut short and decoded; an answer that does
 //     not decode is ErrUndecodable.
-//
 //   - Every answer other than a 2xx is an *Error carrying the HTTP status and the
 //     {"error":{"code","message"}} body's code and message; errors.Is matches it
 //     against the sentinel of its code (ErrNotFound, ErrAlreadyExists, ErrConflict,
 //     ErrOverloaded, ...). A call that got no answer (the worker is unreachable,
 //     the connection was cut) returns the transport's error, never an *Error.
-//
 //   - Every request carries the credential given (WithToken's bearer token,
 //     WithTLS's client certificate); a Client is safe for concurrent use.
-//
 //   - An Arrow stream that ends without its end-of-stream marker is ErrTruncated,
 //     never a shorter answer that looks whole.
 //
 // It imports neither package worker nor the master: it speaks the API's JSON and
-// Arrow IPC (arrow-go, a library), so any program can import it. Its codes are the worker's (a test keeps them equal).
+// Arrow IPC (arrow-go, a library), so any program can import it. Its codes are
+// the worker's (a test keeps them equal).
 package client
