@@ -77,7 +77,9 @@ type answerFormat struct {
 // then the Accept header (acceptsArrow); ?compression=zstd|lz4 (or an Arrow
 // media range's compression parameter) compresses the IPC buffers. An unknown
 // format or compression, or a compression asked of a JSON answer, is a 400.
-func parseAnswerFormat(r *http.Request) (answerFormat, error) {
+// The answer says it varies with Accept (for caches).
+func parseAnswerFormat(w http.ResponseWriter, r *http.Request) (answerFormat, error) {
+	w.Header().Add("Vary", "Accept")
 	q := r.URL.Query()
 	var f answerFormat
 	var codec string
@@ -91,14 +93,16 @@ func parseAnswerFormat(r *http.Request) (answerFormat, error) {
 	default:
 		return answerFormat{}, badRequest("format must be arrow or json, got %q", format[0])
 	}
-	if c, ok := q["compression"]; ok {
-		if !f.arrow {
-			return answerFormat{}, badRequest("compression applies to Arrow answers only: ask for one with format=arrow or Accept: %s", httpjson.ArrowStreamType)
-		}
+	c, named := q["compression"]
+	switch {
+	case named && !f.arrow:
+		return answerFormat{}, badRequest("compression applies to Arrow answers only: ask for one with format=arrow or Accept: %s", httpjson.ArrowStreamType)
+	case named:
 		codec = c[0]
+	case codec == "":
+		return f, nil
 	}
 	switch strings.ToLower(codec) {
-	case "":
 	case compressZstd:
 		f.codec = compressZstd
 	case compressLZ4:
@@ -326,6 +330,9 @@ func (c clientWriter) Write(p []byte) (int, error) {
 // serveArrow answers r with an Arrow stream of schema carrying header: body
 // hands each batch of the answer to emit, in order. A failure before any byte
 // went out is returned (the JSON error answer); one after cuts the connection.
+// A failed stream is never closed: ipc.Writer.Close writes the end-of-stream
+// marker even after a failed write, and a marker is the promise that the
+// answer is whole.
 func (s *Server) serveArrow(w http.ResponseWriter, r *http.Request, f answerFormat, schema *arrow.Schema, header http.Header, body func(emit func(arrow.RecordBatch) error) error) error {
 	st := newArrowStream(w, f, schema, header)
 	err := body(st.write)

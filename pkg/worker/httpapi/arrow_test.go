@@ -642,7 +642,7 @@ func TestArrowFormatAndCompressionNegotiation(t *testing.T) {
 			sameRows(t, tc.path+" "+tc.accept, a, false, want)
 		}
 	}
-	for _, q := range []string{"?format=xml", "?format=", "?format=arrow&compression=gzip", "?compression=zstd", "?format=json&compression=lz4"} {
+	for _, q := range []string{"?format=xml", "?format=", "?format=arrow&compression=gzip", "?format=arrow&compression=", "?compression=zstd", "?format=json&compression=lz4"} {
 		e.fails(http.StatusBadRequest, CodeInvalidRequest, http.MethodGet, st.rows+q, nil)
 	}
 	// A bad compression in Accept is refused as one in the query.

@@ -54,7 +54,7 @@ func (s *Server) getRows(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
-		format, err := parseAnswerFormat(r)
+		format, err := parseAnswerFormat(w, r)
 		if err != nil {
 			return err
 		}

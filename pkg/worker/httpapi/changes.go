@@ -123,7 +123,7 @@ func (s *Server) listChanges(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
-		format, err := parseAnswerFormat(r)
+		format, err := parseAnswerFormat(w, r)
 		if err != nil {
 			return err
 		}

@@ -211,7 +211,7 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
-		format, err := parseAnswerFormat(r)
+		format, err := parseAnswerFormat(w, r)
 		if err != nil {
 			return err
 		}
@@ -481,7 +481,7 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 		if hasColumns && k.kind == registry.KindRollout {
 			return badRequest("columns is supported on generic stores only")
 		}
-		format, err := parseAnswerFormat(r)
+		format, err := parseAnswerFormat(w, r)
 		if err != nil {
 			return err
 		}
