@@ -204,7 +204,9 @@ func (c *Codec) conformBatch(ctx context.Context, mem memory.Allocator, rec arro
 		if a.Len() != n {
 			return &columnError{column: col.name, slotError: slotError{slot: -1, reason: fmt.Sprintf("%d values in a batch of %d rows", a.Len(), n)}}
 		}
-		if err := array.ValidateFull(a); err != nil {
+		// A null array has no buffers to check (and arrow-go's validation wants
+		// one its IPC reader does not give it).
+		if err := array.ValidateFull(a); err != nil && a.DataType().ID() != arrow.NULL {
 			return &columnError{column: col.name, slotError: slotError{slot: -1, reason: "malformed Arrow array: " + err.Error()}}
 		}
 		out, err := conform(ctx, a, c.schema.Field(i).Type)
@@ -295,7 +297,7 @@ func conform(ctx context.Context, a arrow.Array, want arrow.DataType) (arrow.Arr
 	case arrow.DICTIONARY:
 		// pandas' categoricals and Polars' enums: decoded, then read as their values.
 		dt := got.(*arrow.DictionaryType)
-		dec, err := compute.CastArray(ctx, a, compute.SafeCastOptions(dt.ValueType))
+		dec, err := recast(ctx, a, dt.ValueType)
 		if err != nil {
 			return nil, &slotError{slot: -1, reason: fmt.Sprintf("type %s: cannot decode the dictionary: %v", got, err)}
 		}
@@ -354,7 +356,7 @@ func conform(ctx context.Context, a arrow.Array, want arrow.DataType) (arrow.Arr
 		case arrow.LIST:
 			return conformList(ctx, a.(*array.List), want.(*arrow.ListType))
 		case arrow.LARGE_LIST:
-			l, err := compute.CastArray(ctx, a, compute.SafeCastOptions(arrow.ListOfField(got.(*arrow.LargeListType).ElemField())))
+			l, err := recast(ctx, a, arrow.ListOfField(got.(*arrow.LargeListType).ElemField()))
 			if err != nil {
 				return nil, &slotError{slot: -1, reason: fmt.Sprintf("type %s: %v", got, err)}
 			}
@@ -376,11 +378,23 @@ func conform(ctx context.Context, a arrow.Array, want arrow.DataType) (arrow.Arr
 // castExact returns a as want: itself when it is of that type already, else
 // arrow's safe cast (which refuses a value it would change).
 func castExact(ctx context.Context, a arrow.Array, want arrow.DataType) (arrow.Array, error) {
-	if arrow.TypeEqual(a.DataType(), want) {
+	switch {
+	case arrow.TypeEqual(a.DataType(), want):
 		a.Retain()
 		return a, nil
 	}
-	return compute.CastArray(ctx, a, compute.SafeCastOptions(want))
+	return recast(ctx, a, want)
+}
+
+// recast is arrow's safe cast of a to t, for a layout change that keeps the
+// values (a dictionary to its values, large_list to list). An empty a becomes
+// an empty array of t without arrow-go's cast, which builds invalid arrays
+// from some empty ones (the children of a struct that is itself empty).
+func recast(ctx context.Context, a arrow.Array, t arrow.DataType) (arrow.Array, error) {
+	if a.Len() == 0 {
+		return array.MakeArrayOfNull(compute.GetAllocator(ctx), t, 0), nil
+	}
+	return compute.CastArray(ctx, a, compute.SafeCastOptions(t))
 }
 
 // narrowFloats reads float64 values as float32 under JSON's rule (floatCodec):
