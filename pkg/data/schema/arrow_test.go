@@ -118,7 +118,9 @@ func TestDecodeArrowConversionsAndRefusals(t *testing.T) {
 func TestDecodeRolloutsArrowRelationshipsAndDefaults(t *testing.T) {
 	str := arrow.BinaryTypes.String
 	rel := func(fields ...arrow.Field) arrow.DataType { return arrow.ListOf(arrow.StructOf(fields...)) }
-	f := func(name string, typ arrow.DataType) arrow.Field { return arrow.Field{Name: name, Type: typ, Nullable: true} }
+	f := func(name string, typ arrow.DataType) arrow.Field {
+		return arrow.Field{Name: name, Type: typ, Nullable: true}
+	}
 	now := time.Date(2024, 5, 1, 12, 0, 0, 123456789, time.UTC)
 	full := rel(f("weight", arrow.PrimitiveTypes.Float64), f("relation", str), f("target_id", str))
 	for _, c := range []struct {

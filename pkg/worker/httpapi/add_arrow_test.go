@@ -406,7 +406,9 @@ func TestArrowAddRefusalsNameTheColumn(t *testing.T) {
 	mem := memory.DefaultAllocator
 	str := arrow.BinaryTypes.String
 	i64 := arrow.PrimitiveTypes.Int64
-	field := func(name string, typ arrow.DataType) arrow.Field { return arrow.Field{Name: name, Type: typ, Nullable: true} }
+	field := func(name string, typ arrow.DataType) arrow.Field {
+		return arrow.Field{Name: name, Type: typ, Nullable: true}
+	}
 	scores := func(v float64) arrow.Array {
 		b := array.NewFloat64Builder(mem)
 		defer b.Release()
