@@ -106,7 +106,7 @@ type request struct {
 	// raw is a body sent as it is, labelled contentType (when body is nil).
 	raw         io.Reader
 	contentType string
-	header http.Header
+	header      http.Header
 	// wait is a long poll's wait, allowed on top of the timeout.
 	wait time.Duration
 }
