@@ -103,12 +103,12 @@ type request struct {
 	path   string // from routes.go
 	query  url.Values
 	body   any // JSON-encoded; nil: no body
+	header http.Header
+	// wait is a long poll's wait, allowed on top of the timeout.
+	wait time.Duration
 	// raw is a body sent as it is, labelled contentType (when body is nil).
 	raw         io.Reader
 	contentType string
-	header      http.Header
-	// wait is a long poll's wait, allowed on top of the timeout.
-	wait time.Duration
 }
 
 // send makes the call and decodes a 2xx answer into v (if not nil); it returns
