@@ -308,6 +308,9 @@ func conform(ctx context.Context, a arrow.Array, want arrow.DataType) (arrow.Arr
 			return nil, &slotError{slot: se.slot, reason: "dictionary values: " + se.reason}
 		}
 		return out, err
+	case arrow.EXTENSION:
+		// Read as what it stores (arrow.json is utf8).
+		return conform(ctx, a.(array.ExtensionArray).Storage(), want)
 	case arrow.NULL:
 		// An all-null column of no type (pyarrow's type for [None, None]).
 		return array.MakeArrayOfNull(compute.GetAllocator(ctx), want, a.Len()), nil
@@ -543,11 +546,12 @@ func conformStruct(ctx context.Context, s *array.Struct, want *arrow.StructType)
 
 // checkRequired refuses a null in a slot that allows none (nullable false for
 // a itself, the nested types' own for their children), among the slots live
-// marks (nil: every slot): a child under a null parent may be null.
-func checkRequired(a arrow.Array, nullable bool, live []bool) error {
+// reports (nil: every slot): a child under a null parent may be null. live is
+// asked only about nulls, so a column without any costs one pass over none.
+func checkRequired(a arrow.Array, nullable bool, live func(slot int) bool) error {
 	if !nullable && a.NullN() > 0 {
 		for i := range a.Len() {
-			if a.IsNull(i) && (live == nil || live[i]) {
+			if a.IsNull(i) && (live == nil || live(i)) {
 				return &slotError{slot: i, reason: "null is not allowed"}
 			}
 		}
@@ -555,54 +559,34 @@ func checkRequired(a arrow.Array, nullable bool, live []bool) error {
 	if !hasRequired(a.DataType()) {
 		return nil
 	}
-	// childLive marks the child slots under a live, valid parent slot: start..end
-	// of parent slot i.
-	childLive := func(n int, span func(i int) (int, int)) []bool {
-		m := make([]bool, n)
-		for i := range a.Len() {
-			if a.IsValid(i) && (live == nil || live[i]) {
-				start, end := span(i)
-				for j := start; j < end; j++ {
-					m[j] = true
-				}
-			}
+	// under is live for the child slots of a's live, valid slots; parent maps a
+	// child slot to a's slot holding it (-1: none).
+	under := func(parent func(j int) (int, string)) func(int) bool {
+		return func(j int) bool {
+			i, _ := parent(j)
+			return i >= 0 && a.IsValid(i) && (live == nil || live(i))
 		}
-		return m
 	}
 	switch a := a.(type) {
 	case *array.List:
-		values := a.ListValues()
-		elem := a.DataType().(*arrow.ListType).ElemField()
-		err := checkRequired(values, elem.Nullable, childLive(values.Len(), func(i int) (int, int) {
-			s, e := a.ValueOffsets(i)
-			return int(s), int(e)
-		}))
-		if err != nil {
-			return toParent(err, listSlot(a))
+		slot := listSlot(a)
+		if err := checkRequired(a.ListValues(), a.DataType().(*arrow.ListType).ElemField().Nullable, under(slot)); err != nil {
+			return toParent(err, slot)
 		}
 	case *array.FixedSizeList:
-		values := a.ListValues()
 		t := a.DataType().(*arrow.FixedSizeListType)
-		dim := int(t.Len())
-		err := checkRequired(values, t.ElemField().Nullable, childLive(values.Len(), func(i int) (int, int) {
-			s, e := a.ValueOffsets(i)
-			return int(s), int(e)
-		}))
-		if err != nil {
-			return toParent(err, fixedListSlot(a, dim))
+		slot := fixedListSlot(a, int(t.Len()))
+		if err := checkRequired(a.ListValues(), t.ElemField().Nullable, under(slot)); err != nil {
+			return toParent(err, slot)
 		}
 	case *array.Struct:
-		t := a.DataType().(*arrow.StructType)
-		var m []bool
-		for j, f := range t.Fields() {
+		for j, f := range a.DataType().(*arrow.StructType).Fields() {
 			if f.Nullable && !hasRequired(f.Type) {
 				continue
 			}
-			if m == nil {
-				m = childLive(a.Len(), func(i int) (int, int) { return i, i + 1 })
-			}
-			if err := checkRequired(a.Field(j), f.Nullable, m); err != nil {
-				return toParent(err, func(i int) (int, string) { return i, "." + f.Name })
+			slot := func(i int) (int, string) { return i, "." + f.Name }
+			if err := checkRequired(a.Field(j), f.Nullable, under(slot)); err != nil {
+				return toParent(err, slot)
 			}
 		}
 	}
