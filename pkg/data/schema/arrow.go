@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -175,20 +176,11 @@ func (c *Codec) matchColumns(in *arrow.Schema, defaults *arrowDefaults) ([]int, 
 		src[i] = k
 	}
 	for i, col := range c.cols {
-		if src[i] < 0 && !col.nullable && (defaults == nil || !contains(defaults.columns, i)) {
+		if src[i] < 0 && !col.nullable && (defaults == nil || !slices.Contains(defaults.columns, i)) {
 			return nil, &Error{Row: -1, Column: col.name, Reason: "required column is missing"}
 		}
 	}
 	return src, nil
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // conformBatch fills cols (one per codec column) from rec. On error, cols holds

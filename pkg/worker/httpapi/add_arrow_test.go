@@ -636,8 +636,17 @@ func FuzzArrowAdd(f *testing.F) {
 	py := likePyarrow(f, rec)
 	defer py.Release()
 	pyStream := arrowStream(f, py.Schema(), py, py)
+	var zstd bytes.Buffer
+	w := ipc.NewWriter(&zstd, ipc.WithSchema(py.Schema()), ipc.WithZstd())
+	if err := w.Write(py); err != nil {
+		f.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		f.Fatal(err)
+	}
 	f.Add(valid)
 	f.Add(pyStream)
+	f.Add(zstd.Bytes())
 	f.Add(valid[:len(valid)/2])
 	f.Add(pyStream[:len(pyStream)-8])
 	f.Add(arrowStream(f, py.Schema()))
