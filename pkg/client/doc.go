@@ -1,8 +1,9 @@
 // Package client is a Go client of a worker's HTTP data API (/api/v1, docs/API.md):
 // the one place outside package worker that knows the routes. It covers health;
 // creating, describing, listing and deleting rollout and generic stores; adding
-// rows (JSON), listing them (cursor, limit, offset, filters, version, source),
-// reading one by id, a batch get, a rollout record's blob; flush and merge-wal;
+// rows (JSON, or an Arrow IPC stream's bytes: AddArrow), listing them (cursor,
+// limit, offset, filters, version, source), reading one by id, a batch get, a
+// rollout record's blob; flush and merge-wal;
 // the change feed (a page after a cursor, long polls) and named consumers'
 // cursors (commit, get). Package tail, below it, follows a feed with it.
 //
