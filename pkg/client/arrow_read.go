@@ -122,7 +122,7 @@ func (c *Client) openArrow(ctx context.Context, r request) (*ArrowStream, error)
 	if r.header == nil {
 		r.header = http.Header{}
 	}
-	accept := httpjson.ArrowStreamType
+	accept := ArrowStreamType
 	if c.arrowCompression != "" {
 		accept += ";compression=" + c.arrowCompression
 	}
@@ -136,8 +136,8 @@ func (c *Client) openArrow(ctx context.Context, r request) (*ArrowStream, error)
 		cancel()
 		return nil, err
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != httpjson.ArrowStreamType {
-		return fail(fmt.Errorf("%s %s: %w: Content-Type %q, want %s", r.method, r.path, ErrUndecodable, ct, httpjson.ArrowStreamType))
+	if ct := resp.Header.Get("Content-Type"); ct != ArrowStreamType {
+		return fail(fmt.Errorf("%s %s: %w: Content-Type %q, want %s", r.method, r.path, ErrUndecodable, ct, ArrowStreamType))
 	}
 	s := &ArrowStream{Count: -1, body: &eosReader{rc: resp.Body}, cancel: cancel, NextCursor: resp.Header.Get(httpjson.NextCursorHeader)}
 	if text := resp.Header.Get(httpjson.CountHeader); text != "" {

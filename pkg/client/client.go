@@ -113,6 +113,9 @@ type request struct {
 	header http.Header
 	// wait is a long poll's wait, allowed on top of the timeout.
 	wait time.Duration
+	// raw is a body sent as it is, labelled contentType (when body is nil).
+	raw         io.Reader
+	contentType string
 }
 
 // send makes the call and decodes a 2xx answer into v (if not nil); it returns
@@ -155,6 +158,8 @@ func (c *Client) open(ctx context.Context, r request) (*http.Response, context.C
 			return nil, nil, fmt.Errorf("%s %s: body: %w", r.method, r.path, err)
 		}
 		rd = bytes.NewReader(raw)
+	} else if r.raw != nil {
+		rd = r.raw
 	}
 	target := strings.TrimRight(c.base.String(), "/") + r.path // r.path is escaped
 	if len(r.query) > 0 {
@@ -168,7 +173,10 @@ func (c *Client) open(ctx context.Context, r request) (*http.Response, context.C
 	for k, vs := range r.header {
 		req.Header[k] = vs
 	}
-	if rd != nil {
+	switch {
+	case r.raw != nil && r.body == nil:
+		req.Header.Set("Content-Type", r.contentType)
+	case rd != nil:
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {

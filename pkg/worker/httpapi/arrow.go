@@ -225,10 +225,10 @@ const (
 // the connection.
 const arrowBufferBytes = 64 << 10
 
-// arrowStream writes one Arrow answer: the status and headers with its first
+// ipcAnswer writes one Arrow answer: the status and headers with its first
 // bytes, then the schema and each batch as it comes, and the end-of-stream
 // marker only when finished.
-type arrowStream struct {
+type ipcAnswer struct {
 	w      http.ResponseWriter
 	rc     *http.ResponseController
 	schema *arrow.Schema
@@ -243,17 +243,17 @@ type arrowStream struct {
 	clientErr error
 }
 
-// newArrowStream returns the stream of an answer of schema with f's compression,
+// newIPCAnswer returns the stream of an answer of schema with f's compression,
 // carrying header.
-func newArrowStream(w http.ResponseWriter, f answerFormat, schema *arrow.Schema, header http.Header) *arrowStream {
-	return &arrowStream{w: w, rc: http.NewResponseController(w), schema: schema, codec: f.codec, header: header}
+func newIPCAnswer(w http.ResponseWriter, f answerFormat, schema *arrow.Schema, header http.Header) *ipcAnswer {
+	return &ipcAnswer{w: w, rc: http.NewResponseController(w), schema: schema, codec: f.codec, header: header}
 }
 
 // started reports whether the answer's status went out: from then on a failure
 // can only cut it.
-func (a *arrowStream) started() bool { return a.iw != nil }
+func (a *ipcAnswer) started() bool { return a.iw != nil }
 
-func (a *arrowStream) start() {
+func (a *ipcAnswer) start() {
 	h := a.w.Header()
 	for k, v := range a.header {
 		h[k] = v
@@ -272,7 +272,7 @@ func (a *arrowStream) start() {
 }
 
 // write writes rec (of the answer's schema), with the schema before the first.
-func (a *arrowStream) write(rec arrow.RecordBatch) error {
+func (a *ipcAnswer) write(rec arrow.RecordBatch) error {
 	if !a.started() {
 		a.start()
 	}
@@ -294,7 +294,7 @@ func (a *arrowStream) write(rec arrow.RecordBatch) error {
 
 // finish ends a read that succeeded: the schema if no batch went out, then the
 // end-of-stream marker.
-func (a *arrowStream) finish() error {
+func (a *ipcAnswer) finish() error {
 	if !a.started() {
 		a.start()
 	}
@@ -308,16 +308,16 @@ func (a *arrowStream) finish() error {
 	return nil
 }
 
-func (a *arrowStream) failed(err error) error {
+func (a *ipcAnswer) failed(err error) error {
 	if a.clientErr != nil {
 		return a.clientErr
 	}
 	return fmt.Errorf("arrow stream: %w", err)
 }
 
-// clientWriter is the connection under an arrowStream's buffer; it remembers a
+// clientWriter is the connection under an ipcAnswer's buffer; it remembers a
 // failed write.
-type clientWriter struct{ a *arrowStream }
+type clientWriter struct{ a *ipcAnswer }
 
 func (c clientWriter) Write(p []byte) (int, error) {
 	n, err := c.a.w.Write(p)
@@ -334,7 +334,7 @@ func (c clientWriter) Write(p []byte) (int, error) {
 // marker even after a failed write, and a marker is the promise that the
 // answer is whole.
 func (s *Server) serveArrow(w http.ResponseWriter, r *http.Request, f answerFormat, schema *arrow.Schema, header http.Header, body func(emit func(arrow.RecordBatch) error) error) error {
-	st := newArrowStream(w, f, schema, header)
+	st := newIPCAnswer(w, f, schema, header)
 	err := body(st.write)
 	if err == nil {
 		err = st.finish()

@@ -27,11 +27,11 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/store"
 )
 
-// benchRows is the size of the store the Arrow list benchmarks read: the
+// listBenchRows is the size of the store the Arrow list benchmarks read: the
 // issue's store of a million small rows (4 columns).
-const benchRows = 1_000_000
+const listBenchRows = 1_000_000
 
-// BenchmarkListArrowFull reads a store of benchRows rows (merged, with
+// BenchmarkListArrowFull reads a store of listBenchRows rows (merged, with
 // overwrites merged over them and some pending) whole as one Arrow stream, in
 // storage order (the snapshot read) and in id order, through net/http and
 // arrow-go's IPC reader, and reports rows/s and the peak of the process's live
@@ -86,8 +86,8 @@ func readArrowRows(b *testing.B, url string) int {
 	if err := rdr.Err(); err != nil {
 		b.Fatal(err)
 	}
-	if n < benchRows {
-		b.Fatalf("GET %s: %d rows, want %d", url, n, benchRows)
+	if n < listBenchRows {
+		b.Fatalf("GET %s: %d rows, want %d", url, n, listBenchRows)
 	}
 	return n
 }
@@ -122,7 +122,7 @@ func watchHeap() func() uint64 {
 	}
 }
 
-// newArrowBenchStore serves a worker with generic store "bench" of benchRows
+// newArrowBenchStore serves a worker with generic store "bench" of listBenchRows
 // rows of 4 small columns: every row merged, a tenth overwritten and merged
 // again, 10,000 overwritten and pending. It returns the store's rows URL.
 func newArrowBenchStore(b *testing.B) string {
@@ -184,10 +184,10 @@ func newArrowBenchStore(b *testing.B) string {
 			b.Fatal(err)
 		}
 	}
-	add(0, benchRows, 0)
+	add(0, listBenchRows, 0)
 	post("/api/v1/internal/merge-wal/generic:bench", "", http.StatusOK)
-	add(0, benchRows/10, 1)
+	add(0, listBenchRows/10, 1)
 	post("/api/v1/internal/merge-wal/generic:bench", "", http.StatusOK)
-	add(benchRows/2, benchRows/2+10_000, 2)
+	add(listBenchRows/2, listBenchRows/2+10_000, 2)
 	return hs.URL + "/api/v1/generic/bench/rows"
 }

@@ -168,9 +168,9 @@ func seqs(t *testing.T, a arrowAnswer) map[string]uint64 {
 	return out
 }
 
-// arrowSpec is the generic schema of the Arrow tests: a type of each family,
+// readSpec is the generic schema of the Arrow tests: a type of each family,
 // and a blob.
-const arrowSpec = `{"columns":[["id",{"type":"string"}],["score",{"type":"float64","nullable":true}],` +
+const readSpec = `{"columns":[["id",{"type":"string"}],["score",{"type":"float64","nullable":true}],` +
 	`["n",{"type":"int64","nullable":false}],["small",{"type":"int32","nullable":true}],` +
 	`["tags",{"type":"list","item":{"type":"string"},"nullable":true}],["at",{"type":"timestamp","nullable":true}],` +
 	`["ok",{"type":"bool","nullable":true}],["v",{"type":"vector","dim":2,"nullable":true}],` +
@@ -229,7 +229,7 @@ func newArrowStore(e *apiEnv, k kindAPI, name string) arrowStore {
 	} else {
 		st.path = "/api/v1/generic/" + name
 		target = "generic:" + name
-		e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"`+name+`","schema":`+arrowSpec+`}`, nil)
+		e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"`+name+`","schema":`+readSpec+`}`, nil)
 	}
 	st.rows = st.path + "/" + k.rows
 	e.addRound(st, 0, 300, 1)
@@ -598,7 +598,7 @@ func TestArrowChangesHoldTheJSONChangesAndCursors(t *testing.T) {
 func TestArrowFormatAndCompressionNegotiation(t *testing.T) {
 	e := newAPIEnv(t, objstoretest.Mem(t), "w1", nil)
 	st := arrowStore{kind: genericAPI, path: "/api/v1/generic/g", rows: "/api/v1/generic/g/rows"}
-	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"g","schema":`+arrowSpec+`}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"g","schema":`+readSpec+`}`, nil)
 	e.addRound(st, 0, 50, 1)
 	want, _ := e.jsonList(st.rows, "rows")
 	for _, tc := range []struct {
@@ -656,7 +656,7 @@ func TestArrowFormatAndCompressionNegotiation(t *testing.T) {
 func TestArrowCompressedStreamsDecode(t *testing.T) {
 	e := newAPIEnv(t, objstoretest.Mem(t), "w1", nil)
 	st := arrowStore{kind: genericAPI, path: "/api/v1/generic/g", rows: "/api/v1/generic/g/rows"}
-	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"g","schema":`+arrowSpec+`}`, nil)
+	e.ok(http.StatusCreated, http.MethodPost, "/api/v1/generic", `{"name":"g","schema":`+readSpec+`}`, nil)
 	e.addRound(st, 0, 2000, 1)
 	want, _ := e.jsonList(st.rows, "rows")
 	plain := e.arrowDo(http.MethodGet, st.rows+"?format=arrow", "", nil)

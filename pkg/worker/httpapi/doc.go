@@ -20,6 +20,11 @@
 //     succeeded only (arrow.go).
 //   - JSON is the default answer; a read answers Arrow only when asked (Accept,
 //     ?format=arrow), and its errors are JSON whenever nothing was written yet.
+//   - An add's body is JSON, multipart (rollout records) or an Arrow IPC stream
+//     (add_arrow.go). A stream is a client's bytes: internal/ipcguard checks it
+//     before arrow-go reads it, under a recover and an allocator bounded by the
+//     body limit, so a hostile stream is a 4xx, never a panic, a 500 or an
+//     out-of-memory; its rows are checked as JSON rows are and written the same way.
 //   - Blob columns never travel in lists: a record's binary_payload is read from
 //     its blob route, a generic blob column by naming it (blob.go). The bytes
 //     of adds and blob downloads in memory at once stay within the in-flight blob

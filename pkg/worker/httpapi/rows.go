@@ -110,11 +110,12 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
+		defer body.release()
 		rows := body.rows
 		parsed := time.Now() // rollout_add_request_duration_seconds leaves body parsing out
 		// The reference refuses an empty rollout append (an empty generic one is
 		// a no-op there, answered 201 with count 0).
-		if len(rows) == 0 && k.kind == registry.KindRollout {
+		if body.empty() && k.kind == registry.KindRollout {
 			return badRequest("records array must not be empty")
 		}
 		var rec arrow.RecordBatch
@@ -130,7 +131,7 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 		}
 		defer release()
 		if rec == nil {
-			if rec, err = decodeRows(st, rows); err != nil {
+			if rec, err = body.decode(st); err != nil {
 				return err
 			}
 			defer rec.Release()
