@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
+	"github.com/tidemark-io/tidemark/pkg/export"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/table"
@@ -459,8 +462,37 @@ func post(ctx context.Context, hc *http.Client, u, media string, body []byte, wa
 // export task runs it on a worker) into a file:// destination.
 func arrowExport(ctx context.Context, env *Env, s *store.Store, cfg ArrowConfig, sz *ArrowSize,
 	timed func(string, *ArrowRate, func() (int64, error)) error) error {
-	_ = objstore.ErrNotFound
-	return nil
+	round := 0
+	return timed("export", &sz.Export, func() (int64, error) {
+		round++
+		dir, err := env.scratch(fmt.Sprintf("arrow-export-%d-%d", sz.Rows, round))
+		if err != nil {
+			return 0, err
+		}
+		spec := export.Spec{Destination: "file://" + filepath.ToSlash(dir)}
+		dst, err := objstore.Open(ctx, spec.Destination)
+		if err != nil {
+			return 0, err
+		}
+		defer dst.Close()
+		if _, err := resetPeakRSS(); err != nil {
+			env.log().Warn("arrow: no peak resident set", "err", err)
+		}
+		sc, err := export.Open(ctx, s, spec)
+		if err != nil {
+			return 0, err
+		}
+		m, err := export.Write(ctx, sc, s.Target(), dst, export.Options{TaskID: fmt.Sprintf("bench-%d", round), Spec: spec,
+			MaxFileBytes: cfg.ExportFileBytes})
+		if peak, err := peakRSS(); err == nil {
+			sz.ExportRSS = max(sz.ExportRSS, peak)
+		}
+		if err != nil {
+			return 0, err
+		}
+		sz.ExportFiles, sz.ExportBytes = len(m.Files), m.Bytes
+		return m.Rows, os.RemoveAll(dir)
+	})
 }
 
 // Markdown renders the result as a BENCHMARKS.md section.

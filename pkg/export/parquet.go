@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tidemark-io/tidemark/pkg/data/exportfmt"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -24,6 +25,9 @@ const (
 	rowGroupRows  = 1 << 20
 	rowGroupBytes = 128 << 20
 )
+
+// pipelineBatches is how many decoded batches may wait for the encoder.
+const pipelineBatches = 4
 
 // The key-value metadata of every file (and of its stored Arrow schema).
 const (
@@ -77,6 +81,9 @@ func newPartWriter(dst *objstore.Bucket, sc *store.Scan, target registry.Target,
 		// zstd: every reader we serve decodes it (DuckDB, pyarrow, Polars, Spark),
 		// and it is what the store's own fragments use.
 		parquet.WithCompression(compress.Codecs.Zstd),
+		// Its fastest level: an export is written once and read a few times, and
+		// encoding, not the bucket, is what bounds its speed.
+		parquet.WithCompressionLevel(1),
 		parquet.WithStats(true),
 		parquet.WithMaxRowGroupLength(rowGroupRows),
 		parquet.WithDataPageSize(page),
@@ -95,12 +102,40 @@ func newPartWriter(dst *objstore.Bucket, sc *store.Scan, target registry.Target,
 // error the file being written is aborted (never published); the files closed
 // before stay, for the caller to discard.
 func (pw *partWriter) write(ctx context.Context) ([]exportfmt.File, error) {
-	err := pw.sc.Each(ctx, func(rec arrow.RecordBatch) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return pw.add(ctx, rec)
+	// The scan decodes and the writer encodes in two goroutines, a few batches
+	// apart: on two cores an export takes about the longer of the two, not their
+	// sum. The channel bounds what is decoded and not yet encoded.
+	batches := make(chan arrow.RecordBatch, pipelineBatches)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(batches)
+		return pw.sc.Each(gctx, func(rec arrow.RecordBatch) error {
+			rec.Retain()
+			select {
+			case batches <- rec:
+				return nil
+			case <-gctx.Done():
+				rec.Release()
+				return gctx.Err()
+			}
+		})
 	})
+	g.Go(func() error {
+		var err error
+		for rec := range batches { // drained to the end, so every batch is released
+			if err == nil {
+				err = gctx.Err()
+			}
+			if err == nil {
+				// ctx, not gctx: the files outlive the group, which cancels
+				// gctx when it ends.
+				err = pw.add(ctx, rec)
+			}
+			rec.Release()
+		}
+		return err
+	})
+	err := g.Wait()
 	if err == nil && pw.cur == nil && len(pw.files) == 0 {
 		// No row: one file all the same, so readers get the schema.
 		err = pw.open(ctx)
