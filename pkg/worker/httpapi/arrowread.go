@@ -36,13 +36,13 @@ func currentView(ctx context.Context, st *store.Store, src rowSource) (*store.Vi
 // with storage, every row in storage order (store.Scan); without limit (< 0),
 // every row in id order, streamed; else one page, read whole before its answer
 // so that its headers carry its count and next cursor.
-func (s *Server) listArrow(w http.ResponseWriter, r *http.Request, f answerFormat, st *store.Store, src rowSource, opts store.ListOptions, limit int, storage bool) error {
+func (s *Server) listArrow(w http.ResponseWriter, r *http.Request, f answerFormat, st *store.Store, src rowSource, opts store.ListOptions, omit []string, limit int, storage bool) error {
 	ctx := r.Context()
 	view, err := currentView(ctx, st, src)
 	if err != nil {
 		return err
 	}
-	schema := arrowSchema(view.Schema(), without(st.BlobColumns()), arrowMetadata(st, view.Version()))
+	schema := arrowSchema(view.Schema(), without(omit), arrowMetadata(st, view.Version()))
 	header := arrowHeader(view.Version())
 	switch {
 	case storage:
@@ -286,7 +286,7 @@ func (s *Server) changesArrow(w http.ResponseWriter, r *http.Request, f answerFo
 // listStorage answers a JSON list of every row of st (read from src with opts)
 // in storage order (?order=storage): store.Scan's batches, streamed as listAll
 // streams the id-ordered walk's rows.
-func (s *Server) listStorage(w http.ResponseWriter, r *http.Request, k kindAPI, st *store.Store, src rowSource, opts store.ListOptions) error {
+func (s *Server) listStorage(w http.ResponseWriter, r *http.Request, k kindAPI, st *store.Store, src rowSource, opts store.ListOptions, omit []string) error {
 	ctx := r.Context()
 	view, err := currentView(ctx, st, src)
 	if err != nil {
@@ -296,7 +296,7 @@ func (s *Server) listStorage(w http.ResponseWriter, r *http.Request, k kindAPI, 
 	if err != nil {
 		return err
 	}
-	return s.streamRows(w, r, k, st.BlobColumns(), true, func(each func(rec arrow.RecordBatch, i int) error) error {
+	return s.streamRows(w, r, k, omit, true, func(each func(rec arrow.RecordBatch, i int) error) error {
 		return sc.Each(ctx, func(rec arrow.RecordBatch) error {
 			for i := range int(rec.NumRows()) {
 				if err := each(rec, i); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -244,17 +245,25 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
-		if blobs := st.BlobColumns(); len(blobs) > 0 {
-			opts.Columns = st.ColumnsExcept(blobs) // a blob the list leaves out is not read
+		named, err := listColumnsParam(r, k)
+		if err != nil {
+			return err
+		}
+		read, omit, err := batchColumns(st, named)
+		if err != nil {
+			return err
+		}
+		if named != nil || len(omit) > 0 {
+			opts.Columns = read // a column the list leaves out (a blob) is not read
 		}
 		if format.arrow {
-			return s.listArrow(w, r, format, st, src, opts, limit, storage)
+			return s.listArrow(w, r, format, st, src, opts, omit, limit, storage)
 		}
 		if storage {
-			return s.listStorage(w, r, k, st, src, opts)
+			return s.listStorage(w, r, k, st, src, opts, omit)
 		}
 		if limit < 0 {
-			return s.listAll(w, r, k, src, opts, st.BlobColumns())
+			return s.listAll(w, r, k, src, opts, omit)
 		}
 		out := []json.RawMessage{}
 		answer := map[string]any{}
@@ -263,7 +272,7 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 			if err != nil {
 				return err
 			}
-			out, err = encodeRows(k, page.Rows, st.BlobColumns())
+			out, err = encodeRows(k, page.Rows, omit)
 			if err != nil {
 				return err
 			}
@@ -275,6 +284,30 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		httpjson.WriteJSON(w, http.StatusOK, answer)
 		return nil
 	}
+}
+
+// listColumnsParam parses a generic list's ?columns=: the columns answered,
+// comma-separated (id always; blob columns only when named), nil when absent or
+// naming none (every column but the blobs). Rollout lists answer the reference's
+// record shape and take none.
+func listColumnsParam(r *http.Request, k kindAPI) (*[]string, error) {
+	text, ok := r.URL.Query()["columns"]
+	if !ok {
+		return nil, nil
+	}
+	if k.kind == registry.KindRollout {
+		return nil, badRequest("columns is supported on generic stores only")
+	}
+	var named []string
+	for c := range strings.SplitSeq(text[0], ",") {
+		if c = strings.TrimSpace(c); c != "" && !slices.Contains(named, c) {
+			named = append(named, c)
+		}
+	}
+	if len(named) == 0 {
+		return nil, nil
+	}
+	return &named, nil
 }
 
 // rowFilter is the filter of a read of rows: ?filters= on rollout stores (a
