@@ -1,14 +1,15 @@
 // Command tidemark-bench runs the incident reproductions of package bench and
 // writes their table into BENCHMARKS.md. `make bench` runs it (scripts/bench.sh).
 //
-//	tidemark-bench run [--only storm,ingest,lock,fanout,throughput,memory,maintenance,scale,feed,skew,overload] [--write BENCHMARKS.md [--keep-others]]
+//	tidemark-bench run [--only storm,ingest,lock,fanout,throughput,memory,maintenance,scale,feed,skew,overload,arrow] [--write BENCHMARKS.md [--keep-others]]
 //
 // scale (stores of millions of rows) runs only when named: at its default sizes
 // it takes tens of minutes. feed (the change feed followed on a cluster of
 // processes) runs only when named too: it starts a master and --feed-workers
 // worker processes. So do skew (one hot store and 50 quiet ones, --skew-duration)
 // and overload (adds at twice what merges sustain, --overload-duration), issue
-// 31's: each takes over 5 minutes.
+// 31's: each takes over 5 minutes. arrow (issue 44: Arrow and JSON reads and adds
+// against the fragments decoded in-process, and exports, at 1M and 10M rows) too.
 //
 // memory-build and memory-merge are the worker processes of the memory scenario;
 // run starts them itself.
@@ -36,12 +37,12 @@ import (
 // scenarios run by default; named adds those that run only when --only names them.
 var (
 	scenarios = []string{"storm", "ingest", "lock", "fanout", "throughput", "memory", "maintenance"}
-	named     = []string{"scale", "feed", "skew", "overload"}
+	named     = []string{"scale", "feed", "skew", "overload", "arrow"}
 )
 
 // ownSection are the scenarios that write a section of their own, not a
 // subsection of the incident reproductions.
-var ownSection = []string{"maintenance", "scale", "feed"}
+var ownSection = []string{"maintenance", "scale", "feed", "arrow"}
 
 func main() {
 	// The production packages log through slog.Default where no logger is passed;
@@ -84,7 +85,9 @@ type runFlags struct {
 	ingestFanout  []string
 	// scaleRows are the scale scenario's store sizes; scaleProfiles, if set, the
 	// directory of its CPU profiles.
-	scaleRows     []int64
+	scaleRows []int64
+	// arrowRows are the arrow scenario's store sizes.
+	arrowRows     []int64
 	scaleProfiles string
 	scaleCache    int64
 	// cpuProfile, if set, receives a CPU profile of the whole run.
@@ -123,6 +126,7 @@ func newRunCmd() *cobra.Command {
 	fs.StringSliceVar(&f.ingestFanout, "ingest-fanout", []string{string(fanout.Gather)}, "sustained ingest: the fan-out shapes (MERGE_FANOUT: gather, serial) of the runs")
 	fs.Int64Var(&f.memoryBytes, "memory-backlog-bytes", 1<<30, "memory scenario: generation bytes of the backlog merged")
 	fs.Int64SliceVar(&f.scaleRows, "scale-rows", bench.DefaultScaleRows, "scale scenario: rows of each store measured, smallest first (100000000: a run of hours, by hand)")
+	fs.Int64SliceVar(&f.arrowRows, "arrow-rows", bench.DefaultArrowRows, "arrow scenario: rows of each store measured, smallest first")
 	fs.Int64Var(&f.scaleCache, "scale-table-cache-bytes", 0, "scale scenario: the measuring workers' table cache, a quarter of CACHE_BYTES (0: the worker's default)")
 	fs.StringVar(&f.scaleProfiles, "scale-profiles", "", "scale scenario: write a CPU profile of every measured phase into this directory")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run into this file (not with --scale-profiles)")
@@ -222,6 +226,11 @@ func run(ctx context.Context, f runFlags) error {
 		cfg.ProfileDir, cfg.TableCacheBytes = f.scaleProfiles, f.scaleCache
 		if err := bench.RunScaleSection(ctx, env, cfg, os.Stdout, f.command, f.write); err != nil {
 			return fmt.Errorf("scale: %w", err)
+		}
+	}
+	if want("arrow") {
+		if err := bench.RunArrowSection(ctx, env, bench.DefaultArrowConfig(f.arrowRows), os.Stdout, f.command, f.write); err != nil {
+			return fmt.Errorf("arrow: %w", err)
 		}
 	}
 	if want("feed") {

@@ -19,11 +19,15 @@ type ScanOptions struct {
 	// IDs, when non-nil, restricts the scan to rows with these ids; fragments that
 	// cannot hold any of them (bounds, bloom filter) are not opened.
 	IDs []string
+	// AnyShard hands fn whole row-group batches and "" for the shard: a reader that
+	// needs no row's shard (a full snapshot read) is spared the cuts at shard runs,
+	// which in a compacted fragment of many shards leave batches of a few rows.
+	AnyShard bool
 }
 
 // Scan streams the live rows of manifest m to fn, fragment by fragment in manifest
 // order, with the shard that wrote them (Fragment.ShardAt: with a row's _seq, its
-// rowkey.Version). Every batch holds rows of one shard: a batch of a fragment with
+// rowkey.Version), unless opts.AnyShard. Every batch holds rows of one shard: a batch of a fragment with
 // shard runs is cut at the runs' boundaries. Batches are only valid during the
 // call; fn must Retain what it keeps.
 func (t *Table) Scan(ctx context.Context, m *Manifest, opts ScanOptions, fn func(rec arrow.RecordBatch, shard string) error) error {
@@ -68,7 +72,7 @@ func (t *Table) Scan(ctx context.Context, m *Manifest, opts ScanOptions, fn func
 				continue
 			}
 		}
-		if err := t.scanFragment(ctx, s, f, read, want, project, fn); err != nil {
+		if err := t.scanFragment(ctx, s, f, read, want, project, opts.AnyShard, fn); err != nil {
 			return err
 		}
 	}
@@ -85,7 +89,7 @@ func (t *Table) mayContainAny(ctx context.Context, f Fragment, ids []string) (bo
 	return false, nil
 }
 
-func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, read []string, want map[string]bool, project []int, fn func(arrow.RecordBatch, string) error) error {
+func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, read []string, want map[string]bool, project []int, anyShard bool, fn func(arrow.RecordBatch, string) error) error {
 	dv, err := t.deletions(ctx, f)
 	if err != nil {
 		return err
@@ -138,6 +142,11 @@ func (t *Table) scanFragment(ctx context.Context, s *arrow.Schema, f Fragment, r
 			out = p
 		}
 		return fn(out, shard)
+	}
+	if anyShard {
+		return ff.read(ctx, read, nil, func(rec arrow.RecordBatch, offset int64) error {
+			return emit(rec, offset, "")
+		})
 	}
 	runs := f.runs()
 	if f.MixedShards {
