@@ -3,6 +3,7 @@
 // creating, describing, listing and deleting rollout and generic stores; adding
 // rows (JSON), listing them (cursor, limit, offset, filters, version, source),
 // reading one by id, a batch get, a rollout record's blob; flush and merge-wal;
+// compaction and exports (enqueued for the master, an export's task polled);
 // the change feed (a page after a cursor, long polls) and named consumers'
 // cursors (commit, get). Package tail, below it, follows a feed with it.
 //
