@@ -56,6 +56,8 @@ var funcs = template.FuncMap{
 	"trunc": truncate,
 	"short": shortID,
 	"lower": strings.ToLower,
+	"result": taskResult,
+	"redact": redactURL,
 	// at pairs a time with a task for the "storetask" template.
 	"at": func(now time.Time, t *tasks.Task) struct {
 		Now time.Time
