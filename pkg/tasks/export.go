@@ -1,10 +1,10 @@
 package tasks
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
-	"net/url"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 )
 
 // ErrIDInUse means an export was enqueued under the id of a task of another kind,
@@ -24,68 +23,9 @@ var ErrIDInUse = errclass.New(errclass.Exists, "task id in use by another task")
 // task gone (pruned in between): sending it again enqueues it.
 var errPrunedMeanwhile = errclass.New(errclass.Conflict, "the task holding the id was pruned while it was read; send the request again")
 
-// Limits of an ExportSpec, which travels in every task record and gRPC call.
-const (
-	MaxExportColumns     = 1024
-	MaxExportFilterBytes = 16 << 10
-)
-
-// ExportSpec is what an export task writes, and where: the one definition of it,
-// stored in the task record (Task.Export), sent to the worker that runs it, and
-// read by package export (a worker's part), whose Spec it is.
-type ExportSpec struct {
-	// Destination is a bucket URL the workers can write, with the schemes and
-	// ?prefix= of DATA_URL (objstore.Open): file://, s3://, azblob://, gs://. The
-	// credentials are the worker's.
-	Destination string `json:"destination"`
-	// Version is the base-table version to export; 0: the store now (base and
-	// pending rows).
-	Version uint64 `json:"version,omitempty"`
-	// Columns are the columns written besides id and _seq; nil: every column.
-	Columns []string `json:"columns,omitempty"`
-	// Filter selects rows: a generic store's SQL predicate (the list's filter=),
-	// a rollout store's filters JSON object (the list's filters=); "": every row.
-	Filter string `json:"filter,omitempty"`
-}
-
-// Validate checks s without I/O: a destination whose URL Open would take (not
-// mem://, which dies with the worker's call), columns that are distinct
-// non-empty names, a filter of bounded size. Whether the columns exist and the
-// filter compiles is the store's to say (the worker checks both). The error
-// wraps ErrInvalidArgument (Invalid) and names the field.
-func (s ExportSpec) Validate() error {
-	if s.Destination == "" {
-		return fmt.Errorf("%w: destination is required (a bucket URL: file:///dir, s3://bucket?region=..., gs://bucket, azblob://container, each with an optional ?prefix=dir/)", ErrInvalidArgument)
-	}
-	if err := objstore.CheckURL(s.Destination); err != nil {
-		return fmt.Errorf("%w: destination: %w", ErrInvalidArgument, err)
-	}
-	if u, _ := url.Parse(s.Destination); u.Scheme == "mem" {
-		return fmt.Errorf("%w: destination: a mem:// bucket lives in one worker's memory for one call: export to a bucket readers can open", ErrInvalidArgument)
-	}
-	if len(s.Columns) > MaxExportColumns {
-		return fmt.Errorf("%w: columns: %d names, at most %d", ErrInvalidArgument, len(s.Columns), MaxExportColumns)
-	}
-	for i, c := range s.Columns {
-		if c == "" {
-			return fmt.Errorf("%w: columns[%d]: empty column name", ErrInvalidArgument, i)
-		}
-		if slices.Contains(s.Columns[:i], c) {
-			return fmt.Errorf("%w: columns[%d]: %q is named twice", ErrInvalidArgument, i, c)
-		}
-	}
-	if len(s.Filter) > MaxExportFilterBytes {
-		return fmt.Errorf("%w: filter: %d bytes, at most %d", ErrInvalidArgument, len(s.Filter), MaxExportFilterBytes)
-	}
-	return nil
-}
-
-// Equal reports whether s and o ask for the same export (nil and empty Columns
-// alike).
-func (s ExportSpec) Equal(o ExportSpec) bool {
-	return s.Destination == o.Destination && s.Version == o.Version && s.Filter == o.Filter &&
-		slices.Equal(s.Columns, o.Columns)
-}
+// MaxExportSpecBytes bounds an export's spec as the record holds it (JSON): a
+// URL, column names and a filter.
+const MaxExportSpecBytes = 256 << 10
 
 // Progress is how far a run has come, as its runner reports it (an export's
 // rows, files and bytes written; its estimate of the rows in all).
@@ -119,15 +59,17 @@ type ExportResult struct {
 	FeedCursor string `json:"feed_cursor,omitempty"`
 }
 
-// EnqueueExport adds a queued export of target with spec, under id if given (a
-// UUID the client picked; "" makes a UUIDv7, which sorts in enqueue order as
-// the queue's own ids do). It is idempotent by id: if a task with the id
-// exists, an export of the same target and spec is returned with existing true
-// and nothing is added, and any other task is ErrIDInUse. Exports are never
-// deduplicated by kind and target.
+// EnqueueExport adds a queued export of target with spec (package exportfmt's
+// Spec as JSON, which the caller validated: the queue stores it, and compares it,
+// as it is), under id if given (a UUID the client picked; "" makes a UUIDv7,
+// which sorts in enqueue order as the queue's own ids do). It is idempotent by
+// id: if a task with the id exists, an export of the same target and spec is
+// returned with existing true and nothing is added, and any other task is
+// ErrIDInUse. Exports are never deduplicated by kind and target.
 //
-// A bad target, spec or id is an ErrInvalidArgument naming it.
-func (s *Queue) EnqueueExport(ctx context.Context, target registry.Target, spec ExportSpec, id string) (Task, bool, error) {
+// A bad target or id, or a spec that is no JSON object, is an ErrInvalidArgument
+// naming it.
+func (s *Queue) EnqueueExport(ctx context.Context, target registry.Target, spec json.RawMessage, id string) (Task, bool, error) {
 	t, existing, err := s.enqueueExport(ctx, target, spec, id)
 	if err == nil && s.opts.onEnqueue != nil {
 		s.opts.onEnqueue(KindExport, existing)
@@ -135,11 +77,12 @@ func (s *Queue) EnqueueExport(ctx context.Context, target registry.Target, spec 
 	return t, existing, err
 }
 
-func (s *Queue) enqueueExport(ctx context.Context, target registry.Target, spec ExportSpec, id string) (Task, bool, error) {
+func (s *Queue) enqueueExport(ctx context.Context, target registry.Target, spec json.RawMessage, id string) (Task, bool, error) {
 	if err := validateTarget(target); err != nil {
 		return Task{}, false, err
 	}
-	if err := spec.Validate(); err != nil {
+	spec, err := compactSpec(spec)
+	if err != nil {
 		return Task{}, false, err
 	}
 	if id == "" {
@@ -151,16 +94,13 @@ func (s *Queue) enqueueExport(ctx context.Context, target registry.Target, spec 
 	} else if err := validateID("task id", id); err != nil {
 		return Task{}, false, err
 	}
-	if len(spec.Columns) == 0 {
-		spec.Columns = nil // one form of "every column", so Equal and the record agree
-	}
 	t := Task{
 		ID:         id,
 		Kind:       KindExport,
 		Target:     target,
 		State:      StateQueued,
 		EnqueuedAt: s.now(),
-		Export:     &spec,
+		Export:     spec,
 	}
 	record := encodeTask(t)
 
@@ -184,7 +124,7 @@ func (s *Queue) enqueueExport(ctx context.Context, target registry.Target, spec 
 		return Task{}, false, fmt.Errorf("enqueue export %s: %w", target, err)
 	}
 	if resp.Succeeded {
-		s.opts.logger.Debug("task enqueued", "task", id, "kind", KindExport, "target", target, "destination", redactURL(spec.Destination))
+		s.opts.logger.Debug("task enqueued", "task", id, "kind", KindExport, "target", target)
 		return t, false, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
@@ -196,28 +136,26 @@ func (s *Queue) enqueueExport(ctx context.Context, target registry.Target, spec 
 	if err != nil {
 		return Task{}, false, err
 	}
-	if old.Kind != KindExport || old.Target != target || old.Export == nil || !old.Export.Equal(spec) {
-		return Task{}, false, fmt.Errorf("enqueue export %s: id %s is task of kind %s on %s%s: %w",
-			target, id, old.Kind, old.Target, specDiffers(old, spec), ErrIDInUse)
+	if old.Kind != KindExport || old.Target != target {
+		return Task{}, false, fmt.Errorf("enqueue export %s: id %s is a %s task on %s: %w", target, id, old.Kind, old.Target, ErrIDInUse)
+	}
+	if oldSpec, err := compactSpec(old.Export); err != nil || !bytes.Equal(oldSpec, spec) {
+		return Task{}, false, fmt.Errorf("enqueue export %s: id %s is an export of %s with another destination, version, columns or filter: %w",
+			target, id, old.Target, ErrIDInUse)
 	}
 	return old, true, nil
 }
 
-// specDiffers says, for ErrIDInUse's message, that the task holding the id is
-// an export of the same target with another spec.
-func specDiffers(old Task, spec ExportSpec) string {
-	if old.Kind == KindExport && old.Export != nil && !old.Export.Equal(spec) {
-		return " with another destination, version, columns or filter"
+// compactSpec is spec, a JSON object, without insignificant space: the form the
+// record keeps and compares (its callers marshal one struct type, so equal specs
+// are equal bytes).
+func compactSpec(spec json.RawMessage) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	switch {
+	case len(spec) > MaxExportSpecBytes:
+		return nil, fmt.Errorf("%w: export spec: %d bytes, at most %d", ErrInvalidArgument, len(spec), MaxExportSpecBytes)
+	case json.Compact(&buf, spec) != nil || buf.Len() == 0 || buf.Bytes()[0] != '{':
+		return nil, fmt.Errorf("%w: export spec: not a JSON object", ErrInvalidArgument)
 	}
-	return ""
-}
-
-// redactURL drops a URL's user info, for logs.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User = nil
-	return u.String()
+	return buf.Bytes(), nil
 }

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -197,8 +198,10 @@ type Task struct {
 	// FencingToken is the fencing token of the claim that finished the task.
 	FencingToken int64 `json:"fencing_token,omitempty"`
 
-	// Export is what an export task writes where; set on export tasks only.
-	Export *ExportSpec `json:"export,omitempty"`
+	// Export is what an export task writes where: package exportfmt's Spec as
+	// JSON (the queue stores it and compares it, nothing more); export tasks
+	// only.
+	Export json.RawMessage `json:"export,omitempty"`
 	// Progress is how far the current or last run got, as its runner reported
 	// it while running (UpdateProgress) and when it ended; nil until reported.
 	Progress *Progress `json:"progress,omitempty"`

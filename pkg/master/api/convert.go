@@ -33,8 +33,8 @@ func TaskProto(t tasks.Task) *tidemarkv1.Task {
 		Progress:        TaskProgressProto(t.Progress),
 		Exported:        ExportResultProto(t.Exported),
 	}
-	if t.Export != nil {
-		out.Export = fanout.ExportSpecProto(*t.Export)
+	if spec, err := fanout.TaskExportSpec(t); err == nil {
+		out.Export = fanout.ExportSpecProto(spec)
 	}
 	return out
 }

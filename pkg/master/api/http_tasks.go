@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/pkg/data/exportfmt"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
@@ -54,7 +55,7 @@ type TaskRecord struct {
 
 	// An export's spec, progress (as last recorded), cancel request and, once
 	// done, its manifest in brief; left out of other tasks.
-	Export          *tasks.ExportSpec   `json:"export,omitempty"`
+	Export          json.RawMessage     `json:"export,omitempty"`
 	Progress        *TaskProgress       `json:"progress,omitempty"`
 	CancelRequested bool                `json:"cancel_requested,omitempty"`
 	Exported        *tasks.ExportResult `json:"exported,omitempty"`
@@ -117,8 +118,8 @@ type EnqueueRequest struct {
 	// Export is an export's spec (kind "export" only, and required with it);
 	// ID the id it is enqueued under ("": a new one), which makes the request
 	// idempotent.
-	Export *tasks.ExportSpec `json:"export,omitempty"`
-	ID     string            `json:"id,omitempty"`
+	Export *exportfmt.Spec `json:"export,omitempty"`
+	ID     string          `json:"id,omitempty"`
 }
 
 // EnqueueAnswer is the body of a 202 answer to POST /api/v1/tasks: the task (new,

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
+	"github.com/tidemark-io/tidemark/pkg/data/exportfmt"
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -125,7 +127,7 @@ func (a *AdminService) EnqueueTask(ctx context.Context, req *tidemarkv1.EnqueueT
 // EnqueueExport enqueues an export of the target a request names (checked by
 // CheckTarget) with spec, under id ("": a new one), and wakes the scheduler;
 // existing reports an export of the same id, target and spec answered instead.
-func (a *AdminService) EnqueueExport(ctx context.Context, text string, spec tasks.ExportSpec, id string) (tasks.Task, bool, error) {
+func (a *AdminService) EnqueueExport(ctx context.Context, text string, spec exportfmt.Spec, id string) (tasks.Task, bool, error) {
 	if err := spec.Validate(); err != nil {
 		return tasks.Task{}, false, err
 	}
@@ -133,7 +135,11 @@ func (a *AdminService) EnqueueExport(ctx context.Context, text string, spec task
 	if err != nil {
 		return tasks.Task{}, false, err
 	}
-	t, existing, err := a.cfg.Tasks.EnqueueExport(ctx, target, spec, id)
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return tasks.Task{}, false, fmt.Errorf("export spec: %w", err)
+	}
+	t, existing, err := a.cfg.Tasks.EnqueueExport(ctx, target, raw, id)
 	if err != nil {
 		return tasks.Task{}, false, err
 	}

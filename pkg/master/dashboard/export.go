@@ -1,11 +1,13 @@
 package dashboard
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 
 	"github.com/dustin/go-humanize"
 
+	"github.com/tidemark-io/tidemark/pkg/data/exportfmt"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
 )
@@ -25,11 +27,9 @@ func taskResult(t *tidemarkv1.Task) string {
 
 // storeTaskResult is taskResult of a task record (the event stream's).
 func storeTaskResult(t tasks.Task) string {
-	dest := ""
-	if t.Export != nil {
-		dest = t.Export.Destination
-	}
-	return resultText(t.Kind, t.State, t.Detail, dest, t.Progress, t.CancelRequested)
+	var spec exportfmt.Spec
+	_ = json.Unmarshal(t.Export, &spec) // none, or unreadable: no destination to show
+	return resultText(t.Kind, t.State, t.Detail, spec.Destination, t.Progress, t.CancelRequested)
 }
 
 func resultText(kind tasks.Kind, state tasks.State, detail, destination string, p *tasks.Progress, cancelling bool) string {

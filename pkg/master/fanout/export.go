@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tidemark-io/tidemark/pkg/data/exportfmt"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
@@ -27,7 +29,7 @@ type ExportCall struct {
 	Target       registry.Target
 	FencingToken int64
 	TaskID       string
-	Spec         tasks.ExportSpec
+	Spec         exportfmt.Spec
 }
 
 // ExportCaller is a Caller that can have a worker run an export (the GRPCCaller
@@ -92,9 +94,9 @@ var errExportUnreachable = errclass.New(errclass.Unavailable, "no worker could b
 
 // Run implements Runner for export tasks.
 func (e *Exporter) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error) {
-	spec := c.Task.Export
-	if spec == nil {
-		return tasks.Report{}, fmt.Errorf("%w: export task %s has no spec", tasks.ErrInvalidArgument, c.Task.ID)
+	spec, err := TaskExportSpec(c.Task)
+	if err != nil {
+		return tasks.Report{}, err
 	}
 	if c.Task.CancelRequested {
 		// Asked to stop, then requeued (its master's lease ran out) before it did.
@@ -125,7 +127,7 @@ func (e *Exporter) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error
 		}
 	}()
 
-	call := ExportCall{Target: c.Task.Target, FencingToken: c.FencingToken, TaskID: c.Task.ID, Spec: *spec}
+	call := ExportCall{Target: c.Task.Target, FencingToken: c.FencingToken, TaskID: c.Task.ID, Spec: spec}
 	var unreachable, old []string
 	for _, w := range exportOrder(workers, c.Task) {
 		res, last, err := e.Caller.Export(runCtx, w, call, rec.progress)
@@ -284,12 +286,25 @@ func redactURL(raw string) string {
 	return u.String()
 }
 
+// TaskExportSpec is the spec an export task holds (Task.Export). A task whose
+// spec is missing or does not decode fails: nothing can run it.
+func TaskExportSpec(t tasks.Task) (exportfmt.Spec, error) {
+	var spec exportfmt.Spec
+	if len(t.Export) == 0 {
+		return spec, fmt.Errorf("%w: export task %s has no spec", exportfmt.ErrInvalidSpec, t.ID)
+	}
+	if err := json.Unmarshal(t.Export, &spec); err != nil {
+		return spec, fmt.Errorf("%w: export task %s: its spec does not decode: %v", exportfmt.ErrInvalidSpec, t.ID, err)
+	}
+	return spec, nil
+}
+
 // ExportSpecProto is the wire form of an export's spec.
-func ExportSpecProto(s tasks.ExportSpec) *tidemarkv1.ExportSpec {
+func ExportSpecProto(s exportfmt.Spec) *tidemarkv1.ExportSpec {
 	return &tidemarkv1.ExportSpec{Destination: s.Destination, Version: s.Version, Columns: s.Columns, Filter: s.Filter}
 }
 
 // ExportSpecOf is the spec of its wire form (nil: the zero spec).
-func ExportSpecOf(s *tidemarkv1.ExportSpec) tasks.ExportSpec {
-	return tasks.ExportSpec{Destination: s.GetDestination(), Version: s.GetVersion(), Columns: s.GetColumns(), Filter: s.GetFilter()}
+func ExportSpecOf(s *tidemarkv1.ExportSpec) exportfmt.Spec {
+	return exportfmt.Spec{Destination: s.GetDestination(), Version: s.GetVersion(), Columns: s.GetColumns(), Filter: s.GetFilter()}
 }

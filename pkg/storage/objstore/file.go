@@ -56,11 +56,29 @@ type fileBackend struct {
 // file://./rel/dir or file:rel/dir, each with an optional ?prefix=p/. The directory is
 // created if missing.
 func openFile(u *url.URL) (backend, error) {
-	loc, err := fileRoot(u)
+	dir, err := fileDir(u)
 	if err != nil {
 		return nil, err
 	}
-	root, prefix := loc.root, loc.prefix
+	q := u.Query()
+	for k := range q {
+		if k != "prefix" {
+			return nil, fmt.Errorf("unknown query parameter %q (file:// accepts only prefix)", k)
+		}
+	}
+	prefix := q.Get("prefix")
+	if prefix != "" {
+		if !strings.HasSuffix(prefix, "/") {
+			return nil, fmt.Errorf("prefix %q must end in \"/\" (it names a directory)", prefix)
+		}
+		if err := ValidateKey(strings.TrimSuffix(prefix, "/")); err != nil {
+			return nil, fmt.Errorf("prefix: %w", err)
+		}
+	}
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("directory %q: %w", dir, err)
+	}
 	if err := os.MkdirAll(root, 0o777); err != nil {
 		return nil, err
 	}
@@ -76,40 +94,6 @@ func openFile(u *url.URL) (backend, error) {
 	}
 	f.removeStaleTemps()
 	return f, nil
-}
-
-// fileLocation is where a file:// URL roots its bucket: an absolute directory
-// and a key prefix ("" or ending in "/").
-type fileLocation struct{ root, prefix string }
-
-// fileRoot reads a file:// URL without touching the disk (openFile and
-// CheckURL): its directory, made absolute, and its ?prefix=, the only query
-// parameter it takes.
-func fileRoot(u *url.URL) (fileLocation, error) {
-	dir, err := fileDir(u)
-	if err != nil {
-		return fileLocation{}, err
-	}
-	q := u.Query()
-	for k := range q {
-		if k != "prefix" {
-			return fileLocation{}, fmt.Errorf("unknown query parameter %q (file:// accepts only prefix)", k)
-		}
-	}
-	prefix := q.Get("prefix")
-	if prefix != "" {
-		if !strings.HasSuffix(prefix, "/") {
-			return fileLocation{}, fmt.Errorf("prefix %q must end in \"/\" (it names a directory)", prefix)
-		}
-		if err := ValidateKey(strings.TrimSuffix(prefix, "/")); err != nil {
-			return fileLocation{}, fmt.Errorf("prefix: %w", err)
-		}
-	}
-	root, err := filepath.Abs(dir)
-	if err != nil {
-		return fileLocation{}, fmt.Errorf("directory %q: %w", dir, err)
-	}
-	return fileLocation{root: root, prefix: prefix}, nil
 }
 
 // fileDir extracts the directory from a file:// URL. A host other than "", "localhost"

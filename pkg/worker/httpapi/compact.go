@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // scheduler claims and runs them.
 type TaskQueue interface {
 	Enqueue(ctx context.Context, kind tasks.Kind, target registry.Target, dependsOn ...string) (tasks.Task, bool, error)
-	EnqueueExport(ctx context.Context, target registry.Target, spec tasks.ExportSpec, id string) (tasks.Task, bool, error)
+	EnqueueExport(ctx context.Context, target registry.Target, spec json.RawMessage, id string) (tasks.Task, bool, error)
 	Get(ctx context.Context, id string) (tasks.Task, error)
 }
 

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/pkg/data/exportfmt"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/registry"
@@ -19,9 +21,8 @@ import (
 )
 
 // maxExportBody bounds the body of POST .../export: a URL, a version, column
-// names and a filter (tasks.MaxExportColumns and MaxExportFilterBytes bound the
-// last two).
-const maxExportBody = 256 << 10
+// names and a filter (as the task record holds it: tasks.MaxExportSpecBytes).
+const maxExportBody = tasks.MaxExportSpecBytes
 
 // exportRequest is the body of POST /rollouts/{name}/export and
 // /generic/{name}/export.
@@ -49,7 +50,7 @@ type exportTask struct {
 	StartedAt       time.Time           `json:"started_at,omitzero"`
 	FinishedAt      time.Time           `json:"finished_at,omitzero"`
 	Attempts        int                 `json:"attempts"`
-	Export          tasks.ExportSpec    `json:"export"`
+	Export          exportfmt.Spec      `json:"export"`
 	Progress        *tasks.Progress     `json:"progress,omitempty"`
 	CancelRequested bool                `json:"cancel_requested,omitempty"`
 	Exported        *tasks.ExportResult `json:"exported,omitempty"`
@@ -59,10 +60,8 @@ func exportTaskOf(t tasks.Task) exportTask {
 	ans := exportTask{ID: t.ID, Kind: t.Kind, Target: t.Target, State: t.State, Error: t.Error, Detail: t.Detail,
 		EnqueuedAt: t.EnqueuedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, Attempts: t.Attempts,
 		Progress: t.Progress, CancelRequested: t.CancelRequested, Exported: t.Exported}
-	if t.Export != nil {
-		ans.Export = *t.Export
-		ans.Export.Destination = withoutUserInfo(ans.Export.Destination)
-	}
+	_ = json.Unmarshal(t.Export, &ans.Export) // the record's spec, written by the enqueue that validated it
+	ans.Export.Destination = withoutUserInfo(ans.Export.Destination)
 	return ans
 }
 
@@ -102,9 +101,9 @@ func (s *Server) exportStore(k kindAPI) apiHandler {
 		if err := decodeBody(w, r, maxExportBody, &req); err != nil {
 			return err
 		}
-		spec := tasks.ExportSpec{Destination: req.Destination, Version: req.Version, Columns: req.Columns, Filter: req.Filter}
+		spec := exportfmt.Spec{Destination: req.Destination, Version: req.Version, Columns: req.Columns, Filter: req.Filter}
 		if err := spec.Validate(); err != nil {
-			return badRequest("%s", invalidMessage(err))
+			return badRequest("%s", strings.TrimPrefix(err.Error(), exportfmt.ErrInvalidSpec.Error()+": "))
 		}
 		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
 		if err != nil {
@@ -116,7 +115,11 @@ func (s *Server) exportStore(k kindAPI) apiHandler {
 		}
 		ctx, cancel := detached(r)
 		defer cancel()
-		task, existing, err := s.cfg.Tasks.EnqueueExport(ctx, st.Target(), spec, req.ID)
+		raw, err := json.Marshal(spec)
+		if err != nil {
+			return internalError(err, "the export's spec could not be encoded")
+		}
+		task, existing, err := s.cfg.Tasks.EnqueueExport(ctx, st.Target(), raw, req.ID)
 		switch c := errclass.Of(err); {
 		case err == nil:
 		case c == errclass.Invalid:
@@ -141,7 +144,7 @@ func (s *Server) exportStore(k kindAPI) apiHandler {
 // mistake is a 400 now rather than a failed task later: every column is one of
 // the store's (not the hidden _seq, which every export writes), the filter
 // compiles against its schema, and a version is one the store can be read at.
-func checkExport(r *http.Request, k kindAPI, st *store.Store, spec tasks.ExportSpec) error {
+func checkExport(r *http.Request, k kindAPI, st *store.Store, spec exportfmt.Spec) error {
 	cols := st.ColumnsExcept(nil)
 	for i, c := range spec.Columns {
 		if c == rowkey.SeqColumn || !slices.Contains(cols, c) {

@@ -12,10 +12,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tidemark-io/tidemark/pkg/data/exportfmt"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/export"
 	"github.com/tidemark-io/tidemark/pkg/registry"
-	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
 	"github.com/tidemark-io/tidemark/pkg/store"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
@@ -61,7 +61,7 @@ func (w *WorkerService) Export(req *tidemarkv1.ExportRequest, stream tidemarkv1.
 	if err != nil {
 		return err
 	}
-	spec := tasks.ExportSpec{Destination: req.GetSpec().GetDestination(), Version: req.GetSpec().GetVersion(),
+	spec := export.Spec{Destination: req.GetSpec().GetDestination(), Version: req.GetSpec().GetVersion(),
 		Columns: req.GetSpec().GetColumns(), Filter: req.GetSpec().GetFilter()}
 	if err := spec.Validate(); err != nil {
 		return grpcError(err)
@@ -93,7 +93,7 @@ func (w *WorkerService) Export(req *tidemarkv1.ExportRequest, stream tidemarkv1.
 
 // export opens the store and the destination and writes the export, calling
 // send with its progress at most every exportProgressEvery.
-func (w *WorkerService) export(ctx context.Context, target registry.Target, taskID string, spec tasks.ExportSpec,
+func (w *WorkerService) export(ctx context.Context, target registry.Target, taskID string, spec export.Spec,
 	send func(export.Progress) error) (export.Manifest, error) {
 	st, release, err := w.cfg.Stores.Open(ctx, target.Kind, target.Name)
 	if err != nil {
@@ -106,9 +106,9 @@ func (w *WorkerService) export(ctx context.Context, target registry.Target, task
 			return export.Manifest{}, err
 		}
 	}
-	dst, err := objstore.Open(ctx, spec.Destination)
+	dst, err := export.OpenDestination(ctx, spec)
 	if err != nil {
-		return export.Manifest{}, fmt.Errorf("destination: %w", err)
+		return export.Manifest{}, err
 	}
 	defer dst.Close()
 	sc, err := export.Open(ctx, st, spec)
@@ -129,7 +129,8 @@ func (w *WorkerService) export(ctx context.Context, target registry.Target, task
 			cancel(fmt.Errorf("the master stopped listening: %w", err)) // it went away: stop writing
 		}
 	}
-	m, err := export.Write(ctx, sc, target, dst, export.Options{TaskID: taskID, FeedCursor: cursor, Progress: progress})
+	m, err := export.Write(ctx, sc, target, dst, export.Options{TaskID: taskID, Spec: spec, FeedCursor: cursor,
+		Progress: progress, Logger: w.log.With("target", target, "task", taskID)})
 	if err != nil && context.Cause(ctx) != nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
 	}
@@ -189,7 +190,7 @@ func manifestURL(destination string) string {
 	prefix := q.Get("prefix")
 	q.Del("prefix")
 	u.RawQuery = q.Encode()
-	u.Path = "/" + path.Join(u.Path, prefix, export.ManifestKey)
+	u.Path = "/" + path.Join(u.Path, prefix, exportfmt.ManifestName)
 	return u.String()
 }
 
