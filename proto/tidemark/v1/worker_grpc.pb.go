@@ -136,10 +136,11 @@ type WorkerServiceClient interface {
 	// the task's manifest written answers it.
 	//
 	// Errors: as Maintain; INVALID_ARGUMENT also for a bad spec (destination URL,
-	// unknown column, filter that does not compile), NOT_FOUND for a version the
-	// store does not hold, ALREADY_EXISTS for a destination that holds another
-	// export or files Tidemark did not write. A worker that predates Export answers
-	// UNIMPLEMENTED.
+	// unknown column, filter that does not compile, a version the store does not
+	// hold), a malformed task_id, and a destination that holds another export or
+	// files Tidemark did not write; UNAVAILABLE also when the store's change-feed
+	// horizon could not be read (an export of the store now). A worker that
+	// predates Export answers UNIMPLEMENTED.
 	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportProgress], error)
 	// Flush seals the memtable of one store, or of every resident store, into
 	// generations, making rows that are durable in WAL entries visible to every
@@ -375,10 +376,11 @@ type WorkerServiceServer interface {
 	// the task's manifest written answers it.
 	//
 	// Errors: as Maintain; INVALID_ARGUMENT also for a bad spec (destination URL,
-	// unknown column, filter that does not compile), NOT_FOUND for a version the
-	// store does not hold, ALREADY_EXISTS for a destination that holds another
-	// export or files Tidemark did not write. A worker that predates Export answers
-	// UNIMPLEMENTED.
+	// unknown column, filter that does not compile, a version the store does not
+	// hold), a malformed task_id, and a destination that holds another export or
+	// files Tidemark did not write; UNAVAILABLE also when the store's change-feed
+	// horizon could not be read (an export of the store now). A worker that
+	// predates Export answers UNIMPLEMENTED.
 	Export(*ExportRequest, grpc.ServerStreamingServer[ExportProgress]) error
 	// Flush seals the memtable of one store, or of every resident store, into
 	// generations, making rows that are durable in WAL entries visible to every
