@@ -168,7 +168,7 @@ func NewSpec(columns []Column) (*Spec, error) {
 	seen := make(map[string]bool, len(columns))
 	for _, i := range append([]int{id}, otherIndexes(len(columns), id)...) {
 		c := columns[i]
-		if err := checkName(c.Name); err != nil {
+		if err := CheckColumnName(c.Name); err != nil {
 			return nil, &Error{Row: -1, Column: c.Name, Reason: err.Error()}
 		}
 		if seen[c.Name] {
@@ -208,8 +208,9 @@ func otherIndexes(n, skip int) []int {
 	return out
 }
 
-// checkName rejects names a client or an operator could not tell apart or type.
-func checkName(name string) error {
+// CheckColumnName rejects names a client or an operator could not tell apart or
+// type, and the reserved ones (starting with "_").
+func CheckColumnName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("column name is empty")
@@ -244,7 +245,7 @@ func parseColumn(i int, elem []byte, request bool) (Column, error) {
 	if err != nil {
 		return Column{}, bad("column name " + quoteExcerpt(parts[0]) + ": " + locate(err, -1, "").Reason)
 	}
-	if err := checkName(name); err != nil {
+	if err := CheckColumnName(name); err != nil {
 		if name == "" {
 			return Column{}, bad(err.Error())
 		}

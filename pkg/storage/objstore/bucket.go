@@ -67,7 +67,7 @@ type Object struct {
 }
 
 // backend is what a storage driver implements. It is deliberately tiny so the fault
-// wrapper and the file:// driver each implement the same seven calls.
+// wrapper and the file:// driver each implement the same few calls.
 type backend interface {
 	// get reads the whole object; with limit >= 0 it fails with ErrTooLarge, without
 	// reading the body, when the object is larger than limit bytes.
@@ -82,6 +82,8 @@ type backend interface {
 	stat(ctx context.Context, key string) (Object, error)
 	put(ctx context.Context, key string, data []byte) error
 	putIfAbsent(ctx context.Context, key string, data []byte) error
+	// newWriter opens a stream of key's new bytes (Bucket.NewWriter).
+	newWriter(ctx context.Context, key string) (objectWriter, error)
 	delete(ctx context.Context, key string) error
 	// list calls fn for every object under prefix in key order; with a non-empty
 	// delimiter, keys sharing the next path element collapse to one IsDir entry.

@@ -217,6 +217,12 @@ func (f *fileBackend) put(ctx context.Context, key string, data []byte) error {
 		return err
 	}
 	defer os.Remove(tmp)
+	return f.publish(ctx, tmp, key)
+}
+
+// publish renames the synced staged file tmp over key's name: readers see the
+// old or the new bytes, and a crash loses neither.
+func (f *fileBackend) publish(ctx context.Context, tmp, key string) error {
 	final := f.path(key)
 	if err := f.mkdirs(filepath.Dir(final)); err != nil {
 		return err
@@ -260,27 +266,11 @@ func (f *fileBackend) stage(ctx context.Context, data []byte) (name string, err 
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	var file *os.File
-	for attempt := 0; ; attempt++ {
-		var rnd [12]byte
-		_, _ = rand.Read(rnd[:])
-		name = filepath.Join(f.tmpDir, fmt.Sprintf("%d-%s", os.Getpid(), hex.EncodeToString(rnd[:])))
-		file, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, fs.ErrNotExist) && attempt == 0 {
-			// First write into this bucket, or someone removed the staging directory.
-			if err := os.MkdirAll(f.tmpDir, 0o777); err != nil {
-				return "", err
-			}
-			continue
-		}
-		if errors.Is(err, fs.ErrExist) && attempt < 3 {
-			continue
-		}
+	file, err := f.createTemp()
+	if err != nil {
 		return "", err
 	}
+	name = file.Name()
 	defer func() {
 		if err != nil {
 			_ = os.Remove(name)
@@ -298,6 +288,30 @@ func (f *fileBackend) stage(ctx context.Context, data []byte) (name string, err 
 		return "", err
 	}
 	return name, nil
+}
+
+// createTemp creates a new, uniquely named file in the staging directory.
+func (f *fileBackend) createTemp() (*os.File, error) {
+	for attempt := 0; ; attempt++ {
+		var rnd [12]byte
+		_, _ = rand.Read(rnd[:])
+		name := filepath.Join(f.tmpDir, fmt.Sprintf("%d-%s", os.Getpid(), hex.EncodeToString(rnd[:])))
+		file, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		if err == nil {
+			return file, nil
+		}
+		if errors.Is(err, fs.ErrNotExist) && attempt == 0 {
+			// First write into this bucket, or someone removed the staging directory.
+			if err := os.MkdirAll(f.tmpDir, 0o777); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if errors.Is(err, fs.ErrExist) && attempt < 3 {
+			continue
+		}
+		return nil, err
+	}
 }
 
 // mkdirs creates dir and any missing parents below root, syncing each parent after

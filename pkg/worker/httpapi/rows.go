@@ -13,7 +13,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
-	"github.com/tidemark-io/tidemark/pkg/data/rowfilter"
 	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/wal"
@@ -310,16 +309,11 @@ func (fp rowFilter) compile(st *store.Store) (func(arrow.RecordBatch) ([]bool, e
 	case fp.predicate == nil:
 		return nil, nil, nil
 	}
-	e := st.Entry()
-	spec, err := schema.ParseSpec(e.Schema)
-	if err != nil {
-		return nil, nil, internalError(err, "generic store %q has an unreadable registered schema", e.Name)
-	}
-	f, err := rowfilter.Compile(*fp.predicate, spec.Schema())
+	mask, cols, err := st.CompileFilter(*fp.predicate)
 	if err != nil {
 		return nil, nil, badRequest("%v", err)
 	}
-	return f.Mask, f.Columns(), nil
+	return mask, cols, nil
 }
 
 // listChunkBytes is how much of a streamed list is encoded before it is written
