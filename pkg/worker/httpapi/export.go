@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
 	"github.com/tidemark-io/tidemark/pkg/data/exportfmt"
-	"github.com/tidemark-io/tidemark/pkg/data/schema"
 	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/rowkey"
@@ -110,7 +108,7 @@ func (s *Server) exportStore(k kindAPI) apiHandler {
 			return err
 		}
 		defer release()
-		if err := checkExport(r, k, st, spec); err != nil {
+		if err := checkExport(r, st, spec); err != nil {
 			return err
 		}
 		ctx, cancel := detached(r)
@@ -144,7 +142,7 @@ func (s *Server) exportStore(k kindAPI) apiHandler {
 // mistake is a 400 now rather than a failed task later: every column is one of
 // the store's (not the hidden _seq, which every export writes), the filter
 // compiles against its schema, and a version is one the store can be read at.
-func checkExport(r *http.Request, k kindAPI, st *store.Store, spec exportfmt.Spec) error {
+func checkExport(r *http.Request, st *store.Store, spec exportfmt.Spec) error {
 	cols := st.ColumnsExcept(nil)
 	for i, c := range spec.Columns {
 		if c == rowkey.SeqColumn || !slices.Contains(cols, c) {
@@ -152,20 +150,8 @@ func checkExport(r *http.Request, k kindAPI, st *store.Store, spec exportfmt.Spe
 		}
 	}
 	if spec.Filter != "" {
-		fp := rowFilter{predicate: &spec.Filter}
-		if k.kind == registry.KindRollout {
-			f, err := schema.ParseRolloutFilters(spec.Filter)
-			if err != nil {
-				return badRequest("filter: %v", err)
-			}
-			fp = rowFilter{rollout: &f}
-		}
-		if _, _, err := fp.compile(st); err != nil {
-			var ae *apiError
-			if errors.As(err, &ae) && ae.status == http.StatusBadRequest {
-				return badRequest("filter: %s", ae.message)
-			}
-			return err
+		if _, _, err := st.CompileFilter(spec.Filter); err != nil {
+			return badRequest("%v", err) // worded for the client: "filter: ..." or "filters: ..."
 		}
 	}
 	if spec.Version > 0 {

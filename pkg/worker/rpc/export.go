@@ -190,7 +190,7 @@ func manifestURL(destination string) string {
 	prefix := q.Get("prefix")
 	q.Del("prefix")
 	u.RawQuery = q.Encode()
-	u.Path = "/" + path.Join(u.Path, prefix, exportfmt.ManifestName)
+	u.Path = path.Join("/", u.Path, prefix, exportfmt.ManifestName)
 	return u.String()
 }
 
