@@ -61,6 +61,7 @@ budget() {
     FuzzCheck) echo 60000x ;;                            # ~3,900 execs/s; cheap inputs
     FuzzParseSpec | FuzzDecodeRows | FuzzStoreNames) echo 6000x ;; # slow start-up (seeds)
     FuzzFilter) echo 10000x ;;                           # ~1,100 execs/s (3 compiles each)
+    FuzzArrowAdd) echo 8000x ;;                          # most inputs end at ipcguard; a small count
     *) echo 8000x ;;                                     # ~1,000-1,600 execs/s
   esac
 }

@@ -24,13 +24,14 @@ if (!type || !type.startsWith("application/vnd.apache.arrow.stream")) {
 }
 const reader = await RecordBatchReader.from(res);
 await reader.open();
+// The schema before the batches: a reader that reached its end is reset.
+const schema = reader.schema;
 const rows = [];
 let batches = 0;
 for await (const batch of reader) {
   batches++;
   for (const row of batch) rows.push(row.toJSON());
 }
-const schema = reader.schema;
 const headers = {};
 for (const [k, v] of res.headers) if (k.startsWith("x-tidemark-")) headers[k] = v;
 const out = {

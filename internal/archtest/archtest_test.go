@@ -24,7 +24,7 @@ var planes = []plane{
 	{name: "coordination", pkgs: []string{"pkg/coord/...", "pkg/tasks"}, below: []string{"storage", "runtime"},
 		why: "etcd coordination (the task queue, membership, the feed's horizons and cursors) names the engine's stores and shards, nothing of the servers that use it"},
 	{name: "client", pkgs: []string{"pkg/client/..."}, below: []string{"runtime"},
-		why: "the Go client of the worker's HTTP data API speaks its JSON: any program imports it, so it links no server, no engine and no etcd"},
+		why: "the Go client of the worker's HTTP data API speaks its JSON and Arrow IPC: any program imports it, so it links no server, no engine and no etcd"},
 	{name: "worker", pkgs: []string{"pkg/worker/...", "pkg/merge", "pkg/store", "pkg/export"}, below: []string{"coordination", "storage", "data", "runtime"},
 		why: "the worker process: the master is a separate process it speaks to only over gRPC and HTTP"},
 	{name: "master", pkgs: []string{"pkg/master/...", "pkg/scanner"}, below: []string{"client", "coordination", "storage", "data", "runtime"},

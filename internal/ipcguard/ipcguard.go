@@ -24,6 +24,11 @@ import (
 // ErrMalformed means IPC bytes whose metadata arrow-go must not be given.
 var ErrMalformed = errors.New("malformed Arrow IPC metadata")
 
+// ErrViewType is the ErrMalformed of a column of a view type (string_view,
+// binary_view, list_view): well-formed, maybe, but never read (see fieldTable).
+// A client sending one is told to send the plain type instead.
+var ErrViewType = errors.New("a column of view type")
+
 const (
 	continuation = 0xFFFFFFFF
 	// maxDepth bounds nested types (list<struct<list<...>>>); arrow-go recurses once
@@ -364,7 +369,7 @@ func (w *walker) fieldTable(f, depth int) error {
 		// vector's length: past its end it reads whatever follows as a count and
 		// sizes a slice by it (a fuzzed entry asked for 0x1800000002 buffers).
 		// Tidemark writes no view types, so none may be read.
-		return w.bad("a column of view type %d, which Tidemark never writes", t)
+		return fmt.Errorf("%w: %w %d, which Tidemark never writes", ErrMalformed, ErrViewType, t)
 	}
 	if typ, ok, err := w.table(f, 3); err != nil {
 		return err

@@ -203,7 +203,7 @@ func TestViewColumnsAreRefused(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckStream(buf.Bytes()); !errors.Is(err, ErrMalformed) {
-		t.Fatalf("CheckStream of a view column: %v, want ErrMalformed", err)
+	if err := CheckStream(buf.Bytes()); !errors.Is(err, ErrMalformed) || !errors.Is(err, ErrViewType) {
+		t.Fatalf("CheckStream of a view column: %v, want ErrMalformed and ErrViewType", err)
 	}
 }

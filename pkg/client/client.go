@@ -35,6 +35,8 @@ type Client struct {
 	tls       *tls.Config
 	timeout   time.Duration
 	maxAnswer int64
+	// arrowCompression is the IPC buffer compression Arrow reads ask for.
+	arrowCompression string
 }
 
 // Option configures a Client.
@@ -59,6 +61,11 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 // WithMaxAnswer bounds the bytes of one answer a call holds (DefaultMaxAnswer
 // when n <= 0).
 func WithMaxAnswer(n int64) Option { return func(c *Client) { c.maxAnswer = n } }
+
+// WithArrowCompression asks for Arrow answers whose IPC buffers are compressed
+// with codec, "zstd" or "lz4" (default: none); the worker refuses another with
+// ErrInvalidRequest.
+func WithArrowCompression(codec string) Option { return func(c *Client) { c.arrowCompression = codec } }
 
 // New returns a client of the worker at baseURL: "http://host:port", or
 // "host:port" (http, or https with WithTLS).
@@ -106,6 +113,9 @@ type request struct {
 	header http.Header
 	// wait is a long poll's wait, allowed on top of the timeout.
 	wait time.Duration
+	// raw is a body sent as it is, labelled contentType (when body is nil).
+	raw         io.Reader
+	contentType string
 }
 
 // send makes the call and decodes a 2xx answer into v (if not nil); it returns
@@ -158,6 +168,8 @@ func (c *Client) open(ctx context.Context, r request) (*http.Response, context.C
 			return nil, nil, fmt.Errorf("%s %s: body: %w", r.method, r.path, err)
 		}
 		rd = bytes.NewReader(raw)
+	} else if r.raw != nil {
+		rd = r.raw
 	}
 	target := strings.TrimRight(c.base.String(), "/") + r.path // r.path is escaped
 	if len(r.query) > 0 {
@@ -171,7 +183,10 @@ func (c *Client) open(ctx context.Context, r request) (*http.Response, context.C
 	for k, vs := range r.header {
 		req.Header[k] = vs
 	}
-	if rd != nil {
+	switch {
+	case r.raw != nil && r.body == nil:
+		req.Header.Set("Content-Type", r.contentType)
+	case rd != nil:
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {

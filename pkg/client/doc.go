@@ -1,11 +1,14 @@
 // Package client is a Go client of a worker's HTTP data API (/api/v1, docs/API.md):
 // the one place outside package worker that knows the routes. It covers health;
 // creating, describing, listing and deleting rollout and generic stores; adding
-// rows (JSON), listing them (cursor, limit, offset, filters, version, source),
-// reading one by id, a batch get, a rollout record's blob; flush and merge-wal;
-// compaction and exports (enqueued for the master, an export's task polled);
-// the change feed (a page after a cursor, long polls) and named consumers'
-// cursors (commit, get). Package tail, below it, follows a feed with it.
+// rows (JSON, or an Arrow IPC stream's bytes: AddArrow), listing them (cursor,
+// limit, offset, filters, version, source, order), reading one by id, a batch
+// get, a rollout record's blob; flush and merge-wal; compaction and exports
+// (enqueued for the master, an export's task polled); the change feed (a page
+// after a cursor, long polls) and named consumers' cursors (commit, get).
+// Lists, gets, batch gets and feed pages are also read as Arrow IPC streams
+// (arrow_read.go: ListArrow, ...), batch by batch as the worker sends them.
+// Package tail, below it, follows a feed with it.
 //
 // Invariants:
 //
@@ -25,7 +28,10 @@
 //     the connection was cut) returns the transport's error, never an *Error.
 //   - Every request carries the credential given (WithToken's bearer token,
 //     WithTLS's client certificate); a Client is safe for concurrent use.
+//   - An Arrow stream that ends without its end-of-stream marker is ErrTruncated,
+//     never a shorter answer that looks whole.
 //
-// It imports neither package worker nor the master: it speaks the API's JSON, so
-// any program can import it. Its codes are the worker's (a test keeps them equal).
+// It imports neither package worker nor the master: it speaks the API's JSON and
+// Arrow IPC (arrow-go, a library), so any program can import it. Its codes are
+// the worker's (a test keeps them equal).
 package client

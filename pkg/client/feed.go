@@ -49,6 +49,16 @@ func (c *Client) Changes(ctx context.Context, k Kind, name string, opts ChangesO
 	if !k.valid() {
 		return p, errKind
 	}
+	q, err := opts.query()
+	if err != nil {
+		return p, err
+	}
+	_, err = c.send(ctx, request{method: http.MethodGet, path: changesPath(k, name), query: q, wait: opts.Wait}, &p)
+	return p, err
+}
+
+// query is a feed page's query.
+func (opts ChangesOptions) query() (url.Values, error) {
 	q := url.Values{}
 	switch {
 	case opts.Cursor != "":
@@ -68,15 +78,14 @@ func (c *Client) Changes(ctx context.Context, k Kind, name string, opts ChangesO
 	if len(opts.Filters) > 0 {
 		text, err := json.Marshal(opts.Filters)
 		if err != nil {
-			return p, err
+			return nil, err
 		}
 		q.Set("filters", string(text))
 	}
 	if opts.Filter != "" {
 		q.Set("filter", opts.Filter)
 	}
-	_, err := c.send(ctx, request{method: http.MethodGet, path: changesPath(k, name), query: q, wait: opts.Wait}, &p)
-	return p, err
+	return q, nil
 }
 
 // Consumer is a named consumer's committed cursor in a store.

@@ -102,6 +102,9 @@ type ListOptions struct {
 	Filters map[string]any
 	// Filter (generic stores) is a SQL predicate over the columns.
 	Filter string
+	// Order is "storage" to read every row in storage order, the fast snapshot
+	// read (without Limit, Offset, Cursor or StartAfter), or "" / "id": id order.
+	Order string
 }
 
 // Page is a list's answer.
@@ -117,28 +120,9 @@ func (c *Client) ListRows(ctx context.Context, k Kind, name string, opts ListOpt
 	if !k.valid() {
 		return Page{}, errKind
 	}
-	q := opts.ReadOptions.query(url.Values{})
-	if opts.Limit > 0 {
-		q.Set("limit", strconv.Itoa(opts.Limit))
-	}
-	if opts.Offset > 0 {
-		q.Set("offset", strconv.Itoa(opts.Offset))
-	}
-	if opts.Cursor != "" {
-		q.Set("cursor", opts.Cursor)
-	}
-	if opts.StartAfter != "" {
-		q.Set("start_after", opts.StartAfter)
-	}
-	if len(opts.Filters) > 0 {
-		text, err := json.Marshal(opts.Filters)
-		if err != nil {
-			return Page{}, err
-		}
-		q.Set("filters", string(text))
-	}
-	if opts.Filter != "" {
-		q.Set("filter", opts.Filter)
+	q, err := opts.query()
+	if err != nil {
+		return Page{}, err
 	}
 	var ans map[string]json.RawMessage
 	if _, err := c.send(ctx, request{method: http.MethodGet, path: rowsPath(k, name), query: q}, &ans); err != nil {
@@ -156,6 +140,37 @@ func (c *Client) ListRows(ctx context.Context, k Kind, name string, opts ListOpt
 		}
 	}
 	return p, nil
+}
+
+// query is a list's query.
+func (opts ListOptions) query() (url.Values, error) {
+	q := opts.ReadOptions.query(url.Values{})
+	if opts.Limit > 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.Offset > 0 {
+		q.Set("offset", strconv.Itoa(opts.Offset))
+	}
+	if opts.Cursor != "" {
+		q.Set("cursor", opts.Cursor)
+	}
+	if opts.StartAfter != "" {
+		q.Set("start_after", opts.StartAfter)
+	}
+	if len(opts.Filters) > 0 {
+		text, err := json.Marshal(opts.Filters)
+		if err != nil {
+			return nil, err
+		}
+		q.Set("filters", string(text))
+	}
+	if opts.Filter != "" {
+		q.Set("filter", opts.Filter)
+	}
+	if opts.Order != "" {
+		q.Set("order", opts.Order)
+	}
+	return q, nil
 }
 
 // GetRow reads the row id of the store k/name. A rollout store answers an absent
@@ -187,16 +202,21 @@ func (c *Client) GetRow(ctx context.Context, k Kind, name, id string, opts ReadO
 // order first asked, missing ids left out (at most 1,024 ids). opts.Columns
 // names the columns to answer (["id"] checks existence).
 func (c *Client) GetRows(ctx context.Context, name string, ids []string, opts ReadOptions) ([]json.RawMessage, error) {
+	var ans struct {
+		Rows []json.RawMessage `json:"rows"`
+	}
+	_, err := c.send(ctx, getRowsRequest(name, ids, opts), &ans)
+	return ans.Rows, err
+}
+
+// getRowsRequest is a batch get's request: the columns go in the body.
+func getRowsRequest(name string, ids []string, opts ReadOptions) request {
 	body := map[string]any{"ids": ids}
 	if opts.Columns != nil {
 		body["columns"] = opts.Columns
 	}
 	opts.Columns = nil
-	var ans struct {
-		Rows []json.RawMessage `json:"rows"`
-	}
-	_, err := c.send(ctx, request{method: http.MethodPost, path: getRowsPath(name), query: opts.query(url.Values{}), body: body}, &ans)
-	return ans.Rows, err
+	return request{method: http.MethodPost, path: getRowsPath(name), query: opts.query(url.Values{}), body: body}
 }
 
 // OpenBlob opens the binary_payload of the record id of the rollout store name,

@@ -457,3 +457,39 @@ func sameType(a, b arrow.DataType) bool {
 	}
 	return arrow.TypeEqual(a, b)
 }
+
+// TestAnExportWritesToEveryStore: a destination is any bucket the workers can
+// write, so the streamed files, the put-if-absent commit and the clean-up run
+// on every driver production uses.
+func TestAnExportWritesToEveryStore(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	history(t, st)
+	want := listed(t, st.List)
+	objstoretest.ForEachDriver(t, func(t *testing.T, open func(t testing.TB) *objstore.Bucket) {
+		dst := open(t)
+		cctx, cancel := context.WithCancel(ctx)
+		_, err := run(cctx, t, st, dst, export.Spec{Destination: "file:///unused"}, export.Options{TaskID: "task-1", MaxFileBytes: 2 << 10,
+			Progress: func(p export.Progress) {
+				if p.Files >= 2 {
+					cancel()
+				}
+			}})
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled attempt: %v", err)
+		}
+		m, err := run(ctx, t, st, dst, export.Spec{Destination: "file:///unused"}, export.Options{TaskID: "task-1", MaxFileBytes: 2 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := readExport(t, dst, m)
+		if !maps.Equal(got.values, want) {
+			t.Fatalf("export %v, want %v", got.values, want)
+		}
+		checkCounts(t, m, got)
+		if keys := keysOf(t, dst); len(keys) != len(m.Files)+1 {
+			t.Fatalf("destination holds %v, want the %d files and the manifest", keys, len(m.Files))
+		}
+	})
+}

@@ -94,6 +94,9 @@ type Change struct {
 type ChangesPage struct {
 	Changes []Change
 	Next    rowkey.Position
+	// Version is the base-table version of the snapshot the page read (0 when
+	// it read none: nothing lay between the cursor and the horizon).
+	Version uint64
 }
 
 // Release releases the page's rows.
@@ -152,7 +155,7 @@ func (s *Store) changesIn(ctx context.Context, snap *Snapshot, opts ChangesOptio
 	if opts.Columns != nil {
 		cols = keyedColumns(snap.Base.ArrowSchema(), append(slices.Clip(opts.Columns), opts.FilterColumns...))
 	}
-	var page ChangesPage
+	page := ChangesPage{Version: snap.Base.Version}
 	from, k := c, opts.Limit
 	for {
 		cands, more, err := s.changeCandidates(ctx, view.Base, gens, p, from, h, k)

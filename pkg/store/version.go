@@ -80,6 +80,9 @@ func (e *VersionError) Unwrap() error { return ErrVersionNotFound }
 type View struct {
 	s    *Store
 	snap *Snapshot
+	// current marks the view of the store now (Store.Current): its version is
+	// no version asked for, so a file gone under it is no pruned version.
+	current bool
 }
 
 // Version is the base-table version the view reads.
@@ -112,7 +115,7 @@ func (v *View) Stream(ctx context.Context, opts ListOptions, fn func(rec arrow.R
 // retention pruned the version meanwhile (garbage collection then deletes what
 // only it referenced), that is what the reader hears, not a race to retry.
 func (v *View) failure(ctx context.Context, err error) error {
-	if err == nil || !errors.Is(err, objstore.ErrNotFound) {
+	if err == nil || v.current || !errors.Is(err, objstore.ErrNotFound) {
 		return err
 	}
 	if ok, herr := v.s.table.HasVersion(ctx, v.Version()); herr == nil && !ok {

@@ -1,7 +1,7 @@
 // Package schema defines what a row of each store kind is and how it travels as
 // JSON: the fixed Rollout schema, the generic schema Spec a client declares, the
-// codecs between JSON rows and Arrow record batches that the HTTP API uses, and
-// the rollout list filters.
+// codecs between JSON rows and Arrow record batches that the HTTP API uses, the
+// check of rows a client sends as Arrow, and the rollout list filters.
 //
 // Invariants:
 //
@@ -31,6 +31,11 @@
 //     shortest form that parses back to the same float32 or float64, lists and
 //     vectors as arrays, the rollout metadata column as its JSON text in a string
 //     (NewRowEncoder, for the HTTP API, writes it as the JSON value it holds).
+//   - Arrow input is JSON's rows by another road. DecodeArrow (and
+//     DecodeRolloutsArrow, with the rollout defaults) reads a client's record
+//     batches into the same batch Decode would build: columns matched by name,
+//     only types that hold the same values exactly, and the same checks of ids,
+//     nulls, strings and timestamps, by the same functions (arrow.go).
 //   - One engine. Both store kinds use the same Codec, driven by the Arrow schema;
 //     each Arrow type's JSON form is defined once (value.go), for decoding and
 //     encoding side by side. The rollout kind adds only its defaults.

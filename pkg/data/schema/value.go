@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -145,11 +146,10 @@ func (c stringCodec) decode(b array.Builder, raw []byte) error {
 	default:
 		return wrongType("a string", raw)
 	}
-	if c.nonEmpty && s == "" {
-		return invalidValue("must not be empty")
-	}
-	if c.nonEmpty && len(s) > MaxIDBytes {
-		return invalidValue("is %d bytes, at most %d", len(s), MaxIDBytes)
+	if c.nonEmpty {
+		if err := checkID(s); err != nil {
+			return err
+		}
 	}
 	if c.large {
 		b.(*array.LargeStringBuilder).Append(s)
@@ -173,6 +173,23 @@ func (c stringCodec) encode(dst []byte, a arrow.Array, i int) []byte {
 		return append(dst, s...)
 	}
 	return appendString(dst, s)
+}
+
+// checkID is the check of an id beyond its type, whichever way it came (a JSON
+// string, an Arrow utf8 value): not empty, at most MaxIDBytes, UTF-8. Text
+// from JSON is UTF-8 by the time it gets here (unquote); an Arrow value need
+// not be.
+func checkID(s string) error {
+	if s == "" {
+		return invalidValue("must not be empty")
+	}
+	if len(s) > MaxIDBytes {
+		return invalidValue("is %d bytes, at most %d", len(s), MaxIDBytes)
+	}
+	if !utf8.ValidString(s) {
+		return badUTF8([]byte(s), 0)
+	}
+	return nil
 }
 
 // intCodec: a JSON number written as an integer (no fraction, no exponent) that
@@ -393,6 +410,15 @@ var (
 	maxTimestamp = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC).UnixMicro()
 )
 
+// checkMicros refuses a timestamp outside years 0001-9999, whichever way it
+// came (JSON, Arrow).
+func checkMicros(us int64) error {
+	if us < minTimestamp || us > maxTimestamp {
+		return invalidValue("timestamp %d µs is outside years 0001-9999", us)
+	}
+	return nil
+}
+
 type timestampCodec struct{}
 
 func (timestampCodec) decode(b array.Builder, raw []byte) error {
@@ -420,8 +446,8 @@ func (timestampCodec) decode(b array.Builder, raw []byte) error {
 	default:
 		return wrongType("an RFC 3339 string or integer microseconds", raw)
 	}
-	if us < minTimestamp || us > maxTimestamp {
-		return invalidValue("timestamp %d µs is outside years 0001-9999", us)
+	if err := checkMicros(us); err != nil {
+		return err
 	}
 	b.(*array.TimestampBuilder).Append(arrow.Timestamp(us))
 	return nil

@@ -2,7 +2,8 @@
 //
 // A Bucket is opened from a URL (file://, mem://, s3://, azblob://, gs://, with an
 // optional ?prefix=) and offers the handful of operations the table and WAL formats
-// need: whole-object get and put, ranged reads, listing, delete, and put-if-absent.
+// need: whole-object get and put, streamed writes, ranged reads, listing, delete, and
+// put-if-absent.
 // GetRanges reads several ranges of one object; on file:// (Local) in one open,
 // where a request is system calls rather than a round trip.
 //
@@ -21,6 +22,9 @@
 //     timeout unless the caller's context is already shorter.
 //   - Errors carry the key they concern and wrap ErrNotFound / ErrExists /
 //     ErrInvalidKey / ErrTooLarge so callers decide with errors.Is, never by string.
+//   - A streamed write (NewWriter, for objects too large to hold in memory: an
+//     export's Parquet files) publishes nothing until Close succeeds, and then the
+//     whole object: an aborted, cancelled or failed stream leaves no object.
 //   - GetMax never holds more than its limit of an object in memory: an object over
 //     it is refused from its size before the body is read. Metadata readers use it.
 //

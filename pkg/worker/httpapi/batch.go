@@ -54,6 +54,10 @@ func (s *Server) getRows(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
+		format, err := parseAnswerFormat(w, r)
+		if err != nil {
+			return err
+		}
 		var req getRowsRequest
 		if err := decodeBody(w, r, maxBatchGetBodyBytes, &req); err != nil {
 			return err
@@ -70,6 +74,9 @@ func (s *Server) getRows(k kindAPI) apiHandler {
 		read, omit, err := batchColumns(rd.st, req.Columns)
 		if err != nil {
 			return err
+		}
+		if format.arrow {
+			return s.getRowsArrow(w, r, format, rd, ids, read)
 		}
 		return s.streamRows(w, r, k, omit, false, func(each func(rec arrow.RecordBatch, i int) error) error {
 			return rd.src.GetMany(r.Context(), ids, read, func(rec arrow.RecordBatch) error { return each(rec, 0) })

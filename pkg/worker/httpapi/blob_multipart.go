@@ -43,17 +43,23 @@ import (
 const metadataPart = "metadata"
 
 // addBody is the decoded body of an add: its rows, and for a multipart add the
-// bytes of each record index's part.
+// bytes of each record index's part; or an Arrow stream (add_arrow.go).
 type addBody struct {
 	rows      []json.RawMessage
 	blobs     map[int][]byte
 	multipart bool
+	arrow     *arrowAdd
 }
 
-// readAddBody reads the body of an add of kind k: JSON, or for a rollout store
-// multipart/form-data too (the reference takes multipart on that route only). A
-// body over Config.MaxBodyBytes fails with *http.MaxBytesError (413) either way.
+// readAddBody reads the body of an add of kind k: JSON, an Arrow IPC stream
+// (add_arrow.go), or for a rollout store multipart/form-data too (the reference
+// takes multipart on that route only). A body over Config.MaxBodyBytes fails
+// with *http.MaxBytesError (413) either way.
 func (s *Server) readAddBody(w http.ResponseWriter, r *http.Request, k kindAPI) (addBody, error) {
+	if isArrowStream(r) {
+		a, err := s.readArrowAdd(w, r)
+		return addBody{arrow: a}, err
+	}
 	if k.kind != registry.KindRollout {
 		rows, err := s.decodeRowsBody(w, r, k)
 		return addBody{rows: rows}, err

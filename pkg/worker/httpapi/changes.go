@@ -123,6 +123,10 @@ func (s *Server) listChanges(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
+		format, err := parseAnswerFormat(w, r)
+		if err != nil {
+			return err
+		}
 		st, release, err := s.cfg.Stores.Open(r.Context(), k.kind, name)
 		if err != nil {
 			return err
@@ -163,6 +167,11 @@ func (s *Server) listChanges(k kindAPI) apiHandler {
 			return err
 		}
 		defer page.Release()
+		s.cfg.Series.Feed.Pages.WithLabelValues(string(k.kind)).Inc()
+		s.cfg.Series.Feed.Rows.WithLabelValues(string(k.kind)).Add(float64(len(page.Changes)))
+		if format.arrow {
+			return s.changesArrow(w, r, format, st, page, omit)
+		}
 		ans := changesAnswer{Changes: make([]changeAnswer, 0, len(page.Changes)), NextCursor: page.Next.Cursor()}
 		enc := &rowEncoders{rollout: k.kind == registry.KindRollout, omit: omit}
 		for _, c := range page.Changes {
@@ -172,8 +181,6 @@ func (s *Server) listChanges(k kindAPI) apiHandler {
 			}
 			ans.Changes = append(ans.Changes, changeAnswer{Cursor: c.Position.Cursor(), Row: row})
 		}
-		s.cfg.Series.Feed.Pages.WithLabelValues(string(k.kind)).Inc()
-		s.cfg.Series.Feed.Rows.WithLabelValues(string(k.kind)).Add(float64(len(page.Changes)))
 		httpjson.WriteJSON(w, http.StatusOK, ans)
 		return nil
 	}

@@ -1,8 +1,9 @@
 // Package httpapi is the worker's HTTP data API (/api/v1/...) and its Prometheus
-// endpoint: routes, request parsing, JSON error answers, blobs and the in-flight
-// blob budget, the add backpressure, and the routes of the change feed and its
-// named consumers (their reads and verdicts are pkg/worker/feed's). Merges go
-// through pkg/worker/mergesvc, which the gRPC WorkerService shares.
+// endpoint: routes, request parsing, JSON error answers, the Arrow IPC answers of
+// the reads of rows (arrow.go), blobs and the in-flight blob budget, the add
+// backpressure, and the routes of the change feed and its named consumers (their
+// reads and verdicts are pkg/worker/feed's). Merges go through
+// pkg/worker/mergesvc, which the gRPC WorkerService shares.
 //
 // Invariants:
 //
@@ -14,7 +15,16 @@
 //     Tidemark's own fields sit beside the reference's, never instead of them
 //     (conformance_test.go names the reference source it follows).
 //   - A list without a limit is every row or a cut-off answer, never a shorter list
-//     that parses: once rows went out, a failed read closes the connection.
+//     that parses: once rows went out, a failed read closes the connection. An
+//     Arrow answer the same: its end-of-stream marker follows a read that
+//     succeeded only (arrow.go).
+//   - JSON is the default answer; a read answers Arrow only when asked (Accept,
+//     ?format=arrow), and its errors are JSON whenever nothing was written yet.
+//   - An add's body is JSON, multipart (rollout records) or an Arrow IPC stream
+//     (add_arrow.go). A stream is a client's bytes: internal/ipcguard checks it
+//     before arrow-go reads it, under a recover and an allocator bounded by the
+//     body limit, so a hostile stream is a 4xx, never a panic, a 500 or an
+//     out-of-memory; its rows are checked as JSON rows are and written the same way.
 //   - Blob columns never travel in lists: a record's binary_payload is read from
 //     its blob route, a generic blob column by naming it (blob.go). The bytes
 //     of adds and blob downloads in memory at once stay within the in-flight blob

@@ -109,11 +109,12 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
+		defer body.release()
 		rows := body.rows
 		parsed := time.Now() // rollout_add_request_duration_seconds leaves body parsing out
 		// The reference refuses an empty rollout append (an empty generic one is
 		// a no-op there, answered 201 with count 0).
-		if len(rows) == 0 && k.kind == registry.KindRollout {
+		if body.empty() && k.kind == registry.KindRollout {
 			return badRequest("records array must not be empty")
 		}
 		var rec arrow.RecordBatch
@@ -129,7 +130,7 @@ func (s *Server) addRows(k kindAPI) apiHandler {
 		}
 		defer release()
 		if rec == nil {
-			if rec, err = decodeRows(st, rows); err != nil {
+			if rec, err = body.decode(st); err != nil {
 				return err
 			}
 			defer rec.Release()
@@ -210,6 +211,14 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		if err != nil {
 			return err
 		}
+		format, err := parseAnswerFormat(w, r)
+		if err != nil {
+			return err
+		}
+		storage, err := orderParam(r)
+		if err != nil {
+			return err
+		}
 		version, err := versionParam(r)
 		if err != nil {
 			return err
@@ -237,6 +246,12 @@ func (s *Server) listRows(k kindAPI) apiHandler {
 		}
 		if blobs := st.BlobColumns(); len(blobs) > 0 {
 			opts.Columns = st.ColumnsExcept(blobs) // a blob the list leaves out is not read
+		}
+		if format.arrow {
+			return s.listArrow(w, r, format, st, src, opts, limit, storage)
+		}
+		if storage {
+			return s.listStorage(w, r, k, st, src, opts)
 		}
 		if limit < 0 {
 			return s.listAll(w, r, k, src, opts, st.BlobColumns())
@@ -461,11 +476,18 @@ func (s *Server) getRow(k kindAPI) apiHandler {
 		if hasColumns && k.kind == registry.KindRollout {
 			return badRequest("columns is supported on generic stores only")
 		}
+		format, err := parseAnswerFormat(w, r)
+		if err != nil {
+			return err
+		}
 		rd, err := s.openRowRead(r, k.kind)
 		if err != nil {
 			return err
 		}
 		defer rd.release()
+		if format.arrow {
+			return s.getRowArrow(w, r, k, format, rd, columns)
+		}
 		omit := rd.st.BlobColumns() // unless named: a blob is read on request only
 		if hasColumns {
 			omit = unnamedColumns(omit, columns[0])
