@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/dustin/go-humanize/english"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -66,7 +67,7 @@ file the master reads, or AUTH_TOKEN) and, with mutual TLS, a client certificate
 	var dependsOn []string
 	enqueue := &cobra.Command{
 		Use:   "enqueue <kind> <target>",
-		Short: "Enqueue a task (merge_wal, compact, verify or repair); a live task of the same kind and target is returned instead",
+		Short: "Enqueue a task (merge_wal, compact, verify or repair; an export with \"master admin export\"); a live task of the same kind and target is returned instead",
 		Args:  cobra.ExactArgs(2),
 		RunE: f.run("enqueue", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
 			return c.EnqueueTask(ctx, &tidemarkv1.EnqueueTaskRequest{Kind: args[0], Target: args[1], DependsOn: dependsOn})
@@ -143,6 +144,55 @@ tidemark_repair_dropped_fragments_total. Nothing ever drops data without this fl
 	verify.Flags().BoolVar(&dropMissing, "drop-missing", false, "commit a version without the fragments found missing or damaged (their rows are lost)")
 	verify.Flags().BoolVar(&noWait, "no-wait", false, "return once the task is enqueued")
 
+	var ef struct {
+		version    uint64
+		columns    []string
+		filter, id string
+		wait       bool
+	}
+	exportCmd := &cobra.Command{
+		Use:   "export <target> <destination>",
+		Short: "Export a store's live rows to a bucket as Parquet files and a manifest (an export task)",
+		Long: `Enqueue an export task: a worker writes the target's live rows (deletions applied, the
+newest version of each id) to the destination bucket as Parquet files (part-00000.parquet,
+...) and then _manifest.json, which lists them with the store, version, schema, rows,
+bytes and the change-feed cursor a consumer tails from after the snapshot. Prints the
+task; the task id is what "master admin get" and "master admin cancel" take.
+
+The destination is a bucket URL the workers can write with their own credentials, as
+DATA_URL is: file:///dir, s3://bucket?region=..., gs://bucket, azblob://container, each
+with an optional ?prefix=dir/. It must be empty or hold an earlier attempt of the same
+task. --version exports a base-table version instead of the store now (base and pending
+rows); --columns the named columns (id and _seq are always written); --filter a generic
+store's SQL predicate or a rollout store's filters JSON object.
+
+Exports are not deduplicated: each is a task. --id (a UUID you pick) makes the command
+safe to run again: a second run with the same id and arguments prints the first task.
+With --wait it follows the task's progress on stderr until it is done or failed (exit
+non-zero), bounded by --timeout (ADMIN_TIMEOUT): give a long one for a large store.
+
+  master admin export trajectories 's3://exports?region=eu-west-1&prefix=2026-05-01/'
+  master admin export generic:events file:///data/exports/events --columns id,score --filter 'score > 0.5' --wait --timeout 2h`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.run("export", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
+				resp, err := c.EnqueueTask(ctx, &tidemarkv1.EnqueueTaskRequest{Kind: "export", Target: args[0], Id: ef.id,
+					Export: &tidemarkv1.ExportSpec{Destination: args[1], Version: ef.version, Columns: ef.columns, Filter: ef.filter}})
+				if err != nil || !ef.wait {
+					return resp, err
+				}
+				return waitTask(ctx, c, resp.GetTask().GetId(), func(t *tidemarkv1.Task) {
+					fmt.Fprintln(cmd.ErrOrStderr(), progressLine(t))
+				})
+			})(cmd, args)
+		},
+	}
+	exportCmd.Flags().Uint64Var(&ef.version, "version", 0, "export this base-table version (0: the store now, base and pending rows)")
+	exportCmd.Flags().StringSliceVar(&ef.columns, "columns", nil, "columns to export besides id and _seq (comma-separated; default: every column)")
+	exportCmd.Flags().StringVar(&ef.filter, "filter", "", "rows to export: a generic store's SQL predicate, a rollout store's filters JSON object")
+	exportCmd.Flags().StringVar(&ef.id, "id", "", "the task's id (a UUID): running the command again with it enqueues nothing new")
+	exportCmd.Flags().BoolVar(&ef.wait, "wait", false, "follow the task's progress until it is done or failed")
+
 	get := &cobra.Command{
 		Use:   "get <task-id>",
 		Short: "Show one task",
@@ -167,7 +217,7 @@ tidemark_repair_dropped_fragments_total. Nothing ever drops data without this fl
 		}),
 	}
 	list.Flags().StringVar(&lf.state, "state", "", "only tasks in this state: queued, running, done or failed")
-	list.Flags().StringVar(&lf.kind, "kind", "", "only tasks of this kind: merge_wal, compact, verify or repair")
+	list.Flags().StringVar(&lf.kind, "kind", "", "only tasks of this kind: merge_wal, compact, verify, repair or export")
 	list.Flags().StringVar(&lf.target, "target", "", "only tasks on this target")
 	list.Flags().Int32Var(&lf.limit, "limit", 0, "page size (0: 100; at most 1000)")
 	list.Flags().StringVar(&lf.token, "page-token", "", "continue after the previous page (its next page token)")
@@ -175,7 +225,7 @@ tidemark_repair_dropped_fragments_total. Nothing ever drops data without this fl
 
 	cancel := &cobra.Command{
 		Use:   "cancel <task-id>",
-		Short: "Cancel a queued task (a running or finished one cannot be)",
+		Short: "Cancel a queued task, or stop a running export (other running tasks, and finished ones, cannot be)",
 		Args:  cobra.ExactArgs(1),
 		RunE: f.run("cancel", func(ctx context.Context, c tidemarkv1.AdminServiceClient, args []string) (proto.Message, error) {
 			return c.CancelTask(ctx, &tidemarkv1.CancelTaskRequest{Id: args[0]})
@@ -224,7 +274,7 @@ adopted and retired leaves ACTIVE_SHARDS; "+N retired" counts those.`,
 		}),
 	}
 
-	cmd.AddCommand(enqueue, requeue, adopt, compact, verify, get, list, cancel, stats, rescan, workers)
+	cmd.AddCommand(enqueue, requeue, adopt, compact, verify, exportCmd, get, list, cancel, stats, rescan, workers)
 	return cmd
 }
 
@@ -239,13 +289,24 @@ func enqueueAndWait(ctx context.Context, c tidemarkv1.AdminServiceClient, kind, 
 	if err != nil || !wait {
 		return resp, err
 	}
-	id := resp.GetTask().GetId()
+	return waitTask(ctx, c, resp.GetTask().GetId(), nil)
+}
+
+// waitTask polls task id until it finished (or ctx, bounded by --timeout, ends),
+// calling changed, if set, with the task whenever its state or progress moved.
+func waitTask(ctx context.Context, c tidemarkv1.AdminServiceClient, id string, changed func(*tidemarkv1.Task)) (proto.Message, error) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	var seen *tidemarkv1.Task
 	for {
 		got, err := c.GetTask(ctx, &tidemarkv1.GetTaskRequest{Id: id})
 		if err != nil {
 			return nil, err
+		}
+		if t := got.GetTask(); changed != nil && (seen == nil || t.GetState() != seen.GetState() ||
+			!proto.Equal(t.GetProgress(), seen.GetProgress()) || t.GetAttempts() != seen.GetAttempts()) {
+			changed(t)
+			seen = t
 		}
 		switch got.GetTask().GetState() {
 		case "done":
@@ -386,8 +447,55 @@ func writeTask(w io.Writer, t *tidemarkv1.Task, dedup *bool) {
 		line("fencing_token", strconv.FormatInt(t.GetFencingToken(), 10))
 	}
 	line("stats", taskStats(t.GetStats()))
+	if e := t.GetExport(); e != nil {
+		line("destination", e.GetDestination())
+		if e.GetVersion() != 0 {
+			line("version", strconv.FormatUint(e.GetVersion(), 10))
+		}
+		line("columns", orDash(strings.Join(e.GetColumns(), ",")))
+		line("filter", orDash(e.GetFilter()))
+	}
+	if t.GetProgress() != nil {
+		line("progress", progressText(t.GetProgress()))
+	}
+	if t.GetCancelRequested() {
+		line("cancel_requested", "true")
+	}
+	if x := t.GetExported(); x != nil {
+		line("manifest", x.GetManifest())
+		line("feed_cursor", orDash(x.GetFeedCursor()))
+	}
 	line("detail", orDash(t.GetDetail()))
 	line("error", orDash(t.GetError()))
+}
+
+// progressText is a run's progress in words: "1,200 of ~5,000 rows, 1 file,
+// 3.1 MiB (on w1)".
+func progressText(p *tidemarkv1.TaskProgress) string {
+	rows := humanize.Comma(p.GetRows())
+	if p.GetEstimate() > 0 {
+		rows += " of ~" + humanize.Comma(p.GetEstimate())
+	}
+	text := fmt.Sprintf("%s rows, %s, %s", rows, count(p.GetFiles(), "file"), humanize.IBytes(uint64(max(p.GetBytes(), 0))))
+	if p.GetWorker() != "" {
+		text += " (on " + p.GetWorker() + ")"
+	}
+	return text
+}
+
+// progressLine is one line of a --wait: the task's state, attempt and progress.
+func progressLine(t *tidemarkv1.Task) string {
+	line := fmt.Sprintf("%s %s", t.GetId(), t.GetState())
+	if t.GetAttempts() > 1 {
+		line += fmt.Sprintf(" (attempt %d)", t.GetAttempts())
+	}
+	if t.GetProgress() != nil {
+		line += ": " + progressText(t.GetProgress())
+	}
+	if t.GetState() == "queued" && t.GetDetail() != "" {
+		line += ": " + oneLine(t.GetDetail())
+	}
+	return line
 }
 
 func writeTaskTable(w io.Writer, list []*tidemarkv1.Task) {

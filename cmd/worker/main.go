@@ -3,6 +3,7 @@
 //
 //	worker serve     serve HTTP until SIGINT or SIGTERM
 //	worker tail      print a store's change feed as JSON lines
+//	worker export    export a store's live rows to a bucket (an export task)
 //	worker version   print the version
 //
 // Every flag is also an environment variable; `worker serve --help` lists them.
@@ -22,5 +23,5 @@ func main() {
 
 func newRootCmd() *cobra.Command {
 	return cli.NewRootCmd("worker", "Tidemark worker: ingests writes into per-worker WAL shards",
-		newServeCmd(), cli.NewVersionCmd(), newLoadCmd(), newTailCmd())
+		newServeCmd(), cli.NewVersionCmd(), newLoadCmd(), newTailCmd(), newExportCmd())
 }

@@ -105,17 +105,23 @@ func runTail(cmd *cobra.Command, store string, f tailFlags) error {
 // the first worker registered in etcd that answers its health check (one
 // registered but stopping, or unreachable from here, is passed over).
 func tailWorker(ctx context.Context, f tailFlags, opts []client.Option, log *slog.Logger) (*client.Client, error) {
-	if f.url != "" {
-		return client.New(f.url, opts...)
+	return findWorker(ctx, f.url, "--url (TAIL_URL)", f.etcd, opts, log)
+}
+
+// findWorker is the client of the worker a command calls: url's if set, or
+// else that of the first worker registered in etcd (ec, by default the dev
+// cluster's) that answers its health check. urlFlag names url's flag in errors.
+func findWorker(ctx context.Context, url, urlFlag string, ec etcdcli.Config, opts []client.Option, log *slog.Logger) (*client.Client, error) {
+	if url != "" {
+		return client.New(url, opts...)
 	}
-	ec := f.etcd
 	if !ec.Enabled() {
 		ec.Endpoints = []string{devEtcd}
 	}
 	addrs, err := registeredWorkers(ctx, ec)
 	if err != nil {
-		return nil, fmt.Errorf("no --url (TAIL_URL), and no worker found in etcd at %s (--etcd-endpoints, ETCD_ENDPOINTS): %w",
-			strings.Join(ec.Endpoints, ","), err)
+		return nil, fmt.Errorf("no %s, and no worker found in etcd at %s (--etcd-endpoints, ETCD_ENDPOINTS): %w",
+			urlFlag, strings.Join(ec.Endpoints, ","), err)
 	}
 	var errs []error
 	for _, addr := range addrs {
@@ -124,7 +130,7 @@ func tailWorker(ctx context.Context, f tailFlags, opts []client.Option, log *slo
 			_, err = c.Health(ctx)
 		}
 		if err == nil {
-			log.Debug("tail: reading from a worker registered in etcd", "worker", addr)
+			log.Debug("calling a worker registered in etcd", "worker", addr)
 			return client.New(addr, opts...)
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", addr, err))

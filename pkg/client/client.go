@@ -121,6 +121,16 @@ type request struct {
 // send makes the call and decodes a 2xx answer into v (if not nil); it returns
 // the answer's header.
 func (c *Client) send(ctx context.Context, r request, v any) (http.Header, error) {
+	resp, err := c.sendStatus(ctx, r, v)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Header, nil
+}
+
+// sendStatus is send for a call whose 2xx statuses differ in meaning: it
+// returns the answer (its body read and closed).
+func (c *Client) sendStatus(ctx context.Context, r request, v any) (*http.Response, error) {
 	resp, cancel, err := c.open(ctx, r)
 	if err != nil {
 		return nil, err
@@ -139,7 +149,7 @@ func (c *Client) send(ctx context.Context, r request, v any) (http.Header, error
 			return nil, fmt.Errorf("%s %s: %w: %v", r.method, r.path, ErrUndecodable, err)
 		}
 	}
-	return resp.Header, nil
+	return resp, nil
 }
 
 // open makes the call and returns a 2xx answer with its body unread, and the

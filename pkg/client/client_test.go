@@ -22,6 +22,7 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore/objstoretest"
 	"github.com/tidemark-io/tidemark/pkg/store"
+	"github.com/tidemark-io/tidemark/pkg/tasks"
 	"github.com/tidemark-io/tidemark/pkg/worker/httpapi"
 	"github.com/tidemark-io/tidemark/testutil/etcdtest"
 )
@@ -55,7 +56,7 @@ func newWorker(t *testing.T) string {
 	}
 	srv, err := httpapi.NewServer(httpapi.ServerConfig{InstanceID: "w1", Logger: quiet, Stores: stores,
 		Merger: merge.New(merge.Config{Logger: quiet}), Consumers: consumers.New(etcd, "/tidemark"),
-		Horizons: openHorizons{}, Auth: auth.NewGuard(auth.GuardConfig{Tokens: toks})})
+		Horizons: openHorizons{}, Auth: auth.NewGuard(auth.GuardConfig{Tokens: toks}), Tasks: tasks.New(etcd, "/tidemark")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,8 @@
 // creating, describing, listing and deleting rollout and generic stores; adding
 // rows (JSON, or an Arrow IPC stream's bytes: AddArrow), listing them (cursor,
 // limit, offset, filters, version, source, order), reading one by id, a batch
-// get, a rollout record's blob; flush and merge-wal; the change feed (a page
+// get, a rollout record's blob; flush and merge-wal; compaction and exports
+// (enqueued for the master, an export's task polled); the change feed (a page
 // after a cursor, long polls) and named consumers' cursors (commit, get).
 // Lists, gets, batch gets and feed pages are also read as Arrow IPC streams
 // (arrow_read.go: ListArrow, ...), batch by batch as the worker sends them.

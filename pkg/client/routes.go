@@ -58,6 +58,10 @@ func mergeTargetPath(target string) string {
 }
 func changesPath(k Kind, name string) string { return storePath(k, name) + "/changes" }
 func compactPath(k Kind, name string) string { return storePath(k, name) + "/compact" }
+func exportPath(k Kind, name string) string  { return storePath(k, name) + "/export" }
+func exportTaskPath(k Kind, name, id string) string {
+	return exportPath(k, name) + "/" + url.PathEscape(id)
+}
 func consumerPath(consumer string, k Kind, name string) string {
 	return apiRoot + "/consumers/" + url.PathEscape(consumer) + "/" + string(k) + "/" + url.PathEscape(name)
 }

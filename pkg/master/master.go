@@ -215,6 +215,10 @@ func (m *Master) runners() (map[tasks.Kind]Runner, error) {
 				runners[k] = maint
 			}
 		}
+		if ec, ok := cfg.Caller.(fanout.ExportCaller); ok {
+			runners[tasks.KindExport] = &fanout.Exporter{Discovery: cfg.Discovery, Caller: ec, Tasks: m.tasks,
+				Logger: log.With("component", "export")}
+		}
 	}
 	for k, r := range cfg.Runners {
 		if !k.Valid() {

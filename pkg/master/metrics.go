@@ -56,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "master_tasks_total",
-			Help: "Tasks run to the end by this replica, by kind and result (done, skipped: the store was deleted, failed).",
+			Help: "Tasks run to the end by this replica, by kind and result (success, skipped: the store was deleted, failed, retried: an export queued to run again after a failure a retry may mend).",
 		}, []string{"kind", "result"}),
 		TaskDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "master_task_duration_seconds",
@@ -105,7 +105,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.HTTP = refmetrics.NewHTTP(reg)
 	// Every label value shows from the start, so a rate() has a zero to start from.
 	for _, k := range tasks.Kinds() {
-		for _, r := range []string{OutcomeDone, OutcomeSkipped, OutcomeFailed} {
+		for _, r := range []string{OutcomeDone, OutcomeSkipped, OutcomeFailed, OutcomeRetried} {
 			m.Tasks.WithLabelValues(string(k), r)
 		}
 	}

@@ -402,6 +402,17 @@ func (s *Scheduler) run(ctx, claimCtx context.Context, kind tasks.Kind, r *run) 
 	}
 	d := s.cfg.Clock.Since(start)
 	s.phase(kind, PhaseWork, d)
+	if tasks.ShouldRetry(c, err) {
+		requeued, rerr := s.retry(ctx, c, err, log)
+		if rerr != nil || requeued {
+			if requeued && s.cfg.OnFinish != nil {
+				s.cfg.OnFinish(kind, OutcomeRetried, report, err, d)
+			}
+			return
+		}
+		// Asked to stop meanwhile: fail it as cancelled instead.
+		err = fmt.Errorf("%w (after a failure: %v)", tasks.ErrCancelled, err)
+	}
 	result, outcome := taskResult(report, err)
 	if s.cfg.OnFinish != nil {
 		s.cfg.OnFinish(kind, outcome, report, err, d)
@@ -447,11 +458,13 @@ const (
 )
 
 // Task outcomes, as master_tasks_total's result label says them (success and
-// failed in the reference's words; skipped is Tidemark's own).
+// failed in the reference's words; skipped and retried are Tidemark's own:
+// retried is a run of a task that went back to the queue, tasks.ShouldRetry).
 const (
 	OutcomeDone    = "success"
 	OutcomeSkipped = "skipped"
 	OutcomeFailed  = "failed"
+	OutcomeRetried = "retried"
 )
 
 // SkippedDetail is the detail of a task skipped because its store was deleted.
@@ -470,6 +483,36 @@ func taskResult(report tasks.Report, err error) (tasks.Result, string) {
 		return tasks.Result{Report: tasks.Report{Detail: SkippedDetail}}, OutcomeSkipped
 	}
 	return tasks.Result{Err: err, Report: report, Halt: errclass.Of(err) == errclass.Halt}, OutcomeFailed
+}
+
+// retry puts c's task back in the queue after its run failed with err, which a
+// retry may mend (tasks.ShouldRetry: an export whose worker died), trying again
+// while etcd does not answer, as finish does. It reports false without an error
+// when the task was asked to stop meanwhile: the caller then fails it as
+// cancelled. An error means nothing is left to record (the claim is lost, or the
+// scheduler stops: Run releases it).
+func (s *Scheduler) retry(ctx context.Context, c *tasks.Claim, err error, log *slog.Logger) (bool, error) {
+	wait := finishRetry.Start()
+	for {
+		fctx, cancel := context.WithTimeout(ctx, s.cfg.FinishTimeout)
+		_, requeued, rerr := s.cfg.Tasks.Retry(fctx, c, err)
+		cancel()
+		switch {
+		case rerr == nil && requeued:
+			log.Warn("task failed and was queued to run again", "err", err, "attempt", c.Task.Attempts, "max_attempts", tasks.MaxAttempts)
+			return true, nil
+		case rerr == nil:
+			return false, nil
+		case errors.Is(rerr, tasks.ErrClaimLost) || ctx.Err() != nil:
+			log.Warn("task failed but was not queued again: its claim is lost", "err", err, "retry_err", rerr)
+			return false, rerr
+		}
+		d := wait.Next()
+		log.Warn("queueing the failed task again failed (etcd unavailable?); retrying", "err", rerr, "retry_in", d.String())
+		if backoff.Sleep(ctx, s.cfg.Clock, d) != nil {
+			return false, rerr
+		}
+	}
 }
 
 // finish records r, trying again while etcd does not answer, until the result is

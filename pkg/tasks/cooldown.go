@@ -14,7 +14,7 @@ import (
 // Cooldown is the record at P/cooldown/<kind>/<target>: how often in a row tasks
 // of that kind failed on the target, and until when Claim skips them.
 //
-// Non-merge kinds cool down on every failure. A merge_wal that fails is retried at
+// Non-merge kinds but export cool down on every failure. A merge_wal that fails is retried at
 // the next sweep, because deferring merges lets pending generations pile up and
 // every read of the store fans out over them - unless the failure needs a human
 // (Result.Halt, a corrupt object): retrying that every sweep only repeats it, so it
@@ -29,8 +29,10 @@ type Cooldown struct {
 }
 
 // cools reports whether a failure of kind k with result r puts its kind+target in
-// cooldown.
-func cools(k Kind, r Result) bool { return k != KindMergeWAL || r.Halt }
+// cooldown. An export's does not: each export is a task of its own, and one
+// that failed (a destination refused, a bad filter) says nothing of the next,
+// which names its own.
+func cools(k Kind, r Result) bool { return k != KindMergeWAL && k != KindExport || r.Halt }
 
 // backoff is the cooldown after the n-th failure in a row: base*2^(n-1), at most
 // the configured maximum.

@@ -22,7 +22,8 @@ const maxTxnAttempts = 16
 // dependsOn of a deduplicated call are ignored.
 //
 // A bad kind or target is an ErrInvalidArgument (a malformed target also wraps
-// registry.ErrInvalidName); a dependency that does not exist is ErrTaskNotFound.
+// registry.ErrInvalidName), as is an export (EnqueueExport enqueues those); a
+// dependency that does not exist is ErrTaskNotFound.
 func (s *Queue) Enqueue(ctx context.Context, kind Kind, target registry.Target, dependsOn ...string) (Task, bool, error) {
 	return s.EnqueueDue(ctx, kind, target, time.Time{}, dependsOn...)
 }
@@ -42,6 +43,9 @@ func (s *Queue) EnqueueDue(ctx context.Context, kind Kind, target registry.Targe
 func (s *Queue) enqueue(ctx context.Context, kind Kind, target registry.Target, due time.Time, dependsOn ...string) (Task, bool, error) {
 	if err := validateKind(kind); err != nil {
 		return Task{}, false, err
+	}
+	if !kind.Deduplicated() {
+		return Task{}, false, fmt.Errorf("%w: an %s task needs its spec: enqueue it with EnqueueExport", ErrInvalidArgument, kind)
 	}
 	if err := validateTarget(target); err != nil {
 		return Task{}, false, err

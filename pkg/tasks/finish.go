@@ -46,6 +46,14 @@ func (s *Queue) Finish(ctx context.Context, c *Claim, r Result) (Task, error) {
 	}
 	t.Detail, t.Stats = r.Detail, r.Stats
 	t.FinishedAt = s.now()
+	if r.Progress != nil {
+		p := *r.Progress
+		if p.UpdatedAt.IsZero() {
+			p.UpdatedAt = t.FinishedAt
+		}
+		t.Progress = &p
+	}
+	t.Exported = r.Exported
 	t.ClaimToken = ""
 	t.FencingToken = c.FencingToken
 	record := encodeTask(t)

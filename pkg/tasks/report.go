@@ -8,6 +8,11 @@ type Report struct {
 	Detail string
 	// Stats counts what the run did.
 	Stats Stats
+	// Progress, if set, is how far the run got (an export's rows, files and
+	// bytes): the record keeps it as Task.Progress.
+	Progress *Progress
+	// Exported is a done export's manifest in brief (Task.Exported).
+	Exported *ExportResult
 }
 
 // Stats counts what a run of a task did, the numbers its Detail says in words.

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -36,6 +37,11 @@ const (
 	// found missing or damaged. Only an operator enqueues it: silent data removal is
 	// never automatic.
 	KindRepair Kind = "repair"
+	// KindExport writes a snapshot of the target's live rows (at a version, or
+	// now) to a bucket as Parquet files and a manifest (Task.Export says where and
+	// what). Each enqueue is a task of its own, idempotent by its id: two exports
+	// of one store to two destinations are two tasks (Kind.Deduplicated).
+	KindExport Kind = "export"
 )
 
 // SkippedDetail is the detail of a task recorded done without running because its
@@ -49,7 +55,7 @@ const SkippedDetail = "skipped: store deleted"
 // admits the id, and compaction keeps the fragment count under twice its
 // threshold, so a table-level index would save a bounded number of cached filter
 // probes per lookup while adding a second structure every commit must update.
-func Kinds() []Kind { return []Kind{KindMergeWAL, KindCompact, KindVerify, KindRepair} }
+func Kinds() []Kind { return []Kind{KindMergeWAL, KindCompact, KindVerify, KindRepair, KindExport} }
 
 // Lane is which of a target's two locks a task of a kind runs under: merges
 // under one, maintenance under the other, so that a store's merges go on while it
@@ -59,8 +65,10 @@ type Lane string
 const (
 	// LaneMerge is merge_wal's: P/target-locks/<target>.
 	LaneMerge Lane = "merge"
-	// LaneMaintenance is compact's, verify's and repair's:
-	// P/maintenance-locks/<target>.
+	// LaneMaintenance is compact's, verify's, repair's and export's:
+	// P/maintenance-locks/<target>. An export reads a version's files for its
+	// whole run, so it must not run beside the compaction whose cleanup deletes
+	// the files retention let go.
 	LaneMaintenance Lane = "maintenance"
 )
 
@@ -71,6 +79,29 @@ func (k Kind) Lane() Lane {
 	}
 	return LaneMaintenance
 }
+
+// Deduplicated reports whether an enqueue of k returns the live task of its kind
+// and target instead of adding one (Enqueue's dedupe key). Every kind but export
+// is: an export names its destination, so each is its own task, made idempotent
+// by its id instead (EnqueueExport).
+func (k Kind) Deduplicated() bool { return k != KindExport }
+
+// CancelsRunning reports whether a running task of k can be cancelled (Cancel
+// records the request, and its runner stops the work): an export may run for an
+// hour, so an operator must be able to stop it. Merges and maintenance run to
+// their end.
+func (k Kind) CancelsRunning() bool { return k == KindExport }
+
+// Requeued reports whether a failure of k that a retry may mend (a worker that
+// died mid-run, a throttled store: errclass.Class.Retryable) puts the task back
+// in the queue (Queue.Retry) rather than failing it, up to MaxAttempts claims.
+// Kinds that sweeps enqueue again are retried by the next sweep instead; nothing
+// enqueues an export again but its client.
+func (k Kind) Requeued() bool { return k == KindExport }
+
+// MaxAttempts bounds the claims of a task of a Requeued kind: the claim that
+// fails with a retryable error for the MaxAttempts-th time fails the task.
+const MaxAttempts = 5
 
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool { return slices.Contains(Kinds(), k) }
@@ -166,6 +197,20 @@ type Task struct {
 	ClaimToken string `json:"claim_token,omitempty"`
 	// FencingToken is the fencing token of the claim that finished the task.
 	FencingToken int64 `json:"fencing_token,omitempty"`
+
+	// Export is what an export task writes where: package exportfmt's Spec as
+	// JSON (the queue stores it and compares it, nothing more); export tasks
+	// only.
+	Export json.RawMessage `json:"export,omitempty"`
+	// Progress is how far the current or last run got, as its runner reported
+	// it while running (UpdateProgress) and when it ended; nil until reported.
+	Progress *Progress `json:"progress,omitempty"`
+	// CancelRequested is set by Cancel on a running task of a kind that stops
+	// when cancelled (Kind.CancelsRunning): its runner stops the work and the
+	// task fails with "cancelled".
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// Exported is a done export's manifest in brief.
+	Exported *ExportResult `json:"exported,omitempty"`
 }
 
 // Due is when the task should start at the latest: DueAt, or EnqueuedAt when

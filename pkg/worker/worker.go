@@ -265,6 +265,7 @@ func New(cfg Config) (*Worker, error) {
 		Merger:     merger,
 		Merges:     mergeSvc,
 		Maintainer: maintain.New(ac),
+		Horizons:   rpcHorizons(view),
 		Metrics:    rpc.NewMetrics(cfg.Metrics),
 		Logger:     log,
 	})
@@ -400,4 +401,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		log.Info("worker stopped", "instance_id", w.cfg.InstanceID)
 	}
 	return serveErr
+}
+
+// rpcHorizons is the horizons an export reads: nil, not a nil *horizon.View,
+// without etcd.
+func rpcHorizons(view *horizon.View) rpc.Horizons {
+	if view == nil {
+		return nil
+	}
+	return view
 }

@@ -13,23 +13,48 @@ import (
 
 // TaskProto converts a task record.
 func TaskProto(t tasks.Task) *tidemarkv1.Task {
-	return &tidemarkv1.Task{
-		Id:           t.ID,
-		Kind:         string(t.Kind),
-		Target:       t.Target.String(),
-		State:        string(t.State),
-		Error:        t.Error,
-		Detail:       t.Detail,
-		EnqueuedAt:   timestamp(t.EnqueuedAt),
-		DueAt:        timestamp(t.DueAt),
-		StartedAt:    timestamp(t.StartedAt),
-		FinishedAt:   timestamp(t.FinishedAt),
-		DependsOn:    t.DependsOn,
-		Attempts:     int32(t.Attempts),
-		ClaimToken:   t.ClaimToken,
-		FencingToken: t.FencingToken,
-		Stats:        TaskStatsProto(t.Stats),
+	out := &tidemarkv1.Task{
+		Id:              t.ID,
+		Kind:            string(t.Kind),
+		Target:          t.Target.String(),
+		State:           string(t.State),
+		Error:           t.Error,
+		Detail:          t.Detail,
+		EnqueuedAt:      timestamp(t.EnqueuedAt),
+		DueAt:           timestamp(t.DueAt),
+		StartedAt:       timestamp(t.StartedAt),
+		FinishedAt:      timestamp(t.FinishedAt),
+		DependsOn:       t.DependsOn,
+		Attempts:        int32(t.Attempts),
+		ClaimToken:      t.ClaimToken,
+		FencingToken:    t.FencingToken,
+		Stats:           TaskStatsProto(t.Stats),
+		CancelRequested: t.CancelRequested,
+		Progress:        TaskProgressProto(t.Progress),
+		Exported:        ExportResultProto(t.Exported),
 	}
+	if spec, err := fanout.TaskExportSpec(t); err == nil {
+		out.Export = fanout.ExportSpecProto(spec)
+	}
+	return out
+}
+
+// TaskProgressProto converts a task's progress; nil stays nil (not reported).
+func TaskProgressProto(p *tasks.Progress) *tidemarkv1.TaskProgress {
+	if p == nil {
+		return nil
+	}
+	return &tidemarkv1.TaskProgress{Rows: p.Rows, Files: p.Files, Bytes: p.Bytes, Estimate: p.Estimate,
+		Worker: p.Worker, UpdatedAt: timestamp(p.UpdatedAt)}
+}
+
+// ExportResultProto converts a done export's summary; nil stays nil.
+func ExportResultProto(r *tasks.ExportResult) *tidemarkv1.ExportResult {
+	if r == nil {
+		return nil
+	}
+	return &tidemarkv1.ExportResult{Manifest: r.Manifest, Version: r.Version, Rows: r.Rows, Files: r.Files,
+		Bytes: r.Bytes, FeedCursor: r.FeedCursor}
 }
 
 // TaskStatsProto converts a task's stats; a task without any converts to a

@@ -30,6 +30,9 @@ func classify(ctx context.Context, err error) (codes.Code, string) {
 		return codes.InvalidArgument, err.Error()
 	case errclass.Gone:
 		return codes.NotFound, err.Error()
+	case errclass.Exists:
+		// A task id an export was enqueued under names another task.
+		return codes.AlreadyExists, err.Error()
 	case errclass.Precondition:
 		return codes.FailedPrecondition, err.Error()
 	case errclass.Halt:

@@ -46,6 +46,7 @@ const (
 	CodeNotFound           = httpjson.CodeNotFound         // 404: no such route, task or stats row
 	CodeMethodNotAllowed   = httpjson.CodeMethodNotAllowed // 405
 	CodeFailedPrecondition = "FAILED_PRECONDITION"         // 409
+	CodeAlreadyExists      = "ALREADY_EXISTS"              // 409: an export's id names another task
 	CodeInternal           = httpjson.CodeInternal         // 500: details are logged, not returned
 	CodeUnavailable        = "UNAVAILABLE"                 // 503: etcd or the object store does not answer
 	CodeDataLoss           = "DATA_LOSS"                   // 500: a stored object is corrupt; the message names it
@@ -231,6 +232,8 @@ func (a *httpAPI) writeFailure(w http.ResponseWriter, r *http.Request, err error
 		status, name = http.StatusNotFound, CodeNotFound
 	case codes.FailedPrecondition:
 		status, name = http.StatusConflict, CodeFailedPrecondition
+	case codes.AlreadyExists:
+		status, name = http.StatusConflict, CodeAlreadyExists
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 		status, name = http.StatusServiceUnavailable, CodeUnavailable
 		a.cfg.Logger.Warn("master API request refused", "method", r.Method, "route", r.Pattern, "path", r.URL.Path, "err", err)

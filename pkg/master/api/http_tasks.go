@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tidemark-io/tidemark/internal/httpjson"
+	"github.com/tidemark-io/tidemark/pkg/data/exportfmt"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
@@ -26,8 +27,9 @@ const (
 )
 
 // maxEnqueueBody bounds the body of POST /api/v1/tasks: a kind, a target and a
-// few dependency ids.
-const maxEnqueueBody = 64 << 10
+// few dependency ids, or an export's spec (up to tasks.MaxExportColumns names
+// and a filter of tasks.MaxExportFilterBytes).
+const maxEnqueueBody = 256 << 10
 
 // TaskRecord is a task as the HTTP API answers it: the reference's TaskRecord
 // (timestamps in Unix milliseconds; error, detail, started_at, finished_at and
@@ -50,16 +52,39 @@ type TaskRecord struct {
 	ClaimToken   string      `json:"claim_token,omitempty"`
 	FencingToken int64       `json:"fencing_token,omitempty"`
 	Stats        tasks.Stats `json:"stats,omitzero"`
+
+	// An export's spec, progress (as last recorded), cancel request and, once
+	// done, its manifest in brief; left out of other tasks.
+	Export          json.RawMessage     `json:"export,omitempty"`
+	Progress        *TaskProgress       `json:"progress,omitempty"`
+	CancelRequested bool                `json:"cancel_requested,omitempty"`
+	Exported        *tasks.ExportResult `json:"exported,omitempty"`
+}
+
+// TaskProgress is a task's progress as the HTTP API answers it: the record's,
+// with its time in Unix milliseconds like the record's other times.
+type TaskProgress struct {
+	Rows      int64  `json:"rows"`
+	Files     int64  `json:"files"`
+	Bytes     int64  `json:"bytes"`
+	Estimate  int64  `json:"estimate,omitempty"`
+	Worker    string `json:"worker,omitempty"`
+	UpdatedAt *int64 `json:"updated_at,omitempty"`
 }
 
 // NewTaskRecord converts a stored task.
 func NewTaskRecord(t tasks.Task) TaskRecord {
-	return TaskRecord{
+	r := TaskRecord{
 		ID: t.ID, Kind: t.Kind, Target: t.Target, State: t.State, Error: t.Error, Detail: t.Detail,
 		EnqueuedAt: t.EnqueuedAt.UnixMilli(), DueAt: unixMilli(t.DueAt), StartedAt: unixMilli(t.StartedAt), FinishedAt: unixMilli(t.FinishedAt),
 		DependsOn: t.DependsOn, Attempts: t.Attempts, ClaimToken: t.ClaimToken, FencingToken: t.FencingToken,
-		Stats: t.Stats,
+		Stats: t.Stats, Export: t.Export, CancelRequested: t.CancelRequested, Exported: t.Exported,
 	}
+	if p := t.Progress; p != nil {
+		r.Progress = &TaskProgress{Rows: p.Rows, Files: p.Files, Bytes: p.Bytes, Estimate: p.Estimate, Worker: p.Worker,
+			UpdatedAt: unixMilli(p.UpdatedAt)}
+	}
+	return r
 }
 
 // unixMilli is t in Unix milliseconds, nil for the zero time (not happened yet).
@@ -90,6 +115,11 @@ type EnqueueRequest struct {
 	Kind      string   `json:"kind"`
 	Target    string   `json:"target"`
 	DependsOn []string `json:"depends_on,omitempty"`
+	// Export is an export's spec (kind "export" only, and required with it);
+	// ID the id it is enqueued under ("": a new one), which makes the request
+	// idempotent.
+	Export *exportfmt.Spec `json:"export,omitempty"`
+	ID     string          `json:"id,omitempty"`
 }
 
 // EnqueueAnswer is the body of a 202 answer to POST /api/v1/tasks: the task (new,
@@ -210,7 +240,10 @@ func (a *httpAPI) getTask(ctx context.Context, r *http.Request) (any, error) {
 
 // enqueueTask queues a task of a known kind on a registered target and answers
 // 202 with it; a live task of the same kind and target is answered instead of a
-// new one (deduplicated).
+// new one (deduplicated). An export is enqueued with its spec and is not
+// deduplicated by kind and target; a request with the id of an export of the
+// same target and spec answers that one (deduplicated), and an id of another
+// task is a 409.
 func (a *httpAPI) enqueueTask(ctx context.Context, r *http.Request) (any, error) {
 	if err := onlyParams(r.URL.Query()); err != nil {
 		return nil, err
@@ -220,13 +253,26 @@ func (a *httpAPI) enqueueTask(ctx context.Context, r *http.Request) (any, error)
 		return nil, err
 	}
 	if req.Kind == "" {
-		return nil, fmt.Errorf("%w: kind is required (one of merge_wal, compact, verify, repair)", tasks.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: kind is required (one of merge_wal, compact, verify, repair, export)", tasks.ErrInvalidArgument)
 	}
 	kind, err := tasks.ParseKind(req.Kind)
 	if err != nil {
 		return nil, err
 	}
-	t, dedup, err := a.cfg.Admin.enqueue(ctx, kind, req.Target, req.DependsOn)
+	var t tasks.Task
+	var dedup bool
+	switch {
+	case kind == tasks.KindExport && req.Export == nil:
+		return nil, fmt.Errorf("%w: export: an export task needs its spec ({\"destination\": ..., \"version\", \"columns\", \"filter\"})", tasks.ErrInvalidArgument)
+	case kind == tasks.KindExport && len(req.DependsOn) > 0:
+		return nil, fmt.Errorf("%w: depends_on: an export runs when claimed, after no other task", tasks.ErrInvalidArgument)
+	case kind == tasks.KindExport:
+		t, dedup, err = a.cfg.Admin.EnqueueExport(ctx, req.Target, *req.Export, req.ID)
+	case req.Export != nil || req.ID != "":
+		return nil, fmt.Errorf("%w: export and id are taken with kind export only, not %s", tasks.ErrInvalidArgument, kind)
+	default:
+		t, dedup, err = a.cfg.Admin.enqueue(ctx, kind, req.Target, req.DependsOn)
+	}
 	if errors.Is(err, registry.ErrNotFound) {
 		return nil, reworded{fmt.Sprintf("experiment '%s' does not exist", req.Target), err}
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/pkg/coord/membership"
 	"github.com/tidemark-io/tidemark/pkg/coord/stats"
+	"github.com/tidemark-io/tidemark/pkg/data/exportfmt"
 	"github.com/tidemark-io/tidemark/pkg/master/fanout"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/scanner"
@@ -91,19 +93,61 @@ func call[T any](ctx context.Context, a *AdminService, fn func(ctx context.Conte
 	return resp, nil
 }
 
-// EnqueueTask queues a task of a known kind on a registered target.
+// EnqueueTask queues a task of a known kind on a registered target; an export
+// with its spec, idempotent by the request's id (EnqueueExport).
 func (a *AdminService) EnqueueTask(ctx context.Context, req *tidemarkv1.EnqueueTaskRequest) (*tidemarkv1.EnqueueTaskResponse, error) {
 	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.EnqueueTaskResponse, error) {
 		kind, err := tasks.ParseKind(req.GetKind())
 		if err != nil {
 			return nil, err
 		}
-		t, dedup, err := a.enqueue(ctx, kind, req.GetTarget(), req.GetDependsOn())
+		var t tasks.Task
+		var dedup bool
+		switch {
+		case kind == tasks.KindExport:
+			if len(req.GetDependsOn()) > 0 {
+				return nil, fmt.Errorf("%w: depends_on: an export runs when claimed, after no other task", tasks.ErrInvalidArgument)
+			}
+			if req.GetExport() == nil {
+				return nil, fmt.Errorf("%w: export: an export task needs its spec (destination, and optionally version, columns, filter)", tasks.ErrInvalidArgument)
+			}
+			t, dedup, err = a.EnqueueExport(ctx, req.GetTarget(), fanout.ExportSpecOf(req.GetExport()), req.GetId())
+		case req.GetExport() != nil || req.GetId() != "":
+			return nil, fmt.Errorf("%w: export and id are taken with kind export only, not %s", tasks.ErrInvalidArgument, kind)
+		default:
+			t, dedup, err = a.enqueue(ctx, kind, req.GetTarget(), req.GetDependsOn())
+		}
 		if err != nil {
 			return nil, err
 		}
 		return &tidemarkv1.EnqueueTaskResponse{Task: TaskProto(t), Deduplicated: dedup}, nil
 	})
+}
+
+// EnqueueExport enqueues an export of the target a request names (checked by
+// CheckTarget) with spec, under id ("": a new one), and wakes the scheduler;
+// existing reports an export of the same id, target and spec answered instead.
+func (a *AdminService) EnqueueExport(ctx context.Context, text string, spec exportfmt.Spec, id string) (tasks.Task, bool, error) {
+	if err := spec.Validate(); err != nil {
+		return tasks.Task{}, false, err
+	}
+	target, err := CheckTarget(ctx, a.cfg.Registry, text)
+	if err != nil {
+		return tasks.Task{}, false, err
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return tasks.Task{}, false, fmt.Errorf("export spec: %w", err)
+	}
+	t, existing, err := a.cfg.Tasks.EnqueueExport(ctx, target, raw, id)
+	if err != nil {
+		return tasks.Task{}, false, err
+	}
+	if a.cfg.Wake != nil && !existing {
+		a.cfg.Wake()
+	}
+	a.cfg.Logger.Info("admin: task enqueued", "task", t.ID, "kind", tasks.KindExport, "target", target, "deduplicated", existing)
+	return t, existing, nil
 }
 
 // RequeueMerge enqueues merge_wal on a registered target (deduplicated) and wakes
@@ -214,7 +258,8 @@ func (a *AdminService) ListTasks(ctx context.Context, req *tidemarkv1.ListTasksR
 	})
 }
 
-// CancelTask fails a queued task with "cancelled".
+// CancelTask fails a queued task with "cancelled", or asks a running export to
+// stop.
 func (a *AdminService) CancelTask(ctx context.Context, req *tidemarkv1.CancelTaskRequest) (*tidemarkv1.CancelTaskResponse, error) {
 	return call(ctx, a, func(ctx context.Context) (*tidemarkv1.CancelTaskResponse, error) {
 		t, err := a.cfg.Tasks.Cancel(ctx, req.GetId())

@@ -17,7 +17,8 @@ import (
 const keepaliveEvery = 20 * time.Second
 
 // taskJSON is a task as the page's script reads it (from an event or an
-// enqueue answer); the script writes every field with textContent.
+// enqueue answer); the script writes every field with textContent. Detail is
+// the result cell's text (taskResult: an export's progress while it runs).
 type taskJSON struct {
 	ID         string          `json:"id"`
 	Kind       string          `json:"kind"`
@@ -36,7 +37,7 @@ func taskJSONOf(t *tidemarkv1.Task) taskJSON {
 	// tasks of valid targets.
 	target, _ := registry.ParseTarget(t.GetTarget())
 	return taskJSON{
-		ID: t.GetId(), Kind: t.GetKind(), Target: target, State: t.GetState(), Error: t.GetError(), Detail: t.GetDetail(),
+		ID: t.GetId(), Kind: t.GetKind(), Target: target, State: t.GetState(), Error: t.GetError(), Detail: taskResult(t),
 		EnqueuedAt: jsonTime(protoTime(t.GetEnqueuedAt())), StartedAt: jsonTime(protoTime(t.GetStartedAt())),
 		FinishedAt: jsonTime(protoTime(t.GetFinishedAt())),
 	}
@@ -44,7 +45,7 @@ func taskJSONOf(t *tidemarkv1.Task) taskJSON {
 
 func taskJSONFromStore(t tasks.Task, deleted bool) taskJSON {
 	return taskJSON{
-		ID: t.ID, Kind: string(t.Kind), Target: t.Target, State: string(t.State), Error: t.Error, Detail: t.Detail,
+		ID: t.ID, Kind: string(t.Kind), Target: t.Target, State: string(t.State), Error: t.Error, Detail: storeTaskResult(t),
 		EnqueuedAt: jsonTime(t.EnqueuedAt), StartedAt: jsonTime(t.StartedAt), FinishedAt: jsonTime(t.FinishedAt), Deleted: deleted,
 	}
 }

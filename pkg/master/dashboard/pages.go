@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -358,7 +359,7 @@ func (d *Dashboard) store(w http.ResponseWriter, r *http.Request, sess session) 
 		d.fail(w, r, sess, http.StatusNotFound, fmt.Errorf("no stats row for %q: the store is not registered, or the master has not scanned it yet", target))
 		return
 	}
-	data := storeData{Store: stores[i], Kinds: []string{string(tasks.KindMergeWAL), string(tasks.KindCompact), string(tasks.KindVerify)}}
+	data := storeData{Store: stores[i], Kinds: buttonKinds()}
 	win := chartWindow(d.cfg.Now(), d.feed.started)
 	pending, rows, _ := d.feed.storeSeries(target)
 	data.Window = win.Label
@@ -382,19 +383,40 @@ type enqueueResult struct {
 	Deduplicated bool     `json:"deduplicated"`
 }
 
-// enqueue runs a store's button: a merge_wal, compact or verify task through the
-// AdminService's EnqueueTask, as `master admin enqueue` does. The script gets
-// JSON; a form without script is redirected back to the store.
+// buttonKinds are the kinds a store page's buttons enqueue: never repair, which
+// drops data and is an operator's command only.
+func buttonKinds() []string {
+	return []string{string(tasks.KindMergeWAL), string(tasks.KindCompact), string(tasks.KindVerify), string(tasks.KindExport)}
+}
+
+// enqueue runs a store's button: a merge_wal, compact, verify or export task
+// through the AdminService's EnqueueTask, as `master admin enqueue` and `master
+// admin export` do (an export with the form's destination, and optionally
+// version, columns and filter). The script gets JSON; a form without script is
+// redirected back to the store.
 func (d *Dashboard) enqueue(w http.ResponseWriter, r *http.Request, sess session) {
 	target := r.PathValue("target")
 	kind := r.PostFormValue("kind")
-	if kind != string(tasks.KindMergeWAL) && kind != string(tasks.KindCompact) && kind != string(tasks.KindVerify) {
-		d.fail(w, r, sess, http.StatusBadRequest, fmt.Errorf("kind %q: the buttons enqueue merge_wal, compact or verify", kind))
+	if !slices.Contains(buttonKinds(), kind) {
+		d.fail(w, r, sess, http.StatusBadRequest, fmt.Errorf("kind %q: the buttons enqueue %s", kind, strings.Join(buttonKinds(), ", ")))
 		return
+	}
+	req := &tidemarkv1.EnqueueTaskRequest{Kind: kind, Target: target}
+	if kind == string(tasks.KindExport) {
+		spec, err := exportForm(r)
+		if err != nil {
+			if wantsJSON(r) {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+				return
+			}
+			d.fail(w, r, sess, http.StatusBadRequest, err)
+			return
+		}
+		req.Export = spec
 	}
 	ctx, cancel := d.callCtx(r)
 	defer cancel()
-	resp, err := d.cfg.Admin.EnqueueTask(ctx, &tidemarkv1.EnqueueTaskRequest{Kind: kind, Target: target})
+	resp, err := d.cfg.Admin.EnqueueTask(ctx, req)
 	if err != nil {
 		code, err := statusOf(err)
 		if wantsJSON(r) {
@@ -410,6 +432,28 @@ func (d *Dashboard) enqueue(w http.ResponseWriter, r *http.Request, sess session
 		return
 	}
 	http.Redirect(w, r, Root+"tasks/"+resp.GetTask().GetId(), http.StatusSeeOther)
+}
+
+// exportForm reads an export's spec from the store page's form: destination
+// (required), version, columns (comma-separated), filter.
+func exportForm(r *http.Request) (*tidemarkv1.ExportSpec, error) {
+	spec := &tidemarkv1.ExportSpec{Destination: strings.TrimSpace(r.PostFormValue("destination")), Filter: r.PostFormValue("filter")}
+	if spec.Destination == "" {
+		return nil, errors.New("destination: give the bucket URL to export to (file:///dir, s3://bucket?region=..., gs://bucket, azblob://container)")
+	}
+	if v := strings.TrimSpace(r.PostFormValue("version")); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("version %q: want a base-table version (a positive integer), or nothing for the store now", v)
+		}
+		spec.Version = n
+	}
+	for c := range strings.SplitSeq(r.PostFormValue("columns"), ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			spec.Columns = append(spec.Columns, c)
+		}
+	}
+	return spec, nil
 }
 
 type tasksData struct {

@@ -49,13 +49,15 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprint(v)
 	},
-	"bytes": func(n int64) string { return humanize.IBytes(uint64(max(n, 0))) },
-	"ago":   ago,
-	"ts":    formatTime,
-	"pts":   func(t *timestamppb.Timestamp) time.Time { return protoTime(t) },
-	"trunc": truncate,
-	"short": shortID,
-	"lower": strings.ToLower,
+	"bytes":  func(n int64) string { return humanize.IBytes(uint64(max(n, 0))) },
+	"ago":    ago,
+	"ts":     formatTime,
+	"pts":    func(t *timestamppb.Timestamp) time.Time { return protoTime(t) },
+	"trunc":  truncate,
+	"short":  shortID,
+	"lower":  strings.ToLower,
+	"result": taskResult,
+	"redact": redactURL,
 	// at pairs a time with a task for the "storetask" template.
 	"at": func(now time.Time, t *tasks.Task) struct {
 		Now time.Time

@@ -1,8 +1,11 @@
 package fanout
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/tidemark-io/tidemark/pkg/errclass"
 	"github.com/tidemark-io/tidemark/pkg/registry"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 	tidemarkv1 "github.com/tidemark-io/tidemark/proto/tidemark/v1"
@@ -284,5 +288,45 @@ func maintainStats(resp *tidemarkv1.MaintainResponse) tasks.Stats {
 		FragmentsDropped:   resp.GetDroppedFragments(),
 		RowsDropped:        resp.GetDroppedRows(),
 		BaseVersion:        resp.GetBaseVersion(),
+	}
+}
+
+// errExportStreamEnded is an export stream that ended without its last message:
+// the worker's answer was cut off, so the export may not be complete.
+var errExportStreamEnded = errclass.New(errclass.Unavailable, "the export stream ended without the export's result")
+
+// Export has worker w run an export (WorkerService.Export), calling progress with
+// each report it streams.
+func (c *GRPCCaller) Export(ctx context.Context, w Worker, call ExportCall, progress func(tasks.Progress)) (tasks.ExportResult, tasks.Progress, error) {
+	client, release, err := c.client(ctx, w)
+	if err != nil {
+		return tasks.ExportResult{}, tasks.Progress{}, err
+	}
+	defer release()
+	// The stream ends with the call: cancel it on every return, or its goroutine
+	// and the worker's export would outlive a failed Recv.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.Export(ctx, &tidemarkv1.ExportRequest{Target: call.Target.String(), FencingToken: call.FencingToken,
+		TaskId: call.TaskID, Spec: ExportSpecProto(call.Spec)}, grpc.WaitForReady(false))
+	if err != nil {
+		return tasks.ExportResult{}, tasks.Progress{}, err
+	}
+	var last tasks.Progress
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return tasks.ExportResult{}, last, fmt.Errorf("%s: %w", w.InstanceID, errExportStreamEnded)
+		}
+		if err != nil {
+			return tasks.ExportResult{}, last, err
+		}
+		last = tasks.Progress{Rows: msg.GetRows(), Files: msg.GetFiles(), Bytes: msg.GetBytes(), Estimate: msg.GetEstimate(),
+			Worker: cmp.Or(msg.GetInstanceId(), w.InstanceID)}
+		if msg.GetDone() {
+			return tasks.ExportResult{Manifest: msg.GetManifest(), Version: msg.GetVersion(), Rows: msg.GetRows(),
+				Files: msg.GetFiles(), Bytes: msg.GetBytes(), FeedCursor: msg.GetFeedCursor()}, last, nil
+		}
+		progress(last)
 	}
 }

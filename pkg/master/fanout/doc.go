@@ -1,6 +1,7 @@
 // Package fanout is how the master reaches the workers: the merge_wal fan-out
 // (gather and serial), the maintenance runner (compact, verify, repair on one
-// worker), the worker Caller over gRPC (GRPCCaller), worker discovery
+// worker), the export runner (an export on one worker, its progress recorded and
+// its cancel heard), the worker Caller over gRPC (GRPCCaller), worker discovery
 // (StaticDiscovery, or membership.Discovery through etcd), and the tracker of
 // orphaned shards whose adoption a merge_wal asks for.
 //
@@ -26,6 +27,7 @@
 //     the grace (or an operator forced it), by one live worker, under the task's
 //     fencing token; a static worker list adopts nothing (only registered workers
 //     say which shards have an owner).
-//   - Retry policy lives elsewhere (the task queue's cooldown and the merge sweep),
-//     never in a runner.
+//   - Retry policy lives elsewhere (the task queue's cooldown, the merge sweep,
+//     tasks.ShouldRetry for exports), never in a runner: a runner returns the
+//     failure with its class, and the scheduler decides.
 package fanout

@@ -25,7 +25,7 @@ var (
 
 // registerDataRoutes adds the /api/v1 data routes (stores, rows, flush, merge-wal).
 //
-// The control routes (merge-wal, internal, compact) always require the credential
+// The control routes (merge-wal, internal, compact, export) always require the credential
 // (ServerConfig.Auth); the others, flush included (a data route in the reference API),
 // do when ServerConfig.AuthDataRoutes is set. The check runs before the route reads its
 // body.
@@ -49,6 +49,8 @@ func (s *Server) registerDataRoutes(mux *http.ServeMux) {
 		mux.Handle("GET "+base+"/{name}/changes", s.data(s.api(s.listChanges(k))))
 		mux.Handle("POST "+base+"/{name}/compact", s.control(s.api(s.compactStore(k))))
 		mux.Handle("GET "+base+"/{name}/compact/stats", s.data(s.api(s.compactStatsOf(k))))
+		mux.Handle("POST "+base+"/{name}/export", s.control(s.api(s.exportStore(k))))
+		mux.Handle("GET "+base+"/{name}/export/{id}", s.control(s.api(s.getExport(k))))
 	}
 	// Checkout exists on rollout stores only, as in the reference.
 	mux.Handle("POST /api/v1/rollouts/{name}/checkout", s.data(s.api(s.checkout(rolloutAPI))))

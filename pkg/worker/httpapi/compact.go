@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -10,10 +11,13 @@ import (
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
-// TaskQueue enqueues master tasks: the task queue in etcd (tasks.Queue). The
-// worker only enqueues; the master's scheduler claims and runs them.
+// TaskQueue enqueues master tasks, and reads them back for the export routes:
+// the task queue in etcd (tasks.Queue). The worker only enqueues; the master's
+// scheduler claims and runs them.
 type TaskQueue interface {
 	Enqueue(ctx context.Context, kind tasks.Kind, target registry.Target, dependsOn ...string) (tasks.Task, bool, error)
+	EnqueueExport(ctx context.Context, target registry.Target, spec json.RawMessage, id string) (tasks.Task, bool, error)
+	Get(ctx context.Context, id string) (tasks.Task, error)
 }
 
 // errNoTaskQueue answers a compact request on a worker without etcd: nothing could

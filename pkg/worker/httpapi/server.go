@@ -73,8 +73,8 @@ type ServerConfig struct {
 	// fencing token) and counts seals; nil builds one from Stores and Merger,
 	// counting in series registered in Metrics.
 	Merges *mergesvc.Service
-	// Tasks, if set, is where POST .../compact enqueues compact tasks (the task
-	// store in etcd); without it that route answers 503.
+	// Tasks, if set, is where POST .../compact and .../export enqueue their tasks
+	// (the task store in etcd); without it those routes answer 503.
 	Tasks TaskQueue
 	// Consumers, if set, keeps the change feed's named consumers' committed
 	// cursors (etcd); without it the consumer routes answer 503.
@@ -86,8 +86,8 @@ type ServerConfig struct {
 	Horizons    feed.Horizons
 	FeedMaxWait time.Duration
 
-	// Auth guards the control routes (POST /api/v1/internal/*, the merge-wal and
-	// compact routes) always, and every data route (flush included) too when
+	// Auth guards the control routes (POST /api/v1/internal/*, the merge-wal,
+	// compact and export routes) always, and every data route (flush included) too when
 	// AuthDataRoutes is set; health and metrics are never guarded. nil: no authentication
 	// (--auth-disabled).
 	Auth           *auth.Guard

@@ -4,8 +4,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the WorkerService's own series: adoptions and maintenance tasks
-// (its merges and seals are counted in mergesvc.Metrics).
+// Metrics are the WorkerService's own series: adoptions, maintenance tasks and
+// exports (its merges and seals are counted in mergesvc.Metrics).
 type Metrics struct {
 	// ShardsAdopted counts shards of gone workers this worker drained and retired
 	// (AdoptShard), by store kind.
@@ -26,6 +26,12 @@ type Metrics struct {
 	// human: data is missing or damaged.
 	VerifyProblems         *prometheus.CounterVec
 	RepairDroppedFragments *prometheus.CounterVec
+	// Exports counts exports run here, by result=success|failure|cancelled;
+	// ExportedRows and ExportedBytes the rows and Parquet bytes of those that
+	// succeeded, by store kind.
+	Exports       *prometheus.CounterVec
+	ExportedRows  *prometheus.CounterVec
+	ExportedBytes *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -55,7 +61,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		RepairDroppedFragments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidemark_repair_dropped_fragments_total", Help: "Fragments removed by repair tasks (an operator's --drop-missing), by store kind.",
 		}, []string{"kind"}),
+		Exports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_exports_total", Help: "Export tasks run by this worker, by result (success, failure, cancelled).",
+		}, []string{"result"}),
+		ExportedRows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_export_rows_total", Help: "Rows written by the exports that succeeded, by store kind.",
+		}, []string{"kind"}),
+		ExportedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidemark_export_bytes_total", Help: "Bytes of Parquet files written by the exports that succeeded, by store kind.",
+		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.ShardsAdopted, m.Compactions, m.CompactedFragments, m.CompactionBytes, m.CleanupObjects, m.CleanupBytes, m.VerifyProblems, m.RepairDroppedFragments)
+	reg.MustRegister(m.Exports, m.ExportedRows, m.ExportedBytes, m.ShardsAdopted, m.Compactions, m.CompactedFragments, m.CompactionBytes, m.CleanupObjects, m.CleanupBytes, m.VerifyProblems, m.RepairDroppedFragments)
 	return m
 }

@@ -44,6 +44,10 @@ type WorkerServiceConfig struct {
 	// Maintainer runs compact, verify and repair tasks; nil: one with the default
 	// options, charging Merger's slots and budget.
 	Maintainer *maintain.Maintainer
+	// Horizons is the worker's view of the stores' change-feed horizons, which an
+	// export of a store now reads for its feed cursor; nil (no etcd): exports
+	// record no cursor.
+	Horizons Horizons
 	// Metrics are the service's own series; nil creates unregistered ones.
 	Metrics *Metrics
 	// Logger receives structured logs; nil discards them.

@@ -67,6 +67,8 @@ type grpcEnvOptions struct {
 	// instance is the worker's INSTANCE_ID and shard ("w1" when empty); a second
 	// worker on the same bucket finds the stores the first created.
 	instance string
+	// horizons are the stores' change-feed horizons exports read (none when nil).
+	horizons Horizons
 }
 
 func newGRPCEnv(t *testing.T, o grpcEnvOptions) *grpcEnv {
@@ -114,7 +116,7 @@ func newGRPCEnv(t *testing.T, o grpcEnvOptions) *grpcEnv {
 	}
 	e.svc, err = NewWorkerService(WorkerServiceConfig{
 		InstanceID: instance, Version: "v-test", GRPCAddr: "grpc.example:9090", HTTPAddr: "http.example:8080",
-		Stores: ss, Merger: e.merger, Merges: e.mergeSvc, Metrics: e.metrics, Logger: quiet,
+		Stores: ss, Merger: e.merger, Merges: e.mergeSvc, Metrics: e.metrics, Logger: quiet, Horizons: o.horizons,
 	})
 	if err != nil {
 		t.Fatal(err)

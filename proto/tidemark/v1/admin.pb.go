@@ -30,7 +30,7 @@ type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is a UUIDv7: ids sort in enqueue order.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// kind is merge_wal, compact, verify or repair.
+	// kind is merge_wal, compact, verify, repair or export.
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// target is "<name>" (rollout store) or "generic:<name>" (generic store).
 	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
@@ -64,7 +64,17 @@ type Task struct {
 	// generations made it due). The
 	// scheduler claims the task due first; unset (every other enqueue) means due
 	// at enqueued_at.
-	DueAt         *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=due_at,json=dueAt,proto3" json:"due_at,omitempty"`
+	DueAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=due_at,json=dueAt,proto3" json:"due_at,omitempty"`
+	// export is an export task's spec: what it writes, and where.
+	Export *ExportSpec `protobuf:"bytes,16,opt,name=export,proto3" json:"export,omitempty"`
+	// progress is how far the current or last run got (an export's rows, files and
+	// bytes, and its estimate of the rows), as last recorded; unset until reported.
+	Progress *TaskProgress `protobuf:"bytes,17,opt,name=progress,proto3" json:"progress,omitempty"`
+	// cancel_requested: a running export was asked to stop and will fail with
+	// "cancelled".
+	CancelRequested bool `protobuf:"varint,18,opt,name=cancel_requested,json=cancelRequested,proto3" json:"cancel_requested,omitempty"`
+	// exported is a done export's manifest in brief.
+	Exported      *ExportResult `protobuf:"bytes,19,opt,name=exported,proto3" json:"exported,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -204,6 +214,211 @@ func (x *Task) GetDueAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Task) GetExport() *ExportSpec {
+	if x != nil {
+		return x.Export
+	}
+	return nil
+}
+
+func (x *Task) GetProgress() *TaskProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *Task) GetCancelRequested() bool {
+	if x != nil {
+		return x.CancelRequested
+	}
+	return false
+}
+
+func (x *Task) GetExported() *ExportResult {
+	if x != nil {
+		return x.Exported
+	}
+	return nil
+}
+
+// TaskProgress is how far a task's run got, as its runner last reported it.
+type TaskProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rows  int64                  `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Files int64                  `protobuf:"varint,2,opt,name=files,proto3" json:"files,omitempty"`
+	Bytes int64                  `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// estimate is an upper bound of rows at the end (0: unknown).
+	Estimate int64 `protobuf:"varint,4,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	// worker is the worker instance doing the work.
+	Worker        string                 `protobuf:"bytes,5,opt,name=worker,proto3" json:"worker,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskProgress) Reset() {
+	*x = TaskProgress{}
+	mi := &file_tidemark_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskProgress) ProtoMessage() {}
+
+func (x *TaskProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskProgress.ProtoReflect.Descriptor instead.
+func (*TaskProgress) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TaskProgress) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TaskProgress) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *TaskProgress) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *TaskProgress) GetEstimate() int64 {
+	if x != nil {
+		return x.Estimate
+	}
+	return 0
+}
+
+func (x *TaskProgress) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *TaskProgress) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+// ExportResult is a done export's manifest in brief (the manifest,
+// _manifest.json at the destination, is the authority).
+type ExportResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// manifest is the manifest's URL.
+	Manifest string `protobuf:"bytes,1,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	// version is the base-table version the export read.
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Rows    int64  `protobuf:"varint,3,opt,name=rows,proto3" json:"rows,omitempty"`
+	Files   int64  `protobuf:"varint,4,opt,name=files,proto3" json:"files,omitempty"`
+	Bytes   int64  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// feed_cursor is the change-feed cursor to tail from after the snapshot; empty
+	// for an export at a version.
+	FeedCursor    string `protobuf:"bytes,6,opt,name=feed_cursor,json=feedCursor,proto3" json:"feed_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportResult) Reset() {
+	*x = ExportResult{}
+	mi := &file_tidemark_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportResult) ProtoMessage() {}
+
+func (x *ExportResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportResult.ProtoReflect.Descriptor instead.
+func (*ExportResult) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ExportResult) GetManifest() string {
+	if x != nil {
+		return x.Manifest
+	}
+	return ""
+}
+
+func (x *ExportResult) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ExportResult) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ExportResult) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *ExportResult) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ExportResult) GetFeedCursor() string {
+	if x != nil {
+		return x.FeedCursor
+	}
+	return ""
+}
+
 // TaskStats counts what a run of a task did. Each kind fills the fields it knows:
 // merge_wal the workers, generations, rows and adoptions; compact the fragments,
 // rows, versions, files and bytes; verify and repair the objects checked, the
@@ -255,7 +470,7 @@ type TaskStats struct {
 
 func (x *TaskStats) Reset() {
 	*x = TaskStats{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[1]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +482,7 @@ func (x *TaskStats) String() string {
 func (*TaskStats) ProtoMessage() {}
 
 func (x *TaskStats) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[1]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +495,7 @@ func (x *TaskStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStats.ProtoReflect.Descriptor instead.
 func (*TaskStats) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TaskStats) GetWorkers() int64 {
@@ -428,15 +643,22 @@ type EnqueueTaskRequest struct {
 	Kind   string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	Target string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
 	// depends_on are task ids (at most 64) that must be done first; if one fails, the
-	// new task fails too.
-	DependsOn     []string `protobuf:"bytes,3,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	// new task fails too. Not taken with an export.
+	DependsOn []string `protobuf:"bytes,3,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	// export is the spec of an export (kind "export"), required with it and refused
+	// with any other kind.
+	Export *ExportSpec `protobuf:"bytes,4,opt,name=export,proto3" json:"export,omitempty"`
+	// id is the id an export is enqueued under (a UUID the client picks, so that
+	// sending the request again enqueues nothing new); empty: a new UUIDv7. Only
+	// with an export.
+	Id            string `protobuf:"bytes,5,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnqueueTaskRequest) Reset() {
 	*x = EnqueueTaskRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[2]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -448,7 +670,7 @@ func (x *EnqueueTaskRequest) String() string {
 func (*EnqueueTaskRequest) ProtoMessage() {}
 
 func (x *EnqueueTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[2]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -461,7 +683,7 @@ func (x *EnqueueTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueTaskRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueTaskRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EnqueueTaskRequest) GetKind() string {
@@ -485,6 +707,20 @@ func (x *EnqueueTaskRequest) GetDependsOn() []string {
 	return nil
 }
 
+func (x *EnqueueTaskRequest) GetExport() *ExportSpec {
+	if x != nil {
+		return x.Export
+	}
+	return nil
+}
+
+func (x *EnqueueTaskRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 type EnqueueTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Task  *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -497,7 +733,7 @@ type EnqueueTaskResponse struct {
 
 func (x *EnqueueTaskResponse) Reset() {
 	*x = EnqueueTaskResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[3]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +745,7 @@ func (x *EnqueueTaskResponse) String() string {
 func (*EnqueueTaskResponse) ProtoMessage() {}
 
 func (x *EnqueueTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[3]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +758,7 @@ func (x *EnqueueTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueTaskResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueTaskResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EnqueueTaskResponse) GetTask() *Task {
@@ -548,7 +784,7 @@ type RequeueMergeRequest struct {
 
 func (x *RequeueMergeRequest) Reset() {
 	*x = RequeueMergeRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[4]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +796,7 @@ func (x *RequeueMergeRequest) String() string {
 func (*RequeueMergeRequest) ProtoMessage() {}
 
 func (x *RequeueMergeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[4]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +809,7 @@ func (x *RequeueMergeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueMergeRequest.ProtoReflect.Descriptor instead.
 func (*RequeueMergeRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RequeueMergeRequest) GetTarget() string {
@@ -593,7 +829,7 @@ type RequeueMergeResponse struct {
 
 func (x *RequeueMergeResponse) Reset() {
 	*x = RequeueMergeResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[5]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +841,7 @@ func (x *RequeueMergeResponse) String() string {
 func (*RequeueMergeResponse) ProtoMessage() {}
 
 func (x *RequeueMergeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[5]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +854,7 @@ func (x *RequeueMergeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueMergeResponse.ProtoReflect.Descriptor instead.
 func (*RequeueMergeResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RequeueMergeResponse) GetTask() *Task {
@@ -644,7 +880,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[6]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +892,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[6]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +905,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetTaskRequest) GetId() string {
@@ -688,7 +924,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[7]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +936,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[7]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +949,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -741,7 +977,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[8]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +989,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[8]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +1002,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListTasksRequest) GetState() string {
@@ -822,7 +1058,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[9]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +1070,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[9]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +1083,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -873,7 +1109,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[10]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1121,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[10]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1134,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelTaskRequest) GetId() string {
@@ -917,7 +1153,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[11]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1165,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[11]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1178,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -987,7 +1223,7 @@ type StatsRow struct {
 
 func (x *StatsRow) Reset() {
 	*x = StatsRow{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1235,7 @@ func (x *StatsRow) String() string {
 func (*StatsRow) ProtoMessage() {}
 
 func (x *StatsRow) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[12]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1248,7 @@ func (x *StatsRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRow.ProtoReflect.Descriptor instead.
 func (*StatsRow) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatsRow) GetTarget() string {
@@ -1112,7 +1348,7 @@ type MissingShard struct {
 
 func (x *MissingShard) Reset() {
 	*x = MissingShard{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1360,7 @@ func (x *MissingShard) String() string {
 func (*MissingShard) ProtoMessage() {}
 
 func (x *MissingShard) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[13]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1373,7 @@ func (x *MissingShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MissingShard.ProtoReflect.Descriptor instead.
 func (*MissingShard) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MissingShard) GetShard() string {
@@ -1180,7 +1416,7 @@ type ListStatsRequest struct {
 
 func (x *ListStatsRequest) Reset() {
 	*x = ListStatsRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1428,7 @@ func (x *ListStatsRequest) String() string {
 func (*ListStatsRequest) ProtoMessage() {}
 
 func (x *ListStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[14]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1441,7 @@ func (x *ListStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStatsRequest.ProtoReflect.Descriptor instead.
 func (*ListStatsRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListStatsRequest) GetPageSize() int32 {
@@ -1232,7 +1468,7 @@ type ListStatsResponse struct {
 
 func (x *ListStatsResponse) Reset() {
 	*x = ListStatsResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1480,7 @@ func (x *ListStatsResponse) String() string {
 func (*ListStatsResponse) ProtoMessage() {}
 
 func (x *ListStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[15]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1493,7 @@ func (x *ListStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStatsResponse.ProtoReflect.Descriptor instead.
 func (*ListStatsResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListStatsResponse) GetStats() []*StatsRow {
@@ -1284,7 +1520,7 @@ type RescanRequest struct {
 
 func (x *RescanRequest) Reset() {
 	*x = RescanRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1532,7 @@ func (x *RescanRequest) String() string {
 func (*RescanRequest) ProtoMessage() {}
 
 func (x *RescanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[16]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1545,7 @@ func (x *RescanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescanRequest.ProtoReflect.Descriptor instead.
 func (*RescanRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RescanRequest) GetTarget() string {
@@ -1332,7 +1568,7 @@ type RescanResponse struct {
 
 func (x *RescanResponse) Reset() {
 	*x = RescanResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1580,7 @@ func (x *RescanResponse) String() string {
 func (*RescanResponse) ProtoMessage() {}
 
 func (x *RescanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[17]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1593,7 @@ func (x *RescanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescanResponse.ProtoReflect.Descriptor instead.
 func (*RescanResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RescanResponse) GetObserved() int64 {
@@ -1389,7 +1625,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1637,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[18]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1650,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 type ListWorkersResponse struct {
@@ -1426,7 +1662,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[19]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1674,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[19]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1687,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -1479,7 +1715,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[20]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1727,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[20]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1740,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WorkerInfo) GetInstanceId() string {
@@ -1561,7 +1797,7 @@ type ForceAdoptRequest struct {
 
 func (x *ForceAdoptRequest) Reset() {
 	*x = ForceAdoptRequest{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[21]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1809,7 @@ func (x *ForceAdoptRequest) String() string {
 func (*ForceAdoptRequest) ProtoMessage() {}
 
 func (x *ForceAdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[21]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1822,7 @@ func (x *ForceAdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceAdoptRequest.ProtoReflect.Descriptor instead.
 func (*ForceAdoptRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ForceAdoptRequest) GetTarget() string {
@@ -1618,7 +1854,7 @@ type ForceAdoptResponse struct {
 
 func (x *ForceAdoptResponse) Reset() {
 	*x = ForceAdoptResponse{}
-	mi := &file_tidemark_v1_admin_proto_msgTypes[22]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1866,7 @@ func (x *ForceAdoptResponse) String() string {
 func (*ForceAdoptResponse) ProtoMessage() {}
 
 func (x *ForceAdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_admin_proto_msgTypes[22]
+	mi := &file_tidemark_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1879,7 @@ func (x *ForceAdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceAdoptResponse.ProtoReflect.Descriptor instead.
 func (*ForceAdoptResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_tidemark_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ForceAdoptResponse) GetTask() *Task {
@@ -1671,7 +1907,7 @@ var File_tidemark_v1_admin_proto protoreflect.FileDescriptor
 
 const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17tidemark/v1/admin.proto\x12\vtidemark.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x04\n" +
+	"\x17tidemark/v1/admin.proto\x12\vtidemark.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18tidemark/v1/worker.proto\"\xe7\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -1693,7 +1929,27 @@ const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"claimToken\x12#\n" +
 	"\rfencing_token\x18\r \x01(\x03R\ffencingToken\x12,\n" +
 	"\x05stats\x18\x0e \x01(\v2\x16.tidemark.v1.TaskStatsR\x05stats\x121\n" +
-	"\x06due_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x05dueAt\"\xb1\x06\n" +
+	"\x06due_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x05dueAt\x12/\n" +
+	"\x06export\x18\x10 \x01(\v2\x17.tidemark.v1.ExportSpecR\x06export\x125\n" +
+	"\bprogress\x18\x11 \x01(\v2\x19.tidemark.v1.TaskProgressR\bprogress\x12)\n" +
+	"\x10cancel_requested\x18\x12 \x01(\bR\x0fcancelRequested\x125\n" +
+	"\bexported\x18\x13 \x01(\v2\x19.tidemark.v1.ExportResultR\bexported\"\xbd\x01\n" +
+	"\fTaskProgress\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\x03R\x04rows\x12\x14\n" +
+	"\x05files\x18\x02 \x01(\x03R\x05files\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\x12\x1a\n" +
+	"\bestimate\x18\x04 \x01(\x03R\bestimate\x12\x16\n" +
+	"\x06worker\x18\x05 \x01(\tR\x06worker\x129\n" +
+	"\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xa5\x01\n" +
+	"\fExportResult\x12\x1a\n" +
+	"\bmanifest\x18\x01 \x01(\tR\bmanifest\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
+	"\x04rows\x18\x03 \x01(\x03R\x04rows\x12\x14\n" +
+	"\x05files\x18\x04 \x01(\x03R\x05files\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x12\x1f\n" +
+	"\vfeed_cursor\x18\x06 \x01(\tR\n" +
+	"feedCursor\"\xb1\x06\n" +
 	"\tTaskStats\x12\x18\n" +
 	"\aworkers\x18\x01 \x01(\x03R\aworkers\x12%\n" +
 	"\x0eworkers_merged\x18\x02 \x01(\x03R\rworkersMerged\x12'\n" +
@@ -1716,12 +1972,14 @@ const file_tidemark_v1_admin_proto_rawDesc = "" +
 	"\x11fragments_dropped\x18\x11 \x01(\x03R\x10fragmentsDropped\x12!\n" +
 	"\frows_dropped\x18\x12 \x01(\x03R\vrowsDropped\x12!\n" +
 	"\fbase_version\x18\x13 \x01(\x04R\vbaseVersion\x12)\n" +
-	"\x10level0_fragments\x18\x14 \x01(\x03R\x0flevel0Fragments\"_\n" +
+	"\x10level0_fragments\x18\x14 \x01(\x03R\x0flevel0Fragments\"\xa0\x01\n" +
 	"\x12EnqueueTaskRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x1d\n" +
 	"\n" +
-	"depends_on\x18\x03 \x03(\tR\tdependsOn\"`\n" +
+	"depends_on\x18\x03 \x03(\tR\tdependsOn\x12/\n" +
+	"\x06export\x18\x04 \x01(\v2\x17.tidemark.v1.ExportSpecR\x06export\x12\x0e\n" +
+	"\x02id\x18\x05 \x01(\tR\x02id\"`\n" +
 	"\x13EnqueueTaskResponse\x12%\n" +
 	"\x04task\x18\x01 \x01(\v2\x11.tidemark.v1.TaskR\x04task\x12\"\n" +
 	"\fdeduplicated\x18\x02 \x01(\bR\fdeduplicated\"-\n" +
@@ -1830,80 +2088,88 @@ func file_tidemark_v1_admin_proto_rawDescGZIP() []byte {
 	return file_tidemark_v1_admin_proto_rawDescData
 }
 
-var file_tidemark_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_tidemark_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_tidemark_v1_admin_proto_goTypes = []any{
 	(*Task)(nil),                  // 0: tidemark.v1.Task
-	(*TaskStats)(nil),             // 1: tidemark.v1.TaskStats
-	(*EnqueueTaskRequest)(nil),    // 2: tidemark.v1.EnqueueTaskRequest
-	(*EnqueueTaskResponse)(nil),   // 3: tidemark.v1.EnqueueTaskResponse
-	(*RequeueMergeRequest)(nil),   // 4: tidemark.v1.RequeueMergeRequest
-	(*RequeueMergeResponse)(nil),  // 5: tidemark.v1.RequeueMergeResponse
-	(*GetTaskRequest)(nil),        // 6: tidemark.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 7: tidemark.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 8: tidemark.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 9: tidemark.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),     // 10: tidemark.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),    // 11: tidemark.v1.CancelTaskResponse
-	(*StatsRow)(nil),              // 12: tidemark.v1.StatsRow
-	(*MissingShard)(nil),          // 13: tidemark.v1.MissingShard
-	(*ListStatsRequest)(nil),      // 14: tidemark.v1.ListStatsRequest
-	(*ListStatsResponse)(nil),     // 15: tidemark.v1.ListStatsResponse
-	(*RescanRequest)(nil),         // 16: tidemark.v1.RescanRequest
-	(*RescanResponse)(nil),        // 17: tidemark.v1.RescanResponse
-	(*ListWorkersRequest)(nil),    // 18: tidemark.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),   // 19: tidemark.v1.ListWorkersResponse
-	(*WorkerInfo)(nil),            // 20: tidemark.v1.WorkerInfo
-	(*ForceAdoptRequest)(nil),     // 21: tidemark.v1.ForceAdoptRequest
-	(*ForceAdoptResponse)(nil),    // 22: tidemark.v1.ForceAdoptResponse
-	nil,                           // 23: tidemark.v1.StatsRow.PendingByShardEntry
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*TaskProgress)(nil),          // 1: tidemark.v1.TaskProgress
+	(*ExportResult)(nil),          // 2: tidemark.v1.ExportResult
+	(*TaskStats)(nil),             // 3: tidemark.v1.TaskStats
+	(*EnqueueTaskRequest)(nil),    // 4: tidemark.v1.EnqueueTaskRequest
+	(*EnqueueTaskResponse)(nil),   // 5: tidemark.v1.EnqueueTaskResponse
+	(*RequeueMergeRequest)(nil),   // 6: tidemark.v1.RequeueMergeRequest
+	(*RequeueMergeResponse)(nil),  // 7: tidemark.v1.RequeueMergeResponse
+	(*GetTaskRequest)(nil),        // 8: tidemark.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 9: tidemark.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),      // 10: tidemark.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 11: tidemark.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),     // 12: tidemark.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),    // 13: tidemark.v1.CancelTaskResponse
+	(*StatsRow)(nil),              // 14: tidemark.v1.StatsRow
+	(*MissingShard)(nil),          // 15: tidemark.v1.MissingShard
+	(*ListStatsRequest)(nil),      // 16: tidemark.v1.ListStatsRequest
+	(*ListStatsResponse)(nil),     // 17: tidemark.v1.ListStatsResponse
+	(*RescanRequest)(nil),         // 18: tidemark.v1.RescanRequest
+	(*RescanResponse)(nil),        // 19: tidemark.v1.RescanResponse
+	(*ListWorkersRequest)(nil),    // 20: tidemark.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),   // 21: tidemark.v1.ListWorkersResponse
+	(*WorkerInfo)(nil),            // 22: tidemark.v1.WorkerInfo
+	(*ForceAdoptRequest)(nil),     // 23: tidemark.v1.ForceAdoptRequest
+	(*ForceAdoptResponse)(nil),    // 24: tidemark.v1.ForceAdoptResponse
+	nil,                           // 25: tidemark.v1.StatsRow.PendingByShardEntry
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*ExportSpec)(nil),            // 27: tidemark.v1.ExportSpec
 }
 var file_tidemark_v1_admin_proto_depIdxs = []int32{
-	24, // 0: tidemark.v1.Task.enqueued_at:type_name -> google.protobuf.Timestamp
-	24, // 1: tidemark.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	24, // 2: tidemark.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 3: tidemark.v1.Task.stats:type_name -> tidemark.v1.TaskStats
-	24, // 4: tidemark.v1.Task.due_at:type_name -> google.protobuf.Timestamp
-	0,  // 5: tidemark.v1.EnqueueTaskResponse.task:type_name -> tidemark.v1.Task
-	0,  // 6: tidemark.v1.RequeueMergeResponse.task:type_name -> tidemark.v1.Task
-	0,  // 7: tidemark.v1.GetTaskResponse.task:type_name -> tidemark.v1.Task
-	0,  // 8: tidemark.v1.ListTasksResponse.tasks:type_name -> tidemark.v1.Task
-	0,  // 9: tidemark.v1.CancelTaskResponse.task:type_name -> tidemark.v1.Task
-	23, // 10: tidemark.v1.StatsRow.pending_by_shard:type_name -> tidemark.v1.StatsRow.PendingByShardEntry
-	24, // 11: tidemark.v1.StatsRow.last_updated:type_name -> google.protobuf.Timestamp
-	24, // 12: tidemark.v1.StatsRow.scanned_at:type_name -> google.protobuf.Timestamp
-	13, // 13: tidemark.v1.StatsRow.missing_shards:type_name -> tidemark.v1.MissingShard
-	24, // 14: tidemark.v1.MissingShard.missing_since:type_name -> google.protobuf.Timestamp
-	24, // 15: tidemark.v1.MissingShard.orphaned_at:type_name -> google.protobuf.Timestamp
-	12, // 16: tidemark.v1.ListStatsResponse.stats:type_name -> tidemark.v1.StatsRow
-	12, // 17: tidemark.v1.RescanResponse.stats:type_name -> tidemark.v1.StatsRow
-	20, // 18: tidemark.v1.ListWorkersResponse.workers:type_name -> tidemark.v1.WorkerInfo
-	24, // 19: tidemark.v1.WorkerInfo.started_at:type_name -> google.protobuf.Timestamp
-	0,  // 20: tidemark.v1.ForceAdoptResponse.task:type_name -> tidemark.v1.Task
-	13, // 21: tidemark.v1.ForceAdoptResponse.shard:type_name -> tidemark.v1.MissingShard
-	2,  // 22: tidemark.v1.AdminService.EnqueueTask:input_type -> tidemark.v1.EnqueueTaskRequest
-	4,  // 23: tidemark.v1.AdminService.RequeueMerge:input_type -> tidemark.v1.RequeueMergeRequest
-	6,  // 24: tidemark.v1.AdminService.GetTask:input_type -> tidemark.v1.GetTaskRequest
-	8,  // 25: tidemark.v1.AdminService.ListTasks:input_type -> tidemark.v1.ListTasksRequest
-	10, // 26: tidemark.v1.AdminService.CancelTask:input_type -> tidemark.v1.CancelTaskRequest
-	14, // 27: tidemark.v1.AdminService.ListStats:input_type -> tidemark.v1.ListStatsRequest
-	16, // 28: tidemark.v1.AdminService.Rescan:input_type -> tidemark.v1.RescanRequest
-	18, // 29: tidemark.v1.AdminService.ListWorkers:input_type -> tidemark.v1.ListWorkersRequest
-	21, // 30: tidemark.v1.AdminService.ForceAdopt:input_type -> tidemark.v1.ForceAdoptRequest
-	3,  // 31: tidemark.v1.AdminService.EnqueueTask:output_type -> tidemark.v1.EnqueueTaskResponse
-	5,  // 32: tidemark.v1.AdminService.RequeueMerge:output_type -> tidemark.v1.RequeueMergeResponse
-	7,  // 33: tidemark.v1.AdminService.GetTask:output_type -> tidemark.v1.GetTaskResponse
-	9,  // 34: tidemark.v1.AdminService.ListTasks:output_type -> tidemark.v1.ListTasksResponse
-	11, // 35: tidemark.v1.AdminService.CancelTask:output_type -> tidemark.v1.CancelTaskResponse
-	15, // 36: tidemark.v1.AdminService.ListStats:output_type -> tidemark.v1.ListStatsResponse
-	17, // 37: tidemark.v1.AdminService.Rescan:output_type -> tidemark.v1.RescanResponse
-	19, // 38: tidemark.v1.AdminService.ListWorkers:output_type -> tidemark.v1.ListWorkersResponse
-	22, // 39: tidemark.v1.AdminService.ForceAdopt:output_type -> tidemark.v1.ForceAdoptResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	26, // 0: tidemark.v1.Task.enqueued_at:type_name -> google.protobuf.Timestamp
+	26, // 1: tidemark.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	26, // 2: tidemark.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	3,  // 3: tidemark.v1.Task.stats:type_name -> tidemark.v1.TaskStats
+	26, // 4: tidemark.v1.Task.due_at:type_name -> google.protobuf.Timestamp
+	27, // 5: tidemark.v1.Task.export:type_name -> tidemark.v1.ExportSpec
+	1,  // 6: tidemark.v1.Task.progress:type_name -> tidemark.v1.TaskProgress
+	2,  // 7: tidemark.v1.Task.exported:type_name -> tidemark.v1.ExportResult
+	26, // 8: tidemark.v1.TaskProgress.updated_at:type_name -> google.protobuf.Timestamp
+	27, // 9: tidemark.v1.EnqueueTaskRequest.export:type_name -> tidemark.v1.ExportSpec
+	0,  // 10: tidemark.v1.EnqueueTaskResponse.task:type_name -> tidemark.v1.Task
+	0,  // 11: tidemark.v1.RequeueMergeResponse.task:type_name -> tidemark.v1.Task
+	0,  // 12: tidemark.v1.GetTaskResponse.task:type_name -> tidemark.v1.Task
+	0,  // 13: tidemark.v1.ListTasksResponse.tasks:type_name -> tidemark.v1.Task
+	0,  // 14: tidemark.v1.CancelTaskResponse.task:type_name -> tidemark.v1.Task
+	25, // 15: tidemark.v1.StatsRow.pending_by_shard:type_name -> tidemark.v1.StatsRow.PendingByShardEntry
+	26, // 16: tidemark.v1.StatsRow.last_updated:type_name -> google.protobuf.Timestamp
+	26, // 17: tidemark.v1.StatsRow.scanned_at:type_name -> google.protobuf.Timestamp
+	15, // 18: tidemark.v1.StatsRow.missing_shards:type_name -> tidemark.v1.MissingShard
+	26, // 19: tidemark.v1.MissingShard.missing_since:type_name -> google.protobuf.Timestamp
+	26, // 20: tidemark.v1.MissingShard.orphaned_at:type_name -> google.protobuf.Timestamp
+	14, // 21: tidemark.v1.ListStatsResponse.stats:type_name -> tidemark.v1.StatsRow
+	14, // 22: tidemark.v1.RescanResponse.stats:type_name -> tidemark.v1.StatsRow
+	22, // 23: tidemark.v1.ListWorkersResponse.workers:type_name -> tidemark.v1.WorkerInfo
+	26, // 24: tidemark.v1.WorkerInfo.started_at:type_name -> google.protobuf.Timestamp
+	0,  // 25: tidemark.v1.ForceAdoptResponse.task:type_name -> tidemark.v1.Task
+	15, // 26: tidemark.v1.ForceAdoptResponse.shard:type_name -> tidemark.v1.MissingShard
+	4,  // 27: tidemark.v1.AdminService.EnqueueTask:input_type -> tidemark.v1.EnqueueTaskRequest
+	6,  // 28: tidemark.v1.AdminService.RequeueMerge:input_type -> tidemark.v1.RequeueMergeRequest
+	8,  // 29: tidemark.v1.AdminService.GetTask:input_type -> tidemark.v1.GetTaskRequest
+	10, // 30: tidemark.v1.AdminService.ListTasks:input_type -> tidemark.v1.ListTasksRequest
+	12, // 31: tidemark.v1.AdminService.CancelTask:input_type -> tidemark.v1.CancelTaskRequest
+	16, // 32: tidemark.v1.AdminService.ListStats:input_type -> tidemark.v1.ListStatsRequest
+	18, // 33: tidemark.v1.AdminService.Rescan:input_type -> tidemark.v1.RescanRequest
+	20, // 34: tidemark.v1.AdminService.ListWorkers:input_type -> tidemark.v1.ListWorkersRequest
+	23, // 35: tidemark.v1.AdminService.ForceAdopt:input_type -> tidemark.v1.ForceAdoptRequest
+	5,  // 36: tidemark.v1.AdminService.EnqueueTask:output_type -> tidemark.v1.EnqueueTaskResponse
+	7,  // 37: tidemark.v1.AdminService.RequeueMerge:output_type -> tidemark.v1.RequeueMergeResponse
+	9,  // 38: tidemark.v1.AdminService.GetTask:output_type -> tidemark.v1.GetTaskResponse
+	11, // 39: tidemark.v1.AdminService.ListTasks:output_type -> tidemark.v1.ListTasksResponse
+	13, // 40: tidemark.v1.AdminService.CancelTask:output_type -> tidemark.v1.CancelTaskResponse
+	17, // 41: tidemark.v1.AdminService.ListStats:output_type -> tidemark.v1.ListStatsResponse
+	19, // 42: tidemark.v1.AdminService.Rescan:output_type -> tidemark.v1.RescanResponse
+	21, // 43: tidemark.v1.AdminService.ListWorkers:output_type -> tidemark.v1.ListWorkersResponse
+	24, // 44: tidemark.v1.AdminService.ForceAdopt:output_type -> tidemark.v1.ForceAdoptResponse
+	36, // [36:45] is the sub-list for method output_type
+	27, // [27:36] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_tidemark_v1_admin_proto_init() }
@@ -1911,13 +2177,14 @@ func file_tidemark_v1_admin_proto_init() {
 	if File_tidemark_v1_admin_proto != nil {
 		return
 	}
+	file_tidemark_v1_worker_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tidemark_v1_admin_proto_rawDesc), len(file_tidemark_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

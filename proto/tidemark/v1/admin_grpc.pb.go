@@ -46,6 +46,11 @@ const (
 type AdminServiceClient interface {
 	// EnqueueTask queues a task. If a live (queued or running) task of the same kind
 	// and target exists, it is returned instead, with deduplicated set.
+	//
+	// An export (kind "export") needs its spec (export) and is not deduplicated by
+	// kind and target: each is a task of its own. It is idempotent by id instead: a
+	// request with the id of an existing export of the same target and spec answers
+	// that task with deduplicated set; an id of any other task is ALREADY_EXISTS.
 	EnqueueTask(ctx context.Context, in *EnqueueTaskRequest, opts ...grpc.CallOption) (*EnqueueTaskResponse, error)
 	// RequeueMerge enqueues a merge_wal task for a target (deduplicated like
 	// EnqueueTask): what an operator runs to get a store's WAL merged now.
@@ -55,8 +60,10 @@ type AdminServiceClient interface {
 	// ListTasks lists tasks in enqueue order (or newest first), filtered, one page at
 	// a time.
 	ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error)
-	// CancelTask fails a queued task with the error "cancelled". Cancelling a running
-	// or finished task is FAILED_PRECONDITION.
+	// CancelTask fails a queued task with the error "cancelled". A running export is
+	// asked to stop (cancel_requested; its worker stops writing and the task fails
+	// with "cancelled" soon after). Cancelling any other running task, or a finished
+	// one, is FAILED_PRECONDITION.
 	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error)
 	// ListStats lists the scanner's stats rows (P/stats/<target>) in target order,
 	// each with its active shards and those no worker is registered under now
@@ -192,6 +199,11 @@ func (c *adminServiceClient) ForceAdopt(ctx context.Context, in *ForceAdoptReque
 type AdminServiceServer interface {
 	// EnqueueTask queues a task. If a live (queued or running) task of the same kind
 	// and target exists, it is returned instead, with deduplicated set.
+	//
+	// An export (kind "export") needs its spec (export) and is not deduplicated by
+	// kind and target: each is a task of its own. It is idempotent by id instead: a
+	// request with the id of an existing export of the same target and spec answers
+	// that task with deduplicated set; an id of any other task is ALREADY_EXISTS.
 	EnqueueTask(context.Context, *EnqueueTaskRequest) (*EnqueueTaskResponse, error)
 	// RequeueMerge enqueues a merge_wal task for a target (deduplicated like
 	// EnqueueTask): what an operator runs to get a store's WAL merged now.
@@ -201,8 +213,10 @@ type AdminServiceServer interface {
 	// ListTasks lists tasks in enqueue order (or newest first), filtered, one page at
 	// a time.
 	ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error)
-	// CancelTask fails a queued task with the error "cancelled". Cancelling a running
-	// or finished task is FAILED_PRECONDITION.
+	// CancelTask fails a queued task with the error "cancelled". A running export is
+	// asked to stop (cancel_requested; its worker stops writing and the task fails
+	// with "cancelled" soon after). Cancelling any other running task, or a finished
+	// one, is FAILED_PRECONDITION.
 	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error)
 	// ListStats lists the scanner's stats rows (P/stats/<target>) in target order,
 	// each with its active shards and those no worker is registered under now

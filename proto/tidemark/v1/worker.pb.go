@@ -1129,6 +1129,275 @@ func (x *MaintainResponse) GetDroppedRows() int64 {
 	return 0
 }
 
+// ExportSpec is what an export writes, and where (pkg/tasks.ExportSpec).
+type ExportSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// destination is a bucket URL the worker can write with its own credentials:
+	// file://, s3://, azblob://, gs://, with an optional ?prefix=dir/.
+	Destination string `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	// version is the base-table version to export; 0 exports the store now (base
+	// and pending rows).
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// columns are the columns written besides id and _seq; empty: every column.
+	Columns []string `protobuf:"bytes,3,rep,name=columns,proto3" json:"columns,omitempty"`
+	// filter selects rows: a generic store's SQL predicate, a rollout store's
+	// filters JSON object; empty: every row.
+	Filter        string `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSpec) Reset() {
+	*x = ExportSpec{}
+	mi := &file_tidemark_v1_worker_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSpec) ProtoMessage() {}
+
+func (x *ExportSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_worker_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSpec.ProtoReflect.Descriptor instead.
+func (*ExportSpec) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ExportSpec) GetDestination() string {
+	if x != nil {
+		return x.Destination
+	}
+	return ""
+}
+
+func (x *ExportSpec) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ExportSpec) GetColumns() []string {
+	if x != nil {
+		return x.Columns
+	}
+	return nil
+}
+
+func (x *ExportSpec) GetFilter() string {
+	if x != nil {
+		return x.Filter
+	}
+	return ""
+}
+
+type ExportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target is "<name>" (rollout store) or "generic:<name>" (generic store).
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// fencing_token is the etcd revision of the master's maintenance lock of the
+	// target, as in MaintainRequest. Must be > 0.
+	FencingToken int64 `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// task_id is the export task's id: it names the export's files and manifest,
+	// so a retry of the task writes over its own files and nothing else.
+	TaskId        string      `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Spec          *ExportSpec `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportRequest) Reset() {
+	*x = ExportRequest{}
+	mi := &file_tidemark_v1_worker_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportRequest) ProtoMessage() {}
+
+func (x *ExportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_worker_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
+func (*ExportRequest) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExportRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ExportRequest) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *ExportRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ExportRequest) GetSpec() *ExportSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+// ExportProgress is one message of an export's stream: how far it got; the last
+// has done set and the manifest's summary.
+type ExportProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// instance_id is the worker doing the export.
+	InstanceId string `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// rows, files and bytes written so far (the Parquet files' rows and bytes).
+	Rows  int64 `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	Files int64 `protobuf:"varint,3,opt,name=files,proto3" json:"files,omitempty"`
+	Bytes int64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// estimate is an upper bound of the rows in all (0: unknown).
+	Estimate int64 `protobuf:"varint,5,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	// done marks the last message: the manifest is written, and the fields below
+	// are set.
+	Done bool `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	// manifest is the manifest's URL: the destination bucket and its key.
+	Manifest string `protobuf:"bytes,7,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	// version is the base-table version the export read.
+	Version uint64 `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
+	// feed_cursor is the change-feed cursor to tail from to see every change after
+	// the snapshot (rows already in it may come again; none is missed); empty for
+	// an export at a version.
+	FeedCursor    string `protobuf:"bytes,9,opt,name=feed_cursor,json=feedCursor,proto3" json:"feed_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportProgress) Reset() {
+	*x = ExportProgress{}
+	mi := &file_tidemark_v1_worker_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportProgress) ProtoMessage() {}
+
+func (x *ExportProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_tidemark_v1_worker_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportProgress.ProtoReflect.Descriptor instead.
+func (*ExportProgress) Descriptor() ([]byte, []int) {
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExportProgress) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *ExportProgress) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ExportProgress) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *ExportProgress) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ExportProgress) GetEstimate() int64 {
+	if x != nil {
+		return x.Estimate
+	}
+	return 0
+}
+
+func (x *ExportProgress) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ExportProgress) GetManifest() string {
+	if x != nil {
+		return x.Manifest
+	}
+	return ""
+}
+
+func (x *ExportProgress) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ExportProgress) GetFeedCursor() string {
+	if x != nil {
+		return x.FeedCursor
+	}
+	return ""
+}
+
 type FlushRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// target is one store to seal; empty seals every store this worker holds open.
@@ -1139,7 +1408,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[15]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1420,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[15]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1433,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FlushRequest) GetTarget() string {
@@ -1185,7 +1454,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[16]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1466,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[16]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1479,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FlushResponse) GetSealedGenerations() int64 {
@@ -1228,7 +1497,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[17]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1509,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[17]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1522,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 type InfoResponse struct {
@@ -1273,7 +1542,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[18]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1554,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[18]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1567,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{18}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InfoResponse) GetInstanceId() string {
@@ -1354,7 +1623,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_tidemark_v1_worker_proto_msgTypes[19]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1635,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tidemark_v1_worker_proto_msgTypes[19]
+	mi := &file_tidemark_v1_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1648,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_tidemark_v1_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ShardInfo) GetTarget() string {
@@ -1502,7 +1771,30 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\x0fchecked_objects\x18\v \x01(\x03R\x0echeckedObjects\x12\x1a\n" +
 	"\bproblems\x18\f \x03(\tR\bproblems\x12+\n" +
 	"\x11dropped_fragments\x18\r \x01(\x03R\x10droppedFragments\x12!\n" +
-	"\fdropped_rows\x18\x0e \x01(\x03R\vdroppedRows\"&\n" +
+	"\fdropped_rows\x18\x0e \x01(\x03R\vdroppedRows\"z\n" +
+	"\n" +
+	"ExportSpec\x12 \n" +
+	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x18\n" +
+	"\acolumns\x18\x03 \x03(\tR\acolumns\x12\x16\n" +
+	"\x06filter\x18\x04 \x01(\tR\x06filter\"\x92\x01\n" +
+	"\rExportRequest\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12+\n" +
+	"\x04spec\x18\x04 \x01(\v2\x17.tidemark.v1.ExportSpecR\x04spec\"\xf8\x01\n" +
+	"\x0eExportProgress\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\tR\n" +
+	"instanceId\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\x03R\x04rows\x12\x14\n" +
+	"\x05files\x18\x03 \x01(\x03R\x05files\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12\x1a\n" +
+	"\bestimate\x18\x05 \x01(\x03R\bestimate\x12\x12\n" +
+	"\x04done\x18\x06 \x01(\bR\x04done\x12\x1a\n" +
+	"\bmanifest\x18\a \x01(\tR\bmanifest\x12\x18\n" +
+	"\aversion\x18\b \x01(\x04R\aversion\x12\x1f\n" +
+	"\vfeed_cursor\x18\t \x01(\tR\n" +
+	"feedCursor\"&\n" +
 	"\fFlushRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\">\n" +
 	"\rFlushResponse\x12-\n" +
@@ -1519,7 +1811,7 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12/\n" +
 	"\x13pending_generations\x18\x02 \x01(\x03R\x12pendingGenerations\x12#\n" +
 	"\rmemtable_rows\x18\x03 \x01(\x03R\fmemtableRows\x12!\n" +
-	"\fwriter_epoch\x18\x04 \x01(\x04R\vwriterEpoch2\x81\x06\n" +
+	"\fwriter_epoch\x18\x04 \x01(\x04R\vwriterEpoch2\xc6\x06\n" +
 	"\rWorkerService\x12G\n" +
 	"\bMergeWal\x12\x1c.tidemark.v1.MergeWalRequest\x1a\x1d.tidemark.v1.MergeWalResponse\x12S\n" +
 	"\fPrepareMerge\x12 .tidemark.v1.PrepareMergeRequest\x1a!.tidemark.v1.PrepareMergeResponse\x12M\n" +
@@ -1531,7 +1823,8 @@ const file_tidemark_v1_worker_proto_rawDesc = "" +
 	"\vDrainMerged\x12\x1f.tidemark.v1.DrainMergedRequest\x1a .tidemark.v1.DrainMergedResponse\x12M\n" +
 	"\n" +
 	"AdoptShard\x12\x1e.tidemark.v1.AdoptShardRequest\x1a\x1f.tidemark.v1.AdoptShardResponse\x12G\n" +
-	"\bMaintain\x12\x1c.tidemark.v1.MaintainRequest\x1a\x1d.tidemark.v1.MaintainResponse\x12>\n" +
+	"\bMaintain\x12\x1c.tidemark.v1.MaintainRequest\x1a\x1d.tidemark.v1.MaintainResponse\x12C\n" +
+	"\x06Export\x12\x1a.tidemark.v1.ExportRequest\x1a\x1b.tidemark.v1.ExportProgress0\x01\x12>\n" +
 	"\x05Flush\x12\x19.tidemark.v1.FlushRequest\x1a\x1a.tidemark.v1.FlushResponse\x12;\n" +
 	"\x04Info\x12\x18.tidemark.v1.InfoRequest\x1a\x19.tidemark.v1.InfoResponseB>Z<github.com/tidemark-io/tidemark/proto/tidemark/v1;tidemarkv1b\x06proto3"
 
@@ -1547,7 +1840,7 @@ func file_tidemark_v1_worker_proto_rawDescGZIP() []byte {
 	return file_tidemark_v1_worker_proto_rawDescData
 }
 
-var file_tidemark_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_tidemark_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_tidemark_v1_worker_proto_goTypes = []any{
 	(*MergeWalRequest)(nil),      // 0: tidemark.v1.MergeWalRequest
 	(*MergeWalResponse)(nil),     // 1: tidemark.v1.MergeWalResponse
@@ -1564,41 +1857,47 @@ var file_tidemark_v1_worker_proto_goTypes = []any{
 	(*AdoptShardResponse)(nil),   // 12: tidemark.v1.AdoptShardResponse
 	(*MaintainRequest)(nil),      // 13: tidemark.v1.MaintainRequest
 	(*MaintainResponse)(nil),     // 14: tidemark.v1.MaintainResponse
-	(*FlushRequest)(nil),         // 15: tidemark.v1.FlushRequest
-	(*FlushResponse)(nil),        // 16: tidemark.v1.FlushResponse
-	(*InfoRequest)(nil),          // 17: tidemark.v1.InfoRequest
-	(*InfoResponse)(nil),         // 18: tidemark.v1.InfoResponse
-	(*ShardInfo)(nil),            // 19: tidemark.v1.ShardInfo
-	nil,                          // 20: tidemark.v1.MergeStoreResponse.MergedEntry
+	(*ExportSpec)(nil),           // 15: tidemark.v1.ExportSpec
+	(*ExportRequest)(nil),        // 16: tidemark.v1.ExportRequest
+	(*ExportProgress)(nil),       // 17: tidemark.v1.ExportProgress
+	(*FlushRequest)(nil),         // 18: tidemark.v1.FlushRequest
+	(*FlushResponse)(nil),        // 19: tidemark.v1.FlushResponse
+	(*InfoRequest)(nil),          // 20: tidemark.v1.InfoRequest
+	(*InfoResponse)(nil),         // 21: tidemark.v1.InfoResponse
+	(*ShardInfo)(nil),            // 22: tidemark.v1.ShardInfo
+	nil,                          // 23: tidemark.v1.MergeStoreResponse.MergedEntry
 }
 var file_tidemark_v1_worker_proto_depIdxs = []int32{
-	20, // 0: tidemark.v1.MergeStoreResponse.merged:type_name -> tidemark.v1.MergeStoreResponse.MergedEntry
-	19, // 1: tidemark.v1.InfoResponse.stores:type_name -> tidemark.v1.ShardInfo
-	0,  // 2: tidemark.v1.WorkerService.MergeWal:input_type -> tidemark.v1.MergeWalRequest
-	2,  // 3: tidemark.v1.WorkerService.PrepareMerge:input_type -> tidemark.v1.PrepareMergeRequest
-	4,  // 4: tidemark.v1.WorkerService.CommitMerge:input_type -> tidemark.v1.CommitMergeRequest
-	5,  // 5: tidemark.v1.WorkerService.AbortMerge:input_type -> tidemark.v1.AbortMergeRequest
-	7,  // 6: tidemark.v1.WorkerService.MergeStore:input_type -> tidemark.v1.MergeStoreRequest
-	9,  // 7: tidemark.v1.WorkerService.DrainMerged:input_type -> tidemark.v1.DrainMergedRequest
-	11, // 8: tidemark.v1.WorkerService.AdoptShard:input_type -> tidemark.v1.AdoptShardRequest
-	13, // 9: tidemark.v1.WorkerService.Maintain:input_type -> tidemark.v1.MaintainRequest
-	15, // 10: tidemark.v1.WorkerService.Flush:input_type -> tidemark.v1.FlushRequest
-	17, // 11: tidemark.v1.WorkerService.Info:input_type -> tidemark.v1.InfoRequest
-	1,  // 12: tidemark.v1.WorkerService.MergeWal:output_type -> tidemark.v1.MergeWalResponse
-	3,  // 13: tidemark.v1.WorkerService.PrepareMerge:output_type -> tidemark.v1.PrepareMergeResponse
-	1,  // 14: tidemark.v1.WorkerService.CommitMerge:output_type -> tidemark.v1.MergeWalResponse
-	6,  // 15: tidemark.v1.WorkerService.AbortMerge:output_type -> tidemark.v1.AbortMergeResponse
-	8,  // 16: tidemark.v1.WorkerService.MergeStore:output_type -> tidemark.v1.MergeStoreResponse
-	10, // 17: tidemark.v1.WorkerService.DrainMerged:output_type -> tidemark.v1.DrainMergedResponse
-	12, // 18: tidemark.v1.WorkerService.AdoptShard:output_type -> tidemark.v1.AdoptShardResponse
-	14, // 19: tidemark.v1.WorkerService.Maintain:output_type -> tidemark.v1.MaintainResponse
-	16, // 20: tidemark.v1.WorkerService.Flush:output_type -> tidemark.v1.FlushResponse
-	18, // 21: tidemark.v1.WorkerService.Info:output_type -> tidemark.v1.InfoResponse
-	12, // [12:22] is the sub-list for method output_type
-	2,  // [2:12] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	23, // 0: tidemark.v1.MergeStoreResponse.merged:type_name -> tidemark.v1.MergeStoreResponse.MergedEntry
+	15, // 1: tidemark.v1.ExportRequest.spec:type_name -> tidemark.v1.ExportSpec
+	22, // 2: tidemark.v1.InfoResponse.stores:type_name -> tidemark.v1.ShardInfo
+	0,  // 3: tidemark.v1.WorkerService.MergeWal:input_type -> tidemark.v1.MergeWalRequest
+	2,  // 4: tidemark.v1.WorkerService.PrepareMerge:input_type -> tidemark.v1.PrepareMergeRequest
+	4,  // 5: tidemark.v1.WorkerService.CommitMerge:input_type -> tidemark.v1.CommitMergeRequest
+	5,  // 6: tidemark.v1.WorkerService.AbortMerge:input_type -> tidemark.v1.AbortMergeRequest
+	7,  // 7: tidemark.v1.WorkerService.MergeStore:input_type -> tidemark.v1.MergeStoreRequest
+	9,  // 8: tidemark.v1.WorkerService.DrainMerged:input_type -> tidemark.v1.DrainMergedRequest
+	11, // 9: tidemark.v1.WorkerService.AdoptShard:input_type -> tidemark.v1.AdoptShardRequest
+	13, // 10: tidemark.v1.WorkerService.Maintain:input_type -> tidemark.v1.MaintainRequest
+	16, // 11: tidemark.v1.WorkerService.Export:input_type -> tidemark.v1.ExportRequest
+	18, // 12: tidemark.v1.WorkerService.Flush:input_type -> tidemark.v1.FlushRequest
+	20, // 13: tidemark.v1.WorkerService.Info:input_type -> tidemark.v1.InfoRequest
+	1,  // 14: tidemark.v1.WorkerService.MergeWal:output_type -> tidemark.v1.MergeWalResponse
+	3,  // 15: tidemark.v1.WorkerService.PrepareMerge:output_type -> tidemark.v1.PrepareMergeResponse
+	1,  // 16: tidemark.v1.WorkerService.CommitMerge:output_type -> tidemark.v1.MergeWalResponse
+	6,  // 17: tidemark.v1.WorkerService.AbortMerge:output_type -> tidemark.v1.AbortMergeResponse
+	8,  // 18: tidemark.v1.WorkerService.MergeStore:output_type -> tidemark.v1.MergeStoreResponse
+	10, // 19: tidemark.v1.WorkerService.DrainMerged:output_type -> tidemark.v1.DrainMergedResponse
+	12, // 20: tidemark.v1.WorkerService.AdoptShard:output_type -> tidemark.v1.AdoptShardResponse
+	14, // 21: tidemark.v1.WorkerService.Maintain:output_type -> tidemark.v1.MaintainResponse
+	17, // 22: tidemark.v1.WorkerService.Export:output_type -> tidemark.v1.ExportProgress
+	19, // 23: tidemark.v1.WorkerService.Flush:output_type -> tidemark.v1.FlushResponse
+	21, // 24: tidemark.v1.WorkerService.Info:output_type -> tidemark.v1.InfoResponse
+	14, // [14:25] is the sub-list for method output_type
+	3,  // [3:14] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_tidemark_v1_worker_proto_init() }
@@ -1612,7 +1911,7 @@ func file_tidemark_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tidemark_v1_worker_proto_rawDesc), len(file_tidemark_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

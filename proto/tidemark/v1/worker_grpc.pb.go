@@ -32,6 +32,7 @@ const (
 	WorkerService_DrainMerged_FullMethodName  = "/tidemark.v1.WorkerService/DrainMerged"
 	WorkerService_AdoptShard_FullMethodName   = "/tidemark.v1.WorkerService/AdoptShard"
 	WorkerService_Maintain_FullMethodName     = "/tidemark.v1.WorkerService/Maintain"
+	WorkerService_Export_FullMethodName       = "/tidemark.v1.WorkerService/Export"
 	WorkerService_Flush_FullMethodName        = "/tidemark.v1.WorkerService/Flush"
 	WorkerService_Info_FullMethodName         = "/tidemark.v1.WorkerService/Info"
 )
@@ -124,6 +125,23 @@ type WorkerServiceClient interface {
 	//
 	// Errors: as MergeWal; INVALID_ARGUMENT also for an unknown kind.
 	Maintain(ctx context.Context, in *MaintainRequest, opts ...grpc.CallOption) (*MaintainResponse, error)
+	// Export writes a snapshot of the target's live rows (deletions applied, the
+	// newest version of each id) to the destination bucket as Parquet files and a
+	// _manifest.json (package export), under the master's maintenance lock of the
+	// target and its fencing token, as Maintain runs: no compaction's cleanup
+	// deletes the files the export reads while it runs. It streams progress at most
+	// about every second; the last message has done set and the manifest's summary.
+	// The export is retry-safe by task_id: a call of the same task again (after a
+	// worker died mid-export) writes the same destination over, and one that finds
+	// the task's manifest written answers it.
+	//
+	// Errors: as Maintain; INVALID_ARGUMENT also for a bad spec (destination URL,
+	// unknown column, filter that does not compile, a version the store does not
+	// hold), a malformed task_id, and a destination that holds another export or
+	// files Tidemark did not write; UNAVAILABLE also when the store's change-feed
+	// horizon could not be read (an export of the store now). A worker that
+	// predates Export answers UNIMPLEMENTED.
+	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportProgress], error)
 	// Flush seals the memtable of one store, or of every resident store, into
 	// generations, making rows that are durable in WAL entries visible to every
 	// worker's reads.
@@ -219,6 +237,25 @@ func (c *workerServiceClient) Maintain(ctx context.Context, in *MaintainRequest,
 	}
 	return out, nil
 }
+
+func (c *workerServiceClient) Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportProgress], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &WorkerService_ServiceDesc.Streams[0], WorkerService_Export_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportRequest, ExportProgress]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkerService_ExportClient = grpc.ServerStreamingClient[ExportProgress]
 
 func (c *workerServiceClient) Flush(ctx context.Context, in *FlushRequest, opts ...grpc.CallOption) (*FlushResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -328,6 +365,23 @@ type WorkerServiceServer interface {
 	//
 	// Errors: as MergeWal; INVALID_ARGUMENT also for an unknown kind.
 	Maintain(context.Context, *MaintainRequest) (*MaintainResponse, error)
+	// Export writes a snapshot of the target's live rows (deletions applied, the
+	// newest version of each id) to the destination bucket as Parquet files and a
+	// _manifest.json (package export), under the master's maintenance lock of the
+	// target and its fencing token, as Maintain runs: no compaction's cleanup
+	// deletes the files the export reads while it runs. It streams progress at most
+	// about every second; the last message has done set and the manifest's summary.
+	// The export is retry-safe by task_id: a call of the same task again (after a
+	// worker died mid-export) writes the same destination over, and one that finds
+	// the task's manifest written answers it.
+	//
+	// Errors: as Maintain; INVALID_ARGUMENT also for a bad spec (destination URL,
+	// unknown column, filter that does not compile, a version the store does not
+	// hold), a malformed task_id, and a destination that holds another export or
+	// files Tidemark did not write; UNAVAILABLE also when the store's change-feed
+	// horizon could not be read (an export of the store now). A worker that
+	// predates Export answers UNIMPLEMENTED.
+	Export(*ExportRequest, grpc.ServerStreamingServer[ExportProgress]) error
 	// Flush seals the memtable of one store, or of every resident store, into
 	// generations, making rows that are durable in WAL entries visible to every
 	// worker's reads.
@@ -367,6 +421,9 @@ func (UnimplementedWorkerServiceServer) AdoptShard(context.Context, *AdoptShardR
 }
 func (UnimplementedWorkerServiceServer) Maintain(context.Context, *MaintainRequest) (*MaintainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Maintain not implemented")
+}
+func (UnimplementedWorkerServiceServer) Export(*ExportRequest, grpc.ServerStreamingServer[ExportProgress]) error {
+	return status.Error(codes.Unimplemented, "method Export not implemented")
 }
 func (UnimplementedWorkerServiceServer) Flush(context.Context, *FlushRequest) (*FlushResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Flush not implemented")
@@ -539,6 +596,17 @@ func _WorkerService_Maintain_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkerService_Export_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(WorkerServiceServer).Export(m, &grpc.GenericServerStream[ExportRequest, ExportProgress]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkerService_ExportServer = grpc.ServerStreamingServer[ExportProgress]
+
 func _WorkerService_Flush_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FlushRequest)
 	if err := dec(in); err != nil {
@@ -623,6 +691,12 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _WorkerService_Info_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Export",
+			Handler:       _WorkerService_Export_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "tidemark/v1/worker.proto",
 }
