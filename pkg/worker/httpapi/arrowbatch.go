@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -28,9 +27,9 @@ import (
 // out alone as a slice of its batch; the rest into batches of up to
 // arrowBatchRows rows and about arrowBatchBytes.
 //
-// Memory: the positions of the rows not yet sent (at most arrowBatchRows), the
-// source batches they lie in (retained; at most arrowHoldBytes of them, most of
-// which the read holds anyway), and one output batch.
+// Memory: the positions of the rows not yet sent (at most arrowBatchRows rows,
+// about arrowBatchBytes), the batches they lie in (retained, as slices of them
+// would; the read holds most of them anyway), and one output batch.
 type arrowBatcher struct {
 	ctx    context.Context
 	schema *arrow.Schema
@@ -47,7 +46,6 @@ type arrowBatcher struct {
 	runs      []heldRun
 	heldRows  int
 	heldBytes int64 // of the held rows, estimated
-	srcBytes  int64 // of the sources, in the answer's columns
 	plans     []*conformPlan
 }
 
@@ -61,10 +59,6 @@ type heldSource struct {
 
 // heldRun is rows [from, to) of source src.
 type heldRun struct{ src, from, to int }
-
-// arrowHoldBytes bounds the source batches an arrowBatcher keeps alive for the
-// rows it holds (the answer's columns of them).
-const arrowHoldBytes = 4 * arrowBatchBytes
 
 // newArrowBatcher returns the batcher of an answer of schema whose first data
 // fields the read fills, and the rest extra; each output batch goes to emit.
@@ -136,7 +130,7 @@ func (b *arrowBatcher) Release() {
 	clear(b.sources)
 	b.sources, b.runs = b.sources[:0], b.runs[:0]
 	clear(b.which)
-	b.heldRows, b.heldBytes, b.srcBytes = 0, 0, 0
+	b.heldRows, b.heldBytes = 0, 0
 }
 
 // source returns the index of rec among the sources, retaining it when new.
@@ -146,11 +140,6 @@ func (b *arrowBatcher) source(rec arrow.RecordBatch) (int, error) {
 	}
 	if i, ok := b.which[rec]; ok {
 		return i, nil
-	}
-	if b.srcBytes >= arrowHoldBytes {
-		if err := b.flush(); err != nil {
-			return 0, err
-		}
 	}
 	p, err := b.plan(rec.Schema())
 	if err != nil {
@@ -168,7 +157,6 @@ func (b *arrowBatcher) source(rec arrow.RecordBatch) (int, error) {
 	i := len(b.sources)
 	b.which[rec] = i
 	b.sources = append(b.sources, heldSource{rec: rec, plan: p, rowBytes: size / max(rec.NumRows(), 1)})
-	b.srcBytes += size
 	return i, nil
 }
 
@@ -437,15 +425,14 @@ func (b *arrowBatcher) conformed(rec arrow.RecordBatch, p *conformPlan, n int, r
 }
 
 // takeArray returns the values of col at idx (valid indices), in that order: one
-// vectorized take, or for a type compute has no take kernel for, the runs of
-// consecutive indices sliced and concatenated.
+// vectorized take, or for a type compute cannot take (a sparse union, an
+// interval), the runs of consecutive indices sliced and concatenated.
 func takeArray(ctx context.Context, col arrow.Array, idx []int32) (arrow.Array, error) {
 	ia := array.NewInt32Data(array.NewData(arrow.PrimitiveTypes.Int32, len(idx),
 		[]*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(idx))}, nil, 0, 0))
 	defer ia.Release()
-	out, err := compute.TakeArrayOpts(ctx, col, ia, compute.TakeOptions{BoundsCheck: false})
-	if err == nil || !errors.Is(err, arrow.ErrNotImplemented) {
-		return out, err
+	if out, err := compute.TakeArrayOpts(ctx, col, ia, compute.TakeOptions{BoundsCheck: false}); err == nil {
+		return out, nil
 	}
 	var parts []arrow.Array
 	defer func() { releaseArrays(parts) }()
