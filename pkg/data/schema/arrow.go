@@ -33,6 +33,7 @@ import (
 	"slices"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -198,7 +199,7 @@ func (c *Codec) conformBatch(ctx context.Context, mem memory.Allocator, rec arro
 		}
 		// A null array has no buffers to check (and arrow-go's validation wants
 		// one its IPC reader does not give it).
-		if err := array.ValidateFull(a); err != nil && a.DataType().ID() != arrow.NULL {
+		if err := validateFull(a); err != nil && a.DataType().ID() != arrow.NULL {
 			return &columnError{column: col.name, slotError: slotError{slot: -1, reason: "malformed Arrow array: " + err.Error()}}
 		}
 		out, err := conform(ctx, a, c.schema.Field(i).Type)
@@ -637,6 +638,52 @@ func toParent(err error, parent func(childSlot int) (int, string)) error {
 	return &slotError{slot: slot, path: seg + se.path, reason: se.reason}
 }
 
+// validateFull is array.ValidateFull, with a string array's UTF-8 checked in one
+// pass over its values (validStrings) rather than value by value: the same
+// verdict, and arrow-go's error when there is one.
+func validateFull(a arrow.Array) error {
+	if s, ok := a.(*array.String); ok {
+		if err := s.Validate(); err != nil {
+			return err
+		}
+		if validStrings(s) {
+			return nil
+		}
+	}
+	return array.ValidateFull(a)
+}
+
+// validStrings reports whether s's offsets are non-negative and non-decreasing
+// and every value is valid UTF-8, checking the values' bytes as one: they are
+// each valid exactly when their concatenation is and each value after the first
+// starts on a character's first byte (not a continuation byte), since a valid
+// sequence splits into valid parts only there. s must pass Validate (offsets
+// within the buffer).
+func validStrings(s *array.String) bool {
+	if s.Len() == 0 {
+		return true
+	}
+	offs := s.ValueOffsets()
+	if len(offs) == 0 || offs[0] < 0 {
+		return len(offs) == 0
+	}
+	for i := 1; i < len(offs); i++ {
+		if offs[i] < offs[i-1] {
+			return false
+		}
+	}
+	data := s.ValueBytes()
+	if int32(len(data)) != offs[len(offs)-1]-offs[0] || !utf8.Valid(data) {
+		return false
+	}
+	for _, o := range offs[1 : len(offs)-1] {
+		if at := o - offs[0]; at < int32(len(data)) && data[at]&0xC0 == 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
 // checkValues checks the values JSON's codecs check beyond their type: the
 // ids of the id column (checkID), timestamps (checkMicros), and floats, which
 // JSON cannot give as NaN or infinite. Every non-null value is checked, also
@@ -645,6 +692,18 @@ func checkValues(a arrow.Array, id bool) error {
 	switch a := a.(type) {
 	case *array.String:
 		if !id {
+			return nil
+		}
+		if a.Len() == 0 {
+			return nil
+		}
+		if validStrings(a) { // the common case: UTF-8 checked at once, lengths by offsets
+			offs := a.ValueOffsets()
+			for i := range a.Len() {
+				if n := offs[i+1] - offs[i]; (n == 0 || n > MaxIDBytes) && a.IsValid(i) {
+					return valueAt(checkID(a.Value(i)), i)
+				}
+			}
 			return nil
 		}
 		for i := range a.Len() {

@@ -89,6 +89,27 @@ func (t *Table) Iter(ctx context.Context, m *Manifest, after string, all bool) (
 
 // Next moves to the next live row; false at the end.
 func (it *Iter) Next(ctx context.Context) (bool, error) {
+	if len(it.same) == 1 {
+		// The common case: one cursor held the row. When its next id is below
+		// every other cursor's (their ids, or an unopened one's lower bound), it
+		// holds the next row alone and the heap is left as it is: a walk through
+		// fragments that interleave takes the heap's path only when the source
+		// changes.
+		c := it.same[0]
+		ok, err := c.next(ctx)
+		if err != nil {
+			return false, err
+		}
+		if ok && (len(it.h) == 0 || c.id < it.h[0].id) {
+			return true, nil
+		}
+		it.same = it.same[:0]
+		if ok {
+			heap.Push(&it.h, c)
+		} else {
+			c.close()
+		}
+	}
 	for _, c := range it.same {
 		ok, err := c.next(ctx)
 		if err != nil {

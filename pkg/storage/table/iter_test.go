@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/tidemark-io/tidemark/pkg/storage/objstore"
@@ -156,5 +157,80 @@ func TestAWalkTakesCachedBlocksWithoutARequest(t *testing.T) {
 	}
 	if got := walk(top.blocks[indexReadAhead+1].first, 10); got != 0 {
 		t.Fatalf("a walk in blocks read ahead made %d requests, want none", got)
+	}
+}
+
+// A walk from a cursor (a page) through interleaved fragments with deletions
+// returns what a walk from the start returns after that id, every column (a list
+// among them), wherever the cursor lies in a row group, with a filter too.
+func TestAWalkFromACursorReadsWhatAWholeWalkReads(t *testing.T) {
+	ctx := context.Background()
+	tb := createTable(t, memBucket(t), rowGroups(16))
+	for i := range 3 { // three sorted fragments, interleaved
+		var rows []row
+		for j := i; j < 300; j += 3 {
+			rows = append(rows, row{fmt.Sprintf("k-%03d", j), 1, int64(j)})
+		}
+		mustAppend(t, tb, rows...)
+	}
+	var over []row // overwritten: deletion vectors in the three
+	for j := 0; j < 300; j += 7 {
+		over = append(over, row{fmt.Sprintf("k-%03d", j), 2, int64(1000 + j)})
+	}
+	mustAppend(t, tb, over...)
+	cell := func(it *Iter, filtered bool) string {
+		t.Helper()
+		if filtered {
+			if ok, err := it.Match(ctx, []string{"id", "value", "_seq"}, func(rec arrow.RecordBatch) ([]bool, error) {
+				out := make([]bool, rec.NumRows())
+				for i, v := range rec.Column(1).(*array.Int64).Int64Values() {
+					out[i] = v%2 == 0
+				}
+				return out, nil
+			}); err != nil || !ok {
+				return ""
+			}
+		}
+		rec, i, err := it.Row(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%s=%s/%s", it.ID(), rec.Column(1).ValueStr(i), rec.Column(2).ValueStr(i))
+	}
+	walk := func(after string, all, filtered bool, n int) []string {
+		t.Helper()
+		it, err := tb.Iter(ctx, tb.Latest(), after, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer it.Close()
+		var out []string
+		for len(out) < n {
+			more, err := it.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !more {
+				break
+			}
+			if c := cell(it, filtered); c != "" {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	for _, filtered := range []bool{false, true} {
+		whole := walk("", true, filtered, 1000)
+		if !filtered && len(whole) != 300 {
+			t.Fatalf("%d rows, want 300", len(whole))
+		}
+		for s := 0; s < len(whole)-1; s += 5 {
+			after := whole[s][:5]
+			got := walk(after, false, filtered, 40)
+			want := whole[s+1 : min(s+41, len(whole))]
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("filtered %v, after %s: %v, want %v", filtered, after, got, want)
+			}
+		}
 	}
 }

@@ -44,13 +44,19 @@ func (h *hlc) now() uint64 {
 }
 
 // next returns the next sequence number.
-func (h *hlc) next() uint64 {
+func (h *hlc) next() uint64 { return h.nextN(1) }
+
+// nextN returns the first of the next n sequence numbers (n > 0), which are
+// consecutive: next() n times, with the wall clock read once (as if the n calls
+// fell within one millisecond, which they may anyway), for a batch's rows.
+func (h *hlc) nextN(n int) uint64 {
 	var wall uint64
 	if ms := h.clock.Now().UnixMilli(); ms > 0 {
 		wall = uint64(ms) << logicalBits
 	}
-	h.last = max(wall, h.last+1)
-	return h.last
+	first := max(wall, h.last+1)
+	h.last = first + uint64(n) - 1
+	return first
 }
 
 // SeqTime is the wall time a _seq carries: its writer's clock, to the

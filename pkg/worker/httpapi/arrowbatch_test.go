@@ -221,3 +221,93 @@ func TestArrowRecordBytesCountsASlicesRows(t *testing.T) {
 		t.Fatalf("one row of %d bytes, the batch %d", got, whole)
 	}
 }
+
+// Rows of two batches that interleave row by row (consecutive ids from two
+// fragments of a leveled store) are gathered per batch and put back in the
+// read's order, values and nulls intact, for every kind of column a store has.
+func TestArrowBatcherGathersInterleavedRowsOfEveryType(t *testing.T) {
+	sch := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.BinaryTypes.String},
+		{Name: "b", Type: arrow.FixedWidthTypes.Boolean, Nullable: true},
+		{Name: "ts", Type: arrow.FixedWidthTypes.Timestamp_us, Nullable: true},
+		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64), Nullable: true},
+		{Name: "v", Type: arrow.FixedSizeListOf(2, arrow.PrimitiveTypes.Float32), Nullable: true},
+		{Name: "s", Type: arrow.StructOf(arrow.Field{Name: "x", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+			arrow.Field{Name: "y", Type: arrow.BinaryTypes.String, Nullable: true}), Nullable: true},
+		{Name: "bin", Type: arrow.BinaryTypes.Binary, Nullable: true},
+		{Name: "_seq", Type: arrow.PrimitiveTypes.Uint64},
+	}, nil)
+	batch := func(prefix string) arrow.RecordBatch {
+		var rows []string
+		for i := range 6 {
+			if i%3 == 2 {
+				rows = append(rows, fmt.Sprintf(`{"id":"%s%d","_seq":%d}`, prefix, i, i))
+				continue
+			}
+			rows = append(rows, fmt.Sprintf(`{"id":"%s%d","b":%v,"ts":"2026-01-0%dT00:00:00Z","l":[%d,%d],"v":[%d.5,1],"s":{"x":%d,"y":"y%d"},"bin":"YWJj","_seq":%d}`,
+				prefix, i, i%2 == 0, i+1, i, i*2, i, i, i, i))
+		}
+		rec, _, err := array.RecordFromJSON(memory.DefaultAllocator, sch, strings.NewReader("["+strings.Join(rows, ",")+"]"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	a, b := batch("a"), batch("b")
+	defer a.Release()
+	defer b.Release()
+	out := &batcherOut{t: t}
+	defer out.release()
+	bt := newArrowBatcher(context.Background(), sch, sch.NumFields(), nil, out.emit)
+	defer bt.Release()
+	render := func(rec arrow.RecordBatch, i int) string {
+		var cells []string
+		for c := range int(rec.NumCols()) {
+			cells = append(cells, rec.Column(c).ValueStr(i))
+		}
+		return strings.Join(cells, ":")
+	}
+	var want []string
+	for _, s := range []struct {
+		rec arrow.RecordBatch
+		i   int
+	}{{a, 0}, {b, 0}, {a, 1}, {a, 2}, {b, 1}, {b, 2}, {a, 4}, {b, 3}, {a, 5}, {b, 5}} {
+		if err := bt.AddRow(s.rec, s.i); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, render(s.rec, s.i))
+	}
+	if err := bt.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.recs) != 1 {
+		t.Fatalf("%d batches, want 1", len(out.recs))
+	}
+	if got := out.rows(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("rows\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A column compute cannot take (an interval) is gathered by slices instead.
+func TestArrowTakeArrayFallsBackToSlices(t *testing.T) {
+	bld := array.NewMonthDayNanoIntervalBuilder(memory.DefaultAllocator)
+	defer bld.Release()
+	for i := range 5 {
+		bld.Append(arrow.MonthDayNanoInterval{Months: int32(i), Days: int32(i), Nanoseconds: int64(i)})
+	}
+	col := bld.NewArray()
+	defer col.Release()
+	out, err := takeArray(context.Background(), col, []int32{4, 1, 2, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Release()
+	var got []string
+	for i := range out.Len() {
+		got = append(got, out.ValueStr(i))
+	}
+	want := []string{col.ValueStr(4), col.ValueStr(1), col.ValueStr(2), col.ValueStr(0)}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("took %v, want %v", got, want)
+	}
+}

@@ -84,7 +84,7 @@ func (s *Server) listArrow(w http.ResponseWriter, r *http.Request, f answerForma
 type arrowPage struct {
 	batches []arrow.RecordBatch
 	rows    int
-	// more says rows follow the page; last is its last row's id.
+	// more says rows follow the page; last is then its last row's id.
 	more bool
 	last string
 }
@@ -127,12 +127,14 @@ func readArrowPage(ctx context.Context, view *store.View, opts store.ListOptions
 			p.more = true
 			return errPageRead
 		}
-		ids, _, err := rowkey.Columns(rec)
-		if err != nil {
-			return err
-		}
-		p.last = strings.Clone(ids.Value(i))
 		p.rows++
+		if p.rows == limit { // the next cursor, needed only when a row follows
+			ids, _, err := rowkey.Columns(rec)
+			if err != nil {
+				return err
+			}
+			p.last = strings.Clone(ids.Value(i))
+		}
 		return b.AddRow(rec, i)
 	})
 	if errors.Is(err, errPageRead) {
