@@ -104,3 +104,15 @@ func schemeList() string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// Redact is a destination URL without its user info, for logs, task details and
+// the dashboard: a destination is shown, its credentials never. A URL that does
+// not parse is not shown at all.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	u.User = nil
+	return u.String()
+}

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"encoding/json"
 	"fmt"
-	"net/url"
 
 	"github.com/dustin/go-humanize"
 
@@ -36,7 +35,7 @@ func resultText(kind tasks.Kind, state tasks.State, detail, destination string, 
 	if kind != tasks.KindExport || !state.Live() {
 		return detail
 	}
-	text := "export to " + redactURL(destination)
+	text := "export to " + exportfmt.Redact(destination)
 	if p != nil {
 		rows := humanize.Comma(p.Rows)
 		if p.Estimate > 0 {
@@ -63,13 +62,3 @@ func plural(n int64, noun string) string {
 	return humanize.Comma(n) + " " + noun + "s"
 }
 
-// redactURL drops a URL's user info: a destination is shown, its credentials
-// never.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(a URL that does not parse)"
-	}
-	u.User = nil
-	return u.String()
-}

@@ -11,6 +11,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tidemark-io/tidemark/pkg/data/exportfmt"
 	"github.com/tidemark-io/tidemark/pkg/tasks"
 )
 
@@ -57,7 +58,7 @@ var funcs = template.FuncMap{
 	"short":  shortID,
 	"lower":  strings.ToLower,
 	"result": taskResult,
-	"redact": redactURL,
+	"redact": exportfmt.Redact,
 	// at pairs a time with a task for the "storetask" template.
 	"at": func(now time.Time, t *tasks.Task) struct {
 		Now time.Time

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -133,12 +132,12 @@ func (e *Exporter) Run(ctx context.Context, c *tasks.Claim) (tasks.Report, error
 		res, last, err := e.Caller.Export(runCtx, w, call, rec.progress)
 		if err == nil {
 			// Done, whatever a cancel that came after the manifest was written says.
-			res.Manifest = redactURL(res.Manifest)
+			res.Manifest = exportfmt.Redact(res.Manifest)
 			p := rec.final(last, w)
 			p.Rows, p.Files, p.Bytes = res.Rows, res.Files, res.Bytes
 			detail := fmt.Sprintf("exported %s in %s (%s) of version %d to %s (on %s)",
 				plural(res.Rows, "row"), plural(res.Files, "file"), humanize.IBytes(uint64(max(res.Bytes, 0))), res.Version,
-				redactURL(spec.Destination), w.InstanceID)
+				exportfmt.Redact(spec.Destination), w.InstanceID)
 			return tasks.Report{Detail: detail, Progress: &p, Exported: &res}, nil
 		}
 		switch {
@@ -276,15 +275,6 @@ func plural(n int64, noun string) string {
 	return humanize.Comma(n) + " " + noun + "s"
 }
 
-// redactURL drops a URL's user info, for the task's detail and logs.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
-	}
-	u.User = nil
-	return u.String()
-}
 
 // TaskExportSpec is the spec an export task holds (Task.Export). A task whose
 // spec is missing or does not decode fails: nothing can run it.
