@@ -468,15 +468,19 @@ func (c *fragCursor) load(ctx context.Context, cols []string) (*groupLoad, error
 			read = append(read, fld.Name)
 		}
 	}
-	err := c.ff.read(ctx, read, []int{g}, func(rec arrow.RecordBatch, start int64) error {
-		rec.Retain()
-		l.recs = append(l.recs, rec)
-		l.starts = append(l.starts, start)
-		return nil
-	})
-	if err != nil {
-		l.release()
-		return nil, err
+	key := groupKeyOf(c.f.Path, g, read)
+	if !c.t.cachedGroup(key, l) {
+		err := c.ff.read(ctx, read, []int{g}, func(rec arrow.RecordBatch, start int64) error {
+			rec.Retain()
+			l.recs = append(l.recs, rec)
+			l.starts = append(l.starts, start)
+			return nil
+		})
+		if err != nil {
+			l.release()
+			return nil, err
+		}
+		c.t.cacheGroup(key, l)
 	}
 	l.group, l.cols = g, slices.Clone(cols)
 	l.masks = make([][]bool, len(l.recs))

@@ -122,6 +122,8 @@ type Table struct {
 	blooms  objectView[*bloom.BloomFilter]
 	dvs     objectView[*roaring.Bitmap]
 	footers objectView[*metadata.FileMetaData]
+	// groups are decoded row groups of walks (groupcache.go).
+	groups *cache.LRU[groupKey, *decodedGroup]
 }
 
 func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
@@ -136,7 +138,9 @@ func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 	// objects read for a whole fragment (bloom filters, footers, tops) are not, and
 	// a stream of lookups must not push them out: blocks get a quarter of the
 	// budget, the rest shares three quarters.
-	objs := cache.New[objectKey, any](o.CacheBytes - o.CacheBytes/4)
+	// Decoded row groups of walks take an eighth of it from the shared part
+	// (groupcache.go).
+	objs := cache.New[objectKey, any](o.CacheBytes - o.CacheBytes/4 - o.CacheBytes/8)
 	blocks := cache.New[objectKey, any](o.CacheBytes / 4)
 	return &Table{
 		bucket:   bucket,
@@ -151,6 +155,7 @@ func newTable(bucket *objstore.Bucket, dir string, opts []Option) *Table {
 		blooms:   objectView[*bloom.BloomFilter]{objs, kindBloom},
 		dvs:      objectView[*roaring.Bitmap]{objs, kindDeletions},
 		footers:  objectView[*metadata.FileMetaData]{objs, kindFooter},
+		groups:   newGroupCache(o.CacheBytes),
 	}
 }
 
