@@ -154,7 +154,7 @@ tidemark_repair_dropped_fragments_total. Nothing ever drops data without this fl
 		Use:   "export <target> <destination>",
 		Short: "Export a store's live rows to a bucket as Parquet files and a manifest (an export task)",
 		Long: `Enqueue an export task: a worker writes the target's live rows (deletions applied, the
-newest version of each id) to the destination bucket as Parquet files (part-00000.parquet,
+newest version of each id) to the destination bucket as Parquet files (part-00000-<attempt>.parquet,
 ...) and then _manifest.json, which lists them with the store, version, schema, rows,
 bytes and the change-feed cursor a consumer tails from after the snapshot. Prints the
 task; the task id is what "master admin get" and "master admin cancel" take.

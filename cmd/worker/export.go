@@ -35,7 +35,7 @@ func newExportCmd() *cobra.Command {
 		Short: "Export a store's live rows to a bucket as Parquet files and a manifest, through a worker",
 		Long: `Ask a worker to enqueue an export task (POST .../export): the master has a worker write
 the store's live rows (deletions applied, the newest version of each id) to the destination
-bucket as Parquet files (part-00000.parquet, ...) and then _manifest.json, which lists them
+bucket as Parquet files (part-00000-<attempt>.parquet, ...) and then _manifest.json, which lists them
 with the store, version, schema, rows, bytes and the change-feed cursor to tail from after
 the snapshot. Prints the task id.
 
