@@ -61,4 +61,3 @@ func plural(n int64, noun string) string {
 	}
 	return humanize.Comma(n) + " " + noun + "s"
 }
-

@@ -275,7 +275,6 @@ func plural(n int64, noun string) string {
 	return humanize.Comma(n) + " " + noun + "s"
 }
 
-
 // TaskExportSpec is the spec an export task holds (Task.Export). A task whose
 // spec is missing or does not decode fails: nothing can run it.
 func TaskExportSpec(t tasks.Task) (exportfmt.Spec, error) {
