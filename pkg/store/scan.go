@@ -46,6 +46,9 @@ type Scan struct {
 	opts   ScanOptions
 	schema *arrow.Schema
 	read   []string
+	// estimate is Estimate, counted once at open: progress reports ask for it
+	// often, and the fragments do not change under a snapshot.
+	estimate int64
 	// failure explains an error of a read at a version (View.failure).
 	failure func(ctx context.Context, err error) error
 }
@@ -95,6 +98,10 @@ func (s *Store) openScan(ctx context.Context, snap *Snapshot, opts ScanOptions, 
 		return nil, err
 	}
 	sc.p = p
+	for _, f := range snap.Base.Fragments {
+		sc.estimate += f.LiveRows()
+	}
+	sc.estimate += int64(len(p.best))
 	return sc, nil
 }
 
@@ -109,13 +116,7 @@ func (sc *Scan) Version() uint64 { return sc.snap.Base.Version }
 
 // Estimate bounds the rows Each hands out from above: the base table's live rows
 // and the pending rows, before filters and before pending rows hide base ones.
-func (sc *Scan) Estimate() int64 {
-	var n int64
-	for _, f := range sc.snap.Base.Fragments {
-		n += f.LiveRows()
-	}
-	return n + int64(len(sc.p.best))
-}
+func (sc *Scan) Estimate() int64 { return sc.estimate }
 
 // Each calls fn with the scan's rows in storage order, batch by batch, each batch
 // of Schema. A batch is valid only during the call (Retain what is kept). An error
